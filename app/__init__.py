@@ -1,0 +1,113 @@
+"""netmap: the backend of a network-mapping (attack-surface) platform.
+
+``create_app(settings)`` is the Flask factory used by gunicorn (``wsgi.py``),
+``netmap up`` and the tests. It never starts background work: that is the
+runner's job (``jobs/``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+
+from flask import Flask, g, request
+from sqlalchemy.engine import Engine
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app.config import ConfigError, ConfigProblem, Settings, load_settings
+from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+
+__all__ = ["create_app"]
+
+_REQUEST_ID_HEADER = "X-Request-ID"
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> Flask:
+    configure_logging()
+    if settings is None:
+        settings, check = load_settings()
+        for warning in check.warnings:
+            emit("ConfigWarning", warning=warning.render())
+    if not settings.security.secret_key:
+        from app.config import ConfigCheck
+
+        raise ConfigError(
+            ConfigCheck(
+                errors=(
+                    ConfigProblem(
+                        "security.secret_key",
+                        "",
+                        "required by the web server (set NETMAP_SECRET_KEY or use `netmap up`)",
+                    ),
+                )
+            )
+        )
+
+    from app import db
+
+    if engine is None:
+        url = settings.database.url
+        if not url:
+            from app import embedded
+
+            url = embedded.start(settings.data_dir).url
+        engine = db.create_engine(url, settings.database, application_name="netmap-web")
+    db.set_engine(engine)
+
+    app = Flask("netmap")
+    app.config.update(
+        SECRET_KEY=settings.security.secret_key,
+        SESSION_COOKIE_NAME="netmap_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.security.session_cookie_secure,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.security.session_lifetime_hours),
+        MAX_CONTENT_LENGTH=settings.ingest.max_body_bytes,
+        JSON_SORT_KEYS=False,
+        RATELIMIT_STORAGE_URI=settings.security.ratelimit_storage_uri,
+        RATELIMIT_HEADERS_ENABLED=True,
+    )
+    app.extensions["netmap.settings"] = settings
+    if settings.security.trusted_proxy_count:
+        n = settings.security.trusted_proxy_count
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
+
+    from app.http import register_blueprints
+    from app.http.error_handlers import register_error_handlers
+    from app.http.ratelimit import limiter
+
+    limiter.init_app(app)
+    register_error_handlers(app)
+    register_blueprints(app)
+    _install_request_hooks(app)
+    return app
+
+
+def _install_request_hooks(app: Flask) -> None:
+    @app.before_request
+    def _start_request() -> None:
+        g.request_started = time.perf_counter()
+        incoming = request.headers.get(_REQUEST_ID_HEADER, "")
+        g.request_id = (
+            incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        )
+        g.request_span = span(request_id=g.request_id)
+        g.request_span.__enter__()
+
+    @app.after_request
+    def _finish_request(response):
+        started = g.pop("request_started", None)
+        if started is not None:
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            HTTP_REQUEST_SECONDS.labels(
+                request.method, route, f"{response.status_code // 100}xx"
+            ).observe(time.perf_counter() - started)
+        response.headers[_REQUEST_ID_HEADER] = g.get("request_id", "")
+        return response
+
+    @app.teardown_request
+    def _end_span(_exc: BaseException | None) -> None:
+        request_span = g.pop("request_span", None)
+        if request_span is not None:
+            request_span.__exit__(None, None, None)

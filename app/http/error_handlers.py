@@ -1,0 +1,75 @@
+"""The single mapping from exceptions to JSON error bodies (FND-6).
+
+Domain errors carry their status; Werkzeug's HTTP errors (404, 405, 413, 429 …)
+become the same JSON shape with a snake_case code; anything unexpected is
+logged as an ``UnhandledException`` event (with the trace, server-side only)
+and answered with a bare 500 that names the request id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from flask import Flask, g, jsonify
+from sqlalchemy import exc as sa_exc
+from werkzeug.exceptions import HTTPException
+
+from app.errors import ApiError, PoolTimeout
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _api_error_response(error: ApiError):
+    response = jsonify(error.body())
+    response.status_code = error.status
+    for key, value in error.headers.items():
+        response.headers[key] = value
+    return response
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def handle_api_error(error: ApiError):
+        return _api_error_response(error)
+
+    @app.errorhandler(HTTPException)
+    def handle_http_error(error: HTTPException):
+        code = _snake(error.name or "http_error")
+        if error.code == 429:
+            code = "rate_limited"
+        response = jsonify({"error": {"code": code, "message": error.description or error.name}})
+        response.status_code = error.code or 500
+        if error.code == 405 and getattr(error, "valid_methods", None):
+            response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
+        return response
+
+    @app.errorhandler(sa_exc.TimeoutError)
+    def handle_pool_timeout(error: sa_exc.TimeoutError):
+        return _api_error_response(PoolTimeout())
+
+    @app.errorhandler(Exception)
+    def handle_unexpected(error: Exception):
+        request_id = getattr(g, "request_id", None)
+        # The trace goes to the server log only; the client sees the request id.
+        logging.getLogger("netmap.http").error(
+            "unhandled exception",
+            exc_info=error,
+            extra={
+                "netmap_event": "UnhandledException",
+                "netmap_fields": {"error": type(error).__name__, "request_id": request_id},
+            },
+        )
+        response = jsonify(
+            {
+                "error": {
+                    "code": "internal_error",
+                    "message": "internal server error",
+                    "details": {"request_id": request_id},
+                }
+            }
+        )
+        response.status_code = 500
+        return response

@@ -1,0 +1,152 @@
+"""Who may call a route: session users (with CSRF), admins, scanners, or anyone.
+
+Every view is wrapped by exactly one of these decorators; a test walks the URL
+map and fails when a route has none. Session-authenticated state-changing
+requests must carry the session's CSRF token in ``X-CSRF-Token`` (IDN-2);
+bearer-token routes (scanners, rollup ingest) ignore cookies entirely, so a
+browser cannot be tricked into acting as a scanner.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from flask import g, request, session
+
+from app.db import transaction
+from app.errors import Forbidden, Unauthorized
+from app.http.ratelimit import admin_limit, limiter, session_or_address_key
+from app.identity.scanners import Scanner, authenticate_scanner
+from app.identity.users import User, get_user
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def _mark(view: Callable[..., Any], access: str) -> Callable[..., Any]:
+    view._netmap_access = access  # type: ignore[attr-defined]
+    return view
+
+
+def start_session(user: User) -> str:
+    """Log the user in: fresh session, fresh CSRF token."""
+    session.clear()
+    session.permanent = True
+    session["uid"] = user.id
+    session["csrf"] = secrets.token_urlsafe(32)
+    return session["csrf"]
+
+
+def csrf_token() -> str | None:
+    return session.get("csrf")
+
+
+def _check_csrf() -> None:
+    if request.method in SAFE_METHODS:
+        return
+    expected = session.get("csrf") or ""
+    given = request.headers.get(CSRF_HEADER, "")
+    if not expected or not given or not hmac.compare_digest(expected, given):
+        raise Forbidden(
+            f"missing or wrong {CSRF_HEADER} header for a session-authenticated request",
+            code="csrf_failed",
+        )
+
+
+def _session_user() -> User:
+    uid = session.get("uid")
+    if not isinstance(uid, int):
+        raise Unauthorized("login required", code="unauthorized")
+    with transaction() as conn:
+        user = get_user(conn, uid)
+    if user is None or user.disabled:
+        session.clear()
+        raise Unauthorized("login required", code="unauthorized")
+    _check_csrf()
+    g.user = user
+    return user
+
+
+def require_user(view: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _session_user()
+        return view(*args, **kwargs)
+
+    return _mark(wrapper, "user")
+
+
+def require_admin(view: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        user = _session_user()
+        if not user.is_admin:
+            raise Forbidden("admin privileges required", code="forbidden")
+        return view(*args, **kwargs)
+
+    limited = limiter.limit(admin_limit, key_func=session_or_address_key)(wrapper)
+    return _mark(limited, "admin")
+
+
+def require_scanner(view: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = bearer_token()
+        scanner = None
+        if token:
+            with transaction() as conn:
+                scanner = authenticate_scanner(conn, token)
+        if scanner is None:
+            raise Unauthorized(
+                "a valid scanner token is required",
+                code="invalid_token",
+                headers={"WWW-Authenticate": 'Bearer realm="netmap-scanner"'},
+            )
+        g.scanner = scanner
+        return view(*args, **kwargs)
+
+    return _mark(wrapper, "scanner")
+
+
+def require_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., Any]:
+    """A route authenticated by some other bearer secret (e.g. the rollup ingest token)."""
+
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            token = bearer_token()
+            if not token or not check(token):
+                raise Unauthorized(
+                    "a valid bearer token is required",
+                    code="invalid_token",
+                    headers={"WWW-Authenticate": f'Bearer realm="{realm}"'},
+                )
+            return view(*args, **kwargs)
+
+        return _mark(wrapper, "bearer")
+
+    return decorator
+
+
+def public(view: Callable[..., Any]) -> Callable[..., Any]:
+    return _mark(view, "public")
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def current_user() -> User:
+    return g.user
+
+
+def current_scanner() -> Scanner:
+    return g.scanner

@@ -1,0 +1,96 @@
+"""Scanner protocol routes (bearer token): claim, lease renewal, failure (SCN-3).
+
+Uploads live in the result-ingest blueprint; these routes only move executions
+through their lease life cycle.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify, request
+
+from app.db import transaction
+from app.errors import ValidationError
+from app.http.guards import current_scanner, require_scanner
+from app.http.requests import json_body
+from app.observability import emit
+from app.scan_control.dispatch import (
+    EXECUTION_KINDS,
+    claim_next_execution,
+    fail_execution,
+    parse_claim_token,
+    renew_execution_lease,
+)
+
+blueprint = Blueprint("scanner", __name__, url_prefix="/api/scanner")
+
+
+def _lease_seconds() -> int:
+    return current_app.extensions["netmap.settings"].scan.execution_lease_seconds
+
+
+@blueprint.post("/claim")
+@require_scanner
+def claim():
+    kinds = EXECUTION_KINDS
+    if request.content_length:
+        body = json_body()
+        requested = body.get("kinds")
+        if requested is not None:
+            if (
+                not isinstance(requested, list)
+                or not requested
+                or any(k not in EXECUTION_KINDS for k in requested)
+            ):
+                raise ValidationError(
+                    "kinds must be a non-empty list of 'ports'/'dns'",
+                    code="invalid_kinds",
+                    details={"field": "kinds"},
+                )
+            kinds = tuple(requested)
+    scanner = current_scanner()
+    with transaction() as conn:
+        claimed = claim_next_execution(
+            conn, scanner_id=scanner.id, lease_seconds=_lease_seconds(), kinds=kinds
+        )
+    if claimed is None:
+        return "", 204
+    emit(
+        "ExecutionClaimed", execution_id=claimed.id, task_id=claimed.task_id, scanner_id=scanner.id
+    )
+    return jsonify({"execution": claimed.public()})
+
+
+@blueprint.post("/executions/<int:execution_id>/lease")
+@require_scanner
+def renew_lease(execution_id: int):
+    body = json_body()
+    token = parse_claim_token(body.get("claim_token"))
+    with transaction() as conn:
+        expires = renew_execution_lease(
+            conn,
+            execution_id=execution_id,
+            scanner_id=current_scanner().id,
+            claim_token=token,
+            lease_seconds=_lease_seconds(),
+        )
+    return jsonify({"lease_expires_at": expires.isoformat()})
+
+
+@blueprint.post("/executions/<int:execution_id>/fail")
+@require_scanner
+def fail(execution_id: int):
+    body = json_body()
+    token = parse_claim_token(body.get("claim_token"))
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValidationError("reason must be a string", code="invalid_reason")
+    with transaction() as conn:
+        fail_execution(
+            conn,
+            execution_id=execution_id,
+            scanner_id=current_scanner().id,
+            claim_token=token,
+            reason=reason or "failed by scanner",
+        )
+    emit("ExecutionFailedByScanner", execution_id=execution_id, scanner_id=current_scanner().id)
+    return jsonify({"success": True})

@@ -1,0 +1,95 @@
+"""Scanner identities and bearer tokens (IDN-4).
+
+A token is 32 random bytes, shown once at creation; only its SHA-256 is
+stored, so a database dump does not hand out scanner credentials. Lookup is a
+unique-index probe on the digest (constant work whatever the token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.errors import Conflict, ValidationError
+
+TOKEN_PREFIX = "nms_"  # noqa: S105 - a recognisable prefix, not a secret
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:@-]{0,127}$")
+# last_seen_at is a convenience; write it at most this often per scanner.
+LAST_SEEN_RESOLUTION_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Scanner:
+    id: int
+    name: str
+    disabled: bool
+
+    def public(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name}
+
+
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def create_scanner(
+    conn: Connection, name: str, *, created_by: int | None = None
+) -> tuple[Scanner, str]:
+    """Returns the scanner and its token (the only time the token exists in clear)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValidationError(
+            "invalid scanner name",
+            code="invalid_scanner",
+            details={"fields": {"name": "1-128 characters: letters, digits, space and . _ : @ -"}},
+        )
+    token = new_token()
+    row = conn.execute(
+        sa.text(
+            """
+            INSERT INTO scanners (name, token_sha256, created_by)
+            VALUES (:name, :digest, :created_by)
+            ON CONFLICT DO NOTHING
+            RETURNING id, name, disabled
+            """
+        ),
+        {"name": name, "digest": token_digest(token), "created_by": created_by},
+    ).one_or_none()
+    if row is None:
+        raise Conflict(f"scanner {name!r} already exists", code="scanner_exists")
+    return Scanner(id=row.id, name=row.name, disabled=row.disabled), token
+
+
+def authenticate_scanner(conn: Connection, token: str) -> Scanner | None:
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 256:
+        return None
+    row = conn.execute(
+        sa.text(
+            f"""
+            UPDATE scanners SET last_seen_at = now()
+            WHERE token_sha256 = :digest AND NOT disabled
+              AND (last_seen_at IS NULL
+                   OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION_SECONDS} seconds')
+            RETURNING id, name, disabled
+            """
+        ),
+        {"digest": token_digest(token)},
+    ).one_or_none()
+    if row is None:
+        row = conn.execute(
+            sa.text(
+                "SELECT id, name, disabled FROM scanners WHERE token_sha256 = :digest "
+                "AND NOT disabled"
+            ),
+            {"digest": token_digest(token)},
+        ).one_or_none()
+    return Scanner(id=row.id, name=row.name, disabled=row.disabled) if row else None

@@ -1,0 +1,106 @@
+"""Users: creation, password checks, lookups (IDN-1).
+
+Passwords are hashed with Werkzeug's scrypt. Unknown usernames still pay for
+one hash check so response time does not reveal which usernames exist.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from app.errors import Conflict, ValidationError
+
+USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+MIN_PASSWORD_LENGTH = 10
+MAX_PASSWORD_LENGTH = 1024
+_DUMMY_HASH = generate_password_hash("netmap-timing-equaliser", method="scrypt")
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    is_admin: bool
+    disabled: bool
+
+    def public(self) -> dict[str, Any]:
+        return {"id": self.id, "username": self.username, "is_admin": self.is_admin}
+
+
+def _row_to_user(row: Any) -> User:
+    return User(id=row.id, username=row.username, is_admin=row.is_admin, disabled=row.disabled)
+
+
+def validate_new_user(username: Any, password: Any) -> None:
+    problems: dict[str, str] = {}
+    if not isinstance(username, str) or not USERNAME_RE.match(username):
+        problems["username"] = (
+            "1-64 characters: letters, digits and . _ @ -, starting with a letter or digit"
+        )
+    if not isinstance(password, str) or not (
+        MIN_PASSWORD_LENGTH <= len(password) <= MAX_PASSWORD_LENGTH
+    ):
+        problems["password"] = (
+            f"must be a string of {MIN_PASSWORD_LENGTH} to {MAX_PASSWORD_LENGTH} characters"
+        )
+    if problems:
+        raise ValidationError("invalid user", code="invalid_user", details={"fields": problems})
+
+
+def create_user(conn: Connection, username: str, password: str, *, is_admin: bool = False) -> User:
+    validate_new_user(username, password)
+    password_hash = generate_password_hash(password, method="scrypt")
+    row = conn.execute(
+        sa.text(
+            """
+            INSERT INTO users (username, password_hash, is_admin)
+            VALUES (:username, :password_hash, :is_admin)
+            ON CONFLICT DO NOTHING
+            RETURNING id, username, is_admin, disabled
+            """
+        ),
+        {"username": username, "password_hash": password_hash, "is_admin": bool(is_admin)},
+    ).one_or_none()
+    if row is None:
+        raise Conflict(f"user {username!r} already exists", code="user_exists")
+    return _row_to_user(row)
+
+
+def authenticate(conn: Connection, username: str, password: str) -> User | None:
+    row = conn.execute(
+        sa.text(
+            "SELECT id, username, is_admin, disabled, password_hash FROM users "
+            "WHERE lower(username) = lower(:username)"
+        ),
+        {"username": username},
+    ).one_or_none()
+    if row is None:
+        check_password_hash(_DUMMY_HASH, password)
+        return None
+    if not check_password_hash(row.password_hash, password) or row.disabled:
+        return None
+    return _row_to_user(row)
+
+
+def get_user(conn: Connection, user_id: int) -> User | None:
+    row = conn.execute(
+        sa.text("SELECT id, username, is_admin, disabled FROM users WHERE id = :id"),
+        {"id": user_id},
+    ).one_or_none()
+    return _row_to_user(row) if row else None
+
+
+def find_by_username(conn: Connection, username: str) -> User | None:
+    row = conn.execute(
+        sa.text(
+            "SELECT id, username, is_admin, disabled FROM users WHERE lower(username) = lower(:u)"
+        ),
+        {"u": username},
+    ).one_or_none()
+    return _row_to_user(row) if row else None

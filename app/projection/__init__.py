@@ -1,0 +1,1 @@
+"""Background asset projection: the leased outbox and its page publisher (PRJ)."""

@@ -1,0 +1,1 @@
+"""Scan control: targets, task creation and plans, dispatch with leases, queries (SCN)."""

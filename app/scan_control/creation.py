@@ -1,0 +1,144 @@
+"""Creating tasks: validate, plan, and insert task + executions + search targets at once.
+
+One transaction stores the task, its scan plan, every queued execution and the
+owner's ``search_targets`` rows (so freshness has something to update), so a
+task is either fully dispatchable or absent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.config import ScanSettings
+from app.errors import ValidationError
+from app.scan_control.planning import plan_executions, scan_plan_document
+from app.scan_control.targets import (
+    ParsedTargets,
+    format_ports,
+    parse_ports,
+    parse_targets,
+    parse_transports,
+    raise_if_problems,
+    target_kind,
+)
+
+MAX_NAME_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    name: str
+    targets: ParsedTargets
+    ports: str
+    transports: list[str]
+
+
+def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskRequest:
+    unknown = sorted(set(body) - {"name", "targets", "ports", "transports"})
+    if unknown:
+        raise ValidationError(
+            "unknown fields in task", code="unknown_fields", details={"fields": unknown}
+        )
+    name = body.get("name")
+    problems = []
+    parsed, target_problems = parse_targets(body.get("targets"), limits)
+    problems.extend(target_problems)
+    ranges, port_problems = parse_ports(body.get("ports"), limits)
+    problems.extend(port_problems)
+    transports, transport_problems = parse_transports(body.get("transports"))
+    problems.extend(transport_problems)
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME_LENGTH:
+        from app.scan_control.targets import Problem
+
+        problems.append(Problem("name", None, name, f"must be 1-{MAX_NAME_LENGTH} characters"))
+    raise_if_problems(problems)
+    return TaskRequest(
+        name=name.strip(), targets=parsed, ports=format_ports(ranges), transports=transports
+    )
+
+
+def create_task(
+    conn: Connection,
+    *,
+    owner_id: int,
+    request: TaskRequest,
+    limits: ScanSettings,
+    parent_task_id: int | None = None,
+    parent_execution_id: int | None = None,
+) -> int:
+    """Insert the task, its plan and its queued executions; returns the task id."""
+    planned = plan_executions(request.targets, limits.execution_max_addresses)
+    plan = scan_plan_document(planned, limits.execution_max_addresses)
+    task_id = conn.execute(
+        sa.text(
+            """
+            INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, scan_plan,
+                                    parent_task_id, parent_execution_id, execution_count)
+            VALUES (:owner, :name, 'queued', CAST(:targets AS jsonb), :ports, :transports,
+                    CAST(:plan AS jsonb), :parent, :parent_execution, :count)
+            RETURNING id
+            """
+        ),
+        {
+            "owner": owner_id,
+            "name": request.name,
+            "targets": json.dumps(request.targets.normalised),
+            "ports": request.ports,
+            "transports": request.transports,
+            "plan": json.dumps(plan),
+            "parent": parent_task_id,
+            "parent_execution": parent_execution_id,
+            "count": len(planned),
+        },
+    ).scalar_one()
+    if planned:
+        conn.execute(
+            sa.text(
+                """
+                INSERT INTO scan_executions
+                       (task_id, kind, targets, ports, transports, max_attempts)
+                SELECT :task_id, p.kind, p.targets, :ports, :transports, :max_attempts
+                FROM jsonb_to_recordset(CAST(:planned AS jsonb)) AS p(kind text, targets jsonb)
+                """
+            ),
+            {
+                "task_id": task_id,
+                "ports": request.ports,
+                "transports": request.transports,
+                "max_attempts": limits.max_attempts,
+                "planned": json.dumps(
+                    [{"kind": e.kind, "targets": list(e.targets)} for e in planned]
+                ),
+            },
+        )
+    register_search_targets(conn, owner_id, request.targets)
+    return task_id
+
+
+def register_search_targets(conn: Connection, owner_id: int, targets: ParsedTargets) -> None:
+    rows = [
+        {
+            "kind": target_kind(n),
+            "key": str(n) if target_kind(n) == "cidr" else str(n.network_address),
+        }
+        for n in targets.networks
+    ]
+    rows.extend({"kind": "domain", "key": d} for d in targets.domains)
+    if not rows:
+        return
+    conn.execute(
+        sa.text(
+            """
+            INSERT INTO search_targets (owner_id, kind, key)
+            SELECT :owner, r.kind, r.key
+            FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(kind text, key text)
+            ON CONFLICT DO NOTHING
+            """
+        ),
+        {"owner": owner_id, "rows": json.dumps(rows)},
+    )

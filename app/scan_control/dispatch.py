@@ -1,0 +1,281 @@
+"""Dispatch: scanners claim executions under leases; expired leases are recovered (SCN-3/4).
+
+A claim is one statement: pick the oldest available queued execution with
+``FOR UPDATE SKIP LOCKED`` and mark it running with a fresh claim token and
+lease, so concurrent scanners never receive the same execution and never wait
+on each other. Every write of a claimed execution names the token and an
+unexpired lease in its ``WHERE`` clause; zero rows means ownership was lost.
+Task status is recomputed in the same transaction as any execution change.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.errors import Conflict, NotFound, ValidationError
+from app.observability import emit
+
+EXECUTION_KINDS = ("ports", "dns")
+MAX_REASON_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class ClaimedExecution:
+    id: int
+    task_id: int
+    kind: str
+    claim_token: UUID
+    lease_expires_at: datetime
+    targets: list[str]
+    ports: str
+    transports: list[str]
+    attempts: int
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "claim_token": str(self.claim_token),
+            "lease_expires_at": self.lease_expires_at.isoformat(),
+            "targets": self.targets,
+            "ports": self.ports,
+            "transports": self.transports,
+            "attempt": self.attempts,
+        }
+
+
+def claim_next_execution(
+    conn: Connection,
+    *,
+    scanner_id: int,
+    lease_seconds: int,
+    kinds: tuple[str, ...] = EXECUTION_KINDS,
+) -> ClaimedExecution | None:
+    row = conn.execute(
+        sa.text(
+            """
+            WITH next AS (
+                SELECT id FROM scan_executions
+                WHERE status = 'queued' AND available_at <= now() AND kind = ANY(:kinds)
+                ORDER BY available_at, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE scan_executions e
+               SET status = 'running', scanner_id = :scanner_id,
+                   claim_token = gen_random_uuid(),
+                   lease_expires_at = now() + make_interval(secs => :lease),
+                   attempts = e.attempts + 1,
+                   started_at = COALESCE(e.started_at, now()),
+                   updated_at = now()
+              FROM next
+             WHERE e.id = next.id
+            RETURNING e.id, e.task_id, e.kind, e.claim_token, e.lease_expires_at, e.targets,
+                      e.ports, e.transports, e.attempts
+            """
+        ),
+        {"scanner_id": scanner_id, "lease": lease_seconds, "kinds": list(kinds)},
+    ).one_or_none()
+    if row is None:
+        return None
+    aggregate_task_status(conn, row.task_id)
+    return ClaimedExecution(
+        id=row.id,
+        task_id=row.task_id,
+        kind=row.kind,
+        claim_token=row.claim_token,
+        lease_expires_at=row.lease_expires_at,
+        targets=list(row.targets),
+        ports=row.ports,
+        transports=list(row.transports),
+        attempts=row.attempts,
+    )
+
+
+def parse_claim_token(raw: Any) -> UUID:
+    try:
+        return UUID(str(raw))
+    except (ValueError, TypeError):
+        raise ValidationError(
+            "claim_token must be the token returned by the claim",
+            code="invalid_claim_token",
+            details={"field": "claim_token"},
+        ) from None
+
+
+def _ensure_visible(conn: Connection, execution_id: int, scanner_id: int) -> None:
+    """A scanner sees only executions assigned to it; others are 'not found'."""
+    owner = conn.execute(
+        sa.text("SELECT scanner_id FROM scan_executions WHERE id = :id"), {"id": execution_id}
+    ).one_or_none()
+    if owner is None or owner.scanner_id != scanner_id:
+        raise NotFound("execution not found", code="execution_not_found")
+
+
+def renew_execution_lease(
+    conn: Connection, *, execution_id: int, scanner_id: int, claim_token: UUID, lease_seconds: int
+) -> datetime:
+    expires = conn.execute(
+        sa.text(
+            """
+            UPDATE scan_executions
+               SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
+             WHERE id = :id AND scanner_id = :scanner_id AND claim_token = :token
+               AND status = 'running' AND lease_expires_at > now()
+            RETURNING lease_expires_at
+            """
+        ),
+        {
+            "id": execution_id,
+            "scanner_id": scanner_id,
+            "token": claim_token,
+            "lease": lease_seconds,
+        },
+    ).scalar()
+    if expires is None:
+        _ensure_visible(conn, execution_id, scanner_id)
+        raise Conflict("the lease on this execution was lost", code="lease_lost")
+    return expires
+
+
+def fail_execution(
+    conn: Connection, *, execution_id: int, scanner_id: int, claim_token: UUID, reason: str
+) -> None:
+    """The scanner gives up on an execution; repeating the same call is harmless."""
+    reason = (reason or "failed by scanner")[:MAX_REASON_LENGTH]
+    row = conn.execute(
+        sa.text(
+            """
+            UPDATE scan_executions
+               SET status = 'failed', last_error = :reason, finished_at = now(), updated_at = now()
+             WHERE id = :id AND scanner_id = :scanner_id AND claim_token = :token
+               AND status = 'running' AND lease_expires_at > now()
+            RETURNING task_id
+            """
+        ),
+        {"id": execution_id, "scanner_id": scanner_id, "token": claim_token, "reason": reason},
+    ).one_or_none()
+    if row is not None:
+        aggregate_task_status(conn, row.task_id)
+        return
+    _ensure_visible(conn, execution_id, scanner_id)
+    already = conn.execute(
+        sa.text(
+            "SELECT 1 FROM scan_executions WHERE id = :id AND claim_token = :token "
+            "AND status = 'failed'"
+        ),
+        {"id": execution_id, "token": claim_token},
+    ).scalar()
+    if not already:
+        raise Conflict("the lease on this execution was lost", code="lease_lost")
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    requeued: int
+    failed: int
+
+
+def recover_expired_leases(
+    conn: Connection, *, retry_backoff_seconds: int, batch: int = 500
+) -> RecoveryResult:
+    """Requeue executions whose scanner lease expired; past max_attempts they fail."""
+    rows = conn.execute(
+        sa.text(
+            """
+            WITH expired AS (
+                SELECT id FROM scan_executions
+                WHERE status = 'running' AND lease_expires_at < now()
+                ORDER BY lease_expires_at
+                LIMIT :batch
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE scan_executions e
+               SET status = CASE WHEN e.attempts >= e.max_attempts THEN 'failed' ELSE 'queued' END,
+                   last_error = 'scanner lease expired (attempt ' || e.attempts || ' of '
+                                || e.max_attempts || ')',
+                   claim_token = CASE WHEN e.attempts >= e.max_attempts THEN e.claim_token END,
+                   lease_expires_at = CASE WHEN e.attempts >= e.max_attempts
+                                           THEN e.lease_expires_at END,
+                   scanner_id = CASE WHEN e.attempts >= e.max_attempts THEN e.scanner_id END,
+                   available_at = CASE WHEN e.attempts >= e.max_attempts THEN e.available_at
+                                       ELSE now() + make_interval(secs => :backoff * e.attempts)
+                                  END,
+                   finished_at = CASE WHEN e.attempts >= e.max_attempts THEN now() END,
+                   updated_at = now()
+              FROM expired
+             WHERE e.id = expired.id
+            RETURNING e.id, e.task_id, e.status
+            """
+        ),
+        {"batch": batch, "backoff": retry_backoff_seconds},
+    ).all()
+    for task_id in sorted({r.task_id for r in rows}):
+        aggregate_task_status(conn, task_id)
+    requeued = sum(1 for r in rows if r.status == "queued")
+    failed = len(rows) - requeued
+    if rows:
+        emit(
+            "ExecutionLeasesRecovered",
+            level=logging.WARNING if failed else logging.INFO,
+            requeued=requeued,
+            failed=failed,
+            execution_ids=[r.id for r in rows][:50],
+        )
+    return RecoveryResult(requeued=requeued, failed=failed)
+
+
+def derive_task_status(statuses: list[str]) -> str:
+    """Task status from its executions' and child tasks' statuses (SCN-4)."""
+    if not statuses or all(s == "queued" for s in statuses):
+        return "queued"
+    if any(s in ("queued", "running") for s in statuses):
+        return "running"
+    if all(s == "succeeded" for s in statuses):
+        return "succeeded"
+    if all(s == "failed" for s in statuses):
+        return "failed"
+    return "partially_failed"
+
+
+def aggregate_task_status(conn: Connection, task_id: int) -> str:
+    """Recompute a task's status (and its parent's) inside the caller's transaction."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT t.status, t.parent_task_id,
+                   ARRAY(SELECT e.status FROM scan_executions e WHERE e.task_id = t.id)
+                   || ARRAY(SELECT c.status FROM scan_tasks c WHERE c.parent_task_id = t.id)
+                   AS statuses
+            FROM scan_tasks t WHERE t.id = :id
+            FOR UPDATE OF t
+            """
+        ),
+        {"id": task_id},
+    ).one_or_none()
+    if row is None:
+        return "queued"
+    status = derive_task_status(list(row.statuses))
+    if status != row.status:
+        terminal = status in ("succeeded", "failed", "partially_failed")
+        conn.execute(
+            sa.text(
+                """
+                UPDATE scan_tasks SET status = :status, updated_at = now(),
+                       finished_at = CASE WHEN :terminal THEN now() END
+                WHERE id = :id
+                """
+            ),
+            {"id": task_id, "status": status, "terminal": terminal},
+        )
+        if row.parent_task_id is not None:
+            aggregate_task_status(conn, row.parent_task_id)
+    return status

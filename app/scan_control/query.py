@@ -1,0 +1,190 @@
+"""Task and execution queries, owner-scoped, with keyset pagination (SCN-5, IDN-6).
+
+Lists page by ``id`` descending (newest first) using the last id as the cursor,
+so a page costs the same whatever its depth. Every query takes the caller's
+identity: users see their own tasks, admins see all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.identity.users import User
+from app.projection.status import aggregate_projection_status, projection_status_sql
+
+TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed")
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_cursor: dict[str, Any] | None
+
+
+def _owner_clause(user: User) -> tuple[str, dict[str, Any]]:
+    if user.is_admin:
+        return "TRUE", {}
+    return "t.owner_id = :owner_id", {"owner_id": user.id}
+
+
+def _task_dict(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "status": row.status,
+        "targets": row.targets,
+        "ports": row.ports,
+        "transports": list(row.transports),
+        "owner_id": row.owner_id,
+        "parent_task_id": row.parent_task_id,
+        "execution_count": row.execution_count,
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+    }
+
+
+_TASK_COLUMNS = """
+    t.id, t.name, t.status, t.targets, t.ports, t.transports, t.owner_id, t.parent_task_id,
+    t.execution_count, t.created_at, t.updated_at, t.finished_at
+"""
+
+
+def list_tasks(
+    conn: Connection,
+    user: User,
+    *,
+    limit: int,
+    cursor: dict[str, Any] | None,
+    status: str | None = None,
+    name_contains: str | None = None,
+    parent_task_id: int | None = None,
+) -> Page:
+    owner_sql, params = _owner_clause(user)
+    where = [owner_sql]
+    if cursor is not None:
+        where.append("t.id < :after_id")
+        params["after_id"] = int(cursor["id"])
+    if status:
+        where.append("t.status = :status")
+        params["status"] = status
+    if name_contains:
+        where.append("t.name ILIKE :name_pattern ESCAPE '\\'")
+        escaped = name_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        params["name_pattern"] = f"%{escaped}%"
+    if parent_task_id is not None:
+        where.append("t.parent_task_id = :parent_task_id")
+        params["parent_task_id"] = parent_task_id
+    params["limit"] = limit + 1
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {' AND '.join(where)} "
+            "ORDER BY t.id DESC LIMIT :limit"
+        ),
+        params,
+    ).all()
+    items = [_task_dict(r) for r in rows[:limit]]
+    next_cursor = {"id": items[-1]["id"]} if len(rows) > limit else None
+    return Page(items=items, next_cursor=next_cursor)
+
+
+def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | None:
+    owner_sql, params = _owner_clause(user)
+    params["id"] = task_id
+    row = conn.execute(
+        sa.text(f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"),
+        params,
+    ).one_or_none()
+    if row is None:
+        return None
+    task = _task_dict(row)
+    executions = conn.execute(
+        sa.text(
+            f"""
+            SELECT e.status, e.kind, e.observation_count, e.endpoint_count,
+                   {projection_status_sql("e")} AS projection_status
+            FROM scan_executions e WHERE e.task_id = :id
+            """
+        ),
+        {"id": task_id},
+    ).all()
+    counts = {s: 0 for s in ("queued", "running", "succeeded", "failed")}
+    for e in executions:
+        counts[e.status] += 1
+    task["counts"] = {
+        "executions": counts,
+        "observations": sum(e.observation_count for e in executions),
+        "endpoints": sum(e.endpoint_count for e in executions),
+    }
+    task["projection_status"] = aggregate_projection_status(
+        [e.projection_status for e in executions]
+    )
+    task["child_task_ids"] = list(
+        conn.execute(
+            sa.text("SELECT id FROM scan_tasks WHERE parent_task_id = :id ORDER BY id"),
+            {"id": task_id},
+        ).scalars()
+    )
+    return task
+
+
+def task_visible(conn: Connection, user: User, task_id: int) -> bool:
+    owner_sql, params = _owner_clause(user)
+    params["id"] = task_id
+    return bool(
+        conn.execute(
+            sa.text(f"SELECT 1 FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"), params
+        ).scalar()
+    )
+
+
+def list_executions(
+    conn: Connection, task_id: int, *, limit: int, cursor: dict[str, Any] | None
+) -> Page:
+    params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1}
+    where = "e.task_id = :task_id"
+    if cursor is not None:
+        where += " AND e.id > :after_id"
+        params["after_id"] = int(cursor["id"])
+    rows = conn.execute(
+        sa.text(
+            f"""
+            SELECT e.id, e.task_id, e.kind, e.status, e.targets, e.attempts, e.max_attempts,
+                   e.scanner_id, e.lease_expires_at, e.last_error, e.observation_count,
+                   e.endpoint_count, e.ip_count, e.started_at, e.finished_at, e.created_at,
+                   {projection_status_sql("e")} AS projection_status
+            FROM scan_executions e
+            WHERE {where}
+            ORDER BY e.id LIMIT :limit
+            """
+        ),
+        params,
+    ).all()
+    items = [
+        {
+            "id": r.id,
+            "task_id": r.task_id,
+            "kind": r.kind,
+            "status": r.status,
+            "projection_status": r.projection_status,
+            "targets": r.targets,
+            "attempts": r.attempts,
+            "max_attempts": r.max_attempts,
+            "scanner_id": r.scanner_id,
+            "lease_expires_at": r.lease_expires_at.isoformat() if r.lease_expires_at else None,
+            "last_error": r.last_error,
+            "observation_count": r.observation_count,
+            "endpoint_count": r.endpoint_count,
+            "ip_count": r.ip_count,
+            "started_at": r.started_at.isoformat() if r.started_at else None,
+            "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+            "created_at": r.created_at.isoformat(),
+        }
+        for r in rows[:limit]
+    ]
+    next_cursor = {"id": items[-1]["id"]} if len(rows) > limit else None
+    return Page(items=items, next_cursor=next_cursor)

@@ -1,0 +1,141 @@
+"""Documents kept in the search store, and the merge rule they share (STO-1, DESIGN rule 4).
+
+Three kinds of documents:
+
+* ``FactDocument`` — one raw observation or DNS record as received (after
+  normalisation/enrichment), never merged; stored by month of ``observed_at``.
+* ``EndpointDocument`` with ``scope="execution"`` — one (ip, port, transport)
+  seen by one execution; repeated sightings merge.
+* ``EndpointDocument`` with ``scope="global"`` / ``"user"`` — the current
+  asset, across executions, for everyone (admins) or per owner.
+
+``merge_endpoints`` is a join: commutative, associative and idempotent, so
+replaying writes in any order converges to the same document. Both adapters
+implement exactly this rule (PostgreSQL in SQL, Elasticsearch in a stored
+Painless script) and the contract suite checks them against this function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+FACT_KINDS = ("observation", "dns_record")
+ENDPOINT_SCOPES = ("execution", "global", "user")
+
+
+def month_of(moment: datetime) -> str:
+    """Storage month of a timestamp (UTC): ``2026.11``; names fact partitions and indices."""
+    return f"{moment.year:04d}.{moment.month:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class FactDocument:
+    id: str
+    kind: str  # "observation" | "dns_record"
+    execution_id: int
+    task_id: int
+    owner_id: int
+    scanner_id: int | None
+    upload_id: str
+    stream: str
+    batch_index: int
+    position: int
+    observed_at: datetime  # timezone-aware UTC
+    body: Mapping[str, Any]  # the normalised observation / DNS record, with enrichment and tags
+
+    @property
+    def month(self) -> str:
+        return month_of(self.observed_at)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointDocument:
+    id: str
+    scope: str  # "execution" | "global" | "user"
+    ip: str  # normalised (app.search.ids.normalise_ip)
+    port: int
+    transport: str  # "tcp" | "udp"
+    first_seen: datetime
+    first_execution_id: int
+    last_seen: datetime
+    last_execution_id: int
+    owner_id: int | None = None  # None only for scope="global"
+    execution_id: int | None = None  # set only for scope="execution"
+    task_id: int | None = None  # set only for scope="execution"
+    # Fields of the newest observation (newest-wins as a group):
+    state: str | None = None
+    service: str | None = None
+    product: str | None = None
+    version: str | None = None
+    banner: str | None = None
+    hostname: str | None = None
+    tags: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)  # tls/http facts, enrichment
+    observation_key: str = ""  # deterministic tie-breaker between equally new observations
+
+    def newest_rank(self) -> tuple[datetime, int, str]:
+        return (self.last_seen, self.last_execution_id, self.observation_key)
+
+    def oldest_rank(self) -> tuple[datetime, int]:
+        return (self.first_seen, self.first_execution_id)
+
+    def public(self) -> dict[str, Any]:
+        """The shape the HTTP API returns for results and assets."""
+        return {
+            "ip": self.ip,
+            "port": self.port,
+            "transport": self.transport,
+            "state": self.state,
+            "service": self.service,
+            "product": self.product,
+            "version": self.version,
+            "banner": self.banner,
+            "hostname": self.hostname,
+            "tags": list(self.tags),
+            "first_seen": self.first_seen.isoformat(),
+            "last_seen": self.last_seen.isoformat(),
+            "first_execution_id": self.first_execution_id,
+            "last_execution_id": self.last_execution_id,
+        }
+
+
+NEWEST_FIELDS = ("state", "service", "product", "version", "banner", "hostname", "tags", "details")
+
+
+def observation_key(values: Mapping[str, Any]) -> str:
+    """Tie-breaker hash over the newest-wins fields (hex, compared as bytes/"C" collation)."""
+    canonical = json.dumps(
+        {k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def merge_endpoints(a: EndpointDocument, b: EndpointDocument) -> EndpointDocument:
+    """Join two versions of the same document (same id)."""
+    if a.id != b.id:
+        raise ValueError("only versions of the same document merge")
+    newest = a if a.newest_rank() >= b.newest_rank() else b
+    oldest = a if a.oldest_rank() <= b.oldest_rank() else b
+    return replace(
+        newest,
+        first_seen=oldest.first_seen,
+        first_execution_id=oldest.first_execution_id,
+    )
+
+
+def merge_all(documents: Iterable[EndpointDocument]) -> list[EndpointDocument]:
+    """Merge documents sharing an id; order of the result follows first appearance."""
+    merged: dict[str, EndpointDocument] = {}
+    for document in documents:
+        existing = merged.get(document.id)
+        merged[document.id] = document if existing is None else merge_endpoints(existing, document)
+    return list(merged.values())

@@ -1,0 +1,60 @@
+"""Deterministic document ids (DESIGN rule 4).
+
+The same logical document always gets the same id, whichever process writes
+it and however often, so retries and replays overwrite instead of duplicating.
+Ids are the first 128 bits of SHA-256 over a canonical, unambiguous encoding
+of the identity fields (length-prefixed parts), shown as 32 hex characters.
+``pg_key`` gives the first 64 bits as a signed integer for PostgreSQL primary
+keys, where a narrow key is what makes set-based merges fast.
+
+IP addresses are normalised before hashing (compressed IPv6, no zone id,
+IPv4-mapped IPv6 left as written by ``ipaddress``), so equal endpoints collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+
+ID_HEX_CHARS = 32
+
+
+def normalise_ip(value: str) -> str:
+    """Canonical text of an address: ``2001:DB8::0:1%eth0`` → ``2001:db8::1``."""
+    text = value.strip()
+    if "%" in text:
+        text = text.split("%", 1)[0]
+    return str(ipaddress.ip_address(text))
+
+
+def _digest(kind: str, *parts: object) -> str:
+    h = hashlib.sha256()
+    h.update(kind.encode())
+    for part in parts:
+        raw = b"\x00" if part is None else str(part).encode("utf-8")
+        h.update(len(raw).to_bytes(4, "big"))
+        h.update(raw)
+    return h.hexdigest()[:ID_HEX_CHARS]
+
+
+def fact_id(execution_id: int, upload_id: str, stream: str, batch_index: int, position: int) -> str:
+    return _digest("fact", execution_id, upload_id, stream, batch_index, position)
+
+
+def execution_endpoint_id(execution_id: int, ip: str, port: int, transport: str) -> str:
+    return _digest("xep", execution_id, normalise_ip(ip), port, transport.lower())
+
+
+def current_asset_id(scope: str, owner_id: int | None, ip: str, port: int, transport: str) -> str:
+    """``scope`` is ``global`` (owner ignored) or ``user`` (one document per owner)."""
+    if scope not in ("global", "user"):
+        raise ValueError(f"unknown current-asset scope {scope!r}")
+    owner = "global" if scope == "global" else owner_id
+    if scope == "user" and owner_id is None:
+        raise ValueError("a user-scope asset needs an owner")
+    return _digest("asset", scope, owner, normalise_ip(ip), port, transport.lower())
+
+
+def pg_key(document_id: str) -> int:
+    """First 64 bits of the id as a signed bigint."""
+    return int.from_bytes(bytes.fromhex(document_id[:16]), "big", signed=True)

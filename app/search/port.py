@@ -1,0 +1,209 @@
+"""The ``SearchStore`` port: what ingest, projection and queries need from a search store.
+
+Two adapters implement it (STO-1): PostgreSQL (default; ``postgres_store``) and
+Elasticsearch (``elasticsearch_store``). ``open_store(settings)`` picks one by
+configuration. Callers never hold a PostgreSQL transaction of their own while
+calling into the store (DESIGN rule 1).
+
+Failure contract:
+* transport-level trouble (cluster unreachable, retries exhausted) raises
+  ``StoreUnavailable``;
+* writes return a ``BulkResult`` listing every item; callers decide with
+  ``result.raise_for_failures()``, which raises ``BulkWriteError`` carrying the
+  failed items (429 items are retryable, others are not blindly retried);
+* a single operation larger than the byte limit raises ``OperationTooLarge``
+  before anything is sent (never truncated, PRJ-6);
+* an index name that cannot fit the request-line budget raises
+  ``RequestLineTooLong`` (ING-9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from app.search.documents import EndpointDocument, FactDocument
+
+
+class StoreError(Exception):
+    """Base of search-store failures."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or kept failing after the retry budget."""
+
+
+class OperationTooLarge(StoreError):
+    def __init__(self, document_id: str, size: int, limit: int):
+        super().__init__(f"operation for {document_id} is {size} bytes; the limit is {limit}")
+        self.document_id, self.size, self.limit = document_id, size, limit
+
+
+class RequestLineTooLong(StoreError):
+    def __init__(self, index: str, size: int, limit: int):
+        super().__init__(
+            f"a request naming index {index!r} needs a {size}-byte request line; "
+            f"the budget is {limit}"
+        )
+        self.index, self.size, self.limit = index, size, limit
+
+
+@dataclass(frozen=True, slots=True)
+class BulkItemResult:
+    id: str
+    index: str
+    status: int
+    error_type: str | None = None
+    error_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 429
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    items: tuple[BulkItemResult, ...] = ()
+    requests: int = 0
+    request_bytes: int = 0
+    attempts: int = 0
+
+    @property
+    def failed(self) -> tuple[BulkItemResult, ...]:
+        return tuple(item for item in self.items if not item.ok)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def raise_for_failures(self) -> None:
+        if self.failed:
+            raise BulkWriteError(self)
+
+
+class BulkWriteError(StoreError):
+    def __init__(self, result: BulkResult):
+        failed = result.failed
+        sample = ", ".join(f"{i.id}:{i.status}:{i.error_type}" for i in failed[:5])
+        super().__init__(f"{len(failed)} of {len(result.items)} bulk items failed ({sample})")
+        self.result = result
+
+    @property
+    def retryable(self) -> bool:
+        return all(item.retryable for item in self.result.failed)
+
+
+@dataclass(frozen=True)
+class StorageScope:
+    """Which fact storage an execution's final touches (ING-8).
+
+    ``months`` are ``YYYY.MM`` of the fact partitions/indices holding this
+    execution's facts; ``legacy_full_history`` (ING-11) means every fact index.
+    """
+
+    months: tuple[str, ...] = ()
+    legacy_full_history: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.months and not self.legacy_full_history
+
+
+@dataclass(frozen=True)
+class FinalRequestPlan:
+    """How refresh/count requests were chunked (recorded as ``ScanFinalRequestPlan``)."""
+
+    refresh_requests: int
+    count_requests: int
+    max_request_line_bytes: int
+
+
+@dataclass(frozen=True)
+class ExecutionCounts:
+    observations: int
+    endpoints: int
+    ips: int
+
+
+@dataclass(frozen=True)
+class ResultsPage:
+    items: list[EndpointDocument]
+    next_cursor: str | None
+    total_endpoints: int | None  # exact, first page only (ING-10)
+    total_ips: int
+
+
+@dataclass(frozen=True)
+class AssetQuery:
+    scope: str  # "user" | "global"
+    owner_id: int | None = None
+    ip: str | None = None
+    cidr: str | None = None
+    port: int | None = None
+    transport: str | None = None
+    service: str | None = None
+    product: str | None = None
+    text: str | None = None  # banner/product/hostname text search
+    first_seen_from: datetime | None = None
+    first_seen_to: datetime | None = None
+    last_seen_from: datetime | None = None
+    last_seen_to: datetime | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class AssetPage:
+    items: list[EndpointDocument]
+    next_cursor: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class SearchStore(Protocol):
+    name: str  # "postgres" | "elasticsearch"
+
+    def ensure_schema(self) -> None:
+        """Create templates/indices/scripts (ES) or check tables (PG); idempotent."""
+
+    def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        """Index raw facts by deterministic id (rewriting one is a no-op in effect)."""
+
+    def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
+        """Merge execution-scope endpoint documents."""
+
+    def read_execution_endpoints(
+        self, execution_id: int, *, after_id: str | None, limit: int
+    ) -> list[EndpointDocument]:
+        """Keyset page of an execution's endpoints ordered by id (projection pages)."""
+
+    def publish_current(
+        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int
+    ) -> BulkResult:
+        """Merge global/user current-asset documents, sharded by count and bytes."""
+
+    def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
+        """Plan refresh/count requests for a final; raises RequestLineTooLong."""
+
+    def refresh(self, scope: StorageScope) -> None:
+        """Make the scope's facts and the execution-endpoint store searchable."""
+
+    def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
+        """Exact observation/endpoint/IP counts of one execution."""
+
+    def refresh_current(self) -> None:
+        """Make current-asset documents searchable (PRJ-5)."""
+
+    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
+        """A task's execution-scope endpoints paged by IP (ING-10)."""
+
+    def search_assets(self, query: AssetQuery) -> AssetPage:
+        """Current assets matching the query (STO-3)."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,20 @@
+"""The job kinds and worker services every runner worker runs.
+
+Each job kind lives in its own module under ``jobs/``; adding one means adding
+it to ``job_kinds``. The order is the order a worker polls them in.
+"""
+
+from __future__ import annotations
+
+from app.config import Settings
+from jobs.base import JobKind, WorkerService
+
+
+def job_kinds(settings: Settings) -> list[JobKind]:
+    from jobs import execution_recovery
+
+    return [execution_recovery.job(settings)]
+
+
+def worker_services(settings: Settings) -> list[WorkerService]:
+    return []

@@ -1,0 +1,107 @@
+"""Shared fixtures: a real PostgreSQL, a fresh migrated database per test, the app.
+
+Fixture map:
+  pg_server      session: embedded server (or NETMAP_TEST_DATABASE_URL's server)
+  template_db    session: a database migrated to head once, cloned per test
+  database_url   test: URL of a fresh copy of the template (dropped afterwards)
+  empty_database_url  test: URL of an empty, unmigrated database
+  settings       test: Settings pointing at database_url (small, test-friendly values)
+  engine         test: the process engine for that database (app.db.set_engine)
+  app, client    test: the Flask app and its test client
+  api            test: helpers to create users/scanners and act as them
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from app import db
+from app.config import Settings, load_settings
+from tests.support.api import Api
+from tests.support.database import TestDatabaseServer, start_test_server, unique_name
+
+TEST_SECRET_KEY = "test-secret-key-not-for-production-use-0123456789"
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestDatabaseServer]:
+    server = start_test_server(tmp_path_factory.mktemp("pg"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: TestDatabaseServer) -> Iterator[str]:
+    from app import migrations
+
+    name = unique_name(f"netmap_tpl_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    url = pg_server.create_database(name)
+    migrations.upgrade(url)
+    yield name
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def database_url(pg_server: TestDatabaseServer, template_db: str) -> Iterator[str]:
+    name = unique_name("netmap_t")
+    url = pg_server.create_database(name, template=template_db)
+    yield url
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def empty_database_url(pg_server: TestDatabaseServer) -> Iterator[str]:
+    name = unique_name("netmap_empty")
+    url = pg_server.create_database(name)
+    yield url
+    pg_server.drop_database(name)
+
+
+def make_settings(database_url: str, tmp_path, **sections) -> Settings:
+    overrides = {
+        "database": {"url": database_url, "pool_size": 5, "max_overflow": 5},
+        "security": {"secret_key": TEST_SECRET_KEY},
+        "server": {"data_dir": str(tmp_path / "var")},
+        "runner": {"idle_backoff_max_seconds": 0.2, "shutdown_timeout_seconds": 10.0},
+    }
+    for name, values in sections.items():
+        overrides.setdefault(name, {}).update(values)
+    settings, _check = load_settings(env={}, overrides=overrides)
+    return settings
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path) -> Settings:
+    return make_settings(database_url, tmp_path)
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[object]:
+    engine = db.create_engine(
+        settings.database.url, settings.database, application_name="netmap-test"
+    )
+    db.set_engine(engine)
+    yield engine
+    db.set_engine(None)
+    engine.dispose()
+
+
+@pytest.fixture
+def app(settings: Settings, engine):
+    from app import create_app
+
+    application = create_app(settings, engine=engine)
+    return application
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def api(app) -> Api:
+    return Api(app)
