@@ -242,3 +242,6 @@ def up(state: CliState, host: str | None, port: int | None, no_runner: bool) -> 
 
 
 # Command groups owned by other domains are attached below, one line each.
+from app.bench.cli import bench  # noqa: E402 - command groups attach after main is defined
+
+main.add_command(bench)
