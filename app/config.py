@@ -342,15 +342,19 @@ def _coerce(kind: Any, raw: Any, from_env: bool) -> Any:
     raise ValueError(f"unsupported setting type {kind!r}")
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
     lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
     if choices:
         return "one of " + ", ".join(repr(c) for c in choices)
     if lo is not None and hi is not None:
-        return f"between {lo:g} and {hi:g}"
+        return f"between {_number(lo)} and {_number(hi)}"
     if lo is not None:
-        return f"at least {lo:g}"
-    return f"at most {hi:g}"
+        return f"at least {_number(lo)}"
+    return f"at most {_number(hi)}"
 
 
 def _validate_field(dotted: str, value: Any, meta: Mapping[str, Any]) -> str | None:
@@ -404,15 +408,6 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
     if settings.database.url and not settings.database.url.startswith(("postgresql", "postgres")):
         errors.append(
             ConfigProblem("database.url", settings.database.url, "must be a postgresql:// URL")
-        )
-    if not settings.security.secret_key:
-        warnings.append(
-            ConfigProblem(
-                "security.secret_key",
-                "",
-                "not set: `netmap up` generates one under data_dir; web processes started "
-                "otherwise refuse to start without it",
-            )
         )
     return errors, warnings
 

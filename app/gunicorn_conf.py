@@ -44,6 +44,7 @@ logconfig_dict = {
             "stream": "ext://sys.stderr",
         }
     },
+    "root": {"level": "INFO", "handlers": ["stderr"]},
     "loggers": {
         "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
         "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},

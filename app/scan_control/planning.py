@@ -9,6 +9,7 @@ to become a child task at the DNS execution's final upload.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,11 @@ def _split(network: IPNetwork, max_addresses: int) -> list[IPNetwork]:
 def plan_executions(parsed: ParsedTargets, max_addresses: int) -> list[PlannedExecution]:
     executions: list[PlannedExecution] = []
     pieces: list[IPNetwork] = []
-    for network in sorted(parsed.networks, key=lambda n: (n.version, n)):
-        pieces.extend(_split(network, max_addresses))
+    # Overlapping or adjacent targets collapse first, so no address is scanned twice.
+    for version in (4, 6):
+        same_family = [n for n in parsed.networks if n.version == version]
+        for network in ipaddress.collapse_addresses(same_family):
+            pieces.extend(_split(network, max_addresses))
     batch: list[IPNetwork] = []
     batch_size = 0
     for piece in pieces:

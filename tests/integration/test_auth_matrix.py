@@ -1,0 +1,383 @@
+"""Who can call what: every route against every kind of caller (IDN-1..6).
+
+The table below must list every route of the app; a route added without an
+entry here fails ``test_every_route_is_in_the_matrix``, so access rules are
+decided deliberately rather than by default.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from app.http.guards import SAFE_METHODS
+
+ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN = (
+    "anonymous",
+    "user",
+    "other_user",
+    "admin",
+    "scanner",
+    "other_scanner",
+    "wrong_token",
+)
+CALLERS = (ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN)
+_names = itertools.count()
+
+
+@dataclass
+class World:
+    callers: dict[str, Any]
+    task_id: int
+    execution_id: int
+    claim_token: str
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    rule: str
+    path: Callable[[World], str]
+    body: Callable[[World], Any] | None
+    expected: dict[str, int]
+
+
+def _user_route(ok: int, *, owned: bool) -> dict[str, int]:
+    return {
+        ANON: 401,
+        USER: ok,
+        OTHER: 404 if owned else ok,
+        ADMIN: ok,
+        SCANNER: 401,
+        OTHER_SCANNER: 401,
+        WRONG_TOKEN: 401,
+    }
+
+
+def _admin_route(ok: int) -> dict[str, int]:
+    return {
+        ANON: 401,
+        USER: 403,
+        OTHER: 403,
+        ADMIN: ok,
+        SCANNER: 401,
+        OTHER_SCANNER: 401,
+        WRONG_TOKEN: 401,
+    }
+
+
+def _scanner_route(ok: int, other: int) -> dict[str, int]:
+    return {
+        ANON: 401,
+        USER: 401,
+        OTHER: 401,
+        ADMIN: 401,
+        SCANNER: ok,
+        OTHER_SCANNER: other,
+        WRONG_TOKEN: 401,
+    }
+
+
+PUBLIC = dict.fromkeys(CALLERS, 200)
+
+ROUTES: list[Route] = [
+    Route("GET", "/healthz", lambda w: "/healthz", None, PUBLIC),
+    Route("GET", "/readyz", lambda w: "/readyz", None, PUBLIC),
+    Route("GET", "/metrics", lambda w: "/metrics", None, PUBLIC),
+    Route(
+        "POST",
+        "/api/auth/login",
+        lambda w: "/api/auth/login",
+        lambda w: {"username": "nobody", "password": "wrong password"},
+        dict.fromkeys(CALLERS, 401),
+    ),
+    Route("GET", "/api/auth/me", lambda w: "/api/auth/me", None, _user_route(200, owned=False)),
+    Route(
+        "POST",
+        "/api/auth/logout",
+        lambda w: "/api/auth/logout",
+        None,
+        _user_route(204, owned=False),
+    ),
+    Route(
+        "POST",
+        "/api/users",
+        lambda w: "/api/users",
+        lambda w: {"username": f"made{next(_names)}", "password": "long enough password"},
+        _admin_route(201),
+    ),
+    Route(
+        "POST",
+        "/api/scanners",
+        lambda w: "/api/scanners",
+        lambda w: {"name": f"made-scanner-{next(_names)}"},
+        _admin_route(201),
+    ),
+    Route(
+        "POST",
+        "/api/tasks",
+        lambda w: "/api/tasks",
+        lambda w: {"name": "matrix", "targets": ["192.0.2.1"], "ports": "80"},
+        _user_route(201, owned=False),
+    ),
+    Route("GET", "/api/tasks", lambda w: "/api/tasks", None, _user_route(200, owned=False)),
+    Route(
+        "GET",
+        "/api/tasks/<int:task_id>",
+        lambda w: f"/api/tasks/{w.task_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/<int:task_id>/executions",
+        lambda w: f"/api/tasks/{w.task_id}/executions",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "POST",
+        "/api/scanner/claim",
+        lambda w: "/api/scanner/claim",
+        None,
+        _scanner_route(204, 204),
+    ),
+    Route(
+        "POST",
+        "/api/scanner/executions/<int:execution_id>/lease",
+        lambda w: f"/api/scanner/executions/{w.execution_id}/lease",
+        lambda w: {"claim_token": w.claim_token},
+        _scanner_route(200, 404),
+    ),
+    Route(
+        "POST",
+        "/api/scanner/executions/<int:execution_id>/fail",
+        lambda w: f"/api/scanner/executions/{w.execution_id}/fail",
+        lambda w: {"claim_token": w.claim_token, "reason": "matrix"},
+        _scanner_route(200, 404),
+    ),
+]
+
+
+@pytest.fixture
+def world(api) -> World:
+    user = api.user()
+    callers = {
+        ANON: api.app.test_client(),
+        USER: user,
+        OTHER: api.user(),
+        ADMIN: api.admin(),
+        SCANNER: api.scanner(),
+        OTHER_SCANNER: api.scanner(),
+    }
+    wrong = api.app.test_client()
+    callers[WRONG_TOKEN] = wrong
+    created = user.post(
+        "/api/tasks", json={"name": "owned", "targets": ["198.51.100.7"], "ports": "22"}
+    )
+    task_id = created.get_json()["task"]["id"]
+    claimed = callers[SCANNER].claim().get_json()["execution"]
+    return World(
+        callers=callers,
+        task_id=task_id,
+        execution_id=claimed["id"],
+        claim_token=claimed["claim_token"],
+    )
+
+
+def _call(world: World, caller: str, route: Route):
+    client = world.callers[caller]
+    body = route.body(world) if route.body else None
+    path = route.path(world)
+    if caller == WRONG_TOKEN:
+        headers = {"Authorization": "Bearer nms_" + "x" * 43}
+        return client.open(path, method=route.method, json=body, headers=headers)
+    if caller == ANON:
+        return client.open(path, method=route.method, json=body)
+    if route.method in SAFE_METHODS:
+        return client.get(path)
+    return client.post(path, json=body)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.rule}")
+def test_route_access(world, route):
+    results = {}
+    # Scanner routes mutate the claimed execution: run the owning scanner last.
+    order = sorted(CALLERS, key=lambda c: c == SCANNER)
+    for caller in order:
+        response = _call(world, caller, route)
+        results[caller] = response.status_code
+        body = response.get_json(silent=True)
+        if response.status_code >= 400:
+            assert body and set(body["error"]) >= {"code", "message"}, (caller, body)
+    assert results == route.expected
+
+
+def test_every_route_is_in_the_matrix(app):
+    listed = {(r.method, r.rule) for r in ROUTES}
+    present = set()
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            present.add((method, rule.rule))
+    assert present == listed
+
+
+def test_every_view_declares_its_access(app):
+    missing = [
+        endpoint
+        for endpoint, view in app.view_functions.items()
+        if endpoint != "static" and not getattr(view, "_netmap_access", None)
+    ]
+    assert missing == []
+
+
+def test_csrf_is_required_for_session_writes(api):
+    user = api.user()
+    body = {"name": "x", "targets": ["192.0.2.1"], "ports": "80"}
+    missing = user.client.post("/api/tasks", json=body)
+    assert missing.status_code == 403
+    assert missing.get_json()["error"]["code"] == "csrf_failed"
+    wrong = user.client.post("/api/tasks", json=body, headers={"X-CSRF-Token": "nope"})
+    assert wrong.status_code == 403
+    other = api.user()
+    stolen = user.client.post("/api/tasks", json=body, headers={"X-CSRF-Token": other.csrf})
+    assert stolen.status_code == 403
+    ok = user.post("/api/tasks", json=body)
+    assert ok.status_code == 201
+    # Reads need no token.
+    assert user.client.get("/api/tasks").status_code == 200
+    # Logout is state-changing too.
+    assert user.client.post("/api/auth/logout").status_code == 403
+
+
+def test_login_me_logout_cycle(api):
+    created = api.create_user("Alice")
+    client = api.app.test_client()
+    response = client.post(
+        "/api/auth/login", json={"username": "alice", "password": created["password"]}
+    )
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["user"] == {"id": created["id"], "username": "Alice", "is_admin": False}
+    assert len(body["csrf_token"]) >= 32
+    cookie = response.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    me = client.get("/api/auth/me")
+    assert me.get_json() == body
+    logout = client.post("/api/auth/logout", headers={"X-CSRF-Token": body["csrf_token"]})
+    assert logout.status_code == 204
+    assert client.get("/api/auth/me").status_code == 401
+
+
+def test_wrong_password_and_unknown_user_look_the_same(api):
+    api.create_user("bob")
+    client = api.app.test_client()
+    wrong = client.post("/api/auth/login", json={"username": "bob", "password": "not the password"})
+    unknown = client.post("/api/auth/login", json={"username": "carol", "password": "whatever12"})
+    assert wrong.status_code == unknown.status_code == 401
+    assert wrong.get_json() == unknown.get_json()
+    assert wrong.get_json()["error"]["code"] == "invalid_credentials"
+
+
+def test_disabled_user_loses_access_immediately(api):
+    import sqlalchemy as sa
+
+    from app.db import transaction
+
+    session = api.user()
+    assert session.get("/api/auth/me").status_code == 200
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE users SET disabled = true WHERE id = :id"), {"id": session.id})
+    assert session.get("/api/auth/me").status_code == 401
+    again = api.app.test_client().post(
+        "/api/auth/login", json={"username": session.user["username"], "password": session.password}
+    )
+    assert again.status_code == 401
+
+
+def test_login_rate_limit_answers_429_with_retry_after(tmp_path, database_url, engine):
+    from app import create_app
+    from tests.conftest import make_settings
+
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3 per minute"})
+    client = create_app(settings, engine=engine).test_client()
+    statuses = [
+        client.post("/api/auth/login", json={"username": "x", "password": "y"}).status_code
+        for _ in range(4)
+    ]
+    assert statuses == [401, 401, 401, 429]
+    limited = client.post("/api/auth/login", json={"username": "x", "password": "y"})
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) > 0
+    assert limited.get_json()["error"]["code"] == "rate_limited"
+
+
+def test_admin_routes_are_rate_limited_per_user(tmp_path, database_url, engine):
+    from app import create_app
+    from tests.conftest import make_settings
+    from tests.support.api import Api
+
+    settings = make_settings(database_url, tmp_path, security={"admin_rate_limit": "2 per minute"})
+    api = Api(create_app(settings, engine=engine))
+    admin = api.admin()
+    statuses = [admin.post("/api/scanners", json={"name": f"rl-{i}"}).status_code for i in range(3)]
+    assert statuses == [201, 201, 429]
+    # Another admin has their own budget.
+    assert api.admin().post("/api/scanners", json={"name": "rl-other"}).status_code == 201
+
+
+def test_scanner_tokens_are_stored_hashed(api):
+    import hashlib
+
+    import sqlalchemy as sa
+
+    from app.db import transaction
+
+    admin = api.admin()
+    created = admin.post("/api/scanners", json={"name": "hashed"}).get_json()
+    token = created["token"]
+    assert token.startswith("nms_") and len(token) >= 43
+    with transaction() as conn:
+        stored = conn.execute(
+            sa.text("SELECT token_sha256 FROM scanners WHERE id = :id"), {"id": created["id"]}
+        ).scalar()
+        dump = conn.execute(sa.text("SELECT row_to_json(s)::text FROM scanners s")).scalars().all()
+    assert bytes(stored) == hashlib.sha256(token.encode()).digest()
+    assert not any(token in row for row in dump)
+
+
+def test_admin_actions_are_audited(api):
+    import sqlalchemy as sa
+
+    from app.db import transaction
+
+    admin = api.admin()
+    user = admin.post("/api/users", json={"username": "audited", "password": "long enough pw"})
+    scanner = admin.post("/api/scanners", json={"name": "audited-scanner"})
+    assert user.status_code == scanner.status_code == 201
+    with transaction() as conn:
+        rows = conn.execute(
+            sa.text("SELECT actor_user_id, action, target_id, details FROM audit_log ORDER BY id")
+        ).all()
+    assert [(r.actor_user_id, r.action) for r in rows] == [
+        (admin.id, "user.create"),
+        (admin.id, "scanner.create"),
+    ]
+    assert rows[0].details["username"] == "audited"
+    assert "password" not in rows[0].details
+
+
+def test_owner_scoping_hides_other_users_tasks_from_lists(api):
+    alice, bob, admin = api.user(), api.user(), api.admin()
+    body = {"name": "mine", "targets": ["192.0.2.1"], "ports": "80"}
+    alice_task = alice.post("/api/tasks", json=body).get_json()["task"]["id"]
+    bob_task = bob.post("/api/tasks", json=body).get_json()["task"]["id"]
+    assert [t["id"] for t in alice.get("/api/tasks").get_json()["items"]] == [alice_task]
+    assert [t["id"] for t in bob.get("/api/tasks").get_json()["items"]] == [bob_task]
+    assert {t["id"] for t in admin.get("/api/tasks").get_json()["items"]} == {alice_task, bob_task}

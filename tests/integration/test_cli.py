@@ -1,0 +1,87 @@
+"""The `netmap` command line as a real process against the test database (FND-4)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import sqlalchemy as sa
+
+from app.db import transaction
+from tests.support.processes import PROJECT_ROOT, base_env, netmap_command
+
+
+def run_cli(database_url: str, *args: str, stdin: str = "", **env: str):
+    return subprocess.run(
+        netmap_command(*args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=base_env(NETMAP_DATABASE_URL=database_url, **env),
+        cwd=PROJECT_ROOT,
+        timeout=60,
+    )
+
+
+def test_users_create_reads_the_password_from_stdin(database_url, engine):
+    result = run_cli(
+        database_url,
+        "users",
+        "create",
+        "carol",
+        "--admin",
+        "--password-stdin",
+        stdin="long password 1\n",
+    )
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    assert created["username"] == "carol" and isinstance(created["id"], int)
+    with transaction() as conn:
+        row = conn.execute(sa.text("SELECT is_admin, password_hash FROM users")).one()
+    assert row.is_admin and row.password_hash.startswith("scrypt:")
+    again = run_cli(
+        database_url, "users", "create", "carol", "--password-stdin", stdin="long password 1\n"
+    )
+    assert again.returncode != 0
+    assert "user_exists" in again.stderr
+
+
+def test_users_create_rejects_a_weak_password(database_url, engine):
+    result = run_cli(database_url, "users", "create", "dave", "--password-stdin", stdin="short\n")
+    assert result.returncode != 0
+    assert "password" in result.stderr
+
+
+def test_scanners_create_prints_the_token_once(database_url, engine, api):
+    result = run_cli(database_url, "scanners", "create", "edge-1")
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    assert set(created) == {"id", "name", "token"}
+    scanner_client = api.app.test_client()
+    response = scanner_client.post(
+        "/api/scanner/claim", headers={"Authorization": f"Bearer {created['token']}"}
+    )
+    assert response.status_code == 204
+    assert created["token"] not in result.stderr
+
+
+def test_db_upgrade_on_an_empty_database(empty_database_url):
+    result = run_cli(empty_database_url, "db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["revision"]
+    again = run_cli(empty_database_url, "db", "upgrade")
+    assert again.returncode == 0
+
+
+def test_commands_refuse_an_unmigrated_database(empty_database_url):
+    result = run_cli(empty_database_url, "scanners", "create", "x")
+    assert result.returncode != 0
+    assert "netmap db upgrade" in result.stderr
+
+
+def test_bad_configuration_is_a_clear_start_up_error(database_url, tmp_path):
+    config = tmp_path / "netmap.toml"
+    config.write_text("[runner]\nprocesses = 0\n")
+    result = run_cli(database_url, "--config", str(config), "runner")
+    assert result.returncode != 0
+    assert "runner.processes = 0: must be between 1 and 64" in result.stderr

@@ -1,0 +1,92 @@
+"""Starting and watching real processes in tests (netmap up, the runner, gunicorn)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def netmap_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app", *args]
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+    env.update(extra)
+    return env
+
+
+class LoggedProcess:
+    """A child process whose stdout/stderr go to files we can read while it runs."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_dir: Path, name: str):
+        self.stdout_path = log_dir / f"{name}.out"
+        self.stderr_path = log_dir / f"{name}.err"
+        self._out = open(self.stdout_path, "wb")
+        self._err = open(self.stderr_path, "wb")
+        self.process = subprocess.Popen(
+            args, env=env, cwd=PROJECT_ROOT, stdout=self._out, stderr=self._err
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        found = []
+        for line in self.stderr().splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if name is None or event.get("event") == name:
+                found.append(event)
+        return found
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._out.close()
+        self._err.close()
+        return self.process.returncode
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, message: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
