@@ -32,7 +32,17 @@ class StoreError(Exception):
 
 
 class StoreUnavailable(StoreError):
-    """The store could not be reached or kept failing after the retry budget."""
+    """The store could not be reached or kept failing after the retry budget.
+
+    ``retry_after`` (seconds) is set when the store knows how long to wait
+    (a PostgreSQL pool timeout: 2, as for ING-4).
+    """
+
+    def __init__(
+        self, message: str = "search store unavailable", *, retry_after: int | None = None
+    ):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class OperationTooLarge(StoreError):
@@ -126,9 +136,10 @@ class FinalRequestPlan:
 
 @dataclass(frozen=True)
 class ExecutionCounts:
-    observations: int
+    observations: int  # facts of kind "observation"
     endpoints: int
     ips: int
+    dns_records: int = 0  # facts of kind "dns_record"
 
 
 @dataclass(frozen=True)

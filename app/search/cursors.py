@@ -1,0 +1,41 @@
+"""Opaque keyset cursors for search-store pages (results by IP, asset search).
+
+A cursor is the position after the last row of a page plus whatever the first
+page computed once (the exact IP total of ING-10), encoded as URL-safe base64
+JSON. Both adapters use the same encoding, so a cursor names a position, not
+an adapter's internals. A cursor this code did not issue (or one for another
+kind of page) is rejected with a 400 ``invalid_cursor``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from app.errors import ValidationError
+
+
+def encode_cursor(kind: str, position: dict[str, Any]) -> str:
+    raw = json.dumps({"k": kind, **position}, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
+    """The position inside ``cursor`` (``None`` for the first page)."""
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, dict) or value.get("k") != kind:
+        raise ValidationError(
+            "cursor is not one this server issued",
+            code="invalid_cursor",
+            details={"parameter": "cursor"},
+        )
+    value.pop("k")
+    return value

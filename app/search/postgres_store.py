@@ -1,0 +1,788 @@
+"""The PostgreSQL search store (STO-1 default): facts, execution endpoints, current assets.
+
+This adapter IS the store, so it opens its own short transactions with
+``app.db.transaction()`` (one per shard). Writes are set-based: every shard is
+one ``INSERT … SELECT FROM json_to_recordset(…)`` statement, never one
+statement per row. Merges run in ``ON CONFLICT DO UPDATE`` and implement
+``app.search.documents.merge_endpoints`` exactly: the oldest (first_seen,
+first_execution_id) pair and the newest (last_seen, last_execution_id,
+observation_key) group win, compared as rows, ``observation_key`` in "C"
+collation. The narrow ``key bigint`` primary key is ``pg_key(id)``; the update
+only applies when the stored full id equals the incoming one, so a 64-bit
+collision comes back as a failed item (409 ``id_collision``) instead of
+merging two endpoints. Rows are sent sorted by key so concurrent writers lock
+rows in the same order (no deadlock between two shards).
+
+Facts live in ``search_facts`` partitioned by month of ``observed_at``;
+partitions are created on demand under a transaction advisory lock, so
+concurrent writers of a new month never race on the DDL. Store writes use
+``SET LOCAL synchronous_commit = off``: projection writes are replayable from
+the outbox, and ingest confirms its receipt in a later synchronous commit, which
+flushes the WAL of every earlier commit, so nothing confirmed can be lost.
+``refresh`` is a no-op and counts are exact.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine
+
+from app import db
+from app.config import Settings
+from app.errors import Unavailable, ValidationError
+from app.observability import emit
+from app.search.cursors import decode_cursor, encode_cursor
+from app.search.documents import EndpointDocument, FactDocument, merge_all
+from app.search.encoding import (
+    INVALID_DOCUMENT,
+    NUL_PROBLEM,
+    dumps,
+    endpoint_problem,
+    endpoint_source,
+    fact_problem,
+    fact_source,
+    has_nul,
+)
+from app.search.ids import normalise_ip, pg_key
+from app.search.port import (
+    AssetPage,
+    AssetQuery,
+    BulkItemResult,
+    BulkResult,
+    ExecutionCounts,
+    FinalRequestPlan,
+    OperationTooLarge,
+    ResultsPage,
+    StorageScope,
+    StoreUnavailable,
+)
+
+FACTS_TABLE = "search_facts"
+EXECUTION_TABLE = "search_execution_endpoints"
+ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
+# The separator of the searchable text expression; it cannot occur in a query (see _text_filter).
+TEXT_EXPRESSION = (
+    "(coalesce(banner, '') || E'\\x1f' || coalesce(product, '') || E'\\x1f' "
+    "|| coalesce(hostname, ''))"
+)
+_DEADLOCK_RETRIES = 3
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock, serialization failure
+
+_ENDPOINT_COLUMNS = (
+    "key",
+    "id",
+    "ip",
+    "port",
+    "transport",
+    "first_seen",
+    "first_execution_id",
+    "last_seen",
+    "last_execution_id",
+    "observation_key",
+    "state",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "hostname",
+    "tags",
+    "details",
+)
+_COLUMN_TYPES = {
+    "key": "bigint",
+    "id": "uuid",
+    "ip": "inet",
+    "port": "integer",
+    "transport": "text",
+    "first_seen": "timestamptz",
+    "first_execution_id": "bigint",
+    "last_seen": "timestamptz",
+    "last_execution_id": "bigint",
+    "observation_key": 'text COLLATE "C"',
+    "state": "text",
+    "service": "text",
+    "product": "text",
+    "version": "text",
+    "banner": "text",
+    "hostname": "text",
+    "tags": "text[]",
+    "details": "jsonb",
+    "owner_id": "bigint",
+    "execution_id": "bigint",
+    "task_id": "bigint",
+}
+_TABLE_COLUMNS = {
+    EXECUTION_TABLE: (*_ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id"),
+    ASSET_TABLES["global"]: _ENDPOINT_COLUMNS,
+    ASSET_TABLES["user"]: (*_ENDPOINT_COLUMNS, "owner_id"),
+}
+_NEWEST_GROUP = (
+    "last_execution_id",
+    "observation_key",
+    "state",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "hostname",
+    "tags",
+    "details",
+)
+
+
+def _merge_statement(table: str) -> str:
+    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints)."""
+    columns = _TABLE_COLUMNS[table]
+    record = ", ".join(f"{c} {_COLUMN_TYPES[c]}" for c in columns)
+    names = ", ".join(columns)
+    older = (
+        "(excluded.first_seen, excluded.first_execution_id) < (t.first_seen, t.first_execution_id)"
+    )
+    newer = (
+        "(excluded.last_seen, excluded.last_execution_id, excluded.observation_key) "
+        "> (t.last_seen, t.last_execution_id, t.observation_key)"
+    )
+    newest_sets = ",\n        ".join(
+        f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in _NEWEST_GROUP
+    )
+    return f"""
+        INSERT INTO {table} AS t ({names})
+        SELECT {names}
+        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        ON CONFLICT (key) DO UPDATE SET
+        first_seen = LEAST(t.first_seen, excluded.first_seen),
+        first_execution_id = CASE WHEN {older}
+            THEN excluded.first_execution_id ELSE t.first_execution_id END,
+        last_seen = GREATEST(t.last_seen, excluded.last_seen),
+        {newest_sets}
+        WHERE t.id = excluded.id
+        RETURNING key, (xmax = 0) AS created
+    """
+
+
+_FACT_COLUMNS = (
+    "id",
+    "observed_at",
+    "kind",
+    "execution_id",
+    "task_id",
+    "owner_id",
+    "scanner_id",
+    "upload_id",
+    "stream",
+    "batch_index",
+    "position",
+    "body",
+)
+_FACT_TYPES = {
+    "id": "uuid",
+    "observed_at": "timestamptz",
+    "kind": "text",
+    "execution_id": "bigint",
+    "task_id": "bigint",
+    "owner_id": "bigint",
+    "scanner_id": "bigint",
+    "upload_id": "text",
+    "stream": "text",
+    "batch_index": "integer",
+    "position": "integer",
+    "body": "jsonb",
+}
+
+
+def _fact_statement() -> str:
+    names = ", ".join(_FACT_COLUMNS)
+    record = ", ".join(f"{c} {_FACT_TYPES[c]}" for c in _FACT_COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in _FACT_COLUMNS[2:])
+    # A replay rewrites nothing (same content); a changed document is overwritten like an
+    # Elasticsearch index operation would. (System columns such as xmax cannot be returned
+    # from a partitioned table, so "returned" means "inserted or changed".)
+    return f"""
+        INSERT INTO {FACTS_TABLE} AS f ({names})
+        SELECT {names}
+        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        ON CONFLICT (id, observed_at) DO UPDATE SET {updates}
+        WHERE (f.kind, f.execution_id, f.task_id, f.owner_id, f.scanner_id, f.upload_id,
+               f.stream, f.batch_index, f.position, f.body)
+            IS DISTINCT FROM
+              (excluded.kind, excluded.execution_id, excluded.task_id, excluded.owner_id,
+               excluded.scanner_id, excluded.upload_id, excluded.stream, excluded.batch_index,
+               excluded.position, excluded.body)
+        RETURNING id
+    """
+
+
+_SELECT_ENDPOINT = """
+    replace(t.id::text, '-', '') AS id, host(t.ip) AS ip, t.port, t.transport,
+    t.first_seen, t.first_execution_id, t.last_seen, t.last_execution_id, t.observation_key,
+    t.state, t.service, t.product, t.version, t.banner, t.hostname, t.tags, t.details
+"""
+
+
+def partition_name(month: str) -> str:
+    """``2026.11`` → ``search_facts_y2026m11``."""
+    year, mon = month.split(".")
+    return f"{FACTS_TABLE}_y{int(year):04d}m{int(mon):02d}"
+
+
+def _month_bounds(month: str) -> tuple[datetime, datetime]:
+    year, mon = (int(part) for part in month.split("."))
+    start = datetime(year, mon, 1, tzinfo=UTC)
+    end = datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def _shards(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class PostgresStore:
+    """``SearchStore`` on the application's PostgreSQL database."""
+
+    name = "postgres"
+
+    def __init__(self, settings: Settings, *, engine: Engine | None = None):
+        self._settings = settings
+        self._engine = engine
+        self._batch_size = settings.elasticsearch.bulk_batch_size
+        self._known_partitions: set[str] = set()
+        self._partition_lock = threading.Lock()
+        self._merge_sql = {table: sa.text(_merge_statement(table)) for table in _TABLE_COLUMNS}
+        self._fact_sql = sa.text(_fact_statement())
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _transaction(self) -> Any:
+        return db.transaction(engine=self._engine)
+
+    def _run(self, work: Callable[[Connection], Any], *, relaxed_commit: bool = False) -> Any:
+        """Run ``work`` in one short transaction; retry deadlocks; map outages."""
+        for attempt in range(_DEADLOCK_RETRIES + 1):
+            try:
+                with self._transaction() as conn:
+                    if relaxed_commit:
+                        conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+                    return work(conn)
+            except Unavailable as exc:  # PoolTimeout included
+                raise StoreUnavailable(
+                    f"PostgreSQL search store unavailable: {exc.message}",
+                    retry_after=exc.retry_after,
+                ) from exc
+            except sa_exc.DBAPIError as exc:
+                sqlstate = getattr(exc.orig, "pgcode", None)
+                if sqlstate in _RETRYABLE_SQLSTATES and attempt < _DEADLOCK_RETRIES:
+                    emit("SearchStoreRetry", level=logging.WARNING, sqlstate=sqlstate)
+                    continue
+                if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
+                    raise StoreUnavailable(
+                        f"PostgreSQL search store unavailable: {type(exc.orig).__name__}"
+                    ) from exc
+                raise
+        raise AssertionError("unreachable")
+
+    # -- schema ---------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Check the tables exist (Alembic creates them) and learn existing partitions."""
+
+        def check(conn: Connection) -> list[str]:
+            tables = (FACTS_TABLE, EXECUTION_TABLE, *ASSET_TABLES.values())
+            missing = [
+                t
+                for t in tables
+                if conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": t}).scalar() is None
+            ]
+            if missing:
+                raise StoreUnavailable(
+                    "search store tables are missing (run `netmap db upgrade`): "
+                    + ", ".join(missing)
+                )
+            return list(
+                conn.execute(
+                    sa.text(
+                        "SELECT c.relname FROM pg_inherits i "
+                        "JOIN pg_class c ON c.oid = i.inhrelid "
+                        "WHERE i.inhparent = CAST(:parent AS regclass)"
+                    ),
+                    {"parent": FACTS_TABLE},
+                ).scalars()
+            )
+
+        partitions = self._run(check)
+        with self._partition_lock:
+            self._known_partitions.update(partitions)
+
+    def ensure_partitions(self, months: Sequence[str]) -> None:
+        """Create the monthly fact partitions that do not exist yet (safe under concurrency)."""
+        wanted = sorted({partition_name(m): m for m in months}.items())
+        with self._partition_lock:
+            missing = [(name, m) for name, m in wanted if name not in self._known_partitions]
+        if not missing:
+            return
+
+        def create(conn: Connection) -> None:
+            # One lock for all partition DDL: a second writer waits, then sees the table.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap:search_facts'))"))
+            for name, month in missing:
+                exists = conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": name}).scalar()
+                if exists is not None:
+                    continue
+                start, end = _month_bounds(month)
+                # Names and bounds come from our own month arithmetic, never from input text.
+                conn.execute(
+                    sa.text(
+                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {FACTS_TABLE} "
+                        f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+                    )
+                )
+                emit("SearchFactPartitionCreated", partition=name)
+
+        self._run(create)
+        with self._partition_lock:
+            self._known_partitions.update(name for name, _ in missing)
+
+    # -- writes ---------------------------------------------------------------
+
+    def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        if not facts:
+            return BulkResult()
+        problems: dict[int, str | None] = {}
+        valid: dict[str, tuple[FactDocument, str]] = {}
+        for doc in facts:
+            problem = fact_problem(doc)
+            if problem is None:
+                row = fact_source(doc)
+                row["id"] = doc.id
+                text = dumps(row)
+                if has_nul(text):
+                    problem = NUL_PROBLEM
+                else:
+                    valid[doc.id] = (doc, text)  # the last version of an id wins, like index ops
+            problems[id(doc)] = problem
+        self.ensure_partitions([doc.month for doc, _text in valid.values()])
+        created: set[str] = set()
+        requests = 0
+        request_bytes = 0
+        ordered = sorted(valid.values(), key=lambda pair: (pair[0].id, pair[0].observed_at))
+        for shard in _shards(ordered, self._batch_size):
+            payload = "[" + ",".join(text for _doc, text in shard) + "]"
+            requests += 1
+            request_bytes += len(payload.encode("utf-8"))
+            returned = self._run(
+                lambda conn, p=payload: conn.execute(self._fact_sql, {"rows": p}).all(),
+                relaxed_commit=True,
+            )
+            created.update(str(r.id).replace("-", "") for r in returned)
+        items = []
+        for doc in facts:
+            problem = problems[id(doc)]
+            index = partition_name(doc.month) if problem is None else FACTS_TABLE
+            if problem is not None:
+                items.append(BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem))
+            else:
+                items.append(BulkItemResult(doc.id, index, 201 if doc.id in created else 200))
+        return BulkResult(
+            items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
+        )
+
+    def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope != "execution"]
+        if wrong:
+            raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
+        return self._merge(docs, max_operations=self._batch_size, max_bytes=None)
+
+    def publish_current(
+        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int
+    ) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope not in ASSET_TABLES]
+        if wrong:
+            raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
+        return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes)
+
+    def _table_of(self, doc: EndpointDocument) -> str:
+        return EXECUTION_TABLE if doc.scope == "execution" else ASSET_TABLES[doc.scope]
+
+    def _merge(
+        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int | None
+    ) -> BulkResult:
+        if not docs:
+            return BulkResult()
+        outcome: dict[str, BulkItemResult] = {}
+        rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
+        encoded: dict[int, str] = {}
+        valid: list[EndpointDocument] = []
+        for doc in docs:
+            problem = endpoint_problem(doc)
+            if problem is None:
+                encoded[id(doc)] = text = _endpoint_row(doc)
+                if has_nul(text):
+                    problem = NUL_PROBLEM
+            if problem is None:
+                valid.append(doc)
+            else:
+                rejected[id(doc)] = BulkItemResult(
+                    doc.id, self._table_of(doc), 400, INVALID_DOCUMENT, problem
+                )
+        # One row per id per statement (ON CONFLICT cannot touch a row twice): merge first.
+        by_table: dict[str, list[tuple[int, EndpointDocument, str]]] = {}
+        for doc in merge_all(valid):
+            # merge_all hands back the very object when an id came once (the usual case).
+            text = encoded.get(id(doc)) or _endpoint_row(doc)
+            size = len(text.encode("utf-8"))
+            if max_bytes is not None and size > max_bytes:
+                raise OperationTooLarge(doc.id, size, max_bytes)
+            by_table.setdefault(self._table_of(doc), []).append((pg_key(doc.id), doc, text))
+
+        requests = 0
+        request_bytes = 0
+        for table, rows in by_table.items():
+            rows.sort(key=lambda r: r[0])  # lock order: concurrent shards never deadlock
+            unique: list[tuple[int, EndpointDocument, str]] = []
+            for row in rows:
+                if unique and unique[-1][0] == row[0]:
+                    # Two different ids, one 64-bit key, same batch: keep the first, fail the other.
+                    outcome[row[1].id] = _collision(row[1].id, table)
+                else:
+                    unique.append(row)
+            for shard in _byte_shards(unique, max_operations, max_bytes):
+                payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
+                requests += 1
+                request_bytes += len(payload.encode("utf-8"))
+                statement = self._merge_sql[table]
+                returned = self._run(
+                    lambda conn, p=payload, s=statement: conn.execute(s, {"rows": p}).all(),
+                    relaxed_commit=True,
+                )
+                written = {r.key: r.created for r in returned}
+                for key, doc, _text in shard:
+                    if key in written:
+                        outcome[doc.id] = BulkItemResult(
+                            doc.id, table, 201 if written[key] else 200
+                        )
+                    else:
+                        outcome[doc.id] = _collision(doc.id, table)
+                        emit("SearchStoreIdCollision", level=logging.ERROR, table=table, key=key)
+        items = tuple(rejected.get(id(doc)) or outcome[doc.id] for doc in docs)
+        return BulkResult(
+            items=items, requests=requests, request_bytes=request_bytes, attempts=requests
+        )
+
+    # -- reads ----------------------------------------------------------------
+
+    def read_execution_endpoints(
+        self, execution_id: int, *, after_id: str | None, limit: int
+    ) -> list[EndpointDocument]:
+        sql = sa.text(
+            f"SELECT {_SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id "
+            f"FROM {EXECUTION_TABLE} t WHERE t.execution_id = :execution_id "
+            "AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid)) "
+            "ORDER BY t.id LIMIT :limit"
+        )
+        params = {"execution_id": execution_id, "after": after_id, "limit": limit}
+        rows = self._run(lambda conn: conn.execute(sql, params).all())
+        return [_endpoint_from_row(row, "execution") for row in rows]
+
+    def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
+        # PostgreSQL needs no refresh; the count is one statement (none for an empty execution).
+        return FinalRequestPlan(
+            refresh_requests=0, count_requests=0 if scope.empty else 1, max_request_line_bytes=0
+        )
+
+    def refresh(self, scope: StorageScope) -> None:
+        """Committed rows are visible at once."""
+
+    def refresh_current(self) -> None:
+        """Committed rows are visible at once."""
+
+    def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
+        if scope.empty:
+            return ExecutionCounts(observations=0, endpoints=0, ips=0)
+        params: dict[str, Any] = {"execution_id": execution_id}
+        month_filter = ""
+        if not scope.legacy_full_history:
+            ranges = []
+            for n, month in enumerate(sorted(set(scope.months))):
+                start, end = _month_bounds(month)
+                params[f"s{n}"], params[f"e{n}"] = start, end
+                ranges.append(f"(observed_at >= :s{n} AND observed_at < :e{n})")
+            month_filter = " AND (" + " OR ".join(ranges) + ")"
+        sql = sa.text(
+            f"""
+            SELECT
+              (SELECT count(*) FILTER (WHERE kind = 'observation') FROM {FACTS_TABLE}
+                WHERE execution_id = :execution_id{month_filter}) AS observations,
+              (SELECT count(*) FILTER (WHERE kind = 'dns_record') FROM {FACTS_TABLE}
+                WHERE execution_id = :execution_id{month_filter}) AS dns_records,
+              (SELECT count(*) FROM {EXECUTION_TABLE}
+                WHERE execution_id = :execution_id) AS endpoints,
+              (SELECT count(DISTINCT ip) FROM {EXECUTION_TABLE}
+                WHERE execution_id = :execution_id) AS ips
+            """
+        )
+        row = self._run(lambda conn: conn.execute(sql, params).one())
+        return ExecutionCounts(
+            observations=row.observations,
+            endpoints=row.endpoints,
+            ips=row.ips,
+            dns_records=row.dns_records,
+        )
+
+    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
+        position = decode_cursor("results", cursor)
+        after = _cursor_ip(position, "after") if position else None
+
+        def page(conn: Connection) -> tuple[list[Any], int | None, int]:
+            total_endpoints = None
+            if position is None:
+                totals = conn.execute(
+                    sa.text(
+                        f"SELECT count(*) AS endpoints, count(DISTINCT ip) AS ips "
+                        f"FROM {EXECUTION_TABLE} WHERE task_id = :task_id"
+                    ),
+                    {"task_id": task_id},
+                ).one()
+                total_endpoints, total_ips = totals.endpoints, totals.ips
+            else:
+                total_ips = _cursor_int(position, "ips")
+            rows = conn.execute(
+                sa.text(
+                    f"""
+                    WITH page_ips AS (
+                        SELECT DISTINCT ip_order FROM {EXECUTION_TABLE}
+                        WHERE task_id = :task_id
+                          AND (CAST(:after AS inet) IS NULL OR ip_order > CAST(:after AS inet))
+                        ORDER BY ip_order LIMIT :limit
+                    )
+                    SELECT {_SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id,
+                           host(t.ip_order) AS ip_order
+                    FROM {EXECUTION_TABLE} t
+                    WHERE t.task_id = :task_id AND t.ip_order IN (SELECT ip_order FROM page_ips)
+                    ORDER BY t.ip_order, t.port, t.transport, t.execution_id
+                    """
+                ),
+                {"task_id": task_id, "after": after, "limit": limit + 1},
+            ).all()
+            return rows, total_endpoints, total_ips
+
+        rows, total_endpoints, total_ips = self._run(page)
+        ips_in_page: list[str] = []
+        for row in rows:
+            if not ips_in_page or ips_in_page[-1] != row.ip_order:
+                ips_in_page.append(row.ip_order)
+        next_cursor = None
+        if len(ips_in_page) > limit:
+            # We fetched one IP more than the page holds, only to learn that another page exists.
+            last = ips_in_page[limit - 1]
+            rows = [r for r in rows if r.ip_order != ips_in_page[limit]]
+            next_cursor = encode_cursor("results", {"after": last, "ips": total_ips})
+        return ResultsPage(
+            items=[_endpoint_from_row(r, "execution") for r in rows],
+            next_cursor=next_cursor,
+            total_endpoints=total_endpoints,
+            total_ips=total_ips,
+        )
+
+    def search_assets(self, query: AssetQuery) -> AssetPage:
+        sql, params = asset_search_statement(query)
+        rows = self._run(lambda conn: conn.execute(sa.text(sql), params).all())
+        next_cursor = None
+        if len(rows) > query.limit:
+            rows = rows[: query.limit]
+            last = rows[-1]
+            next_cursor = encode_cursor(
+                "assets", {"ip": last.ip_order, "port": last.port, "transport": last.transport}
+            )
+        return AssetPage(
+            items=[_endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
+        )
+
+    def close(self) -> None:
+        """The engine belongs to the process (app.db); nothing of our own to release."""
+
+
+# -- module helpers -----------------------------------------------------------
+
+
+def _endpoint_row(doc: EndpointDocument) -> str:
+    row = endpoint_source(doc)
+    row["key"] = pg_key(doc.id)
+    row["id"] = doc.id
+    return dumps(row)
+
+
+def _collision(document_id: str, table: str) -> BulkItemResult:
+    return BulkItemResult(
+        document_id,
+        table,
+        409,
+        "id_collision",
+        "another document with the same 64-bit key exists; not merged",
+    )
+
+
+def _byte_shards(
+    rows: Sequence[tuple[int, EndpointDocument, str]], max_operations: int, max_bytes: int | None
+) -> Iterator[list[tuple[int, EndpointDocument, str]]]:
+    shard: list[tuple[int, EndpointDocument, str]] = []
+    size = 2  # the enclosing brackets
+    for row in rows:
+        row_bytes = len(row[2].encode("utf-8")) + 1
+        if shard and (
+            len(shard) >= max_operations or (max_bytes is not None and size + row_bytes > max_bytes)
+        ):
+            yield shard
+            shard, size = [], 2
+        shard.append(row)
+        size += row_bytes
+    if shard:
+        yield shard
+
+
+def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
+    """The SQL (and parameters) of one asset-search page; one row more than the page."""
+    table = ASSET_TABLES.get(query.scope)
+    if table is None:
+        raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+    conditions: list[str] = []
+    params: dict[str, Any] = {"limit": query.limit + 1}
+    if query.scope == "user":
+        if query.owner_id is None:
+            raise ValueError("a user-scope asset search needs owner_id")
+        conditions.append("t.owner_id = :owner_id")
+        params["owner_id"] = query.owner_id
+    if query.ip:
+        conditions.append("t.ip = CAST(:ip AS inet)")
+        params["ip"] = _query_ip(query.ip)
+    if query.cidr:
+        conditions.append("t.ip <<= CAST(:cidr AS inet)")
+        params["cidr"] = _query_cidr(query.cidr)
+    if query.port is not None:
+        conditions.append("t.port = :port")
+        params["port"] = query.port
+    if query.transport:
+        conditions.append("t.transport = :transport")
+        params["transport"] = query.transport.lower()
+    if query.service:
+        conditions.append("lower(t.service) = lower(:service)")
+        params["service"] = query.service
+    if query.product:
+        conditions.append("lower(t.product) = lower(:product)")
+        params["product"] = query.product
+    if query.text:
+        conditions.append(f"{TEXT_EXPRESSION} ILIKE :text")
+        params["text"] = _like_pattern(query.text)
+    for name, column, op in (
+        ("first_seen_from", "first_seen", ">="),
+        ("first_seen_to", "first_seen", "<"),
+        ("last_seen_from", "last_seen", ">="),
+        ("last_seen_to", "last_seen", "<"),
+    ):
+        value = getattr(query, name)
+        if value is not None:
+            conditions.append(f"t.{column} {op} :{name}")
+            params[name] = value
+    position = decode_cursor("assets", query.cursor)
+    if position is not None:
+        conditions.append(
+            "(t.ip_order, t.port, t.transport) > (CAST(:c_ip AS inet), :c_port, :c_transport)"
+        )
+        params["c_ip"] = _cursor_ip(position, "ip")
+        params["c_port"] = _cursor_int(position, "port")
+        params["c_transport"] = _cursor_str(position, "transport")
+    where = " AND ".join(conditions) or "true"
+    owner = ", t.owner_id" if query.scope == "user" else ""
+    sql = (
+        f"SELECT {_SELECT_ENDPOINT}{owner}, host(t.ip_order) AS ip_order FROM {table} t "
+        f"WHERE {where} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
+    )
+    return sql, params
+
+
+def _endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
+    mapping = row._mapping
+    return EndpointDocument(
+        id=row.id,
+        scope=scope,
+        ip=normalise_ip(row.ip),
+        port=row.port,
+        transport=row.transport,
+        first_seen=row.first_seen,
+        first_execution_id=row.first_execution_id,
+        last_seen=row.last_seen,
+        last_execution_id=row.last_execution_id,
+        owner_id=mapping.get("owner_id"),
+        execution_id=mapping.get("execution_id"),
+        task_id=mapping.get("task_id"),
+        state=row.state,
+        service=row.service,
+        product=row.product,
+        version=row.version,
+        banner=row.banner,
+        hostname=row.hostname,
+        tags=tuple(row.tags or ()),
+        details=row.details or {},
+        observation_key=row.observation_key,
+    )
+
+
+def _invalid(parameter: str, message: str) -> ValidationError:
+    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
+
+
+def _query_ip(value: str) -> str:
+    try:
+        return normalise_ip(value)
+    except ValueError:
+        raise _invalid("ip", f"{value!r} is not an IP address") from None
+
+
+def _query_cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+    except ValueError:
+        raise _invalid("cidr", f"{value!r} is not a CIDR block") from None
+
+
+def _like_pattern(text: str) -> str:
+    cleaned = "".join(ch for ch in text if ch >= " ")
+    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _bad_cursor() -> ValidationError:
+    return ValidationError(
+        "cursor is not one this server issued",
+        code="invalid_cursor",
+        details={"parameter": "cursor"},
+    )
+
+
+def _cursor_ip(position: dict[str, Any], key: str) -> str:
+    value = position.get(key)
+    try:
+        return str(ipaddress.ip_address(value))  # type: ignore[arg-type]
+    except ValueError:
+        raise _bad_cursor() from None
+
+
+def _cursor_int(position: dict[str, Any], key: str) -> int:
+    value = position.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad_cursor()
+    return value
+
+
+def _cursor_str(position: dict[str, Any], key: str) -> str:
+    value = position.get(key)
+    if not isinstance(value, str):
+        raise _bad_cursor()
+    return value

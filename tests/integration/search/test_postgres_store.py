@@ -1,0 +1,222 @@
+"""PostgreSQL adapter specifics: collisions, partitions, concurrency, query plans."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from app import db
+from app.search.documents import merge_all
+from app.search.ids import pg_key
+from app.search.port import AssetQuery, StorageScope, StoreUnavailable
+from app.search.postgres_store import PostgresStore, asset_search_statement, partition_name
+from tests.conftest import make_settings
+from tests.support.search_documents import at, current_asset, execution_endpoint, fact
+
+
+def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):
+    doc = current_asset("user", "192.0.2.1", 80, owner_id=1, service="http", seen=at(0))
+    forged_id = doc.id[:16] + ("0" * 16 if doc.id[16:] != "0" * 16 else "1" * 16)
+    with db.transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO search_assets_user (key, id, owner_id, ip, port, transport, "
+                "first_seen, first_execution_id, last_seen, last_execution_id, observation_key) "
+                "VALUES (:key, CAST(:id AS uuid), 9, '203.0.113.9', 9, 'tcp', :t, 1, :t, 1, '')"
+            ),
+            {"key": pg_key(doc.id), "id": forged_id, "t": at(-10)},
+        )
+    result = postgres_store.publish_current([doc], max_operations=10, max_bytes=1 << 20)
+    (item,) = result.items
+    assert (item.status, item.error_type) == (409, "id_collision")
+    with db.transaction() as conn:
+        row = conn.execute(sa.text("SELECT owner_id, host(ip) FROM search_assets_user")).one()
+    assert tuple(row) == (9, "203.0.113.9")
+
+
+def test_two_ids_sharing_a_key_in_one_batch(postgres_store):
+    doc = current_asset("user", "192.0.2.1", 80, owner_id=1)
+    twin = dataclasses.replace(
+        current_asset("user", "192.0.2.2", 80, owner_id=1), id=doc.id[:16] + "f" * 16
+    )
+    result = postgres_store.publish_current([doc, twin], max_operations=10, max_bytes=1 << 20)
+    statuses = {i.id: i.status for i in result.items}
+    assert sorted(statuses.values()) == [201, 409]
+
+
+def test_partitions_are_created_once_under_concurrent_writers(settings, engine):
+    months = [datetime(2025, m, 3, tzinfo=UTC) for m in (1, 2, 3)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def writer(n: int) -> None:
+        store = PostgresStore(settings)  # its own partition cache, like another process
+        try:
+            barrier.wait()
+            facts = [fact(70 + n, i, observed_at=months[i % 3]) for i in range(30)]
+            assert store.write_facts(facts).ok
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with db.transaction() as conn:
+        names = conn.execute(
+            sa.text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'search_facts'::regclass ORDER BY 1"
+            )
+        ).scalars()
+        assert list(names) == [partition_name(m) for m in ("2025.01", "2025.02", "2025.03")]
+    store = PostgresStore(settings)
+    scope = StorageScope(months=("2025.01", "2025.02", "2025.03"))
+    assert [store.count(scope, 70 + n).observations for n in range(4)] == [30] * 4
+
+
+def test_a_partition_dropped_behind_the_cache_is_recreated(postgres_store):
+    assert postgres_store.write_facts([fact(80, 0)]).ok
+    with db.transaction() as conn:
+        conn.execute(sa.text(f"DROP TABLE {partition_name('2026.11')}"))
+    # This instance still believes the partition exists; ensure_schema refreshes its view.
+    postgres_store.ensure_schema()
+    postgres_store._known_partitions.clear()
+    assert postgres_store.write_facts([fact(80, 1)]).ok
+
+
+def test_concurrent_overlapping_merges_do_not_deadlock(settings, engine):
+    versions = [
+        [
+            current_asset(
+                "global", f"10.9.{n // 250}.{n % 250}", 80, seen=at(round_), banner=f"r{round_}"
+            )
+            for n in range(300)
+        ]
+        for round_ in range(6)
+    ]
+    errors: list[BaseException] = []
+
+    def publisher(rounds: list[int], reverse: bool) -> None:
+        store = PostgresStore(settings)
+        try:
+            for r in rounds:
+                docs = list(reversed(versions[r])) if reverse else versions[r]
+                assert store.publish_current(docs, max_operations=50, max_bytes=1 << 20).ok
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=publisher, args=([0, 2, 4, 5], False)),
+        threading.Thread(target=publisher, args=([5, 3, 1, 0], True)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    store = PostgresStore(settings)
+    expected = {d.id: d for d in merge_all(d for v in versions for d in v)}
+    stored = []
+    cursor = None
+    while True:
+        page = store.search_assets(AssetQuery(scope="global", limit=500, cursor=cursor))
+        stored += page.items
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    assert {d.id: d for d in stored} == expected
+    assert {d.banner for d in stored} == {"r5"}
+
+
+def test_pool_timeout_becomes_store_unavailable(database_url, tmp_path):
+    settings = make_settings(database_url, tmp_path, database={"pool_size": 1, "max_overflow": 0})
+    settings = settings.replace(database={"pool_timeout_seconds": 0.1})
+    engine = db.create_engine(settings.database.url, settings.database)
+    store = PostgresStore(settings, engine=engine)
+    try:
+        with db.transaction(engine=engine):
+            with pytest.raises(StoreUnavailable) as caught:
+                store.count(StorageScope(months=("2026.11",)), 1)
+        assert caught.value.retry_after == 2
+    finally:
+        engine.dispose()
+
+
+def test_execution_endpoint_writes_are_one_statement_per_shard(postgres_store, engine):
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "search_execution_endpoints" in statement:
+            statements.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        docs = [execution_endpoint(90, f"192.0.2.{n}", 80) for n in range(1, 201)]
+        result = postgres_store.write_execution_endpoints(docs)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert result.ok and len(result.items) == 200
+    # bulk_batch_size is 1000 by default: 200 endpoints are one statement.
+    assert len(statements) == 1 and result.requests == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [
+        (AssetQuery(scope="global", cidr="10.1.2.0/28"), "ix_search_assets_global_ip_gist"),
+        (AssetQuery(scope="global", port=443), "ix_search_assets_global_port"),
+        (AssetQuery(scope="global", service="HTTPS"), "ix_search_assets_global_service"),
+        (AssetQuery(scope="global", product="nginx"), "ix_search_assets_global_product"),
+        (AssetQuery(scope="global", text="nginx/1"), "ix_search_assets_global_text_trgm"),
+        (AssetQuery(scope="global", last_seen_from=at(5000)), "ix_search_assets_global_last_seen"),
+        (AssetQuery(scope="global", first_seen_to=at(-5)), "ix_search_assets_global_first_seen"),
+        (AssetQuery(scope="user", owner_id=3, cidr="10.1.2.0/28"), "ix_search_assets_user"),
+        (AssetQuery(scope="user", owner_id=3, port=443), "ix_search_assets_user_port"),
+    ],
+)
+def test_asset_filters_are_served_by_indexes(postgres_store, query, index):
+    # Many rows, few matches: the plan must find them through the filter's index rather
+    # than walk the ordering index.
+    docs = []
+    for n in range(3000):
+        rare = n % 1000 == 7
+        fields = {
+            "first_seen": at(-10 if n == 7 else n),
+            "last_seen": at(6000 if rare else n),
+            "service": "https" if rare else "http",
+            "product": "nginx" if rare else f"p{n}",
+            "banner": "Server: nginx/1.22" if rare else f"banner {n}",
+        }
+        ip = f"10.1.{n // 250}.{n % 250}" if n != 7 else "10.1.2.3"
+        for scope in ("global", "user"):
+            docs.append(
+                current_asset(scope, ip, 443 if rare else 80, owner_id=3 if n % 2 else 4, **fields)
+            )
+    assert postgres_store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
+    sql, params = asset_search_statement(query)
+    with db.transaction() as conn:
+        # Small tables are cheaper to scan whole; the question here is whether an index
+        # can serve the filter at all.
+        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        conn.execute(sa.text("ANALYZE search_assets_global"))
+        conn.execute(sa.text("ANALYZE search_assets_user"))
+        plan = "\n".join(conn.execute(sa.text("EXPLAIN " + sql), params).scalars())
+    assert index in plan, plan
+
+
+def test_nul_characters_fail_only_their_item(postgres_store):
+    good = execution_endpoint(95, "192.0.2.1", 80, banner="fine")
+    bad = execution_endpoint(95, "192.0.2.2", 80, banner="bad\x00banner")
+    bad_fact = fact(95, 1, body={"banner": "x\x00"})
+    result = postgres_store.write_execution_endpoints([good, bad])
+    assert [(i.id, i.status) for i in result.items] == [(good.id, 201), (bad.id, 400)]
+    facts = postgres_store.write_facts([fact(95, 0), bad_fact])
+    assert [i.status for i in facts.items] == [201, 400]
+    assert "NUL" in (facts.items[1].error_reason or "")

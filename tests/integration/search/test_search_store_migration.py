@@ -1,0 +1,58 @@
+"""The search-store migration: re-runnable, reversible, keeps data on re-run (FND-3)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+
+from app import migrations
+from app.db import normalise_url
+
+REVISION = "20261130_0010"
+SEARCH_TABLES = {
+    "search_facts",
+    "search_execution_endpoints",
+    "search_assets_global",
+    "search_assets_user",
+}
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return set(
+                conn.execute(
+                    sa.text("SELECT tablename FROM pg_tables WHERE tablename LIKE 'search_%'")
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_is_idempotent_and_downgrade_reverses_it(empty_database_url):
+    migrations.upgrade(empty_database_url)
+    assert SEARCH_TABLES <= _tables(empty_database_url)
+
+    script = ScriptDirectory.from_config(migrations.alembic_config())
+    module = script.get_revision(REVISION).module
+    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO search_assets_global (key, id, ip, port, transport, first_seen, "
+                    "first_execution_id, last_seen, last_execution_id, observation_key) VALUES "
+                    "(1, gen_random_uuid(), '192.0.2.1', 80, 'tcp', now(), 1, now(), 1, '')"
+                )
+            )
+            conn.exec_driver_sql(module.UPGRADE)  # re-running the DDL keeps the data
+            assert conn.execute(sa.text("SELECT count(*) FROM search_assets_global")).scalar() == 1
+    finally:
+        engine.dispose()
+
+    down = script.get_revision(REVISION).down_revision
+    migrations.downgrade(empty_database_url, down)
+    assert not (SEARCH_TABLES & _tables(empty_database_url))
+    migrations.upgrade(empty_database_url)
+    assert SEARCH_TABLES <= _tables(empty_database_url)

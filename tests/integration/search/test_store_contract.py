@@ -1,0 +1,495 @@
+"""The search-store contract (STO-2): the same behaviour from every adapter.
+
+Each test runs once per adapter (``store`` is parametrised in conftest). The
+reference for every merge is ``app.search.documents.merge_all``: whatever the
+order and batching of writes, the stored document must equal the join of all
+versions written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.errors import ValidationError
+from app.search.documents import merge_all
+from app.search.port import AssetQuery, OperationTooLarge, StorageScope
+from tests.support.search_documents import (
+    BASE_TIME,
+    at,
+    current_asset,
+    execution_endpoint,
+    fact,
+)
+
+pytestmark = pytest.mark.contract
+
+NOVEMBER = StorageScope(months=("2026.11",))
+_owners = itertools.count(10_000)
+
+
+def all_execution_endpoints(store, execution_id: int, page: int = 3):
+    found, after = [], None
+    while True:
+        batch = store.read_execution_endpoints(execution_id, after_id=after, limit=page)
+        found.extend(batch)
+        if len(batch) < page:
+            return found
+        after = batch[-1].id
+
+
+def all_assets(store, **query):
+    items, cursor = [], None
+    while True:
+        page = store.search_assets(AssetQuery(cursor=cursor, **query))
+        items.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            return items
+
+
+def by_id(documents):
+    return {d.id: d for d in documents}
+
+
+# -- writes, reads and replays ------------------------------------------------
+
+
+def test_execution_endpoints_round_trip_and_keyset_order(store):
+    docs = [
+        execution_endpoint(
+            7,
+            ip,
+            port,
+            task_id=3,
+            owner_id=2,
+            service="http",
+            product="nginx",
+            version="1.22",
+            banner="HTTP/1.1 200 OK\r\nServer: nginx",
+            hostname="www.example.com",
+            tags=("edge", "http"),
+            details={"http": {"title": "Welcome"}, "tls": None},
+        )
+        for ip in ("192.0.2.1", "192.0.2.2", "2001:db8::1")
+        for port in (80, 443)
+    ]
+    result = store.write_execution_endpoints(docs)
+    assert result.ok and len(result.items) == 6
+    assert [i.id for i in result.items] == [d.id for d in docs]
+    store.refresh(NOVEMBER)
+
+    stored = all_execution_endpoints(store, 7, page=4)
+    assert [d.id for d in stored] == sorted(d.id for d in docs)
+    assert by_id(stored) == by_id(docs)
+    assert store.read_execution_endpoints(8, after_id=None, limit=10) == []
+
+
+def test_replaying_writes_changes_nothing(store):
+    docs = [execution_endpoint(5, f"198.51.100.{n}", 22, service="ssh") for n in range(1, 6)]
+    assets = [current_asset("user", d.ip, 22, owner_id=4, execution_id=5) for d in docs]
+    first = store.write_execution_endpoints(docs)
+    again = store.write_execution_endpoints(docs)
+    store.publish_current(assets, max_operations=2, max_bytes=1 << 20)
+    replay = store.publish_current(assets, max_operations=3, max_bytes=1 << 20)
+    store.refresh(NOVEMBER)
+    store.refresh_current()
+    assert first.ok and again.ok and replay.ok
+    assert len(replay.items) == 5
+    assert by_id(all_execution_endpoints(store, 5)) == by_id(docs)
+    assert by_id(all_assets(store, scope="user", owner_id=4)) == by_id(assets)
+
+
+def test_duplicate_ids_in_one_batch_merge_and_report_every_item(store):
+    early = execution_endpoint(9, "192.0.2.9", 80, seen=at(0), service="http")
+    late = execution_endpoint(9, "192.0.2.9", 80, seen=at(10), service="https")
+    result = store.write_execution_endpoints([late, early, late])
+    store.refresh(NOVEMBER)
+    assert result.ok and len(result.items) == 3
+    (stored,) = all_execution_endpoints(store, 9)
+    assert stored == merge_all([late, early])[0]
+    assert stored.first_seen == at(0) and stored.last_seen == at(10)
+    assert stored.service == "https"
+
+
+def test_provenance_across_executions(store):
+    owner = next(_owners)
+    seen_by_3 = current_asset(
+        "user", "203.0.113.5", 443, owner_id=owner, execution_id=3, seen=at(30), product="old"
+    )
+    seen_by_1 = current_asset(
+        "user", "203.0.113.5", 443, owner_id=owner, execution_id=1, seen=at(5), product="older"
+    )
+    seen_by_2 = current_asset(
+        "user", "203.0.113.5", 443, owner_id=owner, execution_id=2, seen=at(60), product="new"
+    )
+    for doc in (seen_by_3, seen_by_1, seen_by_2):
+        assert store.publish_current([doc], max_operations=10, max_bytes=1 << 20).ok
+    store.refresh_current()
+    (stored,) = all_assets(store, scope="user", owner_id=owner)
+    assert (stored.first_seen, stored.first_execution_id) == (at(5), 1)
+    assert (stored.last_seen, stored.last_execution_id) == (at(60), 2)
+    assert stored.product == "new"
+
+
+def test_equal_last_seen_is_decided_by_execution_then_observation_key(store):
+    owner = next(_owners)
+    common = {"owner_id": owner, "seen": at(0)}
+    a = current_asset("user", "192.0.2.77", 25, execution_id=4, service="smtp", **common)
+    b = current_asset("user", "192.0.2.77", 25, execution_id=4, service="submission", **common)
+    c = current_asset("user", "192.0.2.77", 25, execution_id=3, service="lmtp", **common)
+    expected = merge_all([a, b, c])[0]
+    store.publish_current([c, b], max_operations=10, max_bytes=1 << 20)
+    store.publish_current([a], max_operations=10, max_bytes=1 << 20)
+    store.refresh_current()
+    (stored,) = all_assets(store, scope="user", owner_id=owner)
+    assert stored == expected
+    assert stored.first_execution_id == 3 and stored.last_execution_id == 4
+
+
+version_strategy = st.fixed_dictionaries(
+    {
+        "endpoint": st.integers(0, 2),
+        "first": st.integers(0, 3),
+        "duration": st.integers(0, 3),
+        "first_execution": st.integers(1, 3),
+        "last_execution": st.integers(1, 3),
+        "service": st.sampled_from([None, "http", "https", "ssh"]),
+        "banner": st.sampled_from([None, "a", "b"]),
+        "scope": st.sampled_from(["user", "global"]),
+    }
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    versions=st.lists(version_strategy, min_size=1, max_size=12),
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.integers(1, 5),
+)
+def test_merges_in_any_order_and_batching_converge_to_the_join(store, versions, seed, batch):
+    owner = next(_owners)
+    # A fresh owner (and, for global documents, fresh addresses) isolates each example.
+    net = owner % 250
+    docs = [
+        current_asset(
+            v["scope"],
+            f"10.{net}.{owner // 250 % 250}.{v['endpoint'] + 1}",
+            8000 + v["endpoint"],
+            owner_id=owner,
+            first_seen=at(v["first"]),
+            last_seen=at(v["first"] + v["duration"]),
+            first_execution_id=v["first_execution"],
+            last_execution_id=v["last_execution"],
+            service=v["service"],
+            banner=v["banner"],
+        )
+        for v in versions
+    ]
+    shuffled = list(docs)
+    random.Random(seed).shuffle(shuffled)
+    for start in range(0, len(shuffled), batch):
+        result = store.publish_current(
+            shuffled[start : start + batch], max_operations=2, max_bytes=1 << 20
+        )
+        assert result.ok
+    store.refresh_current()
+    expected = by_id(merge_all(docs))
+    cidr = f"10.{net}.{owner // 250 % 250}.0/24"
+    stored = all_assets(store, scope="user", owner_id=owner, cidr=cidr)
+    stored += all_assets(store, scope="global", cidr=cidr)
+    assert by_id(stored) == expected
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sightings=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5)), min_size=1, max_size=8),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_execution_endpoint_merges_in_any_order_converge(store, sightings, seed):
+    execution = next(_owners)
+    docs = [
+        execution_endpoint(execution, "192.0.2.50", 80 + port, seen=at(minute), banner=f"b{minute}")
+        for port, minute in sightings
+    ]
+    shuffled = list(docs)
+    random.Random(seed).shuffle(shuffled)
+    for doc in shuffled:
+        assert store.write_execution_endpoints([doc]).ok
+    store.refresh(NOVEMBER)
+    assert by_id(all_execution_endpoints(store, execution)) == by_id(merge_all(docs))
+
+
+# -- counts ---------------------------------------------------------------------
+
+
+def test_counts_cover_only_the_scope_months(store):
+    october = BASE_TIME - timedelta(days=40)
+    facts = [fact(21, n) for n in range(5)]
+    facts += [fact(21, 100 + n, observed_at=october) for n in range(3)]
+    facts += [fact(21, 200 + n, kind="dns_record", body={"name": "a.example"}) for n in range(2)]
+    facts += [fact(22, n) for n in range(4)]  # another execution
+    assert store.write_facts(facts).ok
+    endpoints = [
+        execution_endpoint(21, ip, port) for ip in ("192.0.2.1", "192.0.2.2") for port in (1, 2)
+    ]
+    endpoints.append(execution_endpoint(21, "2001:db8::5", 1))
+    store.write_execution_endpoints(endpoints)
+    both = StorageScope(months=("2026.10", "2026.11"))
+    store.refresh(both)
+
+    counts = store.count(both, 21)
+    assert (counts.observations, counts.dns_records) == (8, 2)
+    assert (counts.endpoints, counts.ips) == (5, 3)
+    assert store.count(NOVEMBER, 21).observations == 5
+    assert store.count(StorageScope(legacy_full_history=True), 21).observations == 8
+    empty = store.count(StorageScope(), 21)
+    assert (empty.observations, empty.endpoints, empty.ips) == (0, 0, 0)
+    assert store.count(both, 99).observations == 0
+
+
+def test_rewriting_facts_does_not_duplicate_them(store):
+    facts = [fact(31, n) for n in range(7)]
+    first = store.write_facts(facts)
+    again = store.write_facts(list(reversed(facts)))
+    store.refresh(NOVEMBER)
+    assert first.ok and again.ok
+    assert {i.id for i in again.items} == {f.id for f in facts}
+    assert store.count(NOVEMBER, 31).observations == 7
+
+
+def test_final_request_plan_counts_nothing_for_an_empty_execution(store):
+    assert store.final_request_plan(StorageScope()).count_requests == 0
+    assert store.final_request_plan(NOVEMBER).count_requests >= 1
+
+
+# -- execution results paged by IP ------------------------------------------------
+
+
+def test_execution_results_page_by_ip_with_totals_on_the_first_page(store):
+    ips = ["192.0.2.10", "192.0.2.2", "10.0.0.1", "2001:db8::1", "192.0.2.100"]
+    docs = [
+        execution_endpoint(execution, ip, port, task_id=40)
+        for execution, ip in zip((41, 42, 41, 42, 41), ips, strict=True)
+        for port in (443, 22)
+    ]
+    docs.append(execution_endpoint(43, "192.0.2.2", 22, task_id=40))  # second execution, same IP
+    docs.append(execution_endpoint(50, "192.0.2.3", 22, task_id=49))  # another task
+    store.write_execution_endpoints(docs)
+    store.refresh(NOVEMBER)
+
+    pages, cursor = [], None
+    while True:
+        page = store.execution_results(40, cursor=cursor, limit=2)
+        pages.append(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert len(pages) == 3
+    assert pages[0].total_endpoints == 11
+    assert all(p.total_endpoints is None for p in pages[1:])
+    assert all(p.total_ips == 5 for p in pages)
+    seen_ips = [[d.ip for d in p.items] for p in pages]
+    assert [sorted(set(ips)) for ips in seen_ips] == [
+        ["10.0.0.1", "192.0.2.2"],
+        ["192.0.2.10", "192.0.2.100"],
+        ["2001:db8::1"],
+    ]
+    items = [d for p in pages for d in p.items]
+    assert len(items) == 11 and len({d.id for d in items}) == 11
+    first_ip = [(d.port, d.execution_id) for d in pages[0].items if d.ip == "192.0.2.2"]
+    assert first_ip == [(22, 42), (22, 43), (443, 42)]
+
+
+def test_execution_results_of_an_unknown_task_are_empty(store):
+    page = store.execution_results(12345, cursor=None, limit=10)
+    assert (page.items, page.next_cursor, page.total_endpoints, page.total_ips) == ([], None, 0, 0)
+
+
+def test_execution_results_reject_foreign_cursors(store):
+    with pytest.raises(ValidationError):
+        store.execution_results(1, cursor="not-a-cursor", limit=10)
+
+
+# -- asset search -----------------------------------------------------------------
+
+
+@pytest.fixture
+def asset_fixture(store):
+    owner, other = next(_owners), next(_owners)
+    docs = [
+        current_asset(
+            "user",
+            "192.0.2.10",
+            80,
+            owner_id=owner,
+            service="http",
+            product="nginx",
+            banner="Server: nginx/1.22",
+            seen=at(0),
+        ),
+        current_asset(
+            "user",
+            "192.0.2.10",
+            443,
+            owner_id=owner,
+            service="HTTPS",
+            product="nginx",
+            hostname="www.example.com",
+            first_seen=at(-60 * 24 * 3),
+            last_seen=at(60),
+        ),
+        current_asset(
+            "user",
+            "192.0.2.200",
+            22,
+            owner_id=owner,
+            service="ssh",
+            product="OpenSSH",
+            banner="SSH-2.0-OpenSSH_9.6",
+            seen=at(120),
+        ),
+        current_asset("user", "192.0.2.10", 53, "udp", owner_id=owner, service="domain"),
+        current_asset("user", "198.51.100.7", 3306, owner_id=owner, service="mysql", seen=at(5)),
+        current_asset(
+            "user", "2001:db8::10", 80, owner_id=owner, service="http", product="Apache httpd"
+        ),
+        current_asset("user", "192.0.2.10", 80, owner_id=other, service="http", product="nginx"),
+        current_asset("global", "192.0.2.10", 80, service="http", product="nginx"),
+    ]
+    assert store.publish_current(docs, max_operations=3, max_bytes=1 << 20).ok
+    store.refresh_current()
+    return owner, other, docs
+
+
+def _ports(items):
+    return sorted((d.ip, d.port) for d in items)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({}, 6),
+        ({"ip": "192.0.2.10"}, [("192.0.2.10", 53), ("192.0.2.10", 80), ("192.0.2.10", 443)]),
+        ({"cidr": "192.0.2.128/25"}, [("192.0.2.200", 22)]),
+        ({"cidr": "2001:db8::/32"}, [("2001:db8::10", 80)]),
+        ({"port": 80}, [("192.0.2.10", 80), ("2001:db8::10", 80)]),
+        ({"transport": "udp"}, [("192.0.2.10", 53)]),
+        ({"service": "https"}, [("192.0.2.10", 443)]),
+        ({"service": "HTTP"}, [("192.0.2.10", 80), ("2001:db8::10", 80)]),
+        ({"product": "openssh"}, [("192.0.2.200", 22)]),
+        ({"text": "nginx/1.2"}, [("192.0.2.10", 80)]),
+        ({"text": "OPENSSH_9"}, [("192.0.2.200", 22)]),
+        ({"text": "example.com"}, [("192.0.2.10", 443)]),
+        ({"text": "apache"}, [("2001:db8::10", 80)]),
+        ({"text": "100%"}, []),
+        ({"first_seen_to": at(-60)}, [("192.0.2.10", 443)]),
+        ({"last_seen_from": at(60)}, [("192.0.2.10", 443), ("192.0.2.200", 22)]),
+        (
+            {"last_seen_from": at(1), "last_seen_to": at(120)},
+            [("192.0.2.10", 443), ("198.51.100.7", 3306)],
+        ),
+        ({"cidr": "192.0.2.0/24", "port": 80, "service": "http"}, [("192.0.2.10", 80)]),
+    ],
+)
+def test_asset_search_filters(store, asset_fixture, query, expected):
+    owner, _other, _docs = asset_fixture
+    items = all_assets(store, scope="user", owner_id=owner, **query)
+    if isinstance(expected, int):
+        assert len(items) == expected
+    else:
+        assert _ports(items) == expected
+
+
+def test_asset_search_is_scoped_and_pages_with_a_keyset(store, asset_fixture):
+    owner, other, docs = asset_fixture
+    assert _ports(all_assets(store, scope="user", owner_id=other)) == [("192.0.2.10", 80)]
+    global_items = all_assets(store, scope="global", ip="192.0.2.10")
+    assert [(d.scope, d.owner_id, d.product) for d in global_items] == [("global", None, "nginx")]
+
+    pages, cursor = [], None
+    while True:
+        page = store.search_assets(AssetQuery(scope="user", owner_id=owner, limit=4, cursor=cursor))
+        pages.append(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [4, 2]
+    ordered = [(d.ip, d.port, d.transport) for p in pages for d in p]
+    assert ordered == [
+        ("192.0.2.10", 53, "udp"),
+        ("192.0.2.10", 80, "tcp"),
+        ("192.0.2.10", 443, "tcp"),
+        ("192.0.2.200", 22, "tcp"),
+        ("198.51.100.7", 3306, "tcp"),
+        ("2001:db8::10", 80, "tcp"),
+    ]
+    expected = by_id(d for d in docs if d.scope == "user" and d.owner_id == owner)
+    assert by_id(d for p in pages for d in p) == expected
+
+
+def test_asset_search_rejects_bad_filters(store):
+    with pytest.raises(ValidationError):
+        store.search_assets(AssetQuery(scope="user", owner_id=1, cidr="300.0.0.0/8"))
+    with pytest.raises(ValidationError):
+        store.search_assets(AssetQuery(scope="user", owner_id=1, ip="nope"))
+    with pytest.raises(ValidationError):
+        store.search_assets(AssetQuery(scope="user", owner_id=1, cursor="garbage"))
+
+
+# -- failures -------------------------------------------------------------------------
+
+
+def test_invalid_documents_fail_alone_and_are_reported(store):
+    good = execution_endpoint(61, "192.0.2.61", 80)
+    bad_port = execution_endpoint(61, "192.0.2.62", 80)
+    bad_port = type(bad_port)(**{**_fields(bad_port), "port": 70000})
+    result = store.write_execution_endpoints([good, bad_port])
+    store.refresh(NOVEMBER)
+    assert not result.ok
+    (failed,) = result.failed
+    assert failed.id == bad_port.id and 400 <= failed.status < 500
+    assert failed.error_type and not failed.retryable
+    assert [d.id for d in all_execution_endpoints(store, 61)] == [good.id]
+    with pytest.raises(Exception, match="1 of 2 bulk items failed"):
+        result.raise_for_failures()
+
+
+def test_an_operation_over_the_byte_limit_fails_before_anything_is_sent(store):
+    owner = next(_owners)
+    small = current_asset("user", "192.0.2.1", 80, owner_id=owner)
+    huge = current_asset("user", "192.0.2.2", 80, owner_id=owner, banner="x" * 70_000)
+    with pytest.raises(OperationTooLarge) as caught:
+        store.publish_current([small, huge], max_operations=10, max_bytes=65_536)
+    assert caught.value.document_id == huge.id and caught.value.limit == 65_536
+    store.refresh_current()
+    assert all_assets(store, scope="user", owner_id=owner) == []
+
+
+def test_publish_shards_by_operations_and_bytes(store):
+    owner = next(_owners)
+    docs = [
+        current_asset("user", f"192.0.2.{n}", 80, owner_id=owner, banner="b" * 2000)
+        for n in range(1, 41)
+    ]
+    by_count = store.publish_current(docs, max_operations=7, max_bytes=1 << 20)
+    by_bytes = store.publish_current(docs, max_operations=1000, max_bytes=65_536)
+    assert by_count.ok and by_bytes.ok
+    assert by_count.requests == 6
+    assert by_bytes.requests >= 2
+    assert by_bytes.request_bytes >= 40 * 2000
+
+
+def _fields(doc):
+    return {name: getattr(doc, name) for name in doc.__slots__}
