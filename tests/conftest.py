@@ -14,7 +14,10 @@ Fixture map:
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,10 +30,15 @@ TEST_SECRET_KEY = "test-secret-key-not-for-production-use-0123456789"
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestDatabaseServer]:
-    server = start_test_server(tmp_path_factory.mktemp("pg"))
+def pg_server() -> Iterator[TestDatabaseServer]:
+    # Outside pytest's basetemp: the embedded server widens its parent directories'
+    # permissions (it runs as another user when we are root), which pytest refuses
+    # for its own temporary root.
+    directory = Path(tempfile.mkdtemp(prefix="netmap-test-pg-"))
+    server = start_test_server(directory)
     yield server
     server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

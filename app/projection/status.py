@@ -2,8 +2,9 @@
 
 pending, running, retrying, ready, not_started, not_applicable. DNS-only
 executions publish no endpoints (not_applicable); an execution that has not
-succeeded has nothing to publish yet (not_started). Until the projection
-outbox exists a succeeded execution is reported as pending.
+succeeded has nothing to publish yet (not_started). A succeeded execution's
+state comes from its ``scan_projection_outbox`` row: processed → ready, a kept
+error → retrying, otherwise pending.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ PROJECTION_STATUSES = ("pending", "running", "retrying", "ready", "not_started",
 
 def projection_status_sql(alias: str) -> str:
     """SQL expression giving the projection status of execution row ``alias``."""
+    outbox = f"(SELECT o FROM scan_projection_outbox o WHERE o.execution_id = {alias}.id)"
     return (
         f"CASE WHEN {alias}.kind = 'dns' THEN 'not_applicable' "
         f"WHEN {alias}.status <> 'succeeded' THEN 'not_started' "
+        f"WHEN ({outbox}).processed_at IS NOT NULL THEN 'ready' "
+        f"WHEN ({outbox}).last_error IS NOT NULL THEN 'retrying' "
         "ELSE 'pending' END"
     )
 

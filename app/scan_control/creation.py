@@ -70,6 +70,7 @@ def create_task(
     limits: ScanSettings,
     parent_task_id: int | None = None,
     parent_execution_id: int | None = None,
+    register_targets: bool = True,
 ) -> int:
     """Insert the task, its plan and its queued executions; returns the task id."""
     planned = plan_executions(request.targets, limits.execution_max_addresses)
@@ -116,7 +117,8 @@ def create_task(
                 ),
             },
         )
-    register_search_targets(conn, owner_id, request.targets)
+    if register_targets:
+        register_search_targets(conn, owner_id, request.targets)
     return task_id
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.http.guards import SAFE_METHODS
+from tests.support.scanner_protocol import observation, upload_body
 
 ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN = (
     "anonymous",
@@ -151,6 +152,13 @@ ROUTES: list[Route] = [
         "/api/scanner/executions/<int:execution_id>/lease",
         lambda w: f"/api/scanner/executions/{w.execution_id}/lease",
         lambda w: {"claim_token": w.claim_token},
+        _scanner_route(200, 404),
+    ),
+    Route(
+        "POST",
+        "/api/scanner/executions/<int:execution_id>/uploads",
+        lambda w: f"/api/scanner/executions/{w.execution_id}/uploads",
+        lambda w: upload_body(w.claim_token, 0, [observation("198.51.100.7", 22)]),
         _scanner_route(200, 404),
     ),
     Route(

@@ -1,0 +1,103 @@
+"""The final batch's single transaction (ING-2).
+
+Everything that makes an execution "done" commits together: the final
+receipt's confirmation, the execution's counts and success, the task's
+aggregated status, the analysis-queue row, the projection-outbox row (ports
+executions only: DNS-only results publish no endpoints), the DNS follow-up
+task and target freshness. The claim is re-checked under the execution row
+lock, so a scanner that lost its lease cannot finish an execution someone
+else now owns.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.config import ScanSettings
+from app.errors import Conflict
+from app.observability import stage
+from app.result_ingest import dns, freshness
+from app.result_ingest.model import UploadBody
+from app.result_ingest.receipts import ExecutionRow, confirm_batch, lock_execution
+from app.scan_control.dispatch import aggregate_task_status
+from app.search.port import ExecutionCounts
+
+
+def commit_final(
+    conn: Connection,
+    *,
+    execution_id: int,
+    scanner_id: int,
+    body: UploadBody,
+    counts: ExecutionCounts,
+    limits: ScanSettings,
+) -> ExecutionRow:
+    with stage("final_lock_execution"):
+        execution = lock_execution(conn, execution_id, scanner_id)
+        if not execution.holds_claim(body.claim_token):
+            raise Conflict(
+                "this scanner no longer holds the claim on the execution", code="lease_lost"
+            )
+    with stage("receipt_confirm"):
+        confirm_batch(conn, execution_id=execution_id, body=body)
+        dns.record_answers(conn, execution_id, list(body.dns_records))
+    with stage("execution_stats"):
+        conn.execute(
+            sa.text(
+                """
+                UPDATE scan_executions
+                   SET status = 'succeeded', finished_at = now(), updated_at = now(),
+                       observation_count = :observations, endpoint_count = :endpoints,
+                       ip_count = :ips, last_error = NULL
+                 WHERE id = :id
+                """
+            ),
+            {
+                "id": execution_id,
+                # Everything the execution stored: observations and DNS records.
+                "observations": counts.observations + counts.dns_records,
+                "endpoints": counts.endpoints,
+                "ips": counts.ips,
+            },
+        )
+    with stage("task_aggregation"):
+        aggregate_task_status(conn, execution.task_id)
+    with stage("queue_entries"):
+        conn.execute(
+            sa.text(
+                "INSERT INTO scan_analysis_queue (execution_id, task_id) VALUES (:e, :t) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            {"e": execution_id, "t": execution.task_id},
+        )
+        if execution.kind == "ports":
+            conn.execute(
+                sa.text(
+                    "INSERT INTO scan_projection_outbox (execution_id) VALUES (:e) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                {"e": execution_id},
+            )
+    if execution.kind == "dns":
+        with stage("dns_subtask_generation"):
+            dns.create_follow_up_task(
+                conn,
+                execution_id=execution_id,
+                task_id=execution.task_id,
+                owner_id=execution.owner_id,
+                limits=limits,
+            )
+            aggregate_task_status(conn, execution.task_id)
+    with stage("target_freshness"):
+        freshness.update_after_success(
+            conn,
+            execution_id=execution_id,
+            task_id=execution.task_id,
+            owner_id=execution.owner_id,
+            kind=execution.kind,
+            targets=execution.targets,
+            started_at=execution.started_at,
+            parent_task_id=execution.parent_task_id,
+        )
+    return execution

@@ -1,0 +1,253 @@
+"""The upload body (API.md) and its validation (ING-13).
+
+Validation happens before anything is written: unknown fields, bad addresses,
+ports and timestamps, oversized batches and a checksum that does not match the
+canonical JSON all answer 400 naming the offending item index and field, and
+nothing reaches PostgreSQL or the store.
+
+The checksum is SHA-256 over the canonical JSON of
+``{"observations": […], "dns_records": […]}`` exactly as received (missing
+lists count as empty): keys sorted, separators ``,`` and ``:``, UTF-8, no ASCII
+escaping. Numbers are rendered as Python's ``json`` renders them, so scanners
+should send integers where the schema says integer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
+
+from app.config import IngestSettings
+from app.errors import ValidationError
+from app.search.ids import normalise_ip
+
+PROTOCOL_VERSION = 1
+UPLOAD_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+MAX_BATCH_INDEX = 10_000_000
+MAX_STRING = 1024
+TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._:-]*$")
+DNS_TYPES = ("A", "AAAA", "CNAME", "MX", "NS", "TXT", "PTR", "SOA", "SRV", "CAA")
+
+Short = Annotated[StrictStr, Field(max_length=MAX_STRING)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServiceIn(_Strict):
+    name: Short | None = None
+    product: Short | None = None
+    version: Short | None = None
+    banner: StrictStr | None = None  # length bounded by settings (max_banner_bytes)
+
+
+class ObservationIn(_Strict):
+    observed_at: datetime
+    ip: StrictStr
+    port: Annotated[StrictInt, Field(ge=1, le=65535)]
+    transport: Literal["tcp", "udp"] = "tcp"
+    state: Literal["open", "closed", "filtered", "open|filtered"] = "open"
+    service: ServiceIn | None = None
+    hostname: Annotated[StrictStr, Field(max_length=253)] | None = None
+    tags: list[Annotated[StrictStr, Field(max_length=256)]] = Field(default_factory=list)
+    tls: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        try:
+            return normalise_ip(value)
+        except ValueError:
+            raise ValueError("not an IPv4 or IPv6 address") from None
+
+    @field_validator("observed_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("needs a time zone (e.g. 2026-11-30T06:00:00Z)")
+        return value.astimezone(UTC)
+
+
+class DnsRecordIn(_Strict):
+    observed_at: datetime
+    name: Annotated[StrictStr, Field(min_length=1, max_length=253)]
+    type: Literal[DNS_TYPES]  # type: ignore[valid-type]
+    value: Annotated[StrictStr, Field(min_length=1, max_length=MAX_STRING)]
+    ttl: Annotated[StrictInt, Field(ge=0, le=2_147_483_647)] | None = None
+
+    @field_validator("observed_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("needs a time zone (e.g. 2026-11-30T06:00:00Z)")
+        return value.astimezone(UTC)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return value.rstrip(".").lower()
+
+
+class UploadBody(_Strict):
+    protocol_version: Literal[1]
+    claim_token: UUID
+    upload_id: Annotated[StrictStr, Field(pattern=UPLOAD_ID_PATTERN)]
+    stream: Literal["main", "dns"] = "main"
+    batch_index: Annotated[StrictInt, Field(ge=0, le=MAX_BATCH_INDEX)]
+    is_final: StrictBool = False
+    checksum: Annotated[StrictStr, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+    kind: Literal["ports", "dns"] | None = None
+    observations: list[ObservationIn] = Field(default_factory=list)
+    dns_records: list[DnsRecordIn] = Field(default_factory=list)
+
+    @property
+    def item_count(self) -> int:
+        return len(self.observations) + len(self.dns_records)
+
+
+def canonical_checksum(observations: Any, dns_records: Any) -> str:
+    canonical = json.dumps(
+        {"observations": observations, "dns_records": dns_records},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _location(loc: tuple[Any, ...]) -> dict[str, Any]:
+    """Turn pydantic's ('observations', 3, 'port') into index + field names."""
+    item: dict[str, Any] = {"loc": ".".join(str(p) for p in loc)}
+    if len(loc) >= 2 and loc[0] in ("observations", "dns_records") and isinstance(loc[1], int):
+        item["list"] = loc[0]
+        item["index"] = loc[1]
+        item["field"] = ".".join(str(p) for p in loc[2:]) or None
+    else:
+        item["field"] = ".".join(str(p) for p in loc)
+    return item
+
+
+def _fail(items: list[dict[str, Any]], message: str = "invalid upload") -> ValidationError:
+    return ValidationError(message, code="invalid_upload", details={"items": items[:100]})
+
+
+def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = None) -> UploadBody:
+    """Validate a decoded JSON body; raises ValidationError listing every problem found."""
+    if not isinstance(raw, dict):
+        raise _fail([{"field": None, "message": "body must be a JSON object"}])
+    observations = raw.get("observations", [])
+    dns_records = raw.get("dns_records", [])
+    problems: list[dict[str, Any]] = []
+    if isinstance(observations, list) and len(observations) > limits.max_observations_per_batch:
+        problems.append(
+            {
+                "field": "observations",
+                "message": f"{len(observations)} observations; at most "
+                f"{limits.max_observations_per_batch} per batch",
+            }
+        )
+    if isinstance(dns_records, list) and len(dns_records) > limits.max_dns_records_per_batch:
+        problems.append(
+            {
+                "field": "dns_records",
+                "message": f"{len(dns_records)} DNS records; at most "
+                f"{limits.max_dns_records_per_batch} per batch",
+            }
+        )
+    if problems:
+        raise _fail(problems, "batch too large")
+    try:
+        body = UploadBody.model_validate(raw)
+    except PydanticValidationError as exc:
+        raise _fail(
+            [{**_location(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+        ) from None
+
+    now = now or datetime.now(UTC)
+    oldest = now - timedelta(days=limits.observed_at_max_age_days)
+    newest = now + timedelta(seconds=limits.observed_at_max_future_seconds)
+    for list_name, items in (
+        ("observations", body.observations),
+        ("dns_records", body.dns_records),
+    ):
+        for index, item in enumerate(items):
+            if not oldest <= item.observed_at <= newest:
+                problems.append(
+                    {
+                        "list": list_name,
+                        "index": index,
+                        "field": "observed_at",
+                        "message": f"outside the accepted window ({oldest.isoformat()} .. "
+                        f"{newest.isoformat()})",
+                    }
+                )
+    for index, observation in enumerate(body.observations):
+        if len(observation.tags) > limits.max_tags:
+            problems.append(
+                {
+                    "list": "observations",
+                    "index": index,
+                    "field": "tags",
+                    "message": f"at most {limits.max_tags} tags",
+                }
+            )
+        for tag in observation.tags:
+            if len(tag) > limits.max_tag_length or not TAG_PATTERN.match(tag):
+                problems.append(
+                    {
+                        "list": "observations",
+                        "index": index,
+                        "field": "tags",
+                        "message": f"tags are lower-case [a-z0-9._:-], at most "
+                        f"{limits.max_tag_length} characters",
+                    }
+                )
+                break
+        banner = observation.service.banner if observation.service else None
+        if banner is not None and len(banner.encode("utf-8")) > limits.max_banner_bytes:
+            problems.append(
+                {
+                    "list": "observations",
+                    "index": index,
+                    "field": "service.banner",
+                    "message": f"longer than {limits.max_banner_bytes} bytes",
+                }
+            )
+        for facts_name in ("tls", "http"):
+            facts = getattr(observation, facts_name)
+            if facts is not None and len(json.dumps(facts, default=str)) > 16384:
+                problems.append(
+                    {
+                        "list": "observations",
+                        "index": index,
+                        "field": facts_name,
+                        "message": "larger than 16384 bytes of JSON",
+                    }
+                )
+    if problems:
+        raise _fail(problems)
+    expected = canonical_checksum(observations, dns_records)
+    if expected != body.checksum.lower():
+        raise ValidationError(
+            "checksum does not match the canonical JSON of observations and dns_records",
+            code="checksum_invalid",
+            details={"field": "checksum"},
+        )
+    return body

@@ -1,0 +1,392 @@
+"""Upload receipts and streams: reserving a batch, confirming it, retries (ING-1, -3, -5, -6, -7).
+
+A batch's identity is (execution_id, upload_id, stream, batch_index). The
+first transaction of an upload locks the execution row, checks the claim and
+the upload's stream counters (``scan_upload_stream``, maintained by triggers —
+never a scan of historical receipts) and inserts a ``pending`` receipt; the
+store writes happen after it commits; a second short transaction confirms the
+receipt. Retries of the same identity are recognised here:
+
+* confirmed with the same checksum → nothing to do (``saved=0``);
+* pending with the same checksum → the store writes are redone (ids are
+  deterministic) and the receipt confirmed;
+* another checksum → 409 ``checksum_mismatch``.
+
+The main stream's final batch is accepted only when batches ``0..final-1`` are
+present, contiguous and all confirmed, and the DNS sidecar has nothing
+pending; inserting the final receipt reserves the final, after which new
+batches of that upload get 409 ``final_already_reserved``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.errors import Conflict, NotFound, ValidationError
+from app.observability import emit
+from app.result_ingest.model import UploadBody
+from app.search.port import StorageScope
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    id: int
+    task_id: int
+    owner_id: int
+    kind: str
+    status: str
+    scanner_id: int | None
+    claim_token: UUID | None
+    lease_valid: bool
+    started_at: datetime | None
+    targets: list[str]
+    parent_task_id: int | None
+
+    def holds_claim(self, token: UUID) -> bool:
+        return self.status == "running" and self.claim_token == token and self.lease_valid
+
+
+@dataclass(frozen=True)
+class StreamState:
+    batch_count: int = 0
+    confirmed_count: int = 0
+    pending_count: int = 0
+    min_batch: int | None = None
+    max_batch: int | None = None
+    final_count: int = 0
+    final_batch: int | None = None
+
+    @property
+    def contiguous_confirmed_max(self) -> int | None:
+        """Highest index of a fully confirmed 0..n range, or None if there is none (yet)."""
+        if self.batch_count == 0 or self.pending_count or self.min_batch != 0:
+            return None
+        if self.max_batch is None or self.batch_count != self.max_batch + 1:
+            return None
+        return self.max_batch
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What the first transaction decided about a batch."""
+
+    outcome: str  # "new" | "retry_pending" | "already_confirmed" | "rejected"
+    execution: ExecutionRow
+    scope: StorageScope | None = None  # final batches only
+    # "rejected": the batch is refused, but a stream repair made in the same
+    # transaction must still commit; the caller raises this after commit.
+    error: Conflict | None = None
+
+
+def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> ExecutionRow:
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT e.id, e.task_id, t.owner_id, e.kind, e.status, e.scanner_id, e.claim_token,
+                   (e.lease_expires_at IS NOT NULL AND e.lease_expires_at > now()) AS lease_valid,
+                   e.started_at, e.targets, t.parent_task_id
+            FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
+            WHERE e.id = :id
+            FOR UPDATE OF e
+            """
+        ),
+        {"id": execution_id},
+    ).one_or_none()
+    if row is None or row.scanner_id != scanner_id:
+        raise NotFound("execution not found", code="execution_not_found")
+    return ExecutionRow(
+        id=row.id,
+        task_id=row.task_id,
+        owner_id=row.owner_id,
+        kind=row.kind,
+        status=row.status,
+        scanner_id=row.scanner_id,
+        claim_token=row.claim_token,
+        lease_valid=row.lease_valid,
+        started_at=row.started_at,
+        targets=list(row.targets),
+        parent_task_id=row.parent_task_id,
+    )
+
+
+def _lease_lost() -> Conflict:
+    return Conflict("this scanner no longer holds the claim on the execution", code="lease_lost")
+
+
+def check_stream_rules(execution: ExecutionRow, body: UploadBody) -> None:
+    """Which streams and payloads an execution kind accepts (400s, before any write)."""
+    if body.kind is not None and body.kind != execution.kind:
+        raise ValidationError(
+            f"kind {body.kind!r} does not match the execution's kind {execution.kind!r}",
+            code="invalid_upload",
+            details={"items": [{"field": "kind", "message": "does not match the execution"}]},
+        )
+    problems: list[dict[str, Any]] = []
+    if body.stream == "dns":
+        if execution.kind == "dns":
+            problems.append({"field": "stream", "message": "dns executions upload on 'main'"})
+        if body.is_final:
+            problems.append({"field": "is_final", "message": "the DNS sidecar has no final"})
+        if body.observations:
+            problems.append(
+                {"field": "observations", "message": "the DNS sidecar carries dns_records"}
+            )
+    elif execution.kind == "dns" and body.observations:
+        problems.append({"field": "observations", "message": "dns executions upload dns_records"})
+    elif execution.kind == "ports" and body.dns_records:
+        problems.append(
+            {"field": "dns_records", "message": "send DNS records of a port scan on stream 'dns'"}
+        )
+    if problems:
+        raise ValidationError(
+            "upload does not fit the execution", code="invalid_upload", details={"items": problems}
+        )
+
+
+def read_streams(
+    conn: Connection, execution_id: int, upload_id: str
+) -> tuple[dict[str, StreamState], bool]:
+    """This upload's stream rows, repairing any marked dirty by receipt deletes.
+
+    Returns the streams and whether a repair was made.
+    """
+    rows = conn.execute(
+        sa.text(
+            "SELECT stream, batch_count, confirmed_count, pending_count, min_batch, max_batch, "
+            "final_count, final_batch, dirty FROM scan_upload_stream "
+            "WHERE execution_id = :e AND upload_id = :u"
+        ),
+        {"e": execution_id, "u": upload_id},
+    ).all()
+    if any(r.dirty for r in rows):
+        for row in rows:
+            if row.dirty:
+                conn.execute(
+                    sa.text("SELECT scan_upload_stream_repair(:e, :u, :s)"),
+                    {"e": execution_id, "u": upload_id, "s": row.stream},
+                )
+                emit("ScanUploadStreamRepaired", execution_id=execution_id, stream=row.stream)
+        streams, _ = read_streams(conn, execution_id, upload_id)
+        return streams, True
+    return {
+        r.stream: StreamState(
+            batch_count=r.batch_count,
+            confirmed_count=r.confirmed_count,
+            pending_count=r.pending_count,
+            min_batch=r.min_batch,
+            max_batch=r.max_batch,
+            final_count=r.final_count,
+            final_batch=r.final_batch,
+        )
+        for r in rows
+    }, False
+
+
+def _check_new_batch(body: UploadBody, streams: dict[str, StreamState]) -> None:
+    main = streams.get("main", StreamState())
+    if main.final_count:
+        raise Conflict(
+            f"the final batch ({main.final_batch}) of this upload is already reserved",
+            code="final_already_reserved",
+            details={"final_batch": main.final_batch},
+        )
+    if body.stream == "dns":
+        limit = main.contiguous_confirmed_max
+        if limit is None or body.batch_index > limit:
+            raise Conflict(
+                "a DNS sidecar batch must fall inside the main upload's confirmed, "
+                "contiguous batch range",
+                code="batch_gap",
+                details={
+                    "batch_index": body.batch_index,
+                    "confirmed_range": None if limit is None else [0, limit],
+                    "main_pending": main.pending_count,
+                },
+            )
+        return
+    if body.is_final:
+        expected = body.batch_index
+        contiguous = (
+            main.batch_count == 0
+            if expected == 0
+            else (
+                main.batch_count == expected
+                and main.min_batch == 0
+                and main.max_batch == expected - 1
+            )
+        )
+        sidecar = streams.get("dns", StreamState())
+        if not contiguous or main.pending_count or sidecar.pending_count:
+            raise Conflict(
+                f"final batch {expected} needs batches 0..{expected - 1} present and confirmed "
+                "and no pending DNS sidecar batch",
+                code="batch_gap",
+                details={
+                    "batch_index": expected,
+                    "batches": main.batch_count,
+                    "min_batch": main.min_batch,
+                    "max_batch": main.max_batch,
+                    "pending": main.pending_count,
+                    "dns_pending": sidecar.pending_count,
+                },
+            )
+
+
+def collect_final_scope(
+    conn: Connection, execution_id: int, current_months: tuple[str, ...]
+) -> StorageScope:
+    """ING-8/ING-11: fact months of this execution's confirmed receipts plus this batch's."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT ARRAY(
+                     SELECT DISTINCT m FROM scan_upload_receipts r,
+                            unnest(r.storage_references) AS m
+                     WHERE r.execution_id = :e AND r.status = 'confirmed'
+                   ) AS months,
+                   EXISTS (
+                     SELECT 1 FROM scan_upload_receipts r
+                     WHERE r.execution_id = :e AND r.status = 'confirmed'
+                       AND r.observation_count > 0 AND r.storage_references IS NULL
+                   ) AS legacy
+            """
+        ),
+        {"e": execution_id},
+    ).one()
+    months = tuple(sorted(set(row.months) | set(current_months)))
+    if row.legacy:
+        emit(
+            "ScanSummaryLegacyIndexScope",
+            level=logging.WARNING,
+            execution_id=execution_id,
+            reason="confirmed receipts without storage references",
+        )
+    return StorageScope(months=months, legacy_full_history=bool(row.legacy))
+
+
+def reserve_batch(
+    conn: Connection,
+    *,
+    execution_id: int,
+    scanner_id: int,
+    body: UploadBody,
+    months: tuple[str, ...],
+) -> Reservation:
+    execution = lock_execution(conn, execution_id, scanner_id)
+    check_stream_rules(execution, body)
+    key = {
+        "e": execution_id,
+        "u": body.upload_id,
+        "s": body.stream,
+        "b": body.batch_index,
+    }
+    existing = conn.execute(
+        sa.text(
+            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
+        ),
+        key,
+    ).one_or_none()
+    token = body.claim_token
+    if existing is not None:
+        if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
+            raise Conflict(
+                "a batch with this identity was received with other content",
+                code="checksum_mismatch",
+                details={
+                    "upload_id": body.upload_id,
+                    "stream": body.stream,
+                    "batch_index": body.batch_index,
+                },
+            )
+        if existing.status == "confirmed":
+            if existing.claim_token != token and not execution.holds_claim(token):
+                raise _lease_lost()
+            return Reservation("already_confirmed", execution)
+        if not execution.holds_claim(token):
+            raise _lease_lost()
+        if existing.claim_token != token:
+            conn.execute(
+                sa.text(
+                    "UPDATE scan_upload_receipts SET claim_token = :t WHERE execution_id = :e "
+                    "AND upload_id = :u AND stream = :s AND batch_index = :b"
+                ),
+                {**key, "t": token},
+            )
+        scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
+        return Reservation("retry_pending", execution, scope)
+
+    if not execution.holds_claim(token):
+        raise _lease_lost()
+    streams, repaired = read_streams(conn, execution_id, body.upload_id)
+    try:
+        _check_new_batch(body, streams)
+    except Conflict as exc:
+        if repaired:
+            return Reservation("rejected", execution, error=exc)
+        raise
+    conn.execute(
+        sa.text(
+            """
+            INSERT INTO scan_upload_receipts
+                   (execution_id, upload_id, stream, batch_index, is_final, checksum,
+                    observation_count, status, claim_token, storage_references)
+            VALUES (:e, :u, :s, :b, :final, :checksum, :count, 'pending', :t, :months)
+            """
+        ),
+        {
+            **key,
+            "final": body.is_final,
+            "checksum": body.checksum.lower(),
+            "count": body.item_count,
+            "t": token,
+            "months": list(months),
+        },
+    )
+    scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
+    return Reservation("new", execution, scope)
+
+
+def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> bool:
+    """Pending → confirmed under a valid claim; False when another request confirmed it first."""
+    confirmed = conn.execute(
+        sa.text(
+            """
+            UPDATE scan_upload_receipts r
+               SET status = 'confirmed', confirmed_at = now()
+             WHERE r.execution_id = :e AND r.upload_id = :u AND r.stream = :s
+               AND r.batch_index = :b AND r.status = 'pending'
+               AND EXISTS (
+                   SELECT 1 FROM scan_executions x
+                   WHERE x.id = r.execution_id AND x.claim_token = :t
+                     AND x.status = 'running' AND x.lease_expires_at > now())
+            RETURNING 1
+            """
+        ),
+        {
+            "e": execution_id,
+            "u": body.upload_id,
+            "s": body.stream,
+            "b": body.batch_index,
+            "t": body.claim_token,
+        },
+    ).scalar()
+    if confirmed:
+        return True
+    status = conn.execute(
+        sa.text(
+            "SELECT status FROM scan_upload_receipts WHERE execution_id = :e AND upload_id = :u "
+            "AND stream = :s AND batch_index = :b"
+        ),
+        {"e": execution_id, "u": body.upload_id, "s": body.stream, "b": body.batch_index},
+    ).scalar()
+    if status == "confirmed":
+        return False
+    raise _lease_lost()

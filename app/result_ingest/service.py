@@ -1,0 +1,196 @@
+"""One upload, stage by stage, with the commit boundaries of ING-1/ING-2.
+
+1. validate (no I/O);
+2. short transaction: lock the execution, check identity and streams, insert
+   the pending receipt (or recognise a retry) — connection returned;
+3. enrich and tag, write facts and execution-endpoint documents to the store
+   with no database connection held;
+4. non-final: short transaction confirming the receipt;
+   final: plan and run refresh/count of exactly the final's index scope, then
+   ONE transaction for everything that finishes the execution.
+
+The response (``saved``) is computed only after the last commit returned its
+connection. Every stage is timed (``ScanWriteStageCompleted``) inside the
+upload span, and a stage left by an error logs ``success=false``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import Settings
+from app.db import transaction
+from app.errors import PayloadTooLarge, Unavailable, ValidationError
+from app.observability import UPLOAD_SECONDS, add_span_attrs, emit, span, stage
+from app.result_ingest import dns
+from app.result_ingest.enrichment import (
+    UploadContext,
+    apply_tags,
+    endpoint_documents,
+    fact_documents,
+    normalise_observation,
+)
+from app.result_ingest.final import commit_final
+from app.result_ingest.model import UploadBody, parse_upload
+from app.result_ingest.receipts import confirm_batch, reserve_batch
+from app.search.documents import month_of
+from app.search.port import (
+    ExecutionCounts,
+    OperationTooLarge,
+    RequestLineTooLong,
+    SearchStore,
+    StorageScope,
+    StoreError,
+)
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    saved: int
+    kind: str  # normal | final | confirmed_retry | dns
+
+
+def upload_kind(body: UploadBody, execution_kind: str | None) -> str:
+    if body.stream == "dns" or execution_kind == "dns" or body.dns_records:
+        return "dns"
+    return "final" if body.is_final else "normal"
+
+
+def handle_upload(
+    *,
+    settings: Settings,
+    store: SearchStore,
+    execution_id: int,
+    scanner_id: int,
+    raw: Any,
+    request_id: str | None = None,
+) -> UploadResult:
+    started = time.perf_counter()
+    with span(
+        "ScanResultUpload", request_id=request_id, scanner_id=scanner_id, execution_id=execution_id
+    ):
+        result = _handle(settings, store, execution_id, scanner_id, raw)
+    UPLOAD_SECONDS.labels(result.kind).observe(time.perf_counter() - started)
+    return result
+
+
+def _store_call(name: str, call):
+    """Run one store call inside its stage, mapping store failures to API errors."""
+    with stage(name):
+        try:
+            return call()
+        except OperationTooLarge as exc:
+            raise PayloadTooLarge(str(exc), code="operation_too_large") from None
+        except RequestLineTooLong as exc:
+            raise ValidationError(str(exc), code="request_line_too_long") from None
+        except StoreError as exc:
+            emit(
+                "ScanStoreWriteFailed", stage=name, error=type(exc).__name__, message=str(exc)[:300]
+            )
+            raise Unavailable(
+                "the search store did not accept the batch; retry with the same batch",
+                code="store_unavailable",
+                retry_after=5,
+            ) from None
+
+
+def _handle(
+    settings: Settings, store: SearchStore, execution_id: int, scanner_id: int, raw: Any
+) -> UploadResult:
+    with stage("validation"):
+        body = parse_upload(raw, settings.ingest)
+    add_span_attrs(
+        upload_id=body.upload_id,
+        stream=body.stream,
+        batch_index=body.batch_index,
+        is_final=body.is_final,
+        protocol_version=body.protocol_version,
+        observation_count=body.item_count,
+    )
+    months = tuple(
+        sorted(
+            {month_of(o.observed_at) for o in body.observations}
+            | {month_of(r.observed_at) for r in body.dns_records}
+        )
+    )
+    # ING-9: an index name that cannot fit the request-line budget fails before any write.
+    _store_call("request_line_check", lambda: store.final_request_plan(StorageScope(months=months)))
+
+    with stage("receipt_reserve"), transaction("receipt_reserve") as conn:
+        reservation = reserve_batch(
+            conn, execution_id=execution_id, scanner_id=scanner_id, body=body, months=months
+        )
+    if reservation.error is not None:
+        raise reservation.error
+    execution = reservation.execution
+    add_span_attrs(task_id=execution.task_id)
+    if reservation.outcome == "already_confirmed":
+        emit("ScanUploadAlreadyConfirmed")
+        return UploadResult(saved=0, kind="confirmed_retry")
+
+    context = UploadContext(
+        execution_id=execution_id,
+        task_id=execution.task_id,
+        owner_id=execution.owner_id,
+        scanner_id=scanner_id,
+        upload_id=body.upload_id,
+        stream=body.stream,
+        batch_index=body.batch_index,
+    )
+    with stage("enrichment"):
+        normalised = [normalise_observation(o) for o in body.observations]
+    with stage("tags"):
+        normalised = [apply_tags(values) for values in normalised]
+    facts = fact_documents(context, body, normalised)
+    endpoints = endpoint_documents(context, normalised, (o.observed_at for o in body.observations))
+    if facts:
+        _store_call("store_facts", lambda: store.write_facts(facts).raise_for_failures())
+    if endpoints:
+        _store_call(
+            "store_execution_endpoints",
+            lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
+        )
+
+    kind = upload_kind(body, execution.kind)
+    if not body.is_final:
+        with stage("receipt_confirm"), transaction("receipt_confirm") as conn:
+            confirmed = confirm_batch(conn, execution_id=execution_id, body=body)
+            if confirmed:
+                dns.record_answers(conn, execution_id, list(body.dns_records))
+        return UploadResult(saved=body.item_count if confirmed else 0, kind=kind)
+
+    scope = reservation.scope or StorageScope(months=months)
+    plan = _store_call("final_request_plan", lambda: store.final_request_plan(scope))
+    emit(
+        "ScanFinalRequestPlan",
+        refresh_requests=plan.refresh_requests,
+        count_requests=plan.count_requests,
+        max_request_line_bytes=plan.max_request_line_bytes,
+        months=len(scope.months),
+        legacy_full_history=scope.legacy_full_history,
+    )
+    _store_call("refresh", lambda: store.refresh(scope))
+    if scope.empty:
+        counts = ExecutionCounts(
+            observations=0, endpoints=0, ips=0
+        )  # an empty execution sends no count
+    else:
+        counts = _store_call("count", lambda: store.count(scope, execution_id))
+    with stage("final_commit"), transaction("final_commit") as conn:
+        commit_final(
+            conn,
+            execution_id=execution_id,
+            scanner_id=scanner_id,
+            body=body,
+            counts=counts,
+            limits=settings.scan,
+        )
+    emit(
+        "ScanExecutionSucceeded",
+        observations=counts.observations,
+        endpoints=counts.endpoints,
+        ips=counts.ips,
+    )
+    return UploadResult(saved=body.item_count, kind="dns" if kind == "dns" else "final")

@@ -1,0 +1,172 @@
+"""DNS executions, the DNS sidecar, follow-up tasks and target freshness (ING-7, ING-12, SCN-2)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from app.db import transaction
+from tests.support.scanner_protocol import claim, dns_record, now_iso, observation
+
+
+def targets_of(owner_id: int):
+    with transaction() as conn:
+        return {
+            (r.kind, r.key): r.last_scanned_at
+            for r in conn.execute(
+                sa.text(
+                    "SELECT kind, key, last_scanned_at FROM search_targets WHERE owner_id = :o"
+                ),
+                {"o": owner_id},
+            )
+        }
+
+
+def test_dns_execution_creates_a_follow_up_task_and_the_parent_waits(api):
+    user, scanner = api.user(), api.scanner()
+    parent = user.post(
+        "/api/tasks", json={"name": "site", "targets": ["example.com"], "ports": "80,443"}
+    ).get_json()["task"]
+    dns = claim(scanner)
+    assert dns.execution["kind"] == "dns"
+    records = [
+        dns_record("example.com", "192.0.2.10"),
+        dns_record("example.com", "2001:db8::10", type="AAAA"),
+        dns_record("www.example.com", "example.com", type="CNAME"),
+        dns_record("example.com", "192.0.2.10"),
+    ]
+    assert dns.batch(0, [], dns_records=records[:2]).get_json()["saved"] == 2
+    final = dns.final(1, [], dns_records=records[2:])
+    assert final.status_code == 200, final.get_json()
+    detail = user.get(f"/api/tasks/{parent['id']}").get_json()["task"]
+    assert detail["status"] == "running"
+    assert detail["projection_status"] == "not_applicable"
+    assert len(detail["child_task_ids"]) == 1
+    child_id = detail["child_task_ids"][0]
+    child = user.get(f"/api/tasks/{child_id}").get_json()["task"]
+    assert child["parent_task_id"] == parent["id"]
+    assert child["targets"] == ["192.0.2.10", "2001:db8::10"]
+    assert child["ports"] == "80,443"
+    executions = user.get(f"/api/tasks/{parent['id']}/executions").get_json()["items"]
+    assert executions[0]["projection_status"] == "not_applicable"
+    assert executions[0]["status"] == "succeeded"
+    assert executions[0]["observation_count"] == 4
+    with transaction() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM scan_projection_outbox")).scalar() == 0
+    # The domain is not fresh until the follow-up succeeded.
+    assert targets_of(user.id)[("domain", "example.com")] is None
+    follow_up = claim(scanner)
+    assert follow_up.execution["task_id"] == child_id
+    assert follow_up.final(0, [observation("192.0.2.10", 443)]).status_code == 200
+    assert user.get(f"/api/tasks/{parent['id']}").get_json()["task"]["status"] == "succeeded"
+    assert targets_of(user.id)[("domain", "example.com")] is not None
+    # Resolved addresses are not registered as targets the owner entered.
+    assert ("ip", "192.0.2.10") not in targets_of(user.id)
+
+
+def test_dns_execution_without_answers_has_no_follow_up(api):
+    user, scanner = api.user(), api.scanner()
+    parent = user.post(
+        "/api/tasks", json={"name": "nx", "targets": ["nothing.example"], "ports": "80"}
+    ).get_json()["task"]
+    dns = claim(scanner)
+    assert (
+        dns.final(
+            0, [], dns_records=[dns_record("nothing.example", "x.example", type="CNAME")]
+        ).status_code
+        == 200
+    )
+    detail = user.get(f"/api/tasks/{parent['id']}").get_json()["task"]
+    assert detail["status"] == "succeeded" and detail["child_task_ids"] == []
+    assert targets_of(user.id)[("domain", "nothing.example")] is not None
+
+
+def test_dns_sidecar_batches_are_sparse_inside_the_confirmed_range(api):
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80"})
+    upload = claim(scanner)
+    sidecar = [dns_record("host.example", "192.0.2.1", type="A")]
+    early = upload.batch(0, [], dns_records=sidecar, stream="dns")
+    assert early.status_code == 409 and early.get_json()["error"]["code"] == "batch_gap"
+    for index in range(3):
+        assert upload.batch(index, [observation("192.0.2.1", 80 + index)]).status_code == 200
+    assert upload.batch(2, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    assert upload.batch(0, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    beyond = upload.batch(5, [], dns_records=sidecar, stream="dns")
+    assert beyond.status_code == 409
+    final_sidecar = upload.batch(1, [], dns_records=sidecar, stream="dns", is_final=True)
+    assert final_sidecar.status_code == 400
+    assert upload.final(3, []).status_code == 200
+    late = upload.batch(1, [], dns_records=sidecar, stream="dns")
+    assert late.status_code in (409,)
+
+
+def test_cidr_and_single_address_freshness(api):
+    user, scanner = api.user(), api.scanner()
+    other = api.user()
+    # Targets entered earlier, by the owner and by someone else.
+    user.post(
+        "/api/tasks",
+        json={
+            "name": "a",
+            "targets": ["192.0.2.0/25", "192.0.2.7", "2001:db8::/126"],
+            "ports": "80",
+        },
+    )
+    other.post("/api/tasks", json={"name": "b", "targets": ["192.0.2.0/25"], "ports": "80"})
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE scan_executions SET status = 'failed'"))
+    user.post("/api/tasks", json={"name": "c", "targets": ["192.0.2.0/24"], "ports": "80"})
+    upload = claim(scanner)
+    assert upload.execution["targets"] == ["192.0.2.0/24"]
+    assert upload.final(0, [observation("192.0.2.7", 80)]).status_code == 200
+    mine = targets_of(user.id)
+    assert mine[("cidr", "192.0.2.0/25")] is not None
+    assert mine[("ip", "192.0.2.7")] is not None
+    assert mine[("cidr", "192.0.2.0/24")] is not None
+    assert mine[("cidr", "2001:db8::/126")] is None  # IPv6 never matches an IPv4 scan
+    assert targets_of(other.id)[("cidr", "192.0.2.0/25")] is None  # same owner only
+
+
+def test_an_older_execution_never_overwrites_a_newer_time(api):
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "old", "targets": ["192.0.2.9"], "ports": "80"})
+    user.post("/api/tasks", json={"name": "new", "targets": ["192.0.2.9"], "ports": "80"})
+    older = claim(scanner)
+    newer = claim(scanner)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE scan_executions SET started_at = now() - interval '1 hour' WHERE id = :id"
+            ),
+            {"id": older.id},
+        )
+    assert newer.final(0, []).status_code == 200
+    fresh = targets_of(user.id)[("ip", "192.0.2.9")]
+    assert older.final(0, []).status_code == 200
+    assert targets_of(user.id)[("ip", "192.0.2.9")] == fresh
+
+
+def test_cidr_freshness_uses_the_gist_index(api):
+    from app.result_ingest import freshness
+
+    user = api.user()
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO search_targets (owner_id, kind, key) "
+                "SELECT :o, 'cidr', format('10.%s.%s.0/24', a, b) "
+                "FROM generate_series(0, 99) a, generate_series(0, 99) b; ANALYZE search_targets"
+            ),
+            {"o": user.id},
+        )
+        sql = (
+            f"EXPLAIN UPDATE search_targets {freshness._SET_FRESH} "
+            "AND kind = 'cidr' AND target_ip <<= CAST(:net AS inet)"
+        )
+        plan = "\n".join(
+            conn.execute(
+                sa.text(sql),
+                {"owner": user.id, "execution": 1, "at": now_iso(), "net": "10.5.0.0/16"},
+            ).scalars()
+        )
+    assert "ix_search_targets_cidr_gist" in plan
