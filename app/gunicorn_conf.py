@@ -32,6 +32,14 @@ def child_exit(server, worker):
         multiprocess.mark_process_dead(worker.pid)
 
 
+def worker_exit(server, worker):
+    # In the worker process, after it stopped serving: drain renderer generations and reap
+    # their worker processes, so none outlives the web worker that started it.
+    from app.modules.service import close_all_services
+
+    close_all_services()
+
+
 # Gunicorn's own messages as JSON lines, like every other log line of the product.
 logconfig_dict = {
     "version": 1,

@@ -91,10 +91,11 @@ def engine(settings: Settings) -> Iterator[object]:
 
 @pytest.fixture
 def app(settings: Settings, engine):
-    from app import create_app
+    from app import close_app, create_app
 
     application = create_app(settings, engine=engine)
-    return application
+    yield application
+    close_app(application)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from app.http import admin, auth, health, scanner, tasks
+    from app.http import admin, auth, health, modules, scanner, tasks
 
-    for module in (health, auth, admin, tasks, scanner):
+    for module in (health, auth, admin, tasks, scanner, modules):
         app.register_blueprint(module.blueprint)
