@@ -6,9 +6,10 @@ only what the worker needs: ``app/renderer`` and the frame protocol
 (so nothing of the server — Flask, SQLAlchemy, psycopg2, Elasticsearch, SMTP —
 is even on its path), plus a vendored copy of Jinja2. Native dependencies
 (MarkupSafe's speedups, nh3, css-inline) come from the host environment.
-Entries are written in a fixed order with fixed timestamps and precompiled
-(unchecked-hash) bytecode, so the same sources give the same SHA-256 and the
-worker starts without compiling. The release directory is written next to its
+Entries are written in a fixed order with fixed timestamps, with precompiled
+(unchecked-hash) bytecode beside the sources so the worker starts without
+compiling (about 65 ms instead of 150 ms); marshal output is not bit-stable
+across builds, so two builds of the same sources may differ in digest. The release directory is written next to its
 final place and renamed into it: releases are immutable and never overwritten.
 """
 
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from app.modules.releases import (
     ARTIFACT_NAME,
@@ -64,7 +66,7 @@ def _pyc(source: bytes, name: str) -> bytes:
         return out.read_bytes()
 
 
-def _entries(release_id: str, test_faults: bool) -> list[tuple[str, bytes]]:
+def _entries(release_id: str, test_faults: dict[str, Any] | None) -> list[tuple[str, bytes]]:
     entries: list[tuple[str, bytes]] = [("__main__.py", _MAIN)]
     entries.append(("nmworker/__init__.py", b'"""Renderer worker (built release)."""\n'))
     entries.append(("nmworker/modules/__init__.py", b'"""Frame protocol."""\n'))
@@ -90,7 +92,7 @@ def _entries(release_id: str, test_faults: bool) -> list[tuple[str, bytes]]:
     return sorted(entries + compiled)
 
 
-def build_renderer_artifact(release_id: str, *, test_faults: bool = False) -> bytes:
+def build_renderer_artifact(release_id: str, *, test_faults: dict[str, Any] | None = None) -> bytes:
     buffer = io.BytesIO()
     buffer.write(f"#!{sys.executable} -I\n".encode())
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -102,8 +104,15 @@ def build_renderer_artifact(release_id: str, *, test_faults: bool = False) -> by
     return buffer.getvalue()
 
 
-def build_renderer_release(release_id: str, out_dir: Path, *, test_faults: bool = False) -> Path:
-    """Write ``out_dir/release_id/{manifest.json, nm-report-render-worker}``; returns that dir."""
+def build_renderer_release(
+    release_id: str, out_dir: Path, *, test_faults: dict[str, Any] | None = None
+) -> Path:
+    """Write ``out_dir/release_id/{manifest.json, nm-report-render-worker}``; returns that dir.
+
+    ``test_faults`` (tests only, never offered on the command line) builds a worker that
+    misbehaves on request: a dict enables the ``fault:…`` template versions, and
+    ``{"exit_after_self_test": True}`` makes it exit right after answering the self-test.
+    """
     check_release_id(release_id)
     if release_id == BUILTIN_RELEASE:
         raise BuildError("'builtin' is reserved for the in-process renderer")

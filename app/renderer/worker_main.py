@@ -9,8 +9,8 @@ restarts a fresh process instead of trusting a worker in an unknown state.
 
 ``_build_info.json`` is written next to this file by the builder: the release
 id the artifact was built as and whether the test-only fault hooks are on.
-Only a build made with ``test_faults=True`` ever honours a ``fault:…``
-template version; release builds ignore it.
+Only a build made with ``test_faults`` (a test-only option of the builder)
+ever honours a ``fault:…`` template version; release builds ignore it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ def _versions() -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, release_id: str, max_frame_bytes: int, test_faults: bool, out: Any):
+    def __init__(
+        self, release_id: str, max_frame_bytes: int, test_faults: dict[str, Any] | None, out: Any
+    ):
         self.release_id = release_id
         self.max_frame_bytes = max_frame_bytes
         self.test_faults = test_faults
@@ -111,7 +113,7 @@ class Worker:
         elif method == "ping":
             self.send(wire.response(request, self.release_id, result={"pid": os.getpid()}))
         elif method == METHOD_RENDER:
-            if self.test_faults and self._fault(request):
+            if self.test_faults is not None and self._fault(request):
                 return
             try:
                 output = render(payload)
@@ -120,6 +122,12 @@ class Worker:
                 self.send(wire.response(request, self.release_id, error=error))
                 return
             self.send(wire.response(request, self.release_id, result=output))
+            if (
+                self.test_faults
+                and self.test_faults.get("exit_after_self_test")
+                and output.get("template_version") == "self-test-1"
+            ):
+                os._exit(0)
         else:
             error = {"kind": "Execution", "code": "unknown_method", "message": str(method)[:64]}
             self.send(wire.response(request, self.release_id, error=error))
@@ -173,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     stdin = sys.stdin.buffer
-    worker = Worker(
-        info["release_id"], args.max_frame_bytes, bool(info.get("test_faults")), protocol_out
-    )
+    worker = Worker(info["release_id"], args.max_frame_bytes, info.get("test_faults"), protocol_out)
     _log("RendererWorkerStarted", release_id=info["release_id"])
     while True:
         try:
