@@ -52,6 +52,9 @@ logconfig_dict = {
             "stream": "ext://sys.stderr",
         }
     },
+    # Gunicorn merges this over its defaults key by key, and its default root logger names a
+    # handler ("console") this dict replaces: without our own root entry it cannot start.
+    "root": {"level": "INFO", "handlers": ["stderr"]},
     "loggers": {
         "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
         "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},

@@ -165,7 +165,9 @@ def test_install_refuses_older_or_equal_healthy_revisions(registry_for):
     try:
         for revision in (2, 3):
             with pytest.raises(StaleRevision):
-                registry.install(SLOT_NAME, module, release_id=RENDERER_RELEASES[0], revision=revision)
+                registry.install(
+                    SLOT_NAME, module, release_id=RENDERER_RELEASES[0], revision=revision
+                )
     finally:
         module.shutdown(timeout=2)
     assert registry.current(SLOT_NAME).identity.revision == 3

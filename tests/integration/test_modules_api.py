@@ -254,7 +254,7 @@ def test_future_schema_version_is_refused_and_the_applied_generation_kept(make_a
         conn.execute(
             sa.text(
                 "UPDATE runtime_configuration SET schema_version = 2, revision = 9, "
-                "document = '{\"release_id\": \"x\", \"v2\": true}' WHERE namespace = :ns"
+                'document = \'{"release_id": "x", "v2": true}\' WHERE namespace = :ns'
             ),
             {"ns": NAMESPACE},
         )
