@@ -128,8 +128,10 @@ def renderer_releases(tmp_path_factory: pytest.TempPathFactory):
     directory = tmp_path_factory.mktemp("renderer-releases")
     for release_id in RENDERER_RELEASES:
         subprocess.run(
-            [sys.executable, "-m", "app", "modules", "build-renderer"]
-            + ["--release-id", release_id, "--out", str(directory)],
+            [
+                *(sys.executable, "-m", "app", "modules", "build-renderer"),
+                *("--release-id", release_id, "--out", str(directory)),
+            ],
             check=True,
             capture_output=True,
         )

@@ -9,8 +9,9 @@ is even on its path), plus a vendored copy of Jinja2. Native dependencies
 Entries are written in a fixed order with fixed timestamps, with precompiled
 (unchecked-hash) bytecode beside the sources so the worker starts without
 compiling (about 65 ms instead of 150 ms); marshal output is not bit-stable
-across builds, so two builds of the same sources may differ in digest. The release directory is written next to its
-final place and renamed into it: releases are immutable and never overwritten.
+across builds, so two builds of the same sources may differ in digest. The
+release directory is written next to its final place and renamed into it:
+releases are immutable and never overwritten.
 """
 
 from __future__ import annotations

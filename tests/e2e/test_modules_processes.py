@@ -82,7 +82,7 @@ class WebServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**env, "NETMAP_BIND": f"127.0.0.1:{self.port}"}
-        self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.log = open(log, "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
             cwd=PROJECT_ROOT,
@@ -196,7 +196,7 @@ def test_runner_applies_the_selection_and_leaves_no_workers_on_shutdown(
     env = environment(
         database_url, write_config(tmp_path, renderer_releases), NETMAP_LOG_LEVEL="INFO"
     )
-    log = open(tmp_path / "runner.log", "wb")  # noqa: SIM115
+    log = open(tmp_path / "runner.log", "wb")
     runner = subprocess.Popen(
         [sys.executable, "-m", "app", "runner", "--processes", "2"],
         cwd=PROJECT_ROOT,

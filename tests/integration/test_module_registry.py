@@ -66,7 +66,7 @@ def test_version_switch_old_lease_keeps_old_generation_and_drains_after(registry
     old_lease = registry.acquire(SLOT_NAME)
     assert old_lease.identity.release_id == RENDERER_RELEASES[0]
 
-    second, second_module = install(settings, registry, RENDERER_RELEASES[1], 2)
+    _second, second_module = install(settings, registry, RENDERER_RELEASES[1], 2)
     new_lease = registry.acquire(SLOT_NAME)
     assert new_lease.identity.release_id == RENDERER_RELEASES[1]
     assert new_lease.identity.generation == first.identity.generation + 1
@@ -175,7 +175,7 @@ def test_install_refuses_older_or_equal_healthy_revisions(registry_for):
 
 def test_crashed_generation_may_be_replaced_at_the_same_revision(registry_for):
     settings, registry = registry_for()
-    crashed, module = install(settings, registry, FAULTY_RELEASE, 4)
+    crashed, _module = install(settings, registry, FAULTY_RELEASE, 4)
     payload = self_test_input()
     payload["template"]["version"] = "fault:exit"
     with registry.acquire(SLOT_NAME) as lease, pytest.raises(ModuleError) as caught:
