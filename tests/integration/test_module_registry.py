@@ -207,3 +207,18 @@ def test_slot_rejects_methods_schemas_and_sizes_before_any_work(registry_for):
                 lease.invoke(method, payload)
             assert caught.value.code == code and caught.value.kind is ErrorKind.EXECUTION
     assert registry.capacity_used(SLOT_NAME) == 0
+
+
+def test_drain_timeout_forces_shutdown_of_a_generation_whose_lease_is_never_released(
+    registry_for,
+):
+    settings, registry = registry_for(drain_timeout_seconds=0.3)
+    old, old_module = install(settings, registry, RENDERER_RELEASES[0], 1)
+    forgotten = registry.acquire(SLOT_NAME)
+    install(settings, registry, RENDERER_RELEASES[1], 2)
+    wait_until(lambda: not registry.draining())
+    assert old.closed and process_gone(old_module.pid)
+    with pytest.raises(ModuleError) as caught:
+        forgotten.invoke("render", self_test_input())
+    assert caught.value.kind is ErrorKind.UNAVAILABLE and caught.value.retryable
+    forgotten.release()
