@@ -1,8 +1,11 @@
 """netmap: the backend of a network-mapping (attack-surface) platform.
 
 ``create_app(settings)`` is the Flask factory used by gunicorn (``wsgi.py``),
-``netmap up`` and the tests. It never starts background work: that is the
-runner's job (``jobs/``).
+``netmap up`` and the tests. It never starts background work (that is the
+runner's job, ``jobs/``) with one exception the product requires: the report
+renderer's selection refresh (MOD-3), a daemon thread per process that keeps
+this process on the published renderer revision. ``close_app`` drains and
+closes it (gunicorn ``worker_exit``, atexit and the tests call it).
 """
 
 from __future__ import annotations
@@ -18,12 +21,22 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
 from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
 
-__all__ = ["create_app"]
+__all__ = ["close_app", "create_app"]
 
 _REQUEST_ID_HEADER = "X-Request-ID"
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> Flask:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    engine: Engine | None = None,
+    modules: str = "background",
+) -> Flask:
+    """The Flask app. ``modules``: "background" (default: apply the renderer selection now and
+    refresh it every ``refresh_seconds``), "manual" (apply now, no thread: tests drive
+    ``refresh_once()`` themselves) or "off" (no renderer in this process)."""
+    if modules not in {"background", "manual", "off"}:
+        raise ValueError(f"modules must be background, manual or off, not {modules!r}")
     configure_logging()
     if settings is None:
         settings, check = load_settings()
@@ -81,7 +94,21 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)
+    if modules != "off":
+        from app.modules.service import ReportRenderService
+
+        # Database failures here are start-up errors; a broken release is not (MOD-7).
+        service = ReportRenderService(settings)
+        app.extensions["netmap.report_render"] = service
+        service.start(background=modules == "background")
     return app
+
+
+def close_app(app: Flask) -> None:
+    """Drain and close what the app started (the renderer generations and their workers)."""
+    service = app.extensions.pop("netmap.report_render", None)
+    if service is not None:
+        service.close()
 
 
 def _install_request_hooks(app: Flask) -> None:

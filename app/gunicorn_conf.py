@@ -32,6 +32,14 @@ def child_exit(server, worker):
         multiprocess.mark_process_dead(worker.pid)
 
 
+def worker_exit(server, worker):
+    # In the worker process, after it stopped serving: drain renderer generations and reap
+    # their worker processes, so none outlives the web worker that started it.
+    from app.modules.service import close_all_services
+
+    close_all_services()
+
+
 # Gunicorn's own messages as JSON lines, like every other log line of the product.
 logconfig_dict = {
     "version": 1,
@@ -44,6 +52,8 @@ logconfig_dict = {
             "stream": "ext://sys.stderr",
         }
     },
+    # Gunicorn merges this over its defaults key by key, and its default root logger names a
+    # handler ("console") this dict replaces: without our own root entry it cannot start.
     "root": {"level": "INFO", "handlers": ["stderr"]},
     "loggers": {
         "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},

@@ -17,4 +17,6 @@ def job_kinds(settings: Settings) -> list[JobKind]:
 
 
 def worker_services(settings: Settings) -> list[WorkerService]:
-    return []
+    from jobs import report_render_modules
+
+    return [report_render_modules.ReportRenderModules(settings)]

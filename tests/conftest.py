@@ -99,10 +99,11 @@ def engine(settings: Settings) -> Iterator[object]:
 
 @pytest.fixture
 def app(settings: Settings, engine):
-    from app import create_app
+    from app import close_app, create_app
 
     application = create_app(settings, engine=engine)
-    return application
+    yield application
+    close_app(application)
 
 
 @pytest.fixture
@@ -113,3 +114,37 @@ def client(app):
 @pytest.fixture
 def api(app) -> Api:
     return Api(app)
+
+
+# ---------------------------------------------------------------------------
+# Renderer releases, built once per session by the real build command.
+
+RENDERER_RELEASES = ("renderer-1.0.0", "renderer-2.0.0")
+FAULTY_RELEASE = "renderer-faulty"
+DIES_AFTER_SELF_TEST_RELEASE = "renderer-dies-after-self-test"
+
+
+@pytest.fixture(scope="session")
+def renderer_releases(tmp_path_factory: pytest.TempPathFactory):
+    """A releases directory with two real releases (built by `netmap modules build-renderer`)
+    and two test-only builds that misbehave on request."""
+    import subprocess
+    import sys
+
+    from app.modules.build import build_renderer_release
+
+    directory = tmp_path_factory.mktemp("renderer-releases")
+    for release_id in RENDERER_RELEASES:
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "app", "modules", "build-renderer"),
+                *("--release-id", release_id, "--out", str(directory)),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    build_renderer_release(FAULTY_RELEASE, directory, test_faults={})
+    build_renderer_release(
+        DIES_AFTER_SELF_TEST_RELEASE, directory, test_faults={"exit_after_self_test": True}
+    )
+    return directory

@@ -119,6 +119,20 @@ ROUTES: list[Route] = [
         _admin_route(201),
     ),
     Route(
+        "GET",
+        "/api/modules/report-render",
+        lambda w: "/api/modules/report-render",
+        None,
+        _admin_route(200),
+    ),
+    Route(
+        "POST",
+        "/api/modules/report-render",
+        lambda w: "/api/modules/report-render",
+        lambda w: {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "matrix"},
+        _admin_route(200),
+    ),
+    Route(
         "POST",
         "/api/tasks",
         lambda w: "/api/tasks",
@@ -314,7 +328,7 @@ def test_login_rate_limit_answers_429_with_retry_after(tmp_path, database_url, e
     from tests.conftest import make_settings
 
     settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3 per minute"})
-    client = create_app(settings, engine=engine).test_client()
+    client = create_app(settings, engine=engine, modules="off").test_client()
     statuses = [
         client.post("/api/auth/login", json={"username": "x", "password": "y"}).status_code
         for _ in range(4)
@@ -332,7 +346,7 @@ def test_admin_routes_are_rate_limited_per_user(tmp_path, database_url, engine):
     from tests.support.api import Api
 
     settings = make_settings(database_url, tmp_path, security={"admin_rate_limit": "2 per minute"})
-    api = Api(create_app(settings, engine=engine))
+    api = Api(create_app(settings, engine=engine, modules="off"))
     admin = api.admin()
     statuses = [admin.post("/api/scanners", json={"name": f"rl-{i}"}).status_code for i in range(3)]
     assert statuses == [201, 201, 429]

@@ -26,7 +26,7 @@ def test_readyz_is_503_when_migrations_are_not_at_head(empty_database_url, tmp_p
     settings = make_settings(empty_database_url, tmp_path)
     engine = db.create_engine(empty_database_url, settings.database)
     try:
-        client = create_app(settings, engine=engine).test_client()
+        client = create_app(settings, engine=engine, modules="off").test_client()
         response = client.get("/readyz")
         assert response.status_code == 503
         assert response.get_json()["reason"] == "migrations_pending"
@@ -43,7 +43,7 @@ def test_readyz_is_503_when_the_database_is_unreachable(tmp_path):
     settings = make_settings(url, tmp_path)
     engine = db.create_engine(url, settings.database)
     try:
-        client = create_app(settings, engine=engine).test_client()
+        client = create_app(settings, engine=engine, modules="off").test_client()
         response = client.get("/readyz")
         assert response.status_code == 503
         assert response.get_json()["reason"] == "database_unavailable"
@@ -80,7 +80,7 @@ def test_oversized_body_is_413_json(tmp_path, database_url, engine, api):
     from tests.support.api import Api
 
     settings = make_settings(database_url, tmp_path, ingest={"max_body_bytes": 2048})
-    small = Api(create_app(settings, engine=engine))
+    small = Api(create_app(settings, engine=engine, modules="off"))
     user = small.user()
     response = user.post(
         "/api/tasks", json={"name": "x" * 4000, "targets": ["192.0.2.1"], "ports": "80"}
@@ -90,7 +90,7 @@ def test_oversized_body_is_413_json(tmp_path, database_url, engine, api):
 
 
 def test_unhandled_exception_is_logged_and_answered_without_a_trace(settings, engine, caplog):
-    app = create_app(settings, engine=engine)
+    app = create_app(settings, engine=engine, modules="off")
     boom = Blueprint("boom", __name__)
 
     @boom.get("/boom")
@@ -153,7 +153,7 @@ def test_pool_timeout_becomes_503_with_retry_after(tmp_path, database_url):
     )
     engine = db.create_engine(database_url, settings.database)
     try:
-        app = create_app(settings, engine=engine)
+        app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user = api.user()
         held = threading.Event()

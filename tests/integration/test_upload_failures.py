@@ -41,7 +41,7 @@ def test_no_connection_is_held_during_store_io(tmp_path, database_url):
     )
     engine = db.create_engine(database_url, settings.database)
     try:
-        app = create_app(settings, engine=engine)
+        app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user, scanner = api.user(), api.scanner()
         _task(user)
@@ -162,7 +162,7 @@ def test_final_scope_covers_every_month_and_an_empty_execution_sends_no_count(
     from datetime import UTC, datetime, timedelta
 
     settings = make_settings(database_url, tmp_path, ingest={"observed_at_max_age_days": 400})
-    api = Api(create_app(settings, engine=engine))
+    api = Api(create_app(settings, engine=engine, modules="off"))
     user, scanner = api.user(), api.scanner()
     _task(user, targets=("192.0.2.0/28",))
     _task(user, targets=("198.51.100.0/28",))
@@ -200,7 +200,7 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
     )
     engine = db.create_engine(database_url, settings.database)
     try:
-        api = Api(create_app(settings, engine=engine))
+        api = Api(create_app(settings, engine=engine, modules="off"))
         user, scanner = api.user(), api.scanner()
         _task(user)
         upload = claim(scanner)

@@ -227,7 +227,7 @@ def test_batch_size_limits(tmp_path, database_url, engine):
     settings = make_settings(
         database_url, tmp_path, ingest={"max_observations_per_batch": 3, "max_body_bytes": 4096}
     )
-    api = Api(create_app(settings, engine=engine))
+    api = Api(create_app(settings, engine=engine, modules="off"))
     user, scanner = api.user(), api.scanner()
     make_task(user)
     upload = claim(scanner)

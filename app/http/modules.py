@@ -1,0 +1,65 @@
+"""Admin routes for the report renderer module (MOD-8): status and publish/rollback.
+
+Both need an admin session (CSRF for POST) and fall under the admin rate
+limit. Publishing takes only a release id: paths, commands and uploads are
+never accepted over HTTP.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify
+
+from app.errors import Unavailable, ValidationError
+from app.http.guards import current_user, require_admin
+from app.http.requests import json_body
+from app.modules.selection import Selection
+from app.modules.service import MAX_CHANGE_REASON, ReportRenderService
+
+blueprint = Blueprint("modules", __name__, url_prefix="/api/modules")
+
+
+def _service() -> ReportRenderService:
+    service = current_app.extensions.get("netmap.report_render")
+    if service is None:
+        raise Unavailable(
+            "the report renderer is not running in this process", code="module_unavailable"
+        )
+    return service
+
+
+@blueprint.get("/report-render")
+@require_admin
+def report_render_status():
+    return jsonify(_service().status())
+
+
+@blueprint.post("/report-render")
+@require_admin
+def report_render_publish():
+    body = json_body()
+    expected = body.get("expectedRevision")
+    release_id = body.get("releaseId")
+    reason = body.get("changeReason")
+    problems = {}
+    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
+        problems["expectedRevision"] = "must be a positive integer (read it with GET first)"
+    if not isinstance(release_id, str) or not release_id:
+        problems["releaseId"] = "must be a release id or 'builtin'"
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_CHANGE_REASON:
+        problems["changeReason"] = f"must be a non-empty text of at most {MAX_CHANGE_REASON} chars"
+    if problems:
+        raise ValidationError(
+            "invalid publish request", code="invalid_request", details={"fields": problems}
+        )
+    service = _service()
+    result = service.publish(
+        expected_revision=expected,
+        release_id=release_id,
+        change_reason=reason.strip(),
+        actor_user_id=current_user().id,
+    )
+    # The desired state is the one just written; no second read that could fail after success.
+    status = service.status_for(Selection(result.release_id, result.revision))
+    status["revision"] = result.revision
+    status["releaseId"] = result.release_id
+    return jsonify(status)

@@ -1,0 +1,133 @@
+"""Rendering one report mail: template → sandboxed render → sanitise → inline CSS → validate.
+
+Order matters: the HTML is sanitised (nh3) before CSS is inlined, so style
+rules written by the template reach the elements as ``style`` attributes while
+scripts, event handlers and foreign URL schemes never survive; css-inline runs
+with remote stylesheets off, so rendering never opens a network connection.
+Every failure caused by the input is a ``RenderRejected`` (a business error);
+anything else is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import css_inline
+import nh3
+from jinja2 import TemplateError
+from jinja2.sandbox import SecurityError
+
+from .contract import (
+    MAX_HTML_BYTES,
+    MAX_HTML_SOURCE_CHARS,
+    MAX_IMAGES,
+    MAX_SUBJECT_SOURCE_CHARS,
+    MAX_TEMPLATE_VERSION_CHARS,
+    RenderRejected,
+    validate_output,
+)
+from .sandbox import compile_html, compile_text
+
+_ALLOWED_TAGS = set(nh3.ALLOWED_TAGS) | {"style", "tfoot", "font"}
+_ALLOWED_ATTRIBUTES = {tag: set(attrs) for tag, attrs in nh3.ALLOWED_ATTRIBUTES.items()}
+_ALLOWED_ATTRIBUTES["*"] = {"style", "class", "title", "dir", "lang", "align", "width", "height"}
+_ALLOWED_ATTRIBUTES["td"] = _ALLOWED_ATTRIBUTES.get("td", set()) | {"bgcolor", "valign"}
+_ALLOWED_ATTRIBUTES["table"] = _ALLOWED_ATTRIBUTES.get("table", set()) | {
+    "bgcolor",
+    "border",
+    "cellpadding",
+    "cellspacing",
+}
+_ALLOWED_ATTRIBUTES["font"] = {"color", "face", "size"}
+
+_CLEANER = nh3.Cleaner(
+    tags=_ALLOWED_TAGS,
+    clean_content_tags={"script"},
+    attributes=_ALLOWED_ATTRIBUTES,
+    url_schemes={"http", "https", "mailto", "cid"},
+    strip_comments=True,
+)
+_INLINER = css_inline.CSSInliner(load_remote_stylesheets=False, keep_style_tags=False)
+
+
+def _check_input(payload: Any) -> tuple[str, str, str, dict[str, Any], dict[str, dict[str, str]]]:
+    """Re-check the shape the slot schema promised (the worker trusts nobody)."""
+    if not isinstance(payload, dict):
+        raise RenderRejected("invalid_input", "render input must be an object")
+    template = payload.get("template")
+    context = payload.get("context")
+    images = payload.get("images", [])
+    if not isinstance(template, dict) or not isinstance(context, dict):
+        raise RenderRejected("invalid_input", "render input needs template and context objects")
+    subject, html, version = (template.get(k) for k in ("subject", "html", "version"))
+    if not all(isinstance(v, str) for v in (subject, html, version)):
+        raise RenderRejected("invalid_input", "template subject, html and version must be strings")
+    if len(subject) > MAX_SUBJECT_SOURCE_CHARS or len(html) > MAX_HTML_SOURCE_CHARS:
+        raise RenderRejected("invalid_input", "template source too large")
+    if not version or len(version) > MAX_TEMPLATE_VERSION_CHARS:
+        raise RenderRejected("invalid_input", "template version must be 1-128 characters")
+    if not isinstance(images, list) or len(images) > MAX_IMAGES:
+        raise RenderRejected("invalid_input", f"images must be a list of at most {MAX_IMAGES}")
+    by_token: dict[str, dict[str, str]] = {}
+    for image in images:
+        if not isinstance(image, dict) or not isinstance(image.get("token"), str):
+            raise RenderRejected("invalid_input", "each image needs a token and a url")
+        if not isinstance(image.get("url"), str):
+            raise RenderRejected("invalid_input", "each image needs a token and a url")
+        by_token[image["token"]] = image
+    return subject, html, version, context, by_token
+
+
+def render(payload: dict[str, Any]) -> dict[str, Any]:
+    """Render one mail; raises ``RenderRejected`` for anything wrong with the input."""
+    subject_source, html_source, version, context, images = _check_input(payload)
+    used: list[str] = []
+
+    def image(token: str) -> str:
+        entry = images.get(token)
+        if entry is None:
+            raise RenderRejected("template_error", f"template references unknown image {token!r}")
+        if token not in used:
+            used.append(token)
+        return entry["url"]
+
+    def image_alt(token: str) -> str:
+        entry = images.get(token)
+        return "" if entry is None else entry.get("alt", "")
+
+    variables = {**context, "image": image, "image_alt": image_alt}
+    try:
+        subject = compile_text(subject_source).render(variables)
+        body = compile_html(html_source).render(variables)
+    except RenderRejected:
+        raise
+    except SecurityError as exc:
+        raise RenderRejected(
+            "template_unsafe", f"template rejected by the sandbox: {exc}"
+        ) from None
+    except TemplateError as exc:
+        raise RenderRejected("template_error", f"{type(exc).__name__}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
+        raise RenderRejected("template_error", f"{type(exc).__name__}: {exc}") from None
+    if len(body.encode("utf-8")) > MAX_HTML_BYTES * 2:
+        raise RenderRejected("output_too_large", "rendered HTML is far beyond the size limit")
+    subject = " ".join(subject.split())  # one header line: collapse newlines and runs of spaces
+    clean = _CLEANER.clean(body)
+    try:
+        inlined = _INLINER.inline(clean)
+    except (css_inline.InlineError, ValueError) as exc:
+        raise RenderRejected("template_error", f"CSS could not be inlined: {exc}") from None
+    output = {
+        "subject": subject,
+        "html": inlined,
+        "template_version": version,
+        "images_used": used,
+    }
+    validate_output(payload, output)
+    return output
+
+
+def render_json(payload: dict[str, Any]) -> str:
+    """Convenience for tools: the output as canonical JSON text."""
+    return json.dumps(render(payload), ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,118 @@
+"""The pure renderer: sandbox, sanitising, CSS inlining and output validation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from app.renderer.contract import (
+    RenderRejected,
+    check_self_test_output,
+    self_test_input,
+    validate_output,
+)
+from app.renderer.render import render
+
+
+def with_template(html: str = "<p>ok</p>", subject: str = "s", version: str = "v1") -> dict:
+    payload = self_test_input()
+    payload["template"] = {"subject": subject, "html": html, "version": version}
+    return payload
+
+
+def test_self_test_sample_renders_as_expected():
+    output = render(self_test_input())
+    assert check_self_test_output(output) is None
+    assert output["subject"] == "[netmap] self-test: 3 open ports"
+    assert '<h1 style="color: #123456;">self-test</h1>' in output["html"]
+    assert output["images_used"] == ["ports-chart"]
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "{{ ''.__class__ }}",
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ ''|attr('__class__') }}",
+        "{{ task|attr('__init__') }}",
+        "{{ '{0.__class__}'.format(task) }}",
+        "{{ '{a.__class__}'.format_map({'a': task}) }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{{ 'a' * 100000000 }}",
+        "{{ 2 ** 100000 }}",
+        "{% for i in range(10000000) %}{% endfor %}",
+        "{{ task.update({'x': 1}) }}",
+    ],
+)
+def test_sandbox_escapes_and_resource_abuse_are_rejected(html):
+    with pytest.raises(RenderRejected) as caught:
+        render(with_template(html))
+    assert caught.value.code in {"template_unsafe", "template_error"}
+
+
+def test_undefined_variables_are_errors_not_blank_reports():
+    with pytest.raises(RenderRejected) as caught:
+        render(with_template("{{ no_such_value }}"))
+    assert caught.value.code == "template_error"
+    assert render(with_template("{{ no_such_value | default('n/a') }}"))["html"].count("n/a") == 1
+
+
+def test_html_is_sanitised_before_css_is_inlined():
+    html = (
+        "<style>p { color: red } .x { font-weight: bold }</style>"
+        '<p class="x" onclick="steal()">hi</p>'
+        "<script>alert(1)</script>"
+        '<a href="javascript:alert(1)">j</a>'
+        '<link rel="stylesheet" href="https://example.invalid/x.css">'
+        '<img src="cid:chart" onerror="x()">'
+        "<iframe src='https://example.invalid'></iframe>"
+    )
+    output = render(with_template(html))["html"]
+    assert "onclick" not in output and "onerror" not in output
+    assert "<script" not in output and "alert(1)" not in output
+    assert "javascript:" not in output
+    assert "<iframe" not in output and "<link" not in output and "<style" not in output
+    assert 'style="color: red;font-weight: bold;"' in output
+    assert 'src="cid:chart"' in output
+
+
+def test_context_values_are_escaped_in_html_but_not_in_the_subject():
+    payload = with_template("<p>{{ note }}</p>", subject="{{ note }} & more")
+    output = render(payload)
+    assert "&lt;script&gt;" in output["html"]
+    assert output["subject"] == "<script>alert(1)</script> & more"
+
+
+def test_subject_is_one_line():
+    output = render(with_template(subject="line one\nline two\r\n  three"))
+    assert output["subject"] == "line one line two three"
+    with pytest.raises(RenderRejected):
+        render(with_template(subject="   "))
+
+
+def test_unknown_image_token_is_a_template_error_and_unused_images_are_not_reported():
+    with pytest.raises(RenderRejected, match="unknown image"):
+        render(with_template('<img src="{{ image("nope") }}">'))
+    assert render(with_template("<p>no images</p>"))["images_used"] == []
+
+
+def test_output_validation_checks_version_echo_size_and_images():
+    payload = with_template()
+    output = render(payload)
+    validate_output(payload, output)
+    for change in (
+        {"template_version": "other"},
+        {"html": "x" * (600 * 1024)},
+        {"images_used": ["not-given"]},
+        {"subject": "a\nb"},
+        {"subject": "x" * 300},
+    ):
+        bad = {**copy.deepcopy(output), **change}
+        with pytest.raises(RenderRejected):
+            validate_output(payload, bad)
+
+
+def test_oversized_output_is_rejected():
+    with pytest.raises(RenderRejected):
+        render(with_template("{% for i in range(90000) %}<p>row {{ i }}</p>{% endfor %}"))
