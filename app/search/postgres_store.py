@@ -398,21 +398,31 @@ class PostgresStore:
         wrong = [d.id for d in docs if d.scope != "execution"]
         if wrong:
             raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
-        return self._merge(docs, max_operations=self._batch_size, max_bytes=None)
+        return self._merge(docs, max_operations=self._batch_size, max_bytes=None, cancel=None)
 
     def publish_current(
-        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
     ) -> BulkResult:
         wrong = [d.id for d in docs if d.scope not in ASSET_TABLES]
         if wrong:
             raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
-        return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes)
+        return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes, cancel=cancel)
 
     def _table_of(self, doc: EndpointDocument) -> str:
         return EXECUTION_TABLE if doc.scope == "execution" else ASSET_TABLES[doc.scope]
 
     def _merge(
-        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int | None
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int | None,
+        cancel: threading.Event | None,
     ) -> BulkResult:
         if not docs:
             return BulkResult()
@@ -454,6 +464,8 @@ class PostgresStore:
                 else:
                     unique.append(row)
             for shard in _byte_shards(unique, max_operations, max_bytes):
+                if cancel is not None and cancel.is_set():
+                    raise StoreUnavailable("publish cancelled")
                 payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
                 requests += 1
                 request_bytes += len(payload.encode("utf-8"))
@@ -767,11 +779,14 @@ def _bad_cursor() -> ValidationError:
 
 
 def _cursor_ip(position: dict[str, Any], key: str) -> str:
-    value = position.get(key)
+    """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
     try:
-        return str(ipaddress.ip_address(value))  # type: ignore[arg-type]
+        address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
     except ValueError:
         raise _bad_cursor() from None
+    if address.version == 4:
+        return f"::ffff:{address}"
+    return str(address)
 
 
 def _cursor_int(position: dict[str, Any], key: str) -> int:

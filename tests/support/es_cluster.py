@@ -57,6 +57,8 @@ class Fault:
       ``shard_failure``  answer 200 with ``_shards.failed`` > 0 (refresh/count/search)
       ``item_status``    bulk items whose id is in ``item_ids`` (or every
                          ``every_nth_item``) fail with ``status``/``error_type``
+                         (``times`` items in all)
+      ``mangle_items``   answer a bulk request with its last item missing
     """
 
     action: str
@@ -158,8 +160,14 @@ class ApiFailure(Exception):
 
 
 def merge_endpoint_script(document_id: str, existing: dict[str, Any], params: dict[str, Any]):
-    """The Python twin of the stored Painless merge script (``merge_endpoints``)."""
+    """The Python twin of the stored Painless merge script (``merge_endpoints``).
+
+    An empty ``existing`` is a scripted upsert creating the document: it takes
+    the incoming version as it is.
+    """
     incoming = params["doc"]
+    if not existing:
+        return dict(incoming)
     merged = merge_endpoints(
         endpoint_from_source(document_id, existing), endpoint_from_source(document_id, incoming)
     )
@@ -185,6 +193,8 @@ class SimulatedCluster:
         self.faults: list[Fault] = []
         self.requests: list[RecordedRequest] = []
         self.max_initial_line_length = MAX_INITIAL_LINE_LENGTH
+        self.in_flight: dict[str, int] = {}
+        self.peak_in_flight: dict[str, int] = {}
         self._seq = itertools.count()
         self.cluster_uuid = uuid.uuid4().hex[:22]
 
@@ -201,16 +211,19 @@ class SimulatedCluster:
                 if chosen is None and fault.seen >= fault.nth and not fault.exhausted:
                     fault.fired += 1
                     chosen = fault
-            self.faults = [f for f in self.faults if f.action == "item_status" or not f.exhausted]
+            self.faults = [f for f in self.faults if not f.exhausted]
             return chosen
 
     def item_fault(self, document_id: str, position: int) -> Fault | None:
+        """The item fault for this bulk item; each fires for ``times`` items, then is gone."""
         for fault in self.faults:
-            if fault.action != "item_status":
+            if fault.action != "item_status" or fault.exhausted:
                 continue
-            if fault.item_ids is not None and document_id in fault.item_ids:
-                return fault
-            if fault.every_nth_item and position % fault.every_nth_item == 0:
+            chosen = (fault.item_ids is not None and document_id in fault.item_ids) or (
+                bool(fault.every_nth_item) and position % fault.every_nth_item == 0
+            )
+            if chosen:
+                fault.fired += 1
                 return fault
         return None
 
@@ -375,45 +388,47 @@ class SimulatedCluster:
         body: dict[str, Any],
     ) -> tuple[dict[str, Any], str]:
         if existing is None:
-            if "upsert" in body:
-                if body.get("scripted_upsert"):
-                    raise ApiFailure(
-                        400, "illegal_argument_exception", "scripted_upsert unsupported"
-                    )
-                index.mapping.check(body["upsert"])
-                return body["upsert"], "created"
-            if body.get("doc_as_upsert") and "doc" in body:
-                index.mapping.check(body["doc"])
-                return body["doc"], "created"
-            raise ApiFailure(
-                404, "document_missing_exception", f"[{document_id}]: document missing"
-            )
+            if "upsert" in body and body.get("scripted_upsert") and "script" in body:
+                # The script runs on the upsert document, as on a cluster.
+                new_source = self._run_script(document_id, dict(body["upsert"]), body["script"])
+            elif "upsert" in body:
+                new_source = body["upsert"]
+            elif body.get("doc_as_upsert") and "doc" in body:
+                new_source = body["doc"]
+            else:
+                raise ApiFailure(
+                    404, "document_missing_exception", f"[{document_id}]: document missing"
+                )
+            index.mapping.check(new_source)
+            return new_source, "created"
         if "script" in body:
-            script = body["script"]
-            script_id = script.get("id")
-            if script_id is None:
-                raise ApiFailure(
-                    400, "illegal_argument_exception", "inline scripts are not simulated"
-                )
-            if script_id not in self.scripts:
-                raise ApiFailure(
-                    400,
-                    "resource_not_found_exception",
-                    f"unable to find script [{script_id}] in cluster state",
-                )
-            implementation = next(
-                (f for suffix, f in SCRIPT_IMPLEMENTATIONS.items() if script_id.endswith(suffix)),
-                None,
-            )
-            if implementation is None:
-                raise ApiFailure(400, "illegal_argument_exception", f"script [{script_id}] unknown")
-            new_source = implementation(document_id, existing.source, script.get("params") or {})
+            new_source = self._run_script(document_id, existing.source, body["script"])
         elif "doc" in body:
             new_source = {**existing.source, **body["doc"]}
         else:
             raise ApiFailure(400, "action_request_validation_exception", "script or doc is missing")
         index.mapping.check(new_source)
         return new_source, ("noop" if new_source == existing.source else "updated")
+
+    def _run_script(
+        self, document_id: str, source: dict[str, Any], script: dict[str, Any]
+    ) -> dict[str, Any]:
+        script_id = script.get("id")
+        if script_id is None:
+            raise ApiFailure(400, "illegal_argument_exception", "inline scripts are not simulated")
+        if script_id not in self.scripts:
+            raise ApiFailure(
+                400,
+                "resource_not_found_exception",
+                f"unable to find script [{script_id}] in cluster state",
+            )
+        implementation = next(
+            (f for suffix, f in SCRIPT_IMPLEMENTATIONS.items() if script_id.endswith(suffix)),
+            None,
+        )
+        if implementation is None:
+            raise ApiFailure(400, "illegal_argument_exception", f"script [{script_id}] unknown")
+        return implementation(document_id, source, script.get("params") or {})
 
     # search ---------------------------------------------------------------------------
 

@@ -62,6 +62,9 @@ __all__ = ["EsSimulator", "Fault", "RecordedRequest", "SimulatedCluster", "main"
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate writes; without TCP_NODELAY, Nagle's algorithm and
+    # delayed ACKs add ~40 ms to every keep-alive request.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -95,34 +98,50 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         fault = None if segments[:1] == ["_simulator"] else cluster.next_fault(endpoint)
-        if fault is not None and fault.action == "status":
-            self._record(record, fault.status)
-            error_type = fault.error_type or ERROR_TYPES.get(fault.status, "exception")
-            failure = ApiFailure(fault.status, error_type, f"injected {fault.status}")
-            self._send(fault.status, failure.body())
-            return
-        if fault is not None and fault.action == "drop" and not fault.apply:
+        with cluster.lock:
+            cluster.in_flight[endpoint] = cluster.in_flight.get(endpoint, 0) + 1
+            peak = max(cluster.peak_in_flight.get(endpoint, 0), cluster.in_flight[endpoint])
+            cluster.peak_in_flight[endpoint] = peak
+        try:
+            outcome = self._answer(fault, segments, params, body)
+        finally:
+            with cluster.lock:
+                cluster.in_flight[endpoint] -= 1
+        if outcome is None:
             self._record(record, None)
             self._drop()
             return
-        if fault is not None and fault.action == "delay":
+        status, payload = outcome
+        self._record(record, status)
+        self._send(status, payload)
+
+    def _answer(
+        self, fault: Fault | None, segments: list[str], params: dict[str, str], body: bytes
+    ) -> tuple[int, Any] | None:
+        """The status and body to send, or ``None`` to drop the connection."""
+        action = fault.action if fault is not None else None
+        if fault is not None and action == "status":
+            error_type = fault.error_type or ERROR_TYPES.get(fault.status, "exception")
+            return fault.status, ApiFailure(fault.status, error_type, "injected failure").body()
+        if fault is not None and action == "drop" and not fault.apply:
+            return None
+        if fault is not None and action == "delay":
             # A slow cluster: the work happens late, even if the client gave up meanwhile.
             time.sleep(fault.seconds)
         try:
             status, payload = self._route(segments, params, body)
-            if fault is not None and fault.action == "shard_failure" and status == 200:
-                payload = _with_shard_failure(payload)
         except ApiFailure as exc:
-            status, payload = exc.status, exc.body()
+            return exc.status, exc.body()
         except (QueryError, ValueError, KeyError, TypeError) as exc:
             failure = ApiFailure(400, "parsing_exception", f"{type(exc).__name__}: {exc}")
-            status, payload = 400, failure.body()
-        if fault is not None and fault.action == "drop":
-            self._record(record, None)
-            self._drop()
-            return
-        self._record(record, status)
-        self._send(status, payload)
+            return 400, failure.body()
+        if action == "drop":
+            return None
+        if action == "shard_failure" and status == 200:
+            payload = _with_shard_failure(payload)
+        if action == "mangle_items" and status == 200:
+            payload = {**payload, "items": payload["items"][:-1]}
+        return status, payload
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _dispatch
 
@@ -399,6 +418,11 @@ class EsSimulator:
 
     def requests_to(self, endpoint: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.endpoint == endpoint]
+
+    def peak_in_flight(self, endpoint: str) -> int:
+        """The most requests to ``endpoint`` the server was handling at one time."""
+        with self.cluster.lock:
+            return self.cluster.peak_in_flight.get(endpoint, 0)
 
     def reset_requests(self) -> None:
         with self.cluster.lock:
