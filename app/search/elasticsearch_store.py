@@ -15,7 +15,9 @@ retries, item checks and the ``ElasticsearchBulkCompleted`` event are in
   script, merged in-batch first so each id travels once per call;
 * a final's refreshes and counts follow the ING-9 plan (``request_plan``):
   chunks within the request-line budget, the execution-endpoint index refreshed
-  once; counts check shard failures, non-negative values and overflow;
+  once; counts check shard failures, non-negative values and overflow; each
+  chunk is timed as a ``refresh_execution_index_chunk`` /
+  ``count_execution_observation_chunk`` stage (``ScanWriteStageCompleted``);
 * endpoint and IP totals come from a composite aggregation over ``ip``: the
   exact endpoint total from the first page (``track_total_hits``), later pages
   without it, IPs counted bucket by bucket (exact, ING-10);
@@ -39,7 +41,7 @@ from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
 from app.errors import ValidationError
-from app.observability import emit
+from app.observability import emit, stage
 from app.search.cursors import decode_cursor, encode_cursor
 from app.search.documents import EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
@@ -285,12 +287,13 @@ class ElasticsearchStore:
 
     def refresh(self, scope: StorageScope) -> None:
         for request in self._final_requests(scope).refreshes:
-            answer = self._call(
-                lambda r=request: self._client.indices.refresh(
-                    index=r.indices, ignore_unavailable=True
+            with stage("refresh_execution_index_chunk", indices=len(request.indices)):
+                answer = self._call(
+                    lambda r=request: self._client.indices.refresh(
+                        index=r.indices, ignore_unavailable=True
+                    )
                 )
-            )
-            _check_shards(answer, "refresh")
+                _check_shards(answer, "refresh")
 
     def refresh_current(self) -> None:
         answer = self._call(
@@ -309,7 +312,10 @@ class ElasticsearchStore:
                 "query": {"term": {"execution_id": execution_id}},
                 "aggs": {"kinds": {"terms": {"field": "kind", "size": 10}}},
             }
-            answer = self._search(list(request.indices), body, what="count", missing_is_empty=True)
+            with stage("count_execution_observation_chunk", indices=len(request.indices)):
+                answer = self._search(
+                    list(request.indices), body, what="count", missing_is_empty=True
+                )
             buckets = answer["aggregations"]["kinds"]["buckets"]
             total = _count_value(answer["hits"]["total"]["value"])
             if sum(_count_value(b["doc_count"]) for b in buckets) != total:

@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 from app import db
 from app.config import Settings
 from app.errors import Unavailable, ValidationError
-from app.observability import emit
+from app.observability import emit, stage
 from app.search.cursors import decode_cursor, encode_cursor
 from app.search.documents import EndpointDocument, FactDocument, merge_all
 from app.search.encoding import (
@@ -429,11 +429,14 @@ class PostgresStore:
         outcome: dict[str, BulkItemResult] = {}
         rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
         encoded: dict[int, str] = {}
+        keys: dict[str, int] = {}
         valid: list[EndpointDocument] = []
         for doc in docs:
             problem = endpoint_problem(doc)
             if problem is None:
-                encoded[id(doc)] = text = _endpoint_row(doc)
+                encoded[id(doc)] = text = _endpoint_row(
+                    doc, keys.setdefault(doc.id, pg_key(doc.id))
+                )
                 if has_nul(text):
                     problem = NUL_PROBLEM
             if problem is None:
@@ -446,11 +449,13 @@ class PostgresStore:
         by_table: dict[str, list[tuple[int, EndpointDocument, str]]] = {}
         for doc in merge_all(valid):
             # merge_all hands back the very object when an id came once (the usual case).
-            text = encoded.get(id(doc)) or _endpoint_row(doc)
-            size = len(text.encode("utf-8"))
-            if max_bytes is not None and size > max_bytes:
-                raise OperationTooLarge(doc.id, size, max_bytes)
-            by_table.setdefault(self._table_of(doc), []).append((pg_key(doc.id), doc, text))
+            key = keys[doc.id]
+            text = encoded.get(id(doc)) or _endpoint_row(doc, key)
+            if max_bytes is not None:
+                size = len(text.encode("utf-8"))
+                if size > max_bytes:
+                    raise OperationTooLarge(doc.id, size, max_bytes)
+            by_table.setdefault(self._table_of(doc), []).append((key, doc, text))
 
         requests = 0
         request_bytes = 0
@@ -540,7 +545,8 @@ class PostgresStore:
                 WHERE execution_id = :execution_id) AS ips
             """
         )
-        row = self._run(lambda conn: conn.execute(sql, params).one())
+        with stage("count_execution_observation_chunk"):
+            row = self._run(lambda conn: conn.execute(sql, params).one())
         return ExecutionCounts(
             observations=row.observations,
             endpoints=row.endpoints,
@@ -624,9 +630,9 @@ class PostgresStore:
 # -- module helpers -----------------------------------------------------------
 
 
-def _endpoint_row(doc: EndpointDocument) -> str:
+def _endpoint_row(doc: EndpointDocument, key: int) -> str:
     row = endpoint_source(doc)
-    row["key"] = pg_key(doc.id)
+    row["key"] = key
     row["id"] = doc.id
     return dumps(row)
 
@@ -647,7 +653,7 @@ def _byte_shards(
     shard: list[tuple[int, EndpointDocument, str]] = []
     size = 2  # the enclosing brackets
     for row in rows:
-        row_bytes = len(row[2].encode("utf-8")) + 1
+        row_bytes = 0 if max_bytes is None else len(row[2].encode("utf-8")) + 1
         if shard and (
             len(shard) >= max_operations or (max_bytes is not None and size + row_bytes > max_bytes)
         ):

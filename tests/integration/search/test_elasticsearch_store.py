@@ -250,7 +250,7 @@ def test_missing_month_indices_count_as_empty(store):
     assert store.count(scope, 12).observations == 0
 
 
-def test_final_requests_follow_the_plan_within_the_request_line_budget(simulator):
+def test_final_requests_follow_the_plan_within_the_request_line_budget(simulator, events):
     store = make_store(simulator, request_line_max_bytes=300)
     months = [f"{year}.{month:02d}" for year in range(2020, 2027) for month in range(1, 13)]
     store.write_facts([fact(13, n, observed_at=at(0)) for n in range(3)])
@@ -267,6 +267,9 @@ def test_final_requests_follow_the_plan_within_the_request_line_budget(simulator
     assert max(r.line_bytes for r in refreshes + searches) == plan.max_request_line_bytes
     assert plan.max_request_line_bytes <= 300
     assert sum("execution-endpoints" in r.target for r in refreshes) == 1
+    stages = [e["stage"] for e in events("ScanWriteStageCompleted")]
+    assert stages.count("refresh_execution_index_chunk") == plan.refresh_requests
+    assert stages.count("count_execution_observation_chunk") == plan.count_requests
 
 
 def test_few_months_make_one_refresh_request(simulator, store):
