@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,6 +98,14 @@ class ElasticsearchSettings:
     projection_lease_seconds: int = spec(120, min=10, max=3600)
     projection_heartbeat_seconds: int = spec(20, min=1, max=1200)
     projection_max_backoff_seconds: int = spec(300, min=1, max=86400)
+    bulk_max_bytes: int = spec(
+        5_242_880,
+        min=65_536,
+        max=67_108_864,
+        doc="NDJSON bytes per bulk request for facts and execution endpoints",
+    )
+    index_shards: int = spec(1, min=1, max=64, doc="primary shards of indices we create")
+    index_replicas: int = spec(1, min=0, max=5, doc="replicas of indices we create")
 
 
 @dataclass(frozen=True)
@@ -378,6 +387,15 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                 es.projection_heartbeat_seconds,
                 "must be at most projection_lease_seconds / 3 "
                 f"(= {es.projection_lease_seconds / 3:g})",
+            )
+        )
+    prefix = settings.elasticsearch.index_prefix
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", prefix):
+        errors.append(
+            ConfigProblem(
+                "elasticsearch.index_prefix",
+                prefix,
+                "must be 1-64 characters of a-z, 0-9, '.', '_', '-' (Elasticsearch index names)",
             )
         )
     if settings.smtp.ssl and settings.smtp.starttls:

@@ -13,6 +13,7 @@ PostgreSQL refuses (NUL in text).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 from collections.abc import Mapping
@@ -36,7 +37,8 @@ def as_utc(moment: datetime) -> datetime:
 
 
 def utc_text(moment: datetime) -> str:
-    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times faster than strftime and just as fixed-width here.
+    return as_utc(moment).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_utc(text: str) -> datetime:
@@ -51,9 +53,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON as both stores receive it (UTF-8 text, no ASCII escaping)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    return _ENCODER.encode(value)
 
 
 def endpoint_source(doc: EndpointDocument) -> dict[str, Any]:
@@ -124,6 +129,17 @@ def fact_source(doc: FactDocument) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=65536)
+def _ip_problem(ip: str) -> str | None:
+    # Cached: an address usually carries several endpoints, and parsing dominates the check.
+    try:
+        if str(ipaddress.ip_address(ip)) != ip:
+            return f"ip {ip!r} is not normalised"
+    except ValueError:
+        return f"ip {ip!r} is not an IP address"
+    return None
+
+
 def _bad_time(moment: datetime) -> bool:
     return not EARLIEST <= as_utc(moment) < LATEST
 
@@ -132,11 +148,9 @@ def endpoint_problem(doc: EndpointDocument) -> str | None:
     """Why ``doc`` cannot be stored, or ``None``."""
     if doc.scope not in ENDPOINT_SCOPES:
         return f"unknown scope {doc.scope!r}"
-    try:
-        if str(ipaddress.ip_address(doc.ip)) != doc.ip:
-            return f"ip {doc.ip!r} is not normalised"
-    except ValueError:
-        return f"ip {doc.ip!r} is not an IP address"
+    ip_problem = _ip_problem(doc.ip)
+    if ip_problem:
+        return ip_problem
     if not 0 <= doc.port <= 65535:
         return f"port {doc.port} is out of range"
     if doc.transport not in TRANSPORTS:

@@ -19,6 +19,7 @@ Failure contract:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -194,9 +195,18 @@ class SearchStore(Protocol):
         """Keyset page of an execution's endpoints ordered by id (projection pages)."""
 
     def publish_current(
-        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
     ) -> BulkResult:
-        """Merge global/user current-asset documents, sharded by count and bytes."""
+        """Merge global/user current-asset documents, sharded by count and bytes.
+
+        Setting ``cancel`` (lost lease, PRJ-3) stops sending further shards and
+        cuts retry waits short with ``StoreUnavailable``.
+        """
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         """Plan refresh/count requests for a final; raises RequestLineTooLong."""

@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 from app import db
 from app.config import Settings
 from app.errors import Unavailable, ValidationError
-from app.observability import emit
+from app.observability import emit, stage
 from app.search.cursors import decode_cursor, encode_cursor
 from app.search.documents import EndpointDocument, FactDocument, merge_all
 from app.search.encoding import (
@@ -398,32 +398,45 @@ class PostgresStore:
         wrong = [d.id for d in docs if d.scope != "execution"]
         if wrong:
             raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
-        return self._merge(docs, max_operations=self._batch_size, max_bytes=None)
+        return self._merge(docs, max_operations=self._batch_size, max_bytes=None, cancel=None)
 
     def publish_current(
-        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
     ) -> BulkResult:
         wrong = [d.id for d in docs if d.scope not in ASSET_TABLES]
         if wrong:
             raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
-        return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes)
+        return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes, cancel=cancel)
 
     def _table_of(self, doc: EndpointDocument) -> str:
         return EXECUTION_TABLE if doc.scope == "execution" else ASSET_TABLES[doc.scope]
 
     def _merge(
-        self, docs: Sequence[EndpointDocument], *, max_operations: int, max_bytes: int | None
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int | None,
+        cancel: threading.Event | None,
     ) -> BulkResult:
         if not docs:
             return BulkResult()
         outcome: dict[str, BulkItemResult] = {}
         rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
         encoded: dict[int, str] = {}
+        keys: dict[str, int] = {}
         valid: list[EndpointDocument] = []
         for doc in docs:
             problem = endpoint_problem(doc)
             if problem is None:
-                encoded[id(doc)] = text = _endpoint_row(doc)
+                encoded[id(doc)] = text = _endpoint_row(
+                    doc, keys.setdefault(doc.id, pg_key(doc.id))
+                )
                 if has_nul(text):
                     problem = NUL_PROBLEM
             if problem is None:
@@ -436,11 +449,13 @@ class PostgresStore:
         by_table: dict[str, list[tuple[int, EndpointDocument, str]]] = {}
         for doc in merge_all(valid):
             # merge_all hands back the very object when an id came once (the usual case).
-            text = encoded.get(id(doc)) or _endpoint_row(doc)
-            size = len(text.encode("utf-8"))
-            if max_bytes is not None and size > max_bytes:
-                raise OperationTooLarge(doc.id, size, max_bytes)
-            by_table.setdefault(self._table_of(doc), []).append((pg_key(doc.id), doc, text))
+            key = keys[doc.id]
+            text = encoded.get(id(doc)) or _endpoint_row(doc, key)
+            if max_bytes is not None:
+                size = len(text.encode("utf-8"))
+                if size > max_bytes:
+                    raise OperationTooLarge(doc.id, size, max_bytes)
+            by_table.setdefault(self._table_of(doc), []).append((key, doc, text))
 
         requests = 0
         request_bytes = 0
@@ -454,6 +469,8 @@ class PostgresStore:
                 else:
                     unique.append(row)
             for shard in _byte_shards(unique, max_operations, max_bytes):
+                if cancel is not None and cancel.is_set():
+                    raise StoreUnavailable("publish cancelled")
                 payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
                 requests += 1
                 request_bytes += len(payload.encode("utf-8"))
@@ -528,7 +545,8 @@ class PostgresStore:
                 WHERE execution_id = :execution_id) AS ips
             """
         )
-        row = self._run(lambda conn: conn.execute(sql, params).one())
+        with stage("count_execution_observation_chunk"):
+            row = self._run(lambda conn: conn.execute(sql, params).one())
         return ExecutionCounts(
             observations=row.observations,
             endpoints=row.endpoints,
@@ -612,9 +630,9 @@ class PostgresStore:
 # -- module helpers -----------------------------------------------------------
 
 
-def _endpoint_row(doc: EndpointDocument) -> str:
+def _endpoint_row(doc: EndpointDocument, key: int) -> str:
     row = endpoint_source(doc)
-    row["key"] = pg_key(doc.id)
+    row["key"] = key
     row["id"] = doc.id
     return dumps(row)
 
@@ -635,7 +653,7 @@ def _byte_shards(
     shard: list[tuple[int, EndpointDocument, str]] = []
     size = 2  # the enclosing brackets
     for row in rows:
-        row_bytes = len(row[2].encode("utf-8")) + 1
+        row_bytes = 0 if max_bytes is None else len(row[2].encode("utf-8")) + 1
         if shard and (
             len(shard) >= max_operations or (max_bytes is not None and size + row_bytes > max_bytes)
         ):
@@ -767,11 +785,14 @@ def _bad_cursor() -> ValidationError:
 
 
 def _cursor_ip(position: dict[str, Any], key: str) -> str:
-    value = position.get(key)
+    """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
     try:
-        return str(ipaddress.ip_address(value))  # type: ignore[arg-type]
+        address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
     except ValueError:
         raise _bad_cursor() from None
+    if address.version == 4:
+        return f"::ffff:{address}"
+    return str(address)
 
 
 def _cursor_int(position: dict[str, Any], key: str) -> int:

@@ -48,7 +48,7 @@ def request_line_bytes(method: str, indices: Sequence[str], endpoint: str, query
 @dataclass(frozen=True)
 class PlannedRequest:
     method: str
-    endpoint: str  # "_refresh" | "_count"
+    endpoint: str  # "_refresh" | "_count" | "_search"
     indices: tuple[str, ...]
     query: str
     line_bytes: int
@@ -125,13 +125,16 @@ def plan_final_requests(
     max_line_bytes: int = DEFAULT_REQUEST_LINE_MAX_BYTES,
     refresh_query: str = "",
     count_query: str = "",
+    count_endpoint: str = "_count",
 ) -> FinalRequests:
     """Refresh and count requests for a final touching ``fact_indices``.
 
     Refreshes cover the fact indices plus ``endpoint_index`` (once, first);
     counts cover the fact indices only, and there are none for an empty list.
+    ``count_endpoint`` is the API counting them (``_count``, or ``_search`` when
+    the count needs aggregations).
     """
     names = sorted(set(fact_indices))
     refreshes = _chunk("POST", "_refresh", names, max_line_bytes, refresh_query, endpoint_index)
-    counts = _chunk("POST", "_count", names, max_line_bytes, count_query) if names else []
+    counts = _chunk("POST", count_endpoint, names, max_line_bytes, count_query) if names else []
     return FinalRequests(refreshes=tuple(refreshes), counts=tuple(counts))

@@ -1,0 +1,157 @@
+"""Index names, index templates and the stored merge script of the Elasticsearch store (STO-1).
+
+Indices (``<prefix>`` is ``[elasticsearch] index_prefix``, default ``netmap``):
+
+* ``<prefix>-facts-YYYY.MM`` — raw facts by month of ``observed_at``;
+* ``<prefix>-execution-endpoints`` — the shared execution-endpoint projection;
+* ``<prefix>-assets-global`` and ``<prefix>-assets-user`` — current assets.
+
+Mappings are explicit and strict (an unknown field is a bug, reported per item):
+``ip`` for addresses, ``keyword`` for exact-match fields, ``wildcard`` for banner
+text (substring search), ``date_nanos`` for times (microsecond instants, as the
+merge compares them), ``long``/``integer`` for ids and ports. ``details`` and a
+fact's ``body`` are kept in ``_source`` but not indexed.
+
+``MERGE_SCRIPT`` is the Painless form of ``app.search.documents.merge_endpoints``
+used by scripted upserts: the oldest (first_seen, first_execution_id) pair and
+the newest (last_seen, last_execution_id, observation_key) group win. Times are
+fixed-width UTC text (``app.search.encoding.utc_text``), so comparing the
+strings compares the instants; an unchanged document is a ``noop``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TEMPLATE_PRIORITY = 200  # above the built-in templates (100), which never match our names anyway
+
+MERGE_SCRIPT = """
+Map d = params.doc;
+Map s = ctx._source;
+if (s.isEmpty()) {
+  s.putAll(d);
+} else {
+  boolean changed = false;
+  int older = ((String) d.first_seen).compareTo((String) s.first_seen);
+  if (older == 0) {
+    older = Long.compare(((Number) d.first_execution_id).longValue(),
+                         ((Number) s.first_execution_id).longValue());
+  }
+  if (older < 0) {
+    s.first_seen = d.first_seen;
+    s.first_execution_id = d.first_execution_id;
+    changed = true;
+  }
+  int newer = ((String) d.last_seen).compareTo((String) s.last_seen);
+  if (newer == 0) {
+    newer = Long.compare(((Number) d.last_execution_id).longValue(),
+                         ((Number) s.last_execution_id).longValue());
+  }
+  if (newer == 0) {
+    newer = ((String) d.observation_key).compareTo((String) s.observation_key);
+  }
+  if (newer > 0) {
+    for (def entry : d.entrySet()) {
+      String key = entry.getKey();
+      if (key != 'first_seen' && key != 'first_execution_id') {
+        s[key] = entry.getValue();
+      }
+    }
+    changed = true;
+  }
+  if (!changed) {
+    ctx.op = 'noop';
+  }
+}
+""".strip()
+
+
+class IndexNames:
+    """Every name the store uses, derived from the prefix."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.execution_endpoints = f"{prefix}-execution-endpoints"
+        self.assets = {"global": f"{prefix}-assets-global", "user": f"{prefix}-assets-user"}
+        self.facts_pattern = f"{prefix}-facts-*"
+        self.merge_script = f"{prefix}-merge-endpoint"
+        self.templates = {
+            f"{prefix}-facts": [self.facts_pattern],
+            f"{prefix}-execution-endpoints": [self.execution_endpoints],
+            f"{prefix}-assets": [f"{prefix}-assets-*"],
+        }
+
+    def facts(self, month: str) -> str:
+        """``2026.11`` → ``netmap-facts-2026.11``."""
+        return f"{self.prefix}-facts-{month}"
+
+    def endpoint_index(self, scope: str) -> str:
+        return self.execution_endpoints if scope == "execution" else self.assets[scope]
+
+
+_ID = {"type": "long"}
+_KEYWORD = {"type": "keyword", "ignore_above": 1024}
+_TIME = {"type": "date_nanos", "format": "strict_date_optional_time_nanos"}
+
+FACT_MAPPING: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "kind": {"type": "keyword"},
+        "execution_id": _ID,
+        "task_id": _ID,
+        "owner_id": _ID,
+        "scanner_id": _ID,
+        "upload_id": {"type": "keyword"},
+        "stream": {"type": "keyword"},
+        "batch_index": {"type": "integer"},
+        "position": {"type": "integer"},
+        "observed_at": _TIME,
+        "body": {"type": "object", "enabled": False},
+    },
+}
+
+ENDPOINT_MAPPING: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "doc_id": {"type": "keyword"},
+        "scope": {"type": "keyword"},
+        "ip": {"type": "ip"},
+        "port": {"type": "integer"},
+        "transport": {"type": "keyword"},
+        "first_seen": _TIME,
+        "first_execution_id": _ID,
+        "last_seen": _TIME,
+        "last_execution_id": _ID,
+        "observation_key": {"type": "keyword"},
+        "owner_id": _ID,
+        "execution_id": _ID,
+        "task_id": _ID,
+        "state": {"type": "keyword"},
+        "service": _KEYWORD,
+        "product": _KEYWORD,
+        "version": _KEYWORD,
+        "banner": {"type": "wildcard"},
+        "hostname": _KEYWORD,
+        "tags": {"type": "keyword"},
+        "details": {"type": "object", "enabled": False},
+    },
+}
+
+
+def index_templates(names: IndexNames, *, shards: int, replicas: int) -> dict[str, dict[str, Any]]:
+    """Composable index templates by name (``PUT /_index_template/<name>`` bodies)."""
+    settings = {"number_of_shards": shards, "number_of_replicas": replicas}
+    mappings = {
+        f"{names.prefix}-facts": FACT_MAPPING,
+        f"{names.prefix}-execution-endpoints": ENDPOINT_MAPPING,
+        f"{names.prefix}-assets": ENDPOINT_MAPPING,
+    }
+    return {
+        name: {
+            "index_patterns": patterns,
+            "priority": TEMPLATE_PRIORITY,
+            "template": {"settings": settings, "mappings": mappings[name]},
+            "_meta": {"managed_by": "netmap"},
+        }
+        for name, patterns in names.templates.items()
+    }

@@ -1,0 +1,654 @@
+"""The Elasticsearch search store (STO-1), on the official elasticsearch-py client.
+
+Client and cluster majors must match: the client sends
+``compatible-with=<its major>`` and a cluster of another major refuses it.
+Install ``elasticsearch>=8,<9`` for an 8.x cluster and ``elasticsearch>=9,<10``
+for a 9.x cluster; ``ensure_schema`` checks the pair and says which to install.
+
+Layout and scripts are in ``elasticsearch_schema``; bulk building, sharding,
+retries, item checks and the ``ElasticsearchBulkCompleted`` event are in
+``elasticsearch_bulk``. This module maps the ``SearchStore`` port onto them:
+
+* facts are ``index`` operations into ``<prefix>-facts-YYYY.MM`` (the month
+  index is created before the first write, so clusters without auto-create
+  work); endpoint documents are scripted upserts through the stored merge
+  script, merged in-batch first so each id travels once per call;
+* a final's refreshes and counts follow the ING-9 plan (``request_plan``):
+  chunks within the request-line budget, the execution-endpoint index refreshed
+  once; counts check shard failures, non-negative values and overflow; each
+  chunk is timed as a ``refresh_execution_index_chunk`` /
+  ``count_execution_observation_chunk`` stage (``ScanWriteStageCompleted``);
+* endpoint and IP totals come from a composite aggregation over ``ip``: the
+  exact endpoint total from the first page (``track_total_hits``), later pages
+  without it, IPs counted bucket by bucket (exact, ING-10);
+* asset search sorts by (ip, port, transport) and pages with ``search_after``,
+  in the same order and cursor format as the PostgreSQL adapter.
+
+Transport trouble (unreachable cluster, 429/5xx after retries, shard failures
+in a refresh or count) raises ``StoreUnavailable``; no call is retried forever.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch import __versionstr__ as client_version
+
+from app.config import ElasticsearchSettings
+from app.errors import ValidationError
+from app.observability import emit, stage
+from app.search.cursors import decode_cursor, encode_cursor
+from app.search.documents import EndpointDocument, FactDocument, merge_all
+from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_schema import MERGE_SCRIPT, IndexNames, index_templates
+from app.search.encoding import (
+    INVALID_DOCUMENT,
+    endpoint_from_source,
+    endpoint_problem,
+    endpoint_source,
+    fact_problem,
+    fact_source,
+    utc_text,
+)
+from app.search.ids import normalise_ip
+from app.search.port import (
+    AssetPage,
+    AssetQuery,
+    BulkItemResult,
+    BulkResult,
+    ExecutionCounts,
+    FinalRequestPlan,
+    ResultsPage,
+    StorageScope,
+    StoreError,
+    StoreUnavailable,
+)
+from app.search.request_plan import FinalRequests, plan_final_requests
+
+COMPOSITE_PAGE = 10_000  # buckets per composite request when walking every IP
+HITS_PAGE = 10_000  # documents per search request (index.max_result_window)
+RETRY_ON_CONFLICT = 3
+MAX_COUNT = 2**63 - 1
+# A month index that does not exist holds no facts of anyone: refresh and count skip it
+# rather than keep a final pending forever (e.g. after retention removed an old month).
+MISSING_IS_EMPTY = "ignore_unavailable=true"
+
+
+class ElasticsearchStore:
+    """``SearchStore`` on an Elasticsearch cluster."""
+
+    name = "elasticsearch"
+
+    def __init__(self, settings: ElasticsearchSettings, *, client: Elasticsearch | None = None):
+        self._settings = settings
+        self.names = IndexNames(settings.index_prefix)
+        self._client = client or _client(settings)
+        self._bulk = BulkSender(
+            self._client,
+            max_concurrency=settings.bulk_max_concurrency,
+            retry_budget=settings.bulk_retry_budget,
+            backoff_ms=settings.bulk_retry_backoff_ms,
+        )
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._known_fact_indices: set[str] = set()
+
+    # -- schema ---------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Check the cluster major; put the script and templates; create the shared indices."""
+        info = self._call(lambda: self._client.info())
+        cluster_major = str(info["version"]["number"]).split(".")[0]
+        client_major = client_version.split(".")[0]
+        if cluster_major != client_major:
+            raise StoreUnavailable(
+                f"Elasticsearch {info['version']['number']} needs the {cluster_major}.x client "
+                f"(pip install 'elasticsearch>={cluster_major},<{int(cluster_major) + 1}'); "
+                f"this process has {client_version}"
+            )
+        self._call(
+            lambda: self._client.put_script(
+                id=self.names.merge_script, script={"lang": "painless", "source": MERGE_SCRIPT}
+            )
+        )
+        templates = index_templates(
+            self.names, shards=self._settings.index_shards, replicas=self._settings.index_replicas
+        )
+        for name, body in templates.items():
+            self._call(lambda n=name, b=body: self._client.indices.put_index_template(name=n, **b))
+        for index in (self.names.execution_endpoints, *self.names.assets.values()):
+            self._create_index(index)
+        with self._ready_lock:
+            self._ready = True
+
+    def _ensure_ready(self) -> None:
+        if not self._ready:
+            with self._ready_lock:
+                ready = self._ready
+            if not ready:
+                self.ensure_schema()
+
+    def _create_index(self, index: str) -> None:
+        try:
+            self._client.indices.create(index=index)
+        except ApiError as exc:
+            if _error_type(exc) != "resource_already_exists_exception":
+                raise _store_error(exc, f"creating index {index}") from exc
+        except TransportError as exc:
+            raise StoreUnavailable(f"Elasticsearch unreachable: {exc}") from exc
+
+    def _ensure_fact_indices(self, months: Sequence[str]) -> None:
+        for month in sorted(set(months)):
+            index = self.names.facts(month)
+            if index not in self._known_fact_indices:
+                self._create_index(index)
+                self._known_fact_indices.add(index)
+
+    # -- writes ---------------------------------------------------------------------
+
+    def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        if not facts:
+            return BulkResult()
+        self._ensure_ready()
+        rejected: dict[int, BulkItemResult] = {}
+        operations: list[BulkOperation] = []
+        for doc in facts:
+            problem = fact_problem(doc)
+            index = self.names.facts(doc.month)
+            if problem is not None:
+                rejected[id(doc)] = BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem)
+                continue
+            operations.append(operation("index", index, doc.id, fact_source(doc)))
+        self._ensure_fact_indices([doc.month for doc in facts if id(doc) not in rejected])
+        shards = shard_operations(
+            operations,
+            max_operations=self._settings.bulk_batch_size,
+            max_bytes=self._settings.bulk_max_bytes,
+        )
+        sent = self._bulk.send(shards, kind="facts")
+        return _in_input_order(facts, rejected, sent)
+
+    def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope != "execution"]
+        if wrong:
+            raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
+        return self._merge(
+            docs,
+            kind="execution_endpoints",
+            max_operations=self._settings.bulk_batch_size,
+            max_bytes=self._settings.bulk_max_bytes,
+            cancel=None,
+        )
+
+    def publish_current(
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
+    ) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope not in ("global", "user")]
+        if wrong:
+            raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
+        return self._merge(
+            docs, kind="current", max_operations=max_operations, max_bytes=max_bytes, cancel=cancel
+        )
+
+    def merge_operations(
+        self, docs: Sequence[EndpointDocument]
+    ) -> tuple[list[BulkOperation], dict[int, BulkItemResult]]:
+        """Scripted-upsert operations for ``docs`` (merged per id) and the rejected documents."""
+        rejected: dict[int, BulkItemResult] = {}
+        valid = []
+        for doc in docs:
+            problem = endpoint_problem(doc)
+            if problem is None:
+                valid.append(doc)
+            else:
+                index = self.names.endpoint_index(doc.scope) if doc.scope else "?"
+                rejected[id(doc)] = BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem)
+        operations = []
+        for doc in merge_all(valid):
+            source = endpoint_source(doc)
+            source["doc_id"] = doc.id
+            body = {
+                "script": {"id": self.names.merge_script, "params": {"doc": source}},
+                "scripted_upsert": True,
+                "upsert": {},
+            }
+            operations.append(
+                operation(
+                    "update",
+                    self.names.endpoint_index(doc.scope),
+                    doc.id,
+                    body,
+                    meta={"retry_on_conflict": RETRY_ON_CONFLICT},
+                )
+            )
+        return operations, rejected
+
+    def _merge(
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        kind: str,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None,
+    ) -> BulkResult:
+        if not docs:
+            return BulkResult()
+        operations, rejected = self.merge_operations(docs)
+        # Sharding raises OperationTooLarge before anything is sent.
+        shards = shard_operations(operations, max_operations=max_operations, max_bytes=max_bytes)
+        self._ensure_ready()
+        sent = self._bulk.send(shards, kind=kind, cancel=cancel)
+        return _in_input_order(docs, rejected, sent)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def read_execution_endpoints(
+        self, execution_id: int, *, after_id: str | None, limit: int
+    ) -> list[EndpointDocument]:
+        body: dict[str, Any] = {
+            "size": limit,
+            "track_total_hits": False,
+            "query": {"bool": {"filter": [{"term": {"execution_id": execution_id}}]}},
+            "sort": [{"doc_id": "asc"}],
+        }
+        if after_id is not None:
+            body["search_after"] = [after_id]
+        answer = self._search(self.names.execution_endpoints, body)
+        return [_document(hit) for hit in answer["hits"]["hits"]]
+
+    def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
+        return self._final_requests(scope).plan
+
+    def _fact_indices(self, scope: StorageScope) -> list[str]:
+        if scope.legacy_full_history:
+            return [self.names.facts_pattern]
+        return [self.names.facts(month) for month in scope.months]
+
+    def _final_requests(self, scope: StorageScope) -> FinalRequests:
+        return plan_final_requests(
+            self._fact_indices(scope),
+            endpoint_index=self.names.execution_endpoints,
+            max_line_bytes=self._settings.request_line_max_bytes,
+            refresh_query=MISSING_IS_EMPTY,
+            count_query=MISSING_IS_EMPTY,
+            count_endpoint="_search",
+        )
+
+    def refresh(self, scope: StorageScope) -> None:
+        for request in self._final_requests(scope).refreshes:
+            with stage("refresh_execution_index_chunk", indices=len(request.indices)):
+                answer = self._call(
+                    lambda r=request: self._client.indices.refresh(
+                        index=r.indices, ignore_unavailable=True
+                    )
+                )
+                _check_shards(answer, "refresh")
+
+    def refresh_current(self) -> None:
+        answer = self._call(
+            lambda: self._client.indices.refresh(index=list(self.names.assets.values()))
+        )
+        _check_shards(answer, "refresh of current assets")
+
+    def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
+        if scope.empty:
+            return ExecutionCounts(observations=0, endpoints=0, ips=0)
+        by_kind = {"observation": 0, "dns_record": 0}
+        for request in self._final_requests(scope).counts:
+            body = {
+                "size": 0,
+                "track_total_hits": True,
+                "query": {"term": {"execution_id": execution_id}},
+                "aggs": {"kinds": {"terms": {"field": "kind", "size": 10}}},
+            }
+            with stage("count_execution_observation_chunk", indices=len(request.indices)):
+                answer = self._search(
+                    list(request.indices), body, what="count", missing_is_empty=True
+                )
+            buckets = answer["aggregations"]["kinds"]["buckets"]
+            total = _count_value(answer["hits"]["total"]["value"])
+            if sum(_count_value(b["doc_count"]) for b in buckets) != total:
+                raise StoreUnavailable("fact count disagrees with its per-kind buckets")
+            for bucket in buckets:
+                if bucket["key"] in by_kind:
+                    by_kind[bucket["key"]] = _add_count(by_kind[bucket["key"]], bucket["doc_count"])
+        endpoints, ips, _ = self._walk_ips({"term": {"execution_id": execution_id}}, keep=0)
+        return ExecutionCounts(
+            observations=by_kind["observation"],
+            endpoints=endpoints,
+            ips=ips,
+            dns_records=by_kind["dns_record"],
+        )
+
+    def _walk_ips(
+        self, query: dict[str, Any], *, keep: int, after: str | None = None
+    ) -> tuple[int, int, list[tuple[str, int]]]:
+        """Walk the IP composite aggregation to its end.
+
+        Returns the exact endpoint total (first page, ``track_total_hits``), the
+        exact number of IPs after ``after``, and the first ``keep`` (ip, doc_count)
+        buckets.
+        """
+        endpoints = 0
+        ips = 0
+        kept: list[tuple[str, int]] = []
+        after_key = {"ip": after} if after else None
+        first = True
+        while True:
+            composite: dict[str, Any] = {
+                "size": COMPOSITE_PAGE,
+                "sources": [{"ip": {"terms": {"field": "ip"}}}],
+            }
+            if after_key:
+                composite["after"] = after_key
+            body = {
+                "size": 0,
+                "track_total_hits": first,
+                "query": query,
+                "aggs": {"ips": {"composite": composite}},
+            }
+            answer = self._search(self.names.execution_endpoints, body)
+            if first:
+                endpoints = _count_value(answer["hits"]["total"]["value"])
+                first = False
+            buckets = answer["aggregations"]["ips"]["buckets"]
+            ips = _add_count(ips, len(buckets))
+            for bucket in buckets:
+                if len(kept) >= keep:
+                    break
+                kept.append((bucket["key"]["ip"], int(bucket["doc_count"])))
+            if len(buckets) < COMPOSITE_PAGE:
+                return endpoints, ips, kept
+            after_key = answer["aggregations"]["ips"]["after_key"]
+
+    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
+        position = decode_cursor("results", cursor)
+        query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
+        if position is None:
+            total_endpoints, total_ips, page = self._walk_ips(query, keep=limit + 1)
+            total: int | None = total_endpoints
+        else:
+            total = None
+            total_ips = _cursor_int(position, "ips")
+            composite: dict[str, Any] = {
+                "size": limit + 1,
+                "sources": [{"ip": {"terms": {"field": "ip"}}}],
+                "after": {"ip": _cursor_ip(position, "after")},
+            }
+            answer = self._search(
+                self.names.execution_endpoints,
+                {
+                    "size": 0,
+                    "track_total_hits": False,
+                    "query": query,
+                    "aggs": {"ips": {"composite": composite}},
+                },
+            )
+            page = [
+                (b["key"]["ip"], int(b["doc_count"]))
+                for b in answer["aggregations"]["ips"]["buckets"]
+            ]
+        next_cursor = None
+        if len(page) > limit:
+            page = page[:limit]
+            next_cursor = encode_cursor("results", {"after": page[-1][0], "ips": total_ips})
+        items: list[EndpointDocument] = []
+        if page:
+            wanted = sum(count for _ip, count in page)
+            filters = [{"term": {"task_id": task_id}}, {"terms": {"ip": [ip for ip, _ in page]}}]
+            body = {
+                "query": {"bool": {"filter": filters}},
+                "sort": [
+                    {"ip": "asc"},
+                    {"port": "asc"},
+                    {"transport": "asc"},
+                    {"execution_id": "asc"},
+                ],
+            }
+            items = [_document(hit) for hit in self._search_all(body, wanted)]
+        return ResultsPage(
+            items=items, next_cursor=next_cursor, total_endpoints=total, total_ips=total_ips
+        )
+
+    def _search_all(self, body: dict[str, Any], wanted: int) -> Iterator[dict[str, Any]]:
+        """Every hit of a sorted search, paged with search_after."""
+        after = None
+        remaining = wanted
+        while remaining > 0:
+            page = dict(body, size=min(remaining, HITS_PAGE), track_total_hits=False)
+            if after is not None:
+                page["search_after"] = after
+            hits = self._search(self.names.execution_endpoints, page)["hits"]["hits"]
+            if not hits:
+                return
+            yield from hits
+            remaining -= len(hits)
+            after = hits[-1]["sort"]
+
+    def search_assets(self, query: AssetQuery) -> AssetPage:
+        index = self.names.assets.get(query.scope)
+        if index is None:
+            raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+        body = asset_search_body(query)
+        answer = self._search(index, body)
+        hits = answer["hits"]["hits"]
+        next_cursor = None
+        if len(hits) > query.limit:
+            hits = hits[: query.limit]
+            ip, port, transport = hits[-1]["sort"]
+            next_cursor = encode_cursor("assets", {"ip": ip, "port": port, "transport": transport})
+        return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
+
+    def close(self) -> None:
+        self._bulk.close()
+        self._client.close()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _call(self, request: Any) -> Any:
+        try:
+            response = request()
+        except ApiError as exc:
+            raise _store_error(exc, "request") from exc
+        except TransportError as exc:
+            raise StoreUnavailable(f"Elasticsearch unreachable: {exc}") from exc
+        return response.body if hasattr(response, "body") else response
+
+    def _search(
+        self,
+        index: str | list[str],
+        body: dict[str, Any],
+        *,
+        what: str = "search",
+        missing_is_empty: bool = False,
+    ) -> dict[str, Any]:
+        extra = {"ignore_unavailable": True} if missing_is_empty else {}
+        answer = self._call(lambda: self._client.search(index=index, body=body, **extra))
+        _check_shards(answer, what)
+        return answer
+
+
+# -- module helpers -------------------------------------------------------------------
+
+
+def _client(settings: ElasticsearchSettings) -> Elasticsearch:
+    options: dict[str, Any] = {
+        "request_timeout": settings.request_timeout_seconds,
+        # Retries are ours (bounded, logged); the client must not add its own.
+        "max_retries": 0,
+        "retry_on_timeout": False,
+        "connections_per_node": settings.bulk_max_concurrency + 4,
+    }
+    if settings.api_key:
+        options["api_key"] = settings.api_key
+    elif settings.username:
+        options["basic_auth"] = (settings.username, settings.password)
+    if settings.url.startswith("https"):
+        options["verify_certs"] = settings.verify_certs
+        if settings.ca_certs:
+            options["ca_certs"] = settings.ca_certs
+    return Elasticsearch(settings.url, **options)
+
+
+def _error_type(exc: ApiError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error")
+    return str(error.get("type")) if isinstance(error, dict) else str(exc.message)
+
+
+def _store_error(exc: ApiError, what: str) -> StoreError:
+    status = exc.meta.status
+    message = f"Elasticsearch {what} failed with {status} {_error_type(exc)}"
+    if status in (401, 403, 404, 408, 429) or status >= 500:
+        # Retry later (or fix credentials / run ensure_schema): not the caller's bug.
+        return StoreUnavailable(message)
+    return StoreError(message)
+
+
+def _check_shards(answer: dict[str, Any], what: str) -> None:
+    shards = answer.get("_shards") or {}
+    failed = int(shards.get("failed") or 0)
+    if failed:
+        emit("ElasticsearchShardFailures", level=logging.WARNING, operation=what, failed=failed)
+        raise StoreUnavailable(f"{what} failed on {failed} shard(s)")
+
+
+def _count_value(value: Any) -> int:
+    number = int(value)
+    if number < 0 or number > MAX_COUNT:
+        raise StoreUnavailable(f"count {value!r} is out of range")
+    return number
+
+
+def _add_count(total: int, value: Any) -> int:
+    return _count_value(total + _count_value(value))
+
+
+def _in_input_order(
+    docs: Sequence[Any], rejected: dict[int, BulkItemResult], sent: BulkResult
+) -> BulkResult:
+    """One item per input document: rejected ones, else the result of its id's operation."""
+    by_id = {item.id: item for item in sent.items}
+    items = tuple(rejected.get(id(doc)) or by_id[doc.id] for doc in docs)
+    return BulkResult(
+        items=items,
+        requests=sent.requests,
+        request_bytes=sent.request_bytes,
+        attempts=sent.attempts,
+    )
+
+
+def _document(hit: dict[str, Any]) -> EndpointDocument:
+    return endpoint_from_source(hit["_id"], hit["_source"])
+
+
+def _invalid(parameter: str, message: str) -> ValidationError:
+    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
+
+
+def _bad_cursor() -> ValidationError:
+    return ValidationError(
+        "cursor is not one this server issued",
+        code="invalid_cursor",
+        details={"parameter": "cursor"},
+    )
+
+
+def _cursor_ip(position: dict[str, Any], key: str) -> str:
+    try:
+        return normalise_ip(str(position.get(key)))
+    except ValueError:
+        raise _bad_cursor() from None
+
+
+def _cursor_int(position: dict[str, Any], key: str) -> int:
+    value = position.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad_cursor()
+    return value
+
+
+def _wildcard_text(text: str) -> str:
+    cleaned = "".join(ch for ch in text if ch >= " ")
+    escaped = cleaned.replace("\\", "\\\\").replace("*", "\\*").replace("?", "\\?")
+    return f"*{escaped}*"
+
+
+def asset_search_body(query: AssetQuery) -> dict[str, Any]:
+    """The ``_search`` body of one asset-search page (one hit more than the page)."""
+    filters: list[dict[str, Any]] = []
+    if query.scope == "user":
+        if query.owner_id is None:
+            raise ValueError("a user-scope asset search needs owner_id")
+        filters.append({"term": {"owner_id": query.owner_id}})
+    if query.ip:
+        try:
+            filters.append({"term": {"ip": normalise_ip(query.ip)}})
+        except ValueError:
+            raise _invalid("ip", f"{query.ip!r} is not an IP address") from None
+    if query.cidr:
+        try:
+            network = ipaddress.ip_network(query.cidr.strip(), strict=False)
+        except ValueError:
+            raise _invalid("cidr", f"{query.cidr!r} is not a CIDR block") from None
+        filters.append({"term": {"ip": str(network)}})
+    if query.port is not None:
+        filters.append({"term": {"port": query.port}})
+    if query.transport:
+        filters.append({"term": {"transport": query.transport.lower()}})
+    if query.service:
+        filters.append({"term": {"service": {"value": query.service, "case_insensitive": True}}})
+    if query.product:
+        filters.append({"term": {"product": {"value": query.product, "case_insensitive": True}}})
+    if query.text:
+        pattern = _wildcard_text(query.text)
+        filters.append(
+            {
+                "bool": {
+                    "should": [
+                        {"wildcard": {name: {"value": pattern, "case_insensitive": True}}}
+                        for name in ("banner", "product", "hostname")
+                    ],
+                    "minimum_should_match": 1,
+                }
+            }
+        )
+    for field_name, lower, upper in (
+        ("first_seen", query.first_seen_from, query.first_seen_to),
+        ("last_seen", query.last_seen_from, query.last_seen_to),
+    ):
+        bounds = {}
+        if lower is not None:
+            bounds["gte"] = utc_text(lower)
+        if upper is not None:
+            bounds["lt"] = utc_text(upper)
+        if bounds:
+            filters.append({"range": {field_name: bounds}})
+    body: dict[str, Any] = {
+        "size": query.limit + 1,
+        "track_total_hits": False,
+        "query": {"bool": {"filter": filters}},
+        "sort": [{"ip": "asc"}, {"port": "asc"}, {"transport": "asc"}],
+    }
+    position = decode_cursor("assets", query.cursor)
+    if position is not None:
+        transport = position.get("transport")
+        if not isinstance(transport, str):
+            raise _bad_cursor()
+        body["search_after"] = [
+            _cursor_ip(position, "ip"),
+            _cursor_int(position, "port"),
+            transport,
+        ]
+    return body

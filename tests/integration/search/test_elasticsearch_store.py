@@ -1,0 +1,312 @@
+"""Elasticsearch adapter specifics against the simulator: retries, item checks, faults, plans.
+
+Each test gets its own simulator, so injected faults never leak between tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from app.search.documents import merge_all
+from app.search.elasticsearch_bulk import operation
+from app.search.elasticsearch_store import ElasticsearchStore
+from app.search.port import (
+    AssetQuery,
+    OperationTooLarge,
+    StorageScope,
+    StoreError,
+    StoreUnavailable,
+)
+from tests.integration.search.conftest import es_settings_for
+from tests.support.es_simulator import EsSimulator, Fault
+from tests.support.search_documents import at, current_asset, execution_endpoint, fact
+
+NOVEMBER = StorageScope(months=("2026.11",))
+BULK_EVENT = "ElasticsearchBulkCompleted"
+
+
+@pytest.fixture
+def simulator():
+    with EsSimulator() as sim:
+        yield sim
+
+
+def make_store(simulator, **overrides) -> ElasticsearchStore:
+    store = ElasticsearchStore(es_settings_for(simulator.url, **overrides))
+    store.ensure_schema()
+    simulator.reset_requests()
+    return store
+
+
+@pytest.fixture
+def store(simulator):
+    store = make_store(simulator)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def events(caplog):
+    caplog.set_level(logging.INFO, logger="netmap.events")
+
+    def named(name):
+        return [r.netmap_fields for r in caplog.records if getattr(r, "netmap_event", "") == name]
+
+    return named
+
+
+def assets(owner, n=3, **fields):
+    return [current_asset("user", f"192.0.2.{i}", 80, owner_id=owner, **fields) for i in range(n)]
+
+
+def test_whole_request_429_is_retried_with_backoff(simulator, store, events):
+    simulator.inject(Fault("status", endpoint="_bulk", status=429))
+    result = store.publish_current(assets(1), max_operations=100, max_bytes=1 << 20)
+    assert result.ok and result.attempts == 2
+    assert [r.status for r in simulator.requests_to("_bulk")] == [429, 200]
+    (event,) = events(BULK_EVENT)
+    assert event["attempts"] == 2 and event["success"] is True
+    assert event["backoff_ms"] > 0 and event["operations"] == 3
+    expected = {
+        "duration_ms",
+        "queue_wait_ms",
+        "request_ms",
+        "backoff_ms",
+        "attempts",
+        "request_bytes",
+        "operations",
+        "es_took_ms",
+        "success",
+        "trace_id",
+    }
+    assert expected <= set(event)
+    assert event["request_bytes"] == simulator.requests_to("_bulk")[1].body_bytes
+
+
+def test_5xx_beyond_the_retry_budget_is_unavailable(simulator, events):
+    store = make_store(simulator, bulk_retry_budget=2)
+    simulator.inject(Fault("status", endpoint="_bulk", status=503, times=10))
+    with pytest.raises(StoreUnavailable):
+        store.publish_current(assets(2), max_operations=100, max_bytes=1 << 20)
+    assert len(simulator.requests_to("_bulk")) == 3
+    (event,) = events(BULK_EVENT)
+    assert (event["attempts"], event["success"]) == (3, False)
+    store.close()
+
+
+def test_rejected_items_are_resent_alone(simulator, store):
+    docs = assets(3, n=4)
+    simulator.inject(Fault("item_status", item_ids=frozenset({docs[2].id}), status=429))
+    result = store.publish_current(docs, max_operations=100, max_bytes=1 << 20)
+    assert result.ok
+    first, second = simulator.requests_to("_bulk")
+    lone = operation("update", "x", docs[2].id, None)  # only to size the retry below
+    assert second.body_bytes < first.body_bytes / 2 and second.body_bytes > lone.size
+    store.refresh_current()
+    assert len(store.search_assets(_query(3)).items) == 4
+
+
+def test_other_item_failures_are_reported_not_retried(simulator, store):
+    docs = assets(4, n=3)
+    simulator.inject(
+        Fault(
+            "item_status",
+            item_ids=frozenset({docs[1].id}),
+            status=400,
+            error_type="document_parsing_exception",
+        )
+    )
+    result = store.publish_current(docs, max_operations=100, max_bytes=1 << 20)
+    assert len(simulator.requests_to("_bulk")) == 1
+    (failed,) = result.failed
+    assert (failed.id, failed.status, failed.error_type) == (
+        docs[1].id,
+        400,
+        "document_parsing_exception",
+    )
+    assert not failed.retryable
+
+
+def test_items_still_rejected_after_the_budget_come_back_as_retryable(simulator):
+    store = make_store(simulator, bulk_retry_budget=1)
+    docs = assets(5, n=2)
+    simulator.inject(Fault("item_status", item_ids=frozenset({docs[0].id}), status=429, times=5))
+    result = store.publish_current(docs, max_operations=100, max_bytes=1 << 20)
+    (failed,) = result.failed
+    assert failed.status == 429 and failed.retryable
+    with pytest.raises(StoreError) as caught:
+        result.raise_for_failures()
+    assert caught.value.retryable
+    store.close()
+
+
+def test_an_answer_missing_items_fails_every_item(simulator, store):
+    simulator.inject(Fault("mangle_items", endpoint="_bulk"))
+    result = store.publish_current(assets(6, n=3), max_operations=100, max_bytes=1 << 20)
+    assert len(result.failed) == 3
+    assert {i.error_type for i in result.failed} == {"response_mismatch"}
+
+
+def test_a_timed_out_request_is_resent_and_converges(simulator):
+    store = make_store(simulator, request_timeout_seconds=1.0)
+    versions = [
+        current_asset("user", "192.0.2.50", 443, owner_id=7, seen=at(m), banner=f"v{m}")
+        for m in (10, 5, 20)
+    ]
+    simulator.inject(Fault("delay", endpoint="_bulk", seconds=1.5))
+    result = store.publish_current(versions, max_operations=100, max_bytes=1 << 20)
+    assert result.ok and result.attempts == 2
+    # The first, timed-out request was still applied by the cluster; the merge absorbs it.
+    deadline = time.monotonic() + 10
+    while simulator.cluster.in_flight.get("_bulk") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(simulator.requests_to("_bulk")) == 2
+    store.refresh_current()
+    (stored,) = store.search_assets(_query(7)).items
+    assert stored == merge_all(versions)[0]
+    store.close()
+
+
+def test_a_dropped_connection_is_resent(simulator, store):
+    simulator.inject(Fault("drop", endpoint="_bulk"))
+    result = store.write_execution_endpoints([execution_endpoint(9, "192.0.2.9", 22)])
+    assert result.ok and result.attempts == 2
+
+
+def test_bulk_concurrency_is_bounded(simulator):
+    store = make_store(simulator, bulk_max_concurrency=2)
+    simulator.inject(Fault("delay", endpoint="_bulk", seconds=0.2, times=6))
+    docs = [current_asset("global", f"10.0.0.{n}", 80) for n in range(60)]
+    threads = [
+        threading.Thread(
+            target=store.publish_current,
+            args=(docs[i::2],),
+            kwargs={"max_operations": 10, "max_bytes": 1 << 20},
+        )
+        for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(simulator.requests_to("_bulk")) == 6
+    assert simulator.peak_in_flight("_bulk") == 2
+    store.close()
+
+
+def test_an_operation_over_the_limit_sends_nothing(simulator, store):
+    huge = current_asset("user", "192.0.2.99", 1, owner_id=8, banner="x" * 9000)
+    docs = [*assets(8, n=2), huge]
+    with pytest.raises(OperationTooLarge):
+        store.publish_current(docs, max_operations=100, max_bytes=8192)
+    assert simulator.requests_to("_bulk") == []
+
+
+def test_cancel_stops_before_sending(simulator, store):
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(StoreUnavailable):
+        store.publish_current(assets(9), max_operations=1, max_bytes=1 << 20, cancel=cancel)
+    assert simulator.requests_to("_bulk") == []
+
+
+def test_cancel_cuts_a_backoff_short(simulator):
+    store = make_store(simulator, bulk_retry_backoff_ms=30_000)
+    simulator.inject(Fault("status", endpoint="_bulk", status=503, times=5))
+    cancel = threading.Event()
+    timer = threading.Timer(0.2, cancel.set)
+    timer.start()
+    with pytest.raises(StoreUnavailable, match="cancelled"):
+        store.publish_current(assets(10), max_operations=100, max_bytes=1 << 20, cancel=cancel)
+    timer.join()
+    store.close()
+
+
+def test_refresh_and_count_failures_raise(simulator, store):
+    store.write_facts([fact(11, 0)])
+    simulator.inject(Fault("status", endpoint="_refresh", status=500))
+    with pytest.raises(StoreUnavailable):
+        store.refresh(NOVEMBER)
+    simulator.inject(Fault("shard_failure", endpoint="_refresh"))
+    with pytest.raises(StoreUnavailable):
+        store.refresh(NOVEMBER)
+    store.refresh(NOVEMBER)
+    simulator.inject(Fault("shard_failure", endpoint="_search"))
+    with pytest.raises(StoreUnavailable):
+        store.count(NOVEMBER, 11)
+    simulator.inject(Fault("status", endpoint="_search", status=503))
+    with pytest.raises(StoreUnavailable):
+        store.count(NOVEMBER, 11)
+    assert store.count(NOVEMBER, 11).observations == 1
+
+
+def test_missing_month_indices_count_as_empty(store):
+    scope = StorageScope(months=("2019.01", "2026.11"))
+    store.refresh(scope)
+    assert store.count(scope, 12).observations == 0
+
+
+def test_final_requests_follow_the_plan_within_the_request_line_budget(simulator, events):
+    store = make_store(simulator, request_line_max_bytes=300)
+    months = [f"{year}.{month:02d}" for year in range(2020, 2027) for month in range(1, 13)]
+    store.write_facts([fact(13, n, observed_at=at(0)) for n in range(3)])
+    scope = StorageScope(months=tuple(months))
+    plan = store.final_request_plan(scope)
+    simulator.reset_requests()
+    store.refresh(scope)
+    counts = store.count(scope, 13)
+    refreshes = simulator.requests_to("_refresh")
+    searches = [r for r in simulator.requests_to("_search") if "-facts-" in r.target]
+    assert counts.observations == 3
+    assert len(refreshes) == plan.refresh_requests > 1
+    assert len(searches) == plan.count_requests > 1
+    assert max(r.line_bytes for r in refreshes + searches) == plan.max_request_line_bytes
+    assert plan.max_request_line_bytes <= 300
+    assert sum("execution-endpoints" in r.target for r in refreshes) == 1
+    stages = [e["stage"] for e in events("ScanWriteStageCompleted")]
+    assert stages.count("refresh_execution_index_chunk") == plan.refresh_requests
+    assert stages.count("count_execution_observation_chunk") == plan.count_requests
+
+
+def test_few_months_make_one_refresh_request(simulator, store):
+    store.write_facts([fact(14, 0)])
+    simulator.reset_requests()
+    store.refresh(StorageScope(months=("2026.10", "2026.11")))
+    (request,) = simulator.requests_to("_refresh")
+    assert "execution-endpoints" in request.target and "facts-2026.10" in request.target
+
+
+def test_a_cluster_of_another_major_is_refused_with_advice():
+    with EsSimulator(version="8.15.3") as old:
+        store = ElasticsearchStore(es_settings_for(old.url))
+        with pytest.raises(StoreUnavailable, match=r"elasticsearch>=8,<9"):
+            store.ensure_schema()
+        store.close()
+
+
+def test_writes_set_up_the_schema_when_nobody_did(simulator):
+    store = ElasticsearchStore(es_settings_for(simulator.url))
+    assert store.write_facts([fact(15, 0)]).ok
+    prefix = store.names.prefix
+    assert f"{prefix}-facts-2026.11" in simulator.index_names()
+    assert f"{prefix}-assets-user" in simulator.index_names()
+    store.close()
+
+
+def test_unreachable_cluster_is_unavailable():
+    with EsSimulator() as gone:
+        url = gone.url
+    store = ElasticsearchStore(es_settings_for(url, bulk_retry_budget=1))
+    with pytest.raises(StoreUnavailable):
+        store.ensure_schema()
+    with pytest.raises(StoreUnavailable):
+        store.search_assets(_query(1))
+    store.close()
+
+
+def _query(owner):
+    return AssetQuery(scope="user", owner_id=owner, limit=100)
