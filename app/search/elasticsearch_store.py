@@ -43,7 +43,7 @@ from app.config import ElasticsearchSettings
 from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.cursors import decode_cursor, encode_cursor
-from app.search.documents import EndpointDocument, FactDocument, merge_all
+from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_schema import MERGE_SCRIPT, IndexNames, index_templates
 from app.search.encoding import (
@@ -102,9 +102,19 @@ class ElasticsearchStore:
 
     def ensure_schema(self) -> None:
         """Check the cluster major; put the script and templates; create the shared indices."""
-        info = self._call(lambda: self._client.info())
-        cluster_major = str(info["version"]["number"]).split(".")[0]
         client_major = client_version.split(".")[0]
+        try:
+            info = self._call(lambda: self._client.info())
+        except StoreError as exc:
+            if "media_type_header_exception" in str(exc):
+                # The cluster refused our compatible-with=<client major> headers.
+                raise StoreUnavailable(
+                    f"the Elasticsearch cluster does not accept the {client_major}.x client "
+                    f"({client_version}); install the client of the cluster's major, e.g. "
+                    "'elasticsearch>=8,<9' for an 8.x cluster"
+                ) from exc
+            raise
+        cluster_major = str(info["version"]["number"]).split(".")[0]
         if cluster_major != client_major:
             raise StoreUnavailable(
                 f"Elasticsearch {info['version']['number']} needs the {cluster_major}.x client "
@@ -211,7 +221,8 @@ class ElasticsearchStore:
             if problem is None:
                 valid.append(doc)
             else:
-                index = self.names.endpoint_index(doc.scope) if doc.scope else "?"
+                known = doc.scope in ENDPOINT_SCOPES
+                index = self.names.endpoint_index(doc.scope) if known else "?"
                 rejected[id(doc)] = BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem)
         operations = []
         for doc in merge_all(valid):
@@ -313,9 +324,7 @@ class ElasticsearchStore:
                 "aggs": {"kinds": {"terms": {"field": "kind", "size": 10}}},
             }
             with stage("count_execution_observation_chunk", indices=len(request.indices)):
-                answer = self._search(
-                    list(request.indices), body, what="count", missing_is_empty=True
-                )
+                answer = self._search(list(request.indices), body, what="count")
             buckets = answer["aggregations"]["kinds"]["buckets"]
             total = _count_value(answer["hits"]["total"]["value"])
             if sum(_count_value(b["doc_count"]) for b in buckets) != total:
@@ -466,15 +475,13 @@ class ElasticsearchStore:
         return response.body if hasattr(response, "body") else response
 
     def _search(
-        self,
-        index: str | list[str],
-        body: dict[str, Any],
-        *,
-        what: str = "search",
-        missing_is_empty: bool = False,
+        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
     ) -> dict[str, Any]:
-        extra = {"ignore_unavailable": True} if missing_is_empty else {}
-        answer = self._call(lambda: self._client.search(index=index, body=body, **extra))
+        # A missing index holds nothing: an empty answer (a fresh cluster before the first
+        # write, a month removed by retention), not an outage.
+        answer = self._call(
+            lambda: self._client.search(index=index, body=body, ignore_unavailable=True)
+        )
         _check_shards(answer, what)
         return answer
 

@@ -68,7 +68,8 @@ from app.search.port import (
 FACTS_TABLE = "search_facts"
 EXECUTION_TABLE = "search_execution_endpoints"
 ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
-# The separator of the searchable text expression; it cannot occur in a query (see _text_filter).
+# Fields joined by a unit separator (\x1f), which _like_pattern strips from queries, so a
+# search never matches across two fields.
 TEXT_EXPRESSION = (
     "(coalesce(banner, '') || E'\\x1f' || coalesce(product, '') || E'\\x1f' "
     "|| coalesce(hostname, ''))"

@@ -97,6 +97,11 @@ class _Handler(BaseHTTPRequestHandler):
                 ).body(),
             )
             return
+        refused = self._refuse_compatibility(cluster.version)
+        if refused is not None:
+            self._record(record, 400)
+            self._send(400, refused.body())
+            return
         fault = None if segments[:1] == ["_simulator"] else cluster.next_fault(endpoint)
         with cluster.lock:
             cluster.in_flight[endpoint] = cluster.in_flight.get(endpoint, 0) + 1
@@ -114,6 +119,20 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = outcome
         self._record(record, status)
         self._send(status, payload)
+
+    def _refuse_compatibility(self, version: str) -> ApiFailure | None:
+        """Like a cluster: ``compatible-with`` must name this major or the one before."""
+        major = int(version.split(".")[0])
+        for header in ("Accept", "Content-Type"):
+            found = re.search(r"compatible-with=(\d+)", self.headers.get(header, ""))
+            if found and int(found.group(1)) not in (major, major - 1):
+                return ApiFailure(
+                    400,
+                    "media_type_header_exception",
+                    f"Invalid media-type value on headers [{header}]: {header} version must be "
+                    f"either version {major} or {major - 1}, but found {found.group(1)}",
+                )
+        return None
 
     def _answer(
         self, fault: Fault | None, segments: list[str], params: dict[str, str], body: bytes
