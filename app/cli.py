@@ -245,3 +245,7 @@ def up(state: CliState, host: str | None, port: int | None, no_runner: bool) -> 
 from app.bench.cli import bench  # noqa: E402 - command groups attach after main is defined
 
 main.add_command(bench)
+
+from app.traffic.cli import traffic  # noqa: E402
+
+main.add_command(traffic)

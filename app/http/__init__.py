@@ -10,3 +10,6 @@ def register_blueprints(app: Flask) -> None:
 
     for module in (health, auth, admin, tasks, scanner):
         app.register_blueprint(module.blueprint)
+    from app.http.traffic import blueprint as traffic_blueprint  # traffic rollups (TRF-6/7)
+
+    app.register_blueprint(traffic_blueprint)
