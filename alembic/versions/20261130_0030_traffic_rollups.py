@@ -6,8 +6,8 @@ Create Date: 2026-11-30
 
 ``traffic_rollups`` holds the published rows (TRF-2) that the API serves and the
 ingest endpoint upserts. The other tables are the runner's checkpoint store
-(TRF-3..5, see ``app/traffic/__init__.py``): one row per logical log file
-(identity + byte offset), that file's partial sums per row key, the keys whose
+(TRF-3..5, see ``app/traffic/__init__.py``): a version per domain that every
+commit compare-and-sets, one row per logical log file (identity + byte offset), that file's partial sums per row key, the keys whose
 published row is out of date, and when each past day was last revalidated.
 """
 
@@ -46,6 +46,12 @@ CREATE TABLE IF NOT EXISTS traffic_rollups (
 );
 CREATE INDEX IF NOT EXISTS ix_traffic_rollups_granularity_bucket_start
     ON traffic_rollups (granularity, bucket_start);
+
+CREATE TABLE IF NOT EXISTS traffic_domains (
+    domain     text        PRIMARY KEY,
+    version    bigint      NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
 
 CREATE TABLE IF NOT EXISTS traffic_files (
     id                 text        PRIMARY KEY,
@@ -114,6 +120,7 @@ DROP TABLE IF EXISTS traffic_dirty_keys;
 DROP SEQUENCE IF EXISTS traffic_dirty_generation;
 DROP TABLE IF EXISTS traffic_file_partials;
 DROP TABLE IF EXISTS traffic_files;
+DROP TABLE IF EXISTS traffic_domains;
 DROP TABLE IF EXISTS traffic_rollups;
 """
 

@@ -4,9 +4,12 @@ Two implementations share this contract: ``store_postgres`` (the runner, and the
 CLI writing to the database) and ``store_directory`` (the standalone CLI on an
 nginx host, ``--state-dir``). Per domain a store holds
 
+* a version that every commit compare-and-sets, so two runs that planned from
+  the same state (even both seeing a file for the first time) cannot both
+  commit: the second one's domain result is dropped;
 * one ``FileCheckpoint`` per logical log file: identity (device, inode, and a
-  fingerprint of the first bytes of its content), the content offset just after
-  the last complete line read, and a ``version`` for compare-and-set commits;
+  fingerprint of the first bytes of its content) and the content offset just
+  after the last complete line read;
 * that file's partial sums per partial key (see ``partials``);
 * the *dirty* keys: keys whose published row no longer equals the sum of the
   partials (a commit changed them), until a sink has accepted the new row;
@@ -54,6 +57,7 @@ class DomainState:
     domain: str
     files: list[FileCheckpoint]
     verified_days: dict[date, float]  # business date → epoch of the last revalidation
+    version: int = 0  # bumped by every commit; a commit names the version it planned from
 
 
 @dataclass
@@ -66,6 +70,7 @@ class FileChange:
 @dataclass
 class DomainCommit:
     domain: str
+    expected_version: int  # DomainState.version the plan was made from
     changes: list[FileChange] = field(default_factory=list)
     vanished: list[FileCheckpoint] = field(default_factory=list)
     verified_days: dict[date, float] = field(default_factory=dict)

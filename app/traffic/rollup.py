@@ -261,7 +261,7 @@ class RollupRun:
             replace_ids=replace_ids,
             replace_all=options.force_full_scan,
         )
-        commit = DomainCommit(domain=domain, vanished=plan.vanished)
+        commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
         replaced_any = False
         for planned in plan.reads:
             change = self._read(domain, planned, window, outcome)

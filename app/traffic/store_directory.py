@@ -3,7 +3,7 @@
 Layout::
 
     DIR/lock            flock: one run per state directory at a time
-    DIR/manifest.json   checkpoints, revalidated days, and the shard index
+    DIR/manifest.json   domain versions, checkpoints, revalidated days, shard index
     DIR/shards/*.json   partial sums and dirty keys, one file per shard
 
 A shard holds one domain's partial sums for one hour of 5-minute buckets or
@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 
 from app.traffic.checkpoints import (
@@ -109,7 +109,7 @@ class DirectoryCheckpointStore:
             with open(path, "rb") as handle:
                 manifest = json.load(handle)
         except FileNotFoundError:
-            return {"format": FORMAT, "files": {}, "verified": {}, "shards": {}}
+            return {"format": FORMAT, "domains": {}, "files": {}, "verified": {}, "shards": {}}
         if manifest.get("format") != FORMAT:
             raise ValueError(f"{path}: unknown state format {manifest.get('format')!r}")
         return manifest
@@ -212,7 +212,8 @@ class DirectoryCheckpointStore:
             date.fromisoformat(day): at
             for day, at in self.manifest["verified"].get(domain, {}).items()
         }
-        return DomainState(domain=domain, files=files, verified_days=verified)
+        version = self.manifest["domains"].get(domain, 0)
+        return DomainState(domain=domain, files=files, verified_days=verified, version=version)
 
     def files_holding_day(self, domain: str, day_start: int) -> set[str]:
         entry = self.manifest["shards"].get(shard_id(domain, "day", day_start))
@@ -220,6 +221,9 @@ class DirectoryCheckpointStore:
 
     def commit(self, commit: DomainCommit, now: float) -> None:
         files = self.manifest["files"]
+        versions = self.manifest["domains"]
+        if versions.get(commit.domain, 0) != commit.expected_version:
+            raise CheckpointConflict(f"another run committed {commit.domain} meanwhile")
         for checkpoint in [c.checkpoint for c in commit.changes] + commit.vanished:
             stored = files.get(checkpoint.id)
             if (stored["version"] if stored else 0) != checkpoint.version:
@@ -261,6 +265,7 @@ class DirectoryCheckpointStore:
                 shard = self._touch(identifier)
                 for items in shard.partials.values():
                     shard.dirty.update(k for k in items if start <= k[0] < end)
+        versions[domain] = commit.expected_version + 1
         verified = self.manifest["verified"].setdefault(domain, {})
         for day, at in commit.verified_days.items():
             verified[day.isoformat()] = at
@@ -344,43 +349,29 @@ class DirectoryCheckpointStore:
             self._flush()
 
     def prune(self, domain: str, cutoff: float) -> None:
+        """Forget files that vanished before ``cutoff`` and revalidations older than it."""
         files = self.manifest["files"]
-        vanished = {
+        expired = {
             file_id
             for file_id, entry in files.items()
-            if entry["domain"] == domain and entry.get("vanishedAt") is not None
+            if entry["domain"] == domain
+            and entry.get("vanishedAt") is not None
+            and entry["vanishedAt"] < cutoff
         }
-        changed = False
+        changed = bool(expired)
         for identifier in self._domain_shards(domain):
-            start = _shard_parts(identifier)[2]
-            if start >= cutoff:
+            if not expired & set(self.manifest["shards"][identifier]["files"]):
                 continue
-            shard = self._shard(identifier)
-            for file_id in vanished & set(shard.partials):
-                items = shard.partials[file_id]
-                for key in [k for k in items if k[0] < cutoff]:
-                    del items[key]
-                    self._modified.add(identifier)
-            kept = {k for k in shard.dirty if k[0] >= cutoff}
-            if kept != shard.dirty:
-                shard.dirty = kept
-                self._modified.add(identifier)
-            changed |= identifier in self._modified
-        referenced: set[str] = set()
-        for identifier, entry in self.manifest["shards"].items():
-            if identifier in self._modified:
-                shard = self._shards[identifier]
-                referenced.update(f for f, items in shard.partials.items() if items)
-            else:
-                referenced.update(entry["files"])
-        for file_id in list(vanished):
-            at = files[file_id]["vanishedAt"]
-            if at < cutoff and file_id not in referenced:
-                del files[file_id]
-                changed = True
+            shard = self._touch(identifier)
+            gone: set[RowKey] = set()
+            for file_id in expired:
+                gone.update(shard.partials.pop(file_id, {}))
+            # Publishing a key with no sums left would send zeros, not the traffic.
+            shard.dirty -= {k for k in gone if not any(k in i for i in shard.partials.values())}
+        for file_id in expired:
+            del files[file_id]
         verified = self.manifest["verified"].get(domain, {})
-        cutoff_day = datetime.fromtimestamp(cutoff, UTC).date().isoformat()
-        for day in [d for d in verified if d < cutoff_day]:
+        for day in [d for d, at in verified.items() if at < cutoff]:
             del verified[day]
             changed = True
         if changed:

@@ -57,6 +57,10 @@ class PostgresCheckpointStore:
                 ),
                 {"domain": domain},
             ).all()
+            version = conn.execute(
+                sa.text("SELECT version FROM traffic_domains WHERE domain = :domain"),
+                {"domain": domain},
+            ).scalar()
             days = conn.execute(
                 sa.text(
                     "SELECT business_date, extract(epoch FROM verified_at) AS at "
@@ -85,6 +89,7 @@ class PostgresCheckpointStore:
                 for r in files
             ],
             verified_days={r.business_date: float(r.at) for r in days},
+            version=version or 0,
         )
 
     def files_holding_day(self, domain: str, day_start: int) -> set[str]:
@@ -104,6 +109,7 @@ class PostgresCheckpointStore:
     # -- commit ----------------------------------------------------------------------
     def commit(self, commit: DomainCommit, now: float) -> None:
         with transaction() as conn:
+            self._claim_domain_version(conn, commit)
             generation = conn.execute(
                 sa.text("SELECT nextval('traffic_dirty_generation')")
             ).scalar()
@@ -178,6 +184,28 @@ class PostgresCheckpointStore:
                     ),
                     {"domain": commit.domain, "day": day, "at": at},
                 )
+
+    def _claim_domain_version(self, conn: Connection, commit: DomainCommit) -> None:
+        # A concurrent commit holds the row lock until it ends; this statement then
+        # sees the new version and matches nothing.
+        if commit.expected_version == 0:
+            claimed = conn.execute(
+                sa.text(
+                    "INSERT INTO traffic_domains (domain, version) VALUES (:domain, 1) "
+                    "ON CONFLICT (domain) DO NOTHING"
+                ),
+                {"domain": commit.domain},
+            ).rowcount
+        else:
+            claimed = conn.execute(
+                sa.text(
+                    "UPDATE traffic_domains SET version = version + 1, updated_at = now() "
+                    "WHERE domain = :domain AND version = :version"
+                ),
+                {"domain": commit.domain, "version": commit.expected_version},
+            ).rowcount
+        if claimed != 1:
+            raise CheckpointConflict(f"another run committed {commit.domain} meanwhile")
 
     def _save_checkpoint(self, conn: Connection, ck: FileCheckpoint, now: float) -> None:
         values = {
@@ -387,41 +415,62 @@ class PostgresCheckpointStore:
 
     # -- housekeeping ----------------------------------------------------------------
     def prune(self, domain: str, cutoff: float) -> None:
-        """Forget rotated-away files' sums, dirty marks and revalidations older than ``cutoff``."""
+        """Forget files that vanished before ``cutoff`` and revalidations older than it.
+
+        Published rows stay. A dirty mark is dropped only when no partial sum is left
+        for its key: publishing it would send zeros, not the traffic that happened.
+        """
+        params = {"domain": domain, "cutoff": cutoff}
         with transaction() as conn:
-            params = {"domain": domain, "cutoff": cutoff}
-            conn.execute(
+            gone = conn.execute(
                 sa.text(
-                    """
+                    f"""
                     DELETE FROM traffic_file_partials p USING traffic_files f
-                     WHERE p.file_id = f.id AND f.domain = :domain
-                       AND f.vanished_at IS NOT NULL AND p.domain = :domain
-                       AND p.bucket_start < to_timestamp(:cutoff)
+                     WHERE p.file_id = f.id AND f.domain = :domain AND p.domain = :domain
+                       AND f.vanished_at < to_timestamp(:cutoff)
+                    RETURNING p.granularity, {_epoch("p.bucket_start")} AS bucket, p.method, p.path
                     """
                 ),
                 params,
-            )
+            ).all()
             conn.execute(
                 sa.text(
-                    """
-                    DELETE FROM traffic_files f
-                     WHERE f.domain = :domain AND f.vanished_at < to_timestamp(:cutoff)
-                       AND NOT EXISTS (SELECT 1 FROM traffic_file_partials p WHERE p.file_id = f.id)
-                    """
+                    "DELETE FROM traffic_files "
+                    "WHERE domain = :domain AND vanished_at < to_timestamp(:cutoff)"
                 ),
                 params,
             )
-            conn.execute(
-                sa.text(
-                    "DELETE FROM traffic_dirty_keys WHERE domain = :domain "
-                    "AND bucket_start < to_timestamp(:cutoff)"
-                ),
-                params,
-            )
+            keys = sorted({tuple(r) for r in gone})
+            for offset in range(0, len(keys), CHUNK):
+                chunk = keys[offset : offset + CHUNK]
+                conn.execute(
+                    sa.text(
+                        """
+                        DELETE FROM traffic_dirty_keys d
+                         USING unnest(CAST(:g AS text[]), CAST(:b AS bigint[]),
+                                      CAST(:m AS text[]), CAST(:p AS text[])) AS u(g, b, m, p)
+                         WHERE d.domain = :domain AND d.granularity = u.g
+                           AND d.bucket_start = to_timestamp(u.b) AND d.method = u.m
+                           AND d.path = u.p
+                           AND NOT EXISTS (
+                               SELECT 1 FROM traffic_file_partials q
+                                WHERE q.domain = d.domain AND q.granularity = d.granularity
+                                  AND q.bucket_start = d.bucket_start AND q.method = d.method
+                                  AND q.path = d.path)
+                        """
+                    ),
+                    {
+                        "domain": domain,
+                        "g": [k[0] for k in chunk],
+                        "b": [k[1] for k in chunk],
+                        "m": [k[2] for k in chunk],
+                        "p": [k[3] for k in chunk],
+                    },
+                )
             conn.execute(
                 sa.text(
                     "DELETE FROM traffic_verified_days WHERE domain = :domain "
-                    "AND business_date < CAST(to_timestamp(:cutoff) AS date)"
+                    "AND verified_at < to_timestamp(:cutoff)"
                 ),
                 params,
             )

@@ -491,3 +491,23 @@ def test_no_log_files_is_reported(tmp_path):
     summary = h.run()
     assert summary["domainComplete"] == {DOMAIN: True, OTHER: False}
     assert "no log files" in summary["errors"][OTHER]
+
+
+def test_files_gone_longer_than_the_retention_are_forgotten(tmp_path):
+    h = Harness(tmp_path, retention_days=1)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(at(9), 3))
+    h.run()
+    log.path().unlink()
+    log.write_lines(lines(at(10), 2))
+    h.run()
+    h.run("day")
+    manifest = json.loads((h.state_dir / "manifest.json").read_text())
+    assert len(manifest["files"]) == 2  # the vanished file is still remembered
+    h.now += 2 * 86400
+    h.run("day")
+    manifest = json.loads((h.state_dir / "manifest.json").read_text())
+    assert [entry["path"] for entry in manifest["files"].values()] == [str(log.path())]
+    shards = {name for name in os.listdir(h.state_dir / "shards")}
+    assert shards == {entry["file"] for entry in manifest["shards"].values()}
+    h.assert_exact()  # published rows are untouched by the pruning
