@@ -26,6 +26,7 @@ published too: nothing else would ever send them.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from app.config import TrafficSettings
+from app.observability import emit
 from app.traffic.business_time import BusinessCalendar
 from app.traffic.checkpoints import (
     CheckpointConflict,
@@ -102,6 +104,10 @@ class RollupSummary:
     accepted: int = 0
     publish_error: str | None = None
     duration_ms: float = 0.0
+    # Where the time went: reading and parsing files, committing checkpoints, publishing.
+    phase_seconds: dict[str, float] = field(
+        default_factory=lambda: {"read": 0.0, "commit": 0.0, "publish": 0.0}
+    )
 
     @property
     def ok(self) -> bool:
@@ -137,7 +143,10 @@ class RollupSummary:
             "oversizedLines": sum(o.oversized_lines for o in self.domains.values()),
             "sourceServer": self.source_server,
             "durationMs": round(self.duration_ms, 1),
+            "phaseMs": {k: round(v * 1000, 1) for k, v in self.phase_seconds.items()},
             "errors": errors,
+            # Like the previous script: nothing was read and nothing had to be sent.
+            "skipped": self.scan_mode == "cached" and self.rows == 0,
         }
 
 
@@ -184,11 +193,14 @@ class RollupRun:
         if options.granularity not in ("5m", "day"):
             raise ValueError("granularity must be 5m or day")
         default_start, default_end = default_window(options.granularity, self.calendar.today(now))
-        start_date = options.start_date or default_start
-        end_date = options.end_date or default_end
+        # With one bound given, the other defaults without contradicting it.
+        start_date = options.start_date or min(default_start, options.end_date or default_start)
+        end_date = options.end_date or max(default_end, start_date)
         if end_date < start_date:
             raise ValueError(f"end date {end_date} is before start date {start_date}")
-        domains = options.domains if options.domains is not None else self.settings.domains
+        domains = tuple(
+            dict.fromkeys(options.domains if options.domains is not None else self.settings.domains)
+        )
         summary = RollupSummary(
             granularity=options.granularity,
             start_date=start_date,
@@ -206,16 +218,27 @@ class RollupRun:
                 outcome.error = "stopped before this domain (shutdown)"
                 continue
             try:
-                self._collect(domain, options, log_dir, now, window, start_date, end_date, outcome)
+                self._collect(
+                    domain, options, log_dir, now, window, start_date, end_date, outcome, summary
+                )
                 outcome.complete = True
             except (FileChanged, OSError, CheckpointConflict) as exc:
                 outcome.error = f"{type(exc).__name__}: {exc}"
                 self.report(f"{domain}: result dropped for this run ({outcome.error})")
+                emit(
+                    "TrafficRollupDomainDropped",
+                    level=logging.WARNING,
+                    domain=domain,
+                    granularity=options.granularity,
+                    error=outcome.error,
+                )
             if summary.publish_error is None:
+                publishing = time.perf_counter()
                 try:
                     self._publish(domain, options, now, window[1], summary)
                 except SinkError as exc:
                     summary.publish_error = str(exc)
+                summary.phase_seconds["publish"] += time.perf_counter() - publishing
             if options.granularity == "day":
                 self.store.prune(domain, now - self.settings.retention_days * 86400)
         summary.duration_ms = (time.perf_counter() - started) * 1000
@@ -232,7 +255,9 @@ class RollupRun:
         start_date: date,
         end_date: date,
         outcome: DomainOutcome,
+        summary: RollupSummary,
     ) -> None:
+        reading = time.perf_counter()
         state = self.store.load(domain)
         candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
         if unsupported:
@@ -272,10 +297,20 @@ class RollupRun:
         problem = _snapshot_changed(before, snapshot(after))
         if problem:
             raise FileChanged(problem)
+        for planned in plan.reads:
+            # Truncated and rewritten past its old size while we read: same name, inode
+            # and a larger size, but different first bytes.
+            if not planned.skip and not planned.candidate.compressed:
+                again = probe(planned.candidate).prefix
+                if again[: len(planned.probe.prefix)] != planned.probe.prefix:
+                    raise FileChanged(f"{planned.candidate.name} was rewritten during the run")
         commit.verified_days = {day: now for day in due_days}
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
+        committing = time.perf_counter()
+        summary.phase_seconds["read"] += committing - reading
         self.store.commit(commit, now)
+        summary.phase_seconds["commit"] += time.perf_counter() - committing
         if options.force_full_scan or replaced_any or not state.files:
             outcome.mode = "full"
         elif outcome.files_read:
@@ -387,3 +422,5 @@ class RollupRun:
             summary.accepted += self.sink.write(rows)
             summary.rows += len(rows)
             self.store.mark_published(domain, options.granularity, batch)
+            if self.on_bytes is not None:
+                self.on_bytes(0)  # long publishes keep leases alive and honour cancels

@@ -347,28 +347,35 @@ class PostgresCheckpointStore:
                 rows = conn.execute(
                     sa.text(
                         f"""
-                        SELECT {_epoch("d.bucket_start")} AS bucket, d.method, d.path,
-                               d.generation,
-                               COALESCE(sum(p.response_bytes), 0) AS s0,
-                               COALESCE(sum(p.request_bytes), 0) AS s1,
-                               COALESCE(sum(p.request_known), 0) AS s2,
-                               COALESCE(sum(p.total_requests), 0) AS s3,
-                               COALESCE(sum(p.status_1xx), 0) AS s4,
-                               COALESCE(sum(p.status_2xx), 0) AS s5,
-                               COALESCE(sum(p.status_3xx), 0) AS s6,
-                               COALESCE(sum(p.status_4xx), 0) AS s7,
-                               COALESCE(sum(p.status_5xx), 0) AS s8,
-                               COALESCE(sum(p.status_other), 0) AS s9
-                          FROM traffic_dirty_keys d
-                          LEFT JOIN traffic_file_partials p
-                            ON p.domain = d.domain AND p.granularity = d.granularity
-                           AND p.bucket_start = d.bucket_start AND p.method = d.method
-                           AND p.path = d.path
-                         WHERE d.domain = :domain AND d.granularity = :granularity
-                           AND d.bucket_start < to_timestamp(:until) {keyset}
-                         GROUP BY d.bucket_start, d.method, d.path, d.generation
-                         ORDER BY d.bucket_start, d.method, d.path
-                         LIMIT :limit
+                        WITH batch AS (
+                            SELECT d.domain, d.granularity, d.bucket_start, d.method, d.path,
+                                   d.generation
+                              FROM traffic_dirty_keys d
+                             WHERE d.domain = :domain AND d.granularity = :granularity
+                               AND d.bucket_start < to_timestamp(:until) {keyset}
+                             ORDER BY d.bucket_start, d.method, d.path
+                             LIMIT :limit
+                        )
+                        SELECT {_epoch("b.bucket_start")} AS bucket, b.method, b.path,
+                               b.generation, s.*
+                          FROM batch b
+                          CROSS JOIN LATERAL (
+                              SELECT COALESCE(sum(p.response_bytes), 0) AS s0,
+                                     COALESCE(sum(p.request_bytes), 0) AS s1,
+                                     COALESCE(sum(p.request_known), 0) AS s2,
+                                     COALESCE(sum(p.total_requests), 0) AS s3,
+                                     COALESCE(sum(p.status_1xx), 0) AS s4,
+                                     COALESCE(sum(p.status_2xx), 0) AS s5,
+                                     COALESCE(sum(p.status_3xx), 0) AS s6,
+                                     COALESCE(sum(p.status_4xx), 0) AS s7,
+                                     COALESCE(sum(p.status_5xx), 0) AS s8,
+                                     COALESCE(sum(p.status_other), 0) AS s9
+                                FROM traffic_file_partials p
+                               WHERE p.domain = b.domain AND p.granularity = b.granularity
+                                 AND p.bucket_start = b.bucket_start AND p.method = b.method
+                                 AND p.path = b.path
+                          ) s
+                         ORDER BY b.bucket_start, b.method, b.path
                         """
                     ),
                     params,

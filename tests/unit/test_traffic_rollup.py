@@ -511,3 +511,24 @@ def test_files_gone_longer_than_the_retention_are_forgotten(tmp_path):
     shards = {name for name in os.listdir(h.state_dir / "shards")}
     assert shards == {entry["file"] for entry in manifest["shards"].values()}
     h.assert_exact()  # published rows are untouched by the pruning
+
+
+def test_file_truncated_and_regrown_during_a_run_drops_the_domain(tmp_path):
+    h = Harness(tmp_path)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(at(9), 4))
+    rewritten = []
+
+    def truncate_and_regrow(_bytes: int) -> None:
+        if not rewritten:
+            bigger = lines(at(9, 30), 12, path="/new")
+            with open(log.path(), "r+", encoding="utf-8") as handle:  # same inode, larger
+                handle.write("".join(bigger))
+            log.written = bigger
+            rewritten.append(True)
+
+    summary = h.run(on_bytes=truncate_and_regrow)
+    assert summary["domainComplete"][DOMAIN] is False
+    assert "rewritten during the run" in summary["errors"][DOMAIN]
+    assert h.run()["domainComplete"][DOMAIN] is True
+    h.assert_exact()
