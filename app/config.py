@@ -436,14 +436,14 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
     return errors, warnings
 
 
-_DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 
 
 def _traffic_checks(settings: Settings) -> list[ConfigProblem]:
     traffic = settings.traffic
     problems: list[ConfigProblem] = []
     for domain in traffic.domains:
-        if not _DOMAIN_NAME.match(domain):
+        if not DOMAIN_NAME.match(domain):
             problems.append(
                 ConfigProblem("traffic.domains", domain, "must be a host name such as example.com")
             )

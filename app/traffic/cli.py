@@ -63,6 +63,11 @@ def _domains(raw: str | None, configured: tuple[str, ...]) -> tuple[str, ...]:
         domains = tuple(part.strip() for part in raw.split(",") if part.strip())
     if not domains:
         raise click.UsageError("no domains: pass --domains a,b or set [traffic] domains")
+    from app.config import DOMAIN_NAME
+
+    for domain in domains:
+        if not DOMAIN_NAME.match(domain):
+            raise click.UsageError(f"--domains: {domain!r} is not a host name")
     return tuple(dict.fromkeys(domains))
 
 

@@ -262,7 +262,7 @@ class RollupRun:
         candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
         if unsupported:
             self.report(f"{domain}: skipped files in unsupported formats: {unsupported}")
-        if not candidates and not state.files:
+        if not candidates:
             raise FileChanged(f"no log files for {domain} in {log_dir}")
         before = snapshot(candidates)
         probes = {c.name: probe(c) for c in candidates}
@@ -286,13 +286,16 @@ class RollupRun:
             replace_ids=replace_ids,
             replace_all=options.force_full_scan,
         )
+        # The mode is what the plan does, so a dropped domain still reports it truly.
+        if options.force_full_scan or not state.files or any(r.replace for r in plan.reads):
+            outcome.mode = "full"
+        elif any(not r.skip for r in plan.reads):
+            outcome.mode = "incremental"
         commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
-        replaced_any = False
         for planned in plan.reads:
             change = self._read(domain, planned, window, outcome)
             if change is not None:
                 commit.changes.append(change)
-                replaced_any |= change.replace
         after, _ = list_domain_files(log_dir, domain, self.settings.file_patterns)
         problem = _snapshot_changed(before, snapshot(after))
         if problem:
@@ -311,12 +314,6 @@ class RollupRun:
         summary.phase_seconds["read"] += committing - reading
         self.store.commit(commit, now)
         summary.phase_seconds["commit"] += time.perf_counter() - committing
-        if options.force_full_scan or replaced_any or not state.files:
-            outcome.mode = "full"
-        elif outcome.files_read:
-            outcome.mode = "incremental"
-        else:
-            outcome.mode = "cached"
 
     def _read(
         self, domain: str, planned: PlannedRead, window: tuple[int, int], outcome: DomainOutcome

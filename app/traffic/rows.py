@@ -12,7 +12,6 @@ copy arriving late cannot undo a completed day.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -21,12 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.config import DOMAIN_NAME
 from app.errors import ValidationError
 from app.traffic.logline import STATUS_NAMES
 
 MAX_BIGINT = (1 << 63) - 1
 MAX_PATH_BYTES = 2100
-_DOMAIN = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 _STATUS_COLUMNS = ("status_1xx", "status_2xx", "status_3xx", "status_4xx", "status_5xx")
 STATUS_COLUMNS = (*_STATUS_COLUMNS, "status_other")
 
@@ -99,7 +98,7 @@ def _record(row: Any) -> RollupRecord:
     if granularity not in ("5m", "day"):
         raise _RowProblem("granularity", "must be 5m or day")
     domain = _text(row, "domain", max_length=253)
-    if not _DOMAIN.match(domain):
+    if not DOMAIN_NAME.match(domain):
         raise _RowProblem("domain", "must be a host name")
     method = _text(row, "method", max_length=32)
     path = _text(row, "path", max_length=MAX_PATH_BYTES)

@@ -115,11 +115,13 @@ class DirectoryCheckpointStore:
         return manifest
 
     def _sweep_orphans(self) -> None:
+        """Remove what a run that crashed before its manifest switch left behind."""
         referenced = {entry["file"] for entry in self.manifest["shards"].values()}
-        for path in self.shard_dir.iterdir():
-            if path.name not in referenced:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+        leftovers = [p for p in self.shard_dir.iterdir() if p.name not in referenced]
+        leftovers += list(self.directory.glob(".manifest.*.tmp"))
+        for path in leftovers:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def _shard(self, identifier: str) -> Shard:
         shard = self._shards.get(identifier)
@@ -141,37 +143,52 @@ class DirectoryCheckpointStore:
         return self._shard(identifier)
 
     def _flush(self) -> None:
-        """Write modified shards under new names, then switch the manifest atomically."""
+        """Write modified shards under new names, then switch the manifest atomically.
+
+        The new manifest is built aside and becomes ``self.manifest`` only after it
+        replaced the file, so a failed write leaves memory and disk as they were.
+        """
         if not self._modified and not self._manifest_changed:
             return
+        shards = dict(self.manifest["shards"])
         superseded: list[str] = []
-        for identifier in sorted(self._modified):
-            shard = self._shards[identifier]
-            old = self.manifest["shards"].pop(identifier, None)
-            if old is not None:
-                superseded.append(old["file"])
-            if shard.empty():
-                continue
-            domain, granularity, start = _shard_parts(identifier)
-            name = f"{domain}.{granularity}.{start}.{uuid.uuid4().hex[:12]}.json"
-            body = {
-                "partials": {
-                    file_id: [[*key, *sums] for key, sums in items.items()]
-                    for file_id, items in shard.partials.items()
-                    if items
-                },
-                "dirty": [list(key) for key in sorted(shard.dirty)],
-            }
-            _write_file(self.shard_dir / name, json.dumps(body, separators=(",", ":")).encode())
-            self.manifest["shards"][identifier] = {
-                "file": name,
-                "dirty": len(shard.dirty),
-                "files": sorted(f for f, items in shard.partials.items() if items),
-            }
+        written: list[Path] = []
         temporary = self.directory / f".manifest.{uuid.uuid4().hex[:12]}.tmp"
-        _write_file(temporary, json.dumps(self.manifest, separators=(",", ":")).encode())
-        os.replace(temporary, self.directory / "manifest.json")
+        try:
+            for identifier in sorted(self._modified):
+                shard = self._shards[identifier]
+                old = shards.pop(identifier, None)
+                if old is not None:
+                    superseded.append(old["file"])
+                if shard.empty():
+                    continue
+                domain, granularity, start = _shard_parts(identifier)
+                name = f"{domain}.{granularity}.{start}.{uuid.uuid4().hex[:12]}.json"
+                body = {
+                    "partials": {
+                        file_id: [[*key, *sums] for key, sums in items.items()]
+                        for file_id, items in shard.partials.items()
+                        if items
+                    },
+                    "dirty": [list(key) for key in sorted(shard.dirty)],
+                }
+                written.append(self.shard_dir / name)
+                _write_file(written[-1], json.dumps(body, separators=(",", ":")).encode())
+                shards[identifier] = {
+                    "file": name,
+                    "dirty": len(shard.dirty),
+                    "files": sorted(f for f, items in shard.partials.items() if items),
+                }
+            manifest = {**self.manifest, "shards": shards}
+            _write_file(temporary, json.dumps(manifest, separators=(",", ":")).encode())
+            os.replace(temporary, self.directory / "manifest.json")
+        except BaseException:
+            for path in [*written, temporary]:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            raise
         _fsync_directory(self.directory)
+        self.manifest = manifest
         for name in superseded:
             with contextlib.suppress(FileNotFoundError):
                 (self.shard_dir / name).unlink()
@@ -219,7 +236,21 @@ class DirectoryCheckpointStore:
         entry = self.manifest["shards"].get(shard_id(domain, "day", day_start))
         return set(entry["files"]) if entry else set()
 
+    def _reset(self) -> None:
+        """Forget unflushed changes: memory equals the last manifest on disk again."""
+        self.manifest = self._read_manifest()
+        self._shards.clear()
+        self._modified.clear()
+        self._manifest_changed = False
+
     def commit(self, commit: DomainCommit, now: float) -> None:
+        try:
+            self._apply(commit, now)
+        except BaseException:
+            self._reset()  # a failed commit must not be flushed later by accident
+            raise
+
+    def _apply(self, commit: DomainCommit, now: float) -> None:
         files = self.manifest["files"]
         versions = self.manifest["domains"]
         if versions.get(commit.domain, 0) != commit.expected_version:
