@@ -1,17 +1,21 @@
 """Checkpoints in PostgreSQL (the runner; the CLI when it writes to the database).
 
-Tables (migration ``20261130_0030``): ``traffic_files`` (one row per logical log
-file, with a ``version`` for compare-and-set), ``traffic_file_partials`` (that
-file's sums per key), ``traffic_dirty_keys`` (keys whose published row is out of
-date, stamped with a generation from a sequence) and ``traffic_verified_days``.
+Tables (migration ``20261130_0030``): ``traffic_domains`` (a version per domain),
+``traffic_files`` (one row per logical log file), ``traffic_file_partials``
+(that file's sums per key), ``traffic_dirty_keys`` (keys whose published row is
+out of date, stamped with a generation from a sequence) and
+``traffic_verified_days``.
 
-A commit is one transaction: every checkpoint it touches must still carry the
-version that was loaded (else ``CheckpointConflict``, and nothing is written),
-partial sums are added (or replaced) with set-based ``unnest`` statements, and
-the touched keys are marked dirty with a fresh generation. Clearing a dirty mark
-after publishing names that generation, so a key dirtied again meanwhile stays
-dirty. Each call is its own short transaction; no connection is held while the
-rollup reads files.
+A commit is one transaction. It first moves the domain's version from the one
+the run loaded to the next (a concurrent commit holds that row's lock, and the
+loser matches nothing: ``CheckpointConflict``, nothing written), so two runs
+can never both add the same bytes, not even for a file both saw first; each
+touched file row is compare-and-set on its own version as well. Partial sums
+are added (or replaced) with set-based ``unnest`` statements and the touched
+keys marked dirty with a fresh generation. Clearing a dirty mark after
+publishing names that generation, so a key dirtied again meanwhile stays dirty.
+Each call is its own short transaction; no connection is held while the rollup
+reads files.
 """
 
 from __future__ import annotations

@@ -212,3 +212,17 @@ def test_query_filters_and_pages(traffic_app):
     assert user.get("/api/traffic/rollups?granularity=hour").status_code == 400
     assert user.get("/api/traffic/rollups?from=soon").status_code == 400
     assert user.get("/api/traffic/rollups?cursor=bm9wZQ").status_code == 400
+
+
+def test_traffic_routes_carry_exactly_their_guard(traffic_app):
+    access = {}
+    for rule in traffic_app.url_map.iter_rules():
+        if rule.rule.startswith("/api/traffic"):
+            view = traffic_app.view_functions[rule.endpoint]
+            access[(rule.rule, tuple(sorted(rule.methods - {"HEAD", "OPTIONS"})))] = getattr(
+                view, "_netmap_access", None
+            )
+    assert access == {
+        ("/api/traffic/rollups", ("POST",)): "bearer",
+        ("/api/traffic/rollups", ("GET",)): "user",
+    }
