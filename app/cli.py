@@ -246,5 +246,7 @@ from app.bench.cli import bench  # noqa: E402 - command groups attach after main
 
 main.add_command(bench)
 from app.modules.cli import modules  # noqa: E402
+from app.traffic.cli import traffic  # noqa: E402
 
 main.add_command(modules)
+main.add_command(traffic)

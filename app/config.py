@@ -175,6 +175,23 @@ class TrafficSettings:
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)
     enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
     batch_size: int = spec(1000, min=1, max=50000)
+    file_patterns: tuple[str, ...] = spec(
+        ("{domain}.access.log*",),
+        doc="glob patterns (relative to log_dir) naming one domain's current and rotated logs",
+    )
+    state_dir: str = spec("", doc="standalone checkpoints; empty: <data_dir>/traffic-state")
+    max_path_bytes: int = spec(1024, min=16, max=2048, doc="longer paths are cut and end in ...")
+    retention_days: int = spec(
+        35, min=1, max=3650, doc="keep partial sums of rotated-away log files this long"
+    )
+    interval_seconds: float = spec(300.0, min=30, max=3600, doc="runner: 5-minute rollup period")
+    day_interval_seconds: float = spec(
+        3600.0, min=300, max=86400, doc="runner: day rollup (yesterday) period"
+    )
+    lease_seconds: float = spec(600.0, min=60, max=7200, doc="runner lease, renewed while reading")
+    post_retries: int = spec(5, min=0, max=20, doc="standalone: retries per batch on 429/5xx")
+    post_timeout_seconds: float = spec(30.0, min=1, max=600)
+    max_rows_per_request: int = spec(10000, min=1, max=100000, doc="ingest endpoint limit")
 
 
 @dataclass(frozen=True)
@@ -402,6 +419,7 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
         errors.append(
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )
+    errors.extend(_traffic_checks(settings))
     tz = settings.traffic.timezone
     try:
         from app.timezones import parse_timezone
@@ -428,6 +446,37 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
             ConfigProblem("database.url", settings.database.url, "must be a postgresql:// URL")
         )
     return errors, warnings
+
+
+DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+def _traffic_checks(settings: Settings) -> list[ConfigProblem]:
+    traffic = settings.traffic
+    problems: list[ConfigProblem] = []
+    for domain in traffic.domains:
+        if not DOMAIN_NAME.match(domain):
+            problems.append(
+                ConfigProblem("traffic.domains", domain, "must be a host name such as example.com")
+            )
+    if traffic.enabled and not traffic.domains:
+        problems.append(
+            ConfigProblem(
+                "traffic.domains", [], "must list at least one domain when traffic.enabled is true"
+            )
+        )
+    if not traffic.file_patterns:
+        problems.append(ConfigProblem("traffic.file_patterns", [], "must list at least one glob"))
+    for pattern in traffic.file_patterns:
+        if pattern.count("{domain}") != 1 or "/" in pattern:
+            problems.append(
+                ConfigProblem(
+                    "traffic.file_patterns",
+                    pattern,
+                    "must be a file-name glob containing {domain} once, e.g. {domain}.access.log*",
+                )
+            )
+    return problems
 
 
 def load_settings(

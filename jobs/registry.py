@@ -13,7 +13,12 @@ from jobs.base import JobKind, WorkerService
 def job_kinds(settings: Settings) -> list[JobKind]:
     from jobs import execution_recovery
 
-    return [execution_recovery.job(settings)]
+    kinds: list[JobKind] = [execution_recovery.job(settings)]
+    if settings.traffic.enabled:
+        from jobs import traffic_rollup
+
+        kinds.append(traffic_rollup.job(settings))
+    return kinds
 
 
 def worker_services(settings: Settings) -> list[WorkerService]:

@@ -1,7 +1,7 @@
 """Result ingest: upload receipts, DNS answers, analysis queue, projection outbox.
 
 Revision ID: 20261130_0040
-Revises: 20261130_0020
+Revises: 20261130_0030
 Create Date: 2026-11-30
 
 The projection outbox starts with its queue columns only; the leased-worker
@@ -12,7 +12,7 @@ revision that keeps existing rows.
 from alembic import op
 
 revision = "20261130_0040"
-down_revision = "20261130_0020"
+down_revision = "20261130_0030"
 branch_labels = None
 depends_on = None
 

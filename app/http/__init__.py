@@ -6,7 +6,7 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from app.http import admin, auth, health, modules, scanner, tasks, uploads
+    from app.http import admin, auth, health, modules, scanner, tasks, traffic, uploads
 
-    for module in (health, auth, admin, tasks, scanner, uploads, modules):
+    for module in (health, auth, admin, tasks, scanner, uploads, modules, traffic):
         app.register_blueprint(module.blueprint)

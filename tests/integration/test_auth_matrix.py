@@ -133,6 +133,21 @@ ROUTES: list[Route] = [
         _admin_route(200),
     ),
     Route(
+        "GET",
+        "/api/traffic/rollups",
+        lambda w: "/api/traffic/rollups",
+        None,
+        _user_route(200, owned=False),
+    ),
+    # Only the rollup ingest token opens this route; no session or scanner token does.
+    Route(
+        "POST",
+        "/api/traffic/rollups",
+        lambda w: "/api/traffic/rollups",
+        lambda w: {"rows": []},
+        dict.fromkeys(CALLERS, 401),
+    ),
+    Route(
         "POST",
         "/api/tasks",
         lambda w: "/api/tasks",

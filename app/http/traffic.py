@@ -1,0 +1,124 @@
+"""Traffic rollup routes: bearer-token ingest and the session-authenticated query (TRF-6, TRF-7).
+
+``POST /api/traffic/rollups`` takes ``Authorization: Bearer <rollup token>``
+(``[traffic] ingest_token`` / ``NETMAP_TRAFFIC_TOKEN``), compared in constant
+time; with no token configured the route refuses every request. A batch is
+validated completely before anything is written (400 names the row index and
+field) and upserted in one transaction. ``GET /api/traffic/rollups`` filters by
+domain, granularity and a ``from``/``to`` range on the bucket start: a date
+means midnight in the business time zone, a timestamp without offset is read
+in that zone too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import datetime
+
+from flask import Blueprint, current_app, jsonify, request
+
+from app.db import transaction
+from app.errors import ValidationError
+from app.http.guards import require_bearer, require_user
+from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
+from app.observability import emit
+from app.traffic.business_time import BusinessCalendar
+from app.traffic.rows import RowQuery, query_rows, upsert_rows, validate_rows
+
+blueprint = Blueprint("traffic", __name__, url_prefix="/api/traffic")
+
+
+def _settings():
+    return current_app.extensions["netmap.settings"]
+
+
+def _rollup_token_matches(token: str) -> bool:
+    expected = _settings().traffic.ingest_token
+    if not expected:
+        return False
+    # Comparing digests keeps the comparison constant-time whatever the lengths.
+    return hmac.compare_digest(
+        hashlib.sha256(token.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+    )
+
+
+@blueprint.post("/rollups")
+@require_bearer(_rollup_token_matches, realm="netmap-traffic")
+def ingest_rollups():
+    body = json_body()
+    records = validate_rows(body.get("rows"), max_rows=_settings().traffic.max_rows_per_request)
+    with transaction() as conn:
+        written = upsert_rows(conn, records)
+    emit(
+        "TrafficRollupsIngested",
+        rows=len(records),
+        written=written,
+        domains=sorted({r.domain for r in records}),
+    )
+    return jsonify({"accepted": len(records)})
+
+
+def _instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
+    raw = request.args.get(name)
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError(
+            f"{name} must be a date (2026-08-01) or an ISO 8601 timestamp",
+            code="invalid_parameter",
+            details={"parameter": name, "value": raw},
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=calendar.tz)
+    return value
+
+
+@blueprint.get("/rollups")
+@require_user
+def list_rollups():
+    calendar = BusinessCalendar(_settings().traffic.timezone)
+    granularity = request.args.get("granularity") or None
+    if granularity not in (None, "5m", "day"):
+        raise ValidationError(
+            "granularity must be 5m or day",
+            code="invalid_parameter",
+            details={"parameter": "granularity", "allowed": ["5m", "day"]},
+        )
+    start = _instant_arg("from", calendar)
+    end = _instant_arg("to", calendar)
+    if start and end and end < start:
+        raise ValidationError(
+            "to must not be before from", code="invalid_parameter", details={"parameter": "to"}
+        )
+    cursor = decode_cursor()
+    after = None
+    if cursor is not None:
+        try:
+            after = tuple(cursor["k"])
+            if len(after) != 5 or not all(isinstance(part, str) for part in after):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValidationError(
+                "cursor is not one this server issued",
+                code="invalid_cursor",
+                details={"parameter": "cursor"},
+            ) from None
+    query = RowQuery(
+        domain=request.args.get("domain") or None,
+        granularity=granularity,
+        start=start,
+        end=end,
+        limit=page_limit(default=1000, maximum=10000),
+        after=after,  # type: ignore[arg-type]
+    )
+    with transaction() as conn:
+        items, next_key = query_rows(conn, query)
+    return jsonify(
+        {
+            "items": items,
+            "next_cursor": encode_cursor({"k": list(next_key)}) if next_key else None,
+        }
+    )

@@ -1,0 +1,423 @@
+"""One rollup run: read what is new in each domain's logs, commit, publish changed rows.
+
+``RollupRun.execute(options)`` works domain by domain, each on its own
+checkpoints, so one lagging or broken domain never holds back or skips another
+(TRF-3). For a domain it
+
+1. lists the domain's files and probes their first bytes (no store connection
+   is held while touching files);
+2. plans the reads (``file_identity``): new bytes of known files, new files
+   from the start; for a day run, the files holding a completed day that was
+   not revalidated within ``day_cache_hours`` are re-read from the start and
+   their sums *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
+3. reads and aggregates, then lists the files again: if any was rotated,
+   truncated, replaced or failed to read, the domain's result is dropped for
+   this run and its checkpoints stay as they were (TRF-4);
+4. commits checkpoints, partial sums and dirty keys in one atomic step;
+5. publishes the dirty rows of the requested granularity up to the end of the
+   window to the sink (database or HTTP), clearing each dirty mark only after
+   the sink accepted the row. Rows are absolute sums, so publishing twice is
+   harmless, and a run that crashed between commit and publish leaves the keys
+   dirty for the next run.
+
+Dirty rows older than the window start (late lines for an earlier day) are
+published too: nothing else would ever send them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import date, timedelta
+from pathlib import Path
+
+from app.config import TrafficSettings
+from app.observability import emit
+from app.traffic.business_time import BusinessCalendar
+from app.traffic.checkpoints import (
+    CheckpointConflict,
+    CheckpointStore,
+    DomainCommit,
+    FileChange,
+    FileCheckpoint,
+)
+from app.traffic.file_identity import PlannedRead, plan_domain
+from app.traffic.logfiles import (
+    FINGERPRINT_BYTES,
+    FileChanged,
+    fingerprint,
+    list_domain_files,
+    probe,
+    read_lines,
+    snapshot,
+)
+from app.traffic.logline import TOTAL, LineAggregator
+from app.traffic.partials import RowRenderer, partials_from_buckets
+from app.traffic.sinks import RowSink, SinkError
+
+SCAN_MODES = ("full", "incremental", "mixed", "cached")
+
+
+@dataclass(frozen=True)
+class RollupOptions:
+    granularity: str = "5m"
+    start_date: date | None = None
+    end_date: date | None = None
+    domains: tuple[str, ...] | None = None  # None: [traffic] domains
+    log_dir: Path | None = None  # None: [traffic] log_dir
+    force_full_scan: bool = False
+    source_server: str = ""
+
+
+def default_window(granularity: str, today: date) -> tuple[date, date]:
+    """5m: today; day: yesterday (the last completed business day)."""
+    if granularity == "day":
+        yesterday = today - timedelta(days=1)
+        return yesterday, yesterday
+    return today, today
+
+
+@dataclass
+class DomainOutcome:
+    complete: bool = False
+    mode: str = "cached"
+    scanned_lines: int = 0
+    matched_lines: int = 0
+    malformed_lines: int = 0
+    oversized_lines: int = 0
+    bytes_read: int = 0
+    files_read: int = 0
+    error: str | None = None
+
+
+@dataclass
+class RollupSummary:
+    granularity: str
+    start_date: date
+    end_date: date
+    source_server: str
+    domains: dict[str, DomainOutcome] = field(default_factory=dict)
+    rows: int = 0
+    accepted: int = 0
+    publish_error: str | None = None
+    duration_ms: float = 0.0
+    # Where the time went: reading and parsing files, committing checkpoints, publishing.
+    phase_seconds: dict[str, float] = field(
+        default_factory=lambda: {"read": 0.0, "commit": 0.0, "publish": 0.0}
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.publish_error is None and all(o.complete for o in self.domains.values())
+
+    @property
+    def scan_mode(self) -> str:
+        modes = {o.mode for o in self.domains.values()}
+        return modes.pop() if len(modes) == 1 else ("mixed" if modes else "cached")
+
+    def as_dict(self) -> dict:
+        complete = {d: o.complete for d, o in self.domains.items()}
+        by_domain = {d: (o.matched_lines if o.complete else 0) for d, o in self.domains.items()}
+        errors = {d: o.error for d, o in self.domains.items() if o.error}
+        if self.publish_error:
+            errors["publish"] = self.publish_error
+        return {
+            "ok": self.ok,
+            "granularity": self.granularity,
+            "startDate": self.start_date.isoformat(),
+            "endDate": self.end_date.isoformat(),
+            "rows": self.rows,
+            "accepted": self.accepted,
+            "scannedLines": sum(o.scanned_lines for o in self.domains.values()),
+            "matchedLines": sum(by_domain.values()),
+            "matchedLinesByDomain": by_domain,
+            "domainComplete": complete,
+            "scanMode": self.scan_mode,
+            "scanModeByDomain": {d: o.mode for d, o in self.domains.items()},
+            "bytesRead": sum(o.bytes_read for o in self.domains.values()),
+            "filesRead": sum(o.files_read for o in self.domains.values()),
+            "malformedLines": sum(o.malformed_lines for o in self.domains.values()),
+            "oversizedLines": sum(o.oversized_lines for o in self.domains.values()),
+            "sourceServer": self.source_server,
+            "durationMs": round(self.duration_ms, 1),
+            "phaseMs": {k: round(v * 1000, 1) for k, v in self.phase_seconds.items()},
+            "errors": errors,
+            # Like the previous script: nothing was read and nothing had to be sent.
+            "skipped": self.scan_mode == "cached" and self.rows == 0,
+        }
+
+
+def _snapshot_changed(before: dict, after: dict) -> str | None:
+    if before.keys() != after.keys():
+        appeared = sorted(after.keys() - before.keys())
+        gone = sorted(before.keys() - after.keys())
+        return f"files changed during the run (new: {appeared}, gone: {gone})"
+    for name, (device, inode, size) in before.items():
+        a_device, a_inode, a_size = after[name]
+        if (device, inode) != (a_device, a_inode):
+            return f"{name} was replaced during the run"
+        if a_size < size or (name.endswith(".gz") and a_size != size):
+            return f"{name} was truncated or rewritten during the run"
+    return None
+
+
+class RollupRun:
+    """Executes rollup runs against one checkpoint store and one row sink."""
+
+    def __init__(
+        self,
+        settings: TrafficSettings,
+        store: CheckpointStore,
+        sink: RowSink,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_bytes: Callable[[int], None] | None = None,
+        report: Callable[[str], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ):
+        self.settings = settings
+        self.store = store
+        self.sink = sink
+        self.clock = clock
+        self.on_bytes = on_bytes
+        self.report = report or (lambda _message: None)
+        self.should_stop = should_stop or (lambda: False)
+        self.calendar = BusinessCalendar(settings.timezone)
+
+    def execute(self, options: RollupOptions) -> RollupSummary:
+        started = time.perf_counter()
+        now = self.clock()
+        if options.granularity not in ("5m", "day"):
+            raise ValueError("granularity must be 5m or day")
+        default_start, default_end = default_window(options.granularity, self.calendar.today(now))
+        # With one bound given, the other defaults without contradicting it.
+        start_date = options.start_date or min(default_start, options.end_date or default_start)
+        end_date = options.end_date or max(default_end, start_date)
+        if end_date < start_date:
+            raise ValueError(f"end date {end_date} is before start date {start_date}")
+        domains = tuple(
+            dict.fromkeys(options.domains if options.domains is not None else self.settings.domains)
+        )
+        summary = RollupSummary(
+            granularity=options.granularity,
+            start_date=start_date,
+            end_date=end_date,
+            source_server=options.source_server,
+        )
+        window = (
+            self.calendar.midnight(start_date),
+            self.calendar.midnight(end_date + timedelta(1)),
+        )
+        log_dir = options.log_dir or Path(self.settings.log_dir)
+        for domain in domains:
+            outcome = summary.domains[domain] = DomainOutcome()
+            if self.should_stop():
+                outcome.error = "stopped before this domain (shutdown)"
+                continue
+            try:
+                self._collect(
+                    domain, options, log_dir, now, window, start_date, end_date, outcome, summary
+                )
+                outcome.complete = True
+            except (FileChanged, OSError, CheckpointConflict) as exc:
+                outcome.error = f"{type(exc).__name__}: {exc}"
+                self.report(f"{domain}: result dropped for this run ({outcome.error})")
+                emit(
+                    "TrafficRollupDomainDropped",
+                    level=logging.WARNING,
+                    domain=domain,
+                    granularity=options.granularity,
+                    error=outcome.error,
+                )
+            if summary.publish_error is None:
+                publishing = time.perf_counter()
+                try:
+                    self._publish(domain, options, now, window[1], summary)
+                except SinkError as exc:
+                    summary.publish_error = str(exc)
+                summary.phase_seconds["publish"] += time.perf_counter() - publishing
+            if options.granularity == "day":
+                self.store.prune(domain, now - self.settings.retention_days * 86400)
+        summary.duration_ms = (time.perf_counter() - started) * 1000
+        return summary
+
+    # -- reading and committing ------------------------------------------------------
+    def _collect(
+        self,
+        domain: str,
+        options: RollupOptions,
+        log_dir: Path,
+        now: float,
+        window: tuple[int, int],
+        start_date: date,
+        end_date: date,
+        outcome: DomainOutcome,
+        summary: RollupSummary,
+    ) -> None:
+        reading = time.perf_counter()
+        state = self.store.load(domain)
+        candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
+        if unsupported:
+            self.report(f"{domain}: skipped files in unsupported formats: {unsupported}")
+        if not candidates:
+            raise FileChanged(f"no log files for {domain} in {log_dir}")
+        before = snapshot(candidates)
+        probes = {c.name: probe(c) for c in candidates}
+
+        due_days: list[date] = []
+        replace_ids: set[str] = set()
+        if options.granularity == "day":
+            today = self.calendar.today(now)
+            cache_seconds = self.settings.day_cache_hours * 3600
+            day = start_date
+            while day <= end_date and day < today:
+                verified = state.verified_days.get(day)
+                if options.force_full_scan or verified is None or now - verified >= cache_seconds:
+                    due_days.append(day)
+                    replace_ids |= self.store.files_holding_day(domain, self.calendar.midnight(day))
+                day += timedelta(days=1)
+        plan = plan_domain(
+            candidates,
+            probes,
+            state.files,
+            replace_ids=replace_ids,
+            replace_all=options.force_full_scan,
+        )
+        # The mode is what the plan does, so a dropped domain still reports it truly.
+        if options.force_full_scan or not state.files or any(r.replace for r in plan.reads):
+            outcome.mode = "full"
+        elif any(not r.skip for r in plan.reads):
+            outcome.mode = "incremental"
+        commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
+        for planned in plan.reads:
+            change = self._read(domain, planned, window, outcome)
+            if change is not None:
+                commit.changes.append(change)
+        after, _ = list_domain_files(log_dir, domain, self.settings.file_patterns)
+        problem = _snapshot_changed(before, snapshot(after))
+        if problem:
+            raise FileChanged(problem)
+        for planned in plan.reads:
+            # Truncated and rewritten past its old size while we read: same name, inode
+            # and a larger size, but different first bytes.
+            if not planned.skip and not planned.candidate.compressed:
+                again = probe(planned.candidate).prefix
+                if again[: len(planned.probe.prefix)] != planned.probe.prefix:
+                    raise FileChanged(f"{planned.candidate.name} was rewritten during the run")
+        commit.verified_days = {day: now for day in due_days}
+        if options.force_full_scan:
+            commit.republish.append((options.granularity, window[0], window[1]))
+        committing = time.perf_counter()
+        summary.phase_seconds["read"] += committing - reading
+        self.store.commit(commit, now)
+        summary.phase_seconds["commit"] += time.perf_counter() - committing
+
+    def _read(
+        self, domain: str, planned: PlannedRead, window: tuple[int, int], outcome: DomainOutcome
+    ) -> FileChange | None:
+        candidate, old = planned.candidate, planned.checkpoint
+        if planned.skip:
+            assert old is not None
+            moved = (old.device, old.inode, old.path, old.compressed) != (
+                candidate.device,
+                candidate.inode,
+                str(candidate.path),
+                candidate.compressed,
+            )
+            if not moved and not old.vanished:
+                return None
+            located = replace(
+                old,
+                device=candidate.device,
+                inode=candidate.inode,
+                path=str(candidate.path),
+                compressed=candidate.compressed,
+                vanished=False,
+            )
+            return FileChange(checkpoint=located, replace=False, deltas={})
+        aggregator = LineAggregator(
+            max_line_bytes=self.settings.max_line_bytes,
+            max_path_bytes=self.settings.max_path_bytes,
+        )
+        if planned.start or planned.replace:
+            self.report(f"{domain}: reading {candidate.name} from byte {planned.start}")
+        else:
+            self.report(f"{domain}: reading {candidate.name}")
+        result = read_lines(
+            candidate,
+            planned.start,
+            max_line_bytes=self.settings.max_line_bytes,
+            on_lines=aggregator.feed,
+            on_oversized=aggregator.add_oversized,
+            on_chunk=self.on_bytes,
+        )
+        outcome.files_read += 1
+        outcome.bytes_read += result.bytes_read
+        outcome.scanned_lines += aggregator.lines
+        outcome.malformed_lines += aggregator.malformed
+        outcome.oversized_lines += aggregator.oversized
+        if old is not None and (not result.reached_content_end or result.end < old.offset):
+            # A copy holding less than was already read: it adds nothing and must not
+            # replace the sums of the longer original.
+            return None
+        if result.end == 0:
+            return None  # no complete line yet: nothing to remember
+        deltas = partials_from_buckets(
+            aggregator.buckets, self.calendar, self.settings.max_path_bytes
+        )
+        for (granularity, bucket, _method, _path), sums in deltas.items():
+            if granularity == "5m" and window[0] <= bucket < window[1]:
+                outcome.matched_lines += sums[TOTAL]
+        newest = max((key[0] for key in aggregator.buckets), default=None)
+        prefix = planned.probe.prefix
+        if old is None:
+            length = min(FINGERPRINT_BYTES, result.end, len(prefix))
+            checkpoint = FileCheckpoint(
+                id=uuid.uuid4().hex,
+                domain=domain,
+                device=candidate.device,
+                inode=candidate.inode,
+                fingerprint_length=length,
+                fingerprint=fingerprint(prefix[:length]),
+                offset=result.end,
+                lines=aggregator.lines,
+                compressed=candidate.compressed,
+                path=str(candidate.path),
+                newest_bucket=newest,
+            )
+        else:
+            length = min(FINGERPRINT_BYTES, result.end, len(prefix))
+            grown = length > old.fingerprint_length
+            if old.newest_bucket is not None and not planned.replace:
+                newest = max(old.newest_bucket, newest or old.newest_bucket)
+            checkpoint = replace(
+                old,
+                device=candidate.device,
+                inode=candidate.inode,
+                path=str(candidate.path),
+                compressed=candidate.compressed,
+                vanished=False,
+                offset=result.end,
+                lines=aggregator.lines if planned.replace else old.lines + aggregator.lines,
+                fingerprint_length=length if grown else old.fingerprint_length,
+                fingerprint=fingerprint(prefix[:length]) if grown else old.fingerprint,
+                newest_bucket=newest,
+            )
+        return FileChange(checkpoint=checkpoint, replace=planned.replace, deltas=deltas)
+
+    # -- publishing ------------------------------------------------------------------
+    def _publish(
+        self, domain: str, options: RollupOptions, now: float, until: int, summary: RollupSummary
+    ) -> None:
+        batch_size = self.settings.batch_size
+        renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
+        for batch in self.store.pending(domain, options.granularity, until, batch_size):
+            rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]
+            summary.accepted += self.sink.write(rows)
+            summary.rows += len(rows)
+            self.store.mark_published(domain, options.granularity, batch)
+            if self.on_bytes is not None:
+                self.on_bytes(0)  # long publishes keep leases alive and honour cancels

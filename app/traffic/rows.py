@@ -1,0 +1,391 @@
+"""Published rollup rows (``traffic_rollups``): validation, idempotent upsert, queries (TRF-2/7).
+
+Rows arrive in the API's camelCase shape, from the runner's own rollup or from
+``POST /api/traffic/rollups``. ``validate_rows`` checks every field and names
+the row index and field of the first problem; nothing is written unless the
+whole batch is valid. ``upsert_rows`` is idempotent: a row whose values equal
+the stored ones is left untouched (``generated_at`` and ``updated_at`` stay), so
+running the same window twice changes nothing. A frozen day row (its business
+day is over) is only ever replaced by another frozen row: a stale, unfrozen
+copy arriving late cannot undo a completed day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.config import DOMAIN_NAME
+from app.errors import ValidationError
+from app.traffic.logline import STATUS_NAMES
+
+MAX_BIGINT = (1 << 63) - 1
+MAX_PATH_BYTES = 2100
+_STATUS_COLUMNS = ("status_1xx", "status_2xx", "status_3xx", "status_4xx", "status_5xx")
+STATUS_COLUMNS = (*_STATUS_COLUMNS, "status_other")
+
+
+@dataclass(frozen=True)
+class RollupRecord:
+    domain: str
+    granularity: str
+    bucket_start: datetime
+    bucket_end: datetime
+    business_date: date
+    method: str
+    path: str
+    response_bytes: int
+    request_bytes: int | None
+    request_bytes_known_count: int
+    total_requests: int
+    status_counts: tuple[int, int, int, int, int, int]
+    source_server: str
+    generated_at: datetime
+    frozen: bool
+
+    @property
+    def key(self) -> tuple[str, str, datetime, str, str]:
+        return (self.domain, self.granularity, self.bucket_start, self.method, self.path)
+
+
+class _RowProblem(Exception):
+    def __init__(self, field: str, reason: str):
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+def _text(row: dict, name: str, *, max_length: int, allow_empty: bool = False) -> str:
+    value = row.get(name)
+    if not isinstance(value, str):
+        raise _RowProblem(name, "must be a string")
+    if (not value and not allow_empty) or len(value.encode()) > max_length or "\x00" in value:
+        raise _RowProblem(name, f"must be 1 to {max_length} bytes of text without NUL")
+    return value
+
+
+def _count(row: dict, name: str) -> int:
+    value = row.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BIGINT:
+        raise _RowProblem(name, "must be a non-negative integer")
+    return value
+
+
+def _instant(row: dict, name: str) -> datetime:
+    value = row.get(name)
+    if not isinstance(value, str):
+        raise _RowProblem(name, "must be an ISO 8601 timestamp string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise _RowProblem(
+            name, "must be an ISO 8601 timestamp such as 2026-08-01T02:00:00Z"
+        ) from None
+    if parsed.tzinfo is None:
+        raise _RowProblem(name, "must carry a UTC offset or Z")
+    return parsed.astimezone(UTC)
+
+
+def _record(row: Any) -> RollupRecord:
+    if not isinstance(row, dict):
+        raise _RowProblem("row", "must be an object")
+    granularity = row.get("granularity")
+    if granularity not in ("5m", "day"):
+        raise _RowProblem("granularity", "must be 5m or day")
+    domain = _text(row, "domain", max_length=253)
+    if not DOMAIN_NAME.match(domain):
+        raise _RowProblem("domain", "must be a host name")
+    method = _text(row, "method", max_length=32)
+    path = _text(row, "path", max_length=MAX_PATH_BYTES)
+    start = _instant(row, "bucketStart")
+    end = _instant(row, "bucketEnd")
+    length = (end - start).total_seconds()
+    if granularity == "5m":
+        if start.timestamp() % 300 or length != 300:
+            raise _RowProblem(
+                "bucketEnd", "a 5m bucket starts on a 5-minute boundary and lasts 300 s"
+            )
+    elif not 23 * 3600 <= length <= 25 * 3600:
+        raise _RowProblem("bucketEnd", "a day bucket lasts one business day (23 to 25 hours)")
+    raw_date = row.get("businessDate")
+    try:
+        business_date = date.fromisoformat(raw_date) if isinstance(raw_date, str) else None
+    except ValueError:
+        business_date = None
+    if business_date is None:
+        raise _RowProblem("businessDate", "must be a date such as 2026-08-01")
+    if abs((business_date - start.date()).days) > 1:
+        raise _RowProblem("businessDate", "must be the business date of bucketStart")
+    response_bytes = _count(row, "responseBytes")
+    known = _count(row, "requestBytesKnownCount")
+    total = _count(row, "totalRequests")
+    request_bytes = row.get("requestBytes")
+    if request_bytes is not None:
+        request_bytes = _count(row, "requestBytes")
+    if known > total:
+        raise _RowProblem("requestBytesKnownCount", "cannot exceed totalRequests")
+    if known == 0:
+        if request_bytes:
+            raise _RowProblem("requestBytes", "must be null when requestBytesKnownCount is 0")
+        request_bytes = None
+    elif request_bytes is None:
+        raise _RowProblem("requestBytes", "must be an integer when requestBytesKnownCount > 0")
+    counts = row.get("statusCounts")
+    if not isinstance(counts, dict) or not set(counts) <= set(STATUS_NAMES):
+        raise _RowProblem("statusCounts", f"must be an object with keys among {list(STATUS_NAMES)}")
+    statuses = []
+    for name in STATUS_NAMES:
+        value = counts.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BIGINT:
+            raise _RowProblem("statusCounts", f"{name} must be a non-negative integer")
+        statuses.append(value)
+    if sum(statuses) != total:
+        raise _RowProblem("statusCounts", "must add up to totalRequests")
+    source = row.get("sourceServer", "")
+    if source is None:
+        source = ""
+    if not isinstance(source, str) or len(source) > 255 or "\x00" in source:
+        raise _RowProblem("sourceServer", "must be a string of at most 255 characters")
+    generated_at = _instant(row, "generatedAt")
+    frozen = row.get("frozen", False)
+    if not isinstance(frozen, bool):
+        raise _RowProblem("frozen", "must be true or false")
+    return RollupRecord(
+        domain=domain,
+        granularity=granularity,
+        bucket_start=start,
+        bucket_end=end,
+        business_date=business_date,
+        method=method,
+        path=path,
+        response_bytes=response_bytes,
+        request_bytes=request_bytes,
+        request_bytes_known_count=known,
+        total_requests=total,
+        status_counts=tuple(statuses),  # type: ignore[arg-type]
+        source_server=source,
+        generated_at=generated_at,
+        frozen=frozen,
+    )
+
+
+def validate_rows(rows: Any, *, max_rows: int) -> list[RollupRecord]:
+    """All rows as records, or a ValidationError naming the first bad row and field."""
+    if not isinstance(rows, list):
+        raise ValidationError("rows must be a list", code="invalid_rows", details={"field": "rows"})
+    if len(rows) > max_rows:
+        raise ValidationError(
+            f"at most {max_rows} rows per request",
+            code="too_many_rows",
+            details={"field": "rows", "limit": max_rows, "count": len(rows)},
+        )
+    records: list[RollupRecord] = []
+    seen: set[tuple] = set()
+    for index, row in enumerate(rows):
+        try:
+            record = _record(row)
+        except _RowProblem as problem:
+            raise ValidationError(
+                f"rows[{index}].{problem.field}: {problem.reason}",
+                code="invalid_row",
+                details={"index": index, "field": problem.field, "reason": problem.reason},
+            ) from None
+        if record.key in seen:
+            raise ValidationError(
+                f"rows[{index}] repeats the key of an earlier row in this request",
+                code="invalid_row",
+                details={"index": index, "field": "bucketStart", "reason": "duplicate key"},
+            )
+        seen.add(record.key)
+        records.append(record)
+    return records
+
+
+_UPSERT = sa.text(
+    """
+    INSERT INTO traffic_rollups AS t (
+        domain, granularity, bucket_start, method, path, bucket_end, business_date,
+        response_bytes, request_bytes, request_bytes_known_count, total_requests,
+        status_1xx, status_2xx, status_3xx, status_4xx, status_5xx, status_other,
+        source_server, generated_at, frozen)
+    SELECT * FROM unnest(
+        CAST(:domain AS text[]), CAST(:granularity AS text[]), CAST(:bucket_start AS timestamptz[]),
+        CAST(:method AS text[]), CAST(:path AS text[]), CAST(:bucket_end AS timestamptz[]),
+        CAST(:business_date AS date[]), CAST(:response_bytes AS bigint[]),
+        CAST(:request_bytes AS bigint[]), CAST(:known AS bigint[]), CAST(:total AS bigint[]),
+        CAST(:s1 AS bigint[]), CAST(:s2 AS bigint[]), CAST(:s3 AS bigint[]),
+        CAST(:s4 AS bigint[]), CAST(:s5 AS bigint[]), CAST(:so AS bigint[]),
+        CAST(:source_server AS text[]), CAST(:generated_at AS timestamptz[]),
+        CAST(:frozen AS boolean[]))
+    ON CONFLICT (domain, granularity, bucket_start, method, path) DO UPDATE SET
+        bucket_end = EXCLUDED.bucket_end,
+        business_date = EXCLUDED.business_date,
+        response_bytes = EXCLUDED.response_bytes,
+        request_bytes = EXCLUDED.request_bytes,
+        request_bytes_known_count = EXCLUDED.request_bytes_known_count,
+        total_requests = EXCLUDED.total_requests,
+        status_1xx = EXCLUDED.status_1xx, status_2xx = EXCLUDED.status_2xx,
+        status_3xx = EXCLUDED.status_3xx, status_4xx = EXCLUDED.status_4xx,
+        status_5xx = EXCLUDED.status_5xx, status_other = EXCLUDED.status_other,
+        source_server = EXCLUDED.source_server,
+        generated_at = EXCLUDED.generated_at,
+        frozen = EXCLUDED.frozen,
+        updated_at = now()
+    WHERE (NOT t.frozen OR EXCLUDED.frozen)
+      AND (t.bucket_end, t.business_date, t.response_bytes, t.request_bytes,
+           t.request_bytes_known_count, t.total_requests, t.status_1xx, t.status_2xx,
+           t.status_3xx, t.status_4xx, t.status_5xx, t.status_other, t.source_server, t.frozen)
+          IS DISTINCT FROM
+          (EXCLUDED.bucket_end, EXCLUDED.business_date, EXCLUDED.response_bytes,
+           EXCLUDED.request_bytes, EXCLUDED.request_bytes_known_count, EXCLUDED.total_requests,
+           EXCLUDED.status_1xx, EXCLUDED.status_2xx, EXCLUDED.status_3xx, EXCLUDED.status_4xx,
+           EXCLUDED.status_5xx, EXCLUDED.status_other, EXCLUDED.source_server, EXCLUDED.frozen)
+    """
+)
+
+UPSERT_CHUNK = 5000
+
+
+def upsert_rows(conn: Connection, records: Sequence[RollupRecord]) -> int:
+    """Insert or update rows; returns how many rows were actually written."""
+    written = 0
+    for offset in range(0, len(records), UPSERT_CHUNK):
+        chunk = records[offset : offset + UPSERT_CHUNK]
+        params: dict[str, list] = {
+            "domain": [r.domain for r in chunk],
+            "granularity": [r.granularity for r in chunk],
+            "bucket_start": [r.bucket_start.isoformat() for r in chunk],
+            "method": [r.method for r in chunk],
+            "path": [r.path for r in chunk],
+            "bucket_end": [r.bucket_end.isoformat() for r in chunk],
+            "business_date": [r.business_date.isoformat() for r in chunk],
+            "response_bytes": [r.response_bytes for r in chunk],
+            "request_bytes": [r.request_bytes for r in chunk],
+            "known": [r.request_bytes_known_count for r in chunk],
+            "total": [r.total_requests for r in chunk],
+            "source_server": [r.source_server for r in chunk],
+            "generated_at": [r.generated_at.isoformat() for r in chunk],
+            "frozen": [r.frozen for r in chunk],
+        }
+        for index, name in enumerate(("s1", "s2", "s3", "s4", "s5", "so")):
+            params[name] = [r.status_counts[index] for r in chunk]
+        written += conn.execute(_UPSERT, params).rowcount
+    return written
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def row_from_db(values: Any) -> dict[str, Any]:
+    generated = values.generated_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "bucketStart": _iso(values.bucket_start),
+        "bucketEnd": _iso(values.bucket_end),
+        "businessDate": values.business_date.isoformat(),
+        "granularity": values.granularity,
+        "domain": values.domain,
+        "method": values.method,
+        "path": values.path,
+        "responseBytes": values.response_bytes,
+        "requestBytes": values.request_bytes,
+        "requestBytesKnownCount": values.request_bytes_known_count,
+        "totalRequests": values.total_requests,
+        "statusCounts": {
+            name: getattr(values, column)
+            for name, column in zip(STATUS_NAMES, STATUS_COLUMNS, strict=True)
+        },
+        "sourceServer": values.source_server,
+        "generatedAt": generated,
+        "frozen": values.frozen,
+    }
+
+
+@dataclass(frozen=True)
+class RowQuery:
+    domain: str | None = None
+    granularity: str | None = None
+    start: datetime | None = None  # bucket_start >= start
+    end: datetime | None = None  # bucket_start < end
+    limit: int = 1000
+    after: tuple[str, str, str, str, str] | None = (
+        None  # keyset: start iso, gran, domain, method, path
+    )
+
+
+def query_rows(conn: Connection, query: RowQuery) -> tuple[list[dict[str, Any]], tuple | None]:
+    """Rows in (bucket_start, granularity, domain, method, path) order, with a keyset cursor."""
+    clauses = []
+    params: dict[str, Any] = {"limit": query.limit + 1}
+    if query.domain:
+        clauses.append("domain = :domain")
+        params["domain"] = query.domain
+    if query.granularity:
+        clauses.append("granularity = :granularity")
+        params["granularity"] = query.granularity
+    if query.start:
+        clauses.append("bucket_start >= :start")
+        params["start"] = query.start
+    if query.end:
+        clauses.append("bucket_start < :end")
+        params["end"] = query.end
+    if query.after:
+        clauses.append(
+            "(bucket_start, granularity, domain, method, path) > "
+            "(CAST(:a_start AS timestamptz), :a_gran, :a_domain, :a_method, :a_path)"
+        )
+        params.update(
+            zip(("a_start", "a_gran", "a_domain", "a_method", "a_path"), query.after, strict=True)
+        )
+    where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+    result = conn.execute(
+        sa.text(
+            f"""
+            SELECT * FROM traffic_rollups {where}
+            ORDER BY bucket_start, granularity, domain, method, path
+            LIMIT :limit
+            """
+        ),
+        params,
+    ).all()
+    items = [row_from_db(r) for r in result[: query.limit]]
+    cursor = None
+    if len(result) > query.limit:
+        last = result[query.limit - 1]
+        cursor = (
+            last.bucket_start.isoformat(),
+            last.granularity,
+            last.domain,
+            last.method,
+            last.path,
+        )
+    return items, cursor
+
+
+def series(
+    conn: Connection, *, domain: str, granularity: str, start: datetime, end: datetime
+) -> list[tuple[datetime, int, int, int]]:
+    """(bucket start, requests, response bytes, request bytes) per bucket, for charts."""
+    result = conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start, sum(total_requests) AS requests,
+                   sum(response_bytes) AS response_bytes,
+                   COALESCE(sum(request_bytes), 0) AS request_bytes
+              FROM traffic_rollups
+             WHERE domain = :domain AND granularity = :granularity
+               AND bucket_start >= :start AND bucket_start < :end
+             GROUP BY bucket_start ORDER BY bucket_start
+            """
+        ),
+        {"domain": domain, "granularity": granularity, "start": start, "end": end},
+    ).all()
+    return [
+        (r.bucket_start, int(r.requests), int(r.response_bytes), int(r.request_bytes))
+        for r in result
+    ]

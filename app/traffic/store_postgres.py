@@ -1,0 +1,490 @@
+"""Checkpoints in PostgreSQL (the runner; the CLI when it writes to the database).
+
+Tables (migration ``20261130_0030``): ``traffic_domains`` (a version per domain),
+``traffic_files`` (one row per logical log file), ``traffic_file_partials``
+(that file's sums per key), ``traffic_dirty_keys`` (keys whose published row is
+out of date, stamped with a generation from a sequence) and
+``traffic_verified_days``.
+
+A commit is one transaction. It first moves the domain's version from the one
+the run loaded to the next (a concurrent commit holds that row's lock, and the
+loser matches nothing: ``CheckpointConflict``, nothing written), so two runs
+can never both add the same bytes, not even for a file both saw first; each
+touched file row is compare-and-set on its own version as well. Partial sums
+are added (or replaced) with set-based ``unnest`` statements and the touched
+keys marked dirty with a fresh generation. Clearing a dirty mark after
+publishing names that generation, so a key dirtied again meanwhile stays dirty.
+Each call is its own short transaction; no connection is held while the rollup
+reads files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.db import transaction
+from app.traffic.checkpoints import (
+    CheckpointConflict,
+    DomainCommit,
+    DomainState,
+    FileCheckpoint,
+    PendingRow,
+)
+from app.traffic.partials import PartialKey, Sums
+
+CHUNK = 5000
+_SUM_COLUMNS = (
+    "response_bytes, request_bytes, request_known, total_requests, "
+    "status_1xx, status_2xx, status_3xx, status_4xx, status_5xx, status_other"
+)
+
+
+def _epoch(column: str) -> str:
+    return f"CAST(extract(epoch FROM {column}) AS bigint)"
+
+
+class PostgresCheckpointStore:
+    def load(self, domain: str) -> DomainState:
+        with transaction() as conn:
+            files = conn.execute(
+                sa.text(
+                    f"""
+                    SELECT id, domain, device, inode, fingerprint_length, fingerprint,
+                           offset_bytes, lines, compressed, path, version,
+                           vanished_at IS NOT NULL AS vanished,
+                           {_epoch("newest_bucket")} AS newest_bucket
+                      FROM traffic_files WHERE domain = :domain ORDER BY first_seen_at, id
+                    """
+                ),
+                {"domain": domain},
+            ).all()
+            version = conn.execute(
+                sa.text("SELECT version FROM traffic_domains WHERE domain = :domain"),
+                {"domain": domain},
+            ).scalar()
+            days = conn.execute(
+                sa.text(
+                    "SELECT business_date, extract(epoch FROM verified_at) AS at "
+                    "FROM traffic_verified_days WHERE domain = :domain"
+                ),
+                {"domain": domain},
+            ).all()
+        return DomainState(
+            domain=domain,
+            files=[
+                FileCheckpoint(
+                    id=r.id,
+                    domain=r.domain,
+                    device=int(r.device),
+                    inode=int(r.inode),
+                    fingerprint_length=r.fingerprint_length,
+                    fingerprint=r.fingerprint,
+                    offset=r.offset_bytes,
+                    lines=r.lines,
+                    compressed=r.compressed,
+                    path=r.path,
+                    version=r.version,
+                    vanished=r.vanished,
+                    newest_bucket=r.newest_bucket,
+                )
+                for r in files
+            ],
+            verified_days={r.business_date: float(r.at) for r in days},
+            version=version or 0,
+        )
+
+    def files_holding_day(self, domain: str, day_start: int) -> set[str]:
+        with transaction() as conn:
+            rows = conn.execute(
+                sa.text(
+                    """
+                    SELECT DISTINCT file_id FROM traffic_file_partials
+                     WHERE domain = :domain AND granularity = 'day'
+                       AND bucket_start = to_timestamp(:day)
+                    """
+                ),
+                {"domain": domain, "day": day_start},
+            ).scalars()
+            return set(rows)
+
+    # -- commit ----------------------------------------------------------------------
+    def commit(self, commit: DomainCommit, now: float) -> None:
+        with transaction() as conn:
+            self._claim_domain_version(conn, commit)
+            generation = conn.execute(
+                sa.text("SELECT nextval('traffic_dirty_generation')")
+            ).scalar()
+            dirty: set[PartialKey] = set()
+            for change in commit.changes:
+                self._save_checkpoint(conn, change.checkpoint, now)
+                if change.replace:
+                    removed = conn.execute(
+                        sa.text(
+                            f"""
+                            DELETE FROM traffic_file_partials WHERE file_id = :id
+                            RETURNING granularity, {_epoch("bucket_start")} AS bucket, method,
+                                      path, {_SUM_COLUMNS}
+                            """
+                        ),
+                        {"id": change.checkpoint.id},
+                    ).all()
+                    old = {(r[0], r[1], r[2], r[3]): [int(v) for v in r[4:]] for r in removed}
+                    new = change.deltas
+                    # A re-read that found the same sums republishes nothing.
+                    dirty.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+                else:
+                    dirty.update(change.deltas)
+                if change.deltas:
+                    self._add_partials(conn, commit.domain, change.checkpoint.id, change.deltas)
+            for checkpoint in commit.vanished:
+                updated = conn.execute(
+                    sa.text(
+                        """
+                        UPDATE traffic_files SET vanished_at = to_timestamp(:now),
+                               version = version + 1
+                         WHERE id = :id AND version = :version
+                        """
+                    ),
+                    {"id": checkpoint.id, "version": checkpoint.version, "now": now},
+                ).rowcount
+                if updated != 1:
+                    raise CheckpointConflict(f"checkpoint {checkpoint.id} changed meanwhile")
+            self._mark_dirty(conn, commit.domain, dirty, generation)
+            for granularity, start, end in commit.republish:
+                conn.execute(
+                    sa.text(
+                        """
+                        INSERT INTO traffic_dirty_keys
+                               (domain, granularity, bucket_start, method, path, generation)
+                        SELECT DISTINCT domain, granularity, bucket_start, method, path, :generation
+                          FROM traffic_file_partials
+                         WHERE domain = :domain AND granularity = :granularity
+                           AND bucket_start >= to_timestamp(:start)
+                           AND bucket_start < to_timestamp(:end)
+                        ON CONFLICT (domain, granularity, bucket_start, method, path)
+                        DO UPDATE SET generation = EXCLUDED.generation
+                        """
+                    ),
+                    {
+                        "domain": commit.domain,
+                        "granularity": granularity,
+                        "start": start,
+                        "end": end,
+                        "generation": generation,
+                    },
+                )
+            for day, at in commit.verified_days.items():
+                conn.execute(
+                    sa.text(
+                        """
+                        INSERT INTO traffic_verified_days (domain, business_date, verified_at)
+                        VALUES (:domain, :day, to_timestamp(:at))
+                        ON CONFLICT (domain, business_date)
+                        DO UPDATE SET verified_at = EXCLUDED.verified_at
+                        """
+                    ),
+                    {"domain": commit.domain, "day": day, "at": at},
+                )
+
+    def _claim_domain_version(self, conn: Connection, commit: DomainCommit) -> None:
+        # A concurrent commit holds the row lock until it ends; this statement then
+        # sees the new version and matches nothing.
+        if commit.expected_version == 0:
+            claimed = conn.execute(
+                sa.text(
+                    "INSERT INTO traffic_domains (domain, version) VALUES (:domain, 1) "
+                    "ON CONFLICT (domain) DO NOTHING"
+                ),
+                {"domain": commit.domain},
+            ).rowcount
+        else:
+            claimed = conn.execute(
+                sa.text(
+                    "UPDATE traffic_domains SET version = version + 1, updated_at = now() "
+                    "WHERE domain = :domain AND version = :version"
+                ),
+                {"domain": commit.domain, "version": commit.expected_version},
+            ).rowcount
+        if claimed != 1:
+            raise CheckpointConflict(f"another run committed {commit.domain} meanwhile")
+
+    def _save_checkpoint(self, conn: Connection, ck: FileCheckpoint, now: float) -> None:
+        values = {
+            "id": ck.id,
+            "domain": ck.domain,
+            "device": ck.device,
+            "inode": ck.inode,
+            "fingerprint_length": ck.fingerprint_length,
+            "fingerprint": ck.fingerprint,
+            "offset": ck.offset,
+            "lines": ck.lines,
+            "compressed": ck.compressed,
+            "path": ck.path,
+            "newest": ck.newest_bucket,
+            "version": ck.version,
+            "now": now,
+        }
+        if ck.version == 0:
+            conn.execute(
+                sa.text(
+                    """
+                    INSERT INTO traffic_files
+                        (id, domain, device, inode, fingerprint_length, fingerprint, offset_bytes,
+                         lines, compressed, path, newest_bucket, version, first_seen_at,
+                         last_read_at)
+                    VALUES (:id, :domain, :device, :inode, :fingerprint_length, :fingerprint,
+                            :offset, :lines, :compressed, :path, to_timestamp(:newest), 1,
+                            to_timestamp(:now), to_timestamp(:now))
+                    """
+                ),
+                values,
+            )
+            return
+        updated = conn.execute(
+            sa.text(
+                """
+                UPDATE traffic_files
+                   SET device = :device, inode = :inode, fingerprint_length = :fingerprint_length,
+                       fingerprint = :fingerprint, offset_bytes = :offset, lines = :lines,
+                       compressed = :compressed, path = :path,
+                       newest_bucket = to_timestamp(:newest), vanished_at = NULL,
+                       last_read_at = to_timestamp(:now), version = version + 1
+                 WHERE id = :id AND version = :version
+                """
+            ),
+            values,
+        ).rowcount
+        if updated != 1:
+            raise CheckpointConflict(f"checkpoint {ck.id} changed meanwhile")
+
+    def _add_partials(
+        self, conn: Connection, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
+    ) -> None:
+        items = list(deltas.items())
+        statement = sa.text(
+            f"""
+            INSERT INTO traffic_file_partials AS p
+                   (domain, granularity, bucket_start, method, path, file_id, {_SUM_COLUMNS})
+            SELECT :domain, u.g, to_timestamp(u.b), u.m, u.p, :file_id,
+                   u.s0, u.s1, u.s2, u.s3, u.s4, u.s5, u.s6, u.s7, u.s8, u.s9
+              FROM unnest(CAST(:g AS text[]), CAST(:b AS bigint[]), CAST(:m AS text[]),
+                          CAST(:p AS text[]), CAST(:s0 AS bigint[]), CAST(:s1 AS bigint[]),
+                          CAST(:s2 AS bigint[]), CAST(:s3 AS bigint[]), CAST(:s4 AS bigint[]),
+                          CAST(:s5 AS bigint[]), CAST(:s6 AS bigint[]), CAST(:s7 AS bigint[]),
+                          CAST(:s8 AS bigint[]), CAST(:s9 AS bigint[]))
+                   AS u(g, b, m, p, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9)
+            ON CONFLICT (domain, granularity, bucket_start, method, path, file_id) DO UPDATE SET
+                response_bytes = p.response_bytes + EXCLUDED.response_bytes,
+                request_bytes = p.request_bytes + EXCLUDED.request_bytes,
+                request_known = p.request_known + EXCLUDED.request_known,
+                total_requests = p.total_requests + EXCLUDED.total_requests,
+                status_1xx = p.status_1xx + EXCLUDED.status_1xx,
+                status_2xx = p.status_2xx + EXCLUDED.status_2xx,
+                status_3xx = p.status_3xx + EXCLUDED.status_3xx,
+                status_4xx = p.status_4xx + EXCLUDED.status_4xx,
+                status_5xx = p.status_5xx + EXCLUDED.status_5xx,
+                status_other = p.status_other + EXCLUDED.status_other
+            """
+        )
+        for offset in range(0, len(items), CHUNK):
+            chunk = items[offset : offset + CHUNK]
+            params: dict[str, object] = {
+                "domain": domain,
+                "file_id": file_id,
+                "g": [k[0] for k, _ in chunk],
+                "b": [k[1] for k, _ in chunk],
+                "m": [k[2] for k, _ in chunk],
+                "p": [k[3] for k, _ in chunk],
+            }
+            for index in range(10):
+                params[f"s{index}"] = [sums[index] for _, sums in chunk]
+            conn.execute(statement, params)
+
+    def _mark_dirty(
+        self, conn: Connection, domain: str, keys: set[PartialKey], generation: int
+    ) -> None:
+        items = sorted(keys)
+        for offset in range(0, len(items), CHUNK):
+            chunk = items[offset : offset + CHUNK]
+            conn.execute(
+                sa.text(
+                    """
+                    INSERT INTO traffic_dirty_keys
+                           (domain, granularity, bucket_start, method, path, generation)
+                    SELECT :domain, u.g, to_timestamp(u.b), u.m, u.p, :generation
+                      FROM unnest(CAST(:g AS text[]), CAST(:b AS bigint[]), CAST(:m AS text[]),
+                                  CAST(:p AS text[])) AS u(g, b, m, p)
+                    ON CONFLICT (domain, granularity, bucket_start, method, path)
+                    DO UPDATE SET generation = EXCLUDED.generation
+                    """
+                ),
+                {
+                    "domain": domain,
+                    "generation": generation,
+                    "g": [k[0] for k in chunk],
+                    "b": [k[1] for k in chunk],
+                    "m": [k[2] for k in chunk],
+                    "p": [k[3] for k in chunk],
+                },
+            )
+
+    # -- publishing ------------------------------------------------------------------
+    def pending(
+        self, domain: str, granularity: str, until: int, batch_size: int
+    ) -> Iterator[list[PendingRow]]:
+        after: tuple[int, str, str] | None = None
+        while True:
+            params: dict[str, object] = {
+                "domain": domain,
+                "granularity": granularity,
+                "until": until,
+                "limit": batch_size,
+            }
+            keyset = ""
+            if after is not None:
+                keyset = "AND (d.bucket_start, d.method, d.path) > (to_timestamp(:ab), :am, :ap)"
+                params.update(ab=after[0], am=after[1], ap=after[2])
+            with transaction() as conn:
+                rows = conn.execute(
+                    sa.text(
+                        f"""
+                        WITH batch AS (
+                            SELECT d.domain, d.granularity, d.bucket_start, d.method, d.path,
+                                   d.generation
+                              FROM traffic_dirty_keys d
+                             WHERE d.domain = :domain AND d.granularity = :granularity
+                               AND d.bucket_start < to_timestamp(:until) {keyset}
+                             ORDER BY d.bucket_start, d.method, d.path
+                             LIMIT :limit
+                        )
+                        SELECT {_epoch("b.bucket_start")} AS bucket, b.method, b.path,
+                               b.generation, s.*
+                          FROM batch b
+                          CROSS JOIN LATERAL (
+                              SELECT COALESCE(sum(p.response_bytes), 0) AS s0,
+                                     COALESCE(sum(p.request_bytes), 0) AS s1,
+                                     COALESCE(sum(p.request_known), 0) AS s2,
+                                     COALESCE(sum(p.total_requests), 0) AS s3,
+                                     COALESCE(sum(p.status_1xx), 0) AS s4,
+                                     COALESCE(sum(p.status_2xx), 0) AS s5,
+                                     COALESCE(sum(p.status_3xx), 0) AS s6,
+                                     COALESCE(sum(p.status_4xx), 0) AS s7,
+                                     COALESCE(sum(p.status_5xx), 0) AS s8,
+                                     COALESCE(sum(p.status_other), 0) AS s9
+                                FROM traffic_file_partials p
+                               WHERE p.domain = b.domain AND p.granularity = b.granularity
+                                 AND p.bucket_start = b.bucket_start AND p.method = b.method
+                                 AND p.path = b.path
+                          ) s
+                         ORDER BY b.bucket_start, b.method, b.path
+                        """
+                    ),
+                    params,
+                ).all()
+            if not rows:
+                return
+            yield [
+                PendingRow(
+                    key=(granularity, r.bucket, r.method, r.path),
+                    sums=tuple(int(value) for value in r[4:14]),
+                    token=r.generation,
+                )
+                for r in rows
+            ]
+            last = rows[-1]
+            after = (last.bucket, last.method, last.path)
+            if len(rows) < batch_size:
+                return
+
+    def mark_published(self, domain: str, granularity: str, rows: list[PendingRow]) -> None:
+        if not rows:
+            return
+        with transaction() as conn:
+            conn.execute(
+                sa.text(
+                    """
+                    DELETE FROM traffic_dirty_keys d
+                     USING unnest(CAST(:b AS bigint[]), CAST(:m AS text[]), CAST(:p AS text[]),
+                                  CAST(:gen AS bigint[])) AS u(b, m, p, gen)
+                     WHERE d.domain = :domain AND d.granularity = :granularity
+                       AND d.bucket_start = to_timestamp(u.b) AND d.method = u.m
+                       AND d.path = u.p AND d.generation = u.gen
+                    """
+                ),
+                {
+                    "domain": domain,
+                    "granularity": granularity,
+                    "b": [r.key[1] for r in rows],
+                    "m": [r.key[2] for r in rows],
+                    "p": [r.key[3] for r in rows],
+                    "gen": [r.token for r in rows],
+                },
+            )
+
+    # -- housekeeping ----------------------------------------------------------------
+    def prune(self, domain: str, cutoff: float) -> None:
+        """Forget files that vanished before ``cutoff`` and revalidations older than it.
+
+        Published rows stay. A dirty mark is dropped only when no partial sum is left
+        for its key: publishing it would send zeros, not the traffic that happened.
+        """
+        params = {"domain": domain, "cutoff": cutoff}
+        with transaction() as conn:
+            gone = conn.execute(
+                sa.text(
+                    f"""
+                    DELETE FROM traffic_file_partials p USING traffic_files f
+                     WHERE p.file_id = f.id AND f.domain = :domain AND p.domain = :domain
+                       AND f.vanished_at < to_timestamp(:cutoff)
+                    RETURNING p.granularity, {_epoch("p.bucket_start")} AS bucket, p.method, p.path
+                    """
+                ),
+                params,
+            ).all()
+            conn.execute(
+                sa.text(
+                    "DELETE FROM traffic_files "
+                    "WHERE domain = :domain AND vanished_at < to_timestamp(:cutoff)"
+                ),
+                params,
+            )
+            keys = sorted({tuple(r) for r in gone})
+            for offset in range(0, len(keys), CHUNK):
+                chunk = keys[offset : offset + CHUNK]
+                conn.execute(
+                    sa.text(
+                        """
+                        DELETE FROM traffic_dirty_keys d
+                         USING unnest(CAST(:g AS text[]), CAST(:b AS bigint[]),
+                                      CAST(:m AS text[]), CAST(:p AS text[])) AS u(g, b, m, p)
+                         WHERE d.domain = :domain AND d.granularity = u.g
+                           AND d.bucket_start = to_timestamp(u.b) AND d.method = u.m
+                           AND d.path = u.p
+                           AND NOT EXISTS (
+                               SELECT 1 FROM traffic_file_partials q
+                                WHERE q.domain = d.domain AND q.granularity = d.granularity
+                                  AND q.bucket_start = d.bucket_start AND q.method = d.method
+                                  AND q.path = d.path)
+                        """
+                    ),
+                    {
+                        "domain": domain,
+                        "g": [k[0] for k in chunk],
+                        "b": [k[1] for k in chunk],
+                        "m": [k[2] for k in chunk],
+                        "p": [k[3] for k in chunk],
+                    },
+                )
+            conn.execute(
+                sa.text(
+                    "DELETE FROM traffic_verified_days WHERE domain = :domain "
+                    "AND verified_at < to_timestamp(:cutoff)"
+                ),
+                params,
+            )
+
+    def close(self) -> None:
+        return None

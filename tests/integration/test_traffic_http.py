@@ -1,0 +1,228 @@
+"""POST/GET /api/traffic/rollups: token auth, validation, idempotent upsert, frozen days, query."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from app import create_app, db
+from app.config import load_settings
+from app.db import transaction
+from tests.conftest import make_settings
+from tests.support.api import Api
+
+TOKEN = "rollup-token-for-tests-0123456789"
+
+
+@pytest.fixture
+def traffic_app(database_url, tmp_path):
+    settings = make_settings(
+        database_url, tmp_path, traffic={"ingest_token": TOKEN, "max_rows_per_request": 5}
+    )
+    engine = db.create_engine(settings.database.url, settings.database)
+    db.set_engine(engine)
+    yield create_app(settings, engine=engine)
+    db.set_engine(None)
+    engine.dispose()
+
+
+def row(**changes):
+    value = {
+        "bucketStart": "2026-08-01T02:00:00Z",
+        "bucketEnd": "2026-08-01T02:05:00Z",
+        "businessDate": "2026-08-01",
+        "granularity": "5m",
+        "domain": "sc.example.com",
+        "method": "GET",
+        "path": "/a.webp",
+        "responseBytes": 1000,
+        "requestBytes": 84,
+        "requestBytesKnownCount": 2,
+        "totalRequests": 3,
+        "statusCounts": {"2xx": 2, "4xx": 1},
+        "sourceServer": "nginx-1",
+        "generatedAt": "2026-08-01T02:06:00Z",
+        "frozen": False,
+    }
+    value.update(changes)
+    return value
+
+
+def day_row(**changes):
+    base = {
+        "bucketStart": "2026-07-30T16:00:00Z",
+        "bucketEnd": "2026-07-31T16:00:00Z",
+        "businessDate": "2026-07-31",
+        "granularity": "day",
+        "frozen": True,
+    }
+    base.update(changes)
+    return row(**base)
+
+
+def post(client, rows, token=TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return client.post("/api/traffic/rollups", json={"rows": rows}, headers=headers)
+
+
+def stored() -> list[tuple]:
+    with transaction() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                sa.text(
+                    "SELECT granularity, path, total_requests, frozen, updated_at "
+                    "FROM traffic_rollups ORDER BY granularity, path"
+                )
+            )
+        ]
+
+
+def test_ingest_refuses_everything_without_a_configured_token(client):
+    response = post(client, [row()], token="anything")
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "invalid_token"
+
+
+def test_ingest_requires_the_right_token(traffic_app):
+    client = traffic_app.test_client()
+    assert post(client, [row()], token=None).status_code == 401
+    assert post(client, [row()], token=TOKEN + "x").status_code == 401
+    response = post(client, [row(), row(path="/b.webp")])
+    assert response.status_code == 200
+    assert response.get_json() == {"accepted": 2}
+    assert [r[:3] for r in stored()] == [("5m", "/a.webp", 3), ("5m", "/b.webp", 3)]
+
+
+def test_token_comes_from_the_environment_alias():
+    settings, _ = load_settings(env={"NETMAP_TRAFFIC_TOKEN": "from-env"})
+    assert settings.traffic.ingest_token == "from-env"
+
+
+INVALID = [
+    ({"granularity": "1h"}, "granularity"),
+    ({"bucketStart": "yesterday"}, "bucketStart"),
+    ({"bucketStart": "2026-08-01T02:01:00Z", "bucketEnd": "2026-08-01T02:06:00Z"}, "bucketEnd"),
+    ({"bucketStart": "2026-08-01T02:00:00"}, "bucketStart"),
+    ({"totalRequests": -1}, "totalRequests"),
+    ({"totalRequests": True}, "totalRequests"),
+    ({"requestBytesKnownCount": 4}, "requestBytesKnownCount"),
+    ({"requestBytes": None}, "requestBytes"),
+    ({"statusCounts": {"2xx": 1}}, "statusCounts"),
+    ({"statusCounts": {"2xx": 2, "4xx": 1, "7xx": 0}}, "statusCounts"),
+    ({"domain": "bad domain"}, "domain"),
+    ({"path": ""}, "path"),
+    ({"path": "/x\x00"}, "path"),
+    ({"businessDate": "2026-09-01"}, "businessDate"),
+    ({"frozen": "yes"}, "frozen"),
+    ({"generatedAt": 5}, "generatedAt"),
+]
+
+
+def test_invalid_rows_name_index_and_field_and_write_nothing(traffic_app):
+    client = traffic_app.test_client()
+    for bad, field in INVALID:
+        response = post(client, [row(), row(path="/ok2"), row(**bad)])
+        assert response.status_code == 400, bad
+        error = response.get_json()["error"]
+        assert error["code"] == "invalid_row"
+        assert (error["details"]["index"], error["details"]["field"]) == (2, field), bad
+    assert stored() == []
+
+
+def test_batch_shape_limits(traffic_app):
+    client = traffic_app.test_client()
+    response = post(client, [row(), row()])
+    assert response.status_code == 400
+    assert response.get_json()["error"]["details"]["reason"] == "duplicate key"
+    response = post(client, [row(path=f"/{i}") for i in range(6)])
+    assert response.status_code == 400
+    assert response.get_json()["error"]["code"] == "too_many_rows"
+    response = client.post(
+        "/api/traffic/rollups", json={"rows": "nope"}, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert response.status_code == 400
+    assert stored() == []
+
+
+def test_upsert_is_idempotent_and_updates_changed_rows(traffic_app):
+    client = traffic_app.test_client()
+    assert post(client, [row()]).status_code == 200
+    first = stored()
+    assert post(client, [row(generatedAt="2026-08-01T03:00:00Z")]).status_code == 200
+    assert stored() == first  # equal sums: the stored row is not touched
+    changed = row(totalRequests=4, statusCounts={"2xx": 3, "4xx": 1})
+    assert post(client, [changed]).status_code == 200
+    assert stored()[0][2] == 4
+
+
+def test_a_frozen_day_is_not_undone_by_a_stale_unfrozen_row(traffic_app):
+    client = traffic_app.test_client()
+    assert post(client, [day_row()]).status_code == 200
+    stale = day_row(frozen=False, totalRequests=1, statusCounts={"2xx": 1},
+                    requestBytesKnownCount=1)  # fmt: skip
+    assert post(client, [stale]).status_code == 200
+    assert stored()[0][2:4] == (3, True)
+    corrected = day_row(totalRequests=5, statusCounts={"2xx": 5})
+    assert post(client, [corrected]).status_code == 200
+    assert stored()[0][2:4] == (5, True)
+
+
+def test_query_filters_and_pages(traffic_app):
+    client = traffic_app.test_client()
+    rows = [
+        row(path="/a"),
+        row(path="/b"),
+        row(path="/a", bucketStart="2026-08-01T02:05:00Z", bucketEnd="2026-08-01T02:10:00Z"),
+        row(path="/a", domain="s3.example.com"),
+        day_row(path="/a"),
+    ]
+    assert post(client, rows).status_code == 200
+    api = Api(traffic_app)
+    user = api.user()
+    assert traffic_app.test_client().get("/api/traffic/rollups").status_code == 401
+    response = user.get(
+        "/api/traffic/rollups?domain=sc.example.com&granularity=5m"
+        "&from=2026-08-01T02:00:00Z&to=2026-08-01T02:05:00Z"
+    )
+    assert response.status_code == 200
+    items = response.get_json()["items"]
+    assert [(i["path"], i["bucketStart"]) for i in items] == [
+        ("/a", "2026-08-01T02:00:00Z"),
+        ("/b", "2026-08-01T02:00:00Z"),
+    ]
+    assert items[0] == row(path="/a") | {
+        "statusCounts": {"1xx": 0, "2xx": 2, "3xx": 0, "4xx": 1, "5xx": 0, "other": 0}
+    }
+    # A bare date is midnight in the business zone (+08:00): 2026-08-01 = 2026-07-31T16:00Z.
+    day = user.get("/api/traffic/rollups?granularity=day&from=2026-07-31&to=2026-08-01")
+    assert [i["businessDate"] for i in day.get_json()["items"]] == ["2026-07-31"]
+    seen = []
+    cursor = None
+    while True:
+        query = "/api/traffic/rollups?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = user.get(query).get_json()
+        seen.extend(
+            (i["granularity"], i["domain"], i["path"], i["bucketStart"]) for i in page["items"]
+        )
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert len(seen) == len(set(seen)) == 5
+    assert user.get("/api/traffic/rollups?granularity=hour").status_code == 400
+    assert user.get("/api/traffic/rollups?from=soon").status_code == 400
+    assert user.get("/api/traffic/rollups?cursor=bm9wZQ").status_code == 400
+
+
+def test_traffic_routes_carry_exactly_their_guard(traffic_app):
+    access = {}
+    for rule in traffic_app.url_map.iter_rules():
+        if rule.rule.startswith("/api/traffic"):
+            view = traffic_app.view_functions[rule.endpoint]
+            access[(rule.rule, tuple(sorted(rule.methods - {"HEAD", "OPTIONS"})))] = getattr(
+                view, "_netmap_access", None
+            )
+    assert access == {
+        ("/api/traffic/rollups", ("POST",)): "bearer",
+        ("/api/traffic/rollups", ("GET",)): "user",
+    }
