@@ -6,7 +6,17 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from app.http import admin, auth, health, modules, scanner, tasks, traffic, uploads
+    from app.http import (
+        admin,
+        assets,
+        auth,
+        health,
+        modules,
+        scanner,
+        tasks,
+        traffic,
+        uploads,
+    )
 
-    for module in (health, auth, admin, tasks, scanner, uploads, modules, traffic):
+    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic):
         app.register_blueprint(module.blueprint)

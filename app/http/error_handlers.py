@@ -15,7 +15,8 @@ from flask import Flask, g, jsonify
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
-from app.errors import ApiError, PoolTimeout
+from app.errors import ApiError, PoolTimeout, Unavailable
+from app.search.port import StoreUnavailable
 
 
 def _snake(name: str) -> str:
@@ -45,6 +46,16 @@ def register_error_handlers(app: Flask) -> None:
         if error.code == 405 and getattr(error, "valid_methods", None):
             response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
         return response
+
+    @app.errorhandler(StoreUnavailable)
+    def handle_store_unavailable(error: StoreUnavailable):
+        return _api_error_response(
+            Unavailable(
+                "the search store is unavailable; retry shortly",
+                code="store_unavailable",
+                retry_after=getattr(error, "retry_after", None) or 5,
+            )
+        )
 
     @app.errorhandler(sa_exc.TimeoutError)
     def handle_pool_timeout(error: sa_exc.TimeoutError):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import request
 
+from app import cursors
 from app.errors import ValidationError
 
 DEFAULT_PAGE_SIZE = 50
@@ -49,27 +49,12 @@ def page_limit(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -
     return value
 
 
-def encode_cursor(position: dict[str, Any]) -> str:
-    raw = json.dumps(position, separators=(",", ":"), sort_keys=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_cursor(position: dict[str, Any], kind: str = "page") -> str:
+    return cursors.encode_cursor(kind, position)
 
 
-def decode_cursor(parameter: str = "cursor") -> dict[str, Any] | None:
-    raw = request.args.get(parameter)
-    if not raw:
-        return None
-    try:
-        padded = raw + "=" * (-len(raw) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if isinstance(value, dict):
-            return value
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        pass
-    raise ValidationError(
-        "cursor is not one this server issued",
-        code="invalid_cursor",
-        details={"parameter": parameter},
-    )
+def decode_cursor(parameter: str = "cursor", kind: str = "page") -> dict[str, Any] | None:
+    return cursors.decode_cursor(kind, request.args.get(parameter))
 
 
 def int_arg(name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
@@ -89,3 +74,19 @@ def int_arg(name: str, *, minimum: int | None = None, maximum: int | None = None
             details={"parameter": name},
         )
     return value
+
+
+def datetime_arg(name: str) -> datetime | None:
+    """An ISO 8601 timestamp query parameter; one without a zone is read as UTC."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(
+            f"{name} must be an ISO 8601 timestamp such as 2026-11-30T06:00:00Z",
+            code="invalid_parameter",
+            details={"parameter": name},
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

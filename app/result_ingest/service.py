@@ -92,7 +92,7 @@ def _store_call(name: str, call):
             raise Unavailable(
                 "the search store did not accept the batch; retry with the same batch",
                 code="store_unavailable",
-                retry_after=5,
+                retry_after=getattr(exc, "retry_after", None) or 5,
             ) from None
 
 

@@ -40,9 +40,9 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
-from app.search.cursors import decode_cursor, encode_cursor
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_schema import MERGE_SCRIPT, IndexNames, index_templates

@@ -37,9 +37,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from app import db
 from app.config import Settings
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import Unavailable, ValidationError
 from app.observability import emit, stage
-from app.search.cursors import decode_cursor, encode_cursor
 from app.search.documents import EndpointDocument, FactDocument, merge_all
 from app.search.encoding import (
     INVALID_DOCUMENT,

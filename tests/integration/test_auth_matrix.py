@@ -134,6 +134,14 @@ ROUTES: list[Route] = [
     ),
     Route(
         "GET",
+        "/api/tasks/<int:task_id>/results",
+        lambda w: f"/api/tasks/{w.task_id}/results",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route("GET", "/api/assets", lambda w: "/api/assets", None, _user_route(200, owned=False)),
+    Route(
+        "GET",
         "/api/traffic/rollups",
         lambda w: "/api/traffic/rollups",
         None,

@@ -1,4 +1,4 @@
-"""Opaque keyset cursors for search-store pages (results by IP, asset search).
+"""Opaque keyset cursors for every paged list (tasks, executions, results, assets).
 
 A cursor is the position after the last row of a page plus whatever the first
 page computed once (the exact IP total of ING-10), encoded as URL-safe base64

@@ -1,0 +1,129 @@
+"""Search views: a task's results (execution projection) and current assets (SCN-5, STO-3).
+
+Results read the execution-endpoint projection, assets the current-asset
+projection (PRJ-9), so an execution can be succeeded before its assets
+appear. Ownership is checked in a short transaction; the store is queried
+after the connection went back to the pool.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from flask import Blueprint, jsonify, request
+
+from app.db import transaction
+from app.errors import Forbidden, NotFound, ValidationError
+from app.http import context
+from app.http.guards import current_user, require_user
+from app.http.requests import datetime_arg, int_arg, page_limit
+from app.scan_control.query import task_visible
+from app.search.port import AssetQuery
+
+blueprint = Blueprint("assets", __name__, url_prefix="/api")
+
+_MAX_TEXT = 200
+
+
+@blueprint.get("/tasks/<int:task_id>/results")
+@require_user
+def task_results(task_id: int):
+    limit = page_limit(default=100, maximum=1000)
+    with transaction() as conn:
+        if not task_visible(conn, current_user(), task_id):
+            raise NotFound("task not found", code="task_not_found")
+    page = context.store().execution_results(
+        task_id, cursor=request.args.get("cursor") or None, limit=limit
+    )
+    body = {
+        "items": [_result_item(doc) for doc in page.items],
+        "next_cursor": page.next_cursor,
+        "total_ips": page.total_ips,
+    }
+    if page.total_endpoints is not None:
+        body["total_endpoints"] = page.total_endpoints
+    return jsonify(body)
+
+
+def _result_item(doc) -> dict:
+    item = doc.public()
+    item["execution_id"] = doc.execution_id
+    return item
+
+
+def _text_arg(name: str) -> str | None:
+    value = request.args.get(name)
+    if value is None or value == "":
+        return None
+    if len(value) > _MAX_TEXT:
+        raise ValidationError(
+            f"{name} is longer than {_MAX_TEXT} characters",
+            code="invalid_parameter",
+            details={"parameter": name},
+        )
+    return value
+
+
+def _address_args() -> tuple[str | None, str | None]:
+    ip, cidr = _text_arg("ip"), _text_arg("cidr")
+    try:
+        if ip is not None:
+            ip = str(ipaddress.ip_address(ip))
+    except ValueError:
+        raise ValidationError(
+            "ip must be an IPv4 or IPv6 address",
+            code="invalid_parameter",
+            details={"parameter": "ip"},
+        ) from None
+    try:
+        if cidr is not None:
+            cidr = str(ipaddress.ip_network(cidr, strict=False))
+    except ValueError:
+        raise ValidationError(
+            "cidr must be a network such as 192.0.2.0/24",
+            code="invalid_parameter",
+            details={"parameter": "cidr"},
+        ) from None
+    return ip, cidr
+
+
+@blueprint.get("/assets")
+@require_user
+def assets():
+    user = current_user()
+    scope = request.args.get("scope") or "user"
+    if scope not in ("user", "global"):
+        raise ValidationError(
+            "scope must be 'user' or 'global'",
+            code="invalid_parameter",
+            details={"parameter": "scope"},
+        )
+    if scope == "global" and not user.is_admin:
+        raise Forbidden("only admins can search the global asset view", code="forbidden")
+    transport = _text_arg("transport")
+    if transport is not None and transport not in ("tcp", "udp"):
+        raise ValidationError(
+            "transport must be tcp or udp",
+            code="invalid_parameter",
+            details={"parameter": "transport"},
+        )
+    ip, cidr = _address_args()
+    query = AssetQuery(
+        scope=scope,
+        owner_id=user.id if scope == "user" else None,
+        ip=ip,
+        cidr=cidr,
+        port=int_arg("port", minimum=1, maximum=65535),
+        transport=transport,
+        service=_text_arg("service"),
+        product=_text_arg("product"),
+        text=_text_arg("q"),
+        first_seen_from=datetime_arg("first_seen_from"),
+        first_seen_to=datetime_arg("first_seen_to"),
+        last_seen_from=datetime_arg("last_seen_from"),
+        last_seen_to=datetime_arg("last_seen_to"),
+        limit=page_limit(default=50, maximum=500),
+        cursor=request.args.get("cursor") or None,
+    )
+    page = context.store().search_assets(query)
+    return jsonify({"items": [doc.public() for doc in page.items], "next_cursor": page.next_cursor})

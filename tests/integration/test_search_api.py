@@ -1,0 +1,130 @@
+"""Task results (execution projection) and current-asset search over HTTP (SCN-5, STO-3)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.search.documents import merge_all
+from app.search.ids import current_asset_id
+from tests.support.scanner_protocol import claim, observation
+
+
+def _scan(user, scanner, targets, observations):
+    created = user.post("/api/tasks", json={"name": "r", "targets": targets, "ports": "1-65535"})
+    task = created.get_json()["task"]
+    upload = claim(scanner)
+    assert upload.final(0, observations).status_code == 200
+    return task, upload
+
+
+def _publish(app, execution_id):
+    """Publish one execution's endpoints as current assets, as the projection does."""
+    from app.search import open_store
+
+    store = open_store(app.extensions["netmap.settings"])
+    docs = store.read_execution_endpoints(execution_id, after_id=None, limit=1000)
+    current = []
+    for doc in docs:
+        for scope, owner in (("global", None), ("user", doc.owner_id)):
+            current.append(
+                replace(
+                    doc,
+                    id=current_asset_id(scope, owner, doc.ip, doc.port, doc.transport),
+                    scope=scope,
+                    owner_id=owner,
+                    execution_id=None,
+                    task_id=None,
+                )
+            )
+    store.publish_current(
+        merge_all(current), max_operations=1000, max_bytes=5_000_000
+    ).raise_for_failures()
+
+
+def test_results_page_by_ip_with_totals_on_the_first_page(api):
+    user, scanner = api.user(), api.scanner()
+    observations = [observation(f"192.0.2.{i}", port) for i in range(1, 6) for port in (22, 443)]
+    task, _ = _scan(user, scanner, ["192.0.2.0/28"], observations)
+    first = user.get(f"/api/tasks/{task['id']}/results?limit=2").get_json()
+    assert first["total_endpoints"] == 10 and first["total_ips"] == 5
+    assert [i["ip"] for i in first["items"]] == ["192.0.2.1", "192.0.2.1", "192.0.2.2", "192.0.2.2"]
+    seen = [(i["ip"], i["port"]) for i in first["items"]]
+    cursor = first["next_cursor"]
+    while cursor:
+        page = user.get(f"/api/tasks/{task['id']}/results?limit=2&cursor={cursor}").get_json()
+        assert "total_endpoints" not in page and page["total_ips"] == 5
+        seen.extend((i["ip"], i["port"]) for i in page["items"])
+        cursor = page["next_cursor"]
+    assert sorted(seen) == sorted((o["ip"], o["port"]) for o in observations)
+    assert api.user().get(f"/api/tasks/{task['id']}/results").status_code == 404
+    assert user.get(f"/api/tasks/{task['id']}/results?cursor=bogus").status_code == 400
+
+
+def test_asset_search_filters_and_ownership(api):
+    alice, bob, admin, scanner = api.user(), api.user(), api.admin(), api.scanner()
+    _, first = _scan(
+        alice,
+        scanner,
+        ["192.0.2.0/28"],
+        [
+            observation(
+                "192.0.2.1",
+                22,
+                service={"name": "ssh", "product": "OpenSSH", "banner": "SSH-2.0-OpenSSH_9.6"},
+            ),
+            observation("192.0.2.2", 443, service={"name": "https", "product": "nginx"}),
+            observation("192.0.2.3", 53, transport="udp"),
+        ],
+    )
+    _, second = _scan(bob, scanner, ["198.51.100.0/28"], [observation("198.51.100.9", 8080)])
+    assert alice.get("/api/assets").get_json()["items"] == []  # not projected yet
+    _publish(api.app, first.id)
+    _publish(api.app, second.id)
+
+    def ips(session, query=""):
+        body = session.get(f"/api/assets{query}").get_json()
+        return sorted((i["ip"], i["port"]) for i in body["items"])
+
+    assert ips(alice) == [("192.0.2.1", 22), ("192.0.2.2", 443), ("192.0.2.3", 53)]
+    assert ips(bob) == [("198.51.100.9", 8080)]
+    assert ips(alice, "?ip=192.0.2.2") == [("192.0.2.2", 443)]
+    assert ips(alice, "?cidr=192.0.2.0/31") == [("192.0.2.1", 22)]
+    assert ips(alice, "?port=22") == [("192.0.2.1", 22)]
+    assert ips(alice, "?transport=udp") == [("192.0.2.3", 53)]
+    assert ips(alice, "?service=https") == [("192.0.2.2", 443)]
+    assert ips(alice, "?product=nginx") == [("192.0.2.2", 443)]
+    assert ips(alice, "?q=OpenSSH_9") == [("192.0.2.1", 22)]
+    assert ips(alice, "?last_seen_from=2000-01-01T00:00:00Z") == ips(alice)
+    assert ips(alice, "?last_seen_to=2000-01-01T00:00:00Z") == []
+    item = alice.get("/api/assets?port=22").get_json()["items"][0]
+    assert set(item) >= {
+        "ip",
+        "port",
+        "transport",
+        "service",
+        "product",
+        "version",
+        "banner",
+        "first_seen",
+        "last_seen",
+        "last_execution_id",
+    }
+    assert item["last_execution_id"] == first.id
+    assert len(ips(admin, "?scope=global")) == 4
+    assert alice.get("/api/assets?scope=global").status_code == 403
+    page = alice.get("/api/assets?limit=2").get_json()
+    rest = alice.get(f"/api/assets?limit=2&cursor={page['next_cursor']}").get_json()
+    assert len(page["items"]) == 2 and len(rest["items"]) == 1 and rest["next_cursor"] is None
+    for bad in (
+        "?ip=nope",
+        "?cidr=1.2.3",
+        "?port=0",
+        "?transport=sctp",
+        "?scope=x",
+        "?first_seen_from=yesterday",
+        "?limit=0",
+        "?cursor=zzz",
+    ):
+        response = alice.get(f"/api/assets{bad}")
+        assert response.status_code == 400, bad
+        assert response.get_json()["error"]["code"] in ("invalid_parameter", "invalid_cursor")
