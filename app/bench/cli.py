@@ -17,6 +17,10 @@ _NOT_BENCHMARKS = {"cli", "scratch", "progress", "stats"}
 @click.group()
 def bench() -> None:
     """Benchmarks on scratch databases and files; print one JSON object."""
+    import logging
+
+    # Per-request events would drown the progress lines; warnings still show.
+    logging.getLogger("netmap.events").setLevel(logging.WARNING)
 
 
 def _discover() -> None:

@@ -1,0 +1,236 @@
+"""`netmap bench upload`: upload latency by kind at growing execution sizes (PRF-1).
+
+For each size an execution is first filled with that many distinct endpoints
+through the real upload route (Flask test client, full validation, receipts,
+store writes), then measured: normal batches, confirmed retries, DNS sidecar
+batches and the final. The question the numbers answer is whether an upload's
+cost depends on how much the execution already holds: it should not (the
+identity check reads only the upload's stream counters, the final's count is
+scoped to the execution).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from app.bench.progress import Progress
+from app.bench.scratch import scratch_database
+from app.bench.stats import summary_ms
+
+
+def _checksum(observations: list[Any], dns_records: list[Any]) -> str:
+    canonical = json.dumps(
+        {"observations": observations, "dns_records": dns_records},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(start, start + count):
+        out.append(
+            {
+                "observed_at": observed_at,
+                "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+                "port": 443 + (i >> 24),
+                "transport": "tcp",
+                "state": "open",
+                "service": {"name": "https", "product": "nginx", "version": "1.26"},
+            }
+        )
+    return out
+
+
+class _Scanner:
+    def __init__(self, client, token: str, execution: dict[str, Any], upload_id: str):
+        self.client, self.token, self.execution, self.upload_id = (
+            client,
+            token,
+            execution,
+            upload_id,
+        )
+
+    def body(self, index: int, observations=None, dns_records=None, *, stream="main", final=False):
+        observations = observations or []
+        body = {
+            "protocol_version": 1,
+            "claim_token": self.execution["claim_token"],
+            "upload_id": self.upload_id,
+            "stream": stream,
+            "batch_index": index,
+            "is_final": final,
+            "checksum": _checksum(observations, dns_records or []),
+            "observations": observations,
+        }
+        if dns_records:
+            body["dns_records"] = dns_records
+        return body
+
+    def send(self, body: dict[str, Any]) -> float:
+        started = time.perf_counter()
+        response = self.client.post(
+            f"/api/scanner/executions/{self.execution['id']}/uploads",
+            json=body,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            raise click.ClickException(
+                f"upload failed: {response.status_code} {response.get_data()!r}"
+            )
+        return elapsed
+
+    def renew(self) -> None:
+        self.client.post(
+            f"/api/scanner/executions/{self.execution['id']}/lease",
+            json={"claim_token": self.execution["claim_token"]},
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+
+
+def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dict[str, Any]:
+    from app.db import transaction
+    from app.scan_control.creation import create_task, validate_task_request
+
+    settings = app.extensions["netmap.settings"]
+    with transaction() as conn:
+        request = validate_task_request(
+            {"name": f"bench {size}", "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
+        )
+        create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
+    client = app.test_client()
+    claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
+    scanner = _Scanner(client, token, claimed.get_json()["execution"], f"bench-{size}")
+    observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+
+    index, filled = 0, 0
+    progress = Progress(f"fill {size}", total=size)
+    fill_started = time.perf_counter()
+    while filled < size:
+        count = min(fill_batch, size - filled)
+        scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
+        filled += count
+        index += 1
+        progress.advance(count)
+        if index % 50 == 0:
+            scanner.renew()
+    progress.finish()
+    fill_seconds = time.perf_counter() - fill_started
+
+    normal, retries, dns = [], [], []
+    sent = []
+    for _ in range(samples):
+        body = scanner.body(index, _observations(filled, batch, observed_at))
+        normal.append(scanner.send(body))
+        sent.append(body)
+        filled += batch
+        index += 1
+    for body in sent:
+        retries.append(scanner.send(body))
+    for n in range(samples):
+        records = [
+            {
+                "observed_at": observed_at,
+                "name": f"host{n}-{r}.example.com",
+                "type": "A",
+                "value": f"10.200.{n % 256}.{r}",
+                "ttl": 300,
+            }
+            for r in range(50)
+        ]
+        dns.append(scanner.send(scanner.body(n % index, dns_records=records, stream="dns")))
+    final = scanner.send(scanner.body(index, final=True))
+    return {
+        "endpoints_before": size,
+        "fill_seconds": round(fill_seconds, 2),
+        "fill_endpoints_per_s": round(size / fill_seconds, 1),
+        "normal": summary_ms(normal),
+        "final": summary_ms([final]),
+        "confirmed_retry": summary_ms(retries),
+        "dns_mixed": summary_ms(dns),
+    }
+
+
+@click.command("upload")
+@click.option(
+    "--sizes",
+    default="10000,100000,1000000",
+    show_default=True,
+    help="Comma-separated endpoint counts already in the execution.",
+)
+@click.option("--samples", default=30, show_default=True, type=click.IntRange(1, 10000))
+@click.option(
+    "--batch",
+    default=500,
+    show_default=True,
+    type=click.IntRange(1, 100000),
+    help="Observations per measured batch.",
+)
+@click.option("--fill-batch", default=5000, show_default=True, type=click.IntRange(1, 100000))
+@click.option(
+    "--backend",
+    type=click.Choice(["postgres", "elasticsearch"]),
+    default="postgres",
+    show_default=True,
+)
+@click.option("--es-url", help="Elasticsearch (or simulator) URL for --backend elasticsearch.")
+def command(
+    sizes: str, samples: int, batch: int, fill_batch: int, backend: str, es_url: str | None
+):
+    """Upload latency (p50/p95/p99) by kind for executions of growing size."""
+    from app import close_app, create_app
+    from app.db import transaction
+    from app.identity.scanners import create_scanner
+    from app.identity.users import create_user
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter("sizes must be integers", param_hint="--sizes") from None
+    if backend == "elasticsearch" and not es_url:
+        raise click.UsageError("--backend elasticsearch needs --es-url (e.g. the simulator)")
+    overrides: dict[str, dict[str, object]] = {
+        "ingest": {"max_observations_per_batch": max(fill_batch, batch)},
+        "scan": {"execution_lease_seconds": 3600},
+    }
+    if es_url:
+        overrides["elasticsearch"] = {"url": es_url, "index_prefix": f"bench{int(time.time())}"}
+    with scratch_database(overrides=overrides) as scratch:
+        from app import db
+
+        app = create_app(scratch.settings, engine=db.get_engine(), modules="off")
+        try:
+            from app.http import context
+
+            with app.app_context():
+                context.store().ensure_schema()
+            with transaction() as conn:
+                owner = create_user(conn, "bench", "bench-password-123", is_admin=True)
+                _, token = create_scanner(conn, "bench-scanner")
+            results = {
+                str(size): _measure_size(app, owner.id, token, size, samples, batch, fill_batch)
+                for size in size_list
+            }
+        finally:
+            close_app(app)
+    smallest, largest = str(min(size_list)), str(max(size_list))
+    output = {
+        "benchmark": "upload",
+        "backend": backend,
+        "samples": samples,
+        "batch": batch,
+        "sizes": results,
+        "normal_p95_ratio_largest_vs_smallest": round(
+            results[largest]["normal"]["p95_ms"] / results[smallest]["normal"]["p95_ms"], 3
+        ),
+    }
+    click.echo(json.dumps(output))
