@@ -139,8 +139,7 @@ def users_create(state: CliState, username: str, admin: bool, password_stdin: bo
     """Create a user; prints {"id", "username"}."""
     from app.db import transaction
     from app.errors import ApiError
-    from app.identity.audit import record_audit
-    from app.identity.users import create_user
+    from app.identity.users import create_user_audited
 
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -153,14 +152,8 @@ def users_create(state: CliState, username: str, admin: bool, password_stdin: bo
         _with_engine(url)
         try:
             with transaction() as conn:
-                user = create_user(conn, username, password, is_admin=admin)
-                record_audit(
-                    conn,
-                    actor_user_id=None,
-                    action="user.create",
-                    target_type="user",
-                    target_id=user.id,
-                    details={"username": user.username, "is_admin": user.is_admin, "via": "cli"},
+                user = create_user_audited(
+                    conn, username, password, is_admin=admin, actor_user_id=None, via="cli"
                 )
         except ApiError as exc:
             raise click.ClickException(_describe(exc)) from None
@@ -179,23 +172,14 @@ def scanners_create(state: CliState, name: str) -> None:
     """Create a scanner; prints {"id", "name", "token"} (the token is shown only now)."""
     from app.db import transaction
     from app.errors import ApiError
-    from app.identity.audit import record_audit
-    from app.identity.scanners import create_scanner
+    from app.identity.scanners import create_scanner_audited
 
     with _database(state) as url:
         _require_schema(url)
         _with_engine(url)
         try:
             with transaction() as conn:
-                scanner, token = create_scanner(conn, name)
-                record_audit(
-                    conn,
-                    actor_user_id=None,
-                    action="scanner.create",
-                    target_type="scanner",
-                    target_id=scanner.id,
-                    details={"name": scanner.name, "via": "cli"},
-                )
+                scanner, token = create_scanner_audited(conn, name, actor_user_id=None, via="cli")
         except ApiError as exc:
             raise click.ClickException(_describe(exc)) from None
     print_json({"id": scanner.id, "name": scanner.name, "token": token})

@@ -53,8 +53,7 @@ def ensure_first_admin(url: str) -> str | None:
     import sqlalchemy as sa
 
     from app import db
-    from app.identity.audit import record_audit
-    from app.identity.users import create_user
+    from app.identity.users import create_user_audited
 
     engine = db.create_engine(url, poolclass=sa.pool.NullPool, application_name="netmap-up")
     try:
@@ -64,14 +63,8 @@ def ensure_first_admin(url: str) -> str | None:
             if conn.execute(sa.text("SELECT 1 FROM users LIMIT 1")).scalar():
                 return None
             password = os.environ.get("NETMAP_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
-            user = create_user(conn, ADMIN_USERNAME, password, is_admin=True)
-            record_audit(
-                conn,
-                actor_user_id=None,
-                action="user.create",
-                target_type="user",
-                target_id=user.id,
-                details={"username": user.username, "is_admin": True, "via": "netmap up"},
+            create_user_audited(
+                conn, ADMIN_USERNAME, password, is_admin=True, actor_user_id=None, via="netmap up"
             )
             return password
     finally:

@@ -11,7 +11,6 @@ scoped to the execution).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,16 +21,7 @@ import click
 from app.bench.progress import Progress
 from app.bench.scratch import scratch_database
 from app.bench.stats import summary_ms
-
-
-def _checksum(observations: list[Any], dns_records: list[Any]) -> str:
-    canonical = json.dumps(
-        {"observations": observations, "dns_records": dns_records},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+from app.result_ingest.model import canonical_checksum
 
 
 def _observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
@@ -68,7 +58,7 @@ class _Scanner:
             "stream": stream,
             "batch_index": index,
             "is_final": final,
-            "checksum": _checksum(observations, dns_records or []),
+            "checksum": canonical_checksum(observations, dns_records or []),
             "observations": observations,
         }
         if dns_records:

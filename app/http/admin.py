@@ -8,9 +8,8 @@ from app.db import transaction
 from app.errors import ValidationError
 from app.http.guards import current_user, require_admin
 from app.http.requests import json_body
-from app.identity.audit import record_audit
-from app.identity.scanners import create_scanner
-from app.identity.users import create_user
+from app.identity.scanners import create_scanner_audited
+from app.identity.users import create_user_audited
 
 blueprint = Blueprint("admin", __name__, url_prefix="/api")
 
@@ -24,14 +23,13 @@ def create_user_route():
         raise ValidationError("is_admin must be true or false", code="invalid_user")
     actor = current_user()
     with transaction() as conn:
-        user = create_user(conn, body.get("username"), body.get("password"), is_admin=is_admin)
-        record_audit(
+        user = create_user_audited(
             conn,
+            body.get("username"),
+            body.get("password"),
+            is_admin=is_admin,
             actor_user_id=actor.id,
-            action="user.create",
-            target_type="user",
-            target_id=user.id,
-            details={"username": user.username, "is_admin": user.is_admin},
+            via="api",
         )
     return jsonify(user.public()), 201
 
@@ -42,13 +40,7 @@ def create_scanner_route():
     body = json_body()
     actor = current_user()
     with transaction() as conn:
-        scanner, token = create_scanner(conn, body.get("name"), created_by=actor.id)
-        record_audit(
-            conn,
-            actor_user_id=actor.id,
-            action="scanner.create",
-            target_type="scanner",
-            target_id=scanner.id,
-            details={"name": scanner.name},
+        scanner, token = create_scanner_audited(
+            conn, body.get("name"), actor_user_id=actor.id, via="api"
         )
     return jsonify({"id": scanner.id, "name": scanner.name, "token": token}), 201

@@ -69,6 +69,24 @@ def create_scanner(
     return Scanner(id=row.id, name=row.name, disabled=row.disabled), token
 
 
+def create_scanner_audited(
+    conn: Connection, name: str, *, actor_user_id: int | None, via: str
+) -> tuple[Scanner, str]:
+    """Create a scanner and its audit row in the caller's transaction (IDN-6)."""
+    from app.identity.audit import record_audit
+
+    scanner, token = create_scanner(conn, name, created_by=actor_user_id)
+    record_audit(
+        conn,
+        actor_user_id=actor_user_id,
+        action="scanner.create",
+        target_type="scanner",
+        target_id=scanner.id,
+        details={"name": scanner.name, "via": via},
+    )
+    return scanner, token
+
+
 def authenticate_scanner(conn: Connection, token: str) -> Scanner | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > 256:
         return None

@@ -72,6 +72,30 @@ def create_user(conn: Connection, username: str, password: str, *, is_admin: boo
     return _row_to_user(row)
 
 
+def create_user_audited(
+    conn: Connection,
+    username: str,
+    password: str,
+    *,
+    is_admin: bool = False,
+    actor_user_id: int | None,
+    via: str,
+) -> User:
+    """Create a user and its audit row in the caller's transaction (IDN-6)."""
+    from app.identity.audit import record_audit
+
+    user = create_user(conn, username, password, is_admin=is_admin)
+    record_audit(
+        conn,
+        actor_user_id=actor_user_id,
+        action="user.create",
+        target_type="user",
+        target_id=user.id,
+        details={"username": user.username, "is_admin": user.is_admin, "via": via},
+    )
+    return user
+
+
 def authenticate(conn: Connection, username: str, password: str) -> User | None:
     row = conn.execute(
         sa.text(

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -50,6 +51,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("needs a time zone (e.g. 2026-11-30T06:00:00Z)")
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+
 class ServiceIn(_Strict):
     name: Short | None = None
     product: Short | None = None
@@ -58,7 +68,7 @@ class ServiceIn(_Strict):
 
 
 class ObservationIn(_Strict):
-    observed_at: datetime
+    observed_at: UtcDatetime
     ip: StrictStr
     port: Annotated[StrictInt, Field(ge=1, le=65535)]
     transport: Literal["tcp", "udp"] = "tcp"
@@ -77,27 +87,13 @@ class ObservationIn(_Strict):
         except ValueError:
             raise ValueError("not an IPv4 or IPv6 address") from None
 
-    @field_validator("observed_at")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            raise ValueError("needs a time zone (e.g. 2026-11-30T06:00:00Z)")
-        return value.astimezone(UTC)
-
 
 class DnsRecordIn(_Strict):
-    observed_at: datetime
+    observed_at: UtcDatetime
     name: Annotated[StrictStr, Field(min_length=1, max_length=253)]
     type: Literal[DNS_TYPES]  # type: ignore[valid-type]
     value: Annotated[StrictStr, Field(min_length=1, max_length=MAX_STRING)]
     ttl: Annotated[StrictInt, Field(ge=0, le=2_147_483_647)] | None = None
-
-    @field_validator("observed_at")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            raise ValueError("needs a time zone (e.g. 2026-11-30T06:00:00Z)")
-        return value.astimezone(UTC)
 
     @field_validator("name")
     @classmethod
