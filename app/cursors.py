@@ -18,7 +18,7 @@ from app.errors import ValidationError
 
 
 def encode_cursor(kind: str, position: dict[str, Any]) -> str:
-    raw = json.dumps({"k": kind, **position}, separators=(",", ":"), sort_keys=True).encode()
+    raw = json.dumps({**position, "_kind": kind}, separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -31,11 +31,11 @@ def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
         value = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         value = None
-    if not isinstance(value, dict) or value.get("k") != kind:
+    if not isinstance(value, dict) or value.get("_kind") != kind:
         raise ValidationError(
             "cursor is not one this server issued",
             code="invalid_cursor",
             details={"parameter": "cursor"},
         )
-    value.pop("k")
+    value.pop("_kind")
     return value

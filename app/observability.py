@@ -136,6 +136,21 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(base, default=str, ensure_ascii=False)
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (test capture swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 _configured = False
 
 
@@ -145,7 +160,7 @@ def configure_logging(level: str | int | None = None) -> None:
     level = level or os.environ.get("NETMAP_LOG_LEVEL", "INFO")
     root = logging.getLogger()
     if not _configured:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = StderrHandler()
         handler.setFormatter(JsonLineFormatter())
         root.handlers = [handler]
         _configured = True
