@@ -38,6 +38,7 @@ import ipaddress
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import sqlalchemy as sa
@@ -69,6 +70,7 @@ _DOCUMENT_COLUMNS = (
     "tags",
     "details",
 )
+MIN_RANGE = 100  # smaller pages are not worth splitting
 _TEXT_COLUMNS = ("state", "service", "product", "version", "banner", "hostname", "observation_key")
 # Awkward addresses the SQL spelling must agree with Python on (checked once per store).
 SELF_CHECK_ADDRESSES = (
@@ -100,6 +102,13 @@ SELF_CHECK_ADDRESSES = (
 )
 
 
+def _outcome(future: Future) -> Any:
+    try:
+        return future.result()
+    except BaseException as exc:  # noqa: BLE001 - judged once every range has ended
+        return exc
+
+
 def _python_spells_mapped_dotted() -> bool:
     # Newer Pythons may print IPv4-mapped addresses as ::ffff:a.b.c.d, like PostgreSQL.
     return str(ipaddress.ip_address("::ffff:1.2.3.4")) == "::ffff:1.2.3.4"
@@ -127,9 +136,11 @@ def ip_text_sql(column: str) -> str:
 
 
 def _part(expression: str) -> str:
-    """One length-prefixed part of the id encoding (4-byte big-endian length, UTF-8 bytes)."""
-    utf8 = f"convert_to({expression}, 'UTF8')"
-    return f"int4send(octet_length({utf8})) || {utf8}"
+    """One length-prefixed part of the id encoding (4-byte big-endian length, UTF-8 bytes).
+
+    Every part is ASCII (digits, an IP's text, a transport), so its character count
+    is its UTF-8 byte count."""
+    return f"int4send(octet_length({expression})) || convert_to({expression}, 'UTF8')"
 
 
 def _prefix(*parts: str) -> bytes:
@@ -157,16 +168,17 @@ def _hex(uuid_expression: str) -> str:
     return f"replace(CAST({uuid_expression} AS text), '-', '')"
 
 
-def _digests(alias: str) -> tuple[str, str]:
-    """SQL of the global and user digests of the endpoint row ``alias``."""
-    parts = (
-        f"{_part(ip_text_sql(f'{alias}.ip'))} || {_part(f'CAST({alias}.port AS text)')} "
-        f"|| {_part(f'lower({alias}.transport)')}"
-    )
+def _endpoint_parts(ip_text: str, port: str, transport: str) -> str:
+    """The parts every current-asset id ends with: IP text, port, transport."""
+    return f"{_part(ip_text)} || {_part(f'CAST({port} AS text)')} || {_part(f'lower({transport})')}"
+
+
+def _digests(parts: str, owner: str) -> tuple[str, str]:
+    """SQL of the global and user digests, given the endpoint parts and the owner column."""
     global_digest = f"sha256(CAST(:global_prefix AS bytea) || {parts})"
     user_digest = (
-        f"CASE WHEN {alias}.owner_id IS NOT NULL THEN sha256(CAST(:user_prefix AS bytea) || "
-        f"{_part(f'CAST({alias}.owner_id AS text)')} || {parts}) END"
+        f"CASE WHEN {owner} IS NOT NULL THEN sha256(CAST(:user_prefix AS bytea) || "
+        f"{_part(f'CAST({owner} AS text)')} || {parts}) END"
     )
     return global_digest, user_digest
 
@@ -184,38 +196,42 @@ def _size_estimate(alias: str) -> str:
 def page_statement(merge_clause: str) -> str:
     columns = ", ".join(_DOCUMENT_COLUMNS)
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
-    global_digest, user_digest = _digests("p")
+    global_digest, user_digest = _digests("x.parts", "p.owner_id")
     return f"""
         WITH page AS MATERIALIZED (
             SELECT t.id AS source_id, {selected}, t.owner_id
               FROM {EXECUTION_TABLE} t
              WHERE t.execution_id = :execution_id
                AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+               AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
              ORDER BY t.id
              LIMIT :limit
-        ), keyed AS MATERIALIZED (
-            SELECT p.*, {global_digest} AS g_digest, {user_digest} AS u_digest,
-                   {_size_estimate("p")} AS size_estimate
+        ), hashed AS MATERIALIZED (
+            SELECT {_key("d.g")} AS g_key, {_uuid("d.g")} AS g_id,
+                   {_key("d.u")} AS u_key, {_uuid("d.u")} AS u_id,
+                   {_size_estimate("p")} AS size_estimate, p.*
               FROM page p
+             CROSS JOIN LATERAL (
+                   SELECT {_endpoint_parts(ip_text_sql("p.ip"), "p.port", "p.transport")} AS parts
+             ) AS x
+             CROSS JOIN LATERAL (SELECT {global_digest} AS g, {user_digest} AS u) AS d
         ), verdict AS MATERIALIZED (
             SELECT count(*) AS endpoints,
                    count(*) FILTER (WHERE size_estimate > :max_bytes) AS oversized,
-                   count(u_digest) AS owned
-              FROM keyed
-        ), source AS MATERIALIZED (
-            SELECT {_key("k.g_digest")} AS g_key, {_uuid("k.g_digest")} AS g_id,
-                   {_key("k.u_digest")} AS u_key, {_uuid("k.u_digest")} AS u_id, k.*
-              FROM keyed k
-             WHERE (SELECT oversized FROM verdict) = 0
+                   count(u_key) AS owned
+              FROM hashed
         ), g AS (
             INSERT INTO {GLOBAL_TABLE} AS t (key, id, {columns})
-            SELECT g_key, g_id, {columns} FROM source ORDER BY g_key
+            SELECT g_key, g_id, {columns} FROM hashed
+             WHERE (SELECT oversized FROM verdict) = 0
+             ORDER BY g_key
             {merge_clause}
             RETURNING t.key
         ), u AS (
             INSERT INTO {USER_TABLE} AS t (key, id, {columns}, owner_id)
-            SELECT u_key, u_id, {columns}, owner_id FROM source
-             WHERE u_key IS NOT NULL ORDER BY u_key
+            SELECT u_key, u_id, {columns}, owner_id FROM hashed
+             WHERE (SELECT oversized FROM verdict) = 0 AND u_key IS NOT NULL
+             ORDER BY u_key
             {merge_clause}
             RETURNING t.key
         )
@@ -223,38 +239,70 @@ def page_statement(merge_clause: str) -> str:
                (SELECT {_hex("source_id")} FROM page ORDER BY source_id DESC LIMIT 1) AS last_id,
                (SELECT count(*) FROM g) AS global_confirmed,
                (SELECT count(*) FROM u) AS user_confirmed,
-               ARRAY(SELECT {_hex("g_id")} FROM source
-                      WHERE g_key NOT IN (SELECT key FROM g)) AS global_missing,
-               ARRAY(SELECT {_hex("u_id")} FROM source
-                      WHERE u_key IS NOT NULL AND u_key NOT IN (SELECT key FROM u)) AS user_missing
+               ARRAY(SELECT {_hex("g_id")} FROM hashed
+                      WHERE v.oversized = 0 AND g_key NOT IN (SELECT key FROM g)) AS global_missing,
+               ARRAY(SELECT {_hex("u_id")} FROM hashed
+                      WHERE v.oversized = 0 AND u_key IS NOT NULL
+                        AND u_key NOT IN (SELECT key FROM u)) AS user_missing
           FROM verdict v
     """
 
 
+# Where a page's shards end: every ``shard``-th id of the page, and its last id.
+BOUNDS_STATEMENT = f"""
+    WITH page AS (
+        SELECT t.id FROM {EXECUTION_TABLE} t
+         WHERE t.execution_id = :execution_id
+           AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+         ORDER BY t.id
+         LIMIT :limit
+    ), numbered AS (
+        SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total FROM page
+    )
+    SELECT {_hex("id")} AS id FROM numbered WHERE n % :shard = 0 OR n = total ORDER BY n
+"""
+
+
 def ids_statement() -> str:
     """Ids SQL computes for a list of addresses (the self-check and the equality test)."""
-    global_digest, user_digest = _digests("a")
+    global_digest, user_digest = _digests(
+        _endpoint_parts(ip_text_sql("a.ip"), ":port", ":transport"), "CAST(:owner_id AS bigint)"
+    )
     return f"""
         SELECT {ip_text_sql("a.ip")} AS ip_text,
                {_hex(_uuid("d.g"))} AS global_id, {_key("d.g")} AS global_key,
                {_hex(_uuid("d.u"))} AS user_id, {_key("d.u")} AS user_key
-          FROM (SELECT i.ip, i.n, CAST(:port AS integer) AS port,
-                       CAST(:transport AS text) AS transport, CAST(:owner_id AS bigint) AS owner_id
-                  FROM unnest(CAST(:ips AS inet[])) WITH ORDINALITY AS i(ip, n)) AS a
+          FROM unnest(CAST(:ips AS inet[])) WITH ORDINALITY AS a(ip, n)
           CROSS JOIN LATERAL (SELECT {global_digest} AS g, {user_digest} AS u) AS d
          ORDER BY a.n
     """
 
 
 class ServerPages:
-    """The server-side page publish of one ``PostgresStore`` (``run`` is its ``_run``)."""
+    """The server-side page publish of one ``PostgresStore`` (``run`` is its ``_run``).
 
-    def __init__(self, run: Any, merge_clause: str):
+    A page is one statement, or — with ``concurrency`` > 1 (``bulk_max_concurrency``)
+    and a page big enough — that many statements over consecutive id ranges of the
+    page, run at once on separate pooled connections: the merge is CPU work in the
+    server, and the ranges touch disjoint rows, so they use several cores without
+    waiting on each other. The page is done when every range is; each range is its own
+    short transaction (a failed one fails the page, and the replay is idempotent).
+    """
+
+    def __init__(self, run: Any, merge_clause: str, *, concurrency: int = 1):
         self._run = run
         self._sql = sa.text(page_statement(merge_clause))
+        self._bounds_sql = sa.text(BOUNDS_STATEMENT)
         self._ids_sql = sa.text(ids_statement())
         self._available: bool | None = None
         self._lock = threading.Lock()
+        self._concurrency = max(1, concurrency)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def sql_ids(
         self, ips: Sequence[str], *, port: int, transport: str, owner_id: int
@@ -307,9 +355,73 @@ class ServerPages:
             return None
         if cancel is not None and cancel.is_set():
             raise StoreUnavailable("publish cancelled")
+        ranges = self._ranges(execution_id, after_id, limit)
+        if ranges is None:
+            return self._publish_range(execution_id, after_id, None, limit, max_bytes)
+        if not ranges:
+            return PagePublishResult(endpoints=0, last_id=after_id, operations=0, confirmed=0)
+        pool = self._executor()
+        futures = []
+        for start, end, size in ranges:
+            if cancel is not None and cancel.is_set():
+                break
+            futures.append(
+                pool.submit(self._publish_range, execution_id, start, end, size, max_bytes)
+            )
+        done = [_outcome(future) for future in futures]  # wait for all before judging
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if len(done) < len(ranges):
+            raise StoreUnavailable("publish cancelled")
+        if any(outcome is None for outcome in done):
+            return None
+        parts = [outcome for outcome in done if isinstance(outcome, PagePublishResult)]
+        return PagePublishResult(
+            endpoints=sum(p.endpoints for p in parts),
+            last_id=ranges[-1][1],
+            operations=sum(p.operations for p in parts),
+            confirmed=sum(p.confirmed for p in parts),
+            failed=tuple(item for p in parts for item in p.failed),
+            requests=len(parts),
+        )
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._concurrency, thread_name_prefix="pg-page"
+                )
+            return self._pool
+
+    def _ranges(
+        self, execution_id: int, after_id: str | None, limit: int
+    ) -> list[tuple[str | None, str, int]] | None:
+        """(after, up to and including, size) of each concurrent range; None: one statement."""
+        shard = -(-limit // self._concurrency)
+        if self._concurrency == 1 or shard < MIN_RANGE:
+            return None
+        params = {"execution_id": execution_id, "after": after_id, "limit": limit, "shard": shard}
+        bounds = self._run(lambda conn: conn.execute(self._bounds_sql, params).scalars().all())
+        ranges = []
+        start = after_id
+        for end in bounds:
+            ranges.append((start, end, shard))
+            start = end
+        return ranges
+
+    def _publish_range(
+        self,
+        execution_id: int,
+        after_id: str | None,
+        upto_id: str | None,
+        limit: int,
+        max_bytes: int,
+    ) -> PagePublishResult | None:
         params = {
             "execution_id": execution_id,
             "after": after_id,
+            "upto": upto_id,
             "limit": limit,
             "max_bytes": max_bytes,
             "global_prefix": GLOBAL_PREFIX,

@@ -446,7 +446,11 @@ class PostgresStore:
         if self._server_pages is None:
             from app.search.postgres_pages import ServerPages
 
-            self._server_pages = ServerPages(self._run, merge_on_conflict())
+            self._server_pages = ServerPages(
+                self._run,
+                merge_on_conflict(),
+                concurrency=self._settings.elasticsearch.bulk_max_concurrency,
+            )
         return self._server_pages
 
     def _table_of(self, doc: EndpointDocument) -> str:
@@ -660,7 +664,9 @@ class PostgresStore:
         )
 
     def close(self) -> None:
-        """The engine belongs to the process (app.db); nothing of our own to release."""
+        """The engine belongs to the process (app.db); only our page threads to stop."""
+        if self._server_pages is not None:
+            self._server_pages.close()
 
 
 # -- module helpers -----------------------------------------------------------

@@ -82,9 +82,11 @@ def endpoints_for(
                 task_id=execution_id,
                 owner_id=owner_id,
                 seen=BASE_TIME + timedelta(minutes=minutes, seconds=n % 50),
-                service=("ssh", "http", "https")[port],
-                banner=f"banner {execution_id}/{n}",
-                **fields,
+                **{
+                    "service": ("ssh", "http", "https")[port],
+                    "banner": f"banner {execution_id}/{n}",
+                    **fields,
+                },
             )
         )
     return docs

@@ -98,3 +98,14 @@ def _setup(backend: str, settings: Settings, target: Any) -> Iterator[Projection
             target.simulator.clear_faults()
         store.close()
         drop_prefix(target.url, es)
+
+
+# The store call that starts a page on each backend (PostgreSQL publishes server-side).
+PAGE_CALL = {"postgres": "publish_execution_page", "elasticsearch": "read_execution_endpoints"}
+PUBLISH_CALL = {"postgres": "publish_execution_page", "elasticsearch": "publish_current"}
+
+
+def page_cursors(setup: ProjectionSetup) -> list[str | None]:
+    """The ``after_id`` of every page the worker started, in order."""
+    name = PAGE_CALL[setup.backend]
+    return [kwargs.get("after_id") for call, _args, kwargs in setup.store.calls if call == name]

@@ -163,3 +163,41 @@ def test_a_possibly_oversized_page_falls_back_to_the_generic_path(postgres_store
     assert _current_rows("search_assets_global") == {}
     page = postgres_store.publish_execution_page(6, after_id=None, limit=10, max_bytes=1 << 20)
     assert page is not None and page.ok and page.confirmed == 2
+
+
+def test_a_page_split_into_concurrent_ranges_equals_one_statement(settings, engine):
+    from app.search.postgres_store import PostgresStore
+
+    concurrent = PostgresStore(settings.replace(elasticsearch={"bulk_max_concurrency": 3}))
+    single = PostgresStore(settings.replace(elasticsearch={"bulk_max_concurrency": 1}))
+    try:
+        docs = [
+            execution_endpoint(8, f"10.0.{n // 250}.{n % 250}", 443, owner_id=1 + n % 4)
+            for n in range(650)
+        ]
+        concurrent.write_execution_endpoints(docs).raise_for_failures()
+        pages, after = [], None
+        while True:
+            page = concurrent.publish_execution_page(
+                8, after_id=after, limit=400, max_bytes=1 << 20
+            )
+            pages.append(page)
+            if page.endpoints == 0:
+                break
+            after = page.last_id
+        ordered = sorted(d.id for d in docs)
+        assert [(p.endpoints, p.last_id, p.requests) for p in pages] == [
+            (400, ordered[399], 3),
+            (250, ordered[-1], 2),  # ranges of 134: the rest fits in two
+            (0, ordered[-1], 0),
+        ]
+        assert all(p.ok and p.confirmed == 2 * p.endpoints for p in pages)
+        expected = {t: _current_rows(t) for t in ("search_assets_global", "search_assets_user")}
+        with db.transaction() as conn:
+            conn.execute(sa.text("TRUNCATE search_assets_global, search_assets_user"))
+        for after in (None, ordered[399]):
+            single.publish_execution_page(8, after_id=after, limit=400, max_bytes=1 << 20)
+        assert {t: _current_rows(t) for t in expected} == expected
+    finally:
+        concurrent.close()
+        single.close()
