@@ -12,7 +12,7 @@ Printed (one JSON object): ``endpoints_per_s`` over the whole drain,
 ``page_p50_ms``/``page_p95_ms`` (a page = publish + checkpoint),
 ``heartbeat_late_max_ms`` (renewal committed minus its scheduled time; the
 benchmark uses a 1 s heartbeat and long slices so renewals happen under load),
-``pool_wait_p95_ms`` (pool waits of the worker's outbox transactions: claim,
+``pool_wait_p95_ms`` (pool waits of the worker's outbox writes:
 renewals, checkpoints, release), and with ``--republish`` the same execution
 sizes published again as newer sightings (updates instead of inserts).
 
@@ -289,7 +289,9 @@ def run_benchmark(
 
 
 @contextlib.contextmanager
-def _opened(backend: str, es_url: str | None, tuning: dict[str, Any]) -> Iterator[tuple]:
+def _opened(
+    backend: str, es_url: str | None, tuning: dict[str, Any], shared_buffers: str
+) -> Iterator[tuple]:
     from app.bench.scratch import scratch_database
     from app.search import open_store
 
@@ -298,7 +300,9 @@ def _opened(backend: str, es_url: str | None, tuning: dict[str, Any]) -> Iterato
     if backend == "elasticsearch":
         prefix = f"netmap-bench-{uuid.uuid4().hex[:8]}"
         overrides["elasticsearch"].update(url=es_url, index_prefix=prefix)
-    with scratch_database(overrides=overrides) as scratch:
+    with scratch_database(
+        overrides=overrides, server_tuning={"shared_buffers": shared_buffers}
+    ) as scratch:
         store = open_store(scratch.settings)
         try:
             yield scratch.settings, store
@@ -338,6 +342,12 @@ def _drop_prefix(url: str, prefix: str) -> None:
 @click.option("--pages-per-tick", type=click.IntRange(1, 32), default=32, show_default=True)
 @click.option("--heartbeat-seconds", type=click.IntRange(1, 1200), default=1, show_default=True)
 @click.option("--lease-seconds", type=click.IntRange(10, 3600), default=10, show_default=True)
+@click.option(
+    "--shared-buffers",
+    default="1GB",
+    show_default=True,
+    help="shared_buffers of the scratch PostgreSQL (the asset tables outgrow the 128MB default).",
+)
 @click.option("--republish", is_flag=True, help="Publish newer sightings of the same endpoints.")
 def command(
     backend: str,
@@ -349,6 +359,7 @@ def command(
     pages_per_tick: int,
     heartbeat_seconds: int,
     lease_seconds: int,
+    shared_buffers: str,
     republish: bool,
 ) -> None:
     """Projection worker throughput, page latency, heartbeat lateness and pool waits."""
@@ -364,7 +375,7 @@ def command(
         "projection_heartbeat_seconds": heartbeat_seconds,
         "projection_lease_seconds": lease_seconds,
     }
-    with _opened(backend, es_url, tuning) as (settings, store):
+    with _opened(backend, es_url, tuning, shared_buffers) as (settings, store):
         result = run_benchmark(
             settings,
             store,
@@ -373,4 +384,5 @@ def command(
             workers=workers,
             republish=republish,
         )
+    result["settings"]["postgres_shared_buffers"] = shared_buffers
     click.echo(json.dumps(result))

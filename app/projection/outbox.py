@@ -156,7 +156,8 @@ def _owned(claim: OutboxClaim) -> dict[str, object]:
 def claim_next(*, lease_seconds: float) -> OutboxClaim | None:
     """Claim the next publishable execution, or ``None`` when nothing is due."""
     sent_at = time.monotonic()
-    with transaction(stage="projection_claim") as conn:
+    # No stage events here: idle workers poll this, and a quiet runner should log nothing.
+    with transaction() as conn:
         row = conn.execute(
             _CLAIM, {"lease": lease_seconds, "recovered_error": LEASE_EXPIRED_ERROR}
         ).one_or_none()

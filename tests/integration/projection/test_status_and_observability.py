@@ -147,7 +147,7 @@ def test_events_name_the_execution_phase_page_size_duration_and_error(projection
         for r in caplog.records
         if getattr(r, "netmap_event", None) == "ScanWriteConnectionAcquired"
     }
-    assert {"projection_claim", "projection_checkpoint", "projection_complete"} <= stages
+    assert {"projection_checkpoint", "projection_complete", "projection_retry"} <= stages
 
 
 def test_the_runner_registers_the_projection_job(settings):
