@@ -132,6 +132,11 @@ def test_a_worker_killed_mid_page_is_finished_by_another_after_the_lease(
         recovered = [c for c in claims if c["recovered"]]
         assert [c["processed_endpoints"] for c in recovered] == [20]  # resumed at the checkpoint
         assert stored_current(store, [docs[0].owner_id]) == expected_current([docs])
+        # The SIGKILL left nothing shared behind that could hang the others' shutdown.
+        runner.process.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=30) == 0
+        assert not runner.events("RunnerShutdownTimeout")
+        assert runner.events("RunnerStopped")[0]["killed_workers"] == 0
     finally:
         _stop(runner)
 
@@ -246,10 +251,19 @@ def test_sigterm_with_a_page_past_the_shutdown_timeout_leaves_a_recoverable_row(
     execution_id, docs = seed_execution(store, 30)
     slow = simulator.inject(Fault(action="delay", endpoint="_bulk", nth=2, seconds=30))
     env = _env(database_url, values, NETMAP_RUNNER_SHUTDOWN_TIMEOUT_SECONDS="1")
-    first = _runner(env, tmp_path, name="first")
+    first = _runner(env, tmp_path, name="first", processes=2)
     try:
-        _worker_pid(first)
         wait_for(lambda: slow.fired and simulator.cluster.in_flight.get("_bulk"), 60, "page 2")
+        # The idle worker dies by SIGKILL first: nothing it shared may hang the shutdown's
+        # cancel step that follows.
+        busy = _events(first, "ScanProjectionClaimed", execution_id=execution_id)[0]["pid"]
+        idle = next(
+            c.pid
+            for c in psutil.Process(first.pid).children()
+            if "spawn" in " ".join(c.cmdline()) and c.pid != busy
+        )
+        os.kill(idle, signal.SIGKILL)
+        wait_for(lambda: first.events("RunnerWorkerReplaced"), 30, "a replacement worker")
         first.process.send_signal(signal.SIGTERM)
         assert first.wait(timeout=60) == 0
     finally:
