@@ -70,7 +70,7 @@ _DOCUMENT_COLUMNS = (
     "tags",
     "details",
 )
-MIN_RANGE = 100  # smaller pages are not worth splitting
+MIN_PART = 100  # endpoints per part below which a page is not worth splitting
 _TEXT_COLUMNS = ("state", "service", "product", "version", "banner", "hostname", "observation_key")
 # Awkward addresses the SQL spelling must agree with Python on (checked once per store).
 SELF_CHECK_ADDRESSES = (
@@ -199,11 +199,10 @@ def page_statement(merge_clause: str) -> str:
     global_digest, user_digest = _digests("x.parts", "p.owner_id")
     return f"""
         WITH page AS MATERIALIZED (
-            SELECT t.id AS source_id, {selected}, t.owner_id
+            SELECT t.id AS source_id, t.key AS source_key, {selected}, t.owner_id
               FROM {EXECUTION_TABLE} t
              WHERE t.execution_id = :execution_id
                AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
-               AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
              ORDER BY t.id
              LIMIT :limit
         ), hashed AS MATERIALIZED (
@@ -215,8 +214,10 @@ def page_statement(merge_clause: str) -> str:
                    SELECT {_endpoint_parts(ip_text_sql("p.ip"), "p.port", "p.transport")} AS parts
              ) AS x
              CROSS JOIN LATERAL (SELECT {global_digest} AS g, {user_digest} AS u) AS d
+             WHERE ((p.source_key % :parts) + :parts) % :parts = :part
         ), verdict AS MATERIALIZED (
-            SELECT count(*) AS endpoints,
+            SELECT (SELECT count(*) FROM page) AS endpoints,
+                   count(*) AS part_endpoints,
                    count(*) FILTER (WHERE size_estimate > :max_bytes) AS oversized,
                    count(u_key) AS owned
               FROM hashed
@@ -235,7 +236,7 @@ def page_statement(merge_clause: str) -> str:
             {merge_clause}
             RETURNING t.key
         )
-        SELECT v.endpoints, v.oversized, v.owned,
+        SELECT v.endpoints, v.part_endpoints, v.oversized, v.owned,
                (SELECT {_hex("source_id")} FROM page ORDER BY source_id DESC LIMIT 1) AS last_id,
                (SELECT count(*) FROM g) AS global_confirmed,
                (SELECT count(*) FROM u) AS user_confirmed,
@@ -246,21 +247,6 @@ def page_statement(merge_clause: str) -> str:
                         AND u_key NOT IN (SELECT key FROM u)) AS user_missing
           FROM verdict v
     """
-
-
-# Where a page's shards end: every ``shard``-th id of the page, and its last id.
-BOUNDS_STATEMENT = f"""
-    WITH page AS (
-        SELECT t.id FROM {EXECUTION_TABLE} t
-         WHERE t.execution_id = :execution_id
-           AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
-         ORDER BY t.id
-         LIMIT :limit
-    ), numbered AS (
-        SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total FROM page
-    )
-    SELECT {_hex("id")} AS id FROM numbered WHERE n % :shard = 0 OR n = total ORDER BY n
-"""
 
 
 def ids_statement() -> str:
@@ -282,17 +268,17 @@ class ServerPages:
     """The server-side page publish of one ``PostgresStore`` (``run`` is its ``_run``).
 
     A page is one statement, or — with ``concurrency`` > 1 (``bulk_max_concurrency``)
-    and a page big enough — that many statements over consecutive id ranges of the
-    page, run at once on separate pooled connections: the merge is CPU work in the
-    server, and the ranges touch disjoint rows, so they use several cores without
-    waiting on each other. The page is done when every range is; each range is its own
-    short transaction (a failed one fails the page, and the replay is idempotent).
+    and a page big enough — that many statements run at once on separate pooled
+    connections, each reading the same page and merging the endpoints whose key falls
+    in its part (key modulo the number of parts). The merge is CPU work in the server
+    and the parts touch disjoint rows, so they use several cores without waiting on
+    each other. The page is done when every part is; each part is its own short
+    transaction (a failed one fails the page, and the replay is idempotent).
     """
 
     def __init__(self, run: Any, merge_clause: str, *, concurrency: int = 1):
         self._run = run
         self._sql = sa.text(page_statement(merge_clause))
-        self._bounds_sql = sa.text(BOUNDS_STATEMENT)
         self._ids_sql = sa.text(ids_statement())
         self._available: bool | None = None
         self._lock = threading.Lock()
@@ -355,35 +341,31 @@ class ServerPages:
             return None
         if cancel is not None and cancel.is_set():
             raise StoreUnavailable("publish cancelled")
-        ranges = self._ranges(execution_id, after_id, limit)
-        if ranges is None:
-            return self._publish_range(execution_id, after_id, None, limit, max_bytes)
-        if not ranges:
-            return PagePublishResult(endpoints=0, last_id=after_id, operations=0, confirmed=0)
+        parts = self._concurrency if limit >= MIN_PART * self._concurrency else 1
+        if parts == 1:
+            return self._publish_part(execution_id, after_id, limit, max_bytes, 1, 0)
         pool = self._executor()
-        futures = []
-        for start, end, size in ranges:
-            if cancel is not None and cancel.is_set():
-                break
-            futures.append(
-                pool.submit(self._publish_range, execution_id, start, end, size, max_bytes)
-            )
+        futures = [
+            pool.submit(self._publish_part, execution_id, after_id, limit, max_bytes, parts, part)
+            for part in range(parts)
+        ]
         done = [_outcome(future) for future in futures]  # wait for all before judging
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
-        if len(done) < len(ranges):
-            raise StoreUnavailable("publish cancelled")
         if any(outcome is None for outcome in done):
             return None
-        parts = [outcome for outcome in done if isinstance(outcome, PagePublishResult)]
+        results = [outcome for outcome in done if isinstance(outcome, PagePublishResult)]
+        if len({(r.endpoints, r.last_id) for r in results}) != 1:
+            # The page itself differed between the parts' snapshots: publish it again.
+            raise StoreUnavailable("the execution's endpoints changed during the page")
         return PagePublishResult(
-            endpoints=sum(p.endpoints for p in parts),
-            last_id=ranges[-1][1],
-            operations=sum(p.operations for p in parts),
-            confirmed=sum(p.confirmed for p in parts),
-            failed=tuple(item for p in parts for item in p.failed),
-            requests=len(parts),
+            endpoints=results[0].endpoints,
+            last_id=results[0].last_id,
+            operations=sum(r.operations for r in results),
+            confirmed=sum(r.confirmed for r in results),
+            failed=tuple(item for r in results for item in r.failed),
+            requests=len(results),
         )
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -394,34 +376,20 @@ class ServerPages:
                 )
             return self._pool
 
-    def _ranges(
-        self, execution_id: int, after_id: str | None, limit: int
-    ) -> list[tuple[str | None, str, int]] | None:
-        """(after, up to and including, size) of each concurrent range; None: one statement."""
-        shard = -(-limit // self._concurrency)
-        if self._concurrency == 1 or shard < MIN_RANGE:
-            return None
-        params = {"execution_id": execution_id, "after": after_id, "limit": limit, "shard": shard}
-        bounds = self._run(lambda conn: conn.execute(self._bounds_sql, params).scalars().all())
-        ranges = []
-        start = after_id
-        for end in bounds:
-            ranges.append((start, end, shard))
-            start = end
-        return ranges
-
-    def _publish_range(
+    def _publish_part(
         self,
         execution_id: int,
         after_id: str | None,
-        upto_id: str | None,
         limit: int,
         max_bytes: int,
+        parts: int,
+        part: int,
     ) -> PagePublishResult | None:
         params = {
             "execution_id": execution_id,
             "after": after_id,
-            "upto": upto_id,
+            "parts": parts,
+            "part": part,
             "limit": limit,
             "max_bytes": max_bytes,
             "global_prefix": GLOBAL_PREFIX,
@@ -455,7 +423,7 @@ class ServerPages:
         return PagePublishResult(
             endpoints=row.endpoints,
             last_id=row.last_id if row.endpoints else after_id,
-            operations=row.endpoints + row.owned,
+            operations=row.part_endpoints + row.owned,
             confirmed=row.global_confirmed + row.user_confirmed,
             failed=failed,
             requests=1,

@@ -165,7 +165,7 @@ def test_a_possibly_oversized_page_falls_back_to_the_generic_path(postgres_store
     assert page is not None and page.ok and page.confirmed == 2
 
 
-def test_a_page_split_into_concurrent_ranges_equals_one_statement(settings, engine):
+def test_a_page_split_into_concurrent_parts_equals_one_statement(settings, engine):
     from app.search.postgres_store import PostgresStore
 
     concurrent = PostgresStore(settings.replace(elasticsearch={"bulk_max_concurrency": 3}))
@@ -188,8 +188,8 @@ def test_a_page_split_into_concurrent_ranges_equals_one_statement(settings, engi
         ordered = sorted(d.id for d in docs)
         assert [(p.endpoints, p.last_id, p.requests) for p in pages] == [
             (400, ordered[399], 3),
-            (250, ordered[-1], 2),  # ranges of 134: the rest fits in two
-            (0, ordered[-1], 0),
+            (250, ordered[-1], 3),
+            (0, ordered[-1], 3),
         ]
         assert all(p.ok and p.confirmed == 2 * p.endpoints for p in pages)
         expected = {t: _current_rows(t) for t in ("search_assets_global", "search_assets_user")}
