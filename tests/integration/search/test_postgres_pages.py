@@ -201,3 +201,25 @@ def test_a_page_split_into_concurrent_parts_equals_one_statement(settings, engin
     finally:
         concurrent.close()
         single.close()
+
+
+def test_a_disagreeing_id_spelling_disables_server_pages(postgres_store, monkeypatch, caplog):
+    """Another Python could spell an address differently from our SQL: then the store says
+    so once and leaves every page to the generic path instead of writing other ids."""
+    import app.search.postgres_pages as pages_module
+
+    caplog.set_level("WARNING", logger="netmap.events")
+    monkeypatch.setattr(pages_module, "normalise_ip", lambda ip: normalise_ip(ip).upper())
+    docs = [execution_endpoint(9, "2001:db8::a", 443, owner_id=1)]
+    postgres_store.write_execution_endpoints(docs).raise_for_failures()
+    assert (
+        postgres_store.publish_execution_page(9, after_id=None, limit=10, max_bytes=1 << 20) is None
+    )
+    assert not postgres_store.server_pages().available()
+    disabled = [
+        r
+        for r in caplog.records
+        if getattr(r, "netmap_event", "") == "SearchStoreServerPagesDisabled"
+    ]
+    assert len(disabled) == 1 and disabled[0].netmap_fields["address"] == "2001:db8::1"
+    assert _current_rows("search_assets_global") == {}
