@@ -193,7 +193,9 @@ def test_a_paused_worker_cannot_write_after_a_new_owner_took_over(
 ):
     values, settings, store = es_env
     execution_id, docs = seed_execution(store, 30)
-    slow = simulator.inject(Fault(action="delay", endpoint="_bulk", seconds=LEASE + 8))
+    # The worker is paused inside this request, which answers only after the worker has
+    # been resumed: its heartbeat (due long ago) runs first, then the checkpoint.
+    slow = simulator.inject(Fault(action="delay", endpoint="_bulk", seconds=LEASE + 12))
     runner = _runner(_env(database_url, values), tmp_path)
     worker_pid = _worker_pid(runner)
     try:
