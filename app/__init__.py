@@ -94,6 +94,9 @@ def create_app(
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)
+    from app.projection.metrics import register_outbox_metrics
+
+    register_outbox_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

@@ -106,6 +106,13 @@ class ElasticsearchSettings:
     )
     index_shards: int = spec(1, min=1, max=64, doc="primary shards of indices we create")
     index_replicas: int = spec(1, min=0, max=5, doc="replicas of indices we create")
+    projection_retry_base_seconds: float = spec(
+        5.0,
+        min=0.05,
+        max=3600,
+        doc="first retry delay of a failed projection slice; doubles per failure (with jitter) "
+        "up to projection_max_backoff_seconds",
+    )
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from jobs.base import JobKind, WorkerService
 
 
 def job_kinds(settings: Settings) -> list[JobKind]:
-    from jobs import execution_recovery
+    from jobs import execution_recovery, projection
 
-    kinds: list[JobKind] = [execution_recovery.job(settings)]
+    kinds: list[JobKind] = [execution_recovery.job(settings), projection.job(settings)]
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

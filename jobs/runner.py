@@ -6,12 +6,18 @@ kinds in turn; when none had work it sleeps with exponential backoff on the
 stop event, so an idle runner costs almost nothing and wakes at once on
 shutdown.
 
-Shutdown (SIGTERM/SIGINT to the supervisor): workers stop claiming and finish
-their current unit; after ``shutdown_timeout_seconds`` the cancel event tells
-job code to abandon work; stragglers are killed after a short grace. Work that
-was cut short keeps its lease in PostgreSQL and is recovered when the lease
-expires. A worker that dies is replaced (with backoff if it keeps dying).
+Shutdown (SIGTERM/SIGINT to the supervisor): the supervisor sends SIGTERM to
+each worker, which stops claiming and finishes its current unit; after
+``shutdown_timeout_seconds`` it sends SIGUSR1, which sets the worker's cancel
+event so job code abandons work; stragglers are killed after a short grace.
+Work that was cut short keeps its lease in PostgreSQL and is recovered when the
+lease expires. A worker that dies is replaced (with backoff if it keeps dying).
 Several runner instances coordinate only through the database.
+
+Supervisor and workers share no locks: the requests travel as signals, which a
+worker's handler turns into a flag. (Shared ``multiprocessing`` events are not
+safe here: a worker SIGKILLed inside ``Event.wait`` leaves the event's lock or
+sleeper count behind, and the next ``set()`` in any process blocks forever.)
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from app.observability import configure_logging, emit, span
 CANCEL_GRACE_SECONDS = 5.0
 IDLE_BACKOFF_START_SECONDS = 0.05
 HEALTHY_UPTIME_SECONDS = 60.0
+CANCEL_SIGNAL = signal.SIGUSR1
+BRIDGE_POLL_SECONDS = 0.1
 
 
 _term_requested = False
+_cancel_requested = False
 
 
 def _request_term(*_: Any) -> None:
@@ -43,18 +52,18 @@ def _request_term(*_: Any) -> None:
     _term_requested = True
 
 
-def worker_main(
-    worker_id: int,
-    settings: Settings,
-    database_url: str,
-    stopping: Any,
-    cancelled: Any,
-) -> None:
+def _request_cancel(*_: Any) -> None:
+    global _cancel_requested
+    _cancel_requested = True
+
+
+def worker_main(worker_id: int, settings: Settings, database_url: str) -> None:
     """Entry point of one worker process."""
     configure_logging()
     # Ctrl-C reaches the whole process group; the supervisor decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _request_term)
+    signal.signal(CANCEL_SIGNAL, _request_cancel)
 
     from app import db
     from jobs.base import JobContext
@@ -66,7 +75,7 @@ def worker_main(
         )
     )
     local_stop, local_cancel = threading.Event(), threading.Event()
-    _bridge_events(stopping, cancelled, local_stop, local_cancel)
+    _bridge_signals(local_stop, local_cancel)
     ctx = JobContext(
         settings=settings, worker_id=worker_id, stopping=local_stop, cancelled=local_cancel
     )
@@ -130,29 +139,27 @@ def _run_one(ctx: Any, kind: Any) -> bool:
         return True
 
 
-def _bridge_events(
-    stopping: Any, cancelled: Any, local_stop: threading.Event, local_cancel: threading.Event
-) -> None:
-    """Mirror the supervisor's events, SIGTERM and supervisor loss into local events."""
+def _bridge_signals(local_stop: threading.Event, local_cancel: threading.Event) -> None:
+    """Turn the signal flags and the loss of the supervisor into local events."""
     parent = os.getppid()
 
     def bridge() -> None:
         while True:
-            if cancelled.is_set():
+            if _cancel_requested:
                 local_stop.set()
                 local_cancel.set()
                 return
             if not local_stop.is_set():
-                if stopping.is_set() or _term_requested:
+                if _term_requested:
                     local_stop.set()
                 elif os.getppid() != parent:
                     emit("RunnerSupervisorLost", level=logging.WARNING)
                     local_stop.set()
                     local_cancel.set()
                     return
-            cancelled.wait(0.2)
+            time.sleep(BRIDGE_POLL_SECONDS)
 
-    threading.Thread(target=bridge, name="runner-event-bridge", daemon=True).start()
+    threading.Thread(target=bridge, name="runner-signal-bridge", daemon=True).start()
 
 
 class Supervisor:
@@ -161,8 +168,6 @@ class Supervisor:
         self.database_url = database_url
         self.processes = processes
         self.mp = multiprocessing.get_context("spawn")
-        self.stopping = self.mp.Event()
-        self.cancelled = self.mp.Event()
         self.workers: dict[int, Any] = {}
         self.started_at: dict[int, float] = {}
         self.restart_delay: dict[int, float] = {}
@@ -173,7 +178,7 @@ class Supervisor:
     def _start_worker(self, worker_id: int) -> None:
         process = self.mp.Process(
             target=worker_main,
-            args=(worker_id, self.settings, self.database_url, self.stopping, self.cancelled),
+            args=(worker_id, self.settings, self.database_url),
             name=f"netmap-runner-worker-{worker_id}",
         )
         process.start()
@@ -201,8 +206,16 @@ class Supervisor:
                 break
             self._replace_dead_workers()
         emit("RunnerShutdownRequested", signal=signal.Signals(self._last_signal).name)
-        self.stopping.set()
+        self._signal_workers(signal.SIGTERM)
         return self._shutdown()
+
+    def _signal_workers(self, signum: int) -> None:
+        for process in self.workers.values():
+            if process.is_alive() and process.pid is not None:
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass  # it just ended
 
     def _replace_dead_workers(self) -> None:
         now = time.monotonic()
@@ -241,7 +254,7 @@ class Supervisor:
             wait_for_sentinels(alive, timeout=min(0.25, max(0.0, deadline - time.monotonic())))
         if any(p.is_alive() for p in self.workers.values()):
             emit("RunnerShutdownTimeout", level=logging.WARNING, timeout_s=timeout)
-            self.cancelled.set()
+            self._signal_workers(CANCEL_SIGNAL)
             grace = time.monotonic() + CANCEL_GRACE_SECONDS
             for process in self.workers.values():
                 process.join(timeout=max(0.0, grace - time.monotonic()))

@@ -32,10 +32,15 @@ class Scratch:
 
 @contextlib.contextmanager
 def scratch_database(
-    *, pool_size: int = 10, overrides: dict[str, dict[str, object]] | None = None
+    *,
+    pool_size: int = 10,
+    overrides: dict[str, dict[str, object]] | None = None,
+    server_tuning: dict[str, str] | None = None,
 ) -> Iterator[Scratch]:
+    """``server_tuning``: more PostgreSQL settings for this scratch server (e.g. a
+    benchmark's ``shared_buffers``), applied over ``SCRATCH_TUNING``."""
     directory = Path(tempfile.mkdtemp(prefix="netmap-bench-"))
-    server = embedded.start(directory, tuning=SCRATCH_TUNING)
+    server = embedded.start(directory, tuning={**SCRATCH_TUNING, **(server_tuning or {})})
     try:
         migrations.upgrade(server.url)
         merged: dict[str, dict[str, object]] = {

@@ -3,8 +3,17 @@
 pending, running, retrying, ready, not_started, not_applicable. DNS-only
 executions publish no endpoints (not_applicable); an execution that has not
 succeeded has nothing to publish yet (not_started). A succeeded execution's
-state comes from its ``scan_projection_outbox`` row: processed → ready, a kept
-error → retrying, otherwise pending.
+state comes from its ``scan_projection_outbox`` row:
+
+* ready — ``processed_at`` is set;
+* running — a worker holds a live claim (token with an unexpired lease);
+* retrying — the last attempt failed (``last_error`` kept, waiting out the
+  backoff or about to be claimed again), or a claim's lease expired without
+  the slice ending (its worker stopped; the next claim recovers it);
+* pending — queued, or between two slices of a long execution.
+
+So a row normally goes pending → running → (pending ↔ running per slice) →
+ready, with retrying whenever an error is kept.
 """
 
 from __future__ import annotations
@@ -16,13 +25,15 @@ PROJECTION_STATUSES = ("pending", "running", "retrying", "ready", "not_started",
 
 def projection_status_sql(alias: str) -> str:
     """SQL expression giving the projection status of execution row ``alias``."""
-    outbox = f"(SELECT o FROM scan_projection_outbox o WHERE o.execution_id = {alias}.id)"
     return (
         f"CASE WHEN {alias}.kind = 'dns' THEN 'not_applicable' "
         f"WHEN {alias}.status <> 'succeeded' THEN 'not_started' "
-        f"WHEN ({outbox}).processed_at IS NOT NULL THEN 'ready' "
-        f"WHEN ({outbox}).last_error IS NOT NULL THEN 'retrying' "
-        "ELSE 'pending' END"
+        "ELSE coalesce(("
+        "SELECT CASE WHEN o.processed_at IS NOT NULL THEN 'ready' "
+        "WHEN o.claim_token IS NOT NULL AND o.lease_expires_at > now() THEN 'running' "
+        "WHEN o.last_error IS NOT NULL OR o.claim_token IS NOT NULL THEN 'retrying' "
+        "ELSE 'pending' END "
+        f"FROM scan_projection_outbox o WHERE o.execution_id = {alias}.id), 'pending') END"
     )
 
 

@@ -99,15 +99,60 @@ class BulkResult:
 
 
 class BulkWriteError(StoreError):
-    def __init__(self, result: BulkResult):
+    """Some items of a write failed. ``total`` is the number of operations when
+    ``result.items`` lists only the failures (a server-side page publish)."""
+
+    def __init__(self, result: BulkResult, *, total: int | None = None):
         failed = result.failed
         sample = ", ".join(f"{i.id}:{i.status}:{i.error_type}" for i in failed[:5])
-        super().__init__(f"{len(failed)} of {len(result.items)} bulk items failed ({sample})")
+        of = len(result.items) if total is None else total
+        super().__init__(f"{len(failed)} of {of} bulk items failed ({sample})")
         self.result = result
 
     @property
     def retryable(self) -> bool:
         return all(item.retryable for item in self.result.failed)
+
+
+@dataclass(frozen=True)
+class PagePublishResult:
+    """One projection page published (PRJ-4): what was read and what the store confirmed.
+
+    ``endpoints`` execution endpoints were read after the cursor; ``last_id`` is
+    the new keyset cursor (the cursor given when the page was empty);
+    ``operations`` current-asset merges were due (global + per-user) and
+    ``confirmed`` of them were checked one by one as written. ``failed`` lists
+    the items that were not (a server-side publish lists only those).
+    """
+
+    endpoints: int
+    last_id: str | None
+    operations: int
+    confirmed: int
+    failed: tuple[BulkItemResult, ...] = ()
+    requests: int = 0
+    request_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and self.confirmed == self.operations
+
+    def raise_for_failures(self) -> None:
+        if self.ok:
+            return
+        failed = self.failed
+        if not failed:
+            # Counts disagree without a named item: never move the cursor on that.
+            failed = (
+                BulkItemResult(
+                    "?",
+                    "?",
+                    500,
+                    "response_mismatch",
+                    f"{self.confirmed} of {self.operations} operations confirmed",
+                ),
+            )
+        raise BulkWriteError(BulkResult(items=failed), total=self.operations)
 
 
 @dataclass(frozen=True)
@@ -207,6 +252,12 @@ class SearchStore(Protocol):
         Setting ``cancel`` (lost lease, PRJ-3) stops sending further shards and
         cuts retry waits short with ``StoreUnavailable``.
         """
+
+    # Optional (PostgreSQL): ``publish_execution_page(execution_id, *, after_id, limit,
+    # max_bytes, cancel) -> PagePublishResult | None`` reads a keyset page of the
+    # execution's endpoints and merges its current-asset documents inside the store in
+    # one statement; ``None`` means "use read_execution_endpoints + publish_current for
+    # this page". The projection uses it when the adapter has it.
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         """Plan refresh/count requests for a final; raises RequestLineTooLong."""

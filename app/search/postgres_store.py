@@ -60,6 +60,7 @@ from app.search.port import (
     ExecutionCounts,
     FinalRequestPlan,
     OperationTooLarge,
+    PagePublishResult,
     ResultsPage,
     StorageScope,
     StoreUnavailable,
@@ -139,11 +140,12 @@ _NEWEST_GROUP = (
 )
 
 
-def _merge_statement(table: str) -> str:
-    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints)."""
-    columns = _TABLE_COLUMNS[table]
-    record = ", ".join(f"{c} {_COLUMN_TYPES[c]}" for c in columns)
-    names = ", ".join(columns)
+def merge_on_conflict() -> str:
+    """``ON CONFLICT … DO UPDATE`` of merge_endpoints for a table aliased ``t``.
+
+    Every merge statement (shards here, server-side projection pages in
+    ``postgres_pages``) uses this one text, so the rule cannot drift between them.
+    """
     older = (
         "(excluded.first_seen, excluded.first_execution_id) < (t.first_seen, t.first_execution_id)"
     )
@@ -155,9 +157,6 @@ def _merge_statement(table: str) -> str:
         f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in _NEWEST_GROUP
     )
     return f"""
-        INSERT INTO {table} AS t ({names})
-        SELECT {names}
-        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
         ON CONFLICT (key) DO UPDATE SET
         first_seen = LEAST(t.first_seen, excluded.first_seen),
         first_execution_id = CASE WHEN {older}
@@ -165,6 +164,19 @@ def _merge_statement(table: str) -> str:
         last_seen = GREATEST(t.last_seen, excluded.last_seen),
         {newest_sets}
         WHERE t.id = excluded.id
+    """
+
+
+def _merge_statement(table: str) -> str:
+    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints)."""
+    columns = _TABLE_COLUMNS[table]
+    record = ", ".join(f"{c} {_COLUMN_TYPES[c]}" for c in columns)
+    names = ", ".join(columns)
+    return f"""
+        INSERT INTO {table} AS t ({names})
+        SELECT {names}
+        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        {merge_on_conflict()}
         RETURNING key, (xmax = 0) AS created
     """
 
@@ -259,6 +271,7 @@ class PostgresStore:
         self._partition_lock = threading.Lock()
         self._merge_sql = {table: sa.text(_merge_statement(table)) for table in _TABLE_COLUMNS}
         self._fact_sql = sa.text(_fact_statement())
+        self._server_pages: Any = None
 
     # -- plumbing --------------------------------------------------------------
 
@@ -413,6 +426,32 @@ class PostgresStore:
         if wrong:
             raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
         return self._merge(docs, max_operations=max_operations, max_bytes=max_bytes, cancel=cancel)
+
+    def publish_execution_page(
+        self,
+        execution_id: int,
+        *,
+        after_id: str | None,
+        limit: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
+    ) -> PagePublishResult | None:
+        """Read a keyset page of the execution's endpoints and merge its current assets, in
+        one server-side statement (``postgres_pages``); ``None``: use the generic path."""
+        return self.server_pages().publish(
+            execution_id, after_id=after_id, limit=limit, max_bytes=max_bytes, cancel=cancel
+        )
+
+    def server_pages(self) -> Any:
+        if self._server_pages is None:
+            from app.search.postgres_pages import ServerPages
+
+            self._server_pages = ServerPages(
+                self._run,
+                merge_on_conflict(),
+                concurrency=self._settings.elasticsearch.bulk_max_concurrency,
+            )
+        return self._server_pages
 
     def _table_of(self, doc: EndpointDocument) -> str:
         return EXECUTION_TABLE if doc.scope == "execution" else ASSET_TABLES[doc.scope]
@@ -625,7 +664,9 @@ class PostgresStore:
         )
 
     def close(self) -> None:
-        """The engine belongs to the process (app.db); nothing of our own to release."""
+        """The engine belongs to the process (app.db); only our page threads to stop."""
+        if self._server_pages is not None:
+            self._server_pages.close()
 
 
 # -- module helpers -----------------------------------------------------------

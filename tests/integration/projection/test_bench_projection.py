@@ -1,0 +1,60 @@
+"""`netmap bench projection` runs end to end and prints one JSON object (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.es_simulator import EsSimulator
+
+KEYS = {
+    "endpoints_per_s",
+    "page_p50_ms",
+    "page_p95_ms",
+    "heartbeat_late_max_ms",
+    "pool_wait_p95_ms",
+    "endpoints",
+    "backend",
+}
+
+
+def run(*args, check=True):
+    process = subprocess.run(
+        [sys.executable, "-m", "app", "bench", "projection", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if not check:
+        return process
+    assert process.returncode == 0, process.stderr[-2000:]
+    return json.loads(process.stdout)
+
+
+def test_bench_projection_on_the_simulator_cleans_up_after_itself():
+    with EsSimulator() as simulator:
+        report = run(
+            *("--backend", "elasticsearch", "--es-url", simulator.url),
+            *("--endpoints", "450", "--executions", "2", "--workers", "2", "--page-size", "100"),
+        )
+        assert KEYS <= set(report) and report["backend"] == "elasticsearch"
+        assert report["completed_executions"] == 2 and report["failed_slices"] == 0
+        assert report["pages"] >= 5 and not report["server_side_pages"]
+        assert simulator.index_names() == []
+
+
+@pytest.mark.slow
+def test_bench_projection_on_a_scratch_postgres_with_republish():
+    report = run("--endpoints", "500", "--page-size", "100", "--republish")
+    assert KEYS <= set(report) and report["backend"] == "postgres"
+    assert report["server_side_pages"] and report["completed_executions"] == 1
+    assert report["republish"]["completed_executions"] == 1
+
+
+def test_the_heartbeat_must_fit_the_lease():
+    process = run("--heartbeat-seconds", "5", "--lease-seconds", "10", check=False)
+    assert process.returncode != 0 and "--heartbeat-seconds" in process.stderr
