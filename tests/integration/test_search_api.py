@@ -128,3 +128,28 @@ def test_asset_search_filters_and_ownership(api):
         response = alice.get(f"/api/assets{bad}")
         assert response.status_code == 400, bad
         assert response.get_json()["error"]["code"] in ("invalid_parameter", "invalid_cursor")
+
+
+def test_assets_appear_after_the_projection_and_status_becomes_ready(api):
+    from app.projection.slices import ProjectionWorker
+    from app.search import open_store
+    from tests.support.projection import drain
+
+    user, scanner = api.user(), api.scanner()
+    task, upload = _scan(
+        user,
+        scanner,
+        ["192.0.2.0/28"],
+        [observation("192.0.2.1", 22), observation("192.0.2.2", 80)],
+    )
+    detail = user.get(f"/api/tasks/{task['id']}").get_json()["task"]
+    assert detail["status"] == "succeeded" and detail["projection_status"] == "pending"
+    assert user.get("/api/assets").get_json()["items"] == []  # results first, assets later
+    assert len(user.get(f"/api/tasks/{task['id']}/results").get_json()["items"]) == 2
+    settings = api.app.extensions["netmap.settings"]
+    drain(ProjectionWorker(settings, open_store(settings)))
+    detail = user.get(f"/api/tasks/{task['id']}").get_json()["task"]
+    assert detail["projection_status"] == "ready"
+    items = user.get("/api/assets").get_json()["items"]
+    assert sorted((i["ip"], i["port"]) for i in items) == [("192.0.2.1", 22), ("192.0.2.2", 80)]
+    assert {i["last_execution_id"] for i in items} == {upload.id}
