@@ -426,3 +426,39 @@ def test_owner_scoping_hides_other_users_tasks_from_lists(api):
     assert [t["id"] for t in alice.get("/api/tasks").get_json()["items"]] == [alice_task]
     assert [t["id"] for t in bob.get("/api/tasks").get_json()["items"]] == [bob_task]
     assert {t["id"] for t in admin.get("/api/tasks").get_json()["items"]} == {alice_task, bob_task}
+
+
+def _redis_reachable(url: str) -> bool:
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+        return True
+    except redis.RedisError:
+        return False
+
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+@pytest.mark.skipif(not _redis_reachable(REDIS_URL), reason="no Redis on 127.0.0.1:6379")
+def test_login_limits_are_shared_between_processes_through_redis(tmp_path, database_url, engine):
+    """Two app instances (as two gunicorn workers would be) share one login budget."""
+    import redis
+
+    from app import create_app
+    from tests.conftest import make_settings
+
+    redis.Redis.from_url(REDIS_URL).flushdb()  # database 15 belongs to these tests
+    settings = make_settings(
+        database_url,
+        tmp_path,
+        security={"login_rate_limit": "3 per minute", "ratelimit_storage_uri": REDIS_URL},
+    )
+    first = create_app(settings, engine=engine, modules="off").test_client()
+    second = create_app(settings, engine=engine, modules="off").test_client()
+    statuses = [
+        client.post("/api/auth/login", json={"username": "x", "password": "y"}).status_code
+        for client in (first, second, first, second)
+    ]
+    assert statuses == [401, 401, 401, 429]

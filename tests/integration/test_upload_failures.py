@@ -335,3 +335,29 @@ def test_fuzzed_bodies_never_cause_a_500_or_a_partial_write(api, body):
     assert response.get_json()["error"]["code"]
     assert scalar("SELECT count(*) FROM scan_upload_receipts") == 0
     assert scalar("SELECT count(*) FROM scan_upload_stream") == 0
+
+
+def test_legacy_receipts_without_storage_references_use_the_full_history_scope(api, caplog):
+    user, scanner = api.user(), api.scanner()
+    _task(user)
+    upload = claim(scanner)
+    assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
+    # A receipt written before storage references existed (or migrated history).
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO scan_upload_receipts (execution_id, upload_id, stream, batch_index, "
+                "checksum, observation_count, status, storage_references) "
+                "VALUES (:e, 'older-upload', 'main', 0, 'c', 3, 'confirmed', NULL)"
+            ),
+            {"e": upload.id},
+        )
+    store = install(api.app)
+    with caplog.at_level(logging.WARNING, logger="netmap.events"):
+        assert upload.final(1, []).status_code == 200
+    scope = next(args[0] for name, args, _ in store.calls if name == "count")
+    assert scope.legacy_full_history
+    assert any(
+        getattr(r, "netmap_event", None) == "ScanSummaryLegacyIndexScope" for r in caplog.records
+    )
+    assert scalar("SELECT observation_count FROM scan_executions") == 1
