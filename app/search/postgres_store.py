@@ -19,16 +19,21 @@ concurrent writers of a new month never race on the DDL. Store writes use
 ``SET LOCAL synchronous_commit = off``: projection writes are replayable from
 the outbox, and ingest confirms its receipt in a later synchronous commit, which
 flushes the WAL of every earlier commit, so nothing confirmed can be lost.
-``refresh`` is a no-op and counts are exact.
+``refresh`` is a no-op and counts are exact: the write statements keep
+per-execution counters (facts per month and kind, endpoints, distinct IPs) in
+the same transaction as the rows, counting first inserts only, so a final reads
+a few counter rows whatever the execution's size.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -69,6 +74,11 @@ from app.search.port import (
 FACTS_TABLE = "search_facts"
 EXECUTION_TABLE = "search_execution_endpoints"
 ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
+# Exact per-execution counters maintained by the write statements (migration 0060).
+FACT_COUNTS_TABLE = "search_execution_fact_counts"
+EXECUTION_IPS_TABLE = "search_execution_ips"
+ENDPOINT_COUNTS_TABLE = "search_execution_endpoint_counts"
+_MONTH_OF_OBSERVED_AT = "(date_trunc('month', observed_at AT TIME ZONE 'UTC'))::date"
 # Fields joined by a unit separator (\x1f), which _like_pattern strips from queries, so a
 # search never matches across two fields.
 TEXT_EXPRESSION = (
@@ -172,12 +182,39 @@ def _merge_statement(table: str) -> str:
     columns = _TABLE_COLUMNS[table]
     record = ", ".join(f"{c} {_COLUMN_TYPES[c]}" for c in columns)
     names = ", ".join(columns)
-    return f"""
+    merge = f"""
         INSERT INTO {table} AS t ({names})
         SELECT {names}
         FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
         {merge_on_conflict()}
-        RETURNING key, (xmax = 0) AS created
+    """
+    if table != EXECUTION_TABLE:
+        return merge + "RETURNING key, (xmax = 0) AS created"
+    # Execution endpoints also keep the execution's exact counters (ING-2): only rows
+    # this statement created count, and an address counts once per execution because
+    # the primary key of search_execution_ips decides which writer saw it first. Rows
+    # are locked in (execution, ip) order so concurrent shards cannot deadlock.
+    return f"""
+        WITH merged AS (
+            {merge}
+            RETURNING key, (xmax = 0) AS created, execution_id, ip
+        ), new_ips AS (
+            INSERT INTO {EXECUTION_IPS_TABLE} (execution_id, ip)
+            SELECT DISTINCT execution_id, ip FROM merged WHERE created ORDER BY 1, 2
+            ON CONFLICT DO NOTHING
+            RETURNING execution_id
+        ), counted AS (
+            INSERT INTO {ENDPOINT_COUNTS_TABLE} AS c (execution_id, endpoints, ips)
+            SELECT e.execution_id, e.n, coalesce(i.n, 0)
+              FROM (SELECT execution_id, count(*) AS n FROM merged WHERE created
+                     GROUP BY execution_id) e
+              LEFT JOIN (SELECT execution_id, count(*) AS n FROM new_ips
+                          GROUP BY execution_id) i USING (execution_id)
+             ORDER BY 1
+            ON CONFLICT (execution_id) DO UPDATE
+               SET endpoints = c.endpoints + excluded.endpoints, ips = c.ips + excluded.ips
+        )
+        SELECT key, created FROM merged
     """
 
 
@@ -211,26 +248,77 @@ _FACT_TYPES = {
 }
 
 
-def _fact_statement() -> str:
+def _fact_statements() -> tuple[str, str, str]:
+    """A fact shard's three statements, run in this order in one transaction.
+
+    1. ``lock``: the stored facts this shard would change, locked in id order and
+       returned with their counted identity (execution, month, kind). A replay of
+       the same content finds nothing, so a retry rewrites nothing.
+    2. ``overwrite``: those facts, and only those (a fact another writer changed since
+       the lock must not move without its count), take the new content, like an
+       Elasticsearch index operation would overwrite a document. Never inserts.
+    3. ``insert``: the new facts (``ON CONFLICT DO NOTHING``: a racing writer of the
+       same id waits for the first one and then inserts nothing), and the counters:
+       +1 per inserted fact, plus the moves of overwritten facts whose kind changed.
+       Facts that already exist are left out before the insert: the unique check
+       would otherwise wait for another writer's overwrite of them while that writer
+       waits for our new facts (a deadlock PostgreSQL would have to break).
+
+    Row locks are always taken as stored facts → new facts → counters, each in sorted
+    order, so concurrent shards cannot deadlock. (System columns such as xmax cannot
+    be returned from a partitioned table, hence "insert, else overwrite" is split.)
+    """
     names = ", ".join(_FACT_COLUMNS)
     record = ", ".join(f"{c} {_FACT_TYPES[c]}" for c in _FACT_COLUMNS)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in _FACT_COLUMNS[2:])
-    # A replay rewrites nothing (same content); a changed document is overwritten like an
-    # Elasticsearch index operation would. (System columns such as xmax cannot be returned
-    # from a partitioned table, so "returned" means "inserted or changed".)
-    return f"""
-        INSERT INTO {FACTS_TABLE} AS f ({names})
-        SELECT {names}
-        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
-        ON CONFLICT (id, observed_at) DO UPDATE SET {updates}
-        WHERE (f.kind, f.execution_id, f.task_id, f.owner_id, f.scanner_id, f.upload_id,
-               f.stream, f.batch_index, f.position, f.body)
-            IS DISTINCT FROM
-              (excluded.kind, excluded.execution_id, excluded.task_id, excluded.owner_id,
-               excluded.scanner_id, excluded.upload_id, excluded.stream, excluded.batch_index,
-               excluded.position, excluded.body)
-        RETURNING id
+    stored = ", ".join(f"f.{c}" for c in _FACT_COLUMNS[2:])
+    incoming = ", ".join(f"r.{c}" for c in _FACT_COLUMNS[2:])
+    differs = (
+        "f.id = r.id AND f.observed_at = r.observed_at "
+        f"AND ({stored}) IS DISTINCT FROM ({incoming})"
+    )
+    lock = f"""
+        SELECT f.id, f.observed_at,
+               {_MONTH_OF_OBSERVED_AT.replace("observed_at", "f.observed_at")} AS month,
+               f.execution_id, f.kind, r.execution_id AS new_execution_id, r.kind AS new_kind
+          FROM {FACTS_TABLE} AS f, json_to_recordset(CAST(:rows AS json)) AS r({record})
+         WHERE {differs}
+         ORDER BY f.id, f.observed_at
+           FOR UPDATE OF f
     """
+    updates = ", ".join(f"{c} = r.{c}" for c in _FACT_COLUMNS[2:])
+    overwrite = f"""
+        UPDATE {FACTS_TABLE} AS f SET {updates}
+          FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+         WHERE {differs}
+           AND (f.id, f.observed_at) IN (
+               SELECT * FROM unnest(CAST(:locked_ids AS uuid[]), CAST(:locked_at AS timestamptz[])))
+    """
+    insert = f"""
+        WITH inserted AS (
+            INSERT INTO {FACTS_TABLE} ({names})
+            SELECT {names}
+            FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {FACTS_TABLE} AS f
+                 WHERE f.id = r.id AND f.observed_at = r.observed_at)
+            ON CONFLICT (id, observed_at) DO NOTHING
+            RETURNING id, execution_id, kind, observed_at
+        ), deltas AS (
+            SELECT execution_id, {_MONTH_OF_OBSERVED_AT} AS month, kind, 1::bigint AS delta
+              FROM inserted
+            UNION ALL
+            SELECT execution_id, month, kind, delta
+              FROM json_to_recordset(CAST(:moves AS json))
+                   AS m(execution_id bigint, month date, kind text, delta bigint)
+        ), counted AS (
+            INSERT INTO {FACT_COUNTS_TABLE} AS c (execution_id, month, kind, facts)
+            SELECT execution_id, month, kind, sum(delta)
+              FROM deltas GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+            ON CONFLICT (execution_id, month, kind) DO UPDATE SET facts = c.facts + excluded.facts
+        )
+        SELECT id FROM inserted
+    """
+    return lock, overwrite, insert
 
 
 _SELECT_ENDPOINT = """
@@ -270,7 +358,9 @@ class PostgresStore:
         self._known_partitions: set[str] = set()
         self._partition_lock = threading.Lock()
         self._merge_sql = {table: sa.text(_merge_statement(table)) for table in _TABLE_COLUMNS}
-        self._fact_sql = sa.text(_fact_statement())
+        self._fact_lock_sql, self._fact_overwrite_sql, self._fact_insert_sql = (
+            sa.text(sql) for sql in _fact_statements()
+        )
         self._server_pages: Any = None
 
     # -- plumbing --------------------------------------------------------------
@@ -294,7 +384,12 @@ class PostgresStore:
             except sa_exc.DBAPIError as exc:
                 sqlstate = getattr(exc.orig, "pgcode", None)
                 if sqlstate in _RETRYABLE_SQLSTATES and attempt < _DEADLOCK_RETRIES:
-                    emit("SearchStoreRetry", level=logging.WARNING, sqlstate=sqlstate)
+                    emit(
+                        "SearchStoreRetry",
+                        level=logging.WARNING,
+                        sqlstate=sqlstate,
+                        detail=str(exc.orig),
+                    )
                     continue
                 if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
                     raise StoreUnavailable(
@@ -309,7 +404,14 @@ class PostgresStore:
         """Check the tables exist (Alembic creates them) and learn existing partitions."""
 
         def check(conn: Connection) -> list[str]:
-            tables = (FACTS_TABLE, EXECUTION_TABLE, *ASSET_TABLES.values())
+            tables = (
+                FACTS_TABLE,
+                EXECUTION_TABLE,
+                *ASSET_TABLES.values(),
+                FACT_COUNTS_TABLE,
+                EXECUTION_IPS_TABLE,
+                ENDPOINT_COUNTS_TABLE,
+            )
             missing = [
                 t
                 for t in tables
@@ -391,11 +493,7 @@ class PostgresStore:
             payload = "[" + ",".join(text for _doc, text in shard) + "]"
             requests += 1
             request_bytes += len(payload.encode("utf-8"))
-            returned = self._run(
-                lambda conn, p=payload: conn.execute(self._fact_sql, {"rows": p}).all(),
-                relaxed_commit=True,
-            )
-            created.update(str(r.id).replace("-", "") for r in returned)
+            created.update(self._run(partial(self._write_fact_shard, payload), relaxed_commit=True))
         items = []
         for doc in facts:
             problem = problems[id(doc)]
@@ -407,6 +505,41 @@ class PostgresStore:
         return BulkResult(
             items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
         )
+
+    def _write_fact_shard(self, payload: str, conn: Connection) -> set[str]:
+        """Write one shard (``payload``: its JSON array) with exact counters; returns the
+        ids it created. See ``_fact_statements`` for the order and why."""
+        params = {"rows": payload}
+        moves: list[dict[str, Any]] = []
+        changed = conn.execute(self._fact_lock_sql, params).all()
+        if changed:
+            locked = {
+                "locked_ids": [row.id for row in changed],
+                "locked_at": [row.observed_at for row in changed],
+            }
+            conn.execute(self._fact_overwrite_sql, {**params, **locked})
+            for row in changed:
+                if (row.execution_id, row.kind) != (row.new_execution_id, row.new_kind):
+                    month = row.month.isoformat()
+                    moves.append(
+                        {
+                            "execution_id": row.execution_id,
+                            "month": month,
+                            "kind": row.kind,
+                            "delta": -1,
+                        }
+                    )
+                    moves.append(
+                        {
+                            "execution_id": row.new_execution_id,
+                            "month": month,
+                            "kind": row.new_kind,
+                            "delta": 1,
+                        }
+                    )
+        params["moves"] = json.dumps(moves)
+        rows = conn.execute(self._fact_insert_sql, params).all()
+        return {str(r.id).replace("-", "") for r in rows}
 
     def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
         wrong = [d.id for d in docs if d.scope != "execution"]
@@ -561,37 +694,42 @@ class PostgresStore:
         """Committed rows are visible at once."""
 
     def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
+        """Exact counts read from the counters the writes keep (O(months), not O(rows)).
+
+        Facts are summed over the scope's months, like the Elasticsearch count request
+        over the scope's monthly indices; a legacy scope counts every month.
+        """
         if scope.empty:
             return ExecutionCounts(observations=0, endpoints=0, ips=0)
-        params: dict[str, Any] = {"execution_id": execution_id}
-        month_filter = ""
+        params: dict[str, Any] = {"execution_id": execution_id, "months": None}
         if not scope.legacy_full_history:
-            ranges = []
-            for n, month in enumerate(sorted(set(scope.months))):
-                start, end = _month_bounds(month)
-                params[f"s{n}"], params[f"e{n}"] = start, end
-                ranges.append(f"(observed_at >= :s{n} AND observed_at < :e{n})")
-            month_filter = " AND (" + " OR ".join(ranges) + ")"
+            params["months"] = [_month_bounds(m)[0].date() for m in sorted(set(scope.months))]
         sql = sa.text(
             f"""
             SELECT
-              (SELECT count(*) FILTER (WHERE kind = 'observation') FROM {FACTS_TABLE}
-                WHERE execution_id = :execution_id{month_filter}) AS observations,
-              (SELECT count(*) FILTER (WHERE kind = 'dns_record') FROM {FACTS_TABLE}
-                WHERE execution_id = :execution_id{month_filter}) AS dns_records,
-              (SELECT count(*) FROM {EXECUTION_TABLE}
-                WHERE execution_id = :execution_id) AS endpoints,
-              (SELECT count(DISTINCT ip) FROM {EXECUTION_TABLE}
-                WHERE execution_id = :execution_id) AS ips
+              (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'observation'), 0)
+                 FROM {FACT_COUNTS_TABLE}
+                WHERE execution_id = :execution_id
+                  AND (CAST(:months AS date[]) IS NULL OR month = ANY(CAST(:months AS date[]))))
+                AS observations,
+              (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'dns_record'), 0)
+                 FROM {FACT_COUNTS_TABLE}
+                WHERE execution_id = :execution_id
+                  AND (CAST(:months AS date[]) IS NULL OR month = ANY(CAST(:months AS date[]))))
+                AS dns_records,
+              coalesce((SELECT endpoints FROM {ENDPOINT_COUNTS_TABLE}
+                         WHERE execution_id = :execution_id), 0) AS endpoints,
+              coalesce((SELECT ips FROM {ENDPOINT_COUNTS_TABLE}
+                         WHERE execution_id = :execution_id), 0) AS ips
             """
         )
         with stage("count_execution_observation_chunk"):
             row = self._run(lambda conn: conn.execute(sql, params).one())
         return ExecutionCounts(
-            observations=row.observations,
-            endpoints=row.endpoints,
-            ips=row.ips,
-            dns_records=row.dns_records,
+            observations=int(row.observations),
+            endpoints=int(row.endpoints),
+            ips=int(row.ips),
+            dns_records=int(row.dns_records),
         )
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
