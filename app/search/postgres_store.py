@@ -32,7 +32,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import partial
 from typing import Any
 
@@ -248,28 +248,51 @@ _FACT_TYPES = {
 }
 
 
-def _fact_statements() -> tuple[str, str, str]:
-    """A fact shard's three statements, run in this order in one transaction.
+def _fact_statements() -> tuple[str, str, str, str]:
+    """A fact shard's statements, run in this order in one transaction.
 
-    1. ``lock``: the stored facts this shard would change, locked in id order and
+    1. ``insert``: the new facts (``ON CONFLICT DO NOTHING``: a racing writer of the
+       same id waits for the first one and then inserts nothing). When every fact of
+       the shard was new (the normal batch) the same statement adds them to the
+       counters and the shard is done.
+    Otherwise (a retry, or a rewrite):
+    2. ``lock``: the stored facts the shard would change, locked in id order and
        returned with their counted identity (execution, month, kind). A replay of
        the same content finds nothing, so a retry rewrites nothing.
-    2. ``overwrite``: those facts, and only those (a fact another writer changed since
+    3. ``overwrite``: those facts, and only those (a fact another writer changed since
        the lock must not move without its count), take the new content, like an
        Elasticsearch index operation would overwrite a document. Never inserts.
-    3. ``insert``: the new facts (``ON CONFLICT DO NOTHING``: a racing writer of the
-       same id waits for the first one and then inserts nothing), and the counters:
-       +1 per inserted fact, plus the moves of overwritten facts whose kind changed.
-       Facts that already exist are left out before the insert: the unique check
-       would otherwise wait for another writer's overwrite of them while that writer
-       waits for our new facts (a deadlock PostgreSQL would have to break).
+    4. ``count``: +1 per fact the insert created, and the moves of overwritten facts
+       whose kind (or execution) changed.
 
-    Row locks are always taken as stored facts → new facts → counters, each in sorted
+    Row locks are taken as new facts → stored facts → counters, each in sorted
     order, so concurrent shards cannot deadlock. (System columns such as xmax cannot
     be returned from a partitioned table, hence "insert, else overwrite" is split.)
     """
     names = ", ".join(_FACT_COLUMNS)
     record = ", ".join(f"{c} {_FACT_TYPES[c]}" for c in _FACT_COLUMNS)
+    add_counts = f"""
+        INSERT INTO {FACT_COUNTS_TABLE} AS c (execution_id, month, kind, facts)
+        SELECT execution_id, month, kind, sum(delta)
+          FROM {{deltas}} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (execution_id, month, kind) DO UPDATE SET facts = c.facts + excluded.facts
+    """
+    # The normal batch: every fact new, so count them in the same statement.
+    all_new = (
+        f"(SELECT execution_id, {_MONTH_OF_OBSERVED_AT} AS month, kind, 1 AS delta "
+        "FROM inserted WHERE (SELECT count(*) FROM inserted) = (SELECT count(*) FROM r)) d"
+    )
+    insert = f"""
+        WITH r AS MATERIALIZED (
+            SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        ), inserted AS (
+            INSERT INTO {FACTS_TABLE} ({names})
+            SELECT {names} FROM r
+            ON CONFLICT (id, observed_at) DO NOTHING
+            RETURNING id, execution_id, kind, observed_at
+        ), counted AS ({add_counts.format(deltas=all_new)})
+        SELECT id, execution_id, kind, observed_at FROM inserted
+    """
     stored = ", ".join(f"f.{c}" for c in _FACT_COLUMNS[2:])
     incoming = ", ".join(f"r.{c}" for c in _FACT_COLUMNS[2:])
     differs = (
@@ -293,32 +316,11 @@ def _fact_statements() -> tuple[str, str, str]:
            AND (f.id, f.observed_at) IN (
                SELECT * FROM unnest(CAST(:locked_ids AS uuid[]), CAST(:locked_at AS timestamptz[])))
     """
-    insert = f"""
-        WITH inserted AS (
-            INSERT INTO {FACTS_TABLE} ({names})
-            SELECT {names}
-            FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
-            WHERE NOT EXISTS (
-                SELECT 1 FROM {FACTS_TABLE} AS f
-                 WHERE f.id = r.id AND f.observed_at = r.observed_at)
-            ON CONFLICT (id, observed_at) DO NOTHING
-            RETURNING id, execution_id, kind, observed_at
-        ), deltas AS (
-            SELECT execution_id, {_MONTH_OF_OBSERVED_AT} AS month, kind, 1::bigint AS delta
-              FROM inserted
-            UNION ALL
-            SELECT execution_id, month, kind, delta
-              FROM json_to_recordset(CAST(:moves AS json))
-                   AS m(execution_id bigint, month date, kind text, delta bigint)
-        ), counted AS (
-            INSERT INTO {FACT_COUNTS_TABLE} AS c (execution_id, month, kind, facts)
-            SELECT execution_id, month, kind, sum(delta)
-              FROM deltas GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            ON CONFLICT (execution_id, month, kind) DO UPDATE SET facts = c.facts + excluded.facts
-        )
-        SELECT id FROM inserted
-    """
-    return lock, overwrite, insert
+    count = add_counts.format(
+        deltas="json_to_recordset(CAST(:deltas AS json)) "
+        "AS d(execution_id bigint, month date, kind text, delta bigint)"
+    )
+    return insert, lock, overwrite, count
 
 
 _SELECT_ENDPOINT = """
@@ -341,6 +343,16 @@ def _month_bounds(month: str) -> tuple[datetime, datetime]:
     return start, end
 
 
+def _month_start(moment: datetime) -> date:
+    """The counters' month key of a fact (UTC, like the monthly partitions)."""
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+def _count_delta(execution_id: int, month: date, kind: str, delta: int) -> dict[str, Any]:
+    return {"execution_id": execution_id, "month": month.isoformat(), "kind": kind, "delta": delta}
+
+
 def _shards(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -358,9 +370,12 @@ class PostgresStore:
         self._known_partitions: set[str] = set()
         self._partition_lock = threading.Lock()
         self._merge_sql = {table: sa.text(_merge_statement(table)) for table in _TABLE_COLUMNS}
-        self._fact_lock_sql, self._fact_overwrite_sql, self._fact_insert_sql = (
-            sa.text(sql) for sql in _fact_statements()
-        )
+        (
+            self._fact_insert_sql,
+            self._fact_lock_sql,
+            self._fact_overwrite_sql,
+            self._fact_count_sql,
+        ) = (sa.text(sql) for sql in _fact_statements())
         self._server_pages: Any = None
 
     # -- plumbing --------------------------------------------------------------
@@ -493,7 +508,8 @@ class PostgresStore:
             payload = "[" + ",".join(text for _doc, text in shard) + "]"
             requests += 1
             request_bytes += len(payload.encode("utf-8"))
-            created.update(self._run(partial(self._write_fact_shard, payload), relaxed_commit=True))
+            write = partial(self._write_fact_shard, payload, len(shard))
+            created.update(self._run(write, relaxed_commit=True))
         items = []
         for doc in facts:
             problem = problems[id(doc)]
@@ -506,11 +522,17 @@ class PostgresStore:
             items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
         )
 
-    def _write_fact_shard(self, payload: str, conn: Connection) -> set[str]:
-        """Write one shard (``payload``: its JSON array) with exact counters; returns the
-        ids it created. See ``_fact_statements`` for the order and why."""
+    def _write_fact_shard(self, payload: str, size: int, conn: Connection) -> set[str]:
+        """Write one shard (``payload``: its JSON array of ``size`` distinct facts) with
+        exact counters; returns the ids it created. ``_fact_statements`` says why so."""
         params = {"rows": payload}
-        moves: list[dict[str, Any]] = []
+        inserted = conn.execute(self._fact_insert_sql, params).all()
+        created = {str(r.id).replace("-", "") for r in inserted}
+        if len(inserted) == size:
+            return created  # all new: already counted by the insert
+        deltas = [
+            _count_delta(r.execution_id, _month_start(r.observed_at), r.kind, 1) for r in inserted
+        ]
         changed = conn.execute(self._fact_lock_sql, params).all()
         if changed:
             locked = {
@@ -518,28 +540,13 @@ class PostgresStore:
                 "locked_at": [row.observed_at for row in changed],
             }
             conn.execute(self._fact_overwrite_sql, {**params, **locked})
-            for row in changed:
-                if (row.execution_id, row.kind) != (row.new_execution_id, row.new_kind):
-                    month = row.month.isoformat()
-                    moves.append(
-                        {
-                            "execution_id": row.execution_id,
-                            "month": month,
-                            "kind": row.kind,
-                            "delta": -1,
-                        }
-                    )
-                    moves.append(
-                        {
-                            "execution_id": row.new_execution_id,
-                            "month": month,
-                            "kind": row.new_kind,
-                            "delta": 1,
-                        }
-                    )
-        params["moves"] = json.dumps(moves)
-        rows = conn.execute(self._fact_insert_sql, params).all()
-        return {str(r.id).replace("-", "") for r in rows}
+        for row in changed:
+            if (row.execution_id, row.kind) != (row.new_execution_id, row.new_kind):
+                deltas.append(_count_delta(row.execution_id, row.month, row.kind, -1))
+                deltas.append(_count_delta(row.new_execution_id, row.month, row.new_kind, 1))
+        if deltas:
+            conn.execute(self._fact_count_sql, {"deltas": json.dumps(deltas)})
+        return created
 
     def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
         wrong = [d.id for d in docs if d.scope != "execution"]

@@ -1,0 +1,52 @@
+"""`netmap bench upload` runs end to end and prints one JSON object (no timing asserted).
+
+Run as a real process, as operators run it: it starts its own scratch PostgreSQL,
+fills executions through the real upload route, measures and removes everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+KINDS = {"normal", "final", "confirmed_retry", "dns_mixed"}
+STATS = {"count", "p50_ms", "p95_ms", "p99_ms", "max_ms"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", "bench", "upload", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_bench_upload_reports_every_kind_for_every_size():
+    process = run(
+        "--sizes", "40,120", "--samples", "3", "--batch", "10", "--fill-batch", "40",
+        "--shared-buffers", "64MB",
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-2000:]
+    report = json.loads(process.stdout)
+    assert report["backend"] == "postgres" and report["postgres_shared_buffers"] == "64MB"
+    assert set(report["sizes"]) == {"40", "120"}
+    for size, result in report["sizes"].items():
+        assert result["endpoints_before"] == int(size)
+        assert KINDS <= set(result)
+        for kind in KINDS:
+            assert STATS <= set(result[kind])
+        assert result["normal"]["count"] == 3 and result["final"]["count"] == 1
+    assert report["normal_p95_ratio_largest_vs_smallest"] > 0
+    assert "fill 120" in process.stderr  # progress lines on stderr
+
+
+def test_bad_sizes_are_a_usage_error():
+    process = run("--sizes", "10,ten")
+    assert process.returncode == 2
+    assert "sizes must be integers" in process.stderr
