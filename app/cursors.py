@@ -22,6 +22,15 @@ def encode_cursor(kind: str, position: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def bad_cursor() -> ValidationError:
+    """The 400 for a cursor this server did not issue (or that it cannot read back)."""
+    return ValidationError(
+        "cursor is not one this server issued",
+        code="invalid_cursor",
+        details={"parameter": "cursor"},
+    )
+
+
 def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
     """The position inside ``cursor`` (``None`` for the first page)."""
     if not cursor:
@@ -32,10 +41,6 @@ def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
     except (binascii.Error, ValueError, UnicodeDecodeError):
         value = None
     if not isinstance(value, dict) or value.get("_kind") != kind:
-        raise ValidationError(
-            "cursor is not one this server issued",
-            code="invalid_cursor",
-            details={"parameter": "cursor"},
-        )
+        raise bad_cursor()
     value.pop("_kind")
     return value

@@ -292,7 +292,7 @@ def run_benchmark(
 def _opened(
     backend: str, es_url: str | None, tuning: dict[str, Any], shared_buffers: str
 ) -> Iterator[tuple]:
-    from app.bench.scratch import scratch_database
+    from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
     from app.search import open_store
 
     overrides: dict[str, dict[str, object]] = {"elasticsearch": dict(tuning)}
@@ -309,20 +309,7 @@ def _opened(
         finally:
             store.close()
             if prefix is not None:
-                _drop_prefix(str(es_url), prefix)
-
-
-def _drop_prefix(url: str, prefix: str) -> None:
-    from elasticsearch import Elasticsearch
-
-    client = Elasticsearch(url, request_timeout=60)
-    try:
-        client.options(ignore_status=404).indices.delete(index=f"{prefix}-*")
-        for name in (f"{prefix}-facts", f"{prefix}-execution-endpoints", f"{prefix}-assets"):
-            client.options(ignore_status=404).indices.delete_index_template(name=name)
-        client.options(ignore_status=404).delete_script(id=f"{prefix}-merge-endpoint")
-    finally:
-        client.close()
+                drop_elasticsearch_prefix(str(es_url), prefix)
 
 
 @click.command("projection")

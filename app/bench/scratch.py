@@ -60,3 +60,22 @@ def scratch_database(
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def drop_elasticsearch_prefix(url: str, prefix: str) -> None:
+    """Delete what a benchmark created on an Elasticsearch cluster: its own prefix's
+    indices, index templates and merge script, nothing else."""
+    from elasticsearch import Elasticsearch
+
+    from app.search.elasticsearch_schema import IndexNames
+
+    names = IndexNames(prefix)
+    client = Elasticsearch(url, request_timeout=60)
+    try:
+        quiet = client.options(ignore_status=404)
+        quiet.indices.delete(index=f"{prefix}-*")
+        for template in names.templates:
+            quiet.indices.delete_index_template(name=template)
+        quiet.delete_script(id=names.merge_script)
+    finally:
+        client.close()

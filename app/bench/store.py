@@ -255,8 +255,7 @@ def _postgres_store() -> Iterator[tuple[SearchStore, ElasticsearchSettings]]:
 
 @contextlib.contextmanager
 def _elasticsearch_store(url: str) -> Iterator[tuple[SearchStore, ElasticsearchSettings]]:
-    from elasticsearch import Elasticsearch
-
+    from app.bench.scratch import drop_elasticsearch_prefix
     from app.search.elasticsearch_store import ElasticsearchStore
 
     prefix = f"netmap-bench-{uuid.uuid4().hex[:8]}"
@@ -268,15 +267,7 @@ def _elasticsearch_store(url: str) -> Iterator[tuple[SearchStore, ElasticsearchS
         yield store, settings.elasticsearch
     finally:
         store.close()
-        # Only what this run created: its own prefix.
-        client = Elasticsearch(url, request_timeout=60)
-        try:
-            client.options(ignore_status=404).indices.delete(index=f"{prefix}-*")
-            for name in (f"{prefix}-facts", f"{prefix}-execution-endpoints", f"{prefix}-assets"):
-                client.options(ignore_status=404).indices.delete_index_template(name=name)
-            client.options(ignore_status=404).delete_script(id=f"{prefix}-merge-endpoint")
-        finally:
-            client.close()
+        drop_elasticsearch_prefix(url, prefix)  # only what this run created
 
 
 @click.command("store")

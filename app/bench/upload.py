@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.progress import Progress
-from app.bench.scratch import scratch_database
+from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
 from app.result_ingest.model import canonical_checksum
 
@@ -221,8 +222,9 @@ def command(
         "ingest": {"max_observations_per_batch": max(fill_batch, batch)},
         "scan": {"execution_lease_seconds": 3600},
     }
+    prefix = f"netmap-bench-{uuid.uuid4().hex[:8]}"
     if es_url:
-        overrides["elasticsearch"] = {"url": es_url, "index_prefix": f"bench{int(time.time())}"}
+        overrides["elasticsearch"] = {"url": es_url, "index_prefix": prefix}
     tuning = {"shared_buffers": shared_buffers}
     with scratch_database(overrides=overrides, server_tuning=tuning) as scratch:
         from app import db
@@ -242,6 +244,8 @@ def command(
             }
         finally:
             close_app(app)
+            if es_url:
+                drop_elasticsearch_prefix(es_url, prefix)  # only what this run created
     smallest, largest = str(min(size_list)), str(max(size_list))
     output = {
         "benchmark": "upload",

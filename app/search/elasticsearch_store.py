@@ -40,7 +40,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
-from app.cursors import decode_cursor, encode_cursor
+from app.cursors import bad_cursor, decode_cursor, encode_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
@@ -564,25 +564,17 @@ def _invalid(parameter: str, message: str) -> ValidationError:
     return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
 
 
-def _bad_cursor() -> ValidationError:
-    return ValidationError(
-        "cursor is not one this server issued",
-        code="invalid_cursor",
-        details={"parameter": "cursor"},
-    )
-
-
 def _cursor_ip(position: dict[str, Any], key: str) -> str:
     try:
         return normalise_ip(str(position.get(key)))
     except ValueError:
-        raise _bad_cursor() from None
+        raise bad_cursor() from None
 
 
 def _cursor_int(position: dict[str, Any], key: str) -> int:
     value = position.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad_cursor()
+        raise bad_cursor()
     return value
 
 
@@ -652,7 +644,7 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     if position is not None:
         transport = position.get("transport")
         if not isinstance(transport, str):
-            raise _bad_cursor()
+            raise bad_cursor()
         body["search_after"] = [
             _cursor_ip(position, "ip"),
             _cursor_int(position, "port"),

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from app import db
 from app.config import Settings
-from app.cursors import decode_cursor, encode_cursor
+from app.cursors import bad_cursor, decode_cursor, encode_cursor
 from app.errors import Unavailable, ValidationError
 from app.observability import emit, stage
 from app.search.documents import EndpointDocument, FactDocument, merge_all
@@ -963,20 +963,12 @@ def _like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def _bad_cursor() -> ValidationError:
-    return ValidationError(
-        "cursor is not one this server issued",
-        code="invalid_cursor",
-        details={"parameter": "cursor"},
-    )
-
-
 def _cursor_ip(position: dict[str, Any], key: str) -> str:
     """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
     try:
         address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
     except ValueError:
-        raise _bad_cursor() from None
+        raise bad_cursor() from None
     if address.version == 4:
         return f"::ffff:{address}"
     return str(address)
@@ -985,12 +977,12 @@ def _cursor_ip(position: dict[str, Any], key: str) -> str:
 def _cursor_int(position: dict[str, Any], key: str) -> int:
     value = position.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad_cursor()
+        raise bad_cursor()
     return value
 
 
 def _cursor_str(position: dict[str, Any], key: str) -> str:
     value = position.get(key)
     if not isinstance(value, str):
-        raise _bad_cursor()
+        raise bad_cursor()
     return value

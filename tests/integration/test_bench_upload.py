@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.support.es_simulator import EsSimulator
+
 KINDS = {"normal", "final", "confirmed_retry", "dns_mixed"}
 STATS = {"count", "p50_ms", "p95_ms", "p99_ms", "max_ms"}
 
@@ -42,8 +44,32 @@ def test_bench_upload_reports_every_kind_for_every_size():
         for kind in KINDS:
             assert STATS <= set(result[kind])
         assert result["normal"]["count"] == 3 and result["final"]["count"] == 1
+        endpoints = int(size) + 3 * 10  # the fill, then three measured batches of ten
+        assert result["final_counts"] == {
+            "observations": endpoints + 3 * 50,  # and three DNS sidecar batches of fifty
+            "endpoints": endpoints,
+            "ips": endpoints,
+        }
     assert report["normal_p95_ratio_largest_vs_smallest"] > 0
     assert "fill 120" in process.stderr  # progress lines on stderr
+
+
+@pytest.mark.slow
+def test_bench_upload_on_the_simulator_cleans_up_after_itself():
+    with EsSimulator() as simulator:
+        process = run(
+            "--backend", "elasticsearch", "--es-url", simulator.url, "--sizes", "30",
+            "--samples", "2", "--batch", "5", "--fill-batch", "30", "--shared-buffers", "64MB",
+        )  # fmt: skip
+        assert process.returncode == 0, process.stderr[-2000:]
+        report = json.loads(process.stdout)
+        assert report["backend"] == "elasticsearch"
+        assert report["sizes"]["30"]["final_counts"] == {
+            "observations": 30 + 2 * 5 + 2 * 50,
+            "endpoints": 40,
+            "ips": 40,
+        }
+        assert simulator.index_names() == []  # only its own prefix, all deleted
 
 
 def test_bad_sizes_are_a_usage_error():
