@@ -20,6 +20,11 @@ numbers in the same statement that writes the rows:
 Only first inserts count (a replay or a merge into an existing row does not),
 so every write stays idempotent. The upgrade backfills the counters from the
 rows already stored, once, under a lock that keeps writers out meanwhile.
+
+Upgrading: stop every old instance first, as for every release; code from
+before this revision writes rows without counting them. After running older
+code against this schema anyway, re-run the upgrade's SQL (``UPGRADE`` below):
+it recounts from the rows and never adds twice.
 """
 
 from alembic import op
