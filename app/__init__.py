@@ -108,10 +108,14 @@ def create_app(
 
 
 def close_app(app: Flask) -> None:
-    """Drain and close what the app started (the renderer generations and their workers)."""
+    """Drain and close what the app started: the renderer generations and their workers,
+    and the search store (its Elasticsearch client and bulk threads, or page threads)."""
     service = app.extensions.pop("netmap.report_render", None)
     if service is not None:
         service.close()
+    store = app.extensions.pop("netmap.store", None)
+    if store is not None:
+        store.close()
 
 
 def _install_request_hooks(app: Flask) -> None:

@@ -44,3 +44,19 @@ def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
         raise bad_cursor()
     value.pop("_kind")
     return value
+
+
+def cursor_int(position: dict[str, Any], key: str) -> int:
+    """An integer a decoded cursor must carry (anything else: ``bad_cursor``)."""
+    value = position.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad_cursor()
+    return value
+
+
+def cursor_str(position: dict[str, Any], key: str) -> str:
+    """A string a decoded cursor must carry (anything else: ``bad_cursor``)."""
+    value = position.get(key)
+    if not isinstance(value, str):
+        raise bad_cursor()
+    return value

@@ -73,7 +73,7 @@ def drop_elasticsearch_prefix(url: str, prefix: str) -> None:
     client = Elasticsearch(url, request_timeout=60)
     try:
         quiet = client.options(ignore_status=404)
-        quiet.indices.delete(index=f"{prefix}-*")
+        quiet.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
         for template in names.templates:
             quiet.indices.delete_index_template(name=template)
         quiet.delete_script(id=names.merge_script)

@@ -20,7 +20,6 @@ from app.config import ScanSettings
 from app.observability import emit
 from app.result_ingest.model import DnsRecordIn
 from app.scan_control.creation import TaskRequest, create_task
-from app.scan_control.dispatch import aggregate_task_status
 from app.scan_control.targets import ParsedTargets
 
 ADDRESS_TYPES = ("A", "AAAA")
@@ -107,7 +106,6 @@ def create_follow_up_task(
         # Resolved addresses are the DNS task's business, not targets the owner entered.
         register_targets=False,
     )
-    aggregate_task_status(conn, child_id)
     emit(
         "DnsFollowUpCreated",
         execution_id=execution_id,

@@ -61,6 +61,16 @@ def commit_final(
                 "ips": counts.ips,
             },
         )
+    if execution.kind == "dns":
+        # Before the aggregation: a DNS task stays open while its follow-up task runs.
+        with stage("dns_subtask_generation"):
+            dns.create_follow_up_task(
+                conn,
+                execution_id=execution_id,
+                task_id=execution.task_id,
+                owner_id=execution.owner_id,
+                limits=limits,
+            )
     with stage("task_aggregation"):
         aggregate_task_status(conn, execution.task_id)
     with stage("queue_entries"):
@@ -79,16 +89,6 @@ def commit_final(
                 ),
                 {"e": execution_id},
             )
-    if execution.kind == "dns":
-        with stage("dns_subtask_generation"):
-            dns.create_follow_up_task(
-                conn,
-                execution_id=execution_id,
-                task_id=execution.task_id,
-                owner_id=execution.owner_id,
-                limits=limits,
-            )
-            aggregate_task_status(conn, execution.task_id)
     with stage("target_freshness"):
         freshness.update_after_success(
             conn,

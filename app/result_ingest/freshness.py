@@ -28,6 +28,10 @@ _SET_FRESH = """
     SET last_scanned_at = :at, last_execution_id = :execution
     WHERE owner_id = :owner AND (last_scanned_at IS NULL OR last_scanned_at < :at)
 """
+# CIDR targets inside a scanned network; the partial GiST index serves ``<<=``.
+CIDR_TARGETS_INSIDE = (
+    f"UPDATE search_targets {_SET_FRESH} AND kind = 'cidr' AND target_ip <<= CAST(:net AS inet)"
+)
 
 
 def update_after_success(
@@ -62,13 +66,7 @@ def _covered_addresses(conn, owner_id, execution_id, targets, at) -> None:
         )
     for network in networks:
         # One statement per piece keeps the GiST index usable (inet <<= constant).
-        conn.execute(
-            sa.text(
-                f"UPDATE search_targets {_SET_FRESH} "
-                "AND kind = 'cidr' AND target_ip <<= CAST(:net AS inet)"
-            ),
-            {**params, "net": network},
-        )
+        conn.execute(sa.text(CIDR_TARGETS_INSIDE), {**params, "net": network})
         if ipaddress.ip_network(network).num_addresses <= 65536:
             conn.execute(
                 sa.text(

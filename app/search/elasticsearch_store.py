@@ -30,7 +30,6 @@ in a refresh or count) raises ``StoreUnavailable``; no call is retried forever.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -40,7 +39,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
-from app.cursors import bad_cursor, decode_cursor, encode_cursor
+from app.cursors import bad_cursor, cursor_int, cursor_str, decode_cursor, encode_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
@@ -68,6 +67,7 @@ from app.search.port import (
     StoreError,
     StoreUnavailable,
 )
+from app.search.query_values import query_cidr, query_ip
 from app.search.request_plan import FinalRequests, plan_final_requests
 
 COMPOSITE_PAGE = 10_000  # buckets per composite request when walking every IP
@@ -94,8 +94,7 @@ class ElasticsearchStore:
             retry_budget=settings.bulk_retry_budget,
             backoff_ms=settings.bulk_retry_backoff_ms,
         )
-        self._ready = False
-        self._ready_lock = threading.Lock()
+        self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
 
     # -- schema ---------------------------------------------------------------------
@@ -133,15 +132,11 @@ class ElasticsearchStore:
             self._call(lambda n=name, b=body: self._client.indices.put_index_template(name=n, **b))
         for index in (self.names.execution_endpoints, *self.names.assets.values()):
             self._create_index(index)
-        with self._ready_lock:
-            self._ready = True
+        self._ready = True
 
     def _ensure_ready(self) -> None:
         if not self._ready:
-            with self._ready_lock:
-                ready = self._ready
-            if not ready:
-                self.ensure_schema()
+            self.ensure_schema()
 
     def _create_index(self, index: str) -> None:
         try:
@@ -340,34 +335,36 @@ class ElasticsearchStore:
             dns_records=by_kind["dns_record"],
         )
 
+    def _ip_buckets(
+        self, query: dict[str, Any], *, size: int, after: str | None, track_total: bool
+    ) -> dict[str, Any]:
+        """One page of the IP composite aggregation (the answer as Elasticsearch gave it)."""
+        composite: dict[str, Any] = {"size": size, "sources": [{"ip": {"terms": {"field": "ip"}}}]}
+        if after is not None:
+            composite["after"] = {"ip": after}
+        body = {
+            "size": 0,
+            "track_total_hits": track_total,
+            "query": query,
+            "aggs": {"ips": {"composite": composite}},
+        }
+        return self._search(self.names.execution_endpoints, body)
+
     def _walk_ips(
-        self, query: dict[str, Any], *, keep: int, after: str | None = None
+        self, query: dict[str, Any], *, keep: int
     ) -> tuple[int, int, list[tuple[str, int]]]:
         """Walk the IP composite aggregation to its end.
 
         Returns the exact endpoint total (first page, ``track_total_hits``), the
-        exact number of IPs after ``after``, and the first ``keep`` (ip, doc_count)
-        buckets.
+        exact number of IPs, and the first ``keep`` (ip, doc_count) buckets.
         """
         endpoints = 0
         ips = 0
         kept: list[tuple[str, int]] = []
-        after_key = {"ip": after} if after else None
+        after: str | None = None
         first = True
         while True:
-            composite: dict[str, Any] = {
-                "size": COMPOSITE_PAGE,
-                "sources": [{"ip": {"terms": {"field": "ip"}}}],
-            }
-            if after_key:
-                composite["after"] = after_key
-            body = {
-                "size": 0,
-                "track_total_hits": first,
-                "query": query,
-                "aggs": {"ips": {"composite": composite}},
-            }
-            answer = self._search(self.names.execution_endpoints, body)
+            answer = self._ip_buckets(query, size=COMPOSITE_PAGE, after=after, track_total=first)
             if first:
                 endpoints = _count_value(answer["hits"]["total"]["value"])
                 first = False
@@ -379,7 +376,7 @@ class ElasticsearchStore:
                 kept.append((bucket["key"]["ip"], int(bucket["doc_count"])))
             if len(buckets) < COMPOSITE_PAGE:
                 return endpoints, ips, kept
-            after_key = answer["aggregations"]["ips"]["after_key"]
+            after = answer["aggregations"]["ips"]["after_key"]["ip"]
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
         position = decode_cursor("results", cursor)
@@ -389,20 +386,9 @@ class ElasticsearchStore:
             total: int | None = total_endpoints
         else:
             total = None
-            total_ips = _cursor_int(position, "ips")
-            composite: dict[str, Any] = {
-                "size": limit + 1,
-                "sources": [{"ip": {"terms": {"field": "ip"}}}],
-                "after": {"ip": _cursor_ip(position, "after")},
-            }
-            answer = self._search(
-                self.names.execution_endpoints,
-                {
-                    "size": 0,
-                    "track_total_hits": False,
-                    "query": query,
-                    "aggs": {"ips": {"composite": composite}},
-                },
+            total_ips = cursor_int(position, "ips")
+            answer = self._ip_buckets(
+                query, size=limit + 1, after=_cursor_ip(position, "after"), track_total=False
             )
             page = [
                 (b["key"]["ip"], int(b["doc_count"]))
@@ -560,22 +546,11 @@ def _document(hit: dict[str, Any]) -> EndpointDocument:
     return endpoint_from_source(hit["_id"], hit["_source"])
 
 
-def _invalid(parameter: str, message: str) -> ValidationError:
-    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
-
-
 def _cursor_ip(position: dict[str, Any], key: str) -> str:
     try:
         return normalise_ip(str(position.get(key)))
     except ValueError:
         raise bad_cursor() from None
-
-
-def _cursor_int(position: dict[str, Any], key: str) -> int:
-    value = position.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise bad_cursor()
-    return value
 
 
 def _wildcard_text(text: str) -> str:
@@ -592,16 +567,9 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
             raise ValueError("a user-scope asset search needs owner_id")
         filters.append({"term": {"owner_id": query.owner_id}})
     if query.ip:
-        try:
-            filters.append({"term": {"ip": normalise_ip(query.ip)}})
-        except ValueError:
-            raise _invalid("ip", f"{query.ip!r} is not an IP address") from None
+        filters.append({"term": {"ip": query_ip(query.ip)}})
     if query.cidr:
-        try:
-            network = ipaddress.ip_network(query.cidr.strip(), strict=False)
-        except ValueError:
-            raise _invalid("cidr", f"{query.cidr!r} is not a CIDR block") from None
-        filters.append({"term": {"ip": str(network)}})
+        filters.append({"term": {"ip": query_cidr(query.cidr)}})
     if query.port is not None:
         filters.append({"term": {"port": query.port}})
     if query.transport:
@@ -642,12 +610,9 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     }
     position = decode_cursor("assets", query.cursor)
     if position is not None:
-        transport = position.get("transport")
-        if not isinstance(transport, str):
-            raise bad_cursor()
         body["search_after"] = [
             _cursor_ip(position, "ip"),
-            _cursor_int(position, "port"),
-            transport,
+            cursor_int(position, "port"),
+            cursor_str(position, "transport"),
         ]
     return body

@@ -46,30 +46,19 @@ from sqlalchemy import exc as sa_exc
 
 from app.observability import emit
 from app.search.ids import current_asset_id, normalise_ip
-from app.search.port import BulkItemResult, PagePublishResult, StoreUnavailable
-
-EXECUTION_TABLE = "search_execution_endpoints"
-GLOBAL_TABLE = "search_assets_global"
-USER_TABLE = "search_assets_user"
-
-_DOCUMENT_COLUMNS = (
-    "ip",
-    "port",
-    "transport",
-    "first_seen",
-    "first_execution_id",
-    "last_seen",
-    "last_execution_id",
-    "observation_key",
-    "state",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "hostname",
-    "tags",
-    "details",
+from app.search.port import PagePublishResult, StoreUnavailable
+from app.search.postgres_store import (
+    ASSET_TABLES,
+    ENDPOINT_COLUMNS,
+    EXECUTION_TABLE,
+    id_collision,
+    merge_on_conflict,
 )
+
+GLOBAL_TABLE = ASSET_TABLES["global"]
+USER_TABLE = ASSET_TABLES["user"]
+# Every column of an endpoint document but the two ids, which the page computes in SQL.
+_DOCUMENT_COLUMNS = ENDPOINT_COLUMNS[2:]
 MIN_PART = 100  # endpoints per part below which a page is not worth splitting
 _TEXT_COLUMNS = ("state", "service", "product", "version", "banner", "hostname", "observation_key")
 # Awkward addresses the SQL spelling must agree with Python on (checked once per store).
@@ -193,7 +182,8 @@ def _size_estimate(alias: str) -> str:
     )
 
 
-def page_statement(merge_clause: str) -> str:
+def page_statement() -> str:
+    merge_clause = merge_on_conflict()
     columns = ", ".join(_DOCUMENT_COLUMNS)
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
     global_digest, user_digest = _digests("x.parts", "p.owner_id")
@@ -276,9 +266,9 @@ class ServerPages:
     transaction (a failed one fails the page, and the replay is idempotent).
     """
 
-    def __init__(self, run: Any, merge_clause: str, *, concurrency: int = 1):
+    def __init__(self, run: Any, *, concurrency: int = 1):
         self._run = run
-        self._sql = sa.text(page_statement(merge_clause))
+        self._sql = sa.text(page_statement())
         self._ids_sql = sa.text(ids_statement())
         self._available: bool | None = None
         self._lock = threading.Lock()
@@ -405,13 +395,7 @@ class ServerPages:
         if row.oversized:
             return None
         failed = tuple(
-            BulkItemResult(
-                document_id,
-                table,
-                409,
-                "id_collision",
-                "another document with the same 64-bit key exists; not merged",
-            )
+            id_collision(document_id, table)
             for table, missing in (
                 (GLOBAL_TABLE, row.global_missing),
                 (USER_TABLE, row.user_missing),

@@ -88,7 +88,7 @@ TEXT_EXPRESSION = (
 _DEADLOCK_RETRIES = 3
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock, serialization failure
 
-_ENDPOINT_COLUMNS = (
+ENDPOINT_COLUMNS = (
     "key",
     "id",
     "ip",
@@ -132,9 +132,9 @@ _COLUMN_TYPES = {
     "task_id": "bigint",
 }
 _TABLE_COLUMNS = {
-    EXECUTION_TABLE: (*_ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id"),
-    ASSET_TABLES["global"]: _ENDPOINT_COLUMNS,
-    ASSET_TABLES["user"]: (*_ENDPOINT_COLUMNS, "owner_id"),
+    EXECUTION_TABLE: (*ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id"),
+    ASSET_TABLES["global"]: ENDPOINT_COLUMNS,
+    ASSET_TABLES["user"]: (*ENDPOINT_COLUMNS, "owner_id"),
 }
 _NEWEST_GROUP = (
     "last_execution_id",
@@ -587,9 +587,7 @@ class PostgresStore:
             from app.search.postgres_pages import ServerPages
 
             self._server_pages = ServerPages(
-                self._run,
-                merge_on_conflict(),
-                concurrency=self._settings.elasticsearch.bulk_max_concurrency,
+                self._run, concurrency=self._settings.elasticsearch.bulk_max_concurrency
             )
         return self._server_pages
 
@@ -645,7 +643,7 @@ class PostgresStore:
             for row in rows:
                 if unique and unique[-1][0] == row[0]:
                     # Two different ids, one 64-bit key, same batch: keep the first, fail the other.
-                    outcome[row[1].id] = _collision(row[1].id, table)
+                    outcome[row[1].id] = id_collision(row[1].id, table)
                 else:
                     unique.append(row)
             for shard in _byte_shards(unique, max_operations, max_bytes):
@@ -666,7 +664,7 @@ class PostgresStore:
                             doc.id, table, 201 if written[key] else 200
                         )
                     else:
-                        outcome[doc.id] = _collision(doc.id, table)
+                        outcome[doc.id] = id_collision(doc.id, table)
                         emit("SearchStoreIdCollision", level=logging.ERROR, table=table, key=key)
         items = tuple(rejected.get(id(doc)) or outcome[doc.id] for doc in docs)
         return BulkResult(
@@ -713,21 +711,17 @@ class PostgresStore:
             params["months"] = [_month_bounds(m)[0].date() for m in sorted(set(scope.months))]
         sql = sa.text(
             f"""
-            SELECT
-              (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'observation'), 0)
-                 FROM {FACT_COUNTS_TABLE}
-                WHERE execution_id = :execution_id
-                  AND (CAST(:months AS date[]) IS NULL OR month = ANY(CAST(:months AS date[]))))
-                AS observations,
-              (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'dns_record'), 0)
-                 FROM {FACT_COUNTS_TABLE}
-                WHERE execution_id = :execution_id
-                  AND (CAST(:months AS date[]) IS NULL OR month = ANY(CAST(:months AS date[]))))
-                AS dns_records,
-              coalesce((SELECT endpoints FROM {ENDPOINT_COUNTS_TABLE}
-                         WHERE execution_id = :execution_id), 0) AS endpoints,
-              coalesce((SELECT ips FROM {ENDPOINT_COUNTS_TABLE}
-                         WHERE execution_id = :execution_id), 0) AS ips
+            SELECT f.observations, f.dns_records,
+                   coalesce(e.endpoints, 0) AS endpoints, coalesce(e.ips, 0) AS ips
+              FROM (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'observation'), 0)
+                             AS observations,
+                           coalesce(sum(facts) FILTER (WHERE kind = 'dns_record'), 0)
+                             AS dns_records
+                      FROM {FACT_COUNTS_TABLE}
+                     WHERE execution_id = :execution_id
+                       AND (CAST(:months AS date[]) IS NULL
+                            OR month = ANY(CAST(:months AS date[])))) f
+              LEFT JOIN {ENDPOINT_COUNTS_TABLE} e ON e.execution_id = :execution_id
             """
         )
         with stage("count_execution_observation_chunk"):
@@ -824,7 +818,8 @@ def _endpoint_row(doc: EndpointDocument, key: int) -> str:
     return dumps(row)
 
 
-def _collision(document_id: str, table: str) -> BulkItemResult:
+def id_collision(document_id: str, table: str) -> BulkItemResult:
+    """The failed item of a document whose 64-bit key another id already holds."""
     return BulkItemResult(
         document_id,
         table,

@@ -10,3 +10,17 @@ def test_login_and_create_task(api):
     scanner = api.scanner()
     r = scanner.claim()
     assert r.status_code == 200, r.get_json()
+
+
+def test_close_app_closes_the_search_store_it_opened(settings, engine):
+    from app import close_app, create_app
+    from app.http import context
+    from tests.support.stores import install
+
+    application = create_app(settings, engine=engine, modules="off")
+    with application.app_context():
+        inner = context.store()  # opened on first use, like a request would
+    store = install(application, inner)
+    close_app(application)
+    assert "close" in store.names()
+    assert "netmap.store" not in application.extensions

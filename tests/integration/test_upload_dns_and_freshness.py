@@ -142,6 +142,7 @@ def test_an_older_execution_never_overwrites_a_newer_time(api):
         )
     assert newer.final(0, []).status_code == 200
     fresh = targets_of(user.id)[("ip", "192.0.2.9")]
+    assert fresh is not None
     assert older.final(0, []).status_code == 200
     assert targets_of(user.id)[("ip", "192.0.2.9")] == fresh
 
@@ -159,10 +160,7 @@ def test_cidr_freshness_uses_the_gist_index(api):
             ),
             {"o": user.id},
         )
-        sql = (
-            f"EXPLAIN UPDATE search_targets {freshness._SET_FRESH} "
-            "AND kind = 'cidr' AND target_ip <<= CAST(:net AS inet)"
-        )
+        sql = f"EXPLAIN {freshness.CIDR_TARGETS_INSIDE}"
         plan = "\n".join(
             conn.execute(
                 sa.text(sql),

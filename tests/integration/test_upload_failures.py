@@ -200,21 +200,28 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
     )
     engine = db.create_engine(database_url, settings.database)
     try:
-        api = Api(create_app(settings, engine=engine, modules="off"))
+        app = create_app(settings, engine=engine, modules="off")
+        api = Api(app)
         user, scanner = api.user(), api.scanner()
         _task(user)
         upload = claim(scanner)
         body = upload_body(upload.token, 0, [observation("192.0.2.1")])
-        # Authenticate first (that takes the connection too), then hold it during the upload.
-        connection = engine.connect()
+        # Take the only pooled connection inside the upload, once the store writes are done,
+        # so the upload's own confirm transaction is the one that waits for the pool.
+        held = []
+        store = install(app)
+        store.after["write_execution_endpoints"] = lambda *_a, **_k: held.append(engine.connect())
         try:
             response = scanner.post(f"/api/scanner/executions/{upload.id}/uploads", json=body)
         finally:
-            connection.close()
+            for connection in held:
+                connection.close()
+        assert len(held) == 1
         assert response.status_code == 503
         assert response.headers["Retry-After"] == "2"
         assert response.get_json()["error"]["code"] == "database_busy"
-        assert upload.post(body).status_code == 200
+        store.after.clear()
+        assert upload.post(body).status_code == 200  # the retry confirms the pending receipt
     finally:
         db.set_engine(None)
         engine.dispose()

@@ -16,6 +16,7 @@ class ControlledStore:
         self.inner = inner
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.before: dict[str, Callable[..., None]] = {}
+        self.after: dict[str, Callable[..., None]] = {}  # called once the real call returned
 
     def names(self) -> list[str]:
         return [name for name, _, _ in self.calls]
@@ -30,7 +31,11 @@ class ControlledStore:
             hook = self.before.get(name)
             if hook is not None:
                 hook(*args, **kwargs)
-            return attr(*args, **kwargs)
+            result = attr(*args, **kwargs)
+            done = self.after.get(name)
+            if done is not None:
+                done(*args, **kwargs)
+            return result
 
         return call
 

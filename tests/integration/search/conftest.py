@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from elasticsearch import Elasticsearch
 
+from app.bench.scratch import drop_elasticsearch_prefix
 from app.config import ElasticsearchSettings, load_settings
 from app.search.elasticsearch_store import ElasticsearchStore
 from app.search.port import SearchStore
@@ -56,17 +56,7 @@ def es_settings_for(url: str, **overrides) -> ElasticsearchSettings:
 
 
 def drop_prefix(url: str, settings: ElasticsearchSettings) -> None:
-    client = Elasticsearch(url, request_timeout=30)
-    prefix = settings.index_prefix
-    try:
-        client.options(ignore_status=404).indices.delete(
-            index=f"{prefix}-*", expand_wildcards="all"
-        )
-        for name in (f"{prefix}-facts", f"{prefix}-execution-endpoints", f"{prefix}-assets"):
-            client.options(ignore_status=404).indices.delete_index_template(name=name)
-        client.options(ignore_status=404).delete_script(id=f"{prefix}-merge-endpoint")
-    finally:
-        client.close()
+    drop_elasticsearch_prefix(url, settings.index_prefix)
 
 
 @pytest.fixture

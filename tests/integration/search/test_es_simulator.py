@@ -126,7 +126,10 @@ def test_search_after_and_composite_paging_follow_ip_order(es):
     assert buckets == [(ip, 2) for ip in expected]
 
 
-def test_stored_merge_script_upserts_converge_like_merge_endpoints(es):
+def test_stored_script_upserts_route_every_version_through_the_merge(es):
+    # The simulator runs merge_endpoints for the stored script, so this checks its bulk
+    # plumbing (upsert on first write, params.doc on later ones, noop on a replay), not the
+    # Painless rule itself: that runs only against a real cluster (NETMAP_TEST_ES_URL).
     es.put_script(id="sim-merge-endpoint", script={"lang": "painless", "source": "// merge"})
     docs = [
         current_asset("global", "192.0.2.1", 80, seen=at(m), execution_id=e, banner=f"b{m}")

@@ -81,12 +81,11 @@ def test_partitions_are_created_once_under_concurrent_writers(settings, engine):
     assert [store.count(scope, 70 + n).observations for n in range(4)] == [30] * 4
 
 
-def test_a_partition_dropped_behind_the_cache_is_recreated(postgres_store):
+def test_ensure_partitions_recreates_what_its_cache_lacks(postgres_store):
     assert postgres_store.write_facts([fact(80, 0)]).ok
     with db.transaction() as conn:
         conn.execute(sa.text(f"DROP TABLE {partition_name('2026.11')}"))
-    # This instance still believes the partition exists; ensure_schema refreshes its view.
-    postgres_store.ensure_schema()
+    # A store that does not know the month (a fresh process) creates the partition again.
     postgres_store._known_partitions.clear()
     assert postgres_store.write_facts([fact(80, 1)]).ok
 
