@@ -86,7 +86,6 @@ class Generation:
         self.capacity = capacity
         self.leases = 0
         self.in_flight = 0
-        self.retired = False
         self.closed = False
         self._cond = threading.Condition()
         self._executor = ThreadPoolExecutor(
@@ -237,6 +236,11 @@ class ModuleRegistry:
         with self._route_lock:
             return self._current[slot]
 
+    def accepts(self, slot: str, revision: int) -> bool:
+        """Whether ``install`` would take ``revision`` now (the one rule for "newer")."""
+        with self._route_lock:
+            return _accepts(self._current[slot], revision)
+
     def capacity_used(self, slot: str) -> int:
         return self._capacity[slot].used
 
@@ -250,10 +254,11 @@ class ModuleRegistry:
             if self._closed:
                 raise StaleRevision("registry is closed")
             previous = self._current[slot]
-            if previous is not None:
-                applied = previous.identity.revision
-                if revision < applied or (revision == applied and previous.available()):
-                    raise StaleRevision(f"revision {revision} is not newer than {applied}")
+            if not _accepts(previous, revision):
+                assert previous is not None
+                raise StaleRevision(
+                    f"revision {revision} is not newer than {previous.identity.revision}"
+                )
             identity = GenerationIdentity(
                 slot=slot,
                 release_id=release_id,
@@ -275,7 +280,6 @@ class ModuleRegistry:
         return generation
 
     def _retire(self, generation: Generation) -> None:
-        generation.retired = True
         thread = threading.Thread(
             target=self._drain,
             args=(generation,),
@@ -328,3 +332,12 @@ class ModuleRegistry:
             drainers = list(self._drainers)
         for thread in drainers:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _accepts(current: Generation | None, revision: int) -> bool:
+    """A higher revision, or the applied one again when its generation is unhealthy
+    (crash recovery); anything when nothing is installed."""
+    if current is None:
+        return True
+    applied = current.identity.revision
+    return revision > applied or (revision == applied and not current.available())

@@ -18,7 +18,7 @@ from app.config import Settings
 from app.modules.contract import MethodSpec, ModuleContract, ModuleSlot
 from app.modules.errors import CandidateRejected, ErrorKind, ModuleError
 from app.modules.process import WorkerProcess
-from app.modules.releases import BUILTIN_RELEASE, Release, check_release_id, locate_release
+from app.modules.releases import BUILTIN_RELEASE, Release, locate_release
 from app.renderer import contract as render_contract
 from app.renderer.render import render
 
@@ -83,13 +83,11 @@ class ProcessModule:
 
     def __init__(self, release: Release, *, max_frame_bytes: int, ipc_timeout: float):
         self.release = release
-        self.ipc_timeout = ipc_timeout
         self.worker = WorkerProcess(
             release, max_frame_bytes=max_frame_bytes, ipc_timeout=ipc_timeout
         )
         self._calls = threading.Lock()
         self._contract: ModuleContract | None = None
-        self.handshake: dict[str, Any] = {}
 
     def start(self, *, introspect: bool = False) -> dict[str, Any]:
         """Spawn the worker and check the protocol handshake; returns the handshake result."""
@@ -104,7 +102,6 @@ class ProcessModule:
         methods = result.get("methods")
         if not isinstance(methods, list) or result.get("rpcVersion") != render_contract.RPC_VERSION:
             raise CandidateRejected(self.release.release_id, "handshake result is malformed")
-        self.handshake = result
         self._contract = ModuleContract(
             name=str(result.get("module")),
             release_id=self.release.release_id,
@@ -185,7 +182,6 @@ def releases_directory(settings: Settings) -> Path | None:
 
 def open_candidate(settings: Settings, release_id: str) -> BuiltinRenderModule | ProcessModule:
     """Prepare and self-test a candidate; raises ``CandidateRejected`` (and cleans up)."""
-    check_release_id(release_id)
     if release_id == BUILTIN_RELEASE:
         builtin = BuiltinRenderModule()
         builtin.self_test()

@@ -152,17 +152,3 @@ def publish_selection(
         },
     )
     return int(row)
-
-
-def list_revisions(conn: Connection, limit: int = 50) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        sa.text(
-            """
-            SELECT revision, schema_version, document, changed_by, change_reason, created_at
-              FROM runtime_configuration_revisions
-             WHERE namespace = :ns ORDER BY revision DESC LIMIT :limit
-            """
-        ),
-        {"ns": NAMESPACE, "limit": limit},
-    ).mappings()
-    return [dict(r) for r in rows]

@@ -19,14 +19,13 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
 from app.db import transaction
-from app.errors import ApiError, Conflict, Unavailable, ValidationError
+from app.errors import ApiError, Unavailable, ValidationError
 from app.identity.audit import record_audit
 from app.modules import selection as sel
 from app.modules.errors import CandidateRejected, StaleRevision
@@ -78,7 +77,6 @@ class ReportRenderService:
             drain_timeout=settings.report_renderer.drain_timeout_seconds,
         )
         self.last_refresh_error: str | None = None
-        self.last_refresh_at: float | None = None
         self._state_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,11 +135,8 @@ class ReportRenderService:
             self._apply(stored)
 
     def _needs(self, stored: sel.Selection) -> bool:
-        current = self.registry.current(SLOT_NAME)
-        if current is None:
-            return True
-        applied = current.identity.revision
-        return stored.revision > applied or (stored.revision == applied and not current.available())
+        # Checked before starting a worker that install() would refuse anyway.
+        return self.registry.accepts(SLOT_NAME, stored.revision)
 
     def _apply(self, stored: sel.Selection) -> None:
         if self._closed or not self._needs(stored):
@@ -171,14 +166,12 @@ class ReportRenderService:
         with self._state_lock:
             changed = message != self.last_refresh_error
             self.last_refresh_error = message
-            self.last_refresh_at = time.time()
         if changed:
             emit("ReportRendererRefreshFailed", level=logging.WARNING, error=message[:300])
 
     def _record_ok(self) -> None:
         with self._state_lock:
             self.last_refresh_error = None
-            self.last_refresh_at = time.time()
 
     # -- publish (admin) -------------------------------------------------------------------
     def publish(
@@ -219,10 +212,7 @@ class ReportRenderService:
                         "change_reason": change_reason,
                     },
                 )
-        except Conflict:
-            module.shutdown(timeout=1.0)
-            raise
-        except ApiError:
+        except ApiError:  # Conflict included
             module.shutdown(timeout=1.0)
             raise
         except Exception as exc:  # noqa: BLE001 - any database failure: nothing was written

@@ -10,7 +10,6 @@ anything else is a bug and propagates.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import css_inline
@@ -126,8 +125,3 @@ def render(payload: dict[str, Any]) -> dict[str, Any]:
     }
     validate_output(payload, output)
     return output
-
-
-def render_json(payload: dict[str, Any]) -> str:
-    """Convenience for tools: the output as canonical JSON text."""
-    return json.dumps(render(payload), ensure_ascii=False, sort_keys=True)

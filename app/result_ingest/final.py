@@ -15,11 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.config import ScanSettings
-from app.errors import Conflict
 from app.observability import stage
 from app.result_ingest import dns, freshness
 from app.result_ingest.model import UploadBody
-from app.result_ingest.receipts import ExecutionRow, confirm_batch, lock_execution
+from app.result_ingest.receipts import ExecutionRow, confirm_batch, lease_lost, lock_execution
 from app.scan_control.dispatch import aggregate_task_status
 from app.search.port import ExecutionCounts
 
@@ -36,9 +35,7 @@ def commit_final(
     with stage("final_lock_execution"):
         execution = lock_execution(conn, execution_id, scanner_id)
         if not execution.holds_claim(body.claim_token):
-            raise Conflict(
-                "this scanner no longer holds the claim on the execution", code="lease_lost"
-            )
+            raise lease_lost()
     with stage("receipt_confirm"):
         confirm_batch(conn, execution_id=execution_id, body=body)
         dns.record_answers(conn, execution_id, list(body.dns_records))

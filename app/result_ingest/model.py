@@ -102,7 +102,7 @@ class DnsRecordIn(_Strict):
 
 
 class UploadBody(_Strict):
-    protocol_version: Literal[1]
+    protocol_version: Literal[PROTOCOL_VERSION]
     claim_token: UUID
     upload_id: Annotated[StrictStr, Field(pattern=UPLOAD_ID_PATTERN)]
     stream: Literal["main", "dns"] = "main"

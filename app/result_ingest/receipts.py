@@ -116,7 +116,7 @@ def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> Exec
     )
 
 
-def _lease_lost() -> Conflict:
+def lease_lost() -> Conflict:
     return Conflict("this scanner no longer holds the claim on the execution", code="lease_lost")
 
 
@@ -308,10 +308,10 @@ def reserve_batch(
             )
         if existing.status == "confirmed":
             if existing.claim_token != token and not execution.holds_claim(token):
-                raise _lease_lost()
+                raise lease_lost()
             return Reservation("already_confirmed", execution)
         if not execution.holds_claim(token):
-            raise _lease_lost()
+            raise lease_lost()
         if existing.claim_token != token:
             conn.execute(
                 sa.text(
@@ -324,7 +324,7 @@ def reserve_batch(
         return Reservation("retry_pending", execution, scope)
 
     if not execution.holds_claim(token):
-        raise _lease_lost()
+        raise lease_lost()
     streams, repaired = read_streams(conn, execution_id, body.upload_id)
     try:
         _check_new_batch(body, streams)
@@ -389,4 +389,4 @@ def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> b
     ).scalar()
     if status == "confirmed":
         return False
-    raise _lease_lost()
+    raise lease_lost()

@@ -193,4 +193,4 @@ def _handle(
         endpoints=counts.endpoints,
         ips=counts.ips,
     )
-    return UploadResult(saved=body.item_count, kind="dns" if kind == "dns" else "final")
+    return UploadResult(saved=body.item_count, kind=kind)  # "dns" or "final" here

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from app.projection.pages import current_asset_documents
 from app.search.documents import merge_all
-from app.search.ids import current_asset_id
 from tests.support.scanner_protocol import claim, observation
 
 
@@ -19,25 +17,13 @@ def _scan(user, scanner, targets, observations):
 
 def _publish(app, execution_id):
     """Publish one execution's endpoints as current assets, as the projection does."""
-    from app.search import open_store
+    from app.http import context
 
-    store = open_store(app.extensions["netmap.settings"])
+    with app.app_context():
+        store = context.store()  # the app's own store, closed with the app
     docs = store.read_execution_endpoints(execution_id, after_id=None, limit=1000)
-    current = []
-    for doc in docs:
-        for scope, owner in (("global", None), ("user", doc.owner_id)):
-            current.append(
-                replace(
-                    doc,
-                    id=current_asset_id(scope, owner, doc.ip, doc.port, doc.transport),
-                    scope=scope,
-                    owner_id=owner,
-                    execution_id=None,
-                    task_id=None,
-                )
-            )
     store.publish_current(
-        merge_all(current), max_operations=1000, max_bytes=5_000_000
+        merge_all(current_asset_documents(docs)), max_operations=1000, max_bytes=5_000_000
     ).raise_for_failures()
 
 
