@@ -186,7 +186,7 @@ class Supervisor:
         self.started_at[worker_id] = time.monotonic()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        # Only a counter: the main loop (which polls it) sets the shared events.
+        # Only a counter: the main loop (which polls it) signals the workers.
         self._signals += 1
         self._last_signal = signum
 

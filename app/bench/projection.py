@@ -354,8 +354,6 @@ def command(
         raise click.UsageError("--backend elasticsearch needs --es-url")
     if heartbeat_seconds * 3 > lease_seconds:
         raise click.UsageError("--heartbeat-seconds must be at most --lease-seconds / 3")
-    # One event per request would drown the progress lines; warnings still show.
-    logging.getLogger("netmap.events").setLevel(logging.WARNING)
     tuning = {
         "projection_page_size": page_size,
         "projection_pages_per_tick": pages_per_tick,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -27,6 +26,7 @@ import click
 from app.bench.progress import Progress
 from app.bench.stats import summary_ms
 from app.config import ElasticsearchSettings, load_settings
+from app.projection.pages import current_asset_documents
 from app.search.documents import EndpointDocument, observation_key
 from app.search.ids import current_asset_id, execution_endpoint_id
 from app.search.port import SearchStore, StorageScope
@@ -114,30 +114,6 @@ def _execution_docs(endpoints, execution_id: int, seen: datetime) -> list[Endpoi
     ]
 
 
-def _asset_page(page: Sequence[EndpointDocument]) -> list[EndpointDocument]:
-    """What the projection makes of a page: a global and a per-user document per endpoint."""
-    docs = []
-    for xep in page:
-        for scope in ("global", "user"):
-            endpoint = (
-                xep.ip,
-                xep.port,
-                xep.transport,
-                (xep.port, xep.service, xep.product, xep.version, xep.banner),
-            )
-            docs.append(
-                _document(
-                    scope,
-                    endpoint,
-                    execution_id=xep.execution_id or 0,
-                    task_id=xep.task_id or 0,
-                    owner_id=xep.owner_id or 1,
-                    seen=xep.last_seen,
-                )
-            )
-    return docs
-
-
 def _measure_publish(
     store: SearchStore,
     pages: list[list[EndpointDocument]],
@@ -213,11 +189,11 @@ def run_benchmark(store: SearchStore, es: ElasticsearchSettings, count: int) -> 
     refresh_seconds = time.perf_counter() - started
 
     page_size = es.projection_page_size
-    first_pages = [_asset_page(p) for p in _pages(execution_docs, page_size)]
+    first_pages = [current_asset_documents(p) for p in _pages(execution_docs, page_size)]
     body = _measure_body_building(store, first_pages)
     first = _measure_publish(store, first_pages, es, "publish")
     later = _execution_docs(endpoints, execution_id=2, seen=BASE_TIME + timedelta(days=1))
-    again_pages = [_asset_page(p) for p in _pages(later, page_size)]
+    again_pages = [current_asset_documents(p) for p in _pages(later, page_size)]
     again = _measure_publish(store, again_pages, es, "republish")
     started = time.perf_counter()
     store.refresh_current()
@@ -283,8 +259,6 @@ def _elasticsearch_store(url: str) -> Iterator[tuple[SearchStore, ElasticsearchS
 @click.option("--endpoints", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True)
 def command(backend: str, es_url: str | None, endpoints: int) -> None:
     """Search-store merge and bulk-body throughput on scratch data."""
-    # One event per bulk request would drown the progress lines; warnings still show.
-    logging.getLogger("netmap.events").setLevel(logging.WARNING)
     if backend == "elasticsearch":
         if not es_url:
             raise click.UsageError("--backend elasticsearch needs --es-url")

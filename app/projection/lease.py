@@ -111,13 +111,15 @@ class Heartbeat:
         self.claim = claim
         self.guard = guard
         self.interval = interval
-        self.renewals = 0
-        self.max_late_seconds = 0.0
-        self.late_seconds: list[float] = []
+        self.late_seconds: list[float] = []  # one entry per renewal
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"projection-heartbeat-{claim.execution_id}", daemon=True
         )
+
+    @property
+    def renewals(self) -> int:
+        return len(self.late_seconds)
 
     def start(self) -> Heartbeat:
         self._thread.start()
@@ -159,9 +161,7 @@ class Heartbeat:
                 return
             self.guard.renewed(started)
             late = max(0.0, time.monotonic() - due)
-            self.renewals += 1
             self.late_seconds.append(late)
-            self.max_late_seconds = max(self.max_late_seconds, late)
             due += self.interval
             if due < time.monotonic():
                 due = time.monotonic() + self.interval  # paused past several beats: restart

@@ -31,7 +31,6 @@ import sqlalchemy as sa
 
 from app.db import transaction
 
-PHASES = ("pages", "refreshing", "done")
 LEASE_EXPIRED_ERROR = (
     "the previous claim's lease expired before it ended (worker stopped or stalled)"
 )

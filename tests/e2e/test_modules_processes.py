@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,12 @@ from app.db import transaction
 from app.identity.users import create_user
 from app.migrations import PROJECT_ROOT
 from tests.conftest import RENDERER_RELEASES, TEST_SECRET_KEY
-from tests.support.waiting import wait_until
+from tests.support.processes import free_port
+from tests.support.waiting import process_gone, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 WORKER_NAME = "nm-report-render-worker"
 PASSWORD = "correct horse battery staple"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_config(tmp_path: Path, releases: Path) -> Path:
@@ -173,7 +167,7 @@ def test_two_web_processes_converge_and_leave_no_workers(
         first.stop()
         second.stop()
     for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert process_gone(pid)
     assert not all_renderer_workers_with(renderer_releases / RENDERER_RELEASES[0])
     for name in ("web1.log", "web2.log"):  # drained by the worker_exit hook, not just orphaned
         assert '"ReportRendererClosed"' in (tmp_path / name).read_text()
@@ -219,7 +213,7 @@ def test_runner_applies_the_selection_and_leaves_no_workers_on_shutdown(
             runner.wait()
         log.close()
     for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert process_gone(pid)
     assert not all_renderer_workers_with(renderer_releases / RENDERER_RELEASES[1])
     text = (tmp_path / "runner.log").read_text()
     assert text.count('"ReportRendererClosed"') == 2  # each runner worker drained its modules

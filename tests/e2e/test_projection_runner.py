@@ -13,7 +13,6 @@ import signal
 import threading
 import uuid
 
-import psutil
 import pytest
 
 from app.config import load_settings
@@ -24,7 +23,13 @@ from app.search.elasticsearch_store import ElasticsearchStore
 from app.search.postgres_store import PostgresStore
 from tests.integration.search.conftest import drop_prefix
 from tests.support.es_simulator import EsSimulator, Fault
-from tests.support.processes import LoggedProcess, base_env, netmap_command, wait_for
+from tests.support.processes import (
+    LoggedProcess,
+    base_env,
+    netmap_command,
+    wait_for,
+    worker_pids,
+)
 from tests.support.projection import (
     expected_current,
     outbox_row,
@@ -90,18 +95,14 @@ def _runner(env, tmp_path, name="runner", processes=1) -> LoggedProcess:
 
 def _worker_pid(runner: LoggedProcess) -> int:
     def only_worker():
-        children = [
-            c.pid for c in psutil.Process(runner.pid).children() if "spawn" in " ".join(c.cmdline())
-        ]
-        return children[0] if len(children) == 1 else None
+        children = worker_pids(runner)
+        return next(iter(children)) if len(children) == 1 else None
 
     return wait_for(only_worker, 60, "the runner's worker process")
 
 
 def _stop(runner: LoggedProcess) -> int | None:
-    if runner.process.poll() is None:
-        runner.process.send_signal(signal.SIGTERM)
-    return runner.stop(timeout=40)
+    return runner.stop(timeout=40)  # SIGTERM, then SIGKILL after the timeout
 
 
 def _events(runner: LoggedProcess, name: str, **match) -> list[dict]:
@@ -259,11 +260,7 @@ def test_sigterm_with_a_page_past_the_shutdown_timeout_leaves_a_recoverable_row(
         # The idle worker dies by SIGKILL first: nothing it shared may hang the shutdown's
         # cancel step that follows.
         busy = _events(first, "ScanProjectionClaimed", execution_id=execution_id)[0]["pid"]
-        idle = next(
-            c.pid
-            for c in psutil.Process(first.pid).children()
-            if "spawn" in " ".join(c.cmdline()) and c.pid != busy
-        )
+        idle = next(pid for pid in worker_pids(first) if pid != busy)
         os.kill(idle, signal.SIGKILL)
         wait_for(lambda: first.events("RunnerWorkerReplaced"), 30, "a replacement worker")
         first.process.send_signal(signal.SIGTERM)

@@ -10,7 +10,13 @@ import pytest
 import sqlalchemy as sa
 
 from app.db import transaction
-from tests.support.processes import LoggedProcess, base_env, netmap_command, wait_for
+from tests.support.processes import (
+    LoggedProcess,
+    base_env,
+    netmap_command,
+    wait_for,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +33,6 @@ def start_runner(database_url, tmp_path, name="runner", processes=2, **env):
     return LoggedProcess(
         netmap_command("runner", "--processes", str(processes)), settings_env, tmp_path, name
     )
-
-
-def worker_pids(runner: LoggedProcess) -> set[int]:
-    return {
-        child.pid
-        for child in psutil.Process(runner.pid).children()
-        if "spawn" in " ".join(child.cmdline())
-    }
 
 
 def test_runner_starts_idles_and_stops_on_sigterm(database_url, tmp_path, engine):

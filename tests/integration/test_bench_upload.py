@@ -6,26 +6,19 @@ fills executions through the real upload route, measures and removes everything.
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tests.support.es_simulator import EsSimulator
+from tests.support.processes import run_bench
 
 KINDS = {"normal", "final", "confirmed_retry", "dns_mixed"}
 STATS = {"count", "p50_ms", "p95_ms", "p99_ms", "max_ms"}
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", "bench", "upload", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+run = functools.partial(run_bench, "upload", check=False)
 
 
 @pytest.mark.slow

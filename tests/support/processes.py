@@ -25,6 +25,22 @@ def netmap_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "app", *args]
 
 
+def run_bench(name: str, *args: str, check: bool = True) -> Any:
+    """``netmap bench NAME ARGS`` as operators run it: its JSON report, or (``check=False``)
+    the finished process."""
+    process = subprocess.run(
+        netmap_command("bench", name, *args),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if not check:
+        return process
+    assert process.returncode == 0, process.stderr[-2000:]
+    return json.loads(process.stdout)
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
     env.update(extra)
@@ -80,6 +96,17 @@ class LoggedProcess:
         self._out.close()
         self._err.close()
         return self.process.returncode
+
+
+def worker_pids(runner: LoggedProcess) -> set[int]:
+    """The runner's worker processes (multiprocessing spawn children)."""
+    import psutil
+
+    return {
+        child.pid
+        for child in psutil.Process(runner.pid).children()
+        if "spawn" in " ".join(child.cmdline())
+    }
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, message: str = "condition") -> Any:

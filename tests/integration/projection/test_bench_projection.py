@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import functools
 
 import pytest
 
 from tests.support.es_simulator import EsSimulator
+from tests.support.processes import run_bench
 
 KEYS = {
     "endpoints_per_s",
@@ -21,18 +20,7 @@ KEYS = {
 }
 
 
-def run(*args, check=True):
-    process = subprocess.run(
-        [sys.executable, "-m", "app", "bench", "projection", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if not check:
-        return process
-    assert process.returncode == 0, process.stderr[-2000:]
-    return json.loads(process.stdout)
+run = functools.partial(run_bench, "projection")
 
 
 def test_bench_projection_on_the_simulator_cleans_up_after_itself():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+
+import pytest
 
 from app.projection import outbox
 from tests.integration.projection.conftest import PUBLISH_CALL
@@ -97,15 +100,24 @@ def test_runner_stopping_finishes_the_page_then_releases(projection):
     assert outbox_row(execution_id).processed_endpoints == 10
 
 
-def test_the_shutdown_deadline_mid_page_saves_the_page_if_it_finished_and_releases(projection):
+@pytest.mark.parametrize(("cancel_on_call", "saved"), [(1, 0), (2, 10)])
+def test_the_shutdown_deadline_mid_page_saves_the_page_if_it_finished_and_releases(
+    projection, cancel_on_call, saved
+):
     execution_id, _ = seed_execution(projection.store, 35)
     cancelled = threading.Event()
-    projection.store.before[PUBLISH_CALL[projection.backend]] = lambda *a, **k: cancelled.set()
+    calls = itertools.count(1)
+
+    def deadline_passes(*_args, **_kwargs):
+        if next(calls) == cancel_on_call:
+            cancelled.set()
+
+    projection.store.before[PUBLISH_CALL[projection.backend]] = deadline_passes
     outcome = run_one_slice(projection.worker(), cancelled=cancelled)
     assert outcome.result == "cancelled"
     row = outbox_row(execution_id)
-    # The page the store finished is checkpointed; the row is free again at once.
-    assert row.claim_token is None and row.processed_endpoints in (0, 10)
+    # The pages the store finished are checkpointed; the row is free again at once.
+    assert row.claim_token is None and row.processed_endpoints == saved
     assert row.last_error is None
     assert [o.result for o in drain(projection.worker())] == ["completed"]
     assert outbox_row(execution_id).processed_endpoints == 35

@@ -5,29 +5,17 @@ Run as a real process, as operators run it (its logging set-up stays out of the 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import functools
 
 import pytest
 
 from tests.support.es_simulator import EsSimulator
+from tests.support.processes import run_bench
 
 KEYS = {"merges_per_s", "bulk_body_mb_per_s", "republish_merges_per_s", "endpoints", "backend"}
 
 
-def run(*args, check=True):
-    process = subprocess.run(
-        [sys.executable, "-m", "app", "bench", "store", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if not check:
-        return process
-    assert process.returncode == 0, process.stderr[-2000:]
-    return json.loads(process.stdout)
+run = functools.partial(run_bench, "store")
 
 
 def test_bench_store_on_the_simulator_cleans_up_after_itself():
