@@ -15,22 +15,9 @@ from app.db import transaction
 from app.search.port import StoreUnavailable
 from tests.conftest import make_settings
 from tests.support.api import Api
-from tests.support.scanner_protocol import claim, now_iso, observation, upload_body
+from tests.support.scanner_protocol import claim, make_task, now_iso, observation, upload_body
+from tests.support.sql import scalar
 from tests.support.stores import install
-
-
-def scalar(sql: str, **params):
-    with transaction() as conn:
-        return conn.execute(sa.text(sql), params).scalar()
-
-
-def _task(user, targets=("192.0.2.0/28",)):
-    assert (
-        user.post(
-            "/api/tasks", json={"name": "f", "targets": list(targets), "ports": "80"}
-        ).status_code
-        == 201
-    )
 
 
 def test_no_connection_is_held_during_store_io(tmp_path, database_url):
@@ -44,7 +31,7 @@ def test_no_connection_is_held_during_store_io(tmp_path, database_url):
         app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        _task(user)
+        make_task(user, ports="80")
         upload = claim(scanner)
         store = install(app)
         entered, release = threading.Event(), threading.Event()
@@ -76,7 +63,7 @@ def test_no_connection_is_held_during_store_io(tmp_path, database_url):
 
 def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     store = install(api.app)
 
@@ -98,7 +85,7 @@ def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
 
 def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     with transaction() as conn:
         conn.execute(
@@ -133,7 +120,7 @@ def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
 
 def test_final_store_failure_keeps_the_final_reserved_until_the_retry(api):
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     store = install(api.app)
@@ -164,8 +151,8 @@ def test_final_scope_covers_every_month_and_an_empty_execution_sends_no_count(
     settings = make_settings(database_url, tmp_path, ingest={"observed_at_max_age_days": 400})
     api = Api(create_app(settings, engine=engine, modules="off"))
     user, scanner = api.user(), api.scanner()
-    _task(user, targets=("192.0.2.0/28",))
-    _task(user, targets=("198.51.100.0/28",))
+    make_task(user, targets=("192.0.2.0/28",), ports="80")
+    make_task(user, targets=("198.51.100.0/28",), ports="80")
     store = install(api.app)
     upload = claim(scanner)
     now = datetime.now(UTC)
@@ -203,7 +190,7 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
         app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        _task(user)
+        make_task(user, ports="80")
         upload = claim(scanner)
         body = upload_body(upload.token, 0, [observation("192.0.2.1")])
         # Take the only pooled connection inside the upload, once the store writes are done,
@@ -229,7 +216,7 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
 
 def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     with caplog.at_level(logging.INFO, logger="netmap.events"):
         assert (
@@ -332,7 +319,7 @@ fuzz_bodies = st.fixed_dictionaries(
 def test_fuzzed_bodies_never_cause_a_500_or_a_partial_write(api, body):
     if not hasattr(api, "_fuzz"):
         user, scanner = api.user(), api.scanner()
-        _task(user)
+        make_task(user, ports="80")
         api._fuzz = claim(scanner)
     upload = api._fuzz
     if body.get("claim_token") == "x":
@@ -346,7 +333,7 @@ def test_fuzzed_bodies_never_cause_a_500_or_a_partial_write(api, body):
 
 def test_legacy_receipts_without_storage_references_use_the_full_history_scope(api, caplog):
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     # A receipt written before storage references existed (or migrated history).

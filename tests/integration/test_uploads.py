@@ -8,28 +8,12 @@ from app.db import transaction
 from tests.support.scanner_protocol import (
     claim,
     dns_record,
+    make_task,
     now_iso,
     observation,
     upload_body,
 )
-
-
-def make_task(user, targets=("192.0.2.0/28",), ports="22,443"):
-    response = user.post(
-        "/api/tasks", json={"name": "scan", "targets": list(targets), "ports": ports}
-    )
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()["task"]
-
-
-def rows(sql: str, **params):
-    with transaction() as conn:
-        return conn.execute(sa.text(sql), params).all()
-
-
-def scalar(sql: str, **params):
-    with transaction() as conn:
-        return conn.execute(sa.text(sql), params).scalar()
+from tests.support.sql import rows, scalar
 
 
 def test_batches_then_final_complete_the_execution(api):

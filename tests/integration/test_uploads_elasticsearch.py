@@ -23,7 +23,8 @@ from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.es_cluster import Fault
 from tests.support.es_simulator import EsSimulator
-from tests.support.scanner_protocol import claim, observation
+from tests.support.scanner_protocol import claim, make_task, observation
+from tests.support.sql import scalar
 from tests.support.stores import install
 
 
@@ -59,20 +60,10 @@ def es_api(simulator, database_url, tmp_path, engine):
     close_app(app)
 
 
-def _task(user, targets=("192.0.2.0/28",)):
-    response = user.post("/api/tasks", json={"name": "es", "targets": list(targets), "ports": "80"})
-    assert response.status_code == 201
-
-
-def _scalar(sql: str):
-    with transaction() as conn:
-        return conn.execute(sa.text(sql)).scalar()
-
-
 def test_final_refreshes_and_counts_exactly_the_execution_months(simulator, es_api):
     api, prefix = es_api
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     now = datetime.now(UTC)
     earlier = now - timedelta(days=40)
@@ -117,7 +108,7 @@ def _execution_counts():
 def test_an_empty_execution_sends_no_count(simulator, es_api):
     api, prefix = es_api
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     before = len(simulator.requests)
     assert upload.final(0, []).status_code == 200
@@ -129,14 +120,14 @@ def test_an_empty_execution_sends_no_count(simulator, es_api):
 def test_refresh_failure_keeps_the_final_pending_until_the_retry(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     simulator.inject(Fault("status", endpoint="_refresh", status=500, times=10))
     failed = upload.final(1, [observation("192.0.2.2")])
     assert failed.status_code == 503
-    assert _scalar("SELECT status FROM scan_executions") == "running"
-    assert _scalar("SELECT count(*) FROM scan_upload_receipts WHERE status = 'pending'") == 1
+    assert scalar("SELECT status FROM scan_executions") == "running"
+    assert scalar("SELECT count(*) FROM scan_upload_receipts WHERE status = 'pending'") == 1
     simulator.clear_faults()
     before = len(simulator.requests_to("_refresh"))
     retried = upload.post(upload.sent[-1])
@@ -148,7 +139,7 @@ def test_refresh_failure_keeps_the_final_pending_until_the_retry(simulator, es_a
 def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     simulator.inject(
         Fault(
@@ -163,7 +154,7 @@ def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
     failed = upload.batch(0, [observation("192.0.2.1"), observation("192.0.2.2")])
     assert failed.status_code == 503
     assert failed.get_json()["error"]["code"] == "store_unavailable"
-    assert _scalar("SELECT status FROM scan_upload_receipts") == "pending"
+    assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
     retried = upload.post(upload.sent[-1])
     assert retried.status_code == 200 and retried.get_json()["saved"] == 2
     assert upload.final(1, []).status_code == 200
@@ -173,7 +164,7 @@ def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
 def test_throttled_bulk_requests_are_retried_within_the_budget(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    _task(user)
+    make_task(user, ports="80")
     upload = claim(scanner)
     simulator.inject(Fault("status", endpoint="_bulk", status=429, times=1))
     response = upload.batch(0, [observation("192.0.2.1")])
@@ -192,7 +183,7 @@ def test_no_connection_is_held_while_elasticsearch_is_slow(simulator, database_u
     try:
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        _task(user)
+        make_task(user, ports="80")
         upload = claim(scanner)
         # Create the indices first so the slow request is the bulk write itself.
         assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200

@@ -108,6 +108,15 @@ class ClaimedUpload:
         return self.batch(batch_index, observations, is_final=True, **kwargs)
 
 
+def make_task(user: Any, targets=("192.0.2.0/28",), ports: str = "22,443") -> dict[str, Any]:
+    """Create a task as ``user`` (an API client) and return it; the scanner then claims it."""
+    response = user.post(
+        "/api/tasks", json={"name": "scan", "targets": list(targets), "ports": ports}
+    )
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["task"]
+
+
 def claim(scanner: ScannerClient, **kwargs: Any) -> ClaimedUpload:
     response = scanner.claim(**kwargs)
     assert response.status_code == 200, (response.status_code, response.get_json())
