@@ -126,3 +126,27 @@ def fact(
         observed_at=observed_at,
         body=body or {"ip": "192.0.2.1", "port": 80, "transport": "tcp", "state": "open"},
     )
+
+
+def forge_key_collision(table: str, document_id: str, *, owner_id: int = 999) -> None:
+    """Store, in a PostgreSQL asset table, another id with ``document_id``'s 64-bit key
+    (address 203.0.113.9 port 9), so writing ``document_id`` there must be refused."""
+    import sqlalchemy as sa
+
+    from app.db import transaction
+    from app.search.ids import pg_key
+
+    forged = document_id[:16] + ("0" * 16 if document_id[16:] != "0" * 16 else "1" * 16)
+    user_table = table.endswith("user")
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {table} (key, id, ip, port, transport, first_seen, "
+                "first_execution_id, last_seen, last_execution_id, observation_key"
+                f"{', owner_id' if user_table else ''}) VALUES (:key, CAST(:id AS uuid), "
+                "'203.0.113.9', 9, 'tcp', now() - interval '10 minutes', 1, "
+                "now() - interval '10 minutes', 1, ''"
+                f"{', :owner' if user_table else ''})"
+            ),
+            {"key": pg_key(document_id), "id": forged, "owner": owner_id},
+        )

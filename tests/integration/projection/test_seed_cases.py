@@ -28,6 +28,7 @@ from tests.support.projection import (
     stored_current,
 )
 from tests.support.scanner_protocol import claim, observation
+from tests.support.search_documents import forge_key_collision
 from tests.support.stores import ControlledStore, install
 from tests.support.waiting import wait_until
 
@@ -259,7 +260,7 @@ def test_a_failed_bulk_item_does_not_advance_the_cursor(projection):
         simulator.reset_requests()
         expected_error = "mapper_parsing_exception"
     else:
-        _forge_collision("search_assets_user", failing_id)
+        forge_key_collision("search_assets_user", failing_id)
         expected_error = "id_collision"
     outcome = run_one_slice(projection.worker())
     assert outcome.result == "retry" and expected_error in outcome.error
@@ -274,23 +275,6 @@ def test_a_failed_bulk_item_does_not_advance_the_cursor(projection):
     make_due(execution_id)
     assert [o.result for o in drain(projection.worker())] == ["completed"]
     assert stored_current(projection.store, [docs[0].owner_id]) == expected_current([docs])
-
-
-def _forge_collision(table: str, document_id: str) -> None:
-    from app.search.ids import pg_key
-
-    forged = document_id[:16] + ("0" * 16 if document_id[16:] != "0" * 16 else "1" * 16)
-    with transaction() as conn:
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {table} (key, id, ip, port, transport, first_seen, "
-                "first_execution_id, last_seen, last_execution_id, observation_key"
-                f"{', owner_id' if table.endswith('user') else ''}) VALUES (:key, "
-                "CAST(:id AS uuid), '203.0.113.9', 9, 'tcp', now(), 1, now(), 1, ''"
-                f"{', 999' if table.endswith('user') else ''})"
-            ),
-            {"key": pg_key(document_id), "id": forged},
-        )
 
 
 def _remove_forgery(table: str, document_id: str) -> None:

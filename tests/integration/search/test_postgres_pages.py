@@ -13,7 +13,12 @@ from app import db
 from app.search.documents import merge_all
 from app.search.ids import current_asset_id, normalise_ip, pg_key
 from app.search.postgres_pages import SELF_CHECK_ADDRESSES
-from tests.support.search_documents import at, current_asset, execution_endpoint
+from tests.support.search_documents import (
+    at,
+    current_asset,
+    execution_endpoint,
+    forge_key_collision,
+)
 
 addresses = st.one_of(
     st.ip_addresses(v=4).map(str),
@@ -126,16 +131,7 @@ def test_server_page_keyset_and_collisions(postgres_store, engine):
     docs = [execution_endpoint(5, f"198.51.100.{n}", 443, owner_id=2) for n in range(1, 6)]
     postgres_store.write_execution_endpoints(docs).raise_for_failures()
     victim = current_asset("global", "198.51.100.3", 443)
-    forged = victim.id[:16] + ("0" * 16 if victim.id[16:] != "0" * 16 else "1" * 16)
-    with db.transaction() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO search_assets_global (key, id, ip, port, transport, first_seen, "
-                "first_execution_id, last_seen, last_execution_id, observation_key) "
-                "VALUES (:key, CAST(:id AS uuid), '203.0.113.9', 9, 'tcp', :t, 1, :t, 1, '')"
-            ),
-            {"key": pg_key(victim.id), "id": forged, "t": at(-10)},
-        )
+    forge_key_collision("search_assets_global", victim.id)
     ordered = sorted(d.id for d in docs)
     first = postgres_store.publish_execution_page(5, after_id=None, limit=3, max_bytes=1 << 20)
     second = postgres_store.publish_execution_page(

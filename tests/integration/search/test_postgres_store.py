@@ -11,25 +11,21 @@ import sqlalchemy as sa
 
 from app import db
 from app.search.documents import merge_all
-from app.search.ids import pg_key
 from app.search.port import AssetQuery, StorageScope, StoreUnavailable
 from app.search.postgres_store import PostgresStore, asset_search_statement, partition_name
 from tests.conftest import make_settings
-from tests.support.search_documents import at, current_asset, execution_endpoint, fact
+from tests.support.search_documents import (
+    at,
+    current_asset,
+    execution_endpoint,
+    fact,
+    forge_key_collision,
+)
 
 
 def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):
     doc = current_asset("user", "192.0.2.1", 80, owner_id=1, service="http", seen=at(0))
-    forged_id = doc.id[:16] + ("0" * 16 if doc.id[16:] != "0" * 16 else "1" * 16)
-    with db.transaction() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO search_assets_user (key, id, owner_id, ip, port, transport, "
-                "first_seen, first_execution_id, last_seen, last_execution_id, observation_key) "
-                "VALUES (:key, CAST(:id AS uuid), 9, '203.0.113.9', 9, 'tcp', :t, 1, :t, 1, '')"
-            ),
-            {"key": pg_key(doc.id), "id": forged_id, "t": at(-10)},
-        )
+    forge_key_collision("search_assets_user", doc.id, owner_id=9)
     result = postgres_store.publish_current([doc], max_operations=10, max_bytes=1 << 20)
     (item,) = result.items
     assert (item.status, item.error_type) == (409, "id_collision")
