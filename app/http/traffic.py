@@ -18,6 +18,7 @@ from datetime import datetime
 
 from flask import Blueprint, current_app, jsonify, request
 
+from app.cursors import bad_cursor
 from app.db import transaction
 from app.errors import ValidationError
 from app.http.guards import require_bearer, require_user
@@ -101,11 +102,7 @@ def list_rollups():
             if len(after) != 5 or not all(isinstance(part, str) for part in after):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
-            raise ValidationError(
-                "cursor is not one this server issued",
-                code="invalid_cursor",
-                details={"parameter": "cursor"},
-            ) from None
+            raise bad_cursor() from None
     query = RowQuery(
         domain=request.args.get("domain") or None,
         granularity=granularity,
