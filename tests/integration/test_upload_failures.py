@@ -226,7 +226,7 @@ def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
             == 200
         )
         assert upload.final(1, []).status_code == 200
-        assert upload.batch(0, [observation("192.0.2.99")]).status_code == 409
+        assert upload.batch(0, [observation("192.0.2.9")]).status_code == 409
     events = [
         (r.netmap_event, r.netmap_fields) for r in caplog.records if hasattr(r, "netmap_event")
     ]
