@@ -6,7 +6,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import request
+from flask import current_app, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import cursors
 from app.errors import ValidationError, truncate_text
@@ -17,13 +18,35 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 
 
+def request_body(*, cache: bool = True) -> bytes:
+    """The raw body, with the size limit holding for chunked bodies too.
+
+    Werkzeug reads a body without Content-Length (chunked, as gunicorn passes it)
+    only up to ``MAX_CONTENT_LENGTH`` and silently drops the rest, which would turn
+    an oversized body into a truncated one ("invalid JSON"); read one byte more
+    ourselves and answer 413 instead.
+    """
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    if request.content_length is None and limit and request.environ.get("wsgi.input_terminated"):
+        cached = request.environ.get("netmap.body")
+        if cached is not None:
+            return cached
+        data = request.environ["wsgi.input"].read(limit + 1)
+        if len(data) > limit:
+            raise RequestEntityTooLarge(f"request body is larger than {limit} bytes")
+        if cache:
+            request.environ["netmap.body"] = data
+        return data
+    return request.get_data(cache=cache)
+
+
 def json_body() -> dict[str, Any]:
     """The request's JSON object, or a 400 that says what is wrong with it."""
     if not request.is_json:
         raise ValidationError(
             "request body must be JSON (Content-Type: application/json)", code="invalid_json"
         )
-    body = decode_json(request.get_data(cache=True))
+    body = decode_json(request_body())
     # NUL and lone surrogates in names, passwords or reasons are refused here, once for
     # every JSON route, rather than failing later in the database driver.
     require_clean_json(body)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, g, jsonify, request
+from flask import Blueprint, g, jsonify
 
 from app.http import context
 from app.http.guards import current_scanner, require_scanner
+from app.http.requests import request_body
 from app.json_input import decode_json
 from app.result_ingest.service import handle_upload
 
@@ -15,7 +16,7 @@ blueprint = Blueprint("uploads", __name__, url_prefix="/api/scanner")
 @blueprint.post("/executions/<int:execution_id>/uploads")
 @require_scanner
 def upload(execution_id: int):
-    raw = decode_json(request.get_data(cache=False))
+    raw = decode_json(request_body(cache=False))
     result = handle_upload(
         settings=context.settings(),
         store=context.store(),
