@@ -82,6 +82,9 @@ def create_app(
         RATELIMIT_HEADERS_ENABLED=True,
     )
     app.extensions["netmap.settings"] = settings
+    from app import cursors
+
+    cursors.use_secret(settings.security.secret_key)
     if settings.security.trusted_proxy_count:
         n = settings.security.trusted_proxy_count
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
@@ -94,6 +97,9 @@ def create_app(
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)
+    from app.http.requests import check_query_parameters
+
+    app.before_request(check_query_parameters)
     from app.projection.metrics import register_outbox_metrics
 
     register_outbox_metrics()

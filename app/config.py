@@ -134,6 +134,13 @@ class ScanSettings:
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
     max_domain_length: int = spec(253, min=1, max=253)
+    # Special-use address classes a task (or a DNS follow-up task) may target; the others
+    # (by default link_local, multicast, broadcast, unspecified) are refused (SCN-7).
+    special_use_targets: tuple[str, ...] = spec(
+        ("loopback", "private"),
+        doc="allowed classes among loopback, private, link_local, multicast, broadcast, "
+        "unspecified",
+    )
 
 
 @dataclass(frozen=True)
@@ -427,6 +434,17 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )
     errors.extend(_traffic_checks(settings))
+    from app.scan_control.targets import SPECIAL_USE_CLASSES
+
+    for name in settings.scan.special_use_targets:
+        if name not in SPECIAL_USE_CLASSES:
+            errors.append(
+                ConfigProblem(
+                    "scan.special_use_targets",
+                    name,
+                    "must be one of " + ", ".join(SPECIAL_USE_CLASSES),
+                )
+            )
     tz = settings.traffic.timezone
     try:
         from app.timezones import parse_timezone

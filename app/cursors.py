@@ -1,25 +1,41 @@
 """Opaque keyset cursors for every paged list (tasks, executions, results, assets).
 
 A cursor is the position after the last row of a page plus whatever the first
-page computed once (the exact IP total of ING-10), encoded as URL-safe base64
-JSON. Both adapters use the same encoding, so a cursor names a position, not
-an adapter's internals. A cursor this code did not issue (or one for another
-kind of page) is rejected with a 400 ``invalid_cursor``.
+page computed once (the exact IP total of ING-10), as URL-safe JSON signed
+with the server's secret key (itsdangerous, one salt per kind of page). Both
+adapters use the same encoding, so a cursor names a position, not an adapter's
+internals. A cursor this server did not sign (forged, edited, truncated, or
+issued for another kind of page) is refused with a 400 ``invalid_cursor``
+before any of its values is looked at, so a forged position (a NaN, a scoped
+IPv6 address, a nested object where an id belongs) never reaches a query.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import secrets
 from typing import Any
+
+from itsdangerous import BadData, URLSafeSerializer
 
 from app.errors import ValidationError
 
+MAX_CURSOR_CHARS = 2048
+_secret: str | bytes = secrets.token_bytes(32)  # until the app configures its key
+
+
+def use_secret(secret: str | bytes) -> None:
+    """Sign cursors with ``secret`` (``[security] secret_key``, set once at start-up), so a
+    cursor issued by one web process is accepted by every other."""
+    global _secret
+    _secret = secret
+
+
+def _serializer(kind: str) -> URLSafeSerializer:
+    return URLSafeSerializer(_secret, salt=f"netmap.cursor.{kind}")
+
 
 def encode_cursor(kind: str, position: dict[str, Any]) -> str:
-    raw = json.dumps({**position, "_kind": kind}, separators=(",", ":"), sort_keys=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return _serializer(kind).dumps({**position, "_kind": kind})
 
 
 def bad_cursor() -> ValidationError:
@@ -36,9 +52,8 @@ def decode_cursor(kind: str, cursor: str | None) -> dict[str, Any] | None:
     if not cursor:
         return None
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+        value = _serializer(kind).loads(cursor) if len(cursor) <= MAX_CURSOR_CHARS else None
+    except (BadData, ValueError, UnicodeError, RecursionError):
         value = None
     if not isinstance(value, dict) or value.get("_kind") != kind:
         raise bad_cursor()

@@ -3,11 +3,46 @@
 Domain services raise these; the HTTP layer turns them into
 ``{"error": {"code", "message", "details"?}}`` with the status the class
 carries. Nothing else in the code base builds error responses by hand.
+
+An error body is always valid, small JSON whatever the request held: strings
+echoed back (a rejected value, a message quoting it) are cut to
+``MAX_ECHO_CHARS``, lists to ``MAX_ECHO_ITEMS``, and NaN/±Infinity become
+strings, which JSON has no literal for.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+MAX_ECHO_CHARS = 200
+MAX_MESSAGE_CHARS = 1000
+MAX_ECHO_ITEMS = 100
+MAX_ECHO_DEPTH = 8
+
+
+def truncate_text(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
+
+def safe_echo(value: Any, depth: int = 0) -> Any:
+    """``value`` made fit for an error body (short strings, finite numbers, bounded size)."""
+    if isinstance(value, str):
+        return truncate_text(value)
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if depth >= MAX_ECHO_DEPTH:
+        return "…"
+    if isinstance(value, dict):
+        items = list(value.items())[:MAX_ECHO_ITEMS]
+        return {truncate_text(str(k)): safe_echo(v, depth + 1) for k, v in items}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [safe_echo(v, depth + 1) for v in list(value)[:MAX_ECHO_ITEMS]]
+    return truncate_text(str(value))
 
 
 class ApiError(Exception):
@@ -30,9 +65,12 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        error: dict[str, Any] = {
+            "code": self.code,
+            "message": truncate_text(str(self.message), MAX_MESSAGE_CHARS),
+        }
         if self.details is not None:
-            error["details"] = self.details
+            error["details"] = safe_echo(self.details)
         return {"error": error}
 
 
@@ -59,6 +97,13 @@ class NotFound(ApiError):
 class Conflict(ApiError):
     status = 409
     code = "conflict"
+
+
+class Unprocessable(ApiError):
+    """Well-formed, but refused for what it contains; sending it again cannot succeed."""
+
+    status = 422
+    code = "unprocessable"
 
 
 class PayloadTooLarge(ApiError):

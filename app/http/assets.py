@@ -66,6 +66,15 @@ def _text_arg(name: str) -> str | None:
 
 def _address_args() -> tuple[str | None, str | None]:
     ip, cidr = _text_arg("ip"), _text_arg("cidr")
+    # A zone identifier (fe80::1%eth0) names an interface of the asking host, not an
+    # asset; Python parses it, PostgreSQL's inet does not.
+    for name, value in (("ip", ip), ("cidr", cidr)):
+        if value is not None and "%" in value:
+            raise ValidationError(
+                f"{name} must not carry an IPv6 zone identifier",
+                code="invalid_parameter",
+                details={"parameter": name},
+            )
     try:
         if ip is not None:
             ip = str(ipaddress.ip_address(ip))

@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
-import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import request
+from flask import current_app, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import cursors
-from app.errors import ValidationError
+from app.errors import ValidationError, truncate_text
+from app.json_input import decode_json, require_clean_json
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+
+
+def request_body(*, cache: bool = True) -> bytes:
+    """The raw body, with the size limit holding for chunked bodies too.
+
+    Werkzeug reads a body without Content-Length (chunked, as gunicorn passes it)
+    only up to ``MAX_CONTENT_LENGTH`` and silently drops the rest, which would turn
+    an oversized body into a truncated one ("invalid JSON"); read one byte more
+    ourselves and answer 413 instead.
+    """
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    if request.content_length is None and limit and request.environ.get("wsgi.input_terminated"):
+        cached = request.environ.get("netmap.body")
+        if cached is not None:
+            return cached
+        data = request.environ["wsgi.input"].read(limit + 1)
+        if len(data) > limit:
+            raise RequestEntityTooLarge(f"request body is larger than {limit} bytes")
+        if cache:
+            request.environ["netmap.body"] = data
+        return data
+    return request.get_data(cache=cache)
 
 
 def json_body() -> dict[str, Any]:
@@ -21,15 +46,33 @@ def json_body() -> dict[str, Any]:
         raise ValidationError(
             "request body must be JSON (Content-Type: application/json)", code="invalid_json"
         )
-    try:
-        body = json.loads(request.get_data(cache=True) or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValidationError(
-            f"request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+    body = decode_json(request_body())
+    # NUL and lone surrogates in names, passwords or reasons are refused here, once for
+    # every JSON route, rather than failing later in the database driver.
+    require_clean_json(body)
     if not isinstance(body, dict):
         raise ValidationError("request body must be a JSON object", code="invalid_json")
     return body
+
+
+def check_query_parameters() -> None:
+    """Before every request: no NUL or lone surrogate in query parameter names or values.
+
+    PostgreSQL text cannot hold NUL and a lone surrogate cannot be encoded as
+    UTF-8, so either would fail deep in a query; refusing them once here keeps
+    every route's parameters (``q``, ``service``, ``product``, ``domain`` …) safe.
+    """
+    for name, value in request.args.items(multi=True):
+        for text in (name, value):
+            problem = "NUL" if "\x00" in text else None
+            if problem is None and _SURROGATE.search(text):
+                problem = "a lone UTF-16 surrogate"
+            if problem:
+                raise ValidationError(
+                    f"query parameter {truncate_text(name, 64)!r} contains {problem}",
+                    code="invalid_parameter",
+                    details={"parameter": truncate_text(name, 64)},
+                )
 
 
 def page_limit(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -> int:
@@ -37,7 +80,7 @@ def page_limit(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = int(raw) if len(raw) <= 12 else 0
     except ValueError:
         value = 0
     if not 1 <= value <= maximum:
@@ -62,6 +105,8 @@ def int_arg(name: str, *, minimum: int | None = None, maximum: int | None = None
     if raw is None or raw == "":
         return None
     try:
+        if len(raw) > 20:
+            raise ValueError
         value = int(raw)
     except ValueError:
         raise ValidationError(
@@ -83,10 +128,13 @@ def datetime_arg(name: str) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        # 9999-12-31T23:59:59-23:59 parses but is no UTC instant: refuse it here rather
+        # than overflow in the driver.
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValidationError(
-            f"{name} must be an ISO 8601 timestamp such as 2026-11-30T06:00:00Z",
+            f"{name} must be an ISO 8601 timestamp such as 2026-11-30T06:00:00Z "
+            "(between years 1 and 9999 in UTC)",
             code="invalid_parameter",
             details={"parameter": name},
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)

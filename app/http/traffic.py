@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime
+from datetime import UTC, datetime
 
 from flask import Blueprint, current_app, jsonify, request
 
@@ -66,15 +66,17 @@ def _instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw)
-    except ValueError:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=calendar.tz)
+        # Edge dates (0001-01-01T00:00:00+14:00) parse but are no UTC instant.
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValidationError(
-            f"{name} must be a date (2026-08-01) or an ISO 8601 timestamp",
+            f"{name} must be a date (2026-08-01) or an ISO 8601 timestamp "
+            "(between years 1 and 9999 in UTC)",
             code="invalid_parameter",
             details={"parameter": name, "value": raw},
         ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=calendar.tz)
-    return value
 
 
 @blueprint.get("/rollups")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
+from flask import Blueprint, g, jsonify
 
-from flask import Blueprint, g, jsonify, request
-
-from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_scanner, require_scanner
+from app.http.requests import request_body
+from app.json_input import decode_json
 from app.result_ingest.service import handle_upload
 
 blueprint = Blueprint("uploads", __name__, url_prefix="/api/scanner")
@@ -17,10 +16,7 @@ blueprint = Blueprint("uploads", __name__, url_prefix="/api/scanner")
 @blueprint.post("/executions/<int:execution_id>/uploads")
 @require_scanner
 def upload(execution_id: int):
-    try:
-        raw = json.loads(request.get_data(cache=False) or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    raw = decode_json(request_body(cache=False))
     result = handle_upload(
         settings=context.settings(),
         store=context.store(),

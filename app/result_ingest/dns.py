@@ -5,6 +5,10 @@ answers are also written to ``scan_dns_answers`` in the confirming
 transaction, so the final of a ``dns`` execution can create the follow-up
 task from PostgreSQL alone: one child task (``parent_task_id`` set) scanning
 the distinct resolved addresses with the parent's ports and transports.
+The follow-up task obeys the same target rules as ``POST /api/tasks``:
+resolved addresses in a special-use class ``[scan] special_use_targets``
+refuses (a name resolving to 169.254.169.254, say) are kept as facts but not
+scanned (``DnsFollowUpTargetsRefused``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from app.config import ScanSettings
 from app.observability import emit
 from app.result_ingest.model import DnsRecordIn
 from app.scan_control.creation import TaskRequest, create_task
-from app.scan_control.targets import ParsedTargets
+from app.scan_control.targets import ParsedTargets, refused_special_use
 
 ADDRESS_TYPES = ("A", "AAAA")
 
@@ -81,7 +85,24 @@ def create_follow_up_task(
     parent = conn.execute(
         sa.text("SELECT name, ports, transports FROM scan_tasks WHERE id = :id"), {"id": task_id}
     ).one()
-    networks = [ipaddress.ip_network(a) for a in addresses]
+    networks = []
+    refused: dict[str, int] = {}
+    for address in addresses:
+        try:
+            network = ipaddress.ip_network(address)
+        except ValueError:
+            refused["not_an_address"] = refused.get("not_an_address", 0) + 1
+            continue
+        special = refused_special_use(network, limits.special_use_targets)
+        if special is not None:
+            refused[special] = refused.get(special, 0) + 1
+            continue
+        networks.append(network)
+    if refused:
+        emit("DnsFollowUpTargetsRefused", execution_id=execution_id, classes=refused)
+    if not networks:
+        emit("DnsFollowUpSkipped", execution_id=execution_id, reason="no scannable addresses")
+        return None
     if len(networks) > limits.max_addresses_per_task:
         emit(
             "DnsFollowUpTruncated",

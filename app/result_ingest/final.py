@@ -6,7 +6,10 @@ aggregated status, the analysis-queue row, the projection-outbox row (ports
 executions only: DNS-only results publish no endpoints), the DNS follow-up
 task and target freshness. The claim is re-checked under the execution row
 lock, so a scanner that lost its lease cannot finish an execution someone
-else now owns.
+else now owns. A copy of the final that arrives while the first copy is
+committing finds the final receipt confirmed under the lock and reports
+nothing saved (never ``lease_lost``: the execution succeeded with exactly
+this batch).
 """
 
 from __future__ import annotations
@@ -23,6 +26,23 @@ from app.scan_control.dispatch import aggregate_task_status
 from app.search.port import ExecutionCounts
 
 
+def final_already_confirmed(conn: Connection, execution_id: int, body: UploadBody) -> bool:
+    status = conn.execute(
+        sa.text(
+            "SELECT status FROM scan_upload_receipts WHERE execution_id = :e AND upload_id = :u "
+            "AND stream = :s AND batch_index = :b AND checksum = :c AND is_final"
+        ),
+        {
+            "e": execution_id,
+            "u": body.upload_id,
+            "s": body.stream,
+            "b": body.batch_index,
+            "c": body.checksum.lower(),
+        },
+    ).scalar()
+    return status == "confirmed"
+
+
 def commit_final(
     conn: Connection,
     *,
@@ -31,13 +51,17 @@ def commit_final(
     body: UploadBody,
     counts: ExecutionCounts,
     limits: ScanSettings,
-) -> ExecutionRow:
+) -> ExecutionRow | None:
+    """Finish the execution; None when a concurrent copy of this final already did."""
     with stage("final_lock_execution"):
         execution = lock_execution(conn, execution_id, scanner_id)
+        if final_already_confirmed(conn, execution_id, body):
+            return None
         if not execution.holds_claim(body.claim_token):
             raise lease_lost()
     with stage("receipt_confirm"):
-        confirm_batch(conn, execution_id=execution_id, body=body)
+        if not confirm_batch(conn, execution_id=execution_id, body=body):
+            return None
         dns.record_answers(conn, execution_id, list(body.dns_records))
     with stage("execution_stats"):
         conn.execute(

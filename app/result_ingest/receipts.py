@@ -13,9 +13,13 @@ receipt. Retries of the same identity are recognised here:
 * another checksum → 409 ``checksum_mismatch``.
 
 The main stream's final batch is accepted only when batches ``0..final-1`` are
-present, contiguous and all confirmed, and the DNS sidecar has nothing
-pending; inserting the final receipt reserves the final, after which new
-batches of that upload get 409 ``final_already_reserved``.
+present, contiguous and all confirmed, the DNS sidecar has nothing pending,
+and no batch of the execution is pending under any other upload id (a batch
+is all or nothing: facts of a batch that was never confirmed must not be
+counted by a final); inserting the final receipt reserves the final, after
+which new batches of the execution, under any upload id, get 409
+``final_already_reserved``. Those checks read ``scan_upload_stream`` (one row
+per upload and stream), never the receipts themselves.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from sqlalchemy.engine import Connection
 from app.errors import Conflict, NotFound, ValidationError
 from app.observability import emit
 from app.result_ingest.model import UploadBody
+from app.result_ingest.scope import check_scope
 from app.search.port import StorageScope
 
 
@@ -48,6 +53,8 @@ class ExecutionRow:
     started_at: datetime | None
     targets: list[str]
     parent_task_id: int | None
+    ports: str = ""
+    transports: tuple[str, ...] = ()
 
     def holds_claim(self, token: UUID) -> bool:
         return self.status == "running" and self.claim_token == token and self.lease_valid
@@ -91,7 +98,7 @@ def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> Exec
             """
             SELECT e.id, e.task_id, t.owner_id, e.kind, e.status, e.scanner_id, e.claim_token,
                    (e.lease_expires_at IS NOT NULL AND e.lease_expires_at > now()) AS lease_valid,
-                   e.started_at, e.targets, t.parent_task_id
+                   e.started_at, e.targets, t.parent_task_id, e.ports, e.transports
             FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
             WHERE e.id = :id
             FOR UPDATE OF e
@@ -113,6 +120,8 @@ def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> Exec
         started_at=row.started_at,
         targets=list(row.targets),
         parent_task_id=row.parent_task_id,
+        ports=row.ports,
+        transports=tuple(row.transports),
     )
 
 
@@ -239,6 +248,52 @@ def _check_new_batch(body: UploadBody, streams: dict[str, StreamState]) -> None:
             )
 
 
+def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -> None:
+    """409 when another upload of the execution has reserved its final (for any new batch)
+    or, for a final, still has a pending batch."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT upload_id, stream, pending_count, final_count, final_batch "
+            "FROM scan_upload_stream WHERE execution_id = :e AND upload_id <> :u "
+            "AND (final_count > 0 OR pending_count > 0) ORDER BY upload_id, stream LIMIT 10"
+        ),
+        {"e": execution_id, "u": body.upload_id},
+    ).all()
+    final = next((r for r in rows if r.final_count), None)
+    if final is not None:
+        raise Conflict(
+            f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
+            code="final_already_reserved",
+            details={"upload_id": final.upload_id, "final_batch": final.final_batch},
+        )
+    pending = [r for r in rows if r.pending_count]
+    if body.is_final and pending:
+        raise Conflict(
+            "another upload of this execution has a batch that is not confirmed yet; "
+            "the final waits until it is confirmed",
+            code="batch_gap",
+            details={
+                "pending_uploads": [
+                    {"upload_id": r.upload_id, "stream": r.stream, "pending": r.pending_count}
+                    for r in pending
+                ]
+            },
+        )
+
+
+def earlier_aliases(conn: Connection, execution_id: int) -> list[str]:
+    """CNAME targets this DNS execution already confirmed (names it may now report)."""
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT DISTINCT value FROM scan_dns_answers "
+                "WHERE execution_id = :e AND type = 'CNAME'"
+            ),
+            {"e": execution_id},
+        ).scalars()
+    )
+
+
 def collect_final_scope(
     conn: Connection, execution_id: int, current_months: tuple[str, ...]
 ) -> StorageScope:
@@ -281,6 +336,18 @@ def reserve_batch(
 ) -> Reservation:
     execution = lock_execution(conn, execution_id, scanner_id)
     check_stream_rules(execution, body)
+    check_scope(
+        kind=execution.kind,
+        targets=execution.targets,
+        ports=execution.ports,
+        transports=list(execution.transports),
+        body=body,
+        earlier_aliases=(
+            earlier_aliases(conn, execution_id)
+            if execution.kind == "dns" and body.dns_records
+            else ()
+        ),
+    )
     key = {
         "e": execution_id,
         "u": body.upload_id,
@@ -328,6 +395,7 @@ def reserve_batch(
     streams, repaired = read_streams(conn, execution_id, body.upload_id)
     try:
         _check_new_batch(body, streams)
+        check_other_uploads(conn, execution_id, body)
     except Conflict as exc:
         if repaired:
             return Reservation("rejected", execution, error=exc)

@@ -10,7 +10,16 @@
    ONE transaction for everything that finishes the execution.
 
 The response (``saved``) is computed only after the last commit returned its
-connection. Every stage is timed (``ScanWriteStageCompleted``) inside the
+connection.
+
+Store failures are told apart (ING-14): a condition of the store (unreachable,
+429, 5xx, timeouts, pool timeout) is a 503 with ``Retry-After`` and the batch
+is retried as it is; a refusal of the content (an item the store rejects for
+what it is, a 4xx answer, a PostgreSQL data error) is a 422 ``store_refused``
+naming the items, because retrying the same batch can never succeed. The
+refused batch's receipt stays ``pending``, so no final of the execution can
+complete and nothing of it is counted: the scanner stops retrying and reports
+the execution failed. Every stage is timed (``ScanWriteStageCompleted``) inside the
 upload span, and a stage left by an error logs ``success=false``.
 """
 
@@ -22,7 +31,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db import transaction
-from app.errors import PayloadTooLarge, Unavailable, ValidationError
+from app.errors import PayloadTooLarge, Unavailable, Unprocessable, ValidationError
 from app.observability import UPLOAD_SECONDS, add_span_attrs, emit, span, stage
 from app.result_ingest import dns
 from app.result_ingest.enrichment import (
@@ -37,12 +46,14 @@ from app.result_ingest.model import UploadBody, parse_upload
 from app.result_ingest.receipts import confirm_batch, reserve_batch
 from app.search.documents import month_of
 from app.search.port import (
+    BulkWriteError,
     ExecutionCounts,
     OperationTooLarge,
     RequestLineTooLong,
     SearchStore,
     StorageScope,
     StoreError,
+    StoreRefused,
 )
 
 
@@ -76,7 +87,16 @@ def handle_upload(
     return result
 
 
-def _store_call(name: str, call):
+def _refused(message: str, items: list[dict[str, Any]]) -> Unprocessable:
+    return Unprocessable(
+        f"the search store refused this batch ({message[:200]}); it cannot be stored as it "
+        "is — do not retry it, report the execution failed",
+        code="store_refused",
+        details={"items": items[:100]},
+    )
+
+
+def _store_call(name: str, call, items_by_id: dict[str, dict[str, Any]] | None = None):
     """Run one store call inside its stage, mapping store failures to API errors."""
     with stage(name):
         try:
@@ -85,15 +105,44 @@ def _store_call(name: str, call):
             raise PayloadTooLarge(str(exc), code="operation_too_large") from None
         except RequestLineTooLong as exc:
             raise ValidationError(str(exc), code="request_line_too_long") from None
-        except StoreError as exc:
-            emit(
-                "ScanStoreWriteFailed", stage=name, error=type(exc).__name__, message=str(exc)[:300]
-            )
-            raise Unavailable(
-                "the search store did not accept the batch; retry with the same batch",
-                code="store_unavailable",
-                retry_after=getattr(exc, "retry_after", None) or 5,
+        except BulkWriteError as exc:
+            permanent = exc.permanent_failures
+            if not permanent:
+                raise _unavailable(name, exc) from None
+            emit("ScanStoreWriteRefused", stage=name, items=len(permanent))
+            raise _refused(
+                str(exc),
+                [
+                    {
+                        **(items_by_id or {}).get(item.id, {"id": item.id}),
+                        "status": item.status,
+                        "error": item.error_type,
+                        "message": (item.error_reason or "")[:300],
+                    }
+                    for item in permanent
+                ],
             ) from None
+        except StoreRefused as exc:
+            emit("ScanStoreWriteRefused", stage=name, items=0)
+            raise _refused(str(exc), []) from None
+        except StoreError as exc:
+            raise _unavailable(name, exc) from None
+
+
+def _unavailable(name: str, exc: StoreError) -> Unavailable:
+    emit("ScanStoreWriteFailed", stage=name, error=type(exc).__name__, message=str(exc)[:300])
+    return Unavailable(
+        "the search store did not accept the batch; retry with the same batch",
+        code="store_unavailable",
+        retry_after=getattr(exc, "retry_after", None) or 5,
+    )
+
+
+def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
+    """Fact positions run over the observations, then the DNS records."""
+    if position < len(body.observations):
+        return {"list": "observations", "index": position}
+    return {"list": "dns_records", "index": position - len(body.observations)}
 
 
 def _handle(
@@ -146,11 +195,25 @@ def _handle(
     facts = fact_documents(context, body, normalised)
     endpoints = endpoint_documents(context, normalised, (o.observed_at for o in body.observations))
     if facts:
-        _store_call("store_facts", lambda: store.write_facts(facts).raise_for_failures())
+        _store_call(
+            "store_facts",
+            lambda: store.write_facts(facts).raise_for_failures(),
+            {doc.id: _item_of_position(body, p) for p, doc in enumerate(facts)},
+        )
     if endpoints:
+        first_index: dict[tuple[str, int, str], int] = {}
+        for index, values in enumerate(normalised):
+            first_index.setdefault((values["ip"], values["port"], values["transport"]), index)
         _store_call(
             "store_execution_endpoints",
             lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
+            {
+                doc.id: {
+                    "list": "observations",
+                    "index": first_index.get((doc.ip, doc.port, doc.transport)),
+                }
+                for doc in endpoints
+            },
         )
 
     kind = upload_kind(body, execution.kind)
@@ -179,7 +242,7 @@ def _handle(
     else:
         counts = _store_call("count", lambda: store.count(scope, execution_id))
     with stage("final_commit"), transaction("final_commit") as conn:
-        commit_final(
+        finished = commit_final(
             conn,
             execution_id=execution_id,
             scanner_id=scanner_id,
@@ -187,6 +250,9 @@ def _handle(
             counts=counts,
             limits=settings.scan,
         )
+    if finished is None:
+        emit("ScanUploadAlreadyConfirmed")
+        return UploadResult(saved=0, kind="confirmed_retry")
     emit(
         "ScanExecutionSucceeded",
         observations=counts.observations,

@@ -5,6 +5,15 @@ with UTS #46 mapping, RFC 1123 labels). Everything is normalised (compressed
 IPv6, lower-case A-labels, no trailing dot) so equal targets compare equal, and
 every bad entry is reported at once with its index and the reason, rather than
 stopping at the first.
+
+Special-use addresses (SCN-7) follow ``[scan] special_use_targets``: the
+classes listed there may be targeted, the others are refused — for task
+targets and for the addresses a DNS task turns into its follow-up task alike.
+By default loopback and private ranges (labs, internal networks) are allowed
+and link-local (where cloud metadata services live, 169.254.169.254),
+multicast, broadcast and unspecified addresses are refused. A network is
+refused when it overlaps a refused range; an IPv4-mapped IPv6 address is
+judged by its IPv4 address.
 """
 
 from __future__ import annotations
@@ -25,6 +34,49 @@ _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _PORT_ITEM = re.compile(r"^\s*(\d{1,5})\s*(?:-\s*(\d{1,5})\s*)?$")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Each class with the ranges that make it up (IANA special-purpose registries).
+SPECIAL_USE_RANGES: dict[str, tuple[IPNetwork, ...]] = {
+    name: tuple(ipaddress.ip_network(n) for n in networks)
+    for name, networks in {
+        "loopback": ("127.0.0.0/8", "::1/128"),
+        "private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+        "link_local": ("169.254.0.0/16", "fe80::/10"),
+        "multicast": ("224.0.0.0/4", "ff00::/8"),
+        "broadcast": ("255.255.255.255/32",),
+        "unspecified": ("0.0.0.0/8", "::/128"),
+    }.items()
+}
+SPECIAL_USE_CLASSES = tuple(SPECIAL_USE_RANGES)
+
+
+def _mapped_v4(network: IPNetwork) -> IPNetwork:
+    """``::ffff:a.b.c.d/n`` judged as the IPv4 network it maps."""
+    if network.version == 6 and network.prefixlen >= 96:
+        mapped = network.network_address.ipv4_mapped
+        if mapped is not None:
+            return ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}", strict=False)
+    return network
+
+
+def refused_special_use(network: IPNetwork, allowed: Iterable[str]) -> str | None:
+    """The special-use class ``network`` touches that ``allowed`` does not list, or None."""
+    allowed = set(allowed)
+    candidate = _mapped_v4(network)
+    for name, ranges in SPECIAL_USE_RANGES.items():
+        if name in allowed:
+            continue
+        for special in ranges:
+            if special.version == candidate.version and candidate.overlaps(special):
+                return name
+    return None
+
+
+def special_use_reason(name: str) -> str:
+    return (
+        f"{name.replace('_', '-')} addresses are not scannable targets here "
+        "([scan] special_use_targets)"
+    )
 
 
 @dataclass(frozen=True)
@@ -158,6 +210,9 @@ def parse_targets(raw: Any, limits: ScanSettings) -> tuple[ParsedTargets, list[P
         try:
             if _looks_like_ip(text):
                 network = _parse_address_or_network(text)
+                refused = refused_special_use(network, limits.special_use_targets)
+                if refused is not None:
+                    raise ValueError(special_use_reason(refused))
                 key = target_text(network)
                 if key not in seen:
                     seen.add(key)

@@ -39,7 +39,7 @@ from app.search.port import (
     BulkItemResult,
     BulkResult,
     OperationTooLarge,
-    StoreError,
+    StoreRefused,
     StoreUnavailable,
 )
 
@@ -253,7 +253,7 @@ class BulkSender:
             except ApiError as exc:
                 if exc.meta.status in RETRYABLE_STATUSES:
                     return exc
-                raise StoreError(
+                raise StoreRefused(
                     f"bulk request rejected with {exc.meta.status}: {exc.message}"
                 ) from exc
             except TransportError as exc:  # connection refused/reset, timeout

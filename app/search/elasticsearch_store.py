@@ -65,6 +65,7 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
     StoreError,
+    StoreRefused,
     StoreUnavailable,
 )
 from app.search.query_values import query_cidr, query_ip
@@ -506,7 +507,7 @@ def _store_error(exc: ApiError, what: str) -> StoreError:
     if status in (401, 403, 404, 408, 429) or status >= 500:
         # Retry later (or fix credentials / run ensure_schema): not the caller's bug.
         return StoreUnavailable(message)
-    return StoreError(message)
+    return StoreRefused(message)
 
 
 def _check_shards(answer: dict[str, Any], what: str) -> None:

@@ -8,6 +8,9 @@ calling into the store (DESIGN rule 1).
 Failure contract:
 * transport-level trouble (cluster unreachable, retries exhausted) raises
   ``StoreUnavailable``;
+* a request the store refuses for what it contains (an Elasticsearch 4xx
+  other than 408/429, a PostgreSQL data or constraint error) raises
+  ``StoreRefused``: retrying the same request cannot succeed;
 * writes return a ``BulkResult`` listing every item; callers decide with
   ``result.raise_for_failures()``, which raises ``BulkWriteError`` carrying the
   failed items (429 items are retryable, others are not blindly retried);
@@ -46,6 +49,10 @@ class StoreUnavailable(StoreError):
         self.retry_after = retry_after
 
 
+class StoreRefused(StoreError):
+    """The store refused the request for its content; the same request will fail again."""
+
+
 class OperationTooLarge(StoreError):
     def __init__(self, document_id: str, size: int, limit: int):
         super().__init__(f"operation for {document_id} is {size} bytes; the limit is {limit}")
@@ -76,6 +83,12 @@ class BulkItemResult:
     @property
     def retryable(self) -> bool:
         return self.status == 429
+
+    @property
+    def permanent(self) -> bool:
+        """Refused for its content (mapping error, invalid document): retrying cannot help.
+        429, 408, a version conflict (409) and 5xx are conditions of the store, not the item."""
+        return 400 <= self.status < 500 and self.status not in (408, 409, 429)
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,10 @@ class BulkWriteError(StoreError):
     @property
     def retryable(self) -> bool:
         return all(item.retryable for item in self.result.failed)
+
+    @property
+    def permanent_failures(self) -> tuple[BulkItemResult, ...]:
+        return tuple(item for item in self.result.failed if item.permanent)
 
 
 @dataclass(frozen=True)

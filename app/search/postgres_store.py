@@ -68,6 +68,7 @@ from app.search.port import (
     PagePublishResult,
     ResultsPage,
     StorageScope,
+    StoreRefused,
     StoreUnavailable,
 )
 
@@ -409,6 +410,14 @@ class PostgresStore:
                 if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
                     raise StoreUnavailable(
                         f"PostgreSQL search store unavailable: {type(exc.orig).__name__}"
+                    ) from exc
+                if isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError):
+                    # The rows themselves are refused (class 22/23): the same write fails
+                    # again, so this is no outage to retry (only the class name is kept:
+                    # the statement's parameters are observation content).
+                    raise StoreRefused(
+                        f"PostgreSQL search store refused the rows: {type(exc.orig).__name__} "
+                        f"(SQLSTATE {sqlstate})"
                     ) from exc
                 raise
         raise AssertionError("unreachable")

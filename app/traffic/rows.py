@@ -88,7 +88,10 @@ def _instant(row: dict, name: str) -> datetime:
         ) from None
     if parsed.tzinfo is None:
         raise _RowProblem(name, "must carry a UTC offset or Z")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise _RowProblem(name, "is outside the range of UTC timestamps") from None
 
 
 def _record(row: Any) -> RollupRecord:

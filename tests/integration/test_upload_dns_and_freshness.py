@@ -82,7 +82,7 @@ def test_dns_execution_without_answers_has_no_follow_up(api):
 
 def test_dns_sidecar_batches_are_sparse_inside_the_confirmed_range(api):
     user, scanner = api.user(), api.scanner()
-    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80"})
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80-82"})
     upload = claim(scanner)
     sidecar = [dns_record("host.example", "192.0.2.1", type="A")]
     early = upload.batch(0, [], dns_records=sidecar, stream="dns")

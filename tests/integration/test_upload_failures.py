@@ -31,7 +31,7 @@ def test_no_connection_is_held_during_store_io(tmp_path, database_url):
         app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80")
+        make_task(user, ports="80,443")
         upload = claim(scanner)
         store = install(app)
         entered, release = threading.Event(), threading.Event()
@@ -63,7 +63,7 @@ def test_no_connection_is_held_during_store_io(tmp_path, database_url):
 
 def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     store = install(api.app)
 
@@ -85,7 +85,7 @@ def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
 
 def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     with transaction() as conn:
         conn.execute(
@@ -120,7 +120,7 @@ def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
 
 def test_final_store_failure_keeps_the_final_reserved_until_the_retry(api):
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     store = install(api.app)
@@ -151,8 +151,8 @@ def test_final_scope_covers_every_month_and_an_empty_execution_sends_no_count(
     settings = make_settings(database_url, tmp_path, ingest={"observed_at_max_age_days": 400})
     api = Api(create_app(settings, engine=engine, modules="off"))
     user, scanner = api.user(), api.scanner()
-    make_task(user, targets=("192.0.2.0/28",), ports="80")
-    make_task(user, targets=("198.51.100.0/28",), ports="80")
+    make_task(user, targets=("192.0.2.0/28",), ports="80,443")
+    make_task(user, targets=("198.51.100.0/28",), ports="80,443")
     store = install(api.app)
     upload = claim(scanner)
     now = datetime.now(UTC)
@@ -190,7 +190,7 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
         app = create_app(settings, engine=engine, modules="off")
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80")
+        make_task(user, ports="80,443")
         upload = claim(scanner)
         body = upload_body(upload.token, 0, [observation("192.0.2.1")])
         # Take the only pooled connection inside the upload, once the store writes are done,
@@ -216,7 +216,7 @@ def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url
 
 def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     with caplog.at_level(logging.INFO, logger="netmap.events"):
         assert (
@@ -226,7 +226,7 @@ def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
             == 200
         )
         assert upload.final(1, []).status_code == 200
-        assert upload.batch(0, [observation("192.0.2.99")]).status_code == 409
+        assert upload.batch(0, [observation("192.0.2.9")]).status_code == 409
     events = [
         (r.netmap_event, r.netmap_fields) for r in caplog.records if hasattr(r, "netmap_event")
     ]
@@ -319,7 +319,7 @@ fuzz_bodies = st.fixed_dictionaries(
 def test_fuzzed_bodies_never_cause_a_500_or_a_partial_write(api, body):
     if not hasattr(api, "_fuzz"):
         user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80")
+        make_task(user, ports="80,443")
         api._fuzz = claim(scanner)
     upload = api._fuzz
     if body.get("claim_token") == "x":
@@ -333,7 +333,7 @@ def test_fuzzed_bodies_never_cause_a_500_or_a_partial_write(api, body):
 
 def test_legacy_receipts_without_storage_references_use_the_full_history_scope(api, caplog):
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     # A receipt written before storage references existed (or migrated history).

@@ -143,7 +143,7 @@ def test_receipt_identity_fields_are_immutable(api):
 
 def test_deleted_receipts_mark_the_stream_dirty_and_the_next_upload_repairs_only_it(api):
     user, scanner = api.user(), api.scanner()
-    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80"})
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80-82"})
     upload = claim(scanner)
     for index in range(3):
         assert upload.batch(index, [observation("192.0.2.1", 80 + index)]).status_code == 200

@@ -63,7 +63,7 @@ def es_api(simulator, database_url, tmp_path, engine):
 def test_final_refreshes_and_counts_exactly_the_execution_months(simulator, es_api):
     api, prefix = es_api
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="22,80,443")
     upload = claim(scanner)
     now = datetime.now(UTC)
     earlier = now - timedelta(days=40)
@@ -108,7 +108,7 @@ def _execution_counts():
 def test_an_empty_execution_sends_no_count(simulator, es_api):
     api, prefix = es_api
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     before = len(simulator.requests)
     assert upload.final(0, []).status_code == 200
@@ -120,7 +120,7 @@ def test_an_empty_execution_sends_no_count(simulator, es_api):
 def test_refresh_failure_keeps_the_final_pending_until_the_retry(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
     simulator.inject(Fault("status", endpoint="_refresh", status=500, times=10))
@@ -139,21 +139,22 @@ def test_refresh_failure_keeps_the_final_pending_until_the_retry(simulator, es_a
 def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     simulator.inject(
         Fault(
             "item_status",
             endpoint="_bulk",
             every_nth_item=1,
-            status=400,
-            error_type="mapper_parsing_exception",
+            status=503,
+            error_type="unavailable_shards_exception",
             times=1,
         )
     )
     failed = upload.batch(0, [observation("192.0.2.1"), observation("192.0.2.2")])
     assert failed.status_code == 503
     assert failed.get_json()["error"]["code"] == "store_unavailable"
+    assert failed.headers["Retry-After"] == "5"
     assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
     retried = upload.post(upload.sent[-1])
     assert retried.status_code == 200 and retried.get_json()["saved"] == 2
@@ -161,10 +162,67 @@ def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
     assert _execution_counts() == ("succeeded", 2, 2, 2)
 
 
+def test_an_item_mapping_error_is_a_422_naming_the_item_and_blocks_the_final(
+    simulator, es_api
+):
+    api, _prefix = es_api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    simulator.inject(
+        Fault(
+            "item_status",
+            endpoint="_bulk",
+            every_nth_item=2,
+            status=400,
+            error_type="mapper_parsing_exception",
+            times=1,
+        )
+    )
+    refused = upload.batch(0, [observation("192.0.2.1"), observation("192.0.2.2")])
+    assert refused.status_code == 422, refused.get_json()
+    error = refused.get_json()["error"]
+    assert error["code"] == "store_refused" and "Retry-After" not in refused.headers
+    (item,) = error["details"]["items"]
+    assert (item["list"], item["index"], item["error"]) == (
+        "observations",
+        1,
+        "mapper_parsing_exception",
+    )
+    # The refused batch is never confirmed, so no final of the execution counts it.
+    assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
+    final = upload.final(0, [], upload_id="upload-2")
+    assert final.status_code == 409 and final.get_json()["error"]["code"] == "batch_gap"
+    assert scalar("SELECT status FROM scan_executions") == "running"
+
+
+def test_a_bulk_request_refused_with_400_is_a_422(simulator, es_api):
+    api, _prefix = es_api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    simulator.inject(Fault("status", endpoint="_bulk", status=400, times=1))
+    refused = upload.batch(0, [observation("192.0.2.1")])
+    assert refused.status_code == 422
+    assert refused.get_json()["error"]["code"] == "store_refused"
+
+
+def test_a_bulk_request_answered_503_stays_retryable(simulator, es_api):
+    api, _prefix = es_api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    simulator.inject(Fault("status", endpoint="_bulk", status=503, times=20))
+    failed = upload.batch(0, [observation("192.0.2.1")])
+    assert failed.status_code == 503 and failed.headers["Retry-After"]
+    simulator.clear_faults()
+    assert upload.post(upload.sent[-1]).get_json()["saved"] == 1
+
+
 def test_throttled_bulk_requests_are_retried_within_the_budget(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80")
+    make_task(user, ports="80,443")
     upload = claim(scanner)
     simulator.inject(Fault("status", endpoint="_bulk", status=429, times=1))
     response = upload.batch(0, [observation("192.0.2.1")])
@@ -183,7 +241,7 @@ def test_no_connection_is_held_while_elasticsearch_is_slow(simulator, database_u
     try:
         api = Api(app)
         user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80")
+        make_task(user, ports="80,443")
         upload = claim(scanner)
         # Create the indices first so the slow request is the bulk write itself.
         assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200

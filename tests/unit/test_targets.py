@@ -18,14 +18,17 @@ from app.scan_control.targets import (
     parse_ports,
     parse_targets,
     parse_transports,
+    SPECIAL_USE_CLASSES,
 )
 
 LIMITS = ScanSettings()
+# The parsing properties hold for every address; the special-use policy is tested apart.
+EVERY_CLASS = ScanSettings(special_use_targets=SPECIAL_USE_CLASSES)
 
 
 @given(st.ip_addresses())
 def test_any_address_parses_to_its_canonical_form(address):
-    parsed, problems = parse_targets([str(address)], LIMITS)
+    parsed, problems = parse_targets([str(address)], EVERY_CLASS)
     assert problems == []
     assert parsed.normalised == [str(address)]
     assert parsed.address_count == 1
@@ -34,7 +37,7 @@ def test_any_address_parses_to_its_canonical_form(address):
 @given(st.ip_addresses(v=6))
 def test_ipv6_in_any_spelling_normalises_to_compressed(address):
     exploded = address.exploded.upper()
-    parsed, problems = parse_targets([exploded], LIMITS)
+    parsed, problems = parse_targets([exploded], EVERY_CLASS)
     assert problems == []
     assert parsed.normalised == [address.compressed]
 
@@ -42,7 +45,7 @@ def test_ipv6_in_any_spelling_normalises_to_compressed(address):
 @given(st.ip_addresses(v=4), st.integers(min_value=16, max_value=32))
 def test_ipv4_networks_match_the_ipaddress_module(address, prefix):
     network = ipaddress.ip_network(f"{address}/{prefix}", strict=False)
-    parsed, problems = parse_targets([str(network)], LIMITS)
+    parsed, problems = parse_targets([str(network)], EVERY_CLASS)
     assert problems == []
     expected = str(network.network_address) if prefix == 32 else str(network)
     assert parsed.normalised == [expected]
@@ -235,7 +238,7 @@ def test_unknown_task_fields_are_rejected():
 @settings(max_examples=60, deadline=None)
 def test_plan_covers_every_address_once_within_the_chunk_size(entries, chunk):
     networks = sorted({str(ipaddress.ip_network(f"{a}/{p}", strict=False)) for a, p in entries})
-    parsed, problems = parse_targets(networks, LIMITS)
+    parsed, problems = parse_targets(networks, EVERY_CLASS)
     assert problems == []
     planned = plan_executions(parsed, chunk)
     assert all(e.kind == "ports" for e in planned)
@@ -253,3 +256,53 @@ def test_domains_get_dns_executions():
         ("ports", ("192.0.2.1",)),
         ("dns", ("example.com", "example.org")),
     ]
+
+
+# --- special-use addresses ([scan] special_use_targets, SCN-7) ---------------------------
+
+REFUSED_BY_DEFAULT = {
+    "link_local": ["169.254.169.254", "fe80::1", "169.254.0.0/16", "::ffff:169.254.169.254"],
+    "multicast": ["224.0.0.1", "ff02::1", "239.0.0.0/16"],
+    "broadcast": ["255.255.255.255"],
+    "unspecified": ["0.0.0.0", "::"],
+}
+ALLOWED_BY_DEFAULT = {
+    "loopback": ["127.0.0.1", "::1", "127.0.0.0/16"],
+    "private": ["10.1.2.3", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.1", "fd00::1"],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [(name, t) for name, targets in REFUSED_BY_DEFAULT.items() for t in targets],
+)
+def test_special_use_classes_refused_by_default(name, target):
+    _, problems = parse_targets([target], LIMITS)
+    assert len(problems) == 1 and problems[0].index == 0
+    assert name.replace("_", "-") in problems[0].reason
+    # Listing the class in the policy allows it.
+    allowed = ScanSettings(special_use_targets=("loopback", "private", name))
+    assert parse_targets([target], allowed)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [(name, t) for name, targets in ALLOWED_BY_DEFAULT.items() for t in targets],
+)
+def test_loopback_and_private_are_allowed_by_default_and_can_be_refused(name, target):
+    assert parse_targets([target], LIMITS)[1] == []
+    strict = ScanSettings(special_use_targets=())
+    problems = parse_targets([target], strict)[1]
+    assert problems and name in problems[0].reason
+
+
+def test_a_network_overlapping_a_refused_range_is_refused():
+    _, problems = parse_targets(["169.254.0.0/15", "0.0.0.0/1"], LIMITS)
+    assert [p.index for p in problems] == [0, 1]
+
+
+def test_an_unknown_special_use_class_is_a_config_error():
+    from app.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match="scan.special_use_targets = 'lan'"):
+        load_settings(env={}, overrides={"scan": {"special_use_targets": ["lan"]}})

@@ -1,0 +1,114 @@
+"""Decoding untrusted JSON request bodies into values the rest of the code can hold (FND-7).
+
+Python's ``json`` module accepts more than the stores and the database do: the
+literals ``NaN``/``Infinity`` (and ``1e999``, which becomes infinity), lone
+UTF-16 surrogates written as ``\\ud800`` escapes (which cannot be encoded as
+UTF-8 later), NUL characters (which PostgreSQL text and jsonb refuse) and
+nesting deep enough to exhaust the interpreter's recursion limit. Every JSON
+body goes through :func:`decode_json` and :func:`check_json_values`, so each of
+these is a 400 naming where it is, before any route looks at the value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from app.errors import ValidationError
+
+MAX_JSON_DEPTH = 32
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def decode_json(data: bytes) -> Any:
+    """The decoded body; a 400 ``invalid_json`` for anything that is not strict JSON."""
+    try:
+        return json.loads(
+            data or b"null", parse_constant=_refuse_constant, parse_float=_finite_float
+        )
+    except RecursionError:
+        raise ValidationError(
+            f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+            code="invalid_json",
+            details={"max_depth": MAX_JSON_DEPTH},
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationError(
+            f"request body is not valid JSON: {str(exc)[:200]}", code="invalid_json"
+        ) from None
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path) or "(body)"
+
+
+def check_json_values(
+    value: Any, *, allow_nul: bool = False, max_depth: int = MAX_JSON_DEPTH
+) -> list[dict[str, Any]]:
+    """Problems (``{"path": (...), "message"}``) with depth, numbers and strings in ``value``.
+
+    Iterative on purpose: a recursive walk is what fails on deep input.
+    ``allow_nul`` is for callers that escape NUL themselves (uploads).
+    """
+    problems: list[dict[str, Any]] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack and len(problems) < 100:
+        item, path = stack.pop()
+        if len(path) > max_depth:
+            problems.append({"path": path[: max_depth + 1], "message": "nested too deeply"})
+            continue
+        if isinstance(item, str):
+            message = _string_problem(item, allow_nul)
+            if message:
+                problems.append({"path": path, "message": message})
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                problems.append({"path": path, "message": "NaN and Infinity are not JSON numbers"})
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                message = _string_problem(str(key), allow_nul)
+                if message:
+                    problems.append({"path": (*path, "(key)"), "message": message})
+                stack.append((child, (*path, key)))
+        elif isinstance(item, list):
+            for index, child in enumerate(item):
+                stack.append((child, (*path, index)))
+    problems.sort(key=lambda p: [str(x) for x in p["path"]])
+    return problems
+
+
+def _string_problem(text: str, allow_nul: bool) -> str | None:
+    if _SURROGATE.search(text):
+        return "contains a lone UTF-16 surrogate (not valid Unicode text)"
+    if not allow_nul and "\x00" in text:
+        return "must not contain a NUL character"
+    return None
+
+
+def require_clean_json(value: Any, *, allow_nul: bool = False) -> None:
+    """Raise the 400 for the first problems :func:`check_json_values` finds."""
+    problems = check_json_values(value, allow_nul=allow_nul)
+    if problems:
+        first = problems[0]
+        raise ValidationError(
+            f"{_path_text(first['path'])}: {first['message']}",
+            code="invalid_json",
+            details={
+                "items": [
+                    {"field": _path_text(p["path"]), "message": p["message"]} for p in problems[:20]
+                ]
+            },
+        )
