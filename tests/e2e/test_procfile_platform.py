@@ -128,11 +128,11 @@ def test_procfile_release_web_and_worker_on_a_platform(tmp_path, scratch_databas
             if processes.process.poll() is not None:
                 raise AssertionError(processes.stdout()[-4000:])
             try:
-                return requests.get(base + "/readyz", timeout=2).status_code == 200
-            except requests.ConnectionError:
+                return requests.get(base + "/readyz", timeout=10).status_code == 200
+            except requests.RequestException:  # not listening yet, or a worker still booting
                 return False
 
-        wait_for(ready, 90, "/readyz on $PORT")
+        wait_for(ready, 120, "/readyz on $PORT")
         started = _events(processes.stdout(), "WebServerStarting")
         assert started, processes.stdout()[-3000:]
         assert started[0]["bind"] == f"127.0.0.1:{port}"
@@ -185,8 +185,16 @@ def test_procfile_release_web_and_worker_on_a_platform(tmp_path, scratch_databas
             ("192.0.2.7", 443, execution["id"])
         ]
 
+        # Several workers answer these; /metrics (from any one worker) counts them all.
+        assert started[0]["workers"] >= 2 and started[0]["metrics_dir_created"] is True
+        for _ in range(12):
+            assert requests.get(base + "/healthz", timeout=10).status_code == 200
         metrics = requests.get(base + "/metrics", timeout=10)
         assert metrics.status_code == 200
+        assert (
+            'netmap_http_request_duration_seconds_count{method="GET",route="/healthz",'
+            'status="2xx"} 12.0'
+        ) in metrics.text
 
         children = psutil.Process(processes.pid).children(recursive=True)
         assert children
