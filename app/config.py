@@ -519,9 +519,9 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
             )
     storage = settings.security.ratelimit_storage_uri
     if storage.startswith(("redis://", "rediss://", "redis+")):
-        import importlib.util
-
-        if importlib.util.find_spec("redis") is None:
+        try:
+            import redis  # noqa: F401 - only whether the optional client is installed
+        except ImportError:
             errors.append(
                 ConfigProblem(
                     "security.ratelimit_storage_uri",

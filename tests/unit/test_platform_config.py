@@ -154,3 +154,13 @@ def test_gunicorn_config_keeps_an_operator_metrics_directory(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["None", str(metrics)]
+
+
+def test_a_redis_store_without_the_redis_extra_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if netmap[redis] were not installed
+    with pytest.raises(ConfigError) as info:
+        load_settings(env={"REDIS_URL": "redis://cache.internal:6379/0"})
+    (problem,) = info.value.check.errors
+    assert problem.key == "security.ratelimit_storage_uri"
+    assert "pip install 'netmap[redis]'" in problem.message
+    assert "cache.internal" not in str(info.value)  # the URL is a secret: redacted
