@@ -140,6 +140,15 @@ def test_procfile_release_web_and_worker_on_a_platform(tmp_path, scratch_databas
         assert started[0]["value_sources"]["database.url"] == "platform:DATABASE_URL"
         assert started[0]["value_sources"]["server.host"] == "environment:NETMAP_SERVER_HOST"
 
+        def sources_of(process: str) -> list[dict]:
+            events = _events(processes.stdout(), "ConfigSources")
+            return [e for e in events if e.get("process") == process]
+
+        for process in ("runner", "web"):
+            (first, *_rest) = wait_for(lambda p=process: sources_of(p), 60, f"{process} sources")
+            assert first["value_sources"]["database.url"] == "platform:DATABASE_URL"
+        assert "s3cret" not in processes.stdout() and "postgres://" not in processes.stdout()
+
         browser = requests.Session()
         login = browser.post(
             base + "/api/auth/login",
