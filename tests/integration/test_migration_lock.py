@@ -81,23 +81,28 @@ def test_two_racing_upgrades_both_succeed_and_migrate_once(empty_database_url, t
 def test_a_migration_blocked_by_a_table_lock_fails_fast(database_url):
     """lock_timeout during migrations: a migration queued behind a long transaction gives up
     instead of making every request wait behind its own exclusive-lock request."""
+    counters_revision = "20261130_0060"  # its downgrade drops search_execution_endpoint_counts
+    migrations.downgrade(database_url, counters_revision)  # later revisions out of the way
     engine = _engine(database_url)
     blocker = engine.connect()
     try:
-        # A reader inside a long transaction: the last revision's downgrade drops this table
-        # and needs an exclusive lock on it.
+        # A reader inside a long transaction holds the table the downgrade must drop.
         blocker.execute(sa.text("SELECT count(*) FROM search_execution_endpoint_counts"))
         with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
             migrations.downgrade(
                 database_url,
-                "-1",
+                "20261130_0050",
                 migrations.MigrationTimeouts(lock_timeout_ms=200, statement_timeout_ms=60_000),
             )
     finally:
         blocker.rollback()
         blocker.close()
     with engine.connect() as conn:
-        assert migrations.is_at_head(conn)  # the failed step rolled back
+        # The failed step rolled back, and the advisory lock was released with it.
+        assert migrations.current_revisions(conn) == {counters_revision}
+        assert conn.execute(
+            sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": migrations.MIGRATION_LOCK_KEY}
+        ).scalar_one()
     engine.dispose()
 
 
