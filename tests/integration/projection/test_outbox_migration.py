@@ -1,4 +1,4 @@
-"""The lease-columns migration keeps queued rows, makes them claimable; the seed query works."""
+"""The lease-columns migration keeps queued rows and makes them claimable; the outbox query works."""
 
 from __future__ import annotations
 
