@@ -1,4 +1,4 @@
-"""The lease-columns migration keeps queued rows and makes them claimable; the outbox query works."""
+"""The lease-columns migration keeps queued rows and makes them claimable; operators' query works."""
 
 from __future__ import annotations
 
