@@ -1,4 +1,7 @@
-"""The lease-columns migration keeps queued rows and makes them claimable; operators' query works."""
+"""The lease-columns migration keeps queued rows and makes them claimable.
+
+The operators' outbox query (docs/operations.md) works on the migrated table.
+"""
 
 from __future__ import annotations
 
