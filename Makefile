@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine with only Python 3.11+:
 #   make up    - install into .venv if needed, start embedded PostgreSQL, migrate, serve, run the runner
 #   make test  - install dev dependencies, run the whole suite
+#   make test-fast - unit + integration suites only: no end-to-end processes, no benchmarks
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.netmap-installed
 DEV_STAMP := $(VENV)/.netmap-dev-installed
 PYTEST_ARGS ?=
 
-.PHONY: up test lint format clean-var
+.PHONY: up test test-fast lint format clean-var
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -29,6 +30,11 @@ up: $(STAMP)
 
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Benchmarks are the test_bench_* modules wherever they live; e2e tests are marked (and in tests/e2e).
+test-fast: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/unit tests/integration -m "not e2e" \
+		--ignore-glob='*/test_bench_*.py' $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .

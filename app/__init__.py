@@ -19,7 +19,11 @@ from sqlalchemy.engine import Engine
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
-from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+
+# app.observability is imported inside the functions below, not here: importing this package
+# (which `gunicorn -c python:app.gunicorn_conf` does first) must not import prometheus_client,
+# because the metric value class is chosen at that import, and the gunicorn config has to set
+# PROMETHEUS_MULTIPROC_DIR before it for /metrics to add up every worker's samples.
 
 __all__ = ["close_app", "create_app"]
 
@@ -37,11 +41,14 @@ def create_app(
     ``refresh_once()`` themselves) or "off" (no renderer in this process)."""
     if modules not in {"background", "manual", "off"}:
         raise ValueError(f"modules must be background, manual or off, not {modules!r}")
+    from app.observability import configure_logging, emit
+
     configure_logging()
     if settings is None:
         settings, check = load_settings()
         for warning in check.warnings:
             emit("ConfigWarning", warning=warning.render())
+        emit("ConfigSources", process="web", value_sources=check.configured_sources())
     if not settings.security.secret_key:
         from app.config import ConfigCheck
 
@@ -65,6 +72,10 @@ def create_app(
             from app import embedded
 
             url = embedded.start(settings.data_dir).url
+        from app.migrations import require_schema_at_head
+
+        # Refuse to serve an unmigrated database: say which command fixes it (SchemaNotCurrent).
+        require_schema_at_head(url)
         engine = db.create_engine(url, settings.database, application_name="netmap-web")
     db.set_engine(engine)
 
@@ -125,6 +136,8 @@ def close_app(app: Flask) -> None:
 
 
 def _install_request_hooks(app: Flask) -> None:
+    from app.observability import HTTP_REQUEST_SECONDS, span
+
     @app.before_request
     def _start_request() -> None:
         g.request_started = time.perf_counter()

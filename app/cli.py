@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from app.config import ConfigError, Settings, load_settings
+from app.config import ConfigCheck, ConfigError, Settings, load_settings
 
 
 @dataclass
@@ -22,6 +22,7 @@ class CliState:
     config_path: str | None
     data_dir: str | None = None
     _settings: Settings | None = None
+    _check: ConfigCheck | None = None
 
     def settings(self, **overrides: dict[str, Any]) -> Settings:
         if self._settings is None or overrides:
@@ -37,7 +38,13 @@ class CliState:
             for warning in check.warnings:
                 click.echo(f"config warning: {warning.render()}", err=True)
             self._settings = settings
+            self._check = check
         return self._settings
+
+    def value_sources(self) -> dict[str, str]:
+        """Where each configured (non-default) value came from, for the start-up log."""
+        self.settings()
+        return self._check.configured_sources() if self._check else {}
 
 
 def print_json(value: Any) -> None:
@@ -74,21 +81,12 @@ def _database(state: CliState):
 
 
 def _require_schema(url: str) -> None:
-    import sqlalchemy as sa
+    from app.migrations import SchemaNotCurrent, require_schema_at_head
 
-    from app import db
-    from app.migrations import current_revisions, head_revisions
-
-    engine = db.create_engine(url, poolclass=sa.pool.NullPool)
     try:
-        with engine.connect() as conn:
-            current = current_revisions(conn)
-    finally:
-        engine.dispose()
-    if current != head_revisions():
-        raise click.ClickException(
-            "the database schema is not at the current version; run `netmap db upgrade` first"
-        )
+        require_schema_at_head(url)
+    except SchemaNotCurrent as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _with_engine(url: str):
@@ -109,14 +107,19 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True)
 @click.pass_obj
 def db_upgrade(state: CliState, revision: str) -> None:
-    """Apply Alembic migrations up to REVISION."""
+    """Apply Alembic migrations up to REVISION (safe to run from several processes at once)."""
     import sqlalchemy as sa
 
     from app import migrations
     from app.db import create_engine
 
+    database = state.settings().database
+    timeouts = migrations.MigrationTimeouts(
+        lock_timeout_ms=database.migration_lock_timeout_ms,
+        statement_timeout_ms=database.migration_statement_timeout_ms,
+    )
     with _database(state) as url:
-        migrations.upgrade(url, revision)
+        migrations.upgrade(url, revision, timeouts)
         engine = create_engine(url, poolclass=sa.pool.NullPool)
         with engine.connect() as conn:
             current = sorted(migrations.current_revisions(conn))
@@ -198,9 +201,11 @@ def _describe(exc: Any) -> str:
 @click.pass_obj
 def runner(state: CliState, processes: int | None) -> None:
     """Run the background job runner (Procfile `worker`)."""
+    from app.observability import emit
     from jobs.runner import run_runner
 
     settings = state.settings()
+    emit("ConfigSources", process="runner", value_sources=state.value_sources())
     with _database(state) as url:
         _require_schema(url)
         code = run_runner(settings, url, processes)

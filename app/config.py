@@ -11,6 +11,13 @@ Environment overrides: every key can be set as ``NETMAP_<SECTION>_<KEY>``
 (``NETMAP_ELASTICSEARCH_URL``, ``NETMAP_DATABASE_URL``); a few documented
 aliases exist for the secrets operators set most (``NETMAP_SECRET_KEY``,
 ``NETMAP_TRAFFIC_TOKEN``, ``NETMAP_DATA_DIR``).
+
+Platform conventions: a platform that runs Procfiles hands the app ``PORT``,
+``DATABASE_URL``, ``WEB_CONCURRENCY`` and ``REDIS_URL``. They fill the matching
+keys only when netmap's own settings (file, ``NETMAP_*`` variables, overrides)
+leave them unset, so an operator can always pin a value. ``ConfigCheck.value_sources``
+records where every effective value came from (default, file, environment,
+platform or override) without the values themselves.
 """
 
 from __future__ import annotations
@@ -35,6 +42,17 @@ ENV_ALIASES: dict[str, str] = {
     "NETMAP_SMTP_PASSWORD": "smtp.password",
     "NETMAP_RATELIMIT_STORAGE_URI": "security.ratelimit_storage_uri",
 }
+
+# What a Procfile platform (Heroku, Dokku, Scalingo, Render, Railway, Fly) sets, and the key
+# each fills when netmap's own settings do not. PORT also moves the bind address to 0.0.0.0,
+# because the platform's router reaches the process from outside its loopback interface.
+PLATFORM_ENV: dict[str, str] = {
+    "PORT": "server.port",
+    "DATABASE_URL": "database.url",
+    "WEB_CONCURRENCY": "server.web_workers",
+    "REDIS_URL": "security.ratelimit_storage_uri",
+}
+PLATFORM_BIND_HOST = "0.0.0.0"  # noqa: S104 - a platform's router connects from outside
 
 
 def spec(
@@ -75,6 +93,13 @@ class DatabaseSettings:
     statement_timeout_ms: int = spec(60000, min=0, max=3_600_000)
     lock_timeout_ms: int = spec(10000, min=0, max=3_600_000)
     idle_in_transaction_timeout_ms: int = spec(60000, min=0, max=3_600_000)
+    # Deploy (issue 20): limits for `netmap db upgrade`; 0 disables one.
+    migration_lock_timeout_ms: int = spec(
+        5000, min=0, max=3_600_000, doc="a migration waiting longer for a table lock fails"
+    )
+    migration_statement_timeout_ms: int = spec(
+        600_000, min=0, max=86_400_000, doc="longest single migration statement"
+    )
 
 
 @dataclass(frozen=True)
@@ -287,10 +312,17 @@ class ConfigCheck:
     errors: tuple[ConfigProblem, ...] = ()
     warnings: tuple[ConfigProblem, ...] = ()
     sources: tuple[str, ...] = ()
+    # dotted key -> where its effective value came from: "default", "file",
+    # "environment:NETMAP_…", "platform:PORT" or "override". Never the value itself.
+    value_sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def configured_sources(self) -> dict[str, str]:
+        """The keys whose value did not come from the built-in default, with their source."""
+        return {key: src for key, src in sorted(self.value_sources.items()) if src != "default"}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -298,6 +330,7 @@ class ConfigCheck:
             "errors": [p.render() for p in self.errors],
             "warnings": [p.render() for p in self.warnings],
             "sources": list(self.sources),
+            "value_sources": self.configured_sources(),
         }
 
 
@@ -332,6 +365,42 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
     for alias, dotted in ENV_ALIASES.items():
         if alias in env:
             found[dotted] = env[alias]
+    return found
+
+
+def _env_override_names(env: Mapping[str, str]) -> dict[str, str]:
+    """Which variable set each dotted key (the same precedence as ``_env_overrides``)."""
+    names: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            name = f"NETMAP_{section.upper()}_{f.name.upper()}"
+            if name in env:
+                names[f"{section}.{f.name}"] = name
+    for alias, dotted in ENV_ALIASES.items():
+        if alias in env:
+            names[dotted] = alias
+    return names
+
+
+def normalise_platform_database_url(url: str) -> str:
+    """Platforms still hand out ``postgres://``, a scheme SQLAlchemy 2 no longer accepts."""
+    if url.startswith("postgres://"):
+        return "postgresql://" + url[len("postgres://") :]
+    return url
+
+
+def _platform_values(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """dotted key -> (raw value, source) for the platform variables that are set (non-empty)."""
+    found: dict[str, tuple[str, str]] = {}
+    for variable, dotted in PLATFORM_ENV.items():
+        raw = env.get(variable, "")
+        if not raw.strip():
+            continue
+        if variable == "DATABASE_URL":
+            raw = normalise_platform_database_url(raw.strip())
+        found[dotted] = (raw, f"platform:{variable}")
+    if "server.port" in found:
+        found["server.host"] = (PLATFORM_BIND_HOST, "platform:PORT")
     return found
 
 
@@ -466,6 +535,18 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                     "must be a rate limit such as '10 per minute' or '5/second;100/hour'",
                 )
             )
+    storage = settings.security.ratelimit_storage_uri
+    if storage.startswith(("redis://", "rediss://", "redis+")):
+        try:
+            import redis  # noqa: F401 - only whether the optional client is installed
+        except ImportError:
+            errors.append(
+                ConfigProblem(
+                    "security.ratelimit_storage_uri",
+                    storage,
+                    "a Redis store needs the redis client: pip install 'netmap[redis]'",
+                )
+            )
     if settings.database.url and not settings.database.url.startswith(("postgresql", "postgres")):
         errors.append(
             ConfigProblem("database.url", settings.database.url, "must be a postgresql:// URL")
@@ -537,8 +618,20 @@ def load_settings(
             ) from None
 
     env_values = _env_overrides(env)
+    env_names = _env_override_names(env)
     if env_values:
         sources.append("environment")
+    platform_values = _platform_values(env)
+    server_document = document.get("server", {}) if isinstance(document.get("server"), dict) else {}
+    if (
+        "port" in (overrides or {}).get("server", {})
+        or "server.port" in env_values
+        or "port" in server_document
+    ):
+        # netmap's own port wins, and with it netmap's own (or the default) bind address.
+        platform_values.pop("server.port", None)
+        platform_values.pop("server.host", None)
+    value_sources: dict[str, str] = {}
 
     sections: dict[str, Any] = {}
     for section_name in document:
@@ -570,24 +663,31 @@ def load_settings(
         section_overrides = (overrides or {}).get(section_name, {})
         for name, f in known.items():
             dotted = f"{section_name}.{name}"
+            value_sources[dotted] = "default"
             if name in section_overrides:
-                raw, from_env = section_overrides[name], False
+                raw, from_env, source = section_overrides[name], False, "override"
             elif dotted in env_values:
                 raw, from_env = env_values[dotted], True
+                source = f"environment:{env_names[dotted]}"
             elif name in raw_section:
-                raw, from_env = raw_section[name], False
+                raw, from_env, source = raw_section[name], False, "file"
+            elif dotted in platform_values:
+                (raw, source), from_env = platform_values[dotted], True
             else:
                 continue
+            # A platform variable is not a netmap name: say which one carried the bad value.
+            suffix = f" (from {source.partition(':')[2]})" if source.startswith("platform:") else ""
             try:
                 value = _coerce(hints[name], raw, from_env)
             except ValueError as exc:
-                errors.append(ConfigProblem(dotted, raw, str(exc)))
+                errors.append(ConfigProblem(dotted, raw, f"{exc}{suffix}"))
                 continue
             problem = _validate_field(dotted, value, f.metadata)
             if problem:
-                errors.append(ConfigProblem(dotted, value, problem))
+                errors.append(ConfigProblem(dotted, value, f"{problem}{suffix}"))
                 continue
             values[name] = value
+            value_sources[dotted] = source
         unknown_overrides = set(section_overrides) - set(known)
         for name in sorted(unknown_overrides):
             errors.append(
@@ -600,7 +700,14 @@ def load_settings(
         cross_errors, cross_warnings = _cross_checks(settings)
         errors.extend(cross_errors)
         warnings.extend(cross_warnings)
-    check = ConfigCheck(errors=tuple(errors), warnings=tuple(warnings), sources=tuple(sources))
+    if any(src.startswith("platform:") for src in value_sources.values()):
+        sources.append("platform")
+    check = ConfigCheck(
+        errors=tuple(errors),
+        warnings=tuple(warnings),
+        sources=tuple(sources),
+        value_sources=value_sources,
+    )
     if errors:
         raise ConfigError(check)
     return settings, check

@@ -1,15 +1,16 @@
 """Database engine, the one MetaData, and the short-transaction helper.
 
 Every database touch goes through ``with transaction() as conn:`` — commit on
-success, roll back on error, connection back in the pool at exit (DESIGN rule
-1). The helper measures pool wait and hold time for every transaction and,
+success, roll back on error, connection back in the pool at exit (docs/architecture.md,
+rule: short transactions). The helper measures pool wait and hold time for every transaction and,
 when given a ``stage``, emits ``ScanWriteConnectionAcquired/Released`` so the
 "no connection held across store I/O" rule is observable. A pool timeout
 becomes ``PoolTimeout`` (503, Retry-After: 2); other database errors keep their
 own classification.
 
 The engine is per process. ``get_engine()`` notices a fork and drops the
-inherited pool without closing the parent's sockets (DESIGN rule 5).
+inherited pool without closing the parent's sockets (docs/architecture.md,
+rule: fork safety).
 """
 
 from __future__ import annotations

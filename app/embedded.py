@@ -110,6 +110,7 @@ def start(data_dir: Path, *, database: str = DATABASE_NAME, tuning: dict[str, st
 def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> bool:
     """Create the database if missing and apply tuning; True if a restart is pending."""
     import sqlalchemy as sa
+    from psycopg2 import sql
 
     from app.db import normalise_url
 
@@ -119,10 +120,17 @@ def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> b
             exists = conn.execute(
                 sa.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": database}
             ).scalar()
-            if not exists:
-                conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
-            for key, value in tuning.items():
-                conn.execute(sa.text(f"ALTER SYSTEM SET {key} = '{value}'"))
+            # Names and ALTER SYSTEM values cannot be bind parameters: psycopg2 quotes them
+            # (a database name or a --shared-buffers value from the command line is text).
+            with conn.connection.dbapi_connection.cursor() as cursor:
+                if not exists:
+                    cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                for key, value in tuning.items():
+                    cursor.execute(
+                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                            sql.Identifier(key), sql.Literal(str(value))
+                        )
+                    )
             if tuning:
                 conn.execute(sa.text("SELECT pg_reload_conf()"))
                 rows = conn.execute(

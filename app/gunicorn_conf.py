@@ -1,27 +1,81 @@
 """Gunicorn settings for the web process (used by the Procfile and `netmap up`).
 
-Values come from the same settings file as everything else, so one TOML file
+Values come from the same settings as everything else, so one TOML file (or a
+platform's environment: ``PORT``, ``WEB_CONCURRENCY``, ``DATABASE_URL``)
 configures the whole deployment. Threads serve slow scanners' uploads without
 needing one process per connection; connections stay in each worker's pool.
+
+Before anything imports ``prometheus_client`` this module makes sure
+``PROMETHEUS_MULTIPROC_DIR`` names an empty directory (a fresh temporary one
+when the operator set none, removed again when the server exits): every worker
+then writes its samples there and ``/metrics`` adds them up, whichever worker
+answers the scrape. The master refuses to start on an unmigrated database.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
 
-from app.config import load_settings
+_created_metrics_dir: str | None = None
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if "prometheus_client" in sys.modules:
+        # Too late: metrics already chose single-process values, /metrics would show one worker.
+        raise RuntimeError(
+            "prometheus_client was imported before app.gunicorn_conf could set "
+            "PROMETHEUS_MULTIPROC_DIR; set it in the environment instead"
+        )
+    _created_metrics_dir = tempfile.mkdtemp(prefix="netmap-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created_metrics_dir
+
+from app.config import load_settings  # noqa: E402 - after the metrics directory is chosen
 
 _settings, _check = load_settings()
 
-bind = os.environ.get("NETMAP_BIND") or f"{_settings.server.host}:{_settings.server.port}"
+bind = os.environ.get("NETMAP_BIND") or (
+    f"[{_settings.server.host}]:{_settings.server.port}"
+    if ":" in _settings.server.host
+    else f"{_settings.server.host}:{_settings.server.port}"
+)
 workers = _settings.server.web_workers
 threads = _settings.server.web_threads
 worker_class = "gthread"
 timeout = _settings.server.request_timeout_seconds
-graceful_timeout = 30
+# A platform's grace period after SIGTERM is typically 30 s: finish in-flight requests within it.
+graceful_timeout = 25
 # Requests are logged as structured events by the app itself.
 accesslog = None
 errorlog = "-"
+
+
+def on_starting(server):
+    # In the master, once: say where the bind address and worker count came from, and refuse
+    # an unmigrated database here (one clear line) rather than in every worker's boot.
+    from app.migrations import SchemaNotCurrent, require_schema_at_head
+    from app.observability import configure_logging, emit
+
+    configure_logging()
+    sources = _check.configured_sources()
+    emit(
+        "WebServerStarting",
+        bind=bind,
+        bind_source="environment:NETMAP_BIND"
+        if os.environ.get("NETMAP_BIND")
+        else sources.get("server.port", "default"),
+        workers=workers,
+        workers_source=sources.get("server.web_workers", "default"),
+        metrics_dir_created=_created_metrics_dir is not None,
+        value_sources=sources,
+    )
+    if _settings.database.url:
+        try:
+            require_schema_at_head(_settings.database.url)
+        except SchemaNotCurrent as exc:
+            emit("WebServerRefused", reason=str(exc))
+            # Gunicorn prints a RuntimeError as "Error: …" and exits with status 1.
+            raise RuntimeError(str(exc)) from None
 
 
 def child_exit(server, worker):
@@ -38,6 +92,12 @@ def worker_exit(server, worker):
     from app.modules.service import close_all_services
 
     close_all_services()
+
+
+def on_exit(server):
+    # Only the directory this module created; an operator's own directory is theirs to manage.
+    if _created_metrics_dir is not None:
+        shutil.rmtree(_created_metrics_dir, ignore_errors=True)
 
 
 # Gunicorn's own messages as JSON lines, like every other log line of the product.

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 EVENT_LOGGER = "netmap.events"
 _log = logging.getLogger(EVENT_LOGGER)
 
-# Never logged, whatever the caller passes (IDN-5, DESIGN rule 9).
+# Never logged, whatever the caller passes (IDN-5; docs/architecture.md, rule: logs are events).
 REDACTED_KEYS = frozenset(
     {
         "token",

@@ -4,8 +4,12 @@ Revision ID: 20261130_0001
 Revises:
 Create Date: 2026-11-30
 
-DDL is written with IF NOT EXISTS so a database that already holds these
-objects (an earlier partial install) is adopted without loss.
+DDL creates every object outright (no ``IF NOT EXISTS``): a database that
+already holds some of these objects without the matching Alembic revision has
+drifted from the schema, and the upgrade stops on the first one instead of
+adopting it silently. The one exception is the ``pg_trgm`` extension: it is
+database-wide, not part of netmap's schema, and managed PostgreSQL services
+often have an administrator create it beforehand.
 """
 
 from alembic import op
@@ -19,7 +23,7 @@ depends_on = None
 UPGRADE = r"""
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
-CREATE TABLE IF NOT EXISTS users (
+CREATE TABLE users (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     username      text        NOT NULL CHECK (length(username) BETWEEN 1 AND 64),
     password_hash text        NOT NULL,
@@ -28,9 +32,9 @@ CREATE TABLE IF NOT EXISTS users (
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now()
 );
-CREATE UNIQUE INDEX IF NOT EXISTS uq_users_lower_username ON users (lower(username));
+CREATE UNIQUE INDEX uq_users_lower_username ON users (lower(username));
 
-CREATE TABLE IF NOT EXISTS scanners (
+CREATE TABLE scanners (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name         text        NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
     token_sha256 bytea       NOT NULL,
@@ -39,10 +43,10 @@ CREATE TABLE IF NOT EXISTS scanners (
     created_at   timestamptz NOT NULL DEFAULT now(),
     last_seen_at timestamptz
 );
-CREATE UNIQUE INDEX IF NOT EXISTS uq_scanners_name ON scanners (name);
-CREATE UNIQUE INDEX IF NOT EXISTS uq_scanners_token_sha256 ON scanners (token_sha256);
+CREATE UNIQUE INDEX uq_scanners_name ON scanners (name);
+CREATE UNIQUE INDEX uq_scanners_token_sha256 ON scanners (token_sha256);
 
-CREATE TABLE IF NOT EXISTS audit_log (
+CREATE TABLE audit_log (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     actor_user_id bigint      REFERENCES users (id) ON DELETE SET NULL,
     action        text        NOT NULL,
@@ -51,16 +55,16 @@ CREATE TABLE IF NOT EXISTS audit_log (
     details       jsonb       NOT NULL DEFAULT '{}'::jsonb,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_audit_log_created_at ON audit_log (created_at);
+CREATE INDEX ix_audit_log_created_at ON audit_log (created_at);
 
-CREATE TABLE IF NOT EXISTS stored_secrets (
+CREATE TABLE stored_secrets (
     name       text PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 128),
     ciphertext text        NOT NULL,
     updated_by bigint      REFERENCES users (id) ON DELETE SET NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE TABLE IF NOT EXISTS scan_tasks (
+CREATE TABLE scan_tasks (
     id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     owner_id            bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     name                text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
@@ -77,11 +81,11 @@ CREATE TABLE IF NOT EXISTS scan_tasks (
     updated_at          timestamptz NOT NULL DEFAULT now(),
     finished_at         timestamptz
 );
-CREATE INDEX IF NOT EXISTS ix_scan_tasks_owner_id_id ON scan_tasks (owner_id, id DESC);
-CREATE INDEX IF NOT EXISTS ix_scan_tasks_parent_task_id ON scan_tasks (parent_task_id)
+CREATE INDEX ix_scan_tasks_owner_id_id ON scan_tasks (owner_id, id DESC);
+CREATE INDEX ix_scan_tasks_parent_task_id ON scan_tasks (parent_task_id)
     WHERE parent_task_id IS NOT NULL;
 
-CREATE TABLE IF NOT EXISTS scan_executions (
+CREATE TABLE scan_executions (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     task_id           bigint      NOT NULL REFERENCES scan_tasks (id) ON DELETE CASCADE,
     kind              text        NOT NULL CHECK (kind IN ('ports', 'dns')),
@@ -107,13 +111,13 @@ CREATE TABLE IF NOT EXISTS scan_executions (
     CONSTRAINT ck_scan_executions_running_has_lease
         CHECK (status <> 'running' OR (claim_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
-CREATE INDEX IF NOT EXISTS ix_scan_executions_task_id ON scan_executions (task_id, id);
-CREATE INDEX IF NOT EXISTS ix_scan_executions_claimable ON scan_executions (available_at, id)
+CREATE INDEX ix_scan_executions_task_id ON scan_executions (task_id, id);
+CREATE INDEX ix_scan_executions_claimable ON scan_executions (available_at, id)
     WHERE status = 'queued';
-CREATE INDEX IF NOT EXISTS ix_scan_executions_lease ON scan_executions (lease_expires_at)
+CREATE INDEX ix_scan_executions_lease ON scan_executions (lease_expires_at)
     WHERE status = 'running';
 
-CREATE TABLE IF NOT EXISTS search_targets (
+CREATE TABLE search_targets (
     owner_id          bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     kind              text        NOT NULL CHECK (kind IN ('ip', 'cidr', 'domain')),
     key               text        NOT NULL,
@@ -125,10 +129,10 @@ CREATE TABLE IF NOT EXISTS search_targets (
     created_at        timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (owner_id, kind, key)
 );
-CREATE INDEX IF NOT EXISTS ix_search_targets_cidr_gist
+CREATE INDEX ix_search_targets_cidr_gist
     ON search_targets USING gist (target_ip inet_ops) WHERE kind = 'cidr';
 
-CREATE TABLE IF NOT EXISTS runner_periodic_jobs (
+CREATE TABLE runner_periodic_jobs (
     name             text PRIMARY KEY,
     claim_token      uuid,
     lease_expires_at timestamptz,

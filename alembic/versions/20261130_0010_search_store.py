@@ -25,7 +25,7 @@ depends_on = None
 UPGRADE = r"""
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
-CREATE TABLE IF NOT EXISTS search_facts (
+CREATE TABLE search_facts (
     id           uuid        NOT NULL,
     observed_at  timestamptz NOT NULL,
     kind         text        NOT NULL CHECK (kind IN ('observation', 'dns_record')),
@@ -40,9 +40,9 @@ CREATE TABLE IF NOT EXISTS search_facts (
     body         jsonb       NOT NULL,
     PRIMARY KEY (id, observed_at)
 ) PARTITION BY RANGE (observed_at);
-CREATE INDEX IF NOT EXISTS ix_search_facts_execution_id ON search_facts (execution_id, kind);
+CREATE INDEX ix_search_facts_execution_id ON search_facts (execution_id, kind);
 
-CREATE TABLE IF NOT EXISTS search_execution_endpoints (
+CREATE TABLE search_execution_endpoints (
     key                bigint      PRIMARY KEY,
     id                 uuid        NOT NULL,
     execution_id       bigint      NOT NULL,
@@ -68,12 +68,12 @@ CREATE TABLE IF NOT EXISTS search_execution_endpoints (
     tags               text[]      NOT NULL DEFAULT '{}',
     details            jsonb       NOT NULL DEFAULT '{}'::jsonb
 );
-CREATE INDEX IF NOT EXISTS ix_search_execution_endpoints_execution_id_id
+CREATE INDEX ix_search_execution_endpoints_execution_id_id
     ON search_execution_endpoints (execution_id, id);
-CREATE INDEX IF NOT EXISTS ix_search_execution_endpoints_task_order
+CREATE INDEX ix_search_execution_endpoints_task_order
     ON search_execution_endpoints (task_id, ip_order, port, transport, execution_id);
 
-CREATE TABLE IF NOT EXISTS search_assets_global (
+CREATE TABLE search_assets_global (
     key                bigint      PRIMARY KEY,
     id                 uuid        NOT NULL,
     ip                 inet        NOT NULL,
@@ -96,27 +96,27 @@ CREATE TABLE IF NOT EXISTS search_assets_global (
     tags               text[]      NOT NULL DEFAULT '{}',
     details            jsonb       NOT NULL DEFAULT '{}'::jsonb
 );
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_order
+CREATE INDEX ix_search_assets_global_order
     ON search_assets_global (ip_order, port, transport);
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_ip_gist
+CREATE INDEX ix_search_assets_global_ip_gist
     ON search_assets_global USING gist (ip inet_ops);
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_port
+CREATE INDEX ix_search_assets_global_port
     ON search_assets_global (port, transport);
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_service
+CREATE INDEX ix_search_assets_global_service
     ON search_assets_global (lower(service));
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_product
+CREATE INDEX ix_search_assets_global_product
     ON search_assets_global (lower(product));
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_first_seen
+CREATE INDEX ix_search_assets_global_first_seen
     ON search_assets_global (first_seen);
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_last_seen
+CREATE INDEX ix_search_assets_global_last_seen
     ON search_assets_global (last_seen);
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_text_trgm
+CREATE INDEX ix_search_assets_global_text_trgm
     ON search_assets_global USING gin (
         (coalesce(banner, '') || E'\x1f' || coalesce(product, '') || E'\x1f' || coalesce(hostname, ''))
         gin_trgm_ops
     );
 
-CREATE TABLE IF NOT EXISTS search_assets_user (
+CREATE TABLE search_assets_user (
     key                bigint      PRIMARY KEY,
     id                 uuid        NOT NULL,
     owner_id           bigint      NOT NULL,
@@ -140,21 +140,21 @@ CREATE TABLE IF NOT EXISTS search_assets_user (
     tags               text[]      NOT NULL DEFAULT '{}',
     details            jsonb       NOT NULL DEFAULT '{}'::jsonb
 );
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_order
+CREATE INDEX ix_search_assets_user_order
     ON search_assets_user (owner_id, ip_order, port, transport);
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_ip_gist
+CREATE INDEX ix_search_assets_user_ip_gist
     ON search_assets_user USING gist (ip inet_ops);
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_port
+CREATE INDEX ix_search_assets_user_port
     ON search_assets_user (owner_id, port, transport);
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_service
+CREATE INDEX ix_search_assets_user_service
     ON search_assets_user (owner_id, lower(service));
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_product
+CREATE INDEX ix_search_assets_user_product
     ON search_assets_user (owner_id, lower(product));
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_first_seen
+CREATE INDEX ix_search_assets_user_first_seen
     ON search_assets_user (owner_id, first_seen);
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_last_seen
+CREATE INDEX ix_search_assets_user_last_seen
     ON search_assets_user (owner_id, last_seen);
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_text_trgm
+CREATE INDEX ix_search_assets_user_text_trgm
     ON search_assets_user USING gin (
         (coalesce(banner, '') || E'\x1f' || coalesce(product, '') || E'\x1f' || coalesce(hostname, ''))
         gin_trgm_ops

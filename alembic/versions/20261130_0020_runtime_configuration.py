@@ -18,7 +18,7 @@ depends_on = None
 
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS runtime_configuration (
+CREATE TABLE runtime_configuration (
     namespace      text        PRIMARY KEY CHECK (length(namespace) BETWEEN 1 AND 64),
     schema_version integer     NOT NULL CHECK (schema_version > 0),
     revision       bigint      NOT NULL CHECK (revision > 0),
@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS runtime_configuration (
     updated_at     timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE TABLE IF NOT EXISTS runtime_configuration_revisions (
+CREATE TABLE runtime_configuration_revisions (
     namespace      text        NOT NULL,
     revision       bigint      NOT NULL CHECK (revision > 0),
     schema_version integer     NOT NULL CHECK (schema_version > 0),

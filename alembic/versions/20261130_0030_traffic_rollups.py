@@ -20,7 +20,7 @@ depends_on = None
 
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS traffic_rollups (
+CREATE TABLE traffic_rollups (
     domain                    text        NOT NULL CHECK (length(domain) BETWEEN 1 AND 253),
     granularity               text        NOT NULL CHECK (granularity IN ('5m', 'day')),
     bucket_start              timestamptz NOT NULL,
@@ -44,16 +44,16 @@ CREATE TABLE IF NOT EXISTS traffic_rollups (
     updated_at                timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (domain, granularity, bucket_start, method, path)
 );
-CREATE INDEX IF NOT EXISTS ix_traffic_rollups_granularity_bucket_start
+CREATE INDEX ix_traffic_rollups_granularity_bucket_start
     ON traffic_rollups (granularity, bucket_start);
 
-CREATE TABLE IF NOT EXISTS traffic_domains (
+CREATE TABLE traffic_domains (
     domain     text        PRIMARY KEY,
     version    bigint      NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE TABLE IF NOT EXISTS traffic_files (
+CREATE TABLE traffic_files (
     id                 text        PRIMARY KEY,
     domain             text        NOT NULL,
     device             numeric(20) NOT NULL,
@@ -70,9 +70,9 @@ CREATE TABLE IF NOT EXISTS traffic_files (
     first_seen_at      timestamptz NOT NULL DEFAULT now(),
     last_read_at       timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_traffic_files_domain ON traffic_files (domain);
+CREATE INDEX ix_traffic_files_domain ON traffic_files (domain);
 
-CREATE TABLE IF NOT EXISTS traffic_file_partials (
+CREATE TABLE traffic_file_partials (
     domain           text        NOT NULL,
     granularity      text        NOT NULL CHECK (granularity IN ('5m', 'day')),
     bucket_start     timestamptz NOT NULL,
@@ -91,12 +91,12 @@ CREATE TABLE IF NOT EXISTS traffic_file_partials (
     status_other     bigint      NOT NULL,
     PRIMARY KEY (domain, granularity, bucket_start, method, path, file_id)
 );
-CREATE INDEX IF NOT EXISTS ix_traffic_file_partials_file_id
+CREATE INDEX ix_traffic_file_partials_file_id
     ON traffic_file_partials (file_id, granularity, bucket_start);
 
-CREATE SEQUENCE IF NOT EXISTS traffic_dirty_generation;
+CREATE SEQUENCE traffic_dirty_generation;
 
-CREATE TABLE IF NOT EXISTS traffic_dirty_keys (
+CREATE TABLE traffic_dirty_keys (
     domain       text        NOT NULL,
     granularity  text        NOT NULL CHECK (granularity IN ('5m', 'day')),
     bucket_start timestamptz NOT NULL,
@@ -106,7 +106,7 @@ CREATE TABLE IF NOT EXISTS traffic_dirty_keys (
     PRIMARY KEY (domain, granularity, bucket_start, method, path)
 );
 
-CREATE TABLE IF NOT EXISTS traffic_verified_days (
+CREATE TABLE traffic_verified_days (
     domain        text        NOT NULL,
     business_date date        NOT NULL,
     verified_at   timestamptz NOT NULL,

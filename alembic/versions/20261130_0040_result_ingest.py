@@ -17,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS scan_upload_receipts (
+CREATE TABLE scan_upload_receipts (
     execution_id       bigint      NOT NULL REFERENCES scan_executions (id) ON DELETE CASCADE,
     upload_id          text        NOT NULL,
     stream             text        NOT NULL DEFAULT 'main' CHECK (stream IN ('main', 'dns')),
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS scan_upload_receipts (
     PRIMARY KEY (execution_id, upload_id, stream, batch_index)
 );
 
-CREATE TABLE IF NOT EXISTS scan_dns_answers (
+CREATE TABLE scan_dns_answers (
     execution_id bigint      NOT NULL REFERENCES scan_executions (id) ON DELETE CASCADE,
     name         text        NOT NULL,
     type         text        NOT NULL,
@@ -44,14 +44,14 @@ CREATE TABLE IF NOT EXISTS scan_dns_answers (
     PRIMARY KEY (execution_id, name, type, value)
 );
 
-CREATE TABLE IF NOT EXISTS scan_analysis_queue (
+CREATE TABLE scan_analysis_queue (
     execution_id bigint PRIMARY KEY REFERENCES scan_executions (id) ON DELETE CASCADE,
     task_id      bigint      NOT NULL,
     enqueued_at  timestamptz NOT NULL DEFAULT now(),
     processed_at timestamptz
 );
 
-CREATE TABLE IF NOT EXISTS scan_projection_outbox (
+CREATE TABLE scan_projection_outbox (
     execution_id bigint PRIMARY KEY REFERENCES scan_executions (id) ON DELETE CASCADE,
     attempts     integer     NOT NULL DEFAULT 0,
     last_error   text,
@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS scan_projection_outbox (
     processed_at timestamptz,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_scan_projection_outbox_backlog
+CREATE INDEX ix_scan_projection_outbox_backlog
     ON scan_projection_outbox (available_at, execution_id) WHERE processed_at IS NULL;
 """
 

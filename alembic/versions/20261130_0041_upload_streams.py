@@ -23,14 +23,14 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS schema_markers (
+CREATE TABLE schema_markers (
     name       text PRIMARY KEY,
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
 LOCK TABLE scan_upload_receipts IN SHARE ROW EXCLUSIVE MODE;
 
-CREATE TABLE IF NOT EXISTS scan_upload_stream (
+CREATE TABLE scan_upload_stream (
     execution_id           bigint      NOT NULL REFERENCES scan_executions (id) ON DELETE CASCADE,
     upload_id              text        NOT NULL,
     stream                 text        NOT NULL,

@@ -5,7 +5,7 @@ Revises: 20261130_0041
 Create Date: 2026-11-30
 
 Adds the leased-worker columns to ``scan_projection_outbox`` in place
-(``ADD COLUMN IF NOT EXISTS``), so rows queued by the previous version stay and
+(``ADD COLUMN``), so rows queued by the previous version stay and
 become claimable as they are: no token, no lease, no cursor, phase ``pages``,
 nothing processed. Re-running the revision changes nothing.
 
@@ -25,12 +25,12 @@ depends_on = None
 
 UPGRADE = r"""
 ALTER TABLE scan_projection_outbox
-    ADD COLUMN IF NOT EXISTS claim_token         uuid,
-    ADD COLUMN IF NOT EXISTS lease_expires_at    timestamptz,
-    ADD COLUMN IF NOT EXISTS cursor              text,
-    ADD COLUMN IF NOT EXISTS phase               text        NOT NULL DEFAULT 'pages',
-    ADD COLUMN IF NOT EXISTS processed_endpoints bigint      NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS updated_at          timestamptz NOT NULL DEFAULT now();
+    ADD COLUMN claim_token         uuid,
+    ADD COLUMN lease_expires_at    timestamptz,
+    ADD COLUMN cursor              text,
+    ADD COLUMN phase               text        NOT NULL DEFAULT 'pages',
+    ADD COLUMN processed_endpoints bigint      NOT NULL DEFAULT 0,
+    ADD COLUMN updated_at          timestamptz NOT NULL DEFAULT now();
 
 ALTER TABLE scan_projection_outbox
     DROP CONSTRAINT IF EXISTS ck_scan_projection_outbox_phase,

@@ -23,8 +23,8 @@ rows already stored, once, under a lock that keeps writers out meanwhile.
 
 Upgrading: stop every old instance first, as for every release; code from
 before this revision writes rows without counting them. After running older
-code against this schema anyway, re-run the upgrade's SQL (``UPGRADE`` below):
-it recounts from the rows and never adds twice.
+code against this schema anyway, re-run the backfill (``BACKFILL`` below): it
+recounts from the rows and never adds twice.
 """
 
 from alembic import op
@@ -35,7 +35,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS search_execution_fact_counts (
+CREATE TABLE search_execution_fact_counts (
     execution_id bigint NOT NULL,
     month        date   NOT NULL,
     kind         text   NOT NULL,
@@ -43,18 +43,20 @@ CREATE TABLE IF NOT EXISTS search_execution_fact_counts (
     PRIMARY KEY (execution_id, month, kind)
 );
 
-CREATE TABLE IF NOT EXISTS search_execution_ips (
+CREATE TABLE search_execution_ips (
     execution_id bigint NOT NULL,
     ip           inet   NOT NULL,
     PRIMARY KEY (execution_id, ip)
 );
 
-CREATE TABLE IF NOT EXISTS search_execution_endpoint_counts (
+CREATE TABLE search_execution_endpoint_counts (
     execution_id bigint PRIMARY KEY,
     endpoints    bigint NOT NULL CHECK (endpoints >= 0),
     ips          bigint NOT NULL CHECK (ips >= 0)
 );
+"""
 
+BACKFILL = r"""
 -- Writers wait while the backfill reads what is already there.
 LOCK TABLE search_facts, search_execution_endpoints IN SHARE MODE;
 
@@ -86,6 +88,7 @@ DROP TABLE IF EXISTS search_execution_fact_counts;
 
 def upgrade() -> None:
     op.execute(UPGRADE)
+    op.execute(BACKFILL)
 
 
 def downgrade() -> None:

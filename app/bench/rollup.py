@@ -1,7 +1,7 @@
 """`netmap bench rollup`: full-scan throughput and incremental-run time of traffic rollups (PRF-3).
 
 Generates a realistic business day of nginx access log in a scratch directory
-(``--lines`` lines, default 1.65 M like the production log of seed 004: a
+(``--lines`` lines, default 1.65 M like one busy production day (PRF-3): a
 diurnal load curve, Zipf-distributed paths — about 34 k five-minute rows a day
 — query strings, mixed methods and statuses, a few unknown request lengths),
 then on a scratch PostgreSQL:

@@ -26,7 +26,7 @@ PROJECTION_STATUSES = ("pending", "running", "retrying", "ready", "not_started",
 def projection_status_sql(alias: str) -> str:
     """SQL expression giving the projection status of execution row ``alias``."""
     return (
-        f"CASE WHEN {alias}.kind = 'dns' THEN 'not_applicable' "
+        f"CASE WHEN {alias}.kind = 'dns' THEN 'not_applicable' "  # noqa: S608 - alias is a table alias from our own SQL
         f"WHEN {alias}.status <> 'succeeded' THEN 'not_started' "
         "ELSE coalesce(("
         "SELECT CASE WHEN o.processed_at IS NOT NULL THEN 'ready' "

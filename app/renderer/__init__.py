@@ -1,4 +1,4 @@
-"""The pure report-mail renderer (seed 002 §6): template + fixed context in, subject + HTML out.
+"""The pure report-mail renderer (REP-2): template + fixed context in, subject + HTML out.
 
 This package is built twice: it runs in-process as the ``builtin`` release and,
 unchanged, inside the separately built worker (``netmap modules

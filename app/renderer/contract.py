@@ -4,7 +4,7 @@ The host's ``ModuleSlot`` validates every call against these schemas, and the
 renderer (builtin or worker) validates again, so a release built from another
 version of this file cannot hand the host something it did not ask for.
 
-Input (what the report pipeline captures, seed 002 §6): the published template
+Input (what the report pipeline captures, REP-1 and REP-2): the published template
 (subject source, HTML source, template version), the fixed context (report
 data: task summary, statistics, period…) and the prepared images (token, URL,
 alt text). Output: the rendered subject and HTML, the echoed template version

@@ -1,4 +1,4 @@
-"""The upload body (API.md) and its validation (ING-13).
+"""The upload body (docs/scanner-protocol.md) and its validation (ING-13).
 
 Validation happens before anything is written: unknown fields, bad addresses,
 ports and timestamps, oversized batches and a checksum that does not match the

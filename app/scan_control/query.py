@@ -82,7 +82,7 @@ def list_tasks(
     params["limit"] = limit + 1
     rows = conn.execute(
         sa.text(
-            f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {' AND '.join(where)} "
+            f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {' AND '.join(where)} "  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
             "ORDER BY t.id DESC LIMIT :limit"
         ),
         params,
@@ -96,7 +96,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
     owner_sql, params = _owner_clause(user)
     params["id"] = task_id
     row = conn.execute(
-        sa.text(f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"),
+        sa.text(f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"),  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
         params,
     ).one_or_none()
     if row is None:
@@ -108,7 +108,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
             SELECT e.status, e.kind, e.observation_count, e.endpoint_count,
                    {projection_status_sql("e")} AS projection_status
             FROM scan_executions e WHERE e.task_id = :id
-            """
+            """  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
         ),
         {"id": task_id},
     ).all()
@@ -137,7 +137,10 @@ def task_visible(conn: Connection, user: User, task_id: int) -> bool:
     params["id"] = task_id
     return bool(
         conn.execute(
-            sa.text(f"SELECT 1 FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"), params
+            sa.text(
+                f"SELECT 1 FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"  # noqa: S608 - fixed WHERE fragments; values are bound
+            ),
+            params,
         ).scalar()
     )
 
@@ -160,7 +163,7 @@ def list_executions(
             FROM scan_executions e
             WHERE {where}
             ORDER BY e.id LIMIT :limit
-            """
+            """  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
         ),
         params,
     ).all()

@@ -1,4 +1,5 @@
-"""Documents kept in the search store, and the merge rule they share (STO-1, DESIGN rule 4).
+"""Documents kept in the search store, and the merge rule they share (STO-1; docs/architecture.md,
+rule: idempotent by construction).
 
 Three kinds of documents:
 

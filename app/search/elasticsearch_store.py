@@ -110,15 +110,17 @@ class ElasticsearchStore:
                 # The cluster refused our compatible-with=<client major> headers.
                 raise StoreUnavailable(
                     f"the Elasticsearch cluster does not accept the {client_major}.x client "
-                    f"({client_version}); install the client of the cluster's major, e.g. "
-                    "'elasticsearch>=8,<9' for an 8.x cluster"
+                    f"({client_version}); install the client of the cluster's major: "
+                    "pip install 'netmap[es8]' (elasticsearch>=8.15,<9) for an 8.x cluster, "
+                    "'netmap[es9]' for 9.x"
                 ) from exc
             raise
         cluster_major = str(info["version"]["number"]).split(".")[0]
         if cluster_major != client_major:
+            extra = f"'netmap[es{cluster_major}]' or " if cluster_major in {"8", "9"} else ""
             raise StoreUnavailable(
                 f"Elasticsearch {info['version']['number']} needs the {cluster_major}.x client "
-                f"(pip install 'elasticsearch>={cluster_major},<{int(cluster_major) + 1}'); "
+                f"(pip install {extra}'elasticsearch>={cluster_major},<{int(cluster_major) + 1}'); "
                 f"this process has {client_version}"
             )
         self._call(

@@ -1,4 +1,4 @@
-"""Deterministic document ids (DESIGN rule 4).
+"""Deterministic document ids (docs/architecture.md, rule: idempotent by construction).
 
 The same logical document always gets the same id, whichever process writes
 it and however often, so retries and replays overwrite instead of duplicating.

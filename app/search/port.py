@@ -3,7 +3,7 @@
 Two adapters implement it (STO-1): PostgreSQL (default; ``postgres_store``) and
 Elasticsearch (``elasticsearch_store``). ``open_store(settings)`` picks one by
 configuration. Callers never hold a PostgreSQL transaction of their own while
-calling into the store (DESIGN rule 1).
+calling into the store (docs/architecture.md, rule: short transactions).
 
 Failure contract:
 * transport-level trouble (cluster unreachable, retries exhausted) raises

@@ -188,7 +188,7 @@ def _merge_statement(table: str) -> str:
         SELECT {names}
         FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
         {merge_on_conflict()}
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
     if table != EXECUTION_TABLE:
         return merge + "RETURNING key, (xmax = 0) AS created"
     # Execution endpoints also keep the execution's exact counters (ING-2): only rows
@@ -216,7 +216,7 @@ def _merge_statement(table: str) -> str:
                SET endpoints = c.endpoints + excluded.endpoints, ips = c.ips + excluded.ips
         )
         SELECT key, created FROM merged
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
 
 
 _FACT_COLUMNS = (
@@ -277,10 +277,10 @@ def _fact_statements() -> tuple[str, str, str, str]:
         SELECT execution_id, month, kind, sum(delta)
           FROM {{deltas}} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         ON CONFLICT (execution_id, month, kind) DO UPDATE SET facts = c.facts + excluded.facts
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
     # The normal batch: every fact new, so count them in the same statement.
     all_new = (
-        f"(SELECT execution_id, {_MONTH_OF_OBSERVED_AT} AS month, kind, 1 AS delta "
+        f"(SELECT execution_id, {_MONTH_OF_OBSERVED_AT} AS month, kind, 1 AS delta "  # noqa: S608 - table and column names are module constants; values are bound
         "FROM inserted WHERE (SELECT count(*) FROM inserted) = (SELECT count(*) FROM r)) d"
     )
     insert = f"""
@@ -293,7 +293,7 @@ def _fact_statements() -> tuple[str, str, str, str]:
             RETURNING id, execution_id, kind, observed_at
         ), counted AS ({add_counts.format(deltas=all_new)})
         SELECT id, execution_id, kind, observed_at FROM inserted
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
     stored = ", ".join(f"f.{c}" for c in _FACT_COLUMNS[2:])
     incoming = ", ".join(f"r.{c}" for c in _FACT_COLUMNS[2:])
     differs = (
@@ -308,7 +308,7 @@ def _fact_statements() -> tuple[str, str, str, str]:
          WHERE {differs}
          ORDER BY f.id, f.observed_at
            FOR UPDATE OF f
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
     updates = ", ".join(f"{c} = r.{c}" for c in _FACT_COLUMNS[2:])
     overwrite = f"""
         UPDATE {FACTS_TABLE} AS f SET {updates}
@@ -316,7 +316,7 @@ def _fact_statements() -> tuple[str, str, str, str]:
          WHERE {differs}
            AND (f.id, f.observed_at) IN (
                SELECT * FROM unnest(CAST(:locked_ids AS uuid[]), CAST(:locked_at AS timestamptz[])))
-    """
+    """  # noqa: S608 - table and column names are module constants; values are bound
     count = add_counts.format(
         deltas="json_to_recordset(CAST(:deltas AS json)) "
         "AS d(execution_id bigint, month date, kind text, delta bigint)"
@@ -686,7 +686,7 @@ class PostgresStore:
         self, execution_id: int, *, after_id: str | None, limit: int
     ) -> list[EndpointDocument]:
         sql = sa.text(
-            f"SELECT {_SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id "
+            f"SELECT {_SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id "  # noqa: S608 - table and column names are module constants; values are bound
             f"FROM {EXECUTION_TABLE} t WHERE t.execution_id = :execution_id "
             "AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid)) "
             "ORDER BY t.id LIMIT :limit"
@@ -731,7 +731,7 @@ class PostgresStore:
                        AND (CAST(:months AS date[]) IS NULL
                             OR month = ANY(CAST(:months AS date[])))) f
               LEFT JOIN {ENDPOINT_COUNTS_TABLE} e ON e.execution_id = :execution_id
-            """
+            """  # noqa: S608 - table and column names are module constants; values are bound
         )
         with stage("count_execution_observation_chunk"):
             row = self._run(lambda conn: conn.execute(sql, params).one())
@@ -751,7 +751,7 @@ class PostgresStore:
             if position is None:
                 totals = conn.execute(
                     sa.text(
-                        f"SELECT count(*) AS endpoints, count(DISTINCT ip) AS ips "
+                        f"SELECT count(*) AS endpoints, count(DISTINCT ip) AS ips "  # noqa: S608 - table and column names are module constants; values are bound
                         f"FROM {EXECUTION_TABLE} WHERE task_id = :task_id"
                     ),
                     {"task_id": task_id},
@@ -773,7 +773,7 @@ class PostgresStore:
                     FROM {EXECUTION_TABLE} t
                     WHERE t.task_id = :task_id AND t.ip_order IN (SELECT ip_order FROM page_ips)
                     ORDER BY t.ip_order, t.port, t.transport, t.execution_id
-                    """
+                    """  # noqa: S608 - table and column names are module constants; values are bound
                 ),
                 {"task_id": task_id, "after": after, "limit": limit + 1},
             ).all()
@@ -910,7 +910,7 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
     where = " AND ".join(conditions) or "true"
     owner = ", t.owner_id" if query.scope == "user" else ""
     sql = (
-        f"SELECT {_SELECT_ENDPOINT}{owner}, host(t.ip_order) AS ip_order FROM {table} t "
+        f"SELECT {_SELECT_ENDPOINT}{owner}, host(t.ip_order) AS ip_order FROM {table} t "  # noqa: S608 - table and column names are module constants; values are bound
         f"WHERE {where} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
     )
     return sql, params

@@ -1,4 +1,4 @@
-"""Traffic rollups from nginx access logs (SPEC §9, TRF-1..7).
+"""Traffic rollups from nginx access logs (TRF-1..7 in docs/requirements.md).
 
 The previous design re-read the whole day (1.65 M lines, 160 s) every five
 minutes, later a re-read with an overlap window. This package reads each byte

@@ -9,7 +9,8 @@ nginx escapes ``"`` inside fields (``\\x22``), so splitting on ``"`` is exact:
 piece 0 holds the address and ``[time]``, piece 1 the request line, piece 2
 status and body bytes, pieces 3 and 5 referer and user agent, and everything
 after the user agent (``maxsplit=6``) carries the ``key=value`` extras. This
-split-based parser reads ~3x as many lines per second as a regex (DESIGN.md).
+split-based parser reads ~3x as many lines per second as a regex (docs/architecture.md,
+performance notes).
 
 What a line contributes: the UTC epoch of ``$time_local``, the method, the path
 (query string removed: it explodes cardinality and often carries signed-URL

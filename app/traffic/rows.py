@@ -352,7 +352,7 @@ def query_rows(conn: Connection, query: RowQuery) -> tuple[list[dict[str, Any]],
             SELECT * FROM traffic_rollups {where}
             ORDER BY bucket_start, granularity, domain, method, path
             LIMIT :limit
-            """
+            """  # noqa: S608 - fixed WHERE fragments; values are bound
         ),
         params,
     ).all()

@@ -57,7 +57,7 @@ class PostgresCheckpointStore:
                            vanished_at IS NOT NULL AS vanished,
                            {_epoch("newest_bucket")} AS newest_bucket
                       FROM traffic_files WHERE domain = :domain ORDER BY first_seen_at, id
-                    """
+                    """  # noqa: S608 - constant column lists and fixed fragments; values are bound
                 ),
                 {"domain": domain},
             ).all()
@@ -127,7 +127,7 @@ class PostgresCheckpointStore:
                             DELETE FROM traffic_file_partials WHERE file_id = :id
                             RETURNING granularity, {_epoch("bucket_start")} AS bucket, method,
                                       path, {_SUM_COLUMNS}
-                            """
+                            """  # noqa: S608 - constant column lists and fixed fragments; values are bound
                         ),
                         {"id": change.checkpoint.id},
                     ).all()
@@ -287,7 +287,7 @@ class PostgresCheckpointStore:
                 status_4xx = p.status_4xx + EXCLUDED.status_4xx,
                 status_5xx = p.status_5xx + EXCLUDED.status_5xx,
                 status_other = p.status_other + EXCLUDED.status_other
-            """
+            """  # noqa: S608 - constant column lists and fixed fragments; values are bound
         )
         for offset in range(0, len(items), CHUNK):
             chunk = items[offset : offset + CHUNK]
@@ -380,7 +380,7 @@ class PostgresCheckpointStore:
                                  AND p.path = b.path
                           ) s
                          ORDER BY b.bucket_start, b.method, b.path
-                        """
+                        """  # noqa: S608 - constant column lists and fixed fragments; values are bound
                     ),
                     params,
                 ).all()
@@ -440,7 +440,7 @@ class PostgresCheckpointStore:
                      WHERE p.file_id = f.id AND f.domain = :domain AND p.domain = :domain
                        AND f.vanished_at < to_timestamp(:cutoff)
                     RETURNING p.granularity, {_epoch("p.bucket_start")} AS bucket, p.method, p.path
-                    """
+                    """  # noqa: S608 - constant column lists and fixed fragments; values are bound
                 ),
                 params,
             ).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from app import migrations
@@ -44,16 +45,19 @@ def test_initial_revision_downgrades_and_upgrades_again(empty_database_url):
     engine.dispose()
 
 
-def test_initial_revision_adopts_existing_objects(empty_database_url):
-    """A database that already has the tables (IF NOT EXISTS DDL) migrates without loss."""
+def test_an_unrecorded_existing_schema_stops_the_upgrade(empty_database_url):
+    """Objects without the matching Alembic revision are drift: the upgrade names the first
+    one and changes nothing, instead of adopting it silently."""
     migrations.upgrade(empty_database_url, "20261130_0001")
     engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO users (username, password_hash) VALUES ('old', 'x')"))
         conn.execute(sa.text("DELETE FROM alembic_version"))
-    migrations.upgrade(empty_database_url)
+    with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
+        migrations.upgrade(empty_database_url)
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM users")).scalar() == 1
+        assert migrations.current_revisions(conn) == set()
     engine.dispose()
 
 
@@ -79,3 +83,71 @@ def test_cidr_targets_use_the_gist_index(database_url, engine):
             ).scalars()
         )
     assert "ix_search_targets_cidr_gist" in plan
+
+
+SCHEMA_CATALOG_QUERIES = {
+    "relations": """
+        SELECT c.relname, c.relkind::text, c.relpersistence::text
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' ORDER BY 1""",
+    "columns": """
+        SELECT table_name, column_name, ordinal_position, data_type, is_nullable,
+               coalesce(column_default, ''), is_identity, is_generated,
+               coalesce(generation_expression, '')
+          FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2""",
+    "constraints": """
+        SELECT t.relname, c.conname, pg_get_constraintdef(c.oid)
+          FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid
+          JOIN pg_namespace n ON n.oid = t.relnamespace
+         WHERE n.nspname = 'public' ORDER BY 1, 2""",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
+    "WHERE schemaname = 'public' ORDER BY 1, 2",
+    "triggers": """
+        SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
+          FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND NOT t.tgisinternal ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid)
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          LEFT JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+         WHERE n.nspname = 'public' AND d.objid IS NULL ORDER BY 1, 2""",
+    "partitions": """
+        SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND c.relispartition ORDER BY 1""",
+    "extensions": "SELECT extname FROM pg_extension ORDER BY 1",
+}
+
+
+def _schema(url: str) -> dict[str, list[tuple]]:
+    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return {
+                name: [tuple(row) for row in conn.execute(sa.text(sql))]
+                for name, sql in SCHEMA_CATALOG_QUERIES.items()
+            }
+    finally:
+        engine.dispose()
+
+
+def test_downgrade_to_base_and_upgrade_again_gives_the_same_schema(
+    database_url, empty_database_url
+):
+    """Every downgrade removes exactly what its upgrade made: a full round trip ends in the
+    schema a fresh `upgrade head` builds (tables, columns, constraints, indexes, triggers,
+    functions, partitions), so no migration hides a leftover behind IF NOT EXISTS."""
+    fresh = _schema(database_url)  # the session template, migrated once to head
+    assert {"users", "scan_executions", "search_facts"} <= {r[0] for r in fresh["relations"]}
+    migrations.upgrade(empty_database_url)
+    migrations.downgrade(empty_database_url, "base")
+    after_downgrade = _schema(empty_database_url)
+    assert {r[0] for r in after_downgrade["relations"]} <= {
+        "alembic_version",
+        "alembic_version_pkc",
+    }
+    migrations.upgrade(empty_database_url)
+    again = _schema(empty_database_url)
+    for name in SCHEMA_CATALOG_QUERIES:
+        assert again[name] == fresh[name], name

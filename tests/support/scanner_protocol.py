@@ -40,7 +40,7 @@ def dns_record(name: str, value: str, *, type: str = "A", observed_at: str | Non
 
 
 def checksum(observations: list[Any], dns_records: list[Any]) -> str:
-    # Written from API.md on purpose, not imported from the server: the test is a
+    # Written from docs/scanner-protocol.md on purpose, not imported from the server: the test is a
     # second implementation of the contract.
     canonical = json.dumps(
         {"observations": observations, "dns_records": dns_records},

@@ -1,9 +1,13 @@
-"""The lease-columns migration keeps queued rows, makes them claimable; the seed query works."""
+"""The lease-columns migration keeps queued rows and makes them claimable.
+
+The operators' outbox query (docs/operations.md) works on the migrated table.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 
+import pytest
 import sqlalchemy as sa
 
 from app import db, migrations
@@ -11,7 +15,7 @@ from app.db import normalise_url
 from app.migrations import PROJECT_ROOT
 from app.projection import outbox
 
-# Verbatim from seed 000, "观测与验证": operators run exactly this.
+# Verbatim from docs/operations.md (the outbox query): operators run exactly this.
 OPERATOR_QUERY = """SELECT execution_id, phase, processed_endpoints, attempts, claim_token,
        lease_expires_at, last_error, NOW() - created_at AS age
 FROM scan_projection_outbox
@@ -86,7 +90,7 @@ def test_rows_queued_before_the_upgrade_survive_and_become_claimable(empty_datab
         engine.dispose()
 
 
-def test_the_revision_is_idempotent_and_downgrades_keeping_the_rows(empty_database_url):
+def test_the_revision_refuses_to_reapply_and_downgrades_keeping_the_rows(empty_database_url):
     migrations.upgrade(empty_database_url, "20261130_0041")
     engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
     try:
@@ -98,7 +102,11 @@ def test_the_revision_is_idempotent_and_downgrades_keeping_the_rows(empty_databa
         spec.loader.exec_module(revision)
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE scan_projection_outbox SET cursor = 'abc'"))
-            conn.execute(sa.text(revision.UPGRADE))  # applied again: nothing changes
+        # Applied again it stops at the first existing column (drift is loud), changing nothing.
+        with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
+            with engine.begin() as conn:
+                conn.execute(sa.text(revision.UPGRADE))
+        with engine.begin() as conn:
             assert (
                 conn.execute(sa.text("SELECT count(*) FROM scan_projection_outbox")).scalar() == 2
             )

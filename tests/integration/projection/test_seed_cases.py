@@ -1,4 +1,7 @@
-"""The eight projection cases seed 000 names, each on its own (real PostgreSQL, real stores)."""
+"""The eight projection failure cases of PRJ-3..PRJ-6 (docs/requirements.md), each on its own.
+
+Real PostgreSQL, real stores.
+"""
 
 from __future__ import annotations
 

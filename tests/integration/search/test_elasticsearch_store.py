@@ -286,9 +286,11 @@ def test_a_cluster_of_another_major_is_refused_with_advice(version):
     # them, and then the version check names the client to install.
     with EsSimulator(version=version) as other:
         store = ElasticsearchStore(es_settings_for(other.url))
-        with pytest.raises(StoreUnavailable, match=r"elasticsearch>="):
+        with pytest.raises(StoreUnavailable, match=r"elasticsearch>=") as info:
             store.ensure_schema()
         store.close()
+    if version.startswith("8."):
+        assert "pip install 'netmap[es8]'" in str(info.value)  # the extra pinning the client
 
 
 def test_writes_set_up_the_schema_when_nobody_did(simulator):

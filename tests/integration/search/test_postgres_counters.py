@@ -251,7 +251,7 @@ def test_the_migration_backfills_counters_from_existing_rows(empty_database_url,
             5,
         )
         with engine.begin() as conn:
-            conn.exec_driver_sql(module.UPGRADE)  # re-running recounts, never adds twice
+            conn.exec_driver_sql(module.BACKFILL)  # re-running recounts, never adds twice
             assert _counters(conn, 3) == _recount(conn, 3)
         migrations.downgrade(empty_database_url, "20261130_0050")
         with engine.connect() as conn:

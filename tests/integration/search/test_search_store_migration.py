@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
@@ -46,7 +47,11 @@ def test_upgrade_is_idempotent_and_downgrade_reverses_it(empty_database_url):
                     "(1, gen_random_uuid(), '192.0.2.1', 80, 'tcp', now(), 1, now(), 1, '')"
                 )
             )
-            conn.exec_driver_sql(module.UPGRADE)  # re-running the DDL keeps the data
+        # Re-running the DDL stops at the first existing object (drift is loud), data intact.
+        with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
+            with engine.begin() as conn:
+                conn.exec_driver_sql(module.UPGRADE)
+        with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM search_assets_global")).scalar() == 1
     finally:
         engine.dispose()
