@@ -3,7 +3,10 @@
 Domain errors carry their status; Werkzeug's HTTP errors (404, 405, 413, 429 …)
 become the same JSON shape with a snake_case code; anything unexpected is
 logged as an ``UnhandledException`` event (with the trace, server-side only)
-and answered with a bare 500 that names the request id.
+and answered with a bare 500 that names the request id. A database error is
+logged as ``UnhandledDatabaseError`` with its class, the statement's name
+(verb and table) and the request id only: SQLAlchemy's message and trace
+carry the statement's parameters, which hold observations and usernames.
 """
 
 from __future__ import annotations
@@ -29,6 +32,33 @@ def _api_error_response(error: ApiError):
     for key, value in error.headers.items():
         response.headers[key] = value
     return response
+
+
+_STATEMENT_TABLE = re.compile(
+    r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE)\s+(?:ONLY\s+)?([A-Za-z_][A-Za-z0-9_.]*)", re.IGNORECASE
+)
+
+
+def statement_name(statement: str | None) -> str:
+    """A name for a SQL statement that carries no data: its verb and first table."""
+    if not statement:
+        return "unknown"
+    words = statement.split(None, 1)
+    verb = words[0].upper() if words else "UNKNOWN"
+    table = _STATEMENT_TABLE.search(statement)
+    return f"{verb} {table.group(1)}" if table else verb
+
+
+def _statement_error(error: BaseException) -> sa_exc.StatementError | None:
+    """The SQLAlchemy statement error behind this exception, if any (causes included)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, sa_exc.StatementError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def register_error_handlers(app: Flask) -> None:
@@ -64,15 +94,29 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def handle_unexpected(error: Exception):
         request_id = getattr(g, "request_id", None)
-        # The trace goes to the server log only; the client sees the request id.
-        logging.getLogger("netmap.http").error(
-            "unhandled exception",
-            exc_info=error,
-            extra={
-                "netmap_event": "UnhandledException",
-                "netmap_fields": {"error": type(error).__name__, "request_id": request_id},
-            },
-        )
+        statement_error = _statement_error(error)
+        if statement_error is not None:
+            logging.getLogger("netmap.http").error(
+                "unhandled database error",
+                extra={
+                    "netmap_event": "UnhandledDatabaseError",
+                    "netmap_fields": {
+                        "error": type(statement_error).__name__,
+                        "statement": statement_name(statement_error.statement),
+                        "request_id": request_id,
+                    },
+                },
+            )
+        else:
+            # The trace goes to the server log only; the client sees the request id.
+            logging.getLogger("netmap.http").error(
+                "unhandled exception",
+                exc_info=error,
+                extra={
+                    "netmap_event": "UnhandledException",
+                    "netmap_fields": {"error": type(error).__name__, "request_id": request_id},
+                },
+            )
         response = jsonify(
             {
                 "error": {
