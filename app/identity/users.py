@@ -147,8 +147,9 @@ def set_password(
     actor_user_id: int | None,
     via: str,
     field: str = "password",
-) -> User:
-    """Replace a user's password and end all of their sessions (audited)."""
+) -> tuple[User, int]:
+    """Replace a user's password and end all of their sessions (audited); returns the
+    user and how many sessions ended."""
     from app.identity.audit import record_audit
     from app.identity.sessions import end_user_sessions
 
@@ -173,7 +174,7 @@ def set_password(
         target_id=user_id,
         details={"via": via, "sessions_ended": ended},
     )
-    return user
+    return user, ended
 
 
 def change_own_password(
@@ -190,9 +191,10 @@ def change_own_password(
         or not check_password_hash(row.password_hash, current_password)
     ):
         raise Unauthorized("the current password is wrong", code="invalid_credentials")
-    return set_password(
+    user, _ended = set_password(
         conn, user_id, new_password, actor_user_id=user_id, via="api", field="new_password"
     )
+    return user
 
 
 def set_disabled(
