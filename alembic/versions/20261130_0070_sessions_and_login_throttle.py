@@ -1,4 +1,4 @@
-"""Server-side sessions and the login throttle counters (IDN-7, IDN-8).
+"""Server-side sessions and the login throttle counters (IDN-1, IDN-3).
 
 Revision ID: 20261130_0070
 Revises: 20261130_0060

@@ -1,6 +1,6 @@
 """Admin routes: users and scanners (session + CSRF + admin + rate limit, audited).
 
-Disabling a user ends every session of that user at once (IDN-7).
+Disabling a user ends every session of that user at once (IDN-1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Session login, logout, password change and the current user (IDN-1/2/7/8/9)."""
+"""Session login, logout, password change and the current user (IDN-1/2/3)."""
 
 from __future__ import annotations
 

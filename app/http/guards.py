@@ -5,7 +5,7 @@ map and fails when a route has none. Session-authenticated state-changing
 requests must carry the session's CSRF token in ``X-CSRF-Token`` (IDN-2);
 bearer-token routes (scanners, rollup ingest) ignore cookies entirely, so a
 browser cannot be tricked into acting as a scanner. A session is valid only
-while its server-side row exists (IDN-7), so every request checks it.
+while its server-side row exists (IDN-1), so every request checks it.
 """
 
 from __future__ import annotations

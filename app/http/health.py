@@ -4,7 +4,7 @@
 names the schema revisions only to a logged-in admin, since the exact version
 helps an attacker more than a balancer. ``/metrics`` is for operators: a
 scraper sends ``Authorization: Bearer <[security] metrics_token>``, a person
-uses an admin session (IDN-10).
+uses an admin session (OBS-3).
 """
 
 from __future__ import annotations

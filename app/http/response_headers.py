@@ -1,4 +1,4 @@
-"""Security headers on every response and the session cookie's Secure flag (IDN-10).
+"""Security headers on every response and the session cookie's Secure flag (IDN-1, IDN-2).
 
 Every response says ``nosniff`` and sends no referrer; API and auth responses
 are never cached (they carry personal data and CSRF tokens); HTML gets a

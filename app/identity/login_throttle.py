@@ -1,4 +1,4 @@
-"""Login throttling per address and per username, shared by every process (IDN-8).
+"""Login throttling per address and per username, shared by every process (IDN-3).
 
 Each login attempt counts against two budgets: the caller's address
 (``[security] login_rate_limit``) and the username tried

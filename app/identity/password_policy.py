@@ -1,4 +1,4 @@
-"""Password rules (IDN-9): length, not the username, not common, not trivially guessable.
+"""Password rules (IDN-1): length, not the username, not common, not trivially guessable.
 
 Three checks besides the length rule. A password must not contain the username
 (nor its reverse). It must not be a common password: the blocklist shipped in

@@ -1,4 +1,4 @@
-"""Server-side login sessions (IDN-7): one row per logged-in browser.
+"""Server-side login sessions (IDN-1): one row per logged-in browser.
 
 The signed session cookie carries a random session id; the database keeps only
 its SHA-256, the user and an expiry. Every authenticated request looks the row

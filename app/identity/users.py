@@ -1,4 +1,4 @@
-"""Users: creation, password checks and changes, disabling, lookups (IDN-1, IDN-9).
+"""Users: creation, password checks and changes, disabling, lookups (IDN-1).
 
 Passwords are hashed with Werkzeug's scrypt and must pass the password policy
 (``password_policy``). Unknown usernames still pay for one hash check so
