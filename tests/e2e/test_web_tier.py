@@ -124,3 +124,37 @@ def test_login_limits_hold_across_two_gunicorn_instances(database_url, engine, s
             second.stop()
     finally:
         first.stop()
+
+
+def test_the_nginx_example_is_a_valid_configuration(tmp_path):
+    """`nginx -t` accepts deploy/nginx/netmap.conf (with a throwaway certificate)."""
+    import subprocess
+
+    from tests.support.processes import PROJECT_ROOT
+
+    if not (shutil.which("nginx") and shutil.which("openssl")):
+        pytest.skip("nginx or openssl is not installed")
+    certificates = tmp_path / "ssl"
+    certificates.mkdir()
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=netmap.test", "-keyout", str(certificates / "privkey.pem")),
+            *("-out", str(certificates / "fullchain.pem")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    example = (PROJECT_ROOT / "deploy" / "nginx" / "netmap.conf").read_text()
+    (tmp_path / "netmap.conf").write_text(example.replace("/etc/ssl/netmap", str(certificates)))
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{ include {tmp_path}/netmap.conf; }}\n"
+    )
+    checked = subprocess.run(
+        ["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr

@@ -382,3 +382,62 @@ def test_an_unhandled_database_error_logs_no_statement_parameters(settings, engi
     assert logged[0]["error"] == "DataError"
     assert logged[0]["statement"] == "SELECT users"
     assert "exception" not in logged[0]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A throwaway redis-server on 127.0.0.1 and a free port (skipped where not installed)."""
+    import shutil
+    import subprocess
+
+    import redis
+
+    from tests.support.processes import free_port
+    from tests.support.waiting import wait_until
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def answers() -> bool:
+        try:
+            return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    try:
+        wait_until(answers, timeout=20, interval=0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_login_throttle_uses_a_configured_shared_store(tmp_path, database_url, engine, redis_url):
+    settings = make_settings(
+        database_url,
+        tmp_path,
+        security={
+            "login_rate_limit": "100/minute",
+            "login_username_rate_limit": "3/minute",
+            "ratelimit_storage_uri": redis_url,
+        },
+    )
+    first = create_app(settings, engine=engine, modules="off").test_client()
+    second = create_app(settings, engine=engine, modules="off").test_client()
+    statuses = [
+        _login(client, "shared", f"10.3.3.{i}").status_code
+        for i, client in enumerate((first, second, first, second))
+    ]
+    assert statuses == [401, 401, 401, 429]
+    assert int(_login(second, "shared", "10.3.3.9").headers["Retry-After"]) > 0
+    with transaction() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM login_throttle")).scalar() == 0
