@@ -19,6 +19,7 @@ from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, PoolTimeout, Unavailable
+from app.observability import database_error, statement_name
 from app.search.port import StoreUnavailable
 
 
@@ -32,33 +33,6 @@ def _api_error_response(error: ApiError):
     for key, value in error.headers.items():
         response.headers[key] = value
     return response
-
-
-_STATEMENT_TABLE = re.compile(
-    r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE)\s+(?:ONLY\s+)?([A-Za-z_][A-Za-z0-9_.]*)", re.IGNORECASE
-)
-
-
-def statement_name(statement: str | None) -> str:
-    """A name for a SQL statement that carries no data: its verb and first table."""
-    if not statement:
-        return "unknown"
-    words = statement.split(None, 1)
-    verb = words[0].upper() if words else "UNKNOWN"
-    table = _STATEMENT_TABLE.search(statement)
-    return f"{verb} {table.group(1)}" if table else verb
-
-
-def _statement_error(error: BaseException) -> sa_exc.StatementError | None:
-    """The SQLAlchemy statement error behind this exception, if any (causes included)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, sa_exc.StatementError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def register_error_handlers(app: Flask) -> None:
@@ -94,7 +68,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def handle_unexpected(error: Exception):
         request_id = getattr(g, "request_id", None)
-        statement_error = _statement_error(error)
+        statement_error = database_error(error)
         if statement_error is not None:
             logging.getLogger("netmap.http").error(
                 "unhandled database error",
@@ -102,7 +76,7 @@ def register_error_handlers(app: Flask) -> None:
                     "netmap_event": "UnhandledDatabaseError",
                     "netmap_fields": {
                         "error": type(statement_error).__name__,
-                        "statement": statement_name(statement_error.statement),
+                        "statement": statement_name(getattr(statement_error, "statement", None)),
                         "request_id": request_id,
                     },
                 },

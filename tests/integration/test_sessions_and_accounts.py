@@ -441,3 +441,34 @@ def test_login_throttle_uses_a_configured_shared_store(tmp_path, database_url, e
     assert int(_login(second, "shared", "10.3.3.9").headers["Retry-After"]) > 0
     with transaction() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM login_throttle")).scalar() == 0
+
+
+def test_logged_database_errors_anywhere_carry_no_parameters_or_row_values(engine):
+    """The runner's JobFailed/JobClaimFailed path: the formatter and describe_error."""
+    import sys
+
+    from app.observability import JsonLineFormatter, describe_error
+
+    with transaction() as conn:
+        conn.execute(
+            sa.text("INSERT INTO users (username, password_hash) VALUES ('alice-row-value', 'x')")
+        )
+    try:
+        try:
+            with transaction() as conn:
+                conn.execute(
+                    sa.text("INSERT INTO users (username, password_hash) VALUES (:u, :h)"),
+                    {"u": "alice-row-value", "h": "hash-param-secret"},
+                )
+        except sa.exc.IntegrityError as exc:
+            raise RuntimeError("job step failed") from exc
+    except RuntimeError as exc:
+        described = describe_error(exc)
+        record = logging.LogRecord(
+            "netmap.runner", logging.ERROR, __file__, 1, "job failed", None, sys.exc_info()
+        )
+    line = JsonLineFormatter().format(record)
+    assert described == "IntegrityError in INSERT users"
+    for text in (described, line):
+        assert "alice-row-value" not in text and "hash-param-secret" not in text
+    assert "IntegrityError (message withheld)" in json.loads(line)["exception"]
