@@ -103,14 +103,20 @@ def create_app(
     from app.http import register_blueprints
     from app.http.error_handlers import register_error_handlers
     from app.http.ratelimit import limiter
+    from app.http.response_headers import install_response_security
+    from app.identity.login_throttle import open_login_throttle
 
     limiter.init_app(app)
+    app.extensions["netmap.login_throttle"] = open_login_throttle(
+        settings.security.ratelimit_storage_uri
+    )
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)
     from app.http.requests import check_query_parameters
 
     app.before_request(check_query_parameters)
+    install_response_security(app)
     from app.projection.metrics import register_outbox_metrics
 
     register_outbox_metrics()

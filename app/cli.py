@@ -144,12 +144,7 @@ def users_create(state: CliState, username: str, admin: bool, password_stdin: bo
     from app.errors import ApiError
     from app.identity.users import create_user_audited
 
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-    elif sys.stdin.isatty():
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    else:
-        raise click.UsageError("no terminal to ask for the password: use --password-stdin")
+    password = _read_password(password_stdin)
     with _database(state) as url:
         _require_schema(url)
         _with_engine(url)
@@ -161,6 +156,82 @@ def users_create(state: CliState, username: str, admin: bool, password_stdin: bo
         except ApiError as exc:
             raise click.ClickException(_describe(exc)) from None
     print_json({"id": user.id, "username": user.username})
+
+
+def _read_password(password_stdin: bool) -> str:
+    if password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if sys.stdin.isatty():
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    raise click.UsageError("no terminal to ask for the password: use --password-stdin")
+
+
+def _user_id(conn: Any, username: str) -> int:
+    from app.errors import NotFound
+    from app.identity.users import find_by_username
+
+    user = find_by_username(conn, username)
+    if user is None:
+        raise NotFound(f"user {username!r} not found", code="user_not_found")
+    return user.id
+
+
+@users.command("set-password")
+@click.argument("username")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.pass_obj
+def users_set_password(state: CliState, username: str, password_stdin: bool) -> None:
+    """Set a user's password and end every session of that user."""
+    from app.db import transaction
+    from app.errors import ApiError
+    from app.identity.users import set_password
+
+    password = _read_password(password_stdin)
+    with _database(state) as url:
+        _require_schema(url)
+        _with_engine(url)
+        try:
+            with transaction() as conn:
+                user, ended = set_password(
+                    conn, _user_id(conn, username), password, actor_user_id=None, via="cli"
+                )
+        except ApiError as exc:
+            raise click.ClickException(_describe(exc)) from None
+    print_json({"id": user.id, "username": user.username, "sessions_ended": ended})
+
+
+def _set_disabled_command(state: CliState, username: str, disabled: bool) -> None:
+    from app.db import transaction
+    from app.errors import ApiError
+    from app.identity.users import set_disabled
+
+    with _database(state) as url:
+        _require_schema(url)
+        _with_engine(url)
+        try:
+            with transaction() as conn:
+                user = set_disabled(
+                    conn, _user_id(conn, username), disabled, actor_user_id=None, via="cli"
+                )
+        except ApiError as exc:
+            raise click.ClickException(_describe(exc)) from None
+    print_json({"id": user.id, "username": user.username, "disabled": user.disabled})
+
+
+@users.command("disable")
+@click.argument("username")
+@click.pass_obj
+def users_disable(state: CliState, username: str) -> None:
+    """Disable a user: every session of that user ends, logins are refused."""
+    _set_disabled_command(state, username, True)
+
+
+@users.command("enable")
+@click.argument("username")
+@click.pass_obj
+def users_enable(state: CliState, username: str) -> None:
+    """Enable a disabled user again (old sessions stay ended)."""
+    _set_disabled_command(state, username, False)
 
 
 @main.group()
@@ -216,10 +287,21 @@ def runner(state: CliState, processes: int | None) -> None:
 @click.option("--host", help="Address to serve on (default [server] host).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default [server] port).")
 @click.option("--no-runner", is_flag=True, help="Serve only; do not start `netmap runner`.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="Embedded PostgreSQL data and runtime files (same as `netmap --data-dir DIR up`).",
+)
 @click.pass_obj
-def up(state: CliState, host: str | None, port: int | None, no_runner: bool) -> None:
+def up(
+    state: CliState, host: str | None, port: int | None, no_runner: bool, data_dir: str | None
+) -> None:
     """Embedded database, migrations, web server and runner in one foreground command."""
     from app.local_stack import run_local_stack
+
+    if data_dir:
+        state.data_dir = data_dir
+        state._settings = None
 
     server: dict[str, Any] = {}
     if host:

@@ -41,6 +41,7 @@ ENV_ALIASES: dict[str, str] = {
     "NETMAP_DATA_DIR": "server.data_dir",
     "NETMAP_SMTP_PASSWORD": "smtp.password",
     "NETMAP_RATELIMIT_STORAGE_URI": "security.ratelimit_storage_uri",
+    "NETMAP_METRICS_TOKEN": "security.metrics_token",
 }
 
 # What a Procfile platform (Heroku, Dokku, Scalingo, Render, Railway, Fly) sets, and the key
@@ -81,6 +82,12 @@ class ServerSettings:
     web_workers: int = spec(2, min=1, max=64)
     web_threads: int = spec(4, min=1, max=64)
     request_timeout_seconds: int = spec(60, min=5, max=3600)
+    header_timeout_seconds: float = spec(
+        10.0,
+        min=0.5,
+        max=300,
+        doc="a client must send its whole request head within this time (slow clients)",
+    )
 
 
 @dataclass(frozen=True)
@@ -237,10 +244,25 @@ class TrafficSettings:
 class SecuritySettings:
     secret_key: str = spec("", secret=True, doc="signs session cookies; generated under data_dir")
     encryption_key: str = spec("", secret=True, doc="Fernet key; derived from secret_key if empty")
-    session_cookie_secure: bool = spec(False)
+    session_cookie_secure: bool = spec(
+        True,
+        doc="Secure session cookie, except for plain-HTTP requests to a loopback address; "
+        "false: never Secure",
+    )
     session_lifetime_hours: int = spec(12, min=1, max=24 * 90)
-    ratelimit_storage_uri: str = spec("memory://", secret=True)
-    login_rate_limit: str = spec("10 per minute")
+    ratelimit_storage_uri: str = spec(
+        "memory://",
+        secret=True,
+        doc="shared store for rate limits (redis://…); memory://: per process, and login "
+        "attempts are then counted in PostgreSQL",
+    )
+    login_rate_limit: str = spec("10 per minute", doc="login attempts per client address")
+    login_username_rate_limit: str = spec(
+        "10 per minute;100 per hour", doc="login attempts per username, from any address"
+    )
+    metrics_token: str = spec(
+        "", secret=True, doc="bearer token for /metrics scrapers; empty: admin sessions only"
+    )
     admin_rate_limit: str = spec("120 per minute")
     trusted_proxy_count: int = spec(0, min=0, max=10)
 
@@ -521,7 +543,7 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
         parse_timezone(tz)
     except ValueError as exc:
         errors.append(ConfigProblem("traffic.timezone", tz, str(exc)))
-    for limit_key in ("login_rate_limit", "admin_rate_limit"):
+    for limit_key in ("login_rate_limit", "login_username_rate_limit", "admin_rate_limit"):
         value = getattr(settings.security, limit_key)
         try:
             from limits import parse_many

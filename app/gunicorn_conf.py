@@ -10,6 +10,12 @@ Before anything imports ``prometheus_client`` this module makes sure
 when the operator set none, removed again when the server exits): every worker
 then writes its samples there and ``/metrics`` adds them up, whichever worker
 answers the scrape. The master refuses to start on an unmigrated database.
+
+The worker class is gthread with request heads read by its event loop
+(``app.gunicorn_worker``), so slow clients do not hold threads. gunicorn's
+control socket (25.1+) defaults to one path per user (``~/.gunicorn``), which
+two instances on one host would take from each other: it lives under the data
+directory, and is turned off when that path is too long for a Unix socket.
 """
 
 from __future__ import annotations
@@ -41,8 +47,15 @@ bind = os.environ.get("NETMAP_BIND") or (
 )
 workers = _settings.server.web_workers
 threads = _settings.server.web_threads
-worker_class = "gthread"
+worker_class = "app.gunicorn_worker.HeadBufferingThreadWorker"
+http_protocols = "h1"  # the head-buffering worker speaks HTTP/1.x; HTTP/2 ends at the proxy
 timeout = _settings.server.request_timeout_seconds
+# Unix socket paths are limited to ~107 bytes (sun_path).
+_control_socket = _settings.data_dir / "run" / "gunicorn.ctl"
+if len(str(_control_socket).encode()) <= 100:
+    control_socket = str(_control_socket)
+else:
+    control_socket_disable = True
 # A platform's grace period after SIGTERM is typically 30 s: finish in-flight requests within it.
 graceful_timeout = 25
 # Requests are logged as structured events by the app itself.

@@ -5,12 +5,19 @@ is configured) → migrations → first admin user → gunicorn (web) and
 ``netmap runner`` as child processes → wait for /readyz → print the URL. On
 SIGTERM/SIGINT the children get SIGTERM, are waited for (then killed if they
 hang), and the embedded server is stopped if this command started it.
+
+A runner that dies (even ``kill -9``) is restarted with a doubling backoff
+(reset once it has run for a while), reported on stderr and as a
+``RunnerRestarted`` event; the web server and the database stay up, since the
+runner's work is leased and resumes where it stopped. The web server exiting
+still ends the whole stack: without it there is nothing to serve.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -31,6 +38,62 @@ from app.observability import emit
 
 READY_TIMEOUT_SECONDS = 90.0
 ADMIN_USERNAME = "admin"
+RUNNER_MAX_BACKOFF_SECONDS = 60.0
+# A runner that stayed up this long counts as healthy again: the backoff starts over.
+RUNNER_STABLE_SECONDS = 60.0
+
+
+class RunnerSupervisor:
+    """Keeps one ``netmap runner`` child alive: restart with backoff after it dies."""
+
+    def __init__(self, env: dict[str, str], base_backoff: float):
+        self._env = env
+        self._base_backoff = base_backoff
+        self.restarts = 0
+        self._consecutive = 0
+        self._started_at = 0.0
+        self._restart_at: float | None = None
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        self._started_at = time.monotonic()
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "runner"], cwd=PROJECT_ROOT, env=self._env
+        )
+
+    def check(self) -> None:
+        """Called from the main loop: notice a dead runner, restart it when its backoff ends."""
+        now = time.monotonic()
+        if self._restart_at is not None:
+            if now >= self._restart_at:
+                self._restart_at = None
+                self.restarts += 1
+                self.process = self._start()
+            return
+        code = self.process.poll()
+        if code is None:
+            return
+        if now - self._started_at >= RUNNER_STABLE_SECONDS:
+            self._consecutive = 0
+        backoff = min(RUNNER_MAX_BACKOFF_SECONDS, self._base_backoff * 2**self._consecutive)
+        self._consecutive += 1
+        self._restart_at = now + backoff
+        click.echo(
+            f"netmap: the runner (pid {self.process.pid}) exited with {code}; "
+            f"restarting it in {backoff:g}s",
+            err=True,
+        )
+        emit(
+            "RunnerRestarted",
+            level=logging.WARNING,
+            pid=self.process.pid,
+            exit_code=code,
+            restarts=self.restarts + 1,
+            backoff_seconds=backoff,
+        )
+
+    def children(self) -> list[subprocess.Popen]:
+        return [self.process] if self._restart_at is None else []
 
 
 def ensure_secret_key(settings: Settings) -> str:
@@ -125,6 +188,7 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     children: list[subprocess.Popen] = []
+    runner: RunnerSupervisor | None = None
     exit_code = 0
     try:
         migrations.upgrade(url)
@@ -145,19 +209,16 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         )
         if settings.config_path:
             env["NETMAP_CONFIG"] = settings.config_path
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
-                cwd=PROJECT_ROOT,
-                env=env,
-            )
+        web = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
+            cwd=PROJECT_ROOT,
+            env=env,
         )
+        children.append(web)
         if with_runner:
-            children.append(
-                subprocess.Popen([sys.executable, "-m", "app", "runner"], cwd=PROJECT_ROOT, env=env)
-            )
+            runner = RunnerSupervisor(env, settings.runner.worker_restart_backoff_seconds)
         base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-        if not _wait_ready(base_url, children, READY_TIMEOUT_SECONDS):
+        if not _wait_ready(base_url, [web], READY_TIMEOUT_SECONDS):
             if not stop_requested:
                 click.echo("netmap: the web server did not become ready", err=True)
                 exit_code = 1
@@ -170,17 +231,19 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
             sys.stdout.flush()
             emit("NetmapUp", url=base_url, runner=with_runner)
             while not stop_requested:
-                exited = [c for c in children if c.poll() is not None]
-                if exited:
+                if web.poll() is not None:
                     click.echo(
-                        f"netmap: child process {exited[0].args[2:4]} exited with "
-                        f"{exited[0].returncode}; shutting down",
+                        f"netmap: the web server exited with {web.returncode}; shutting down",
                         err=True,
                     )
                     exit_code = 1
                     break
+                if runner is not None:
+                    runner.check()
                 time.sleep(0.2)
     finally:
+        if runner is not None:
+            children.extend(runner.children())
         _stop_children(children, settings.runner.shutdown_timeout_seconds + 15)
         if server is not None and server.started_here:
             server.stop()

@@ -7,6 +7,13 @@ inherit the upload's identity (OBS-2). Keys that could carry secrets or scan
 content are dropped at the door: tokens, passwords, checksums and observation
 content never reach a log line, whoever calls ``emit``.
 
+Database errors are special: SQLAlchemy's message and the driver's carry the
+statement's parameters (observation content, usernames) and row values
+(``DETAIL: Key (username)=(alice)``). ``describe_error`` and the formatter's
+exception text therefore render a database error, and every exception chained
+with one, as class names, the statement's name (verb and first table) and
+the stack frames only, never a message.
+
 Metrics live in one registry here. Under gunicorn with several workers,
 ``PROMETHEUS_MULTIPROC_DIR`` (set by ``netmap up``) makes ``/metrics`` aggregate
 all workers; values computed from the database at scrape time (queue backlogs)
@@ -19,8 +26,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -114,8 +123,67 @@ def stage(name: str, event: str = "ScanWriteStageCompleted", **fields: Any) -> I
         emit(event, stage=name, duration_us=duration_us, success=success, **fields)
 
 
+_STATEMENT_TABLE = re.compile(
+    r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE)\s+(?:ONLY\s+)?([A-Za-z_][A-Za-z0-9_.]*)", re.IGNORECASE
+)
+
+
+def statement_name(statement: str | None) -> str:
+    """A name for a SQL statement that carries no data: its verb and first table."""
+    if not statement:
+        return "unknown"
+    words = statement.split(None, 1)
+    verb = words[0].upper() if words else "UNKNOWN"
+    table = _STATEMENT_TABLE.search(statement)
+    return f"{verb} {table.group(1)}" if table else verb
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in found):
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def database_error(error: BaseException) -> BaseException | None:
+    """The database error in this exception's chain (SQLAlchemy or the driver), if any."""
+    from sqlalchemy import exc as sa_exc
+
+    for item in _chain(error):
+        if isinstance(item, sa_exc.StatementError) or type(item).__module__.startswith("psycopg2"):
+            return item
+    return None
+
+
+def describe_error(error: BaseException) -> str:
+    """``Class: message`` for logs; for a database error class and statement name only."""
+    found = database_error(error)
+    if found is None:
+        return f"{type(error).__name__}: {error}"
+    statement = getattr(found, "statement", None)
+    return f"{type(found).__name__} in {statement_name(statement)}"
+
+
+def _frames_only(error: BaseException) -> str:
+    """The trace of every exception in the chain without any message."""
+    parts = []
+    for item in reversed(_chain(error)):
+        parts.append("Traceback (most recent call last):\n")
+        parts.extend(traceback.format_tb(item.__traceback__))
+        parts.append(f"{type(item).__module__}.{type(item).__qualname__} (message withheld)\n")
+    return "".join(parts).rstrip("\n")
+
+
 class JsonLineFormatter(logging.Formatter):
     """Events print as themselves; other libraries' records become ``Log`` events."""
+
+    def formatException(self, ei) -> str:
+        error = ei[1] if ei else None
+        if error is not None and database_error(error) is not None:
+            return _frames_only(error)
+        return super().formatException(ei)
 
     def format(self, record: logging.LogRecord) -> str:
         base: dict[str, Any] = {

@@ -32,7 +32,7 @@ from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
 from app.config import Settings
-from app.observability import configure_logging, emit, span
+from app.observability import configure_logging, describe_error, emit, span
 
 CANCEL_GRACE_SECONDS = 5.0
 IDLE_BACKOFF_START_SECONDS = 0.05
@@ -118,7 +118,7 @@ def _run_one(ctx: Any, kind: Any) -> bool:
                 "JobClaimFailed",
                 level=logging.ERROR,
                 job=kind.name,
-                error=f"{type(exc).__name__}: {exc}"[:500],
+                error=describe_error(exc)[:500],
             )
             return False
         if work is None:

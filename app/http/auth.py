@@ -1,26 +1,51 @@
-"""Session login, logout and the current user (IDN-1/2)."""
+"""Session login, logout, password change and the current user (IDN-1/2/3)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify, session
+from flask import Blueprint, current_app, jsonify
 
 from app.db import transaction
-from app.errors import Unauthorized, ValidationError
-from app.http.guards import csrf_token, current_user, public, require_user, start_session
-from app.http.ratelimit import limiter, login_limit
+from app.errors import RateLimited, Unauthorized, ValidationError
+from app.http.guards import (
+    csrf_token,
+    current_user,
+    end_session,
+    public,
+    require_user,
+    start_session,
+)
 from app.http.requests import json_body
-from app.identity.users import authenticate
+from app.identity.login_throttle import address_bucket, username_bucket
+from app.identity.users import authenticate, change_own_password
 from app.observability import emit
 
 blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
 
 
+def _throttle(username: str | None) -> None:
+    """Count this attempt per address and per username; 429 when either is over."""
+    from flask_limiter.util import get_remote_address
+
+    security = current_app.extensions["netmap.settings"].security
+    budgets = [(address_bucket(get_remote_address()), security.login_rate_limit)]
+    if username is not None:
+        budgets.append((username_bucket(username), security.login_username_rate_limit))
+    retry_after = current_app.extensions["netmap.login_throttle"].hit(budgets)
+    if retry_after is not None:
+        emit("LoginThrottled", retry_after=retry_after)
+        raise RateLimited(
+            "too many login attempts; retry later",
+            details={"retry_after": retry_after},
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
 @blueprint.post("/login")
-@limiter.limit(login_limit)
 @public
 def login():
     body = json_body()
     username, password = body.get("username"), body.get("password")
+    _throttle(username if isinstance(username, str) else None)
     if not isinstance(username, str) or not isinstance(password, str):
         raise ValidationError(
             "username and password are required strings",
@@ -49,5 +74,18 @@ def me():
 @require_user
 def logout():
     emit("Logout", user_id=current_user().id)
-    session.clear()
+    end_session()
     return "", 204
+
+
+@blueprint.post("/password")
+@require_user
+def change_password():
+    """Change one's own password: every session of the user ends, the caller gets a new one."""
+    body = json_body()
+    user = current_user()
+    with transaction() as conn:
+        change_own_password(conn, user.id, body.get("current_password"), body.get("new_password"))
+    token = start_session(user)
+    emit("PasswordChanged", user_id=user.id)
+    return jsonify({"user": user.public(), "csrf_token": token})

@@ -3,7 +3,10 @@
 Domain errors carry their status; Werkzeug's HTTP errors (404, 405, 413, 429 …)
 become the same JSON shape with a snake_case code; anything unexpected is
 logged as an ``UnhandledException`` event (with the trace, server-side only)
-and answered with a bare 500 that names the request id.
+and answered with a bare 500 that names the request id. A database error is
+logged as ``UnhandledDatabaseError`` with its class, the statement's name
+(verb and table) and the request id only: SQLAlchemy's message and trace
+carry the statement's parameters, which hold observations and usernames.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, PoolTimeout, Unavailable
+from app.observability import database_error, statement_name
 from app.search.port import StoreUnavailable
 
 
@@ -64,15 +68,29 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def handle_unexpected(error: Exception):
         request_id = getattr(g, "request_id", None)
-        # The trace goes to the server log only; the client sees the request id.
-        logging.getLogger("netmap.http").error(
-            "unhandled exception",
-            exc_info=error,
-            extra={
-                "netmap_event": "UnhandledException",
-                "netmap_fields": {"error": type(error).__name__, "request_id": request_id},
-            },
-        )
+        statement_error = database_error(error)
+        if statement_error is not None:
+            logging.getLogger("netmap.http").error(
+                "unhandled database error",
+                extra={
+                    "netmap_event": "UnhandledDatabaseError",
+                    "netmap_fields": {
+                        "error": type(statement_error).__name__,
+                        "statement": statement_name(getattr(statement_error, "statement", None)),
+                        "request_id": request_id,
+                    },
+                },
+            )
+        else:
+            # The trace goes to the server log only; the client sees the request id.
+            logging.getLogger("netmap.http").error(
+                "unhandled exception",
+                exc_info=error,
+                extra={
+                    "netmap_event": "UnhandledException",
+                    "netmap_fields": {"error": type(error).__name__, "request_id": request_id},
+                },
+            )
         response = jsonify(
             {
                 "error": {

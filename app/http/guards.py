@@ -4,7 +4,8 @@ Every view is wrapped by exactly one of these decorators; a test walks the URL
 map and fails when a route has none. Session-authenticated state-changing
 requests must carry the session's CSRF token in ``X-CSRF-Token`` (IDN-2);
 bearer-token routes (scanners, rollup ingest) ignore cookies entirely, so a
-browser cannot be tricked into acting as a scanner.
+browser cannot be tricked into acting as a scanner. A session is valid only
+while its server-side row exists (IDN-1), so every request checks it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from flask import g, request, session
+from flask import current_app, g, request, session
 
 from app.db import transaction
 from app.errors import Forbidden, Unauthorized
 from app.http.ratelimit import admin_limit, limiter, session_or_address_key
+from app.identity import sessions
 from app.identity.scanners import Scanner, authenticate_scanner
-from app.identity.users import User, get_user
+from app.identity.users import User
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "X-CSRF-Token"
@@ -33,12 +35,25 @@ def _mark(view: Callable[..., Any], access: str) -> Callable[..., Any]:
 
 
 def start_session(user: User) -> str:
-    """Log the user in: fresh session, fresh CSRF token."""
+    """Log the user in: a fresh server-side session, cookie and CSRF token."""
+    lifetime = current_app.permanent_session_lifetime
+    with transaction() as conn:
+        session_id = sessions.start_session(conn, user.id, lifetime)
     session.clear()
     session.permanent = True
     session["uid"] = user.id
+    session["sid"] = session_id
     session["csrf"] = secrets.token_urlsafe(32)
     return session["csrf"]
+
+
+def end_session() -> None:
+    """Log out: the server-side row goes, so copies of the cookie stop working too."""
+    session_id = session.get("sid")
+    if isinstance(session_id, str):
+        with transaction() as conn:
+            sessions.end_session(conn, session_id)
+    session.clear()
 
 
 def csrf_token() -> str | None:
@@ -57,18 +72,33 @@ def _check_csrf() -> None:
         )
 
 
-def _session_user() -> User:
-    uid = session.get("uid")
-    if not isinstance(uid, int):
-        raise Unauthorized("login required", code="unauthorized")
+def _live_session_user() -> User | None:
+    """The user of the cookie's session if that session is still live, else None."""
+    uid, session_id = session.get("uid"), session.get("sid")
+    if not isinstance(uid, int) or not isinstance(session_id, str):
+        return None
     with transaction() as conn:
-        user = get_user(conn, uid)
-    if user is None or user.disabled:
+        user = sessions.user_for_session(conn, session_id, uid)
+    if user is None:
         session.clear()
+    return user
+
+
+def _session_user() -> User:
+    user = _live_session_user()
+    if user is None:
         raise Unauthorized("login required", code="unauthorized")
     _check_csrf()
     g.user = user
     return user
+
+
+def optional_admin() -> bool:
+    """Whether a public route is being read by a logged-in admin (for extra detail)."""
+    if not session.get("sid"):
+        return False
+    user = _live_session_user()
+    return user is not None and user.is_admin
 
 
 def require_user(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,6 +158,31 @@ def require_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., An
             return view(*args, **kwargs)
 
         return _mark(wrapper, "bearer")
+
+    return decorator
+
+
+def require_admin_or_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., Any]:
+    """Operators' routes (``/metrics``): a bearer secret for scrapers, or an admin session."""
+
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            token = bearer_token()
+            if token is not None:
+                if not check(token):
+                    raise Unauthorized(
+                        "a valid bearer token is required",
+                        code="invalid_token",
+                        headers={"WWW-Authenticate": f'Bearer realm="{realm}"'},
+                    )
+                return view(*args, **kwargs)
+            user = _session_user()
+            if not user.is_admin:
+                raise Forbidden("admin privileges required", code="forbidden")
+            return view(*args, **kwargs)
+
+        return _mark(wrapper, "admin_or_bearer")
 
     return decorator
 

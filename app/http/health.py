@@ -1,12 +1,22 @@
-"""Liveness, readiness and metrics endpoints."""
+"""Liveness, readiness and metrics endpoints.
+
+``/healthz`` and ``/readyz`` are public (load balancers call them); ``/readyz``
+names the schema revisions only to a logged-in admin, since the exact version
+helps an attacker more than a balancer. ``/metrics`` is for operators: a
+scraper sends ``Authorization: Bearer <[security] metrics_token>``, a person
+uses an admin session (OBS-3).
+"""
 
 from __future__ import annotations
+
+import hmac
 
 from flask import Blueprint, Response, jsonify
 
 from app.db import transaction
 from app.errors import ApiError
-from app.http.guards import public
+from app.http.context import settings
+from app.http.guards import optional_admin, public, require_admin_or_bearer
 from app.migrations import current_revisions, head_revisions
 from app.observability import render_metrics
 
@@ -29,21 +39,22 @@ def readyz():
         return jsonify({"status": "unavailable", "reason": exc.code}), 503
     heads = head_revisions()
     if current != heads:
-        return (
-            jsonify(
-                {
-                    "status": "unavailable",
-                    "reason": "migrations_pending",
-                    "current": sorted(current),
-                    "head": sorted(heads),
-                }
-            ),
-            503,
-        )
-    return jsonify({"status": "ready", "revision": sorted(current)})
+        body = {"status": "unavailable", "reason": "migrations_pending"}
+        if optional_admin():
+            body.update(current=sorted(current), head=sorted(heads))
+        return jsonify(body), 503
+    body = {"status": "ready"}
+    if optional_admin():
+        body["revision"] = sorted(current)
+    return jsonify(body)
+
+
+def _is_metrics_token(token: str) -> bool:
+    expected = settings().security.metrics_token
+    return bool(expected) and hmac.compare_digest(expected.encode(), token.encode())
 
 
 @blueprint.get("/metrics")
-@public
+@require_admin_or_bearer(_is_metrics_token, realm="netmap-metrics")
 def metrics():
     return Response(render_metrics(), mimetype="text/plain; version=0.0.4; charset=utf-8")

@@ -1,7 +1,9 @@
 """Rate limits (IDN-3) with Flask-Limiter; storage from ``[security] ratelimit_storage_uri``.
 
 ``memory://`` (the default) limits per process; point it at Redis
-(``redis://127.0.0.1:6379/0``) so all gunicorn workers share one budget.
+(``redis://127.0.0.1:6379/0``) so all gunicorn workers share one budget. Login
+attempts are not counted here but by ``app.identity.login_throttle``, which
+keeps its counters in PostgreSQL when no shared store is configured.
 """
 
 from __future__ import annotations
@@ -15,10 +17,6 @@ limiter = Limiter(get_remote_address, headers_enabled=True)
 
 def _security():
     return current_app.extensions["netmap.settings"].security
-
-
-def login_limit() -> str:
-    return _security().login_rate_limit
 
 
 def admin_limit() -> str:

@@ -1,7 +1,9 @@
-"""Users: creation, password checks, lookups (IDN-1).
+"""Users: creation, password checks and changes, disabling, lookups (IDN-1).
 
-Passwords are hashed with Werkzeug's scrypt. Unknown usernames still pay for
-one hash check so response time does not reveal which usernames exist.
+Passwords are hashed with Werkzeug's scrypt and must pass the password policy
+(``password_policy``). Unknown usernames still pay for one hash check so
+response time does not reveal which usernames exist. Changing a password or
+disabling a user ends every session of that user in the same transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.errors import Conflict, ValidationError
+from app.errors import Conflict, NotFound, Unauthorized, ValidationError
+from app.identity.password_policy import password_problem
 
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_PASSWORD_LENGTH = 10
@@ -37,18 +40,24 @@ def _row_to_user(row: Any) -> User:
     return User(id=row.id, username=row.username, is_admin=row.is_admin, disabled=row.disabled)
 
 
+def password_problem_for(password: Any, username: str | None) -> str | None:
+    """What is wrong with this password for this user (length rule, then the policy)."""
+    if not isinstance(password, str) or not (
+        MIN_PASSWORD_LENGTH <= len(password) <= MAX_PASSWORD_LENGTH
+    ):
+        return f"must be a string of {MIN_PASSWORD_LENGTH} to {MAX_PASSWORD_LENGTH} characters"
+    return password_problem(password, username)
+
+
 def validate_new_user(username: Any, password: Any) -> None:
     problems: dict[str, str] = {}
     if not isinstance(username, str) or not USERNAME_RE.match(username):
         problems["username"] = (
             "1-64 characters: letters, digits and . _ @ -, starting with a letter or digit"
         )
-    if not isinstance(password, str) or not (
-        MIN_PASSWORD_LENGTH <= len(password) <= MAX_PASSWORD_LENGTH
-    ):
-        problems["password"] = (
-            f"must be a string of {MIN_PASSWORD_LENGTH} to {MAX_PASSWORD_LENGTH} characters"
-        )
+    problem = password_problem_for(password, username if isinstance(username, str) else None)
+    if problem:
+        problems["password"] = problem
     if problems:
         raise ValidationError("invalid user", code="invalid_user", details={"fields": problems})
 
@@ -128,3 +137,89 @@ def find_by_username(conn: Connection, username: str) -> User | None:
         {"u": username},
     ).one_or_none()
     return _row_to_user(row) if row else None
+
+
+def set_password(
+    conn: Connection,
+    user_id: int,
+    new_password: Any,
+    *,
+    actor_user_id: int | None,
+    via: str,
+    field: str = "password",
+) -> tuple[User, int]:
+    """Replace a user's password and end all of their sessions (audited); returns the
+    user and how many sessions ended."""
+    from app.identity.audit import record_audit
+    from app.identity.sessions import end_user_sessions
+
+    user = get_user(conn, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id} not found", code="user_not_found")
+    problem = password_problem_for(new_password, user.username)
+    if problem:
+        raise ValidationError(
+            "invalid password", code="invalid_password", details={"fields": {field: problem}}
+        )
+    conn.execute(
+        sa.text("UPDATE users SET password_hash = :hash, updated_at = now() WHERE id = :id"),
+        {"hash": generate_password_hash(new_password, method="scrypt"), "id": user_id},
+    )
+    ended = end_user_sessions(conn, user_id)
+    record_audit(
+        conn,
+        actor_user_id=actor_user_id,
+        action="user.password_change",
+        target_type="user",
+        target_id=user_id,
+        details={"via": via, "sessions_ended": ended},
+    )
+    return user, ended
+
+
+def change_own_password(
+    conn: Connection, user_id: int, current_password: Any, new_password: Any
+) -> User:
+    """A user changing their own password: the current one must be right."""
+    row = conn.execute(
+        sa.text("SELECT password_hash FROM users WHERE id = :id FOR UPDATE"), {"id": user_id}
+    ).one_or_none()
+    if (
+        row is None
+        or not isinstance(current_password, str)
+        or len(current_password) > MAX_PASSWORD_LENGTH
+        or not check_password_hash(row.password_hash, current_password)
+    ):
+        raise Unauthorized("the current password is wrong", code="invalid_credentials")
+    user, _ended = set_password(
+        conn, user_id, new_password, actor_user_id=user_id, via="api", field="new_password"
+    )
+    return user
+
+
+def set_disabled(
+    conn: Connection, user_id: int, disabled: bool, *, actor_user_id: int | None, via: str
+) -> User:
+    """Disable (ending every session) or enable a user (audited)."""
+    from app.identity.audit import record_audit
+    from app.identity.sessions import end_user_sessions
+
+    row = conn.execute(
+        sa.text(
+            "UPDATE users SET disabled = :disabled, updated_at = now() WHERE id = :id "
+            "RETURNING id, username, is_admin, disabled"
+        ),
+        {"disabled": disabled, "id": user_id},
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"user {user_id} not found", code="user_not_found")
+    ended = end_user_sessions(conn, user_id) if disabled else 0
+    record_audit(
+        conn,
+        actor_user_id=actor_user_id,
+        action="user.disable" if disabled else "user.enable",
+        target_type="user",
+        target_id=user_id,
+        details={"via": via, "sessions_ended": ended},
+    )
+    return _row_to_user(row)

@@ -100,3 +100,62 @@ def test_up_serves_migrates_and_stops_cleanly(tmp_path):
     finally:
         again.stop()
     assert not embedded.is_running(data_dir / "pgdata")
+
+
+def _runner_child(up: LoggedProcess):
+    import psutil
+
+    for child in psutil.Process(up.pid).children():
+        try:
+            if child.cmdline()[-1:] == ["runner"]:
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_up_restarts_a_killed_runner_and_reports_it(tmp_path):
+    """`kill -9` of the runner leaves the web server and database up; the runner comes back.
+
+    Also the `up --data-dir DIR` form (the option given to `up` itself)."""
+    import os
+
+    port = free_port()
+    data_dir = tmp_path / "var"
+    env = base_env(NETMAP_RUNNER_PROCESSES="1", NETMAP_RUNNER_WORKER_RESTART_BACKOFF_SECONDS="0.5")
+    up = LoggedProcess(
+        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)),
+        env,
+        tmp_path,
+        "up",
+    )
+    try:
+        wait_for(
+            lambda: "netmap is up" in up.stdout() or up.process.poll() is not None,
+            90,
+            "the URL line",
+        )
+        assert up.process.poll() is None, up.stderr()[-3000:]
+        assert (data_dir / "pgdata").is_dir()
+        base = f"http://127.0.0.1:{port}"
+        first = wait_for(lambda: _runner_child(up), 30, "the runner process")
+        wait_for(lambda: up.events("RunnerWorkerStarted"), 30, "the runner worker")
+        os.kill(first.pid, signal.SIGKILL)
+        restarted = wait_for(lambda: up.events("RunnerRestarted"), 60, "RunnerRestarted")
+        assert restarted[0]["exit_code"] == -signal.SIGKILL
+        assert restarted[0]["restarts"] == 1 and restarted[0]["backoff_seconds"] > 0
+        assert up.process.poll() is None, up.stderr()[-3000:]
+        assert requests.get(base + "/healthz", timeout=5).status_code == 200
+        second = wait_for(
+            lambda: (child := _runner_child(up)) is not None and child.pid != first.pid and child,
+            60,
+            "a new runner process",
+        )
+        assert second.is_running()
+        assert "runner" in up.stderr() and "restart" in up.stderr()
+        assert embedded.is_running(data_dir / "pgdata")
+        up.process.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0, up.stderr()[-3000:]
+    finally:
+        up.stop()
+    assert not embedded.is_running(data_dir / "pgdata")

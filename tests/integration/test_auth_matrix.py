@@ -36,6 +36,7 @@ class World:
     task_id: int
     execution_id: int
     claim_token: str
+    bystander_id: int
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ PUBLIC = dict.fromkeys(CALLERS, 200)
 ROUTES: list[Route] = [
     Route("GET", "/healthz", lambda w: "/healthz", None, PUBLIC),
     Route("GET", "/readyz", lambda w: "/readyz", None, PUBLIC),
-    Route("GET", "/metrics", lambda w: "/metrics", None, PUBLIC),
+    # Operators only: the metrics token (none configured here) or an admin session.
+    Route("GET", "/metrics", lambda w: "/metrics", None, _admin_route(200)),
     Route(
         "POST",
         "/api/auth/login",
@@ -103,6 +105,30 @@ ROUTES: list[Route] = [
         lambda w: "/api/auth/logout",
         None,
         _user_route(204, owned=False),
+    ),
+    Route(
+        "POST",
+        "/api/auth/password",
+        lambda w: "/api/auth/password",
+        lambda w: {
+            "current_password": "correct horse battery staple",
+            "new_password": f"a different secret {next(_names)}",
+        },
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "POST",
+        "/api/users/<int:user_id>/disable",
+        lambda w: f"/api/users/{w.bystander_id}/disable",
+        None,
+        _admin_route(200),
+    ),
+    Route(
+        "POST",
+        "/api/users/<int:user_id>/enable",
+        lambda w: f"/api/users/{w.bystander_id}/enable",
+        None,
+        _admin_route(200),
     ),
     Route(
         "POST",
@@ -231,6 +257,7 @@ def world(api) -> World:
         task_id=task_id,
         execution_id=claimed["id"],
         claim_token=claimed["claim_token"],
+        bystander_id=api.create_user()["id"],
     )
 
 

@@ -85,3 +85,37 @@ def test_bad_configuration_is_a_clear_start_up_error(database_url, tmp_path):
     result = run_cli(database_url, "--config", str(config), "runner")
     assert result.returncode != 0
     assert "runner.processes = 0: must be between 1 and 64" in result.stderr
+
+
+def test_users_set_password_and_disable_end_every_session(database_url, engine, api):
+    created = api.create_user("erin")
+    session = api.login("erin")
+    weak = run_cli(
+        database_url, "users", "set-password", "erin", "--password-stdin", stdin="erin12345678\n"
+    )
+    assert weak.returncode != 0 and "username" in weak.stderr
+    changed = run_cli(
+        database_url,
+        "users",
+        "set-password",
+        "erin",
+        "--password-stdin",
+        stdin="a fresh start 77\n",
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout) == {
+        "id": created["id"],
+        "username": "erin",
+        "sessions_ended": 1,
+    }
+    assert session.get("/api/auth/me").status_code == 401
+    again = api.login("erin", "a fresh start 77")
+    disabled = run_cli(database_url, "users", "disable", "erin")
+    assert disabled.returncode == 0, disabled.stderr
+    assert json.loads(disabled.stdout)["disabled"] is True
+    assert again.get("/api/auth/me").status_code == 401
+    enabled = run_cli(database_url, "users", "enable", "erin")
+    assert enabled.returncode == 0 and json.loads(enabled.stdout)["disabled"] is False
+    assert api.login("erin", "a fresh start 77").get("/api/auth/me").status_code == 200
+    missing = run_cli(database_url, "users", "disable", "nobody-here")
+    assert missing.returncode != 0 and "user_not_found" in missing.stderr

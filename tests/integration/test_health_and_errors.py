@@ -52,9 +52,9 @@ def test_readyz_is_503_when_the_database_is_unreachable(tmp_path):
         engine.dispose()
 
 
-def test_metrics_expose_request_latency(client):
+def test_metrics_expose_request_latency(client, api):
     client.get("/healthz")
-    text = client.get("/metrics").get_data(as_text=True)
+    text = api.admin().get("/metrics").get_data(as_text=True)
     assert "netmap_http_request_duration_seconds_bucket" in text
     assert 'route="/healthz"' in text
     assert "netmap_db_pool_wait_seconds" in text

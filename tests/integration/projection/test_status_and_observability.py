@@ -86,7 +86,8 @@ def _metric(text: str, name: str) -> float:
     return float(found.group(1))
 
 
-def test_backlog_and_oldest_age_are_on_metrics(client, engine):
+def test_backlog_and_oldest_age_are_on_metrics(api, engine):
+    client = api.admin()  # /metrics is for operators
     owner = create_owner()
     first = create_execution(owner)
     create_execution(owner)

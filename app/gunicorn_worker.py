@@ -1,0 +1,136 @@
+"""The web worker: gunicorn's threaded worker, with request heads read by the event loop.
+
+gunicorn's ``gthread`` worker hands a connection to a thread as soon as its
+first bytes arrive, and the thread then blocks until the whole request head
+is in. Eight clients sending one header line every two seconds therefore hold
+all threads of a default deployment (2 workers x 4 threads) and ``/healthz``
+times out for everyone. The alternatives gunicorn offers do not fit this app:
+``gevent`` needs the whole process monkey-patched (psycopg2 blocks the hub
+without psycogreen; the report renderer's threads and worker pipes would
+change semantics), ``tornado`` runs the WSGI app on its event loop one request
+at a time per worker, and the ASGI worker needs an ASGI application.
+
+So this worker keeps ``gthread`` and changes one thing: a connection's request
+head is read without blocking by the worker's own event loop (the same poller
+gthread uses for kept-alive connections) into a buffer, and only a complete
+head (or one over the size limit, for the parser to refuse) goes to a thread,
+with the buffered bytes handed to gunicorn's parser. A head not complete
+within ``[server] header_timeout_seconds`` is closed. A slow client costs a
+buffer, not a thread.
+
+Slow request *bodies* still hold a thread while the app reads them; in
+production a reverse proxy that buffers whole requests sits in front
+(``deploy/nginx/netmap.conf``: ``client_header_timeout``,
+``client_body_timeout``, ``proxy_request_buffering on``). TLS connections are
+left to gthread unchanged (the head is encrypted; terminate TLS at the proxy).
+"""
+
+from __future__ import annotations
+
+import errno
+import selectors
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from app.config import load_settings
+
+# Larger heads go to the parser, which answers 431/400 by gunicorn's own limits.
+MAX_BUFFERED_HEAD_BYTES = 65536
+_END_OF_HEAD = b"\r\n\r\n"
+
+
+class HeadBufferingThreadWorker(ThreadWorker):
+    """``gthread`` that dispatches a connection to a thread only once its head is in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings, _check = load_settings()
+        self.header_timeout = settings.server.header_timeout_seconds
+        # Connections whose head is being read, oldest deadline first (one timeout for all).
+        self.reading_heads: deque[TConn] = deque()
+
+    # -- new connections and kept-alive connections with a new request ---------------------
+
+    def accept(self, listener: Any) -> None:
+        if self.cfg.is_ssl:
+            return super().accept(listener)
+        try:
+            client_sock, client_addr = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client_sock, client_addr, listener.getsockname())  # non-blocking
+        self._start_reading_head(conn)
+
+    def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
+        if self.cfg.is_ssl:
+            return super().on_client_socket_readable(conn, client)
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._start_reading_head(conn)
+        self._on_head_readable(conn, client)
+
+    def _start_reading_head(self, conn: TConn) -> None:
+        conn.netmap_head = bytearray()
+        conn.netmap_head_deadline = time.monotonic() + self.header_timeout
+        self.reading_heads.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_head_readable, conn))
+
+    def _on_head_readable(self, conn: TConn, _client: Any) -> None:
+        try:
+            data = conn.sock.recv(MAX_BUFFERED_HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop_head_reader(conn)
+            return
+        if not data:
+            self._drop_head_reader(conn)
+            return
+        conn.netmap_head += data
+        head = conn.netmap_head
+        if _END_OF_HEAD in head or len(head) >= MAX_BUFFERED_HEAD_BYTES:
+            self._stop_reading_head(conn)
+            self.enqueue_req(conn)
+
+    def _stop_reading_head(self, conn: TConn) -> None:
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            self.reading_heads.remove(conn)
+        except ValueError:
+            pass
+
+    def _drop_head_reader(self, conn: TConn) -> None:
+        self._stop_reading_head(conn)
+        self.nr_conns -= 1
+        conn.close()
+
+    # -- in the thread: give the buffered head to gunicorn's parser ------------------------
+
+    def handle(self, conn: TConn) -> Any:
+        head = getattr(conn, "netmap_head", None)
+        if head:
+            conn.netmap_head = None
+            conn.data_ready = True
+            conn.init()
+            conn.parser.unreader.unread(bytes(head))
+        return super().handle(conn)
+
+    # -- deadlines (called by gthread's loop at least once a second) -----------------------
+
+    def murder_pending(self) -> None:
+        super().murder_pending()
+        now = time.monotonic()
+        while self.reading_heads and (
+            not self.alive or self.reading_heads[0].netmap_head_deadline <= now
+        ):
+            self._drop_head_reader(self.reading_heads[0])

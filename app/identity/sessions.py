@@ -1,0 +1,71 @@
+"""Server-side login sessions (IDN-1): one row per logged-in browser.
+
+The signed session cookie carries a random session id; the database keeps only
+its SHA-256, the user and an expiry. Every authenticated request looks the row
+up, so ending a session is deleting its row: logout ends that browser's
+session, a password change or disabling the user ends all of the user's
+sessions, and a copied cookie stops working with the original.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.identity.users import User, _row_to_user
+
+
+def _digest(session_id: str) -> bytes:
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).digest()
+
+
+def start_session(conn: Connection, user_id: int, lifetime: timedelta) -> str:
+    """A new session for the user; returns the id the cookie carries (never stored)."""
+    session_id = secrets.token_urlsafe(32)
+    # Expired rows of this user go at the same time, so the table stays small
+    # without a sweeper job.
+    conn.execute(
+        sa.text("DELETE FROM user_sessions WHERE user_id = :uid AND expires_at <= now()"),
+        {"uid": user_id},
+    )
+    conn.execute(
+        sa.text(
+            "INSERT INTO user_sessions (id_sha256, user_id, expires_at) "
+            "VALUES (:id, :uid, now() + make_interval(secs => :secs))"
+        ),
+        {"id": _digest(session_id), "uid": user_id, "secs": lifetime.total_seconds()},
+    )
+    return session_id
+
+
+def user_for_session(conn: Connection, session_id: str, user_id: int) -> User | None:
+    """The enabled user of a live session, or None (unknown, ended, expired, disabled)."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT u.id, u.username, u.is_admin, u.disabled
+            FROM user_sessions s JOIN users u ON u.id = s.user_id
+            WHERE s.id_sha256 = :id AND s.user_id = :uid AND s.expires_at > now()
+              AND NOT u.disabled
+            """
+        ),
+        {"id": _digest(session_id), "uid": user_id},
+    ).one_or_none()
+    return _row_to_user(row) if row else None
+
+
+def end_session(conn: Connection, session_id: str) -> None:
+    conn.execute(
+        sa.text("DELETE FROM user_sessions WHERE id_sha256 = :id"), {"id": _digest(session_id)}
+    )
+
+
+def end_user_sessions(conn: Connection, user_id: int) -> int:
+    """End every session of a user; returns how many there were."""
+    return conn.execute(
+        sa.text("DELETE FROM user_sessions WHERE user_id = :uid"), {"uid": user_id}
+    ).rowcount

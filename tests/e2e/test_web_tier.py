@@ -1,0 +1,160 @@
+"""The web tier as a real gunicorn: slow clients, control sockets, shared login limits.
+
+Everything listens on 127.0.0.1 with free ports; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import stat
+import time
+
+import pytest
+import requests
+
+from tests.support.web_server import GunicornServer, short_directory
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def short_dir():
+    directory = short_directory("nm-web-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _slow_connection(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    return sock
+
+
+def test_gunicorn_stays_responsive_with_32_slow_connections(database_url, short_dir):
+    # Production defaults for workers and threads (2 x 4); a long header timeout so the
+    # slow connections stay open for the whole test.
+    server = GunicornServer(
+        database_url,
+        short_dir / "var",
+        short_dir / "gunicorn.log",
+        NETMAP_SERVER_HEADER_TIMEOUT_SECONDS="60",
+    )
+    slow: list[socket.socket] = []
+    try:
+        slow = [_slow_connection(server.port) for _ in range(32)]
+        kept_alive = requests.Session()
+        for round_number in range(4):  # four header lines, two seconds apart
+            time.sleep(2)
+            for sock in slow:
+                sock.sendall(b"X-Slow-%d: still typing\r\n" % round_number)
+            assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+            assert kept_alive.get(server.url + "/healthz", timeout=10).status_code == 200
+        # The slow clients are still being served once they finish their request.
+        for sock in slow[:4]:
+            sock.sendall(b"\r\n")
+            sock.settimeout(10)
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_a_request_head_not_finished_in_time_is_closed(database_url, short_dir):
+    server = GunicornServer(
+        database_url,
+        short_dir / "var",
+        short_dir / "gunicorn.log",
+        NETMAP_SERVER_HEADER_TIMEOUT_SECONDS="1",
+    )
+    try:
+        sock = _slow_connection(server.port)
+        sock.settimeout(30)
+        try:
+            assert sock.recv(64) == b""
+        except ConnectionResetError:
+            pass
+        finally:
+            sock.close()
+        assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_two_instances_keep_their_control_sockets_under_their_data_directories(
+    database_url, short_dir
+):
+    home = short_dir / "home"
+    home.mkdir()
+    first = GunicornServer(database_url, short_dir / "a", short_dir / "a.log", HOME=str(home))
+    try:
+        second = GunicornServer(database_url, short_dir / "b", short_dir / "b.log", HOME=str(home))
+        try:
+            for server in (first, second):
+                control = server.data_dir / "run" / "gunicorn.ctl"
+                assert control.exists(), server.log_path.read_text()[-2000:]
+                assert stat.S_ISSOCK(control.stat().st_mode)
+            assert not (home / ".gunicorn").exists()
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def test_login_limits_hold_across_two_gunicorn_instances(database_url, engine, short_dir):
+    limits = {
+        "NETMAP_SECURITY_LOGIN_RATE_LIMIT": "3/minute",
+        "NETMAP_SECURITY_LOGIN_USERNAME_RATE_LIMIT": "100/minute",
+    }
+    first = GunicornServer(database_url, short_dir / "a", short_dir / "a.log", **limits)
+    try:
+        second = GunicornServer(database_url, short_dir / "b", short_dir / "b.log", **limits)
+        try:
+            statuses = [
+                requests.post(
+                    server.url + "/api/auth/login",
+                    json={"username": "nobody", "password": "wrong password"},
+                    timeout=10,
+                ).status_code
+                for server in (first, second, first, second)
+            ]
+            assert statuses == [401, 401, 401, 429]
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def test_the_nginx_example_is_a_valid_configuration(tmp_path):
+    """`nginx -t` accepts deploy/nginx/netmap.conf (with a throwaway certificate)."""
+    import subprocess
+
+    from tests.support.processes import PROJECT_ROOT
+
+    if not (shutil.which("nginx") and shutil.which("openssl")):
+        pytest.skip("nginx or openssl is not installed")
+    certificates = tmp_path / "ssl"
+    certificates.mkdir()
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=netmap.test", "-keyout", str(certificates / "privkey.pem")),
+            *("-out", str(certificates / "fullchain.pem")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    example = (PROJECT_ROOT / "deploy" / "nginx" / "netmap.conf").read_text()
+    (tmp_path / "netmap.conf").write_text(example.replace("/etc/ssl/netmap", str(certificates)))
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{ include {tmp_path}/netmap.conf; }}\n"
+    )
+    checked = subprocess.run(
+        ["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
