@@ -21,7 +21,7 @@ from app.object_store.deleter import (
     retry_failed_deletes,
 )
 from app.object_store.port import ObjectStoreUnavailable
-from app.observability import JsonLineFormatter, render_metrics
+from app.observability import render_metrics
 from tests.integration.object_store.conftest import (
     TEST_ACCESS_KEY,
     TEST_SECRET,
