@@ -98,9 +98,9 @@ def test_at_most_three_deletes_in_flight_and_all_settle_in_input_order(s3, fault
         fault_proxy.delete_gate.release()
         released += 1
         wait_until(
-            lambda: (
-                stats.deletes_finished == released
-                and stats.deletes_in_flight == min(3, len(keys) - released)
+            lambda done=released: (
+                stats.deletes_finished == done
+                and stats.deletes_in_flight == min(3, len(keys) - done)
             ),
             timeout=30,
         )
