@@ -187,7 +187,9 @@ def test_expired_exports_are_deleted_by_the_expiry_job(api, settings):
     ]
     _build_all(settings)
     store = open_object_store(settings)
-    keys = {i: records.object_key(i, task["id"], f) for i, f in zip(ids, ("csv", "zip"))}
+    keys = {
+        i: records.object_key(i, task["id"], f) for i, f in zip(ids, ("csv", "zip"), strict=True)
+    }
     assert all(store.exists(k) for k in keys.values())
     with transaction() as conn:
         conn.execute(
