@@ -224,20 +224,20 @@ class ObjectStoreSettings:
         60.0, min=1, max=86400, doc="runner: retry recorded failed deletes this often"
     )
     delete_retry_max_backoff_seconds: float = spec(3600.0, min=1, max=604800)
-    s3_endpoint_url: str = spec("", doc="empty: AWS; e.g. http://127.0.0.1:9000 for MinIO")
-    s3_region: str = spec("us-east-1")
-    s3_bucket: str = spec("")
-    s3_path_style: bool = spec(False, doc="path-style addressing (MinIO, Ceph, Garage)")
-    s3_access_key_id: str = spec("", secret=True, doc="empty: AWS environment/profile chain")
-    s3_secret_access_key: str = spec("", secret=True)
-    s3_session_token: str = spec("", secret=True)
-    s3_max_retries: int = spec(5, min=0, max=20, doc="retries per request on throttling/5xx")
-    s3_retry_base_ms: int = spec(100, min=1, max=60000, doc="first backoff; doubles, jittered")
-    s3_part_size_bytes: int = spec(
+    endpoint_url: str = spec("", doc="empty: AWS; e.g. http://127.0.0.1:9000 for MinIO")
+    region: str = spec("us-east-1")
+    bucket: str = spec("")
+    path_style: bool = spec(False, doc="path-style addressing (MinIO, Ceph, Garage)")
+    access_key_id: str = spec("", secret=True, doc="empty: AWS environment/profile chain")
+    secret_access_key: str = spec("", secret=True)
+    session_token: str = spec("", secret=True)
+    max_retries: int = spec(5, min=0, max=20, doc="retries per request on throttling/5xx")
+    retry_base_ms: int = spec(100, min=1, max=60000, doc="first backoff; doubles, jittered")
+    part_size_bytes: int = spec(
         8 * 1024 * 1024, min=5 * 1024 * 1024, max=512 * 1024 * 1024, doc="multipart part size"
     )
-    s3_connect_timeout_seconds: float = spec(10.0, min=0.1, max=600)
-    s3_read_timeout_seconds: float = spec(60.0, min=0.1, max=3600)
+    connect_timeout_seconds: float = spec(10.0, min=0.1, max=600)
+    read_timeout_seconds: float = spec(60.0, min=0.1, max=3600)
 
 
 @dataclass(frozen=True)
@@ -506,22 +506,22 @@ DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-
 def _object_store_checks(settings: Settings) -> list[ConfigProblem]:
     store, exports = settings.object_store, settings.exports
     problems: list[ConfigProblem] = []
-    if store.backend == "s3" and not store.s3_bucket:
+    if store.backend == "s3" and not store.bucket:
         problems.append(
-            ConfigProblem("object_store.s3_bucket", "", "required when object_store.backend = 's3'")
+            ConfigProblem("object_store.bucket", "", "required when object_store.backend = 's3'")
         )
-    if store.s3_endpoint_url and not store.s3_endpoint_url.startswith(("http://", "https://")):
+    if store.endpoint_url and not store.endpoint_url.startswith(("http://", "https://")):
         problems.append(
             ConfigProblem(
-                "object_store.s3_endpoint_url", store.s3_endpoint_url, "must be an http(s):// URL"
+                "object_store.endpoint_url", store.endpoint_url, "must be an http(s):// URL"
             )
         )
-    if bool(store.s3_access_key_id) != bool(store.s3_secret_access_key):
+    if bool(store.access_key_id) != bool(store.secret_access_key):
         problems.append(
             ConfigProblem(
-                "object_store.s3_secret_access_key",
+                "object_store.secret_access_key",
                 "",
-                "set both s3_access_key_id and s3_secret_access_key, or neither "
+                "set both access_key_id and secret_access_key, or neither "
                 "(then the AWS environment variables or profile are used)",
             )
         )

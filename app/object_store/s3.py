@@ -7,13 +7,13 @@ file or, when those are empty, from boto3's standard chain (``AWS_ACCESS_KEY_ID`
 
 Retries are ours, not botocore's (botocore is told to try once), so every
 retry is counted in the operation's event: throttling (``SlowDown``, 429),
-5xx and dropped connections are retried ``s3_max_retries`` times with
+5xx and dropped connections are retried ``max_retries`` times with
 exponential backoff and jitter; anything else fails at once. Each request is
 retried on its own, so a large upload retries one part, not the object.
 
 ``put`` never holds more than one part in memory: a payload that fits in one
 part is a single ``PutObject``; a larger one is a multipart upload of
-``s3_part_size_bytes`` parts, aborted if any part finally fails (so no
+``part_size_bytes`` parts, aborted if any part finally fails (so no
 half-object ever appears under the key).
 """
 
@@ -90,15 +90,15 @@ class S3ObjectStore:
         from botocore.config import Config
 
         self.settings = settings
-        self.bucket = settings.s3_bucket
+        self.bucket = settings.bucket
         self._sleep = sleep
         config = Config(
-            region_name=settings.s3_region or None,
+            region_name=settings.region or None,
             signature_version="s3v4",
-            s3={"addressing_style": "path" if settings.s3_path_style else "auto"},
+            s3={"addressing_style": "path" if settings.path_style else "auto"},
             retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=settings.s3_connect_timeout_seconds,
-            read_timeout=settings.s3_read_timeout_seconds,
+            connect_timeout=settings.connect_timeout_seconds,
+            read_timeout=settings.read_timeout_seconds,
             max_pool_connections=max(max_pool_connections, settings.delete_concurrency + 2),
             # Checksums only where the API requires them: S3-compatible services (older
             # MinIO, Ceph, Garage) reject the newer streaming-trailer checksums.
@@ -106,13 +106,13 @@ class S3ObjectStore:
             response_checksum_validation="when_required",
         )
         session = boto3.session.Session(
-            aws_access_key_id=settings.s3_access_key_id or None,
-            aws_secret_access_key=settings.s3_secret_access_key or None,
-            aws_session_token=settings.s3_session_token or None,
-            region_name=settings.s3_region or None,
+            aws_access_key_id=settings.access_key_id or None,
+            aws_secret_access_key=settings.secret_access_key or None,
+            aws_session_token=settings.session_token or None,
+            region_name=settings.region or None,
         )
         self.client = session.client(
-            "s3", endpoint_url=settings.s3_endpoint_url or None, config=config
+            "s3", endpoint_url=settings.endpoint_url or None, config=config
         )
 
     # -- requests with our retry rule ---------------------------------------------------
@@ -145,11 +145,11 @@ class S3ObjectStore:
                 ConnectTimeoutError,
             ) as exc:
                 reason = type(exc).__name__
-            if attempt >= self.settings.s3_max_retries:
+            if attempt >= self.settings.max_retries:
                 raise ObjectStoreUnavailable(
                     f"S3 {method} kept failing after {attempt} retries ({reason})"
                 )
-            delay = min(MAX_BACKOFF_SECONDS, self.settings.s3_retry_base_ms / 1000.0 * (2**attempt))
+            delay = min(MAX_BACKOFF_SECONDS, self.settings.retry_base_ms / 1000.0 * (2**attempt))
             attempt += 1
             note_retry(reason)
             self._sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not a secret
@@ -178,7 +178,7 @@ class S3ObjectStore:
             if not self._is_not_found(exc):
                 raise self._client_error("head_bucket", exc) from None
             params: dict[str, Any] = {"Bucket": self.bucket}
-            region = self.settings.s3_region
+            region = self.settings.region
             if region and region != "us-east-1":
                 params["CreateBucketConfiguration"] = {"LocationConstraint": region}
             self._call("create_bucket", **params)
@@ -187,7 +187,7 @@ class S3ObjectStore:
         from botocore.exceptions import ClientError
 
         validate_key(key)
-        part_size = self.settings.s3_part_size_bytes
+        part_size = self.settings.part_size_bytes
         digest = hashlib.sha256()
         size = 0
         buffer = bytearray()

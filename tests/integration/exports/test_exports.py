@@ -79,9 +79,9 @@ def test_zip_export_end_to_end_with_manifest_checksums(api, settings):
 
     assert _build_all(settings) == [export["id"]]
     described = user.get(f"/api/exports/{export['id']}").get_json()["export"]
-    assert described["row_count"] == len(observations)
+    assert described["rows"] == len(observations)
     archive = zipfile.ZipFile(io.BytesIO(_download(user, export["id"])))
-    assert described["size_bytes"] > 0
+    assert described["size"] > 0
     assert archive.namelist() == ["endpoints.csv", "endpoints.jsonl", "manifest.json"]
     manifest = json.loads(archive.read("manifest.json"))
     assert manifest["task"] == {"id": task["id"], "name": task["name"]}
@@ -247,7 +247,7 @@ def test_builds_are_capped_per_host_and_recovered_after_a_lost_lease(api, settin
     assert records.finish_ready(held, size=1, rows=1, sha256="x", retention_hours=1) is False
     ExportBuildJob(settings, host="host-c").run(_context(settings), retaken)
     got = user.get(f"/api/exports/{held.id}").get_json()["export"]
-    assert (got["status"], got["row_count"], got["attempts"]) == ("ready", len(observations), 2)
+    assert (got["status"], got["rows"], got["attempts"]) == ("ready", len(observations), 2)
 
 
 def test_a_build_withdrawn_while_running_deletes_what_it_wrote(api, settings):

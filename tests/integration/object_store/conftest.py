@@ -45,16 +45,16 @@ def fault_proxy(s3_server_url: str) -> Iterator[FaultProxy]:
 def s3_overrides(endpoint: str, **extra) -> dict:
     values = {
         "backend": "s3",
-        "s3_endpoint_url": endpoint,
-        "s3_bucket": f"netmap-test-{os.getpid()}-{next(_buckets)}",
-        "s3_path_style": True,
-        "s3_region": "us-east-1",
-        "s3_access_key_id": TEST_ACCESS_KEY,
-        "s3_secret_access_key": TEST_SECRET,
-        "s3_session_token": TEST_SESSION_TOKEN,
-        "s3_max_retries": 3,
-        "s3_retry_base_ms": 1,
-        "s3_part_size_bytes": 5 * 1024 * 1024,
+        "endpoint_url": endpoint,
+        "bucket": f"netmap-test-{os.getpid()}-{next(_buckets)}",
+        "path_style": True,
+        "region": "us-east-1",
+        "access_key_id": TEST_ACCESS_KEY,
+        "secret_access_key": TEST_SECRET,
+        "session_token": TEST_SESSION_TOKEN,
+        "max_retries": 3,
+        "retry_base_ms": 1,
+        "part_size_bytes": 5 * 1024 * 1024,
     }
     values.update(extra)
     return values
@@ -63,10 +63,10 @@ def s3_overrides(endpoint: str, **extra) -> dict:
 def real_s3_overrides() -> dict:
     return {
         "backend": "s3",
-        "s3_endpoint_url": os.environ["NETMAP_TEST_S3_URL"],
-        "s3_bucket": os.environ.get("NETMAP_TEST_S3_BUCKET", "netmap-test"),
-        "s3_path_style": True,
-        "s3_region": os.environ.get("AWS_REGION", "us-east-1"),
+        "endpoint_url": os.environ["NETMAP_TEST_S3_URL"],
+        "bucket": os.environ.get("NETMAP_TEST_S3_BUCKET", "netmap-test"),
+        "path_style": True,
+        "region": os.environ.get("AWS_REGION", "us-east-1"),
     }
 
 

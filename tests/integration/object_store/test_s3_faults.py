@@ -65,7 +65,7 @@ def test_throttling_5xx_and_dropped_requests_are_retried(s3, fault_proxy, caplog
 
 def test_retries_are_bounded_and_then_the_store_is_unavailable(s3, fault_proxy, caplog):
     caplog.set_level(logging.INFO, logger="netmap.events")
-    store = s3(s3_max_retries=2)
+    store = s3(max_retries=2)
     fault_proxy.add(Rule("fail", method="PUT", error_code="SlowDown"))
     with pytest.raises(ObjectStoreUnavailable):
         store.put("t/never", b"x", "text/plain")
@@ -112,7 +112,7 @@ def test_at_most_three_deletes_in_flight_and_all_settle_in_input_order(s3, fault
 
 
 def test_failed_deletes_do_not_stop_the_others_and_are_retried_later(s3, fault_proxy, engine):
-    store = s3(s3_max_retries=1)
+    store = s3(max_retries=1)
     keys = [f"compensation/k{i}" for i in range(8)]
     for key in keys:
         store.put(key, b"x", "text/plain")
