@@ -6,9 +6,9 @@ holds one page (and, for S3, one upload part), however large the task.
 
 The zip holds ``endpoints.csv``, ``endpoints.jsonl`` and ``manifest.json``
 (the task, its executions, row counts and the SHA-256 of each member). It is
-written by ``zipfile`` into a sink that the generator drains after every page;
-members are written one after the other (one pass over the pages each), with
-data descriptors, so the archive never needs seeking.
+written by ``zipfile`` into a sink that the generator drains after every page,
+with data descriptors, so the archive never needs seeking; one pass over the
+pages feeds both members (the JSON lines wait in an unnamed temporary file).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import csv
 import hashlib
 import io
 import json
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -83,17 +84,25 @@ def endpoint_record(doc: EndpointDocument) -> dict[str, Any]:
     }
 
 
-def csv_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    header = buffer.getvalue().encode("utf-8")
-    stats.add(header, 0)
-    yield header
-    for page in pages:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerows(
+class CsvEncoder:
+    """CSV text of endpoint pages, header first (one writer reused across pages)."""
+
+    def __init__(self) -> None:
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer, lineterminator="\n")
+
+    def _take(self) -> bytes:
+        data = self._buffer.getvalue().encode("utf-8")
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        return data
+
+    def header(self) -> bytes:
+        self._writer.writerow(CSV_COLUMNS)
+        return self._take()
+
+    def page(self, page: list[EndpointDocument]) -> bytes:
+        self._writer.writerows(
             (
                 d.task_id,
                 d.execution_id,
@@ -112,19 +121,35 @@ def csv_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> I
             )
             for d in page
         )
-        chunk = buffer.getvalue().encode("utf-8")
+        return self._take()
+
+
+_json_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def jsonl_page(page: list[EndpointDocument]) -> bytes:
+    if not page:
+        return b""
+    return ("\n".join(_json_line(endpoint_record(d)) for d in page) + "\n").encode("utf-8")
+
+
+def csv_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
+    encoder = CsvEncoder()
+    header = encoder.header()
+    stats.add(header, 0)
+    yield header
+    for page in pages:
+        chunk = encoder.page(page)
         stats.add(chunk, len(page))
         yield chunk
 
 
 def jsonl_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
     for page in pages:
-        if not page:
-            continue
-        chunk = ("\n".join(dumps(endpoint_record(d)) for d in page) + "\n").encode("utf-8")
-        stats.add(chunk, len(page))
-        yield chunk
+        chunk = jsonl_page(page)
+        if chunk:
+            stats.add(chunk, len(page))
+            yield chunk
 
 
 class _DrainSink:
@@ -147,21 +172,42 @@ class _DrainSink:
 
 
 def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) -> Iterator[bytes]:
-    """The zip archive; ``pages`` is called once per data member (a fresh pass each).
+    """The zip archive, from one pass over the pages.
 
-    ``members`` is filled with each member's stats; ``manifest`` gets them too.
+    The CSV member is compressed into the archive as the pages arrive; the JSON
+    lines of the same pages go to an unnamed temporary file meanwhile (disk,
+    not memory) and are copied in as the second member. ``members`` is filled
+    with each member's stats; ``manifest`` gets them too.
     """
     sink = _DrainSink()
-    with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
-        for name, render in (("endpoints.csv", csv_chunks), ("endpoints.jsonl", jsonl_chunks)):
-            stats = MemberStats()
-            with archive.open(name, "w", force_zip64=True) as member:
-                for chunk in render(pages(), stats):
-                    member.write(chunk)
-                    data = sink.drain()
-                    if data:
-                        yield data
-            members[name] = stats.as_dict()
+    csv_stats, jsonl_stats = MemberStats(), MemberStats()
+    with (
+        tempfile.TemporaryFile(prefix="netmap-export-") as spool,
+        zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
+    ):
+        encoder = CsvEncoder()
+        with archive.open("endpoints.csv", "w", force_zip64=True) as member:
+            header = encoder.header()
+            csv_stats.add(header, 0)
+            member.write(header)
+            for page in pages():
+                chunk = encoder.page(page)
+                csv_stats.add(chunk, len(page))
+                member.write(chunk)
+                lines = jsonl_page(page)
+                if lines:
+                    jsonl_stats.add(lines, len(page))
+                    spool.write(lines)
+                data = sink.drain()
+                if data:
+                    yield data
+        spool.seek(0)
+        with archive.open("endpoints.jsonl", "w", force_zip64=True) as member:
+            while chunk := spool.read(1024 * 1024):
+                member.write(chunk)
+                yield sink.drain()
+        members["endpoints.csv"] = csv_stats.as_dict()
+        members["endpoints.jsonl"] = jsonl_stats.as_dict()
         manifest["members"] = dict(members)
         body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
         archive.writestr("manifest.json", body)
