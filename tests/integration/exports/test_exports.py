@@ -292,3 +292,38 @@ def test_s3_export_downloads_through_a_presigned_url(api, database_url, engine, 
         assert manifest["members"]["endpoints.csv"]["rows"] == len(observations)
     finally:
         close_app(s3_app)
+
+
+def test_the_runner_runs_the_build_expiry_and_delete_retry_jobs(api, settings):
+    from app.object_store.deleter import (
+        DeleteResult,
+        pending_delete_failures,
+        record_delete_failures,
+    )
+    from jobs.registry import job_kinds
+
+    kinds = {kind.name: kind for kind in job_kinds(settings)}
+    assert {"export_build", "export-expiry", "object-delete-retry"} <= set(kinds)
+    user, task, _ = _scanned_task(api)
+    export_id = user.post(f"/api/tasks/{task['id']}/exports", json={"format": "csv"}).get_json()[
+        "export"
+    ]["id"]
+    ctx = _context(settings)
+    kinds["export_build"].run(ctx, kinds["export_build"].claim(ctx))
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE exports SET expires_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": export_id},
+        )
+    store = open_object_store(settings)
+    store.put("reports/orphan.png", b"png", "image/png")
+    record_delete_failures(
+        [DeleteResult("reports/orphan.png", "failed", "ObjectStoreUnavailable: earlier outage")],
+        origin="report_refused",
+    )
+    for name in ("export-expiry", "object-delete-retry"):
+        kind = kinds[name]
+        kind.run(ctx, kind.claim(ctx))
+    assert user.get(f"/api/exports/{export_id}").get_json()["export"]["status"] == "expired"
+    assert pending_delete_failures() == []
+    assert not store.exists("reports/orphan.png")
