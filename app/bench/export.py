@@ -102,11 +102,13 @@ def _build_in_child(settings: Settings, export_id: int, results: Any) -> None:
         host="bench", concurrency=64, lease_seconds=600, max_attempts=3
     )
     assert claim is not None and claim.id == export_id
+    cpu_before = sum(process.cpu_times()[:2])
     started = time.perf_counter()
     outcome = build_export(
         settings, claim, search_store=search, object_store=objects, runner_cancel=threading.Event()
     )
     elapsed = time.perf_counter() - started
+    cpu_seconds = sum(process.cpu_times()[:2]) - cpu_before
     done.set()
     sampler.join()
     peak = max(peak, process.memory_info().rss)
@@ -117,6 +119,7 @@ def _build_in_child(settings: Settings, export_id: int, results: Any) -> None:
             "rows": outcome.rows,
             "bytes": outcome.size,
             "seconds": elapsed,
+            "cpu_seconds": cpu_seconds,
             "rss_baseline_mib": baseline / 2**20,
             "rss_growth_mib": (peak - baseline) / 2**20,
         }
@@ -227,6 +230,10 @@ def run_benchmark(
             "seconds": round(seconds, 3),
             "rows_per_s": round(measured["rows"] / seconds, 1),
             "mb_per_s": round(measured["bytes"] / seconds / 1e6, 2),
+            # This process's own CPU time (the database's is not in it): less sensitive to
+            # other load on a shared machine than the wall-clock rate.
+            "cpu_seconds": round(measured["cpu_seconds"], 2),
+            "rows_per_cpu_s": round(measured["rows"] / max(measured["cpu_seconds"], 1e-9), 1),
             "rss_growth_mib": round(measured["rss_growth_mib"], 1),
             "rss_baseline_mib": round(measured["rss_baseline_mib"], 1),
         }
@@ -244,6 +251,7 @@ def run_benchmark(
         "delete_objects": delete_objects_count,
         "delete_throughput": deletes,
         "cpu_count": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 
