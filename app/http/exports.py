@@ -12,8 +12,9 @@ import re
 
 from flask import Blueprint, Response, current_app, jsonify
 
+from app.db import transaction
 from app.errors import Forbidden, NotFound
-from app.exports import service
+from app.exports import records, service
 from app.http.guards import current_user, public, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.object_store import open_object_store
@@ -49,9 +50,6 @@ def create_export_route(task_id: int):
 @blueprint.get("/api/exports")
 @require_user
 def list_exports_route():
-    from app.db import transaction
-    from app.exports import records
-
     limit = page_limit()
     cursor = decode_cursor()
     after = int(cursor["id"]) if cursor else None
@@ -78,8 +76,6 @@ def get_export_route(export_id: int):
 @blueprint.delete("/api/exports/<int:export_id>")
 @require_user
 def delete_export_route(export_id: int):
-    from app.exports import records
-
     row, results = service.delete_export(_settings(), current_user(), export_id, object_store())
     export = records.export_dict(row)
     export["status"] = "deleted"
