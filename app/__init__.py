@@ -139,6 +139,9 @@ def close_app(app: Flask) -> None:
     store = app.extensions.pop("netmap.store", None)
     if store is not None:
         store.close()
+    objects = app.extensions.pop("netmap.object_store", None)
+    if objects is not None:
+        objects.close()
 
 
 def _install_request_hooks(app: Flask) -> None:

@@ -267,6 +267,46 @@ class SecuritySettings:
     trusted_proxy_count: int = spec(0, min=0, max=10)
 
 
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    backend: str = spec("filesystem", choices=("filesystem", "s3"))
+    root: str = spec("", doc="filesystem store directory; empty: <data_dir>/objects")
+    delete_concurrency: int = spec(
+        3, min=1, max=64, doc="compensation/expiry deletes in flight at most"
+    )
+    delete_retry_interval_seconds: float = spec(
+        60.0, min=1, max=86400, doc="runner: retry recorded failed deletes this often"
+    )
+    delete_retry_max_backoff_seconds: float = spec(3600.0, min=1, max=604800)
+    endpoint_url: str = spec("", doc="empty: AWS; e.g. http://127.0.0.1:9000 for MinIO")
+    region: str = spec("us-east-1")
+    bucket: str = spec("")
+    path_style: bool = spec(False, doc="path-style addressing (MinIO, Ceph, Garage)")
+    access_key_id: str = spec("", secret=True, doc="empty: AWS environment/profile chain")
+    secret_access_key: str = spec("", secret=True)
+    session_token: str = spec("", secret=True)
+    max_retries: int = spec(5, min=0, max=20, doc="retries per request on throttling/5xx")
+    retry_base_ms: int = spec(100, min=1, max=60000, doc="first backoff; doubles, jittered")
+    part_size_bytes: int = spec(
+        8 * 1024 * 1024, min=5 * 1024 * 1024, max=512 * 1024 * 1024, doc="multipart part size"
+    )
+    connect_timeout_seconds: float = spec(10.0, min=0.1, max=600)
+    read_timeout_seconds: float = spec(60.0, min=0.1, max=3600)
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    concurrency: int = spec(2, min=1, max=64, doc="export builds running at once per host")
+    retention_hours: float = spec(72.0, min=0.01, max=24 * 365)
+    page_size: int = spec(1000, min=10, max=10000, doc="endpoints read per keyset page")
+    lease_seconds: int = spec(120, min=10, max=3600)
+    heartbeat_seconds: int = spec(20, min=1, max=1200)
+    max_attempts: int = spec(3, min=1, max=20)
+    retry_backoff_seconds: float = spec(30.0, min=0, max=86400)
+    download_url_seconds: int = spec(900, min=10, max=7 * 86400, doc="signed link lifetime")
+    expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
+
+
 SECTIONS: dict[str, type] = {
     "server": ServerSettings,
     "database": DatabaseSettings,
@@ -278,6 +318,8 @@ SECTIONS: dict[str, type] = {
     "smtp": SmtpSettings,
     "traffic": TrafficSettings,
     "security": SecuritySettings,
+    "object_store": ObjectStoreSettings,
+    "exports": ExportSettings,
 }
 
 
@@ -293,6 +335,8 @@ class Settings:
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
+    exports: ExportSettings = field(default_factory=ExportSettings)
     config_path: str | None = None
 
     @property
@@ -536,6 +580,7 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                     "must be one of " + ", ".join(SPECIAL_USE_CLASSES),
                 )
             )
+    errors.extend(_object_store_checks(settings))
     tz = settings.traffic.timezone
     try:
         from app.timezones import parse_timezone
@@ -577,6 +622,39 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
 
 
 DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+def _object_store_checks(settings: Settings) -> list[ConfigProblem]:
+    store, exports = settings.object_store, settings.exports
+    problems: list[ConfigProblem] = []
+    if store.backend == "s3" and not store.bucket:
+        problems.append(
+            ConfigProblem("object_store.bucket", "", "required when object_store.backend = 's3'")
+        )
+    if store.endpoint_url and not store.endpoint_url.startswith(("http://", "https://")):
+        problems.append(
+            ConfigProblem(
+                "object_store.endpoint_url", store.endpoint_url, "must be an http(s):// URL"
+            )
+        )
+    if bool(store.access_key_id) != bool(store.secret_access_key):
+        problems.append(
+            ConfigProblem(
+                "object_store.secret_access_key",
+                "",
+                "set both access_key_id and secret_access_key, or neither "
+                "(then the AWS environment variables or profile are used)",
+            )
+        )
+    if exports.heartbeat_seconds * 3 > exports.lease_seconds:
+        problems.append(
+            ConfigProblem(
+                "exports.heartbeat_seconds",
+                exports.heartbeat_seconds,
+                f"must be at most exports.lease_seconds / 3 (= {exports.lease_seconds / 3:g})",
+            )
+        )
+    return problems
 
 
 def _traffic_checks(settings: Settings) -> list[ConfigProblem]:

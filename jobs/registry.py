@@ -14,6 +14,13 @@ def job_kinds(settings: Settings) -> list[JobKind]:
     from jobs import execution_recovery, projection
 
     kinds: list[JobKind] = [execution_recovery.job(settings), projection.job(settings)]
+    from jobs import exports, object_delete_retry
+
+    kinds += [
+        exports.job(settings),
+        exports.expiry_job(settings),
+        object_delete_retry.job(settings),
+    ]
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

@@ -145,6 +145,19 @@ def task_visible(conn: Connection, user: User, task_id: int) -> bool:
     )
 
 
+def succeeded_execution_ids(conn: Connection, task_id: int) -> list[int]:
+    """Ids of the task's succeeded executions, oldest first (what a result export covers)."""
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT id FROM scan_executions WHERE task_id = :task_id AND status = 'succeeded' "
+                "ORDER BY id"
+            ),
+            {"task_id": task_id},
+        ).scalars()
+    )
+
+
 def list_executions(
     conn: Connection, task_id: int, *, limit: int, cursor: dict[str, Any] | None
 ) -> Page:

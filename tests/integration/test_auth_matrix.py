@@ -37,6 +37,7 @@ class World:
     execution_id: int
     claim_token: str
     bystander_id: int
+    export_id: int
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,38 @@ ROUTES: list[Route] = [
         lambda w: {"claim_token": w.claim_token, "reason": "matrix"},
         _scanner_route(200, 404),
     ),
+    # The matrix task has no succeeded execution: 409 means the caller got past access control.
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/exports",
+        lambda w: f"/api/tasks/{w.task_id}/exports",
+        lambda w: {"format": "csv"},
+        _user_route(409, owned=True),
+    ),
+    Route("GET", "/api/exports", lambda w: "/api/exports", None, _user_route(200, owned=False)),
+    Route(
+        "GET",
+        "/api/exports/<int:export_id>",
+        lambda w: f"/api/exports/{w.export_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    # Deleting a deleted export answers 200 again, so the admin after the owner sees 200.
+    Route(
+        "DELETE",
+        "/api/exports/<int:export_id>",
+        lambda w: f"/api/exports/{w.export_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    # The signed token is the credential; a forged one is refused for everybody.
+    Route(
+        "GET",
+        "/api/objects/<token>",
+        lambda w: "/api/objects/eyJrIjoiZXhwb3J0cy8xL2EuY3N2In0.forged",
+        None,
+        dict.fromkeys(CALLERS, 403),
+    ),
 ]
 
 
@@ -252,12 +285,25 @@ def world(api) -> World:
     )
     task_id = created.get_json()["task"]["id"]
     claimed = callers[SCANNER].claim().get_json()["execution"]
+    from app.db import transaction
+    from app.exports.records import insert_export
+
+    with transaction() as conn:
+        export = insert_export(
+            conn,
+            owner_id=user.id,
+            task_id=task_id,
+            task_name="owned",
+            fmt="csv",
+            execution_ids=[claimed["id"]],
+        )
     return World(
         callers=callers,
         task_id=task_id,
         execution_id=claimed["id"],
         claim_token=claimed["claim_token"],
         bystander_id=api.create_user()["id"],
+        export_id=export.id,
     )
 
 
@@ -272,6 +318,10 @@ def _call(world: World, caller: str, route: Route):
         return client.open(path, method=route.method, json=body)
     if route.method in SAFE_METHODS:
         return client.get(path)
+    if route.method != "POST":
+        return client.client.open(
+            path, method=route.method, json=body, headers=client._headers(None)
+        )
     return client.post(path, json=body)
 
 

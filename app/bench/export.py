@@ -1,0 +1,315 @@
+"""`netmap bench export`: export build throughput, memory and bounded-delete throughput (EXP).
+
+On a scratch database it writes ``--endpoints`` execution endpoints for one
+succeeded execution (the projection benchmark's seeding), queues one export
+per ``--formats`` entry and builds each with the runner's own code
+(``claim_next_build`` + ``build_export``: lease, heartbeat, keyset pages,
+streaming ``put``) in a freshly spawned process, so the peak RSS growth of the
+building process is measured from a clean baseline (sampled every 20 ms).
+
+Then it stores ``--delete-objects`` small objects and deletes them through the
+bounded deleter at concurrency 1, 3 and 8 (objects per second each).
+
+``--backend s3`` talks to ``--s3-url`` (path style; credentials from the AWS
+environment or ``--s3-access-key``), or, without it, to moto's S3 server
+started here on 127.0.0.1 with a free port (``moto[server]``, a dev extra) and
+stopped afterwards. The bucket is ``netmap-bench-<random>``. One JSON object
+on stdout; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from app.bench.progress import Progress
+from app.config import Settings
+
+DELETE_CONCURRENCIES = (1, 3, 8)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _moto_server() -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise click.ClickException(
+                    "moto's S3 server did not start (pip install moto[server])"
+                )
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _build_in_child(settings: Settings, export_id: int, results: Any) -> None:
+    """Runs in a spawned process: build one export and report time, size and RSS growth."""
+    import psutil
+
+    from app import db
+    from app.exports import records
+    from app.exports.build import build_export
+    from app.object_store import open_object_store
+    from app.search import open_store
+
+    engine = db.create_engine(settings.database.url, settings.database, application_name="bench")
+    db.set_engine(engine)
+    search, objects = open_store(settings), open_object_store(settings)
+    process = psutil.Process()
+    baseline = process.memory_info().rss
+    peak = baseline
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    claim, _ = records.claim_next_build(
+        host="bench", concurrency=64, lease_seconds=600, max_attempts=3
+    )
+    assert claim is not None and claim.id == export_id
+    cpu_before = sum(process.cpu_times()[:2])
+    started = time.perf_counter()
+    outcome = build_export(
+        settings, claim, search_store=search, object_store=objects, runner_cancel=threading.Event()
+    )
+    elapsed = time.perf_counter() - started
+    cpu_seconds = sum(process.cpu_times()[:2]) - cpu_before
+    done.set()
+    sampler.join()
+    peak = max(peak, process.memory_info().rss)
+    results.put(
+        {
+            "result": outcome.result,
+            "error": outcome.error,
+            "rows": outcome.rows,
+            "bytes": outcome.size,
+            "seconds": elapsed,
+            "cpu_seconds": cpu_seconds,
+            "rss_baseline_mib": baseline / 2**20,
+            "rss_growth_mib": (peak - baseline) / 2**20,
+        }
+    )
+    search.close()
+    objects.close()
+    db.dispose_engine()
+
+
+def _queue_export(fmt: str, task_id: int, execution_ids: list[int]) -> int:
+    import sqlalchemy as sa
+
+    from app.db import transaction
+    from app.exports import records
+
+    with transaction() as conn:
+        owner_id = conn.execute(
+            sa.text("SELECT owner_id FROM scan_tasks WHERE id = :t"), {"t": task_id}
+        ).scalar_one()
+        row = records.insert_export(
+            conn,
+            owner_id=owner_id,
+            task_id=task_id,
+            task_name="bench",
+            fmt=fmt,
+            execution_ids=execution_ids,
+        )
+    return row.id
+
+
+def _delete_throughput(settings: Settings, objects: int) -> dict[str, Any]:
+    from app.object_store import open_object_store
+    from app.object_store.deleter import delete_objects
+
+    store = open_object_store(settings)
+    measured: dict[str, Any] = {}
+    for concurrency in DELETE_CONCURRENCIES:
+        keys = [f"bench/c{concurrency}/object-{i:05d}" for i in range(objects)]
+        progress = Progress(f"put for delete c={concurrency}", total=objects)
+        for key in keys:
+            store.put(key, b"x" * 256, "application/octet-stream")
+            progress.advance()
+        progress.finish()
+        started = time.perf_counter()
+        results = delete_objects(
+            store, keys, concurrency=concurrency, origin="bench", record_failures=False
+        )
+        elapsed = time.perf_counter() - started
+        measured[f"c{concurrency}"] = {
+            "objects_per_s": round(objects / elapsed, 1),
+            "seconds": round(elapsed, 3),
+            "deleted": sum(r.status == "deleted" for r in results),
+            "failed": sum(r.status == "failed" for r in results),
+        }
+        print(
+            f"[delete c={concurrency}] {objects} in {elapsed:.2f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    base = measured["c1"]["objects_per_s"]
+    for concurrency in DELETE_CONCURRENCIES[1:]:
+        measured[f"c{concurrency}"]["speedup_vs_c1"] = round(
+            measured[f"c{concurrency}"]["objects_per_s"] / base, 2
+        )
+    store.close()
+    return measured
+
+
+def run_benchmark(
+    settings: Settings, *, endpoints: int, formats: list[str], delete_objects_count: int
+) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    from app.bench.projection import BASE_TIME
+    from app.bench.projection import _seed as seed_execution_endpoints
+    from app.db import transaction
+    from app.object_store import open_object_store
+    from app.search import open_store
+
+    objects = open_object_store(settings)
+    if objects.name == "s3":
+        objects.ensure_bucket()
+    search = open_store(settings)
+    search.ensure_schema()
+    execution_ids = seed_execution_endpoints(search, endpoints, 1, BASE_TIME)
+    search.close()
+    with transaction() as conn:
+        task_id = conn.execute(
+            sa.text("SELECT task_id FROM scan_executions WHERE id = :e"), {"e": execution_ids[0]}
+        ).scalar_one()
+        conn.execute(sa.text("ANALYZE search_execution_endpoints"))
+    builds: dict[str, Any] = {}
+    spawn = multiprocessing.get_context("spawn")
+    for fmt in formats:
+        export_id = _queue_export(fmt, task_id, execution_ids)
+        print(f"[build {fmt}] {endpoints} endpoints …", file=sys.stderr, flush=True)
+        queue = spawn.Queue()
+        child = spawn.Process(target=_build_in_child, args=(settings, export_id, queue))
+        child.start()
+        measured = queue.get()
+        child.join()
+        if measured["result"] != "ready":
+            raise click.ClickException(f"export build {fmt} ended {measured}")
+        seconds = measured["seconds"]
+        builds[fmt] = {
+            "rows": measured["rows"],
+            "bytes": measured["bytes"],
+            "seconds": round(seconds, 3),
+            "rows_per_s": round(measured["rows"] / seconds, 1),
+            "mb_per_s": round(measured["bytes"] / seconds / 1e6, 2),
+            # This process's own CPU time (the database's is not in it): less sensitive to
+            # other load on a shared machine than the wall-clock rate.
+            "cpu_seconds": round(measured["cpu_seconds"], 2),
+            "rows_per_cpu_s": round(measured["rows"] / max(measured["cpu_seconds"], 1e-9), 1),
+            "rss_growth_mib": round(measured["rss_growth_mib"], 1),
+            "rss_baseline_mib": round(measured["rss_baseline_mib"], 1),
+        }
+        print(f"[build {fmt}] {builds[fmt]}", file=sys.stderr, flush=True)
+        # Make room for the next build's measurements (and the disk).
+        objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
+    deletes = _delete_throughput(settings, delete_objects_count)
+    objects.close()
+    return {
+        "benchmark": "export",
+        "backend": settings.object_store.backend,
+        "endpoints": endpoints,
+        "page_size": settings.exports.page_size,
+        "builds": builds,
+        "delete_objects": delete_objects_count,
+        "delete_throughput": deletes,
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+@click.command("export")
+@click.option("--endpoints", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True)
+@click.option(
+    "--backend", type=click.Choice(["filesystem", "s3"]), default="filesystem", show_default=True
+)
+@click.option("--s3-url", default=None, help="S3 endpoint; default: moto's server started here")
+@click.option("--s3-access-key", default=None, help="default: the AWS environment")
+@click.option("--s3-secret-key-env", default="AWS_SECRET_ACCESS_KEY", show_default=True)
+@click.option(
+    "--formats",
+    default="zip",
+    show_default=True,
+    help="comma-separated: csv,jsonl,zip",
+)
+@click.option("--page-size", type=click.IntRange(10, 10000), default=1000, show_default=True)
+@click.option("--delete-objects", type=click.IntRange(1, 100_000), default=300, show_default=True)
+def command(
+    endpoints: int,
+    backend: str,
+    s3_url: str | None,
+    s3_access_key: str | None,
+    s3_secret_key_env: str,
+    formats: str,
+    page_size: int,
+    delete_objects: int,
+) -> None:
+    """Export build rows/s, MB/s and RSS growth; bounded delete throughput at 1, 3, 8."""
+    from app.bench.scratch import scratch_database
+
+    chosen = [f.strip() for f in formats.split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in ("csv", "jsonl", "zip")]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown format(s) {unknown}", param_hint="--formats")
+    with contextlib.ExitStack() as stack:
+        overrides: dict[str, dict[str, object]] = {"exports": {"page_size": page_size}}
+        if backend == "s3":
+            url = s3_url or stack.enter_context(_moto_server())
+            store: dict[str, object] = {
+                "backend": "s3",
+                "endpoint_url": url,
+                "bucket": f"netmap-bench-{uuid.uuid4().hex[:8]}",
+                "path_style": True,
+            }
+            if s3_access_key:
+                store["access_key_id"] = s3_access_key
+                store["secret_access_key"] = os.environ.get(s3_secret_key_env, "")
+            elif not s3_url:
+                store["access_key_id"] = "bench"
+                store["secret_access_key"] = "bench-secret"  # noqa: S105 - local moto only
+            overrides["object_store"] = store
+        scratch = stack.enter_context(scratch_database(overrides=overrides))
+        result = run_benchmark(
+            scratch.settings,
+            endpoints=endpoints,
+            formats=chosen,
+            delete_objects_count=delete_objects,
+        )
+    click.echo(json.dumps(result))

@@ -1,0 +1,214 @@
+"""Export file formats: CSV, JSON lines and a zip of both with a manifest (EXP-7).
+
+Each format is a generator of byte chunks fed by keyset pages of execution
+endpoints, one chunk per page, so ``ObjectStore.put`` can stream it: memory
+holds one page (and, for S3, one upload part), however large the task.
+
+The zip holds ``endpoints.csv``, ``endpoints.jsonl`` and ``manifest.json``
+(the task, its executions, row counts and the SHA-256 of each member). It is
+written by ``zipfile`` into a sink that the generator drains after every page,
+with data descriptors, so the archive never needs seeking; one pass over the
+pages feeds both members (the JSON lines wait in an unnamed temporary file).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.search.documents import EndpointDocument
+
+CSV_COLUMNS = (
+    "task_id",
+    "execution_id",
+    "ip",
+    "port",
+    "transport",
+    "state",
+    "service",
+    "product",
+    "version",
+    "hostname",
+    "banner",
+    "tags",
+    "first_seen",
+    "last_seen",
+)
+
+Pages = Callable[[], Iterable[list[EndpointDocument]]]
+
+
+@dataclass
+class MemberStats:
+    rows: int = 0
+    bytes: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def add(self, chunk: bytes, rows: int) -> None:
+        self.rows += rows
+        self.bytes += len(chunk)
+        self.digest.update(chunk)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "bytes": self.bytes, "sha256": self.digest.hexdigest()}
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else ""
+
+
+def endpoint_record(doc: EndpointDocument) -> dict[str, Any]:
+    return {
+        "task_id": doc.task_id,
+        "execution_id": doc.execution_id,
+        "ip": doc.ip,
+        "port": doc.port,
+        "transport": doc.transport,
+        "state": doc.state,
+        "service": doc.service,
+        "product": doc.product,
+        "version": doc.version,
+        "hostname": doc.hostname,
+        "banner": doc.banner,
+        "tags": list(doc.tags),
+        "first_seen": _iso(doc.first_seen),
+        "last_seen": _iso(doc.last_seen),
+        "details": dict(doc.details),
+    }
+
+
+class CsvEncoder:
+    """CSV text of endpoint pages, header first (one writer reused across pages)."""
+
+    def __init__(self) -> None:
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer, lineterminator="\n")
+
+    def _take(self) -> bytes:
+        data = self._buffer.getvalue().encode("utf-8")
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        return data
+
+    def header(self) -> bytes:
+        self._writer.writerow(CSV_COLUMNS)
+        return self._take()
+
+    def page(self, page: list[EndpointDocument]) -> bytes:
+        self._writer.writerows(
+            (
+                d.task_id,
+                d.execution_id,
+                d.ip,
+                d.port,
+                d.transport,
+                d.state or "",
+                d.service or "",
+                d.product or "",
+                d.version or "",
+                d.hostname or "",
+                d.banner or "",
+                ";".join(d.tags),
+                _iso(d.first_seen),
+                _iso(d.last_seen),
+            )
+            for d in page
+        )
+        return self._take()
+
+
+_json_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def jsonl_page(page: list[EndpointDocument]) -> bytes:
+    if not page:
+        return b""
+    return ("\n".join(_json_line(endpoint_record(d)) for d in page) + "\n").encode("utf-8")
+
+
+def csv_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
+    encoder = CsvEncoder()
+    header = encoder.header()
+    stats.add(header, 0)
+    yield header
+    for page in pages:
+        chunk = encoder.page(page)
+        stats.add(chunk, len(page))
+        yield chunk
+
+
+def jsonl_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
+    for page in pages:
+        chunk = jsonl_page(page)
+        if chunk:
+            stats.add(chunk, len(page))
+            yield chunk
+
+
+class _DrainSink:
+    """A write-only, unseekable file for ``zipfile`` whose contents are taken as they come."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def drain(self) -> bytes:
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data
+
+
+def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) -> Iterator[bytes]:
+    """The zip archive, from one pass over the pages.
+
+    The CSV member is compressed into the archive as the pages arrive; the JSON
+    lines of the same pages go to an unnamed temporary file meanwhile (disk,
+    not memory) and are copied in as the second member. ``members`` is filled
+    with each member's stats; ``manifest`` gets them too.
+    """
+    sink = _DrainSink()
+    csv_stats, jsonl_stats = MemberStats(), MemberStats()
+    with (
+        tempfile.TemporaryFile(prefix="netmap-export-") as spool,
+        zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
+    ):
+        encoder = CsvEncoder()
+        with archive.open("endpoints.csv", "w", force_zip64=True) as member:
+            header = encoder.header()
+            csv_stats.add(header, 0)
+            member.write(header)
+            for page in pages():
+                chunk = encoder.page(page)
+                csv_stats.add(chunk, len(page))
+                member.write(chunk)
+                lines = jsonl_page(page)
+                if lines:
+                    jsonl_stats.add(lines, len(page))
+                    spool.write(lines)
+                data = sink.drain()
+                if data:
+                    yield data
+        spool.seek(0)
+        with archive.open("endpoints.jsonl", "w", force_zip64=True) as member:
+            while chunk := spool.read(1024 * 1024):
+                member.write(chunk)
+                yield sink.drain()
+        members["endpoints.csv"] = csv_stats.as_dict()
+        members["endpoints.jsonl"] = jsonl_stats.as_dict()
+        manifest["members"] = dict(members)
+        body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+        archive.writestr("manifest.json", body)
+    yield sink.drain()

@@ -1,0 +1,137 @@
+"""Result exports as the HTTP layer and the runner see them (EXP-7 .. EXP-10).
+
+``request_export`` validates and queues (owner or admin; nothing is written
+for bad input), ``describe`` adds a download link to a ready export,
+``delete_export`` withdraws one and deletes its object through the bounded
+deleter, ``expire_exports`` (the ``export_expiry`` runner job) deletes the
+objects of exports older than ``[exports] retention_hours`` the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from app.config import Settings
+from app.db import transaction
+from app.errors import Conflict, NotFound, ValidationError
+from app.exports import records
+from app.identity.users import User
+from app.object_store.deleter import DeleteResult, delete_objects
+from app.object_store.port import ObjectStore
+from app.observability import emit
+from app.scan_control.query import get_task, succeeded_execution_ids
+
+
+def validate_export_request(body: Any) -> str:
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object", details={"field": "body"})
+    unknown = sorted(set(body) - {"format"})
+    if unknown:
+        raise ValidationError(
+            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
+        )
+    fmt = body.get("format")
+    if fmt not in records.FORMATS:
+        raise ValidationError(
+            "format must be one of csv, jsonl, zip",
+            code="invalid_format",
+            details={"field": "format", "allowed": list(records.FORMATS)},
+        )
+    return fmt
+
+
+def request_export(user: User, task_id: int, body: Any) -> dict[str, Any]:
+    fmt = validate_export_request(body)
+    with transaction() as conn:
+        task = get_task(conn, user, task_id)
+        if task is None:
+            raise NotFound("task not found", code="task_not_found")
+        executions = succeeded_execution_ids(conn, task_id)
+        if not executions:
+            raise Conflict(
+                "the task has no succeeded execution to export yet",
+                code="no_succeeded_execution",
+                details={"task_id": task_id, "task_status": task["status"]},
+            )
+        row = records.insert_export(
+            conn,
+            owner_id=user.id,
+            task_id=task_id,
+            task_name=task["name"],
+            fmt=fmt,
+            execution_ids=executions,
+        )
+    emit(
+        "ExportRequested",
+        export_id=row.id,
+        task_id=task_id,
+        user_id=user.id,
+        format=fmt,
+        executions=len(executions),
+    )
+    return records.export_dict(row)
+
+
+def describe(settings: Settings, row: Any, object_store: ObjectStore) -> dict[str, Any]:
+    export = records.export_dict(row)
+    export["download_url"] = None
+    if row.status == "ready":
+        export["download_url"] = object_store.url_for(
+            row.object_key,
+            settings.exports.download_url_seconds,
+            filename=records.file_name(row.id, row.task_id, row.format),
+        )
+    return export
+
+
+def find_export(user: User, export_id: int) -> Any:
+    with transaction() as conn:
+        row = records.get_export(conn, export_id, user_id=user.id, is_admin=user.is_admin)
+    if row is None:
+        raise NotFound("export not found", code="export_not_found")
+    return row
+
+
+def delete_export(
+    settings: Settings, user: User, export_id: int, object_store: ObjectStore
+) -> tuple[Any, list[DeleteResult]]:
+    """Withdraw the export and delete its object; deleting a deleted export changes nothing."""
+    with transaction() as conn:
+        row = records.mark_deleted(conn, export_id, user_id=user.id, is_admin=user.is_admin)
+        if row is None:
+            existing = records.get_export(conn, export_id, user_id=user.id, is_admin=user.is_admin)
+    if row is None:
+        if existing is None:
+            raise NotFound("export not found", code="export_not_found")
+        return existing, []
+    results = delete_objects(
+        object_store,
+        [row.object_key],
+        concurrency=settings.object_store.delete_concurrency,
+        origin="export_deleted",
+    )
+    emit("ExportDeleted", export_id=export_id, user_id=user.id, object=results[0].status)
+    return row, results
+
+
+def expire_exports(settings: Settings, object_store: ObjectStore, *, limit: int = 500) -> int:
+    """Delete the objects of expired exports (bounded) and mark them expired."""
+    due = records.due_for_expiry(limit)
+    if not due:
+        return 0
+    results = delete_objects(
+        object_store,
+        [key for _, key in due],
+        concurrency=settings.object_store.delete_concurrency,
+        origin="export_expired",
+    )
+    # Failed deletes were recorded and will be retried; the export is expired either way.
+    expired = records.mark_expired([export_id for export_id, _ in due])
+    emit(
+        "ExportsExpired",
+        level=logging.WARNING if any(r.status == "failed" for r in results) else logging.INFO,
+        exports=expired,
+        failed_deletes=sum(r.status == "failed" for r in results),
+    )
+    return expired

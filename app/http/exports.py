@@ -1,0 +1,125 @@
+"""Export routes (EXP-7, EXP-10) and the filesystem store's signed download route (EXP-3).
+
+Thin: requests become ``app.exports.service`` calls. ``GET /api/objects/<token>``
+is public because the token is the credential: a signed, expiring link made by
+the filesystem store for one object (what a presigned URL is on S3).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+
+from flask import Blueprint, Response, current_app, jsonify
+
+from app.db import transaction
+from app.errors import Forbidden, NotFound
+from app.exports import records, service
+from app.http.guards import current_user, public, require_user
+from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
+from app.object_store import open_object_store
+from app.object_store.events import InstrumentedObjectStore
+from app.object_store.port import ObjectNotFound, iter_chunks
+
+blueprint = Blueprint("exports", __name__)
+
+_SAFE_FILENAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def _settings():
+    return current_app.extensions["netmap.settings"]
+
+
+def object_store() -> InstrumentedObjectStore:
+    """This app's object store, opened on first use."""
+    existing = current_app.extensions.get("netmap.object_store")
+    if existing is None:
+        existing = open_object_store(_settings())
+        current_app.extensions["netmap.object_store"] = existing
+    return existing
+
+
+@blueprint.post("/api/tasks/<int:task_id>/exports")
+@require_user
+def create_export_route(task_id: int):
+    export = service.request_export(current_user(), task_id, json_body())
+    export["download_url"] = None
+    return jsonify({"export": export}), 202
+
+
+@blueprint.get("/api/exports")
+@require_user
+def list_exports_route():
+    limit = page_limit()
+    cursor = decode_cursor()
+    after = int(cursor["id"]) if cursor else None
+    with transaction() as conn:
+        rows, next_id = records.list_exports(
+            conn, owner_id=current_user().id, limit=limit, after_id=after
+        )
+    store = object_store()
+    return jsonify(
+        {
+            "items": [service.describe(_settings(), row, store) for row in rows],
+            "next_cursor": encode_cursor({"id": next_id}) if next_id else None,
+        }
+    )
+
+
+@blueprint.get("/api/exports/<int:export_id>")
+@require_user
+def get_export_route(export_id: int):
+    row = service.find_export(current_user(), export_id)
+    return jsonify({"export": service.describe(_settings(), row, object_store())})
+
+
+@blueprint.delete("/api/exports/<int:export_id>")
+@require_user
+def delete_export_route(export_id: int):
+    row, results = service.delete_export(_settings(), current_user(), export_id, object_store())
+    export = records.export_dict(row)
+    export["status"] = "deleted"
+    export["download_url"] = None
+    return jsonify({"export": export, "objects": [r.as_dict() for r in results]})
+
+
+@blueprint.get("/api/objects/<token>")
+@public
+def download_object_route(token: str):
+    from app.object_store.filesystem import DownloadLinkInvalid, read_download_token
+
+    settings = _settings()
+    if settings.object_store.backend != "filesystem":
+        raise NotFound("downloads are served by the object store", code="not_found")
+    try:
+        payload = read_download_token(settings.security.secret_key, token)
+    except (DownloadLinkInvalid, ValueError) as exc:
+        reason = getattr(exc, "reason", "bad_signature")
+        raise Forbidden(
+            "the download link is invalid or has expired", code=f"download_link_{reason}"
+        ) from None
+    store = object_store()
+    key = payload["k"]
+    try:
+        size = store.size(key)
+        handle = store.open(key)
+    except ObjectNotFound:
+        raise NotFound("the object no longer exists", code="object_not_found") from None
+    filename = payload.get("f") or key.rsplit("/", 1)[-1]
+    if not _SAFE_FILENAME.fullmatch(filename):
+        filename = "download"
+    mimetype = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+
+    def body():
+        with handle:
+            yield from iter_chunks(handle, 256 * 1024)
+
+    return Response(
+        body(),
+        mimetype=mimetype,
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "Cache-Control": "private, no-store",
+        },
+    )
