@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
-from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+from app.observability import HTTP_REQUEST_SECONDS, configure_logging, span
 
 __all__ = ["close_app", "create_app"]
 
@@ -38,10 +38,12 @@ def create_app(
     if modules not in {"background", "manual", "off"}:
         raise ValueError(f"modules must be background, manual or off, not {modules!r}")
     configure_logging()
+    loaded_check = None
     if settings is None:
-        settings, check = load_settings()
-        for warning in check.warnings:
-            emit("ConfigWarning", warning=warning.render())
+        from app.ops.config_check import emit_check, full_check
+
+        settings, loaded_check = load_settings()
+        emit_check(full_check(settings, loaded_check), "web")
     if not settings.security.secret_key:
         from app.config import ConfigCheck
 
@@ -82,6 +84,7 @@ def create_app(
         RATELIMIT_HEADERS_ENABLED=True,
     )
     app.extensions["netmap.settings"] = settings
+    app.extensions["netmap.config_check"] = loaded_check
     if settings.security.trusted_proxy_count:
         n = settings.security.trusted_proxy_count
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
@@ -97,6 +100,9 @@ def create_app(
     from app.projection.metrics import register_outbox_metrics
 
     register_outbox_metrics()
+    from app.ops.resources import register_resource_metrics
+
+    register_resource_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

@@ -222,6 +222,9 @@ def up(state: CliState, host: str | None, port: int | None, no_runner: bool) -> 
     if port is not None:
         server["port"] = port
     settings = state.settings(server=server) if server else state.settings()
+    from app.ops.config_check import full_check, render_text
+
+    click.echo(render_text(full_check(settings)), err=True)
     sys.exit(run_local_stack(settings, with_runner=not no_runner))
 
 
@@ -234,3 +237,7 @@ from app.traffic.cli import traffic  # noqa: E402
 
 main.add_command(modules)
 main.add_command(traffic)
+from app.ops.cli import config_group, diagnostics  # noqa: E402
+
+main.add_command(config_group)
+main.add_command(diagnostics)

@@ -11,9 +11,10 @@ from jobs.base import JobKind, WorkerService
 
 
 def job_kinds(settings: Settings) -> list[JobKind]:
-    from jobs import execution_recovery, projection
+    from jobs import execution_recovery, projection, resource_sampling, slow_sql_sampling
 
     kinds: list[JobKind] = [execution_recovery.job(settings), projection.job(settings)]
+    kinds += [resource_sampling.job(settings), slow_sql_sampling.job(settings)]
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

@@ -13,10 +13,11 @@ def register_blueprints(app: Flask) -> None:
         health,
         modules,
         scanner,
+        system,
         tasks,
         traffic,
         uploads,
     )
 
-    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic):
+    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic, system):
         app.register_blueprint(module.blueprint)
