@@ -56,6 +56,7 @@ BRIDGE_POLL_SECONDS = 0.1
 
 
 BOOT_FAILURE_EXIT_CODE = 3
+BOOT_GRACE_SECONDS = 60.0
 READY = b"ready"
 
 
@@ -279,7 +280,6 @@ class Supervisor:
 
     def _watch_heartbeats(self) -> None:
         """Note workers that finished booting; kill those silent for worker_timeout."""
-        timeout = self.settings.runner.worker_timeout
         now = time.time()
         for worker_id, process in self.workers.items():
             if not process.is_alive() or worker_id in self.hung:
@@ -292,13 +292,18 @@ class Supervisor:
                     self.boot_failures = 0
             except OSError:
                 continue
+            # Booting (spawn, imports, first connection) may take longer than a beat on a
+            # loaded host; a worker that never gets ready is caught by BOOT_GRACE_SECONDS.
+            timeout = self.settings.runner.worker_timeout
+            if worker_id not in self.ready:
+                timeout = max(timeout, BOOT_GRACE_SECONDS)
             if silent > timeout:
                 self.hung.add(worker_id)
                 emit(
                     "RunnerWorkerHung",
                     level=logging.ERROR,
                     worker_id=worker_id,
-                    pid=process.pid,
+                    worker_pid=process.pid,
                     silent_s=round(silent, 1),
                     worker_timeout_s=timeout,
                     booted=worker_id in self.ready,
