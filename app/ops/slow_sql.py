@@ -151,9 +151,14 @@ def _latest_baseline(conn: sa.Connection) -> tuple[datetime | None, dict[str, An
     return row.sampled_at, row.baseline or {}
 
 
-def take_sample(settings: Settings, *, engine: Engine | None = None) -> dict[str, Any]:
-    """Read the counters, store one sample (bounded history), return it as the API shows it."""
-    reading = read_statements(engine)
+def take_sample(
+    settings: Settings, *, engine: Engine | None = None, source: Engine | None = None
+) -> dict[str, Any]:
+    """Read the counters, store one sample (bounded history), return it as the API shows it.
+
+    ``source`` is the database whose statements are read when it is not the one the
+    samples are stored in (the same by default)."""
+    reading = read_statements(source or engine)
     top = settings.ops.slow_sql_top
     by_total: list[dict[str, Any]] = []
     by_mean: list[dict[str, Any]] = []
