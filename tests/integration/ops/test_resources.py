@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import urlencode
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 import sqlalchemy as sa
 
