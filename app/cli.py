@@ -237,7 +237,9 @@ from app.traffic.cli import traffic  # noqa: E402
 
 main.add_command(modules)
 main.add_command(traffic)
-from app.ops.cli import config_group, diagnostics  # noqa: E402
+from app.ops.cli import backup, config_group, diagnostics, restore  # noqa: E402
 
 main.add_command(config_group)
 main.add_command(diagnostics)
+main.add_command(backup)
+main.add_command(restore)

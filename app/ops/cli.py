@@ -72,3 +72,56 @@ def diagnostics(state, out_path: str) -> None:
         click.echo("collecting diagnostics...", err=True)
         members = write_archive(settings, out_path)
     click.echo(json.dumps({"out": out_path, "members": members}))
+
+
+def _progress(message: str) -> None:
+    click.echo(f"netmap: {message}", err=True)
+
+
+@click.command("backup")
+@click.option(
+    "--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Archive to write."
+)
+@click.pass_obj
+def backup(state, out_path: str) -> None:
+    """Back up the database (pg_dump -Fc), object-store files and generated secret key."""
+    from pathlib import Path
+
+    from app.cli import _database
+    from app.ops.backup import BackupError
+    from app.ops.backup import backup as run_backup
+
+    settings = state.settings()
+    with _database(state) as url:
+        try:
+            result = run_backup(settings, url, Path(out_path), _progress)
+        except BackupError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(result))
+
+
+@click.command("restore")
+@click.argument("archive", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Restore across PostgreSQL major versions.")
+@click.pass_obj
+def restore(state, archive: str, force: bool) -> None:
+    """Restore a backup made by `netmap backup` (netmap must be stopped)."""
+    from pathlib import Path
+
+    from app import embedded
+    from app.cli import _database
+    from app.ops.backup import BackupError
+    from app.ops.backup import restore as run_restore
+
+    settings = state.settings()
+    if not settings.database.url and embedded.is_running(settings.data_dir / "pgdata"):
+        raise click.ClickException(
+            f"the embedded PostgreSQL under {settings.data_dir} is running (is `netmap up` "
+            "running?): stop netmap before restoring"
+        )
+    with _database(state) as url:
+        try:
+            result = run_restore(settings, url, Path(archive), force=force, progress=_progress)
+        except BackupError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(result))
