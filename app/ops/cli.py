@@ -60,9 +60,17 @@ def config_check(ctx: click.Context, config_path: str | None, as_json: bool) -> 
 @click.option(
     "--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Zip file to write."
 )
+@click.option(
+    "--events",
+    "event_log",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A netmap JSON-lines log (web or runner stderr) to take recent warning/error events from.",
+)
 @click.pass_obj
-def diagnostics(state, out_path: str) -> None:
+def diagnostics(state, out_path: str, event_log: str | None) -> None:
     """Write a redacted diagnostics archive (versions, config check, queues, leases, ...)."""
+    from pathlib import Path
+
     from app.cli import _database, _with_engine
     from app.ops.diagnostics import write_archive
 
@@ -70,7 +78,9 @@ def diagnostics(state, out_path: str) -> None:
     with _database(state) as url:
         _with_engine(url)
         click.echo("collecting diagnostics...", err=True)
-        members = write_archive(settings, out_path)
+        members = write_archive(
+            settings, out_path, event_log=Path(event_log) if event_log else None
+        )
     click.echo(json.dumps({"out": out_path, "members": members}))
 
 

@@ -2,7 +2,8 @@
 
 One zip with JSON members: versions (netmap, Python, PostgreSQL, search store),
 the configuration check, the migration head, queue backlogs and ages, lease
-holders, recent errors kept in the database, the slow-SQL sample and the last
+holders, recent errors kept in the database and recent warning/error events
+(this process's, and those of a log file the operator names), the slow-SQL sample and the last
 hour of resource samples. Queues and leases are found by their shape rather
 than by a fixed list — every table with ``processed_at`` and an enqueue time is
 a queue, every table with ``claim_token`` and ``lease_expires_at`` holds leases —
@@ -15,6 +16,7 @@ generated secret key) as a last line of defence before anything is written.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import platform
@@ -190,9 +192,28 @@ def recent_errors(conn: sa.Connection) -> list[dict[str, Any]]:
     return found
 
 
-def collect(settings: Settings, loaded: ConfigCheck | None = None) -> dict[str, Any]:
+def problem_events_from_log(path: Path, limit: int = 200) -> list[dict[str, Any]]:
+    """The last warning/error events of a JSON-lines log file (netmap's own log format)."""
+    found: collections.deque[dict[str, Any]] = collections.deque(maxlen=limit)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("level") in {"warning", "error", "critical"}:
+                found.append(event)
+    return list(found)
+
+
+def collect(
+    settings: Settings, loaded: ConfigCheck | None = None, *, event_log: Path | None = None
+) -> dict[str, Any]:
     """Everything the archive holds, as JSON-able values (read in short transactions)."""
     from app.migrations import current_revisions, head_revisions
+    from app.observability import recent_problem_events
     from app.ops import resources, slow_sql
 
     with transaction() as conn:
@@ -221,6 +242,10 @@ def collect(settings: Settings, loaded: ConfigCheck | None = None) -> dict[str, 
         "queues.json": queue_state,
         "leases.json": lease_state,
         "recent_errors.json": errors,
+        "recent_events.json": {
+            "this_process": recent_problem_events(),
+            "log_file": problem_events_from_log(event_log) if event_log else None,
+        },
         "slow_sql.json": slow,
         "resources_last_hour.json": samples,
         "manifest.json": {"generated_at": now, "kind": "netmap-diagnostics", "format": 1},
@@ -228,10 +253,14 @@ def collect(settings: Settings, loaded: ConfigCheck | None = None) -> dict[str, 
 
 
 def write_archive(
-    settings: Settings, target: str | Path | IO[bytes], loaded: ConfigCheck | None = None
+    settings: Settings,
+    target: str | Path | IO[bytes],
+    loaded: ConfigCheck | None = None,
+    *,
+    event_log: Path | None = None,
 ) -> list[str]:
     """Write the redacted zip to a path or a binary file object; returns the member names."""
-    members = collect(settings, loaded)
+    members = collect(settings, loaded, event_log=event_log)
     secrets = configured_secrets(settings)
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, value in members.items():

@@ -29,6 +29,22 @@ def test_diagnostics_archive_is_complete_and_redacted(database_url, tmp_path, en
                 f" rejected (api key {SECRETS['es_api_key']})"
             },
         )
+    log = tmp_path / "runner.log"
+    log.write_text(
+        "\n".join(
+            [
+                json.dumps({"level": "info", "event": "RunnerStarted"}),
+                "not json",
+                json.dumps(
+                    {
+                        "level": "error",
+                        "event": "JobFailed",
+                        "error": f"smtp login with {SECRETS['smtp_password']} refused",
+                    }
+                ),
+            ]
+        )
+    )
     out = tmp_path / "diag.zip"
     env = base_env(
         NETMAP_DATABASE_URL=database_url,
@@ -40,7 +56,7 @@ def test_diagnostics_archive_is_complete_and_redacted(database_url, tmp_path, en
         NETMAP_TRAFFIC_TOKEN=SECRETS["ingest_token"],
     )
     done = subprocess.run(
-        netmap_command("diagnostics", "--out", str(out)),
+        netmap_command("diagnostics", "--out", str(out), "--events", str(log)),
         env=env,
         capture_output=True,
         text=True,
@@ -73,5 +89,8 @@ def test_diagnostics_archive_is_complete_and_redacted(database_url, tmp_path, en
     errors = json.loads(members["recent_errors.json"])
     assert any("ConnectionError" in e["error"] and "<redacted>" in e["error"] for e in errors)
     assert json.loads(members["slow_sql.json"])["reason"] == "extension missing"
+    events = json.loads(members["recent_events.json"])
+    assert [e["event"] for e in events["log_file"]] == ["JobFailed"]
+    assert "<redacted>" in events["log_file"][0]["error"]
     for text in (*members.values(), done.stdout, done.stderr):
         assert_no_secret(text)
