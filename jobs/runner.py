@@ -16,7 +16,7 @@ Several runner instances coordinate only through the database.
 
 Supervision (after gunicorn's arbiter): each worker beats a heartbeat file the
 supervisor created for it — touching its mtime from the job loop, while idle,
-and whenever job code checks for cancellation — and marks it ``ready`` once it
+and whenever job code looks at the cancel event — and marks it ``ready`` once it
 has booted. A worker silent for ``[runner] worker_timeout`` is killed and
 replaced (``RunnerWorkerHung``). A worker that dies before it was ready is a
 boot failure; ``[runner] boot_failure_limit`` of them in a row (a bad deploy, an
@@ -91,6 +91,38 @@ class Heartbeat:
         self._last = time.monotonic()
 
 
+class BeatingEvent:
+    """The cancel event as job code sees it: every look at it is also a heartbeat.
+
+    Long-running job code already checks for cancellation between units of work
+    (the projection's lease guard does several times a second), so a job that
+    keeps looking is alive, and one stuck in a call that never returns is not.
+    """
+
+    def __init__(self, event: threading.Event, heartbeat: Heartbeat):
+        self._event = event
+        self._heartbeat = heartbeat
+
+    def is_set(self) -> bool:
+        self._heartbeat.beat()
+        return self._event.is_set()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._heartbeat.beat()
+            step = self._heartbeat.interval_seconds
+            if end is not None:
+                step = min(step, end - time.monotonic())
+                if step <= 0:
+                    return self._event.is_set()
+            if self._event.wait(step):
+                return True
+
+
 _term_requested = False
 _cancel_requested = False
 
@@ -133,7 +165,7 @@ def worker_main(
         settings=settings,
         worker_id=worker_id,
         stopping=local_stop,
-        cancelled=local_cancel,
+        cancelled=BeatingEvent(local_cancel, heartbeat),
         heartbeat=heartbeat.beat,
     )
     services = worker_services(settings)

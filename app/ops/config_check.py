@@ -54,7 +54,7 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def data_volume_usage(settings: Settings) -> shutil._ntuple_diskusage | None:  # type: ignore[name-defined]
+def data_volume_usage(settings: Settings) -> Any | None:
     """Disk usage of the volume holding the data directory (or its nearest existing parent)."""
     try:
         return shutil.disk_usage(_existing_parent(settings.data_dir))
