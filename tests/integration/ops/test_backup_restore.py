@@ -187,3 +187,32 @@ def test_an_older_schema_is_migrated_after_the_restore(empty_database_url, data_
     assert result["migrated"] is True
     assert result["schema_after"] == sorted(migrations.head_revisions())
     assert "migrating the restored schema" in restored.stderr
+
+
+def test_restore_refuses_while_the_embedded_server_is_running(tmp_path):
+    """`netmap up` keeps the embedded server running; restoring under it is refused."""
+    import shutil
+    import tempfile
+
+    from app import embedded
+
+    # Outside pytest's basetemp: the embedded server changes its parents' permissions.
+    directory = Path(tempfile.mkdtemp(prefix="netmap-test-restore-"))
+    server = embedded.start(directory, tuning={"fsync": "off"})
+    try:
+        archive = tmp_path / "any.backup"
+        archive.write_bytes(b"not even read")
+        env = base_env(NETMAP_DATA_DIR=str(directory))
+        done = subprocess.run(
+            netmap_command("restore", str(archive)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 1
+        assert "is running (is `netmap up` running?): stop netmap before restoring" in done.stderr
+        assert embedded.is_running(directory / "pgdata")
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
