@@ -10,7 +10,9 @@ deletes rows older than ``resource_retention_hours`` and the oldest rows above
 
 Reading: ``series()`` groups by (metric, host, process) and averages into at
 most 500 time buckets per series, so a month of 15-second samples is still one
-small response. The latest values are Prometheus gauges on ``/metrics``.
+small response. The latest values are Prometheus gauges on ``/metrics``, beside
+the live figures of the web processes answering the scrape (so a host without a
+runner still reports its own web processes).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import psutil
 import sqlalchemy as sa
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.config import Settings
@@ -320,6 +322,46 @@ class ResourceCollector(Collector):
         yield from families.values()
 
 
+class WebProcessCollector(Collector):
+    """This process and its gunicorn siblings, read live at scrape time.
+
+    Web processes do no background work, so they report their own figures when
+    scraped; this covers hosts that run web processes but no runner.
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        host = socket.gethostname()
+        rss = GaugeMetricFamily(
+            "netmap_web_process_rss_bytes",
+            "Resident memory of this host's web processes (read at scrape time)",
+            labels=["host", "process"],
+        )
+        cpu = CounterMetricFamily(
+            "netmap_web_process_cpu_seconds",
+            "CPU time (user + system) of this host's web processes",
+            labels=["host", "process"],
+        )
+        me = psutil.Process()
+        processes = {me.pid: me}
+        try:
+            parent = me.parent()
+            if parent is not None and "wsgi:app" in " ".join(parent.cmdline()):
+                processes[parent.pid] = parent
+                processes.update({child.pid: child for child in parent.children()})
+        except psutil.Error:
+            pass
+        for pid, process in sorted(processes.items()):
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    rss.add_metric([host, f"web:{pid}"], float(process.memory_info().rss))
+                    cpu.add_metric([host, f"web:{pid}"], float(times.user + times.system))
+            except psutil.Error:
+                continue
+        yield rss
+        yield cpu
+
+
 _registered = False
 _lock = threading.Lock()
 
@@ -330,4 +372,5 @@ def register_resource_metrics() -> None:
     with _lock:
         if not _registered:
             register_scrape_collector(ResourceCollector)
+            register_scrape_collector(WebProcessCollector)
             _registered = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
@@ -149,3 +150,9 @@ def test_latest_samples_are_gauges_on_metrics(client, engine, settings):
     text = client.get("/metrics").get_data(as_text=True)
     assert 'netmap_host_memory_used_percent{host="gauge-host"} 42.5' in text
     assert 'netmap_process_rss_bytes{host="gauge-host",process="runner:7"} 1234.0' in text
+    # The answering web process reports itself live.
+    assert (
+        f'netmap_web_process_rss_bytes{{host="{socket.gethostname()}",process="web:{os.getpid()}"}}'
+        in text
+    )
+    assert f'netmap_web_process_cpu_seconds_total{{host="{socket.gethostname()}"' in text
