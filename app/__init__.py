@@ -43,7 +43,10 @@ def create_app(
         from app.ops.config_check import emit_check, full_check
 
         settings, loaded_check = load_settings()
-        emit_check(full_check(settings, loaded_check), "web")
+        startup_check = full_check(settings, loaded_check)
+        emit_check(startup_check, "web")
+        if not startup_check.ok:
+            raise ConfigError(startup_check)
     if not settings.security.secret_key:
         from app.config import ConfigCheck
 

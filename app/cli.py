@@ -30,12 +30,14 @@ class CliState:
                 server_overrides["data_dir"] = self.data_dir
             if server_overrides:
                 overrides["server"] = server_overrides
+            from app.ops.config_check import scrub
+
             try:
                 settings, check = load_settings(self.config_path, overrides=overrides or None)
             except ConfigError as exc:
                 raise click.ClickException(str(exc)) from None
             for warning in check.warnings:
-                click.echo(f"config warning: {warning.render()}", err=True)
+                click.echo(f"config warning: {scrub(warning.render())}", err=True)
             self._settings = settings
         return self._settings
 
@@ -224,7 +226,10 @@ def up(state: CliState, host: str | None, port: int | None, no_runner: bool) -> 
     settings = state.settings(server=server) if server else state.settings()
     from app.ops.config_check import full_check, render_text
 
-    click.echo(render_text(full_check(settings)), err=True)
+    check = full_check(settings)
+    click.echo(render_text(check), err=True)
+    if not check.ok:
+        sys.exit(1)
     sys.exit(run_local_stack(settings, with_runner=not no_runner))
 
 

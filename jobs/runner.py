@@ -45,7 +45,7 @@ from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings
+from app.config import ConfigError, Settings
 from app.observability import configure_logging, emit, span
 
 CANCEL_GRACE_SECONDS = 5.0
@@ -466,5 +466,9 @@ def run_runner(settings: Settings, database_url: str, processes: int | None = No
     configure_logging()
     from app.ops.config_check import emit_check, full_check
 
-    emit_check(full_check(settings), "runner")
+    check = full_check(settings)
+    emit_check(check, "runner")
+    if not check.ok:
+        sys.stderr.write(f"netmap runner: {ConfigError(check)}\n")
+        return 2
     return Supervisor(settings, database_url, processes or settings.runner.processes).run()

@@ -58,3 +58,22 @@ def test_runner_samples_resources_and_slow_sql(database_url, tmp_path, engine):
         runner.process.send_signal(signal.SIGTERM)
         assert runner.wait(timeout=60) == 0
         runner.stop()
+
+
+def test_runner_refuses_to_start_on_config_check_errors(database_url, tmp_path):
+    import subprocess
+
+    env = base_env(
+        NETMAP_DATABASE_URL=database_url,
+        NETMAP_DATA_DIR=str(tmp_path / "var"),
+        NETMAP_RUNNER_HEARTBEAT_SECONDS="80",
+        NETMAP_RUNNER_WORKER_TIMEOUT="100",
+    )
+    done = subprocess.run(
+        netmap_command("runner"), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "runner.heartbeat_seconds = 80.0: must be at most runner.worker_timeout / 2" in (
+        done.stderr
+    )
+    assert "RunnerStarted" not in done.stderr
