@@ -44,11 +44,16 @@ def create_app(
     from app.observability import configure_logging, emit
 
     configure_logging()
+    loaded_check = None
     if settings is None:
-        settings, check = load_settings()
-        for warning in check.warnings:
-            emit("ConfigWarning", warning=warning.render())
-        emit("ConfigSources", process="web", value_sources=check.configured_sources())
+        from app.ops.config_check import emit_check, full_check
+
+        settings, loaded_check = load_settings()
+        startup_check = full_check(settings, loaded_check)
+        emit_check(startup_check, "web")
+        emit("ConfigSources", process="web", value_sources=loaded_check.configured_sources())
+        if not startup_check.ok:
+            raise ConfigError(startup_check)
     if not settings.security.secret_key:
         from app.config import ConfigCheck
 
@@ -96,6 +101,7 @@ def create_app(
     from app import cursors
 
     cursors.use_secret(settings.security.secret_key)
+    app.extensions["netmap.config_check"] = loaded_check
     if settings.security.trusted_proxy_count:
         n = settings.security.trusted_proxy_count
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
@@ -120,6 +126,9 @@ def create_app(
     from app.projection.metrics import register_outbox_metrics
 
     register_outbox_metrics()
+    from app.ops.resources import register_resource_metrics
+
+    register_resource_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

@@ -31,12 +31,14 @@ class CliState:
                 server_overrides["data_dir"] = self.data_dir
             if server_overrides:
                 overrides["server"] = server_overrides
+            from app.ops.config_check import scrub
+
             try:
                 settings, check = load_settings(self.config_path, overrides=overrides or None)
             except ConfigError as exc:
                 raise click.ClickException(str(exc)) from None
             for warning in check.warnings:
-                click.echo(f"config warning: {warning.render()}", err=True)
+                click.echo(f"config warning: {scrub(warning.render())}", err=True)
             self._settings = settings
             self._check = check
         return self._settings
@@ -309,6 +311,12 @@ def up(
     if port is not None:
         server["port"] = port
     settings = state.settings(server=server) if server else state.settings()
+    from app.ops.config_check import full_check, render_text
+
+    check = full_check(settings)
+    click.echo(render_text(check), err=True)
+    if not check.ok:
+        sys.exit(1)
     sys.exit(run_local_stack(settings, with_runner=not no_runner))
 
 
@@ -321,3 +329,9 @@ from app.traffic.cli import traffic  # noqa: E402
 
 main.add_command(modules)
 main.add_command(traffic)
+from app.ops.cli import backup, config_group, diagnostics, restore  # noqa: E402
+
+main.add_command(config_group)
+main.add_command(diagnostics)
+main.add_command(backup)
+main.add_command(restore)

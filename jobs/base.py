@@ -42,8 +42,13 @@ class JobContext:
     stopping: EventLike  # finish the current unit, claim nothing new
     cancelled: EventLike  # the shutdown deadline passed: abandon work now
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # Tells the runner supervisor this worker is alive (long jobs beat through
+    # check_cancelled, which they call between units of work anyway).
+    heartbeat: Callable[[], None] | None = None
 
     def check_cancelled(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat()
         if self.cancelled.is_set():
             raise Cancelled("runner shutdown deadline passed")
 

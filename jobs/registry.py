@@ -11,15 +11,23 @@ from jobs.base import JobKind, WorkerService
 
 
 def job_kinds(settings: Settings) -> list[JobKind]:
-    from jobs import execution_recovery, projection
+    from jobs import (
+        execution_recovery,
+        exports,
+        object_delete_retry,
+        projection,
+        resource_sampling,
+        slow_sql_sampling,
+    )
 
-    kinds: list[JobKind] = [execution_recovery.job(settings), projection.job(settings)]
-    from jobs import exports, object_delete_retry
-
-    kinds += [
+    kinds: list[JobKind] = [
+        execution_recovery.job(settings),
+        projection.job(settings),
         exports.job(settings),
         exports.expiry_job(settings),
         object_delete_retry.job(settings),
+        resource_sampling.job(settings),
+        slow_sql_sampling.job(settings),
     ]
     if settings.traffic.enabled:
         from jobs import traffic_rollup

@@ -14,10 +14,23 @@ def register_blueprints(app: Flask) -> None:
         health,
         modules,
         scanner,
+        system,
         tasks,
         traffic,
         uploads,
     )
 
-    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic, exports):
+    for module in (
+        health,
+        auth,
+        admin,
+        tasks,
+        assets,
+        scanner,
+        uploads,
+        modules,
+        traffic,
+        exports,
+        system,
+    ):
         app.register_blueprint(module.blueprint)

@@ -159,6 +159,22 @@ ROUTES: list[Route] = [
         lambda w: {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "matrix"},
         _admin_route(200),
     ),
+    Route("GET", "/api/config/check", lambda w: "/api/config/check", None, _admin_route(200)),
+    Route(
+        "GET",
+        "/api/system/resources",
+        lambda w: "/api/system/resources",
+        None,
+        _admin_route(200),
+    ),
+    Route("GET", "/api/system/slow-sql", lambda w: "/api/system/slow-sql", None, _admin_route(200)),
+    Route(
+        "GET",
+        "/api/system/diagnostics",
+        lambda w: "/api/system/diagnostics",
+        None,
+        _admin_route(200),
+    ),
     Route(
         "GET",
         "/api/tasks/<int:task_id>/results",

@@ -1,0 +1,449 @@
+"""Backup and restore of a netmap deployment: database, files, generated secret (OPS-4).
+
+A backup is one tar archive: ``manifest.json`` first (format, netmap version,
+PostgreSQL server version, the migration revision of the data, extensions, and
+the size and sha256 of every other member), then ``database.dump`` (``pg_dump
+-Fc`` run with the client binaries of the *server's* major version — the
+embedded wheel's, ``/usr/lib/postgresql/<major>/bin`` or the ``PATH``), then the
+filesystem object store and the generated secret key under ``files/``.
+
+Restore checks before it touches anything: every member's checksum (a
+truncated or altered archive is refused), the schema revision (an archive from
+newer code is refused, one from older code is migrated after the restore), the
+server major version (a different one needs ``--force``), and that nothing
+else is connected to the database (a running web or runner process would see
+its tables vanish). It then empties the ``public`` schema, recreates the
+recorded extensions, runs ``pg_restore`` and puts the files back. Progress goes
+to stderr; nothing is printed that contains a password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from app.config import Settings
+from app.db import normalise_url
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+DUMP = "database.dump"
+FILES_PREFIX = "files/"
+SECRET_KEY_MEMBER = "files/secret_key"  # noqa: S105 - a member name, not a secret
+OBJECTS_PREFIX = "files/objects/"
+# Where a filesystem object store keeps its files when its own setting does not say.
+OBJECT_STORE_DIRS = ("objects", "object-store", "object_store")
+CHUNK = 1024 * 1024
+_TOC_EXTENSION = re.compile(r"^\s*\d+;\s+\d+\s+\d+\s+(EXTENSION|COMMENT - EXTENSION)\s")
+
+Progress = Callable[[str], None]
+
+
+class BackupError(Exception):
+    """Backup or restore refused or failed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    version_num: int
+    database: str
+    extensions: tuple[str, ...]
+    revisions: tuple[str, ...]
+
+    @property
+    def major(self) -> int:
+        return self.version_num // 10000
+
+
+def _engine(url: str) -> sa.Engine:
+    return sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
+
+
+def server_info(url: str) -> ServerInfo:
+    from app.migrations import current_revisions
+
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            return ServerInfo(
+                version=conn.execute(sa.text("SHOW server_version")).scalar(),
+                version_num=int(conn.execute(sa.text("SHOW server_version_num")).scalar()),
+                database=conn.execute(sa.text("SELECT current_database()")).scalar(),
+                extensions=tuple(
+                    conn.execute(
+                        sa.text("SELECT extname FROM pg_extension WHERE extname <> 'plpgsql'")
+                    ).scalars()
+                ),
+                revisions=tuple(sorted(current_revisions(conn))),
+            )
+    finally:
+        engine.dispose()
+
+
+def _binary_major(path: Path) -> int | None:
+    try:
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+)(?:\.\d+)?", out.split(")")[-1])
+    return int(match.group(1)) if match else None
+
+
+def client_binary(name: str, major: int) -> Path:
+    """``pg_dump``/``pg_restore`` of the given server major version."""
+    candidates: list[Path] = []
+    try:
+        from app.embedded import binaries_dir
+
+        embedded_binary: Path | None = binaries_dir() / name
+    except ImportError:  # no embedded wheel: the system's binaries only
+        embedded_binary = None
+    if embedded_binary is not None:
+        candidates.append(embedded_binary)
+    candidates.append(Path(f"/usr/lib/postgresql/{major}/bin/{name}"))
+    on_path = shutil.which(name)
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and _binary_major(candidate) == major:
+            return candidate
+    raise BackupError(
+        f"no {name} for PostgreSQL {major} found (looked in the embedded wheel, "
+        f"/usr/lib/postgresql/{major}/bin and PATH): install postgresql-client-{major}"
+    )
+
+
+def libpq_env(url: str) -> dict[str, str]:
+    """Connection settings as libpq environment variables (no password on a command line)."""
+    parsed = make_url(normalise_url(url))
+    env = dict(os.environ)
+    host = parsed.host or parsed.query.get("host")
+    if isinstance(host, tuple):
+        host = host[0]
+    values = {
+        "PGHOST": host,
+        "PGPORT": str(parsed.port) if parsed.port else None,
+        "PGUSER": parsed.username,
+        "PGPASSWORD": parsed.password,
+        "PGDATABASE": parsed.database,
+    }
+    for key, value in values.items():
+        if value:
+            env[key] = str(value)
+        else:
+            env.pop(key, None)
+    return env
+
+
+def object_store_dir(settings: Settings) -> Path | None:
+    """The filesystem object store's directory, if this deployment has one on disk."""
+    section = getattr(settings, "object_store", None)
+    if section is not None and getattr(section, "backend", "filesystem") != "filesystem":
+        return None
+    for attribute in ("path", "directory", "root", "base_dir"):
+        value = getattr(section, attribute, None) if section is not None else None
+        if value:
+            path = settings.resolve_path(value)
+            return path if path.is_dir() else None
+    for name in OBJECT_STORE_DIRS:
+        path = settings.data_dir / name
+        if path.is_dir():
+            return path
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _run(command: list[str], env: dict[str, str], what: str) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BackupError(f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-1500:]}")
+
+
+def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[str, Any]:
+    """Write the archive to ``out`` (via a temporary file renamed at the end)."""
+    out = Path(out)
+    info = server_info(url)
+    pg_dump = client_binary("pg_dump", info.major)
+    progress(f"PostgreSQL {info.version}, database {info.database}, schema {info.revisions}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".netmap-backup-", dir=out.parent) as staging:
+        dump = Path(staging) / DUMP
+        progress(f"dumping the database with {pg_dump}")
+        _run([str(pg_dump), "-Fc", "--no-owner", "-f", str(dump)], libpq_env(url), "pg_dump")
+        members: dict[str, Path] = {DUMP: dump}
+        secret = settings.data_dir / "secret_key"
+        if secret.is_file():
+            members[SECRET_KEY_MEMBER] = secret
+        objects = object_store_dir(settings)
+        if objects is not None:
+            files = sorted(p for p in objects.rglob("*") if p.is_file())
+            progress(f"adding {len(files)} object-store files from {objects}")
+            for path in files:
+                members[OBJECTS_PREFIX + path.relative_to(objects).as_posix()] = path
+        progress(f"checksumming {len(members)} members")
+        manifest = {
+            "format": FORMAT,
+            "kind": "netmap-backup",
+            "created_at": datetime.now(UTC).isoformat(),
+            "netmap_version": _netmap_version(),
+            "server_version": info.version,
+            "server_major": info.major,
+            "pg_dump": str(pg_dump),
+            "database": info.database,
+            "migration_revisions": list(info.revisions),
+            "extensions": list(info.extensions),
+            "members": {
+                name: {"sha256": _sha256(path), "size": path.stat().st_size}
+                for name, path in members.items()
+            },
+        }
+        partial = Path(staging) / "archive.tar"
+        with tarfile.open(partial, "w") as archive:
+            data = json.dumps(manifest, indent=2).encode()
+            entry = tarfile.TarInfo(MANIFEST)
+            entry.size = len(data)
+            entry.mtime = int(datetime.now(UTC).timestamp())
+            archive.addfile(entry, io.BytesIO(data))
+            for name, path in members.items():
+                archive.add(path, arcname=name, recursive=False)
+        os.replace(partial, out)
+    size = out.stat().st_size
+    progress(f"wrote {out} ({size} bytes)")
+    return {
+        "out": str(out),
+        "bytes": size,
+        "members": len(manifest["members"]),
+        "server_version": info.version,
+        "migration_revisions": list(info.revisions),
+    }
+
+
+def _netmap_version() -> str | None:
+    try:
+        return metadata.version("netmap")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def read_verified(archive_path: Path, staging: Path) -> dict[str, Any]:
+    """Extract into ``staging`` and check every member against the manifest."""
+    try:
+        with tarfile.open(archive_path, "r:") as archive:
+            try:
+                manifest = json.load(archive.extractfile(MANIFEST))  # type: ignore[arg-type]
+            except (KeyError, ValueError, TypeError):
+                raise BackupError(
+                    f"{archive_path} is not a netmap backup (no readable {MANIFEST})"
+                ) from None
+            if manifest.get("kind") != "netmap-backup" or manifest.get("format") != FORMAT:
+                raise BackupError(f"{archive_path}: unknown backup format {manifest.get('format')}")
+            expected = manifest.get("members", {})
+            seen: set[str] = set()
+            for member in archive.getmembers():
+                if member.name == MANIFEST:
+                    continue
+                if member.name not in expected or not member.isfile():
+                    raise BackupError(
+                        f"corrupted archive: member {member.name!r} is not in the manifest"
+                    )
+                archive.extract(member, staging, filter="data")
+                seen.add(member.name)
+    except tarfile.TarError as exc:
+        raise BackupError(f"corrupted archive: {archive_path} cannot be read ({exc})") from None
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise BackupError(f"corrupted archive: members missing: {', '.join(missing[:5])}")
+    for name, entry in expected.items():
+        if _sha256(staging / name) != entry["sha256"]:
+            raise BackupError(f"corrupted archive: checksum mismatch for {name}")
+    return manifest
+
+
+def _schema_relation(revisions: list[str]) -> str:
+    """'same', 'older' or 'newer' than this code's migrations."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    from app.migrations import alembic_config, head_revisions
+
+    heads = head_revisions()
+    if set(revisions) == heads:
+        return "same"
+    script = ScriptDirectory.from_config(alembic_config())
+    for revision in revisions:
+        try:
+            if script.get_revision(revision) is None:
+                return "newer"
+        except CommandError:
+            return "newer"
+    return "older"
+
+
+def other_connections(url: str) -> list[str]:
+    """Application names of the other sessions connected to the database."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.text(
+                        "SELECT coalesce(nullif(application_name, ''), 'unnamed') "
+                        "FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend' ORDER BY 1"
+                    )
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+def restore(
+    settings: Settings, url: str, archive_path: Path, *, force: bool, progress: Progress
+) -> dict[str, Any]:
+    """Restore the archive into the database at ``url`` and the data directory."""
+    from app import migrations
+
+    archive_path = Path(archive_path)
+    if not archive_path.is_file():
+        raise BackupError(f"{archive_path}: no such file")
+    info = server_info(url)
+    with tempfile.TemporaryDirectory(prefix="netmap-restore-") as staging_dir:
+        staging = Path(staging_dir)
+        progress(f"verifying {archive_path}")
+        manifest = read_verified(archive_path, staging)
+        relation = _schema_relation(manifest["migration_revisions"])
+        if relation == "newer":
+            raise BackupError(
+                f"the backup's schema {manifest['migration_revisions']} is newer than this "
+                f"netmap's migrations: restore it with the netmap version that made it "
+                f"({manifest.get('netmap_version')}) or newer"
+            )
+        if manifest["server_major"] != info.major and not force:
+            raise BackupError(
+                f"the backup was made on PostgreSQL {manifest['server_version']} and this server "
+                f"is {info.version}: restoring across major versions needs --force"
+            )
+        others = other_connections(url)
+        if others:
+            raise BackupError(
+                f"{len(others)} other session(s) are connected to database {info.database} "
+                f"({', '.join(sorted(set(others)))}): stop netmap's web and runner processes first"
+            )
+        pg_restore = client_binary("pg_restore", info.major)
+        toc = staging / "restore.list"
+        listing = subprocess.run(
+            [str(pg_restore), "-l", str(staging / DUMP)], capture_output=True, text=True
+        )
+        if listing.returncode != 0:
+            raise BackupError(f"pg_restore cannot read the dump: {listing.stderr.strip()[-500:]}")
+        # Extensions are created up front (they may need a superuser on an external
+        # server, where a failure must not abort the restore of the data).
+        toc.write_text(
+            "\n".join(
+                line for line in listing.stdout.splitlines() if not _TOC_EXTENSION.match(line)
+            )
+        )
+        progress(f"emptying database {info.database}")
+        _reset_schema(url, manifest.get("extensions", []), progress)
+        progress(f"restoring with {pg_restore}")
+        _run(
+            [
+                str(pg_restore),
+                "--no-owner",
+                "--exit-on-error",
+                "-L",
+                str(toc),
+                "-d",
+                info.database,
+                str(staging / DUMP),
+            ],
+            libpq_env(url),
+            "pg_restore",
+        )
+        restored_files = _restore_files(settings, staging, manifest, progress)
+    if relation == "older":
+        progress(f"migrating the restored schema {manifest['migration_revisions']} to head")
+        migrations.upgrade(url)
+    final = server_info(url)
+    progress("restore complete")
+    return {
+        "restored_from": str(archive_path),
+        "schema_before": manifest["migration_revisions"],
+        "schema_after": list(final.revisions),
+        "migrated": relation == "older",
+        "files": restored_files,
+    }
+
+
+def _reset_schema(url: str, extensions: list[str], progress: Progress) -> None:
+    engine = sa.create_engine(
+        normalise_url(url), poolclass=sa.pool.NullPool, isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("DROP SCHEMA IF EXISTS public CASCADE"))
+            conn.execute(sa.text("CREATE SCHEMA public"))
+            for name in extensions:
+                if not re.fullmatch(r"[a-z0-9_]+", name):
+                    continue
+                try:
+                    conn.execute(sa.text(f'CREATE EXTENSION IF NOT EXISTS "{name}"'))
+                except sa.exc.DBAPIError as exc:
+                    progress(f"warning: extension {name} not created: {type(exc.orig).__name__}")
+    finally:
+        engine.dispose()
+
+
+def _restore_files(
+    settings: Settings, staging: Path, manifest: dict[str, Any], progress: Progress
+) -> int:
+    members = manifest["members"]
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    count = 0
+    if SECRET_KEY_MEMBER in members:
+        target = data_dir / "secret_key"
+        if target.is_file() and target.read_bytes() != (staging / SECRET_KEY_MEMBER).read_bytes():
+            stamp = int(datetime.now(UTC).timestamp())
+            kept = target.with_name(f"secret_key.before-restore-{stamp}")
+            target.replace(kept)
+            progress(f"kept the previous generated secret key as {kept}")
+        shutil.copy2(staging / SECRET_KEY_MEMBER, target)
+        os.chmod(target, 0o600)
+        count += 1
+    objects = [name for name in members if name.startswith(OBJECTS_PREFIX)]
+    if objects:
+        target_dir = object_store_dir(settings) or data_dir / OBJECT_STORE_DIRS[0]
+        if target_dir.exists():
+            shutil.rmtree(target_dir)
+        shutil.copytree(staging / OBJECTS_PREFIX, target_dir)
+        progress(f"restored {len(objects)} object-store files into {target_dir}")
+        count += len(objects)
+    return count

@@ -1,0 +1,180 @@
+"""The configuration check (OPS-1): problems named by key, exit codes, and no secret anywhere.
+
+Every secret a deployment can configure is set to a recognisable value, plus a
+URL with credentials in a key that is not declared secret; the CLI (text and
+JSON), the start-up events, the admin API and the diagnostics archive must show
+none of them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import zipfile
+
+from click.testing import CliRunner
+
+from app.cli import main
+from app.config import load_settings
+from app.ops.config_check import emit_check, full_check
+from tests.conftest import make_settings
+from tests.support.api import Api
+from tests.support.processes import base_env, netmap_command
+
+SECRETS = {
+    "smtp_password": "smtp-pass-Q7s9",
+    "es_password": "es-pass-Z3k1",
+    "es_api_key": "es-api-key-W8m2",
+    "ingest_token": "traffic-token-H4v6",
+    "url_password": "url-pass-J5n0",
+    "db_password": "db-pass-R2c8",
+    "encryption_key": "cQ1yJw8Hk5wQ0m3yWdWb2bqK8mJv6Qm3c2Z0cVh5bXk=",
+}
+SECRET_KEY = "ops-secret-key-that-must-never-leak-0123456789"
+
+
+def secret_values() -> list[str]:
+    return [*SECRETS.values(), SECRET_KEY]
+
+
+def secret_sections(database_url: str | None = None) -> dict[str, dict]:
+    return {
+        "smtp": {
+            "host": "mail.example.com",
+            "starttls": False,
+            "password": SECRETS["smtp_password"],
+        },
+        "elasticsearch": {"password": SECRETS["es_password"], "api_key": SECRETS["es_api_key"]},
+        "traffic": {
+            "ingest_token": SECRETS["ingest_token"],
+            "source_server": f"https://opsuser:{SECRETS['url_password']}@logs.example.com/x",
+        },
+        "security": {"secret_key": SECRET_KEY, "encryption_key": SECRETS["encryption_key"]},
+        **({"database": {"url": database_url}} if database_url else {}),
+    }
+
+
+def toml_file(tmp_path, sections: dict[str, dict]) -> str:
+    lines = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+    path = tmp_path / "netmap.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def assert_no_secret(text: str) -> None:
+    leaked = [s for s in secret_values() if s in text]
+    assert leaked == [], f"secrets leaked: {leaked}"
+
+
+def test_config_check_names_key_value_and_reason(tmp_path):
+    settings, loaded = load_settings(
+        env={},
+        overrides={
+            "runner": {"heartbeat_seconds": 40.0, "worker_timeout": 100.0},
+            "elasticsearch": {"projection_heartbeat_seconds": 35, "projection_lease_seconds": 120},
+            "smtp": {"host": "mail.example.com", "starttls": False},
+            "ops": {"min_free_disk_percent": 100.0},
+            "server": {"data_dir": str(tmp_path / "var")},
+        },
+    )
+    check = full_check(settings, loaded)
+    warnings = {p.key: p for p in check.warnings}
+    assert "runner.worker_timeout" in warnings["runner.heartbeat_seconds"].message
+    assert warnings["runner.heartbeat_seconds"].value == 40.0
+    assert "at most 30" in warnings["elasticsearch.projection_heartbeat_seconds"].message
+    assert "starttls" in warnings["smtp.host"].message
+    assert "ops.min_free_disk_percent" in warnings["server.data_dir"].message
+    assert "generates one on first start" in warnings["security.secret_key"].message
+    assert check.ok
+
+
+def test_a_generated_secret_key_is_a_warning_that_does_not_show_it(tmp_path):
+    data_dir = tmp_path / "var"
+    data_dir.mkdir()
+    (data_dir / "secret_key").write_text(SECRET_KEY)
+    settings, loaded = load_settings(
+        env={},
+        overrides={"server": {"data_dir": str(data_dir)}, "security": {"secret_key": SECRET_KEY}},
+    )
+    check = full_check(settings, loaded)
+    (problem,) = [p for p in check.warnings if p.key == "security.secret_key"]
+    assert "generated on first start" in problem.message
+    assert str(data_dir / "secret_key") in problem.message
+    assert_no_secret(problem.render())
+
+
+def test_cli_exits_non_zero_on_errors_and_zero_on_warnings(tmp_path):
+    runner = CliRunner()
+    bad = toml_file(tmp_path, {"runner": {"heartbeat_seconds": 80.0, "worker_timeout": 100.0}})
+    result = runner.invoke(main, ["config", "check", "--config", bad], env={"NETMAP_DATA_DIR": ""})
+    assert result.exit_code == 1, result.output
+    assert "config error: runner.heartbeat_seconds = 80.0: must be at most" in result.output
+    invalid = toml_file(tmp_path, {"scan": {"max_attempts": 0}})
+    result = runner.invoke(main, ["config", "check", "--config", invalid])
+    assert result.exit_code == 1
+    assert "scan.max_attempts = 0: must be between 1 and 50" in result.output
+    warn_only = toml_file(tmp_path, {"smtp": {"host": "mail.example.com", "starttls": False}})
+    result = runner.invoke(main, ["config", "check", "--config", warn_only])
+    assert result.exit_code == 0, result.output
+    assert "config warning: smtp.host = 'mail.example.com'" in result.output
+
+
+def test_no_secret_in_cli_text_json_or_start_up_events(tmp_path, capfd):
+    sections = secret_sections(f"postgresql://netmap:{SECRETS['db_password']}@db.example.com/nm")
+    sections["runner"] = {"heartbeat_seconds": 80.0, "worker_timeout": 100.0}  # one error too
+    path = toml_file(tmp_path, sections)
+    env = base_env(NETMAP_DATA_DIR=str(tmp_path / "var"))
+    outputs = []
+    for extra in ((), ("--json",)):
+        done = subprocess.run(
+            netmap_command("config", "check", "--config", path, *extra),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr
+        outputs.append(done.stdout + done.stderr)
+    report = json.loads(outputs[1].splitlines()[0])
+    assert report["effective"]["smtp"]["password"] == "<set>"
+    assert report["effective"]["traffic"]["source_server"].startswith("https://<redacted>@logs")
+    settings, loaded = load_settings(path, env={}, overrides={"runner": {"heartbeat_seconds": 2.0}})
+    emit_check(full_check(settings, loaded), "web")
+    captured = capfd.readouterr()
+    assert "ConfigWarning" in captured.err
+    for output in (*outputs, captured.out + captured.err):
+        assert_no_secret(output)
+
+
+def test_no_secret_in_the_api_or_the_diagnostics_archive(tmp_path, database_url, engine):
+    from app import close_app, create_app
+
+    settings = make_settings(database_url, tmp_path, **secret_sections())
+    app = create_app(settings, engine=engine, modules="off")
+    try:
+        admin = Api(app).admin()
+        response = admin.get("/api/config/check")
+        assert response.status_code == 200
+        body = response.get_json()
+        assert body["effective"]["security"]["secret_key"] == "<set>"
+        assert {w["key"] for w in body["warnings"]} >= {"smtp.host"}
+        archive = admin.get("/api/system/diagnostics")
+        assert archive.status_code == 200
+        assert archive.mimetype == "application/zip"
+        texts = [response.get_data(as_text=True)]
+        with zipfile.ZipFile(io.BytesIO(archive.get_data())) as zipped:
+            assert "config_check.json" in zipped.namelist()
+            texts += [zipped.read(name).decode() for name in zipped.namelist()]
+    finally:
+        close_app(app)
+    for text in texts:
+        assert_no_secret(text)
+
+
+def test_config_check_is_for_admins_only(api):
+    assert api.user().get("/api/config/check").status_code == 403
