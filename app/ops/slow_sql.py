@@ -79,12 +79,12 @@ def read_statements(engine: Engine | None = None, *, limit: int = BASELINE_LIMIT
                        AND queryid IS NOT NULL
                      ORDER BY total_exec_time DESC
                      LIMIT :limit
-                    """
+                    """  # noqa: S608 - the schema is the one pg_extension names for the extension
                 ),
                 {"limit": limit},
             ).all()
             stats_reset = conn.execute(
-                sa.text(f'SELECT stats_reset FROM "{schema}".pg_stat_statements_info')
+                sa.text(f'SELECT stats_reset FROM "{schema}".pg_stat_statements_info')  # noqa: S608 - the schema is the one pg_extension names for the extension
             ).scalar()
     except PoolTimeout:
         return Reading("failed", "pool timeout")
