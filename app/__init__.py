@@ -13,13 +13,16 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import timedelta
-
-from flask import Flask, g, request
-from sqlalchemy.engine import Engine
-from werkzeug.middleware.proxy_fix import ProxyFix
+from typing import TYPE_CHECKING
 
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
-from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+
+if TYPE_CHECKING:
+    from flask import Flask
+    from sqlalchemy.engine import Engine
+
+# Flask, werkzeug and SQLAlchemy are imported inside the functions: ``import app.<pkg>``
+# runs this file, and the scanner agent (app.agent) must load without the server stack.
 
 __all__ = ["close_app", "create_app"]
 
@@ -35,6 +38,11 @@ def create_app(
     """The Flask app. ``modules``: "background" (default: apply the renderer selection now and
     refresh it every ``refresh_seconds``), "manual" (apply now, no thread: tests drive
     ``refresh_once()`` themselves) or "off" (no renderer in this process)."""
+    from flask import Flask
+    from werkzeug.middleware.proxy_fix import ProxyFix
+
+    from app.observability import configure_logging, emit
+
     if modules not in {"background", "manual", "off"}:
         raise ValueError(f"modules must be background, manual or off, not {modules!r}")
     configure_logging()
@@ -119,6 +127,10 @@ def close_app(app: Flask) -> None:
 
 
 def _install_request_hooks(app: Flask) -> None:
+    from flask import g, request
+
+    from app.observability import HTTP_REQUEST_SECONDS, span
+
     @app.before_request
     def _start_request() -> None:
         g.request_started = time.perf_counter()

@@ -213,6 +213,42 @@ class SecuritySettings:
     trusted_proxy_count: int = spec(0, min=0, max=10)
 
 
+@dataclass(frozen=True)
+class AgentSettings:
+    """The scanner agent (``netmap agent``) and the result-file importers."""
+
+    batch_size: int = spec(1000, min=1, max=100_000, doc="observations per upload batch")
+    service_detection: bool = spec(False, doc="run nmap with -sV (slower, names products)")
+    version_intensity: int = spec(7, min=0, max=9, doc="nmap --version-intensity with -sV")
+    nmap_path: str = spec("nmap")
+    masscan_path: str = spec("masscan")
+    nmap_timing: str = spec("T4", choices=("T0", "T1", "T2", "T3", "T4", "T5"))
+    nmap_extra_args: tuple[str, ...] = spec((), doc="appended to every nmap command line")
+    nmap_scripts: tuple[str, ...] = spec(
+        ("banner",), doc="NSE scripts run with service detection (their output goes to details)"
+    )
+    masscan_rate: int = spec(1000, min=1, max=10_000_000, doc="masscan --rate (packets/s)")
+    report_states: tuple[str, ...] = spec(
+        ("open",), doc="port states uploaded (open, closed, filtered, open|filtered)"
+    )
+    scan_timeout_seconds: float = spec(
+        6 * 3600.0, min=10, max=7 * 86400, doc="a scan running longer is stopped and failed"
+    )
+    shutdown_grace_seconds: float = spec(
+        60.0, min=0, max=3600, doc="SIGTERM: how long the running scan may still finish"
+    )
+    idle_backoff_max_seconds: float = spec(30.0, min=0.1, max=3600, doc="backoff on 204 / 5xx")
+    request_timeout_seconds: float = spec(120.0, min=1, max=3600)
+    spool_dir: str = spec("", doc="agent state; empty: $XDG_STATE_HOME/netmap-agent")
+    dns_timeout_seconds: float = spec(5.0, min=0.1, max=120)
+    dns_nameservers: tuple[str, ...] = spec(
+        (), doc="name servers (ADDRESS or ADDRESS:PORT) for dns executions; empty: the system's"
+    )
+    import_max_bytes: int = spec(
+        512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
+    )
+
+
 SECTIONS: dict[str, type] = {
     "server": ServerSettings,
     "database": DatabaseSettings,
@@ -224,6 +260,7 @@ SECTIONS: dict[str, type] = {
     "smtp": SmtpSettings,
     "traffic": TrafficSettings,
     "security": SecuritySettings,
+    "agent": AgentSettings,
 }
 
 
@@ -239,6 +276,7 @@ class Settings:
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     config_path: str | None = None
 
     @property

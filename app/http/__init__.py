@@ -11,6 +11,7 @@ def register_blueprints(app: Flask) -> None:
         assets,
         auth,
         health,
+        imports,
         modules,
         scanner,
         tasks,
@@ -18,5 +19,5 @@ def register_blueprints(app: Flask) -> None:
         uploads,
     )
 
-    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic):
+    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic, imports):
         app.register_blueprint(module.blueprint)

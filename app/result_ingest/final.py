@@ -27,7 +27,7 @@ def commit_final(
     conn: Connection,
     *,
     execution_id: int,
-    scanner_id: int,
+    scanner_id: int | None,
     body: UploadBody,
     counts: ExecutionCounts,
     limits: ScanSettings,
@@ -78,7 +78,7 @@ def commit_final(
             ),
             {"e": execution_id, "t": execution.task_id},
         )
-        if execution.kind == "ports":
+        if execution.kind in ("ports", "import"):
             conn.execute(
                 sa.text(
                     "INSERT INTO scan_projection_outbox (execution_id) VALUES (:e) "

@@ -78,6 +78,8 @@ class ObservationIn(_Strict):
     tags: list[Annotated[StrictStr, Field(max_length=256)]] = Field(default_factory=list)
     tls: dict[str, Any] | None = None
     http: dict[str, Any] | None = None
+    # What the scanner knows beyond the service fields (extra info, CPEs, script output, …).
+    details: dict[str, Any] | None = None
 
     @field_validator("ip")
     @classmethod
@@ -226,7 +228,7 @@ def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = Non
                     "message": f"longer than {limits.max_banner_bytes} bytes",
                 }
             )
-        for facts_name in ("tls", "http"):
+        for facts_name in ("tls", "http", "details"):
             facts = getattr(observation, facts_name)
             if facts is not None and len(json.dumps(facts, default=str)) > 16384:
                 problems.append(

@@ -63,7 +63,7 @@ def handle_upload(
     settings: Settings,
     store: SearchStore,
     execution_id: int,
-    scanner_id: int,
+    scanner_id: int | None,
     raw: Any,
     request_id: str | None = None,
 ) -> UploadResult:
@@ -97,7 +97,7 @@ def _store_call(name: str, call):
 
 
 def _handle(
-    settings: Settings, store: SearchStore, execution_id: int, scanner_id: int, raw: Any
+    settings: Settings, store: SearchStore, execution_id: int, scanner_id: int | None, raw: Any
 ) -> UploadResult:
     with stage("validation"):
         body = parse_upload(raw, settings.ingest)
