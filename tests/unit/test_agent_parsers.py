@@ -154,7 +154,10 @@ def test_masscan_json_states_banners_ipv6_and_udp():
 
 
 def test_masscan_bad_record_names_line_and_offset():
-    data = b'[\n{"ip": "127.0.0.1", "ports": [{"port": 80, "proto": "tcp"}]},\n{"ip": "nope", "ports": []}\n]\n'
+    data = (
+        b'[\n{"ip": "127.0.0.1", "ports": [{"port": 80, "proto": "tcp"}]},\n'
+        b'{"ip": "nope", "ports": []}\n]\n'
+    )
     with pytest.raises(ResultFormatError) as caught:
         list(read_masscan_json(io.BytesIO(data)))
     assert caught.value.line == 3
