@@ -142,3 +142,34 @@ def test_size_limit_format_and_ownership(api):
     assert _import(other, task["id"], line, "naabu-jsonl").status_code == 404
     assert _import(user, 999999, line, "naabu-jsonl").status_code == 404
     _nothing_written(task["id"])
+
+
+def test_netmap_import_command_uses_the_same_service(api, database_url):
+    import json
+
+    from tests.integration.test_cli import run_cli
+
+    user = api.user()
+    task = make_task(user, targets=("127.0.0.1",), ports="1-65535")
+    fixture = FIXTURES / "nmap-sv-loopback.xml"
+    done = run_cli(
+        database_url,
+        "import",
+        str(fixture),
+        "--task",
+        str(task["id"]),
+        "--format",
+        "nmap-xml",
+        "--observed-at",
+        "import",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["observations"] == 3 and result["bytes"] == fixture.stat().st_size
+    status = scalar(
+        "SELECT status FROM scan_executions WHERE id = :e AND kind = 'import'",
+        e=result["execution_id"],
+    )
+    assert status == "succeeded"
+    bad = run_cli(database_url, "import", str(fixture), "--task", "999999", "--format", "nmap-xml")
+    assert bad.returncode != 0 and "task_not_found" in bad.stderr
