@@ -128,7 +128,10 @@ class Agent:
         log: EventLog,
         once: bool = False,
         dns_resolve: Callable[[str], list[dict[str, Any]]] | None = None,
+        observation_source: Callable[[Execution], Iterator[dict[str, Any]]] | None = None,
     ):
+        """``observation_source``: replaces the scanner for ports executions (the benchmark
+        replays a result file through the real upload path with it)."""
         bad = [s for s in settings.report_states if s not in STATES]
         if bad:
             raise ValueError(f"[agent] report_states: unknown state(s) {bad}")
@@ -144,6 +147,7 @@ class Agent:
         self.stopping = threading.Event()
         self.stop_reason: str | None = None
         self._dns_resolve = dns_resolve
+        self._observation_source = observation_source
         self._scan: ScanProcess | None = None
 
     # -- signals ------------------------------------------------------------
@@ -431,6 +435,9 @@ class _ExecutionRun:
     # -- scanners ----------------------------------------------------------------
     def _scan_and_upload(self) -> None:
         targets_file = self.spool.file("targets.txt")
+        if self.agent._observation_source is not None:
+            self._upload_stream(self.agent._observation_source(self.execution))
+            return
         if not self.execution.targets:
             self._upload_stream(iter(()))
             return
