@@ -100,16 +100,16 @@ def make_observation(
         "transport": transport,
         "state": state,
     }
-    service = {
-        k: v
-        for k, v in (
-            ("name", clip(name, 1024)),
-            ("product", clip(product, 1024)),
-            ("version", clip(version, 1024)),
-            ("banner", clip(banner, MAX_BANNER_CHARS)),
-        )
-        if v
-    }
+    service: dict[str, str] = {}
+    # Plain ifs rather than a loop over pairs: this runs once per port of every scan.
+    if name and (name := clip(name, 1024)):
+        service["name"] = name
+    if product and (product := clip(product, 1024)):
+        service["product"] = product
+    if version and (version := clip(version, 1024)):
+        service["version"] = version
+    if banner and (banner := clip(banner, MAX_BANNER_CHARS)):
+        service["banner"] = banner
     if service:
         observation["service"] = service
     if hostname:

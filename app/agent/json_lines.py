@@ -46,11 +46,22 @@ def _field_error(message: str, field: str, number: int, offset: int) -> ResultFo
     return ResultFormatError(message, line=number, element=f"field {field}", byte_offset=offset)
 
 
+_IP_CACHE: dict[Any, str] = {}
+
+
 def _ip(value: Any, number: int, offset: int) -> str:
+    # masscan writes one record per port, so the same address repeats: parse it once.
+    cached = _IP_CACHE.get(value)
+    if cached is not None:
+        return cached
     try:
-        return ipaddress.ip_address(str(value)).compressed
+        compressed = ipaddress.ip_address(str(value)).compressed
     except ValueError:
         raise _field_error(f"ip {value!r} is not an IP address", "ip", number, offset) from None
+    if len(_IP_CACHE) >= 4096:
+        _IP_CACHE.clear()
+    _IP_CACHE[value] = compressed
+    return compressed
 
 
 def _port(value: Any, number: int, offset: int) -> int:

@@ -35,6 +35,7 @@ from app.agent.formats import (
 )
 
 CHUNK_BYTES = 256 * 1024
+_DETAIL_KEYS = ("extrainfo", "ostype", "devicetype", "tunnel", "method")
 _STATE_MAP = {
     "open": "open",
     "closed": "closed",
@@ -238,14 +239,14 @@ class NmapXmlReader:
             unescape(scripts["banner"]) if scripts.get("banner") else None
         ) or banner_from_fingerprint(service.get("servicefp"))
         details: dict[str, Any] = {}
-        for key in ("extrainfo", "ostype", "devicetype", "tunnel", "method"):
-            if service.get(key):
-                details[key] = service[key]
-        if service.get("conf"):
-            try:
-                details["conf"] = int(service["conf"])
-            except ValueError:
-                pass
+        if service:
+            for key in _DETAIL_KEYS:
+                value = service.get(key)
+                if value:
+                    details[key] = value
+            conf = service.get("conf")
+            if conf and conf.isdigit():
+                details["conf"] = int(conf)
         if port.reason:
             details["reason"] = port.reason
         if port.cpes:
