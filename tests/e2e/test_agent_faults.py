@@ -6,7 +6,11 @@
   is reported, the spool is dropped;
 * SIGTERM while nmap runs: after the grace period nmap is stopped and the
   execution is failed with the reason;
-* nmap exits non-zero: the execution is failed with nmap's stderr and exit code.
+* nmap exits non-zero: the execution is failed with nmap's stderr and exit code;
+* a 503 storm (through a proxy answering 503 + Retry-After): uploads wait and
+  retry, and every endpoint is stored once;
+* a DNS execution resolved through a local name server becomes dns_records and
+  the follow-up task.
 
 One server for the module (lease 10 s, so heartbeats come every ~3 s); every
 test starts with no claimable work left by another.
@@ -25,6 +29,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.database import unique_name
+from tests.support.dns_server import dns_server
+from tests.support.flaky_proxy import flaky_proxy
 from tests.support.netmap_server import netmap_server
 from tests.support.processes import LoggedProcess, base_env, wait_for
 
@@ -57,7 +63,9 @@ def no_leftover_work(server):
         )
 
 
-def start_agent(server, tmp_path, name: str, config: str, *args: str) -> LoggedProcess:
+def start_agent(
+    server, tmp_path, name: str, config: str, *args: str, url: str | None = None
+) -> LoggedProcess:
     config_path = tmp_path / f"{name}.toml"
     config_path.write_text(config)
     command = [
@@ -65,7 +73,7 @@ def start_agent(server, tmp_path, name: str, config: str, *args: str) -> LoggedP
         "-m",
         "app.agent",
         "--server",
-        server.url,
+        url or server.url,
         "--spool",
         str(tmp_path / "spool"),
         "--config",
@@ -224,3 +232,50 @@ def test_nmap_exiting_non_zero_fails_the_execution_with_its_stderr(server, tmp_p
     assert failed["execution_id"] == execution["id"]
     assert json.dumps(failed).count(server.token) == 0
     assert not spooled(tmp_path)
+
+
+def test_a_503_storm_is_waited_out_honouring_retry_after(server, tmp_path):
+    def refuse(path: str, count: int) -> bool:
+        return path.endswith("/uploads") and count < 2  # every batch refused twice
+
+    with listening_sockets(12) as ports, flaky_proxy(server.url, refuse) as (url, log):
+        task = server.create_task(["127.0.0.1"], ",".join(map(str, ports)))
+        agent = start_agent(
+            server, tmp_path, "agent", "[agent]\nbatch_size = 5\n", "--once", url=url
+        )
+        try:
+            assert agent.wait(timeout=180) == 0, agent.stderr()[-3000:]
+        finally:
+            agent.stop()
+    retries = agent.events("AgentUploadRetry")
+    assert len(retries) == 6  # three batches (5 + 5 + final 2), each refused twice
+    assert {r["delay_seconds"] for r in retries} == {1.0}  # the server's Retry-After
+    assert sum(line.startswith("503") for line in log) == 6
+    batches = agent.events("AgentBatchUploaded")
+    assert [(b["items"], b["saved"]) for b in batches] == [(5, 5), (5, 5), (2, 2)]
+    execution = execution_of(server, task["id"])
+    assert execution["status"] == "succeeded" and execution["endpoint_count"] == 12
+
+
+def test_a_dns_execution_resolves_through_the_configured_name_server(server, tmp_path):
+    zone = {
+        ("www.netmap-test.example", "A"): ["127.0.0.1"],
+        ("www.netmap-test.example", "AAAA"): ["::1"],
+        ("alias.netmap-test.example", "CNAME"): ["www.netmap-test.example"],
+    }
+    with dns_server(zone) as nameserver:
+        task = server.create_task(["alias.netmap-test.example"], "80")
+        config = f'[agent]\ndns_nameservers = ["{nameserver}"]\n'
+        agent = start_agent(server, tmp_path, "agent", config, "--once", "--kinds", "dns")
+        try:
+            assert agent.wait(timeout=120) == 0, agent.stderr()[-3000:]
+        finally:
+            agent.stop()
+    (execution,) = [e for e in server.executions(task["id"]) if e["kind"] == "dns"]
+    assert execution["status"] == "succeeded"
+    assert execution["observation_count"] == 3  # CNAME, A, AAAA
+    detail = server.get(f"/api/tasks/{task['id']}").json()["task"]
+    (child_id,) = detail["child_task_ids"]
+    child = server.get(f"/api/tasks/{child_id}").json()["task"]
+    assert sorted(child["targets"]) == ["127.0.0.1", "::1"]
+    assert child["ports"] == "80"
