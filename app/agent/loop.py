@@ -49,7 +49,8 @@ class _ExecutionFailed(Exception):
 
 
 class _Stopped(Exception):
-    pass
+    """The agent must exit while a batch is still unsent (server unreachable past the
+    grace period after SIGTERM); the spool keeps the execution for the next start."""
 
 
 def lease_interval(lease_expires_at: str, *, minimum: float = 1.0) -> float:
@@ -146,6 +147,7 @@ class Agent:
         self.spool = Spool(spool_root, server)
         self.stopping = threading.Event()
         self.stop_reason: str | None = None
+        self.stopped_at: float | None = None
         self._dns_resolve = dns_resolve
         self._observation_source = observation_source
         self._scan: ScanProcess | None = None
@@ -156,6 +158,7 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stop_reason = reason
+        self.stopped_at = time.monotonic()
         self.stopping.set()
         self.log.emit(
             "AgentStopping",
@@ -289,6 +292,8 @@ class _ExecutionRun:
             return self._fail(str(exc))
         except RetryLater as exc:  # only from the resume's first renewal
             return self._fail_local(f"server unreachable while resuming: {exc}")
+        except _Stopped as exc:
+            return self._fail_local(str(exc))
         finally:
             heartbeat.stop()
             heartbeat_client.close()
@@ -364,6 +369,15 @@ class _ExecutionRun:
             try:
                 return self.agent.client.upload(self.execution.id, body)
             except RetryLater as exc:
+                stopped_at = self.agent.stopped_at
+                if (
+                    stopped_at is not None
+                    and time.monotonic() - stopped_at > self.settings.shutdown_grace_seconds
+                ):
+                    raise _Stopped(
+                        f"stopped ({self.agent.stop_reason}) while batch {body['batch_index']} "
+                        f"could not be sent ({exc}); the spool keeps it for the next start"
+                    ) from None
                 wait = exc.retry_after if exc.retry_after is not None else delay
                 delay = min(delay * 2, self.settings.idle_backoff_max_seconds)
                 self.log.emit(

@@ -66,9 +66,10 @@ class NetmapServer:
 
 @contextmanager
 def netmap_server(
-    database_url: str, tmp_path: Path, *, runner: bool = True, **env: str
+    database_url: str, tmp_path: Path, *, runner: bool = True, port: int | None = None, **env: str
 ) -> Iterator[NetmapServer]:
-    port = free_port()
+    """``port``: given to restart a server where its clients expect it."""
+    port = port or free_port()
     environment = base_env(
         NETMAP_DATABASE_URL=database_url,
         NETMAP_SECRET_KEY="agent-tests-secret-key-0123456789abcdef",
@@ -80,6 +81,7 @@ def netmap_server(
     args = ["--data-dir", str(tmp_path / "var"), "up", "--port", str(port)]
     if not runner:
         args.append("--no-runner")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     process = LoggedProcess(netmap_command(*args), environment, tmp_path, "netmap-up")
     try:
         found = wait_for(
