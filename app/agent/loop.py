@@ -392,7 +392,9 @@ class _ExecutionRun:
                 self.lease_lost.wait(wait)
 
     def _deliver(self, index: int, body: dict[str, Any]) -> None:
+        started = time.monotonic()
         saved = self._send(body)
+        seconds = time.monotonic() - started
         items = len(body["observations"]) + len(body["dns_records"])
         self.batches += 1
         self.sent_observations += items
@@ -407,6 +409,7 @@ class _ExecutionRun:
             items=items,
             saved=saved,
             total_items=self.sent_observations,
+            seconds=round(seconds, 3),
         )
 
     def _batch(self, items: list[dict[str, Any]], *, final: bool, dns: bool) -> None:

@@ -6,9 +6,9 @@
    process's peak RSS); a tenth of the hosts is parsed too, so the RSS ratio
    shows whether memory grows with the file (it should stay flat).
 3. End to end (unless ``--no-end-to-end``): the nmap file is replayed by the
-   real agent loop (batches, spool writes with fsync, HTTP uploads) against a
-   local server (the app under a threaded WSGI server on 127.0.0.1) on a
-   scratch database, until the final batch is confirmed.
+   real agent loop (batches, spool writes with fsync, HTTP uploads) against
+   ``netmap up --no-runner`` (gunicorn) on a scratch database, until the final
+   batch is confirmed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,12 +114,12 @@ def _parse(path: Path, fmt: str) -> dict[str, Any]:
     return result
 
 
-def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
-    import logging
+def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> dict[str, Any]:
+    import os
+    import re
 
-    from werkzeug.serving import make_server
+    import sqlalchemy as sa
 
-    from app import close_app, create_app, db
     from app.agent.events import EventLog
     from app.agent.loop import Agent
     from app.agent.nmap_xml import read_nmap_xml
@@ -129,32 +128,59 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
     from app.identity.scanners import create_scanner
     from app.identity.users import create_user
     from app.scan_control.creation import create_task, validate_task_request
+    from app.search import open_store
 
+    max_batch = max(5000, batch_size)
     overrides: dict[str, dict[str, object]] = {
-        "ingest": {"max_observations_per_batch": max(5000, batch_size)},
+        "ingest": {"max_observations_per_batch": max_batch},
         "agent": {"batch_size": batch_size},
         "scan": {"execution_lease_seconds": 600},
     }
     with scratch_database(overrides=overrides) as scratch:
         settings = scratch.settings
-        app = create_app(settings, engine=db.get_engine(), modules="off")
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        url = f"http://127.0.0.1:{server.server_port}"
+        store = open_store(settings)
+        store.ensure_schema()
+        store.close()
+        with transaction() as conn:
+            owner = create_user(conn, "bench", "bench-password-123", is_admin=True)
+            _, token = create_scanner(conn, "bench-agent")
+            request = validate_task_request(
+                {"name": "bench", "targets": ["10.0.0.1"], "ports": "1-65535"}, settings.scan
+            )
+            create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
+        # The server is `netmap up` (gunicorn) in its own processes, as in production: the
+        # agent's parse and the server's ingest do not share one interpreter.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+        env.update(
+            NETMAP_DATABASE_URL=scratch.database_url,
+            NETMAP_SECRET_KEY="bench-only-secret-key",  # noqa: S106 - a throwaway server
+            NETMAP_INGEST_MAX_OBSERVATIONS_PER_BATCH=str(max_batch),
+            NETMAP_INGEST_MAX_BODY_BYTES=str(64 * 1024 * 1024),
+            NETMAP_SCAN_EXECUTION_LEASE_SECONDS="600",
+        )
+        log_path = scratch.directory / "netmap-up.log"
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "app", "--data-dir", str(scratch.directory / "var"), "up",
+                 "--no-runner", "--host", "127.0.0.1", "--port", "0"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )  # fmt: skip
         try:
-            from app.http import context
-
-            with app.app_context():
-                context.store().ensure_schema()
-            with transaction() as conn:
-                owner = create_user(conn, "bench", "bench-password-123", is_admin=True)
-                _, token = create_scanner(conn, "bench-agent")
-                request = validate_task_request(
-                    {"name": "bench", "targets": ["10.0.0.1"], "ports": "1-65535"}, settings.scan
+            url = None
+            assert server.stdout is not None
+            deadline = time.monotonic() + 120
+            while url is None and time.monotonic() < deadline:
+                line = server.stdout.readline().decode()
+                if not line:
+                    break
+                found = re.search(r"netmap is up: (\S+)", line)
+                url = found.group(1) if found else None
+            if url is None:
+                raise click.ClickException(
+                    "netmap up did not start: " + log_path.read_text(errors="replace")[-2000:]
                 )
-                create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
             progress = Progress("agent end-to-end", expected)
 
             def replay(_execution):
@@ -165,7 +191,7 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
 
             with (
                 tempfile.TemporaryDirectory(prefix="netmap-bench-spool-") as spool,
-                open("/dev/null", "w") as devnull,
+                open(os.devnull, "w") as devnull,
             ):
                 agent = Agent(
                     server=url,
@@ -173,7 +199,7 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
                     settings=settings.agent,
                     kinds=["ports"],
                     spool_root=Path(spool),
-                    log=EventLog("json", stream=devnull),
+                    log=EventLog("json", stream=sys.stderr if agent_log else devnull),
                     once=True,
                     observation_source=replay,
                 )
@@ -183,8 +209,6 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
             progress.finish()
             if status != 0:
                 raise click.ClickException(f"the agent ended with status {status}")
-            import sqlalchemy as sa
-
             with transaction() as conn:
                 confirmed = conn.execute(
                     sa.text(
@@ -193,12 +217,16 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
                     )
                 ).scalar()
         finally:
-            server.shutdown()
-            close_app(app)
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
     return {
         "observations": expected,
         "confirmed_observations": int(confirmed),
         "batch_size": batch_size,
+        "server": "netmap up --no-runner (gunicorn) on a scratch database",
         "seconds": round(seconds, 3),
         "observations_per_second": round(expected / seconds),
     }
@@ -209,7 +237,10 @@ def _end_to_end(path: Path, expected: int, batch_size: int) -> dict[str, Any]:
 @click.option("--ports-per-host", type=click.IntRange(1, 65535), default=100, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=5000, show_default=True)
 @click.option("--no-end-to-end", is_flag=True, help="parse rates only (no scratch server)")
-def command(hosts: int, ports_per_host: int, batch_size: int, no_end_to_end: bool) -> None:
+@click.option("--agent-log", is_flag=True, help="the agent's JSON events (per batch) on stderr")
+def command(
+    hosts: int, ports_per_host: int, batch_size: int, no_end_to_end: bool, agent_log: bool
+) -> None:
     """Parse rate of nmap XML / masscan JSON and end-to-end observations/s to confirmed receipts."""
     total = hosts * ports_per_host
     start = int(time.time()) - 60
@@ -239,5 +270,5 @@ def command(hosts: int, ports_per_host: int, batch_size: int, no_end_to_end: boo
                 "rss_ratio_full_vs_tenth": round(full["max_rss_kb"] / part["max_rss_kb"], 3),
             }
         if not no_end_to_end:
-            output["end_to_end"] = _end_to_end(root / "scan.xml", total, batch_size)
+            output["end_to_end"] = _end_to_end(root / "scan.xml", total, batch_size, agent_log)
     click.echo(json.dumps(output))
