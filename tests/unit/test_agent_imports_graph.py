@@ -44,3 +44,24 @@ def test_python_m_app_agent_help_runs_without_the_server_stack():
         "try:\n    import app.agent.__main__\nexcept SystemExit:\n    pass"
     )
     assert "app" in loaded and loaded.isdisjoint(SERVER_STACK)
+
+
+def test_netmap_agent_is_attached_to_the_main_command_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "agent", "--help"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: netmap agent" in done.stdout and "--token-env" in done.stdout
+    missing_token = subprocess.run(
+        [sys.executable, "-m", "app.agent", "--server", "http://127.0.0.1:9", "--once"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert missing_token.returncode == 2 and "NETMAP_SCANNER_TOKEN" in missing_token.stderr
