@@ -21,7 +21,8 @@ class EventLog:
             raise ValueError("log format must be text or json")
         self.format = log_format
         self.stream = stream or sys.stderr
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM handler logs, and may run while this thread is inside emit.
+        self._lock = threading.RLock()
 
     def emit(self, event: str, message: str, **fields: Any) -> None:
         if self.format == "json":

@@ -40,6 +40,7 @@ from app.agent.spool import ExecutionSpool, Spool
 from app.config import AgentSettings
 
 EXIT_OK = 0
+EXIT_ERROR = 1
 EXIT_FAILED = 3
 EXIT_LEASE_LOST = 4
 
@@ -186,6 +187,14 @@ class Agent:
             while not self.stopping.is_set():
                 try:
                     execution = self.client.claim(self.kinds)
+                except Rejected as exc:  # a wrong token or URL: repeating cannot help
+                    self.log.emit(
+                        "AgentClaimRejected",
+                        f"the server refused the claim: {exc}",
+                        error=str(exc),
+                        status=exc.status,
+                    )
+                    return EXIT_ERROR
                 except RetryLater as exc:
                     delay = exc.retry_after if exc.retry_after is not None else backoff
                     backoff = min(backoff * 2, self.settings.idle_backoff_max_seconds)
