@@ -279,3 +279,24 @@ def test_a_dns_execution_resolves_through_the_configured_name_server(server, tmp
     child = server.get(f"/api/tasks/{child_id}").json()["task"]
     assert sorted(child["targets"]) == ["127.0.0.1", "::1"]
     assert child["ports"] == "80"
+
+
+def test_a_wrong_token_ends_the_agent_with_a_clear_error(server, tmp_path):
+    config_path = tmp_path / "agent.toml"
+    config_path.write_text("")
+    agent = LoggedProcess(
+        [
+            sys.executable, "-m", "app.agent", "--server", server.url, "--spool",
+            str(tmp_path / "spool"), "--config", str(config_path), "--log-format", "json",
+        ],
+        base_env(NETMAP_SCANNER_TOKEN="nms_" + "x" * 43),
+        tmp_path,
+        "agent",
+    )  # fmt: skip
+    try:
+        assert agent.wait(timeout=60) == 1
+    finally:
+        agent.stop()
+    (refused,) = agent.events("AgentClaimRejected")
+    assert refused["status"] == 401
+    assert "nms_" not in agent.stderr()
