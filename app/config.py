@@ -218,6 +218,9 @@ class AgentSettings:
     """The scanner agent (``netmap agent``) and the result-file importers."""
 
     batch_size: int = spec(1000, min=1, max=100_000, doc="observations per upload batch")
+    upload_concurrency: int = spec(
+        2, min=1, max=16, doc="non-final batches in flight at once (the final waits for all)"
+    )
     service_detection: bool = spec(False, doc="run nmap with -sV (slower, names products)")
     version_intensity: int = spec(7, min=0, max=9, doc="nmap --version-intensity with -sV")
     nmap_path: str = spec("nmap")

@@ -20,7 +20,9 @@ import signal
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -264,6 +266,13 @@ class _ExecutionRun:
         self.batches = 0
         self.started = time.monotonic()
         self.lease_lost = threading.Event()
+        # Non-final batches may be in flight together ([agent] upload_concurrency): the
+        # protocol orders only the final, which waits for every other batch's answer.
+        self._abort = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: deque[tuple[int, dict[str, Any], Future]] = deque()
+        self._local = threading.local()
+        self._clients: list[ScannerClient] = []
 
     # -- life cycle -------------------------------------------------------------
     def run(self, *, resume: bool) -> int:
@@ -304,6 +313,11 @@ class _ExecutionRun:
         except _Stopped as exc:
             return self._fail_local(str(exc))
         finally:
+            self._abort.set()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            for client in self._clients:
+                client.close()
             heartbeat.stop()
             heartbeat_client.close()
 
@@ -370,13 +384,26 @@ class _ExecutionRun:
         return EXIT_FAILED
 
     # -- uploads -------------------------------------------------------------
-    def _send(self, body: dict[str, Any]) -> int:
+    def _thread_client(self) -> ScannerClient:
+        client = getattr(self._local, "client", None)
+        if client is None:  # one HTTP session per sending thread
+            client = ScannerClient(
+                self.agent.server, self.agent.token, timeout=self.settings.request_timeout_seconds
+            )
+            self._local.client = client
+            self._clients.append(client)
+        return client
+
+    def _send(self, body: dict[str, Any], client: ScannerClient | None = None) -> int:
         delay = 0.5
+        client = client or self.agent.client
         while True:
             if self.lease_lost.is_set():
                 raise LeaseLost("lease lost")
+            if self._abort.is_set():
+                raise _Stopped("upload abandoned: the execution ended")
             try:
-                return self.agent.client.upload(self.execution.id, body)
+                return client.upload(self.execution.id, body)
             except RetryLater as exc:
                 stopped_at = self.agent.stopped_at
                 if (
@@ -398,12 +425,43 @@ class _ExecutionRun:
                     error=str(exc),
                     delay_seconds=wait,
                 )
-                self.lease_lost.wait(wait)
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline and not (
+                    self.lease_lost.is_set() or self._abort.is_set()
+                ):
+                    time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _timed_send(self, body: dict[str, Any]) -> tuple[int, float]:
+        started = time.monotonic()
+        saved = self._send(body, self._thread_client())
+        return saved, time.monotonic() - started
 
     def _deliver(self, index: int, body: dict[str, Any]) -> None:
-        started = time.monotonic()
-        saved = self._send(body)
-        seconds = time.monotonic() - started
+        """Send a batch: at once for the final (after every batch in flight was answered),
+        else into the window of ``upload_concurrency`` batches in flight."""
+        concurrency = self.settings.upload_concurrency
+        if body["is_final"] or concurrency <= 1:
+            self._drain()
+            started = time.monotonic()
+            saved = self._send(body)
+            self._record(index, body, saved, time.monotonic() - started)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="upload")
+        self._in_flight.append((index, body, self._pool.submit(self._timed_send, body)))
+        while len(self._in_flight) >= concurrency:
+            self._collect_oldest()
+
+    def _collect_oldest(self) -> None:
+        index, body, future = self._in_flight.popleft()
+        saved, seconds = future.result()  # re-raises LeaseLost / Rejected of that batch
+        self._record(index, body, saved, seconds)
+
+    def _drain(self) -> None:
+        while self._in_flight:
+            self._collect_oldest()
+
+    def _record(self, index: int, body: dict[str, Any], saved: int, seconds: float) -> None:
         items = len(body["observations"]) + len(body["dns_records"])
         self.batches += 1
         self.sent_observations += items
@@ -443,6 +501,7 @@ class _ExecutionRun:
             self._deliver(index, body)
             self.next_index = index + 1
             final = bool(body.get("is_final"))
+        self._drain()
         return final
 
     def _upload_stream(self, items: Iterator[dict[str, Any]], *, dns: bool = False) -> None:
