@@ -101,7 +101,11 @@ def lock_execution(conn: Connection, execution_id: int, scanner_id: int | None) 
         ),
         {"id": execution_id},
     ).one_or_none()
-    if row is None or row.scanner_id != scanner_id:
+    if (
+        row is None
+        or row.scanner_id != scanner_id
+        or (scanner_id is None and row.kind != "import")  # the importer writes imports only
+    ):
         raise NotFound("execution not found", code="execution_not_found")
     return ExecutionRow(
         id=row.id,
