@@ -13,10 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import timedelta
-
-from flask import Flask, g, request
-from sqlalchemy.engine import Engine
-from werkzeug.middleware.proxy_fix import ProxyFix
+from typing import TYPE_CHECKING
 
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
 
@@ -24,6 +21,12 @@ from app.config import ConfigError, ConfigProblem, Settings, load_settings
 # (which `gunicorn -c python:app.gunicorn_conf` does first) must not import prometheus_client,
 # because the metric value class is chosen at that import, and the gunicorn config has to set
 # PROMETHEUS_MULTIPROC_DIR before it for /metrics to add up every worker's samples.
+if TYPE_CHECKING:
+    from flask import Flask
+    from sqlalchemy.engine import Engine
+
+# Flask, werkzeug and SQLAlchemy are imported inside the functions: ``import app.<pkg>``
+# runs this file, and the scanner agent (app.agent) must load without the server stack.
 
 __all__ = ["close_app", "create_app"]
 
@@ -39,9 +42,13 @@ def create_app(
     """The Flask app. ``modules``: "background" (default: apply the renderer selection now and
     refresh it every ``refresh_seconds``), "manual" (apply now, no thread: tests drive
     ``refresh_once()`` themselves) or "off" (no renderer in this process)."""
+    from flask import Flask
+    from werkzeug.middleware.proxy_fix import ProxyFix
+
+    from app.observability import configure_logging, emit
+
     if modules not in {"background", "manual", "off"}:
         raise ValueError(f"modules must be background, manual or off, not {modules!r}")
-    from app.observability import configure_logging, emit
 
     configure_logging()
     loaded_check = None
@@ -154,6 +161,8 @@ def close_app(app: Flask) -> None:
 
 
 def _install_request_hooks(app: Flask) -> None:
+    from flask import g, request
+
     from app.observability import HTTP_REQUEST_SECONDS, span
 
     @app.before_request

@@ -335,3 +335,22 @@ main.add_command(config_group)
 main.add_command(diagnostics)
 main.add_command(backup)
 main.add_command(restore)
+
+
+@main.command(
+    "agent",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def agent_command(state: CliState, args: tuple[str, ...]) -> None:
+    """The scanner agent (see `netmap agent --help`); loaded only when run."""
+    from app.agent.cli import agent
+
+    agent.main(args=list(args), prog_name="netmap agent", obj=state)
+
+
+from app.result_ingest.cli import import_command  # noqa: E402
+
+main.add_command(import_command)

@@ -322,6 +322,7 @@ class ExportSettings:
     expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
 
 
+@dataclass(frozen=True)
 class OpsSettings:
     sample_seconds: float = spec(15.0, min=1, max=3600, doc="system resource sampling period")
     resource_retention_hours: float = spec(168.0, min=1, max=24 * 366)
@@ -333,6 +334,45 @@ class OpsSettings:
     slow_sql_retention_samples: int = spec(1440, min=2, max=1_000_000)
     min_free_disk_percent: float = spec(
         10.0, min=0, max=100, doc="warn when the data directory's volume has less free space"
+    )
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The scanner agent (``netmap agent``) and the result-file importers."""
+
+    batch_size: int = spec(1000, min=1, max=100_000, doc="observations per upload batch")
+    upload_concurrency: int = spec(
+        2, min=1, max=16, doc="non-final batches in flight at once (the final waits for all)"
+    )
+    service_detection: bool = spec(False, doc="run nmap with -sV (slower, names products)")
+    version_intensity: int = spec(7, min=0, max=9, doc="nmap --version-intensity with -sV")
+    nmap_path: str = spec("nmap")
+    masscan_path: str = spec("masscan")
+    nmap_timing: str = spec("T4", choices=("T0", "T1", "T2", "T3", "T4", "T5"))
+    nmap_extra_args: tuple[str, ...] = spec((), doc="appended to every nmap command line")
+    nmap_scripts: tuple[str, ...] = spec(
+        ("banner",), doc="NSE scripts run with service detection (their output goes to details)"
+    )
+    masscan_rate: int = spec(1000, min=1, max=10_000_000, doc="masscan --rate (packets/s)")
+    report_states: tuple[str, ...] = spec(
+        ("open",), doc="port states uploaded (open, closed, filtered, open|filtered)"
+    )
+    scan_timeout_seconds: float = spec(
+        6 * 3600.0, min=10, max=7 * 86400, doc="a scan running longer is stopped and failed"
+    )
+    shutdown_grace_seconds: float = spec(
+        60.0, min=0, max=3600, doc="SIGTERM: how long the running scan may still finish"
+    )
+    idle_backoff_max_seconds: float = spec(30.0, min=0.1, max=3600, doc="backoff on 204 / 5xx")
+    request_timeout_seconds: float = spec(120.0, min=1, max=3600)
+    spool_dir: str = spec("", doc="agent state; empty: $XDG_STATE_HOME/netmap-agent")
+    dns_timeout_seconds: float = spec(5.0, min=0.1, max=120)
+    dns_nameservers: tuple[str, ...] = spec(
+        (), doc="name servers (ADDRESS or ADDRESS:PORT) for dns executions; empty: the system's"
+    )
+    import_max_bytes: int = spec(
+        512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
     )
 
 
@@ -350,6 +390,7 @@ SECTIONS: dict[str, type] = {
     "object_store": ObjectStoreSettings,
     "exports": ExportSettings,
     "ops": OpsSettings,
+    "agent": AgentSettings,
 }
 
 
@@ -368,6 +409,7 @@ class Settings:
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     exports: ExportSettings = field(default_factory=ExportSettings)
     ops: OpsSettings = field(default_factory=OpsSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     config_path: str | None = None
 
     @property

@@ -12,6 +12,7 @@ def register_blueprints(app: Flask) -> None:
         auth,
         exports,
         health,
+        imports,
         modules,
         scanner,
         system,
@@ -32,5 +33,6 @@ def register_blueprints(app: Flask) -> None:
         traffic,
         exports,
         system,
+        imports,
     ):
         app.register_blueprint(module.blueprint)

@@ -103,7 +103,7 @@ class UploadContext:
     execution_id: int
     task_id: int
     owner_id: int
-    scanner_id: int
+    scanner_id: int | None  # None: an imported file, not a scanner
     upload_id: str
     stream: str
     batch_index: int
@@ -133,6 +133,7 @@ def normalise_observation(observation: ObservationIn) -> dict[str, Any]:
         "scanner_tags": sorted(set(observation.tags)),
         "tls": observation.tls,
         "http": observation.http,
+        "scanner_details": observation.details,
         "address_family": family,
         "address_scope": scope,
     }
@@ -230,7 +231,7 @@ def endpoint_documents(
             "tags": values["tags"],
             "details": {
                 k: values[k]
-                for k in ("tls", "http", "address_family", "address_scope")
+                for k in ("tls", "http", "scanner_details", "address_family", "address_scope")
                 if values.get(k) is not None
             },
         }

@@ -47,7 +47,7 @@ def commit_final(
     conn: Connection,
     *,
     execution_id: int,
-    scanner_id: int,
+    scanner_id: int | None,
     body: UploadBody,
     counts: ExecutionCounts,
     limits: ScanSettings,
@@ -102,7 +102,7 @@ def commit_final(
             ),
             {"e": execution_id, "t": execution.task_id},
         )
-        if execution.kind == "ports":
+        if execution.kind in ("ports", "import"):
             conn.execute(
                 sa.text(
                     "INSERT INTO scan_projection_outbox (execution_id) VALUES (:e) "

@@ -136,6 +136,8 @@ class ObservationIn(_Strict):
     tags: list[Annotated[StrictStr, Field(max_length=256)]] = Field(default_factory=list)
     tls: Document | None = None
     http: Document | None = None
+    # What the scanner knows beyond the service fields (extra info, CPEs, script output, …).
+    details: Document | None = None
 
     @field_validator("ip")
     @classmethod
@@ -310,7 +312,7 @@ def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = Non
                     "message": f"longer than {limits.max_banner_bytes} bytes",
                 }
             )
-        for facts_name in ("tls", "http"):
+        for facts_name in ("tls", "http", "details"):
             facts = getattr(observation, facts_name)
             if facts is not None and len(json.dumps(facts, default=str)) > 16384:
                 problems.append(

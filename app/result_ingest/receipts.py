@@ -92,7 +92,9 @@ class Reservation:
     error: Conflict | None = None
 
 
-def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> ExecutionRow:
+def lock_execution(conn: Connection, execution_id: int, scanner_id: int | None) -> ExecutionRow:
+    """The execution row, locked; ``scanner_id`` None is the importer, which owns only the
+    executions no scanner holds (kind ``import``)."""
     row = conn.execute(
         sa.text(
             """
@@ -106,7 +108,11 @@ def lock_execution(conn: Connection, execution_id: int, scanner_id: int) -> Exec
         ),
         {"id": execution_id},
     ).one_or_none()
-    if row is None or row.scanner_id != scanner_id:
+    if (
+        row is None
+        or row.scanner_id != scanner_id
+        or (scanner_id is None and row.kind != "import")  # the importer writes imports only
+    ):
         raise NotFound("execution not found", code="execution_not_found")
     return ExecutionRow(
         id=row.id,
@@ -149,7 +155,7 @@ def check_stream_rules(execution: ExecutionRow, body: UploadBody) -> None:
             )
     elif execution.kind == "dns" and body.observations:
         problems.append({"field": "observations", "message": "dns executions upload dns_records"})
-    elif execution.kind == "ports" and body.dns_records:
+    elif execution.kind in ("ports", "import") and body.dns_records:
         problems.append(
             {"field": "dns_records", "message": "send DNS records of a port scan on stream 'dns'"}
         )
@@ -330,7 +336,7 @@ def reserve_batch(
     conn: Connection,
     *,
     execution_id: int,
-    scanner_id: int,
+    scanner_id: int | None,
     body: UploadBody,
     months: tuple[str, ...],
 ) -> Reservation:

@@ -74,7 +74,7 @@ def handle_upload(
     settings: Settings,
     store: SearchStore,
     execution_id: int,
-    scanner_id: int,
+    scanner_id: int | None,
     raw: Any,
     request_id: str | None = None,
 ) -> UploadResult:
@@ -146,7 +146,7 @@ def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
 
 
 def _handle(
-    settings: Settings, store: SearchStore, execution_id: int, scanner_id: int, raw: Any
+    settings: Settings, store: SearchStore, execution_id: int, scanner_id: int | None, raw: Any
 ) -> UploadResult:
     with stage("validation"):
         body = parse_upload(raw, settings.ingest)

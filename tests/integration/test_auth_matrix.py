@@ -220,6 +220,14 @@ ROUTES: list[Route] = [
         None,
         _user_route(200, owned=True),
     ),
+    # A JSON object is one naabu JSON line: the matrix's JSON body is a valid import file.
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/imports",
+        lambda w: f"/api/tasks/{w.task_id}/imports?format=naabu-jsonl",
+        lambda w: {"ip": "198.51.100.7", "port": 22, "protocol": "tcp"},
+        _user_route(201, owned=True),
+    ),
     Route(
         "POST",
         "/api/scanner/claim",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import ipaddress
+import re
 
 import pytest
 from hypothesis import given, settings

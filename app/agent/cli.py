@@ -1,0 +1,78 @@
+"""``netmap agent`` / ``python -m app.agent``: the scanner agent's command line (AGT-1).
+
+The scanner token comes from an environment variable (``--token-env``, default
+``NETMAP_SCANNER_TOKEN``), never from the command line, where other users of
+the scan host could read it in the process list.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from app.agent.events import EventLog
+from app.agent.loop import Agent
+from app.agent.spool import default_spool_root
+from app.config import ConfigError, load_settings
+
+KINDS = ("ports", "dns")
+
+
+@click.command("agent")
+@click.option("--server", required=True, help="netmap base URL, e.g. https://netmap.example")
+@click.option("--token-env", default="NETMAP_SCANNER_TOKEN", show_default=True)
+@click.option("--kinds", default="ports,dns", show_default=True, help="execution kinds to claim")
+@click.option("--engine", type=click.Choice(["nmap", "masscan"]), default="nmap", show_default=True)
+@click.option("--spool", "spool_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--once", is_flag=True, help="run one execution (or finish a spooled one) and exit")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--config",
+    "config_path",
+    envvar="NETMAP_CONFIG",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML settings file; the agent reads its [agent] section",
+)
+@click.pass_context
+def agent(
+    ctx: click.Context,
+    server: str,
+    token_env: str,
+    kinds: str,
+    engine: str,
+    spool_dir: str | None,
+    once: bool,
+    log_format: str,
+    config_path: str | None,
+) -> None:
+    """Claim scan executions from a netmap server, run nmap/masscan or DNS, upload results."""
+    token = os.environ.get(token_env, "").strip()
+    if not token:
+        raise click.UsageError(f"set the scanner token in ${token_env}")
+    wanted = [k.strip() for k in kinds.split(",") if k.strip()]
+    if not wanted or any(k not in KINDS for k in wanted):
+        raise click.BadParameter(f"kinds are {', '.join(KINDS)}", param_hint="--kinds")
+    if config_path is None and ctx.obj is not None:
+        config_path = getattr(ctx.obj, "config_path", None)
+    try:
+        settings, _check = load_settings(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    agent_settings = settings.agent
+    root = Path(spool_dir or agent_settings.spool_dir or default_spool_root())
+    runner = Agent(
+        server=server,
+        token=token,
+        settings=agent_settings,
+        kinds=wanted,
+        engine=engine,
+        spool_root=root,
+        log=EventLog(log_format),
+        once=once,
+    )
+    runner.install_signal_handlers()
+    sys.exit(runner.run())

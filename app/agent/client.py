@@ -1,0 +1,176 @@
+"""The agent's side of the scanner protocol over HTTP (AGT-1).
+
+A thin ``requests`` session with the bearer token. Every call returns a
+decoded answer or raises one of three errors the loop acts on: ``LeaseLost``
+(409 ``lease_lost``: stop the work, drop the spool), ``RetryLater`` (network
+errors, 429, 5xx and 503 with its ``Retry-After``: the same request may be
+sent again) and ``Rejected`` (any other 4xx: the request itself is wrong and
+repeating it cannot help).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(Exception):
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class LeaseLost(ProtocolError):
+    """The server no longer lets this agent write the execution."""
+
+
+class RetryLater(ProtocolError):
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class Rejected(ProtocolError):
+    """A 4xx answer other than lease_lost: the request will not succeed by repeating it."""
+
+
+def canonical_checksum(observations: list[Any], dns_records: list[Any]) -> str:
+    """SHA-256 of the canonical JSON of both lists: keys sorted, compact, UTF-8, no escaping."""
+    canonical = json.dumps(
+        {"observations": observations, "dns_records": dns_records},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def upload_body(
+    *,
+    claim_token: str,
+    upload_id: str,
+    batch_index: int,
+    is_final: bool,
+    observations: list[dict[str, Any]],
+    dns_records: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "claim_token": claim_token,
+        "upload_id": upload_id,
+        "stream": "main",
+        "batch_index": batch_index,
+        "is_final": is_final,
+        "checksum": canonical_checksum(observations, dns_records),
+        "observations": observations,
+        "dns_records": dns_records,
+    }
+
+
+@dataclass(frozen=True)
+class Execution:
+    id: int
+    task_id: int
+    kind: str
+    claim_token: str
+    lease_expires_at: str
+    targets: list[str]
+    ports: str
+    transports: list[str]
+    attempt: int
+
+    @classmethod
+    def from_claim(cls, data: dict[str, Any]) -> Execution:
+        return cls(
+            id=int(data["id"]),
+            task_id=int(data["task_id"]),
+            kind=str(data["kind"]),
+            claim_token=str(data["claim_token"]),
+            lease_expires_at=str(data["lease_expires_at"]),
+            targets=list(data.get("targets") or []),
+            ports=str(data.get("ports") or ""),
+            transports=list(data.get("transports") or ["tcp"]),
+            attempt=int(data.get("attempt") or 1),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class ScannerClient:
+    def __init__(self, server: str, token: str, *, timeout: float = 120.0):
+        self.server = server.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.headers["Authorization"] = f"Bearer {token}"
+        self._session.headers["User-Agent"] = "netmap-agent/1"
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _post(self, path: str, body: dict[str, Any] | None) -> requests.Response:
+        data = None
+        headers = {}
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        try:
+            response = self._session.post(
+                self.server + path, data=data, headers=headers, timeout=self.timeout
+            )
+        except requests.RequestException as exc:
+            raise RetryLater(f"{type(exc).__name__}: {exc}") from None
+        if response.status_code < 400:
+            return response
+        try:
+            error = response.json().get("error", {})
+        except ValueError:
+            error = {}
+        code = error.get("code")
+        message = (
+            f"{response.status_code} {code or ''}: {error.get('message') or response.text[:300]}"
+        )
+        if response.status_code == 409 and code == "lease_lost":
+            raise LeaseLost(message, status=409, code=code)
+        if response.status_code in (408, 429) or response.status_code >= 500:
+            raise RetryLater(
+                message, retry_after=_retry_after(response), status=response.status_code, code=code
+            )
+        raise Rejected(message, status=response.status_code, code=code)
+
+    def claim(self, kinds: list[str]) -> Execution | None:
+        response = self._post("/api/scanner/claim", {"kinds": kinds})
+        if response.status_code == 204:
+            return None
+        return Execution.from_claim(response.json()["execution"])
+
+    def renew(self, execution_id: int, claim_token: str) -> str:
+        response = self._post(
+            f"/api/scanner/executions/{execution_id}/lease", {"claim_token": claim_token}
+        )
+        return response.json()["lease_expires_at"]
+
+    def fail(self, execution_id: int, claim_token: str, reason: str) -> None:
+        self._post(
+            f"/api/scanner/executions/{execution_id}/fail",
+            {"claim_token": claim_token, "reason": reason[:2000]},
+        )
+
+    def upload(self, execution_id: int, body: dict[str, Any]) -> int:
+        response = self._post(f"/api/scanner/executions/{execution_id}/uploads", body)
+        return int(response.json().get("saved", 0))

@@ -1,0 +1,188 @@
+"""Result-file parsers on real nmap output and masscan/naabu files (AGT-2, AGT-5).
+
+The nmap fixtures under tests/fixtures/agent were written by nmap 7.93 on this
+machine against loopback listeners (tests/support/listeners.py): ``-sV`` with
+the banner and http-title scripts, an IPv6 run, and 300 open plus 20 closed
+ports on one host. masscan cannot send raw packets on the loopback interface
+here, so its files are written by hand in masscan 1.3's ``-oJ`` layout (and
+the older comma-first layout); naabu's lines follow its ``-json`` output.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from app.agent.formats import ResultFormatError
+from app.agent.json_lines import read_masscan_json, read_naabu_jsonl
+from app.agent.nmap_xml import NmapXmlReader, banner_from_fingerprint, read_nmap_xml
+from tests.support.listeners import BANNER
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"
+
+
+def _nmap(name: str, chunk: int | None = None) -> list[dict]:
+    data = (FIXTURES / name).read_bytes()
+    if chunk is None:
+        return list(read_nmap_xml(io.BytesIO(data)))
+    return list(read_nmap_xml(data[i : i + chunk] for i in range(0, len(data), chunk)))
+
+
+def test_service_detection_output_maps_services_banners_cpes_and_scripts():
+    found = {o["port"]: o for o in _nmap("nmap-sv-loopback.xml")}
+    assert len(found) == 4
+    by_state = sorted(o["state"] for o in found.values())
+    assert by_state == ["closed", "open", "open", "open"]
+    services = {o["service"].get("name") for o in found.values() if "service" in o}
+    assert services == {"http", "https", "smtp"}
+    http = next(o for o in found.values() if o.get("service", {}).get("name") == "http")
+    assert http["service"] == {"name": "http", "product": "SimpleHTTPServer", "version": "0.6"}
+    assert http["details"]["cpe"] == ["cpe:/a:python:simplehttpserver:0.6"]
+    assert http["details"]["extrainfo"].startswith("Python 3")
+    assert http["details"]["scripts"] == {"http-title": "netmap test"}
+    tls = next(o for o in found.values() if o.get("service", {}).get("name") == "https")
+    assert tls["details"]["tunnel"] == "ssl"
+    smtp = next(o for o in found.values() if o.get("service", {}).get("name") == "smtp")
+    assert smtp["service"]["banner"] == BANNER.strip()  # UTF-8 bytes nmap wrote as \xHH
+    assert all(o["ip"] == "127.0.0.1" and o["transport"] == "tcp" for o in found.values())
+    assert all(o["observed_at"].endswith("Z") for o in found.values())
+
+
+def test_chunk_boundaries_do_not_change_the_result():
+    whole = _nmap("nmap-sv-loopback.xml")
+    assert _nmap("nmap-sv-loopback.xml", chunk=7) == whole
+    assert _nmap("nmap-many-ports.xml", chunk=113) == _nmap("nmap-many-ports.xml")
+
+
+def test_ipv6_addresses_are_kept_compressed():
+    found = _nmap("nmap-ipv6.xml")
+    assert {o["ip"] for o in found} == {"::1"}
+    assert sorted(o["state"] for o in found) == ["closed", "open", "open", "open"]
+
+
+def test_a_host_with_hundreds_of_ports():
+    found = _nmap("nmap-many-ports.xml")
+    assert len(found) == 320
+    assert sum(o["state"] == "open" for o in found) == 300
+    assert sum(o["state"] == "closed" for o in found) == 20
+    assert len({o["port"] for o in found}) == 320
+    # Without -sV nmap only looks names up in its port table: left to the server's default.
+    assert all("service" not in o or "name" not in o["service"] for o in found)
+
+
+def test_filtered_and_closed_filtered_states():
+    document = (FIXTURES / "nmap-many-ports.xml").read_text()
+    document = document.replace('state="closed"', 'state="filtered"', 1)
+    document = document.replace('state="closed"', 'state="closed|filtered"', 1)
+    document = document.replace('state="closed"', 'state="unfiltered"', 1)
+    found = list(read_nmap_xml(io.BytesIO(document.encode())))
+    assert len(found) == 319  # unfiltered says nothing about a service
+    assert sum(o["state"] == "filtered" for o in found) == 2
+
+
+def test_a_truncated_document_yields_the_complete_ports_then_names_the_cut():
+    data = (FIXTURES / "nmap-many-ports.xml").read_bytes()
+    cut = data.index(b"<port ", len(data) // 2) + 20  # inside a <port> start tag
+    reader = NmapXmlReader()
+    observations = reader.feed(data[:cut])
+    assert 100 < len(observations) < 320
+    with pytest.raises(ResultFormatError) as caught:
+        reader.close()
+    error = caught.value
+    assert error.line is not None and error.line > 1
+    assert error.byte_offset is not None and 0 < error.byte_offset <= cut
+    assert "malformed XML" in error.message
+    assert f"line {error.line}" in str(error) and "byte offset" in str(error)
+
+
+def test_not_an_nmap_document_and_a_bad_port_name_the_element():
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_nmap_xml(io.BytesIO(b"<?xml version='1.0'?>\n<html></html>")))
+    assert caught.value.element == "html" and caught.value.line == 2
+    document = (
+        b'<nmaprun start="1796058252"><host><address addr="127.0.0.1" addrtype="ipv4"/>'
+        b'<ports>\n<port protocol="tcp" portid="99999"><state state="open"/></port></ports>'
+        b"</host></nmaprun>"
+    )
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_nmap_xml(io.BytesIO(document)))
+    assert caught.value.element == "port" and caught.value.line == 2
+    assert caught.value.byte_offset == document.index(b'<port protocol="tcp" portid="99999"')
+
+
+def test_script_output_is_clipped_and_hostnames_are_used():
+    long_output = "x" * 5000
+    document = (
+        '<nmaprun start="1796058252"><host endtime="1796058300">'
+        '<address addr="::ffff:7f00:1" addrtype="ipv6"/>'
+        '<address addr="00:11:22:33:44:55" addrtype="mac"/>'
+        '<hostnames><hostname name="ptr.example.test" type="PTR"/>'
+        '<hostname name="www.example.test" type="user"/></hostnames>'
+        '<ports><port protocol="tcp" portid="22"><state state="open" reason="syn-ack"/>'
+        '<service name="ssh" product="OpenSSH" version="9.2p1" method="probed" conf="10">'
+        "<cpe>cpe:/a:openbsd:openssh:9.2p1</cpe></service>"
+        f'<script id="ssh-hostkey" output="{long_output}"/></port></ports></host></nmaprun>'
+    )
+    (found,) = read_nmap_xml(io.BytesIO(document.encode()))
+    assert found["hostname"] == "www.example.test"
+    assert found["ip"] == "::ffff:7f00:1"
+    assert found["observed_at"] == "2026-11-30T17:05:00Z"
+    assert len(found["details"]["scripts"]["ssh-hostkey"]) == 1024
+    assert found["service"] == {"name": "ssh", "product": "OpenSSH", "version": "9.2p1"}
+
+
+def test_banner_from_an_unrecognised_services_fingerprint():
+    fingerprint = (
+        "SF-Port9999-TCP:V=7.93%I=7%D=11/30%Time=6B0DAC92%P=x86_64-pc-linux-gnu%r(NULL,"
+        '10,"hello\\x20w\\xc3\\xb6rld\\r\\n")%r(GenericLines,2,"\\r\\n");'
+    )
+    assert banner_from_fingerprint(fingerprint) == "hello wörld"
+
+
+def test_masscan_json_states_banners_ipv6_and_udp():
+    found = list(read_masscan_json((FIXTURES / "masscan-1.3.json").open("rb")))
+    assert len(found) == 6
+    assert [o["ip"] for o in found[:4]] == ["127.0.0.1", "127.0.0.1", "::1", "127.0.0.2"]
+    assert found[3]["transport"] == "udp"
+    assert found[4]["service"] == {"name": "ssh", "banner": "SSH-2.0-OpenSSH_9.2p1 Debian-2 ü"}
+    assert "name" not in found[5]["service"]  # masscan's "title" grabber is no service name
+    assert found[0]["observed_at"] == "2026-11-30T17:04:12Z"
+    older = list(read_masscan_json((FIXTURES / "masscan-1.0-comma-first.json").open("rb")))
+    assert [(o["port"], o["state"]) for o in older] == [(80, "open"), (81, "closed")]
+
+
+def test_masscan_bad_record_names_line_and_offset():
+    data = (
+        b'[\n{"ip": "127.0.0.1", "ports": [{"port": 80, "proto": "tcp"}]},\n'
+        b'{"ip": "nope", "ports": []}\n]\n'
+    )
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_masscan_json(io.BytesIO(data)))
+    assert caught.value.line == 3
+    assert caught.value.byte_offset == data.index(b'{"ip": "nope"')
+    assert caught.value.element == "field ip"
+    truncated = b'[\n{"ip": "127.0.0.1", "ports": [{"port": 80, "pro'
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_masscan_json(io.BytesIO(truncated)))
+    assert caught.value.line == 2 and "not valid JSON" in caught.value.message
+
+
+def test_naabu_lines():
+    found = list(read_naabu_jsonl((FIXTURES / "naabu.jsonl").open("rb")))
+    assert [(o["ip"], o["port"]) for o in found] == [
+        ("127.0.0.1", 443),
+        ("127.0.0.1", 22),
+        ("127.0.0.2", 8443),
+    ]
+    assert found[0]["hostname"] == "www.example.test"
+    assert found[0]["details"] == {"tls": True}
+    assert "hostname" not in found[2]  # host equal to the address is no name
+    with pytest.raises(ResultFormatError) as caught:
+        list(
+            read_naabu_jsonl(
+                io.BytesIO(b'{"ip":"127.0.0.1","port":22}\n{"ip":"127.0.0.1","port":0}\n')
+            )
+        )
+    assert (caught.value.line, caught.value.byte_offset) == (2, 29)
