@@ -97,6 +97,9 @@ def create_app(
     from app.projection.metrics import register_outbox_metrics
 
     register_outbox_metrics()
+    from app.analysis.metrics import register_analysis_metrics
+
+    register_analysis_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

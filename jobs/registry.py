@@ -14,6 +14,9 @@ def job_kinds(settings: Settings) -> list[JobKind]:
     from jobs import execution_recovery, projection
 
     kinds: list[JobKind] = [execution_recovery.job(settings), projection.job(settings)]
+    from jobs import analysis
+
+    kinds.extend(analysis.jobs(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

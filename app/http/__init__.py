@@ -10,6 +10,7 @@ def register_blueprints(app: Flask) -> None:
         admin,
         assets,
         auth,
+        changes,
         health,
         modules,
         scanner,
@@ -18,5 +19,16 @@ def register_blueprints(app: Flask) -> None:
         uploads,
     )
 
-    for module in (health, auth, admin, tasks, assets, scanner, uploads, modules, traffic):
+    for module in (
+        health,
+        auth,
+        admin,
+        tasks,
+        assets,
+        changes,
+        scanner,
+        uploads,
+        modules,
+        traffic,
+    ):
         app.register_blueprint(module.blueprint)
