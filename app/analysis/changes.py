@@ -112,16 +112,18 @@ def _analysis_sql(sightings_sql: str) -> str:
           FROM unnest(CAST(:networks AS inet[])) AS n(net)
          WHERE :check_absence
     ),
+    -- A set difference, not NOT EXISTS: the planner cannot estimate the scope join and
+    -- would probe the sightings row by row (quadratic); EXCEPT is always one hash pass.
     absent AS (
-        SELECT DISTINCT a.ip, a.port, a.transport
+        SELECT a.ip, a.port, a.transport
           FROM scope c
           JOIN analysis_assets a
             ON a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi AND a.ip <<= c.net
          WHERE a.status = 'open'
            AND a.port <@ CAST(:ports AS int4multirange)
            AND a.transport = ANY(CAST(:transports AS text[]))
-           AND NOT EXISTS (SELECT 1 FROM s
-                            WHERE s.ip = a.ip AND s.port = a.port AND s.transport = a.transport)
+        EXCEPT
+        SELECT ip, port, transport FROM s
     ),
     gone AS (
         UPDATE analysis_assets a
