@@ -55,10 +55,6 @@ STAGED_SIGHTINGS_SQL = """
 """
 
 _VALUES = ("state", "service", "product", "version", "banner_hash")
-_DIFFERS = (
-    "(j.state, j.service, j.product, j.version, j.banner_hash) IS DISTINCT FROM "
-    "(j.old_state, j.old_service, j.old_product, j.old_version, j.old_banner_hash)"
-)
 
 
 def _analysis_sql(sightings_sql: str) -> str:
@@ -73,15 +69,19 @@ def _analysis_sql(sightings_sql: str) -> str:
     )
     nulls = ", ".join("NULL" for _ in _VALUES)
     gone_values = ", ".join(f"g.{v}" for v in _VALUES)
+    # Only what differs leaves the join: unchanged sightings (the bulk of a rescan) are
+    # compared inside the hash join and never materialised.
     return f"""
-    WITH s AS MATERIALIZED ({sightings_sql}),
-    j AS MATERIALIZED (
+    WITH j AS MATERIALIZED (
         SELECT s.ip, s.port, s.transport, s.state, s.service, s.product, s.version,
                s.banner_hash, a.owner_id IS NULL AS is_new, a.status AS old_status, {old}
-          FROM s
+          FROM ({sightings_sql}) s
           LEFT JOIN analysis_assets a
             ON a.owner_id = :owner_id AND a.ip = s.ip AND a.port = s.port
            AND a.transport = s.transport
+         WHERE a.owner_id IS NULL OR a.status = 'gone'
+            OR (s.state, s.service, s.product, s.version, s.banner_hash)
+               IS DISTINCT FROM (a.state, a.service, a.product, a.version, a.banner_hash)
     ),
     inserted AS (
         INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
@@ -93,8 +93,7 @@ def _analysis_sql(sightings_sql: str) -> str:
         RETURNING ip, port, transport
     ),
     touched AS MATERIALIZED (
-        SELECT * FROM j
-         WHERE :current AND NOT j.is_new AND (j.old_status = 'gone' OR {_DIFFERS})
+        SELECT * FROM j WHERE :current AND NOT j.is_new
     ),
     updated AS (
         UPDATE analysis_assets a
@@ -123,7 +122,7 @@ def _analysis_sql(sightings_sql: str) -> str:
            AND a.port <@ CAST(:ports AS int4multirange)
            AND a.transport = ANY(CAST(:transports AS text[]))
         EXCEPT
-        SELECT ip, port, transport FROM s
+        SELECT ip, port, transport FROM ({sightings_sql}) s
     ),
     gone AS (
         UPDATE analysis_assets a
