@@ -58,7 +58,6 @@ _VALUES = ("state", "service", "product", "version", "banner_hash")
 
 
 def _analysis_sql(sightings_sql: str) -> str:
-    old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
     new_values = ", ".join(f"j.{v}" for v in _VALUES)
     old_values = ", ".join(f"j.old_{v}" for v in _VALUES)
     set_values = ", ".join(f"{v} = j.{v}" for v in _VALUES)
@@ -69,19 +68,62 @@ def _analysis_sql(sightings_sql: str) -> str:
     )
     nulls = ", ".join("NULL" for _ in _VALUES)
     gone_values = ", ".join(f"g.{v}" for v in _VALUES)
-    # Only what differs leaves the join: unchanged sightings (the bulk of a rescan) are
-    # compared inside the hash join and never materialised.
+    s_values = ", ".join(f"s.{v}" for v in _VALUES)
+    a_old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
+    c_values = ", ".join(f"c.{v}" for v in _VALUES)
+    picked_old = ", ".join(
+        f"CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END AS old_{v}" for v in _VALUES
+    )
+    # One hash FULL JOIN of the sightings with the owner's endpoints inside the scope
+    # finds, in one pass, what is absent and what differs; only those rows leave it (an
+    # unchanged rescan is compared and dropped inside the join). Sightings outside the
+    # scope (or every sighting when absence is not checked) are looked up by key after.
     return f"""
-    WITH j AS MATERIALIZED (
-        SELECT s.ip, s.port, s.transport, s.state, s.service, s.product, s.version,
-               s.banner_hash, a.owner_id IS NULL AS is_new, a.status AS old_status, {old}
+    WITH scope AS (
+        SELECT net,
+               set_masklen(network(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS lo,
+               set_masklen(broadcast(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS hi
+          FROM unnest(CAST(:networks AS inet[])) AS n(net)
+         WHERE :check_absence
+    ),
+    scoped AS (
+        SELECT a.*
+          FROM scope c
+          JOIN analysis_assets a
+            ON a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi AND a.ip <<= c.net
+         WHERE a.port <@ CAST(:ports AS int4multirange)
+           AND a.transport = ANY(CAST(:transports AS text[]))
+    ),
+    compared AS MATERIALIZED (
+        SELECT s.ip AS s_ip, s.port AS s_port, s.transport AS s_transport, {s_values},
+               a.ip AS a_ip, a.port AS a_port, a.transport AS a_transport,
+               a.status AS a_status, {a_old}
           FROM ({sightings_sql}) s
-          LEFT JOIN analysis_assets a
-            ON a.owner_id = :owner_id AND a.ip = s.ip AND a.port = s.port
-           AND a.transport = s.transport
-         WHERE a.owner_id IS NULL OR a.status = 'gone'
-            OR (s.state, s.service, s.product, s.version, s.banner_hash)
-               IS DISTINCT FROM (a.state, a.service, a.product, a.version, a.banner_hash)
+          FULL JOIN scoped a ON a.ip = s.ip AND a.port = s.port AND a.transport = s.transport
+         WHERE (s.ip IS NULL AND a.status = 'open')
+            OR (s.ip IS NOT NULL
+                AND (a.ip IS NULL OR a.status = 'gone'
+                     OR (s.state, s.service, s.product, s.version, s.banner_hash)
+                        IS DISTINCT FROM (a.state, a.service, a.product, a.version,
+                                          a.banner_hash)))
+    ),
+    j AS MATERIALIZED (
+        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {c_values},
+               c.a_ip IS NULL AND o.owner_id IS NULL AS is_new,
+               CASE WHEN c.a_ip IS NOT NULL THEN c.a_status ELSE o.status END AS old_status,
+               {picked_old}
+          FROM compared c
+          -- A lookup by key per row (few rows; LATERAL keeps the planner from hashing
+          -- the owner's whole state for them).
+          LEFT JOIN LATERAL (
+              SELECT * FROM analysis_assets o
+               WHERE c.a_ip IS NULL AND o.owner_id = :owner_id AND o.ip = c.s_ip
+                 AND o.port = c.s_port AND o.transport = c.s_transport
+          ) o ON true
+         WHERE c.s_ip IS NOT NULL
+           AND (c.a_ip IS NOT NULL OR o.owner_id IS NULL OR o.status = 'gone'
+                OR ({c_values}) IS DISTINCT FROM (o.state, o.service, o.product, o.version,
+                                                  o.banner_hash))
     ),
     inserted AS (
         INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
@@ -104,25 +146,9 @@ def _analysis_sql(sightings_sql: str) -> str:
            AND a.transport = j.transport
         RETURNING a.ip
     ),
-    scope AS (
-        SELECT net,
-               set_masklen(network(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS lo,
-               set_masklen(broadcast(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS hi
-          FROM unnest(CAST(:networks AS inet[])) AS n(net)
-         WHERE :check_absence
-    ),
-    -- A set difference, not NOT EXISTS: the planner cannot estimate the scope join and
-    -- would probe the sightings row by row (quadratic); EXCEPT is always one hash pass.
     absent AS (
-        SELECT a.ip, a.port, a.transport
-          FROM scope c
-          JOIN analysis_assets a
-            ON a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi AND a.ip <<= c.net
-         WHERE a.status = 'open'
-           AND a.port <@ CAST(:ports AS int4multirange)
-           AND a.transport = ANY(CAST(:transports AS text[]))
-        EXCEPT
-        SELECT ip, port, transport FROM ({sightings_sql}) s
+        SELECT a_ip AS ip, a_port AS port, a_transport AS transport
+          FROM compared WHERE s_ip IS NULL
     ),
     gone AS (
         UPDATE analysis_assets a
@@ -169,12 +195,18 @@ def execution_scope(claim: AnalysisClaim) -> ExecutionScope:
     child task), so they add nothing to the scope: absence is only concluded
     where the execution provably looked.
     """
-    networks = []
+    parsed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for target in claim.targets:
         try:
-            networks.append(str(ipaddress.ip_network(target.strip(), strict=False)))
+            parsed.append(ipaddress.ip_network(target.strip(), strict=False))
         except ValueError:
             continue
+    # Overlapping targets collapse, so no endpoint of the scope is joined twice.
+    networks = [
+        str(network)
+        for version in (4, 6)
+        for network in ipaddress.collapse_addresses(n for n in parsed if n.version == version)
+    ]
     ranges = []
     for part in (claim.ports or "").split(","):
         part = part.strip()

@@ -15,7 +15,11 @@ the current assets whose status changes are written through the store, since
 they are the only ones the analysis touches there.
 
 Printed (one JSON object): ``endpoints_per_s`` (second execution's endpoints
-over its analysis time), counts per change kind, and memory: the Python heap
+over its analysis wall time), ``cpu_seconds`` / ``endpoints_per_cpu_s`` (CPU
+spent by the scratch server and this process meanwhile: the rate on an idle
+machine, since the work is one backend's statement; wall time on a shared
+machine depends on the neighbours, hence also ``load_average_1m``), counts
+per change kind, and memory: the Python heap
 peak during the timed analysis (``python_peak_mb``, flat in N because no row
 is loaded into Python except pages of changed statuses) and the process's
 peak RSS.
@@ -24,9 +28,11 @@ peak RSS.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import click
@@ -44,7 +50,8 @@ _SEED_ENDPOINTS = """
         (key, id, execution_id, task_id, owner_id, ip, port, transport, first_seen,
          first_execution_id, last_seen, last_execution_id, observation_key, state, service,
          product, version, banner)
-    SELECT (CAST(:execution_id AS bigint) << 40) + n, gen_random_uuid(), :execution_id, :task_id, :owner_id,
+    SELECT (CAST(:execution_id AS bigint) << 40) + n, gen_random_uuid(), :execution_id, :task_id,
+           :owner_id,
            '10.0.0.0'::inet + (n / 5), (ARRAY[22, 80, 443, 3306, 8080])[n % 5 + 1], 'tcp',
            now(), :execution_id, now(), :execution_id, md5(n::text), 'open',
            (ARRAY['ssh', 'http', 'https', 'mysql', 'http-proxy'])[n % 5 + 1],
@@ -145,6 +152,31 @@ def _gone_assets(owner_id: int, endpoints: int) -> list[EndpointDocument]:
     return docs
 
 
+def _server_cpu_seconds(pgdata: Path) -> float:
+    """CPU time used so far by the scratch PostgreSQL server's processes (Linux /proc).
+
+    The machine may be shared, so wall time alone says little; CPU seconds spent by
+    the server and by this process measure the analysis's own work.
+    """
+    try:
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry.name), int(fields[1])
+        if pid == postmaster or ppid == postmaster:
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / ticks
+
+
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -194,6 +226,9 @@ def command(endpoints: int) -> None:
                 {"e": second_id},
             ).scalar_one()
 
+        pgdata = scratch.directory / "pgdata"
+        server_cpu = _server_cpu_seconds(pgdata)
+        own_cpu = time.process_time()
         tracemalloc.start()
         started = time.perf_counter()
         claim = worker.claim()
@@ -202,6 +237,7 @@ def command(endpoints: int) -> None:
         seconds = time.perf_counter() - started
         _current, python_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+        cpu = (_server_cpu_seconds(pgdata) - server_cpu) + (time.process_time() - own_cpu)
         store.close()
         if outcome.result != "completed" or outcome.counts is None:
             raise click.ClickException(f"analysis did not complete: {outcome.result}")
@@ -212,6 +248,9 @@ def command(endpoints: int) -> None:
             "execution_endpoints": int(observed),
             "seconds": round(seconds, 3),
             "endpoints_per_s": round(observed / seconds),
+            "cpu_seconds": round(cpu, 3),
+            "endpoints_per_cpu_s": round(observed / cpu) if cpu else None,
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "changes": outcome.counts.as_dict(),
             "statuses_pushed": outcome.pushed,
             "first_scan_seconds": round(first_seconds, 3),
