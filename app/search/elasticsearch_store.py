@@ -44,7 +44,12 @@ from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
-from app.search.elasticsearch_schema import MERGE_SCRIPT, IndexNames, index_templates
+from app.search.elasticsearch_schema import (
+    MERGE_SCRIPT,
+    STATUS_MAPPING,
+    IndexNames,
+    index_templates,
+)
 from app.search.encoding import (
     INVALID_DOCUMENT,
     endpoint_from_source,
@@ -134,6 +139,9 @@ class ElasticsearchStore:
             self._call(lambda n=name, b=body: self._client.indices.put_index_template(name=n, **b))
         for index in (self.names.execution_endpoints, *self.names.assets.values()):
             self._create_index(index)
+        # Asset indices created before the change analysis lack its status fields.
+        for index in self.names.assets.values():
+            self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
         self._ready = True
 
     def _ensure_ready(self) -> None:

@@ -114,3 +114,41 @@ def test_status_of_a_missing_asset_is_a_404_item(store):
 def test_unknown_status_filter_is_rejected(store):
     with pytest.raises(ValidationError):
         store.search_assets(AssetQuery(scope="user", owner_id=1, status="closed"))
+
+
+def test_elasticsearch_asset_indices_from_before_the_analysis_gain_the_status_fields(
+    es_settings,
+):
+    from elasticsearch import Elasticsearch
+
+    from app.search.elasticsearch_schema import ENDPOINT_MAPPING, IndexNames
+    from app.search.elasticsearch_store import ElasticsearchStore
+
+    old_mapping = {
+        **ENDPOINT_MAPPING,
+        "properties": {
+            k: v
+            for k, v in ENDPOINT_MAPPING["properties"].items()
+            if k not in ("status", "gone_since", "gone_execution_id")
+        },
+    }
+    names = IndexNames(es_settings.index_prefix)
+    client = Elasticsearch(es_settings.url)
+    try:
+        for index in names.assets.values():
+            client.indices.create(index=index, mappings=old_mapping)
+    finally:
+        client.close()
+    store = ElasticsearchStore(es_settings)
+    try:
+        store.ensure_schema()
+        owner = next(_owners)
+        doc = current_asset("user", "192.0.2.50", 22, owner_id=owner)
+        assert store.publish_current([doc], max_operations=10, max_bytes=1 << 20).ok
+        assert store.apply_asset_status([_gone("user", owner, "192.0.2.50", 22)]).ok
+        store.refresh_current()
+        assert _search(store, scope="user", owner_id=owner, status="gone") == [
+            ("192.0.2.50", 22, "gone")
+        ]
+    finally:
+        store.close()
