@@ -175,29 +175,56 @@ def hold(conn: Connection, claim: AnalysisClaim, *, phase: str) -> None:
 
 
 def advance(conn: Connection, claim: AnalysisClaim, *, phase: str) -> None:
-    """Inside the caller's transaction (after ``hold``): move to ``phase``, clear errors."""
+    """Inside the caller's transaction (after ``hold``): move to ``phase``, clear errors.
+
+    The lease restarts from the statement's end (``clock_timestamp``), not from the
+    transaction's start, so a long analysis leaves its worker a whole lease to go on.
+    """
     conn.execute(
         sa.text(
-            f"UPDATE scan_analysis_queue SET phase = :phase, attempts = 0, last_error = NULL, "
-            f"updated_at = now() WHERE {_OWNED}"
+            "UPDATE scan_analysis_queue SET phase = :phase, attempts = 0, last_error = NULL, "
+            "lease_expires_at = clock_timestamp() + make_interval(secs => :lease), "
+            "updated_at = now() WHERE execution_id = :execution_id AND claim_token = :token"
         ),
-        {**_owned(claim), "phase": phase},
+        {**_owned(claim), "phase": phase, "lease": claim.lease_seconds},
     )
 
 
-def renew(claim: AnalysisClaim) -> bool:
-    """Extend the lease; False: ownership lost. Waits while the analysis holds the row."""
+def renew(claim: AnalysisClaim) -> bool | None:
+    """Extend the lease. False: ownership lost; None: the row is locked, not renewed.
+
+    While the worker's own analysis transaction holds the row (``hold``), nobody
+    else can claim it, so a renewal does not wait for that lock: it skips the
+    beat, and the analysis extends the lease itself when it commits (``advance``).
+    """
     with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    f"UPDATE scan_analysis_queue "
-                    f"SET lease_expires_at = now() + make_interval(secs => :lease), "
-                    f"updated_at = now() WHERE {_OWNED} RETURNING 1"
-                ),
-                {**_owned(claim), "lease": claim.lease_seconds},
-            ).scalar()
-        )
+        row = conn.execute(
+            sa.text(
+                f"""
+                WITH lockable AS (
+                    SELECT execution_id FROM scan_analysis_queue
+                     WHERE execution_id = :execution_id
+                       FOR UPDATE SKIP LOCKED
+                ), renewed AS (
+                    UPDATE scan_analysis_queue
+                       SET lease_expires_at = now() + make_interval(secs => :lease),
+                           updated_at = now()
+                     WHERE {_OWNED} AND execution_id IN (SELECT execution_id FROM lockable)
+                    RETURNING 1
+                )
+                SELECT (SELECT count(*) FROM renewed) AS renewed,
+                       (SELECT count(*) FROM lockable) AS lockable,
+                       (SELECT claim_token = :token FROM scan_analysis_queue
+                         WHERE execution_id = :execution_id) AS ours
+                """
+            ),
+            {**_owned(claim), "lease": claim.lease_seconds},
+        ).one()
+    if row.renewed:
+        return True
+    if not row.lockable and row.ours:
+        return None
+    return False
 
 
 def complete(claim: AnalysisClaim) -> bool:

@@ -51,6 +51,10 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join()
 
+    def extended(self, started: float) -> None:
+        """The lease was extended by a write that began at ``started`` (monotonic)."""
+        self._deadline = max(self._deadline, started + self.claim.lease_seconds * 0.9)
+
     def check(self) -> None:
         if self.lost.is_set() or time.monotonic() >= self._deadline:
             raise LeaseLost(f"analysis of execution {self.claim.execution_id}")
@@ -68,6 +72,8 @@ class _Heartbeat:
                     error=f"{type(exc).__name__}: {exc}"[:300],
                 )
                 continue
+            if owned is None:
+                continue  # our own analysis holds the row; it extends the lease itself
             if not owned:
                 self.lost.set()
                 return
@@ -104,6 +110,7 @@ class AnalysisWorker:
                         )
                     beat.check()
                     counts = changes.analyse(claim, sightings_sql=sql)
+                    beat.extended(time.monotonic())
                     if sql is None:
                         changes.drop_staged(claim.execution_id)
                 pushed = status_sync.push_statuses(claim, self.store, check_lease=beat.check)
