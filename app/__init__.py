@@ -136,6 +136,9 @@ def create_app(
     from app.ops.resources import register_resource_metrics
 
     register_resource_metrics()
+    from app.analysis.metrics import register_analysis_metrics
+
+    register_analysis_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

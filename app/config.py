@@ -256,6 +256,23 @@ class TrafficSettings:
 
 
 @dataclass(frozen=True)
+class AnalysisSettings:
+    """Change analysis (ANA-1..8): the runner's leased analysis of finished executions."""
+
+    retention_days: int = spec(
+        30, min=1, max=3650, doc="processed analysis-queue rows are deleted after this many days"
+    )
+    lease_seconds: int = spec(300, min=10, max=3600)
+    heartbeat_seconds: int = spec(30, min=1, max=1200)
+    retry_base_seconds: float = spec(1.0, min=0.05, max=3600)
+    max_backoff_seconds: int = spec(300, min=1, max=86400)
+    stage_page_size: int = spec(
+        5000, min=100, max=50000, doc="endpoints per page staged from a search store elsewhere"
+    )
+    prune_interval_seconds: float = spec(3600.0, min=10, max=86400)
+
+
+@dataclass(frozen=True)
 class SecuritySettings:
     secret_key: str = spec("", secret=True, doc="signs session cookies; generated under data_dir")
     encryption_key: str = spec("", secret=True, doc="Fernet key; derived from secret_key if empty")
@@ -391,6 +408,7 @@ SECTIONS: dict[str, type] = {
     "exports": ExportSettings,
     "ops": OpsSettings,
     "agent": AgentSettings,
+    "analysis": AnalysisSettings,
 }
 
 
@@ -410,6 +428,7 @@ class Settings:
     exports: ExportSettings = field(default_factory=ExportSettings)
     ops: OpsSettings = field(default_factory=OpsSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     config_path: str | None = None
 
     @property
@@ -626,6 +645,15 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                 es.projection_heartbeat_seconds,
                 "must be at most projection_lease_seconds / 3 "
                 f"(= {es.projection_lease_seconds / 3:g})",
+            )
+        )
+    analysis = settings.analysis
+    if analysis.heartbeat_seconds * 3 > analysis.lease_seconds:
+        errors.append(
+            ConfigProblem(
+                "analysis.heartbeat_seconds",
+                analysis.heartbeat_seconds,
+                f"must be at most lease_seconds / 3 (= {analysis.lease_seconds / 3:g})",
             )
         )
     prefix = settings.elasticsearch.index_prefix

@@ -29,6 +29,9 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
+    from jobs import analysis
+
+    kinds.extend(analysis.jobs(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

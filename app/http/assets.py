@@ -18,7 +18,7 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import datetime_arg, int_arg, page_limit
 from app.scan_control.query import task_visible
-from app.search.port import AssetQuery
+from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
 
 blueprint = Blueprint("assets", __name__, url_prefix="/api")
 
@@ -117,6 +117,13 @@ def assets():
             details={"parameter": "transport"},
         )
     ip, cidr = _address_args()
+    status = request.args.get("status") or "open"
+    if status not in ASSET_STATUS_FILTERS:
+        raise ValidationError(
+            "status must be one of " + ", ".join(ASSET_STATUS_FILTERS),
+            code="invalid_parameter",
+            details={"parameter": "status"},
+        )
     query = AssetQuery(
         scope=scope,
         owner_id=user.id if scope == "user" else None,
@@ -131,6 +138,7 @@ def assets():
         first_seen_to=datetime_arg("first_seen_to"),
         last_seen_from=datetime_arg("last_seen_from"),
         last_seen_to=datetime_arg("last_seen_to"),
+        status=status,
         limit=page_limit(default=50, maximum=500),
         cursor=request.args.get("cursor") or None,
     )

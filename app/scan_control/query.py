@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
 
@@ -123,6 +124,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
     task["projection_status"] = aggregate_projection_status(
         [e.projection_status for e in executions]
     )
+    task["changes"] = task_change_counts(conn, task_id)
     task["child_task_ids"] = list(
         conn.execute(
             sa.text("SELECT id FROM scan_tasks WHERE parent_task_id = :id ORDER BY id"),
@@ -202,5 +204,8 @@ def list_executions(
         }
         for r in rows[:limit]
     ]
+    changes = execution_change_counts(conn, [item["id"] for item in items])
+    for item in items:
+        item["changes"] = changes[item["id"]]
     next_cursor = {"id": items[-1]["id"]} if len(rows) > limit else None
     return Page(items=items, next_cursor=next_cursor)

@@ -78,6 +78,11 @@ class EndpointDocument:
     tags: tuple[str, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)  # tls/http facts, enrichment
     observation_key: str = ""  # deterministic tie-breaker between equally new observations
+    # Current assets only, set by the change analysis (ANA-4), never by a merge: a
+    # projection write leaves them as they are, and a new document starts open.
+    status: str = "open"  # "open" | "gone"
+    gone_since: datetime | None = None
+    gone_execution_id: int | None = None
 
     def newest_rank(self) -> tuple[datetime, int, str]:
         return (self.last_seen, self.last_execution_id, self.observation_key)
@@ -87,7 +92,7 @@ class EndpointDocument:
 
     def public(self) -> dict[str, Any]:
         """The shape the HTTP API returns for results and assets."""
-        return {
+        item: dict[str, Any] = {
             "ip": self.ip,
             "port": self.port,
             "transport": self.transport,
@@ -103,6 +108,11 @@ class EndpointDocument:
             "first_execution_id": self.first_execution_id,
             "last_execution_id": self.last_execution_id,
         }
+        if self.scope != "execution":
+            item["status"] = self.status
+            item["gone_since"] = self.gone_since.isoformat() if self.gone_since else None
+            item["gone_execution_id"] = self.gone_execution_id
+        return item
 
 
 NEWEST_FIELDS = ("state", "service", "product", "version", "banner", "hostname", "tags", "details")
@@ -128,6 +138,9 @@ def merge_endpoints(a: EndpointDocument, b: EndpointDocument) -> EndpointDocumen
     oldest = a if a.oldest_rank() <= b.oldest_rank() else b
     return replace(
         newest,
+        status=a.status,
+        gone_since=a.gone_since,
+        gone_execution_id=a.gone_execution_id,
         first_seen=oldest.first_seen,
         first_execution_id=oldest.first_execution_id,
     )

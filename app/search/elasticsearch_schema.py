@@ -134,7 +134,20 @@ ENDPOINT_MAPPING: dict[str, Any] = {
         "hostname": _KEYWORD,
         "tags": {"type": "keyword"},
         "details": {"type": "object", "enabled": False},
+        # Current assets only, written by the change analysis (never by the merge script).
+        "status": {"type": "keyword"},
+        "gone_since": _TIME,
+        "gone_execution_id": _ID,
     },
+}
+
+# The fields the change analysis adds to existing asset indices (ANA-4).
+STATUS_MAPPING: dict[str, Any] = {
+    "properties": {
+        "status": {"type": "keyword"},
+        "gone_since": _TIME,
+        "gone_execution_id": _ID,
+    }
 }
 
 

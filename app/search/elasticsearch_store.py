@@ -44,7 +44,12 @@ from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
-from app.search.elasticsearch_schema import MERGE_SCRIPT, IndexNames, index_templates
+from app.search.elasticsearch_schema import (
+    MERGE_SCRIPT,
+    STATUS_MAPPING,
+    IndexNames,
+    index_templates,
+)
 from app.search.encoding import (
     INVALID_DOCUMENT,
     endpoint_from_source,
@@ -54,10 +59,12 @@ from app.search.encoding import (
     fact_source,
     utc_text,
 )
-from app.search.ids import normalise_ip
+from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
+    ASSET_STATUS_FILTERS,
     AssetPage,
     AssetQuery,
+    AssetStatusUpdate,
     BulkItemResult,
     BulkResult,
     ExecutionCounts,
@@ -135,6 +142,9 @@ class ElasticsearchStore:
             self._call(lambda n=name, b=body: self._client.indices.put_index_template(name=n, **b))
         for index in (self.names.execution_endpoints, *self.names.assets.values()):
             self._create_index(index)
+        # Asset indices created before the change analysis lack its status fields.
+        for index in self.names.assets.values():
+            self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
         self._ready = True
 
     def _ensure_ready(self) -> None:
@@ -261,6 +271,37 @@ class ElasticsearchStore:
         return _in_input_order(docs, rejected, sent)
 
     # -- reads ----------------------------------------------------------------------
+
+    def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
+        """Partial-document updates of the three status fields; a missing asset is a 404 item."""
+        if not updates:
+            return BulkResult()
+        operations = []
+        for update in updates:
+            document_id = current_asset_id(
+                update.scope, update.owner_id, update.ip, update.port, update.transport
+            )
+            doc = {
+                "status": update.status,
+                "gone_since": utc_text(update.gone_since) if update.gone_since else None,
+                "gone_execution_id": update.gone_execution_id,
+            }
+            operations.append(
+                operation(
+                    "update",
+                    self.names.assets[update.scope],
+                    document_id,
+                    {"doc": doc},
+                    meta={"retry_on_conflict": RETRY_ON_CONFLICT},
+                )
+            )
+        shards = shard_operations(
+            operations,
+            max_operations=self._settings.bulk_batch_size,
+            max_bytes=self._settings.bulk_max_bytes,
+        )
+        self._ensure_ready()
+        return self._bulk.send(shards, kind="asset_status")
 
     def read_execution_endpoints(
         self, execution_id: int, *, after_id: str | None, limit: int
@@ -594,6 +635,18 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
                 }
             }
         )
+    if query.status not in ASSET_STATUS_FILTERS:
+        raise ValidationError(
+            "status must be one of " + ", ".join(ASSET_STATUS_FILTERS),
+            code="invalid_parameter",
+            details={"parameter": "status"},
+        )
+    # A document the analysis never touched has no status field: it is open.
+    must_not: list[dict[str, Any]] = []
+    if query.status == "open":
+        must_not.append({"term": {"status": "gone"}})
+    elif query.status == "gone":
+        filters.append({"term": {"status": "gone"}})
     for field_name, lower, upper in (
         ("first_seen", query.first_seen_from, query.first_seen_to),
         ("last_seen", query.last_seen_from, query.last_seen_to),
@@ -608,7 +661,7 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     body: dict[str, Any] = {
         "size": query.limit + 1,
         "track_total_hits": False,
-        "query": {"bool": {"filter": filters}},
+        "query": {"bool": {"filter": filters, **({"must_not": must_not} if must_not else {})}},
         "sort": [{"ip": "asc"}, {"port": "asc"}, {"transport": "asc"}],
     }
     position = decode_cursor("assets", query.cursor)

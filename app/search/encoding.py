@@ -110,6 +110,9 @@ def endpoint_from_source(document_id: str, source: Mapping[str, Any]) -> Endpoin
         tags=tuple(source.get("tags") or ()),
         details=dict(source.get("details") or {}),
         observation_key=source.get("observation_key") or "",
+        status=source.get("status") or "open",
+        gone_since=parse_utc(source["gone_since"]) if source.get("gone_since") else None,
+        gone_execution_id=source.get("gone_execution_id"),
     )
 
 

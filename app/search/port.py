@@ -228,8 +228,26 @@ class AssetQuery:
     first_seen_to: datetime | None = None
     last_seen_from: datetime | None = None
     last_seen_to: datetime | None = None
+    status: str = "open"  # "open" | "gone" | "all" (ANA-4)
     limit: int = 50
     cursor: str | None = None
+
+
+ASSET_STATUS_FILTERS = ("open", "gone", "all")
+
+
+@dataclass(frozen=True)
+class AssetStatusUpdate:
+    """The analysis's verdict on one current asset (ANA-4): set as given, never merged."""
+
+    scope: str  # "user" | "global"
+    owner_id: int | None  # None for scope="global"
+    ip: str
+    port: int
+    transport: str
+    status: str  # "open" | "gone"
+    gone_since: datetime | None = None
+    gone_execution_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -299,7 +317,21 @@ class SearchStore(Protocol):
         """
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
-        """Current assets matching the query (STO-3)."""
+        """Current assets matching the query (STO-3); ``query.status`` filters by status."""
+
+    def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
+        """Set status / gone_since / gone_execution_id of existing current assets (ANA-4).
+
+        Only those three fields change. An asset the store does not hold is
+        reported as a 404 item (the analysis runs after the projection, so that
+        means the document was removed meanwhile; callers may ignore it).
+        """
+
+    # Optional (PostgreSQL): ``execution_sightings_sql() -> str`` is a SELECT, with an
+    # ``:execution_id`` parameter, of an execution's endpoints as (ip, port, transport,
+    # state, service, product, version, banner_hash) that the change analysis runs in
+    # its own statement; without it the analysis stages pages of
+    # ``read_execution_endpoints`` into its own table.
 
     def close(self) -> None:
         """Release connections."""

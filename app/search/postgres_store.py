@@ -56,10 +56,12 @@ from app.search.encoding import (
     fact_source,
     has_nul,
 )
-from app.search.ids import normalise_ip, pg_key
+from app.search.ids import current_asset_id, normalise_ip, pg_key
 from app.search.port import (
+    ASSET_STATUS_FILTERS,
     AssetPage,
     AssetQuery,
+    AssetStatusUpdate,
     BulkItemResult,
     BulkResult,
     ExecutionCounts,
@@ -329,6 +331,22 @@ _SELECT_ENDPOINT = """
     t.first_seen, t.first_execution_id, t.last_seen, t.last_execution_id, t.observation_key,
     t.state, t.service, t.product, t.version, t.banner, t.hostname, t.tags, t.details
 """
+
+
+_SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
+
+# An execution's endpoints as the change analysis compares them (ANA-2): the banner
+# only as a hash, so a change of banner is detected without carrying the text along.
+EXECUTION_SIGHTINGS_SQL = f"""
+    SELECT ip, port, transport, state, service, product, version,
+           md5(banner) AS banner_hash
+      FROM {EXECUTION_TABLE}
+     WHERE execution_id = :execution_id
+"""  # noqa: S608 - fragments are module constants; values are bound
+
+_STATUS_RECORD = (
+    "key bigint, id uuid, status text, gone_since timestamptz, gone_execution_id bigint"
+)
 
 
 def partition_name(month: str) -> str:
@@ -811,6 +829,65 @@ class PostgresStore:
             items=[_endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
         )
 
+    def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
+        """One set-based UPDATE per scope and shard; only the status fields change."""
+        by_table: dict[str, list[tuple[int, str, AssetStatusUpdate]]] = {}
+        for update in updates:
+            document_id = current_asset_id(
+                update.scope, update.owner_id, update.ip, update.port, update.transport
+            )
+            by_table.setdefault(ASSET_TABLES[update.scope], []).append(
+                (pg_key(document_id), document_id, update)
+            )
+        outcome: dict[tuple[str, str], BulkItemResult] = {}
+        requests = 0
+        for table, rows in by_table.items():
+            rows.sort(key=lambda r: r[0])  # lock order, as for merges
+            for shard in _shards(rows, self._batch_size):
+                payload = dumps(
+                    [
+                        {
+                            "key": key,
+                            "id": document_id,
+                            "status": u.status,
+                            "gone_since": u.gone_since.isoformat() if u.gone_since else None,
+                            "gone_execution_id": u.gone_execution_id,
+                        }
+                        for key, document_id, u in shard
+                    ]
+                )
+                statement = sa.text(
+                    f"""
+                    UPDATE {table} AS t
+                       SET status = r.status, gone_since = r.gone_since,
+                           gone_execution_id = r.gone_execution_id
+                      FROM json_to_recordset(CAST(:rows AS json)) AS r({_STATUS_RECORD})
+                     WHERE t.key = r.key AND t.id = r.id
+                    RETURNING t.key
+                    """  # noqa: S608 - fragments are module constants; values are bound
+                )
+                requests += 1
+                found = set(
+                    self._run(
+                        lambda conn, p=payload, st=statement: (
+                            conn.execute(st, {"rows": p}).scalars().all()
+                        )
+                    )
+                )
+                for key, document_id, _u in shard:
+                    status = 200 if key in found else 404
+                    outcome[(table, document_id)] = BulkItemResult(
+                        document_id,
+                        table,
+                        status,
+                        None if status == 200 else "document_missing",
+                        None if status == 200 else "no such current asset",
+                    )
+        return BulkResult(items=tuple(outcome.values()), requests=requests, attempts=requests)
+
+    def execution_sightings_sql(self) -> str:
+        return EXECUTION_SIGHTINGS_SQL
+
     def close(self) -> None:
         """The engine belongs to the process (app.db); only our page threads to stop."""
         if self._server_pages is not None:
@@ -907,10 +984,16 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
         params["c_ip"] = _cursor_ip(position, "ip")
         params["c_port"] = _cursor_int(position, "port")
         params["c_transport"] = _cursor_str(position, "transport")
+    if query.status not in ASSET_STATUS_FILTERS:
+        raise _invalid("status", "status must be one of " + ", ".join(ASSET_STATUS_FILTERS))
+    if query.status != "all":
+        conditions.append("t.status = :status")
+        params["status"] = query.status
     where = " AND ".join(conditions) or "true"
     owner = ", t.owner_id" if query.scope == "user" else ""
     sql = (
-        f"SELECT {_SELECT_ENDPOINT}{owner}, host(t.ip_order) AS ip_order FROM {table} t "  # noqa: S608 - table and column names are module constants; values are bound
+        f"SELECT {_SELECT_ENDPOINT}{owner}, {_SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
+        f"FROM {table} t "
         f"WHERE {where} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
     )
     return sql, params
@@ -940,6 +1023,9 @@ def _endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
         tags=tuple(row.tags or ()),
         details=row.details or {},
         observation_key=row.observation_key,
+        status=mapping.get("status") or "open",
+        gone_since=mapping.get("gone_since"),
+        gone_execution_id=mapping.get("gone_execution_id"),
     )
 
 

@@ -185,6 +185,20 @@ ROUTES: list[Route] = [
     Route("GET", "/api/assets", lambda w: "/api/assets", None, _user_route(200, owned=False)),
     Route(
         "GET",
+        "/api/tasks/<int:task_id>/changes",
+        lambda w: f"/api/tasks/{w.task_id}/changes",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "GET",
+        "/api/assets/history",
+        lambda w: "/api/assets/history?ip=192.0.2.1&port=80",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "GET",
         "/api/traffic/rollups",
         lambda w: "/api/traffic/rollups",
         None,

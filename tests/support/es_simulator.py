@@ -55,7 +55,7 @@ from tests.support.es_cluster import (
     RecordedRequest,
     SimulatedCluster,
 )
-from tests.support.es_query import QueryError
+from tests.support.es_query import IndexMapping, QueryError
 
 __all__ = ["EsSimulator", "Fault", "RecordedRequest", "SimulatedCluster", "main"]
 
@@ -315,6 +315,24 @@ class _Handler(BaseHTTPRequestHandler):
                         i.name: {"mappings": i.mapping.raw, "settings": {"index": i.settings}}
                         for i in found
                     }
+        if len(segments) == 2 and segments[1] == "_mapping" and method in ("PUT", "POST"):
+            # Adding fields to existing indices; a field whose type would change is refused.
+            update = self._json(body)
+            with cluster.lock:
+                for index in cluster.resolve(head, ignore_unavailable=ignore):
+                    raw = dict(index.mapping.raw)
+                    properties = dict(raw.get("properties") or {})
+                    for name, spec in (update.get("properties") or {}).items():
+                        if name in properties and properties[name] != spec:
+                            raise ApiFailure(
+                                400,
+                                "illegal_argument_exception",
+                                f"mapper [{name}] cannot be changed",
+                            )
+                        properties[name] = spec
+                    raw["properties"] = properties
+                    index.mapping = IndexMapping.from_json(raw)
+            return 200, {"acknowledged": True}
         if len(segments) == 3 and segments[1] == "_doc" and method == "GET":
             with cluster.lock:
                 (index,) = cluster.resolve(head)

@@ -1,0 +1,397 @@
+"""One execution's change set, computed set-based in SQL (ANA-2, ANA-3).
+
+``analysis_assets`` holds, per owner and endpoint (ip, port, transport), the
+values the analysis last recorded (state, service, product, version, banner
+hash), whether the endpoint is ``open`` or ``gone``, and since when. One
+statement compares an execution's endpoints (its *sightings*) with it:
+
+* ``new`` — no row for the owner yet: inserted open;
+* ``changed`` — a recorded value differs: the row takes the new values and the
+  change row keeps old and new;
+* ``reappeared`` — the row was gone: open again;
+* ``gone`` — an open row inside the execution's scanned scope (address inside
+  one of its address targets, port inside its port ranges, transport among its
+  transports) that the execution did not see.
+
+Whatever the execution's size it is a handful of joins, never a Python loop.
+
+What may decide what (ANA-3):
+* only a succeeded ports execution with address targets checks absence: a
+  failed, cancelled or otherwise unfinished one, or a DNS-only one, marks
+  nothing gone (a succeeded final is only accepted once every batch of its
+  upload is confirmed, so a succeeded execution is never partial);
+* an execution that finished before the newest one already analysed for the
+  owner (its final committed late) is *superseded*: it may add endpoints nobody
+  recorded yet, but changes, gone and reappeared are left to the newer
+  decisions, so an older execution never overrides a newer one. Finish time,
+  then execution id, orders executions (``analysis_owner_watermarks``).
+
+The sightings come from the search store: the PostgreSQL adapter offers them
+as SQL (``execution_sightings_sql``) that runs inside this statement; any
+other store is read in keyset pages and staged in ``analysis_sightings``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.analysis import queue
+from app.analysis.queue import AnalysisClaim
+from app.db import transaction
+from app.search.port import SearchStore
+
+CHANGE_KINDS = ("new", "changed", "gone", "reappeared")
+
+STAGED_SIGHTINGS_SQL = """
+    SELECT ip, port, transport, state, service, product, version, banner_hash
+      FROM analysis_sightings
+     WHERE execution_id = :execution_id
+"""
+
+_VALUES = ("state", "service", "product", "version", "banner_hash")
+
+
+def _analysis_sql(sightings_sql: str) -> str:
+    new_values = ", ".join(f"j.{v}" for v in _VALUES)
+    old_values = ", ".join(f"j.old_{v}" for v in _VALUES)
+    set_values = ", ".join(f"{v} = j.{v}" for v in _VALUES)
+    change_columns = ", ".join(
+        ["owner_id", "execution_id", "task_id", "finished_at", "kind", "ip", "port", "transport"]
+        + [f"old_{v}" for v in _VALUES]
+        + [f"new_{v}" for v in _VALUES]
+    )
+    nulls = ", ".join("NULL" for _ in _VALUES)
+    gone_values = ", ".join(f"g.{v}" for v in _VALUES)
+    s_values = ", ".join(f"s.{v}" for v in _VALUES)
+    a_old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
+    c_values = ", ".join(f"c.{v}" for v in _VALUES)
+    picked_old = ", ".join(
+        f"CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END AS old_{v}" for v in _VALUES
+    )
+    # One hash FULL JOIN of the sightings with the owner's endpoints inside the scope
+    # finds, in one pass, what is absent and what differs; only those rows leave it (an
+    # unchanged rescan is compared and dropped inside the join). Sightings outside the
+    # scope (or every sighting when absence is not checked) are looked up by key after.
+    return f"""
+    WITH scope AS (
+        SELECT net,
+               set_masklen(network(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS lo,
+               set_masklen(broadcast(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END) AS hi
+          FROM unnest(CAST(:networks AS inet[])) AS n(net)
+         WHERE :check_absence
+    ),
+    scoped AS (
+        SELECT a.*
+          FROM scope c
+          JOIN analysis_assets a
+            ON a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi AND a.ip <<= c.net
+         WHERE a.port <@ CAST(:ports AS int4multirange)
+           AND a.transport = ANY(CAST(:transports AS text[]))
+    ),
+    compared AS MATERIALIZED (
+        SELECT s.ip AS s_ip, s.port AS s_port, s.transport AS s_transport, {s_values},
+               a.ip AS a_ip, a.port AS a_port, a.transport AS a_transport,
+               a.status AS a_status, {a_old}
+          FROM ({sightings_sql}) s
+          FULL JOIN scoped a ON a.ip = s.ip AND a.port = s.port AND a.transport = s.transport
+         WHERE (s.ip IS NULL AND a.status = 'open')
+            OR (s.ip IS NOT NULL
+                AND (a.ip IS NULL OR a.status = 'gone'
+                     OR (s.state, s.service, s.product, s.version, s.banner_hash)
+                        IS DISTINCT FROM (a.state, a.service, a.product, a.version,
+                                          a.banner_hash)))
+    ),
+    j AS MATERIALIZED (
+        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {c_values},
+               c.a_ip IS NULL AND o.owner_id IS NULL AS is_new,
+               CASE WHEN c.a_ip IS NOT NULL THEN c.a_status ELSE o.status END AS old_status,
+               {picked_old}
+          FROM compared c
+          -- A lookup by key per row (few rows; LATERAL keeps the planner from hashing
+          -- the owner's whole state for them).
+          LEFT JOIN LATERAL (
+              SELECT * FROM analysis_assets o
+               WHERE c.a_ip IS NULL AND o.owner_id = :owner_id AND o.ip = c.s_ip
+                 AND o.port = c.s_port AND o.transport = c.s_transport
+          ) o ON true
+         WHERE c.s_ip IS NOT NULL
+           AND (c.a_ip IS NOT NULL OR o.owner_id IS NULL OR o.status = 'gone'
+                OR ({c_values}) IS DISTINCT FROM (o.state, o.service, o.product, o.version,
+                                                  o.banner_hash))
+    ),
+    inserted AS (
+        INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
+                                     status, first_execution_id, changed_execution_id)
+        SELECT :owner_id, j.ip, j.port, j.transport, {new_values}, 'open',
+               :execution_id, :execution_id
+          FROM j WHERE j.is_new
+        ON CONFLICT DO NOTHING
+        RETURNING ip, port, transport
+    ),
+    touched AS MATERIALIZED (
+        SELECT * FROM j WHERE :current AND NOT j.is_new
+    ),
+    updated AS (
+        UPDATE analysis_assets a
+           SET {set_values}, status = 'open', gone_since = NULL, gone_execution_id = NULL,
+               changed_execution_id = :execution_id
+          FROM touched j
+         WHERE a.owner_id = :owner_id AND a.ip = j.ip AND a.port = j.port
+           AND a.transport = j.transport
+        RETURNING a.ip
+    ),
+    absent AS (
+        SELECT a_ip AS ip, a_port AS port, a_transport AS transport
+          FROM compared WHERE s_ip IS NULL
+    ),
+    gone AS (
+        UPDATE analysis_assets a
+           SET status = 'gone', gone_since = :finished_at, gone_execution_id = :execution_id,
+               changed_execution_id = :execution_id
+          FROM absent g
+         WHERE a.owner_id = :owner_id AND a.ip = g.ip AND a.port = g.port
+           AND a.transport = g.transport
+        RETURNING a.ip, a.port, a.transport, {", ".join(f"a.{v}" for v in _VALUES)}
+    ),
+    recorded AS (
+        INSERT INTO analysis_changes ({change_columns})
+        SELECT :owner_id, :execution_id, :task_id, :finished_at, 'new', j.ip, j.port,
+               j.transport, {nulls}, {new_values}
+          FROM j WHERE j.is_new
+        UNION ALL
+        SELECT :owner_id, :execution_id, :task_id, :finished_at,
+               CASE WHEN j.old_status = 'gone' THEN 'reappeared' ELSE 'changed' END,
+               j.ip, j.port, j.transport, {old_values}, {new_values}
+          FROM touched j
+        UNION ALL
+        SELECT :owner_id, :execution_id, :task_id, :finished_at, 'gone', g.ip, g.port,
+               g.transport, {gone_values}, {nulls}
+          FROM gone g
+        RETURNING kind
+    )
+    SELECT kind, count(*) AS n FROM recorded GROUP BY kind
+    """  # noqa: S608 - fragments are module constants; values are bound
+
+
+@dataclass(frozen=True)
+class ExecutionScope:
+    """What an execution scanned, as the analysis's SQL parameters."""
+
+    networks: tuple[str, ...]  # address targets as CIDR text (domains excluded)
+    ports: str  # int4multirange text, e.g. "{[22,23),[80,81)}"
+    transports: tuple[str, ...]
+
+
+def execution_scope(claim: AnalysisClaim) -> ExecutionScope:
+    """Address targets, port ranges and transports of the claimed execution.
+
+    Domain targets name no address by themselves (their addresses become a
+    child task), so they add nothing to the scope: absence is only concluded
+    where the execution provably looked.
+    """
+    parsed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for target in claim.targets:
+        try:
+            parsed.append(ipaddress.ip_network(target.strip(), strict=False))
+        except ValueError:
+            continue
+    # Overlapping targets collapse, so no endpoint of the scope is joined twice.
+    networks = [
+        str(network)
+        for version in (4, 6)
+        for network in ipaddress.collapse_addresses(n for n in parsed if n.version == version)
+    ]
+    ranges = []
+    for part in (claim.ports or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            lo, hi = int(low), int(high or low)
+        except ValueError:
+            continue
+        if 1 <= lo <= hi <= 65535:
+            ranges.append(f"[{lo},{hi + 1})")
+    return ExecutionScope(
+        networks=tuple(networks),
+        ports="{" + ",".join(ranges) + "}",
+        transports=tuple(t.lower() for t in claim.transports),
+    )
+
+
+@dataclass(frozen=True)
+class ChangeCounts:
+    new: int = 0
+    changed: int = 0
+    gone: int = 0
+    reappeared: int = 0
+    absence_checked: bool = False
+    superseded: bool = False
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in CHANGE_KINDS}
+
+
+def stage_sightings(
+    claim: AnalysisClaim,
+    store: SearchStore,
+    *,
+    page_size: int,
+    check_lease: Callable[[], None],
+) -> None:
+    """Copy the execution's endpoints from a store elsewhere into ``analysis_sightings``.
+
+    Pages are read without a database connection held, then inserted in one
+    set-based statement each; a restaged execution starts from an empty set.
+    """
+    from app.search.encoding import dumps
+
+    with transaction() as conn:
+        conn.execute(
+            sa.text("DELETE FROM analysis_sightings WHERE execution_id = :e"),
+            {"e": claim.execution_id},
+        )
+    after: str | None = None
+    while True:
+        check_lease()
+        docs = store.read_execution_endpoints(claim.execution_id, after_id=after, limit=page_size)
+        if not docs:
+            return
+        rows = dumps(
+            [
+                {
+                    "ip": d.ip,
+                    "port": d.port,
+                    "transport": d.transport,
+                    "state": d.state,
+                    "service": d.service,
+                    "product": d.product,
+                    "version": d.version,
+                    "banner": d.banner,
+                }
+                for d in docs
+            ]
+        )
+        with transaction() as conn:
+            conn.execute(
+                sa.text(
+                    """
+                    INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
+                                                    service, product, version, banner_hash)
+                    SELECT :e, ip, port, transport, state, service, product, version, md5(banner)
+                      FROM json_to_recordset(CAST(:rows AS json))
+                        AS r(ip inet, port integer, transport text, state text, service text,
+                             product text, version text, banner text)
+                    ON CONFLICT DO NOTHING
+                    """
+                ),
+                {"e": claim.execution_id, "rows": rows},
+            )
+        after = docs[-1].id
+        if len(docs) < page_size:
+            return
+
+
+def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
+    """Lock the owner's watermark; True when this execution is the newest so far."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO analysis_owner_watermarks (owner_id, finished_at, execution_id) "
+            "VALUES (:o, :f, :e) ON CONFLICT DO NOTHING"
+        ),
+        {"o": claim.owner_id, "f": claim.finished_at, "e": claim.execution_id},
+    )
+    current = conn.execute(
+        sa.text(
+            """
+            SELECT (CAST(:f AS timestamptz), CAST(:e AS bigint)) >= (finished_at, execution_id)
+              FROM analysis_owner_watermarks WHERE owner_id = :o FOR UPDATE
+            """
+        ),
+        {"o": claim.owner_id, "f": claim.finished_at, "e": claim.execution_id},
+    ).scalar()
+    if current:
+        conn.execute(
+            sa.text(
+                "UPDATE analysis_owner_watermarks SET finished_at = :f, execution_id = :e "
+                "WHERE owner_id = :o"
+            ),
+            {"o": claim.owner_id, "f": claim.finished_at, "e": claim.execution_id},
+        )
+    return bool(current)
+
+
+def analyse(claim: AnalysisClaim, *, sightings_sql: str | None) -> ChangeCounts:
+    """Compute and commit the execution's change set and summary; moves the row to ``publish``.
+
+    One transaction: ownership is proven (and the queue row locked) first, so a
+    worker that lost its claim writes nothing, and a crash leaves nothing behind.
+    ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy.
+    """
+    scope = execution_scope(claim)
+    analysable = claim.status == "succeeded" and claim.kind == "ports"
+    with transaction(stage="analysis_execution") as conn:
+        queue.hold(conn, claim, phase="analyse")
+        # Hash joins over a million sightings want memory rather than disk batches.
+        conn.execute(sa.text("SET LOCAL work_mem = '256MB'"))
+        counts = ChangeCounts()
+        if analysable:
+            current = _take_watermark(conn, claim)
+            check_absence = current and bool(scope.networks) and bool(scope.transports)
+            rows = conn.execute(
+                sa.text(_analysis_sql(sightings_sql or STAGED_SIGHTINGS_SQL)),
+                {
+                    "owner_id": claim.owner_id,
+                    "execution_id": claim.execution_id,
+                    "task_id": claim.task_id,
+                    "finished_at": claim.finished_at,
+                    "current": current,
+                    "check_absence": check_absence,
+                    "networks": list(scope.networks),
+                    "ports": scope.ports,
+                    "transports": list(scope.transports),
+                },
+            ).all()
+            found: dict[str, Any] = {r.kind: int(r.n) for r in rows}
+            counts = ChangeCounts(
+                **{k: found.get(k, 0) for k in CHANGE_KINDS},
+                absence_checked=check_absence,
+                superseded=not current,
+            )
+        conn.execute(
+            sa.text(
+                """
+                INSERT INTO analysis_execution_summaries
+                       (execution_id, task_id, owner_id, finished_at, new, changed, gone,
+                        reappeared, absence_checked, superseded)
+                VALUES (:e, :t, :o, :f, :new, :changed, :gone, :reappeared, :checked,
+                        :superseded)
+                """
+            ),
+            {
+                "e": claim.execution_id,
+                "t": claim.task_id,
+                "o": claim.owner_id,
+                "f": claim.finished_at,
+                **counts.as_dict(),
+                "checked": counts.absence_checked,
+                "superseded": counts.superseded,
+            },
+        )
+        queue.advance(conn, claim, phase="publish")
+    return counts
+
+
+def drop_staged(execution_id: int) -> None:
+    """The staged copy is only needed by the analysis statement."""
+    with transaction() as conn:
+        conn.execute(
+            sa.text("DELETE FROM analysis_sightings WHERE execution_id = :e"), {"e": execution_id}
+        )

@@ -1,0 +1,179 @@
+"""Reading change sets: a task's changes, counts per kind, one endpoint's history (ANA-5, ANA-6).
+
+All reads come from the analysis's own compact tables (``analysis_changes``,
+``analysis_execution_summaries``, ``analysis_assets``), never from raw facts.
+Lists page by keyset on the change id (``app.cursors``), so a page costs the
+same whatever its depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.analysis.changes import CHANGE_KINDS
+from app.cursors import cursor_int, decode_cursor, encode_cursor
+
+_VALUES = ("state", "service", "product", "version", "banner_hash")
+_CHANGE_COLUMNS = (
+    "c.id, c.execution_id, c.task_id, c.finished_at, c.kind, host(c.ip) AS ip, c.port, "
+    "c.transport, " + ", ".join(f"c.old_{v}, c.new_{v}" for v in _VALUES)
+)
+
+
+def _values(row: Any, prefix: str) -> dict[str, Any] | None:
+    values = {v: getattr(row, f"{prefix}_{v}") for v in _VALUES}
+    if (row.kind, prefix) in (("new", "old"), ("gone", "new")):
+        return None
+    return values
+
+
+def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "kind": row.kind,
+        "execution_id": row.execution_id,
+        "task_id": row.task_id,
+        "at": row.finished_at.isoformat(),
+        "old": _values(row, "old"),
+        "new": _values(row, "new"),
+    }
+    if endpoint:
+        item.update(ip=row.ip, port=row.port, transport=row.transport)
+    return item
+
+
+def task_changes(
+    conn: Connection, task_id: int, *, kind: str | None, limit: int, cursor: str | None
+) -> dict[str, Any]:
+    """One keyset page of a task's changes (oldest first), optionally of one kind."""
+    position = decode_cursor("changes", cursor)
+    params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1, "after": 0}
+    where = "c.task_id = :task_id AND c.id > :after"
+    if position is not None:
+        params["after"] = cursor_int(position, "id")
+    if kind is not None:
+        where += " AND c.kind = :kind"
+        params["kind"] = kind
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
+            "ORDER BY c.id LIMIT :limit"
+        ),
+        params,
+    ).all()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor("changes", {"id": rows[-1].id})
+    return {
+        "items": [_change_item(r, endpoint=True) for r in rows],
+        "next_cursor": next_cursor,
+        "counts": task_change_counts(conn, task_id),
+    }
+
+
+def _empty_counts() -> dict[str, Any]:
+    return {**{k: 0 for k in CHANGE_KINDS}, "analysed_executions": 0}
+
+
+def task_change_counts(conn: Connection, task_id: int) -> dict[str, Any]:
+    """Changes per kind over the task's analysed executions."""
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT coalesce(sum(new), 0) AS new, coalesce(sum(changed), 0) AS changed,
+                   coalesce(sum(gone), 0) AS gone, coalesce(sum(reappeared), 0) AS reappeared,
+                   count(*) AS analysed_executions
+              FROM analysis_execution_summaries WHERE task_id = :task_id
+            """
+        ),
+        {"task_id": task_id},
+    ).one()
+    return {
+        **{k: int(getattr(row, k)) for k in CHANGE_KINDS},
+        "analysed_executions": int(row.analysed_executions),
+    }
+
+
+def execution_change_counts(
+    conn: Connection, execution_ids: Iterable[int]
+) -> dict[int, dict[str, Any] | None]:
+    """Per execution: changes per kind, or ``None`` while it is not analysed yet."""
+    ids = list(execution_ids)
+    found: dict[int, dict[str, Any] | None] = {i: None for i in ids}
+    if not ids:
+        return found
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT execution_id, new, changed, gone, reappeared, absence_checked, superseded
+              FROM analysis_execution_summaries WHERE execution_id = ANY(:ids)
+            """
+        ),
+        {"ids": ids},
+    ).all()
+    for r in rows:
+        found[r.execution_id] = {
+            **{k: int(getattr(r, k)) for k in CHANGE_KINDS},
+            "absence_checked": r.absence_checked,
+            "superseded": r.superseded,
+        }
+    return found
+
+
+def endpoint_history(
+    conn: Connection,
+    *,
+    owner_id: int,
+    ip: str,
+    port: int,
+    transport: str,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """One endpoint's current verdict and its events, oldest first (status None: never seen)."""
+    key = {"owner_id": owner_id, "ip": ip, "port": port, "transport": transport}
+    state = conn.execute(
+        sa.text(
+            f"""
+            SELECT status, gone_since, gone_execution_id, first_execution_id,
+                   {", ".join(_VALUES)}
+              FROM analysis_assets
+             WHERE owner_id = :owner_id AND ip = CAST(:ip AS inet) AND port = :port
+               AND transport = :transport
+            """  # noqa: S608 - fragments are module constants; values are bound
+        ),
+        key,
+    ).one_or_none()
+    position = decode_cursor("history", cursor)
+    after = cursor_int(position, "id") if position is not None else 0
+    rows = conn.execute(
+        sa.text(
+            f"""
+            SELECT {_CHANGE_COLUMNS} FROM analysis_changes c
+             WHERE c.owner_id = :owner_id AND c.ip = CAST(:ip AS inet) AND c.port = :port
+               AND c.transport = :transport AND c.id > :after
+             ORDER BY c.id LIMIT :limit
+            """  # noqa: S608 - fragments are module constants; values are bound
+        ),
+        {**key, "after": after, "limit": limit + 1},
+    ).all()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor("history", {"id": rows[-1].id})
+    return {
+        "ip": ip,
+        "port": port,
+        "transport": transport,
+        "status": state.status if state else None,
+        "gone_since": state.gone_since.isoformat() if state and state.gone_since else None,
+        "gone_execution_id": state.gone_execution_id if state else None,
+        "first_execution_id": state.first_execution_id if state else None,
+        "current": {v: getattr(state, v) for v in _VALUES} if state else None,
+        "events": [_change_item(r, endpoint=False) for r in rows],
+        "next_cursor": next_cursor,
+    }

@@ -1,0 +1,335 @@
+"""The analysis queue's leased protocol: claim, renew, advance, retry, complete, prune (ANA-1).
+
+``scan_analysis_queue`` has one row per finished execution (written by the
+final's transaction). A worker claims a row in one short transaction
+(``FOR UPDATE SKIP LOCKED``) with a fresh claim token and lease, like
+projection work; every later write of the row is guarded by
+``claim_token = :token AND lease_expires_at > now()`` and zero rows means the
+worker lost the row and must stop. A row whose lease expired while claimed (a
+crashed or stalled worker) is claimable again and the claim counts that as a
+failed attempt.
+
+Order (ANA-1): a row is claimable only when no other unprocessed row of the
+same owner finished earlier (finish time, then execution id), so one owner's
+executions are analysed one at a time in finish order, and only once the
+execution's projection is ready (or it has nothing to project: DNS-only, or
+not succeeded), because the analysis pushes status onto current assets the
+projection must already have written.
+
+Phases: ``analyse`` (the change set is not committed yet) → ``publish`` (the
+change set is committed; statuses still to be pushed to the search store) →
+``done`` (``processed_at`` set). Processed rows are deleted after
+``[analysis] retention_days``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.db import transaction
+from app.projection.status import projection_status_sql
+
+LEASE_EXPIRED_ERROR = (
+    "the previous claim's lease expired before it ended (worker stopped or stalled)"
+)
+MAX_ERROR_CHARS = 1000
+PRUNE_BATCH_ROWS = 5000
+
+
+class LeaseLost(Exception):
+    """This worker no longer owns the claimed queue row."""
+
+
+@dataclass(frozen=True)
+class AnalysisClaim:
+    execution_id: int
+    task_id: int
+    owner_id: int
+    kind: str  # "ports" | "dns"
+    status: str  # the execution's status
+    finished_at: datetime
+    targets: tuple[str, ...]
+    ports: str
+    transports: tuple[str, ...]
+    claim_token: uuid.UUID
+    phase: str
+    attempts: int
+    recovered: bool
+    lease_seconds: float
+    claimed_monotonic: float
+
+
+# The execution's order key; an execution without a finish time (it never ended)
+# sorts by its last update, so it can neither block nor jump its owner's queue forever.
+_FINISHED = "coalesce(e.finished_at, e.updated_at)"
+
+_CLAIM = sa.text(
+    f"""
+    WITH next AS (
+        SELECT q.execution_id, q.claim_token IS NOT NULL AS recovered
+          FROM scan_analysis_queue q
+          JOIN scan_executions e ON e.id = q.execution_id
+          JOIN scan_tasks t ON t.id = e.task_id
+         WHERE q.processed_at IS NULL
+           AND q.available_at <= now()
+           AND (q.lease_expires_at IS NULL OR q.lease_expires_at <= now())
+           AND (e.status <> 'succeeded'
+                OR {projection_status_sql("e")} IN ('ready', 'not_applicable'))
+           AND NOT EXISTS (
+               SELECT 1
+                 FROM scan_analysis_queue q2
+                 JOIN scan_executions e2 ON e2.id = q2.execution_id
+                 JOIN scan_tasks t2 ON t2.id = e2.task_id
+                WHERE q2.processed_at IS NULL
+                  AND t2.owner_id = t.owner_id
+                  AND q2.execution_id <> q.execution_id
+                  AND ({_FINISHED.replace("e.", "e2.")}, e2.id) < ({_FINISHED}, e.id))
+         ORDER BY {_FINISHED}, e.id
+         LIMIT 1
+           FOR UPDATE OF q SKIP LOCKED
+    )
+    UPDATE scan_analysis_queue q
+       SET claim_token = gen_random_uuid(),
+           lease_expires_at = now() + make_interval(secs => :lease),
+           attempts = q.attempts + CASE WHEN next.recovered THEN 1 ELSE 0 END,
+           last_error = CASE WHEN next.recovered THEN :recovered_error ELSE q.last_error END,
+           updated_at = now()
+      FROM next
+     WHERE q.execution_id = next.execution_id
+    RETURNING q.execution_id, q.claim_token, q.phase, q.attempts, next.recovered
+    """  # noqa: S608 - fragments are module constants; values are bound
+)
+
+_OWNED = "execution_id = :execution_id AND claim_token = :token AND lease_expires_at > now()"
+
+
+def _owned(claim: AnalysisClaim) -> dict[str, object]:
+    return {"execution_id": claim.execution_id, "token": claim.claim_token}
+
+
+def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
+    """Claim the next analysable execution, or ``None`` when nothing is due."""
+    sent_at = time.monotonic()
+    with transaction() as conn:
+        row = conn.execute(
+            _CLAIM, {"lease": lease_seconds, "recovered_error": LEASE_EXPIRED_ERROR}
+        ).one_or_none()
+        if row is None:
+            return None
+        execution = conn.execute(
+            sa.text(
+                f"""
+                SELECT e.task_id, t.owner_id, e.kind, e.status, {_FINISHED} AS finished_at,
+                       e.targets, e.ports, e.transports
+                  FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
+                 WHERE e.id = :id
+                """  # noqa: S608 - fragments are module constants; values are bound
+            ),
+            {"id": row.execution_id},
+        ).one()
+    targets = execution.targets if isinstance(execution.targets, list) else []
+    return AnalysisClaim(
+        execution_id=row.execution_id,
+        task_id=execution.task_id,
+        owner_id=execution.owner_id,
+        kind=execution.kind,
+        status=execution.status,
+        finished_at=execution.finished_at,
+        targets=tuple(str(t) for t in targets),
+        ports=execution.ports,
+        transports=tuple(execution.transports),
+        claim_token=row.claim_token,
+        phase=row.phase,
+        attempts=row.attempts,
+        recovered=row.recovered,
+        lease_seconds=lease_seconds,
+        claimed_monotonic=sent_at,
+    )
+
+
+def hold(conn: Connection, claim: AnalysisClaim, *, phase: str) -> None:
+    """Inside the caller's transaction: prove ownership, extend the lease, lock the row.
+
+    The row stays locked until that transaction ends, so no other worker can
+    claim it meanwhile even if the lease runs out during a long statement.
+    """
+    owned = conn.execute(
+        sa.text(
+            f"""
+            UPDATE scan_analysis_queue
+               SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
+             WHERE {_OWNED} AND phase = :phase
+            RETURNING 1
+            """  # noqa: S608 - fragments are module constants; values are bound
+        ),
+        {**_owned(claim), "lease": claim.lease_seconds, "phase": phase},
+    ).scalar()
+    if not owned:
+        raise LeaseLost(f"analysis of execution {claim.execution_id} ({phase})")
+
+
+def advance(conn: Connection, claim: AnalysisClaim, *, phase: str) -> None:
+    """Inside the caller's transaction (after ``hold``): move to ``phase``, clear errors.
+
+    The lease restarts from the statement's end (``clock_timestamp``), not from the
+    transaction's start, so a long analysis leaves its worker a whole lease to go on.
+    """
+    conn.execute(
+        sa.text(
+            "UPDATE scan_analysis_queue SET phase = :phase, attempts = 0, last_error = NULL, "
+            "lease_expires_at = clock_timestamp() + make_interval(secs => :lease), "
+            "updated_at = now() WHERE execution_id = :execution_id AND claim_token = :token"
+        ),
+        {**_owned(claim), "phase": phase, "lease": claim.lease_seconds},
+    )
+
+
+def renew(claim: AnalysisClaim) -> bool | None:
+    """Extend the lease. False: ownership lost; None: the row is locked, not renewed.
+
+    While the worker's own analysis transaction holds the row (``hold``), nobody
+    else can claim it, so a renewal does not wait for that lock: it skips the
+    beat, and the analysis extends the lease itself when it commits (``advance``).
+    """
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                f"""
+                WITH lockable AS (
+                    SELECT execution_id FROM scan_analysis_queue
+                     WHERE execution_id = :execution_id
+                       FOR UPDATE SKIP LOCKED
+                ), renewed AS (
+                    UPDATE scan_analysis_queue
+                       SET lease_expires_at = now() + make_interval(secs => :lease),
+                           updated_at = now()
+                     WHERE {_OWNED} AND execution_id IN (SELECT execution_id FROM lockable)
+                    RETURNING 1
+                )
+                SELECT (SELECT count(*) FROM renewed) AS renewed,
+                       (SELECT count(*) FROM lockable) AS lockable,
+                       (SELECT claim_token = :token FROM scan_analysis_queue
+                         WHERE execution_id = :execution_id) AS ours
+                """  # noqa: S608 - fragments are module constants; values are bound
+            ),
+            {**_owned(claim), "lease": claim.lease_seconds},
+        ).one()
+    if row.renewed:
+        return True
+    if not row.lockable and row.ours:
+        return None
+    return False
+
+
+def complete(claim: AnalysisClaim) -> bool:
+    """Statuses pushed: the row is processed; False: ownership lost."""
+    with transaction() as conn:
+        return bool(
+            conn.execute(
+                sa.text(
+                    f"""
+                    UPDATE scan_analysis_queue
+                       SET processed_at = now(), phase = 'done', claim_token = NULL,
+                           lease_expires_at = NULL, attempts = 0, last_error = NULL,
+                           updated_at = now()
+                     WHERE {_OWNED} AND phase = 'publish'
+                    RETURNING 1
+                    """  # noqa: S608 - fragments are module constants; values are bound
+                ),
+                _owned(claim),
+            ).scalar()
+        )
+
+
+def retry(
+    claim: AnalysisClaim, error: str, *, base_seconds: float, max_backoff_seconds: float
+) -> float | None:
+    """Keep the error, count the attempt, back off (equal jitter); ``None``: ownership lost."""
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                f"""
+                WITH delay AS (
+                    SELECT least(CAST(:max_backoff AS double precision),
+                                 CAST(:base AS double precision) * power(2, least(attempts, 40)))
+                           * (0.5 + random() * 0.5) AS seconds
+                      FROM scan_analysis_queue WHERE {_OWNED}
+                )
+                UPDATE scan_analysis_queue
+                   SET claim_token = NULL, lease_expires_at = NULL,
+                       attempts = attempts + 1, last_error = :error,
+                       available_at = now() + make_interval(secs => (SELECT seconds FROM delay)),
+                       updated_at = now()
+                 WHERE {_OWNED}
+                RETURNING (SELECT seconds FROM delay) AS retry_in
+                """  # noqa: S608 - fragments are module constants; values are bound
+            ),
+            {
+                **_owned(claim),
+                "error": error[:MAX_ERROR_CHARS],
+                "base": base_seconds,
+                "max_backoff": max_backoff_seconds,
+            },
+        ).one_or_none()
+    return None if row is None else float(row.retry_in)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    rows: int
+    oldest_age_seconds: float
+    running: int
+    retrying: int
+
+
+def backlog() -> Backlog:
+    """Unprocessed rows, the age of the oldest, live claims and rows holding an error."""
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                """
+                SELECT count(*) AS rows,
+                       coalesce(extract(epoch FROM now() - min(enqueued_at)), 0) AS oldest,
+                       count(*) FILTER (WHERE claim_token IS NOT NULL
+                                          AND lease_expires_at > now()) AS running,
+                       count(*) FILTER (WHERE last_error IS NOT NULL) AS retrying
+                  FROM scan_analysis_queue
+                 WHERE processed_at IS NULL
+                """
+            )
+        ).one()
+    return Backlog(
+        rows=row.rows,
+        oldest_age_seconds=float(row.oldest),
+        running=row.running,
+        retrying=row.retrying,
+    )
+
+
+def prune_processed(*, retention_days: int) -> int:
+    """Delete processed rows older than the retention, in short batches; returns the count."""
+    deleted = 0
+    while True:
+        with transaction() as conn:
+            n = conn.execute(
+                sa.text(
+                    """
+                    DELETE FROM scan_analysis_queue
+                     WHERE execution_id IN (
+                         SELECT execution_id FROM scan_analysis_queue
+                          WHERE processed_at IS NOT NULL
+                            AND processed_at < now() - make_interval(days => :days)
+                          LIMIT :batch)
+                    """
+                ),
+                {"days": retention_days, "batch": PRUNE_BATCH_ROWS},
+            ).rowcount
+        deleted += n
+        if n < PRUNE_BATCH_ROWS:
+            return deleted

@@ -1,0 +1,70 @@
+"""Change-analysis views: a task's change set and one endpoint's history (ANA-5, ANA-6).
+
+Both read the analysis's compact tables in one short transaction, owner-scoped:
+a user sees the changes of their own tasks and the history of their own
+endpoints (admins see every task; history is always the caller's own view).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from flask import Blueprint, jsonify, request
+
+from app.analysis.changes import CHANGE_KINDS
+from app.analysis.queries import endpoint_history, task_changes
+from app.db import transaction
+from app.errors import NotFound, ValidationError
+from app.http.guards import current_user, require_user
+from app.http.requests import int_arg, page_limit
+from app.scan_control.query import task_visible
+
+blueprint = Blueprint("changes", __name__, url_prefix="/api")
+
+
+def _invalid(parameter: str, message: str) -> ValidationError:
+    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
+
+
+@blueprint.get("/tasks/<int:task_id>/changes")
+@require_user
+def task_changes_route(task_id: int):
+    kind = request.args.get("kind") or None
+    if kind is not None and kind not in CHANGE_KINDS:
+        raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
+    limit = page_limit(default=100, maximum=1000)
+    with transaction() as conn:
+        if not task_visible(conn, current_user(), task_id):
+            raise NotFound("task not found", code="task_not_found")
+        page = task_changes(
+            conn, task_id, kind=kind, limit=limit, cursor=request.args.get("cursor") or None
+        )
+    return jsonify(page)
+
+
+@blueprint.get("/assets/history")
+@require_user
+def asset_history_route():
+    raw_ip = request.args.get("ip") or ""
+    try:
+        ip = str(ipaddress.ip_address(raw_ip.strip()))
+    except ValueError:
+        raise _invalid("ip", "ip must be an IPv4 or IPv6 address") from None
+    port = int_arg("port", minimum=1, maximum=65535)
+    if port is None:
+        raise _invalid("port", "port is required (1-65535)")
+    transport = (request.args.get("transport") or "tcp").lower()
+    if transport not in ("tcp", "udp"):
+        raise _invalid("transport", "transport must be tcp or udp")
+    limit = page_limit(default=100, maximum=1000)
+    with transaction() as conn:
+        history = endpoint_history(
+            conn,
+            owner_id=current_user().id,
+            ip=ip,
+            port=port,
+            transport=transport,
+            limit=limit,
+            cursor=request.args.get("cursor") or None,
+        )
+    return jsonify(history)
