@@ -15,7 +15,7 @@ receipt. Retries of the same identity are recognised here:
 The main stream's final batch is accepted only when batches ``0..final-1`` are
 present, contiguous and all confirmed, the DNS sidecar has nothing pending,
 and no batch of the execution is pending under any other upload id (a batch
-is all or nothing: facts of a batch that was never confirmed must not be
+is all or nothing, ING-18: facts of a batch that was never confirmed must not be
 counted by a final); inserting the final receipt reserves the final, after
 which new batches of the execution, under any upload id, get 409
 ``final_already_reserved``. Those checks read ``scan_upload_stream`` (one row

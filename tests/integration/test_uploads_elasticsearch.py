@@ -162,9 +162,7 @@ def test_failed_bulk_items_leave_the_receipt_pending(simulator, es_api):
     assert _execution_counts() == ("succeeded", 2, 2, 2)
 
 
-def test_an_item_mapping_error_is_a_422_naming_the_item_and_blocks_the_final(
-    simulator, es_api
-):
+def test_an_item_mapping_error_is_a_422_naming_the_item_and_blocks_the_final(simulator, es_api):
     api, _prefix = es_api
     user, scanner = api.user(), api.scanner()
     make_task(user, ports="80,443")

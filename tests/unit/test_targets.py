@@ -13,12 +13,12 @@ from app.errors import ValidationError
 from app.scan_control.creation import validate_task_request
 from app.scan_control.planning import plan_executions
 from app.scan_control.targets import (
+    SPECIAL_USE_CLASSES,
     count_addresses,
     normalise_domain,
     parse_ports,
     parse_targets,
     parse_transports,
-    SPECIAL_USE_CLASSES,
 )
 
 LIMITS = ScanSettings()
@@ -304,5 +304,5 @@ def test_a_network_overlapping_a_refused_range_is_refused():
 def test_an_unknown_special_use_class_is_a_config_error():
     from app.config import ConfigError, load_settings
 
-    with pytest.raises(ConfigError, match="scan.special_use_targets = 'lan'"):
+    with pytest.raises(ConfigError, match=r"scan\.special_use_targets = 'lan'"):
         load_settings(env={}, overrides={"scan": {"special_use_targets": ["lan"]}})
