@@ -1,7 +1,7 @@
 """Server-side sessions and the login throttle counters (IDN-1, IDN-3).
 
 Revision ID: 20261130_0070
-Revises: 20261130_0060
+Revises: 20261130_0065
 Create Date: 2026-11-30
 
 * ``user_sessions``: one row per logged-in browser, keyed by the SHA-256 of the
@@ -15,7 +15,7 @@ Create Date: 2026-11-30
 from alembic import op
 
 revision = "20261130_0070"
-down_revision = "20261130_0060"
+down_revision = "20261130_0065"
 branch_labels = None
 depends_on = None
 

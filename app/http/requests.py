@@ -40,8 +40,11 @@ def request_body(*, cache: bool = True) -> bytes:
     return request.get_data(cache=cache)
 
 
-def json_body() -> dict[str, Any]:
-    """The request's JSON object, or a 400 that says what is wrong with it."""
+def json_body(*, allow_nul: bool = False) -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it.
+
+    ``allow_nul`` is for routes whose own validation names a NUL precisely.
+    """
     if not request.is_json:
         raise ValidationError(
             "request body must be JSON (Content-Type: application/json)", code="invalid_json"
@@ -49,7 +52,7 @@ def json_body() -> dict[str, Any]:
     body = decode_json(request_body())
     # NUL and lone surrogates in names, passwords or reasons are refused here, once for
     # every JSON route, rather than failing later in the database driver.
-    require_clean_json(body)
+    require_clean_json(body, allow_nul=allow_nul)
     if not isinstance(body, dict):
         raise ValidationError("request body must be a JSON object", code="invalid_json")
     return body

@@ -47,7 +47,7 @@ def _rollup_token_matches(token: str) -> bool:
 @blueprint.post("/rollups")
 @require_bearer(_rollup_token_matches, realm="netmap-traffic")
 def ingest_rollups():
-    body = json_body()
+    body = json_body(allow_nul=True)  # the row validator names index and field of a NUL
     records = validate_rows(body.get("rows"), max_rows=_settings().traffic.max_rows_per_request)
     with transaction() as conn:
         written = upsert_rows(conn, records)

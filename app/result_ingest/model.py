@@ -5,7 +5,7 @@ ports and timestamps, oversized batches and a checksum that does not match the
 canonical JSON all answer 400 naming the offending item index and field, and
 nothing reaches PostgreSQL or the store.
 
-Text the stores cannot hold is settled here too (ING-14), so a store never
+Text the stores cannot hold is settled here too (ING-15), so a store never
 refuses an item validation let through:
 
 * a NUL character (``\u0000``) in free text (service name, product, version,

@@ -15,11 +15,13 @@ receipt. Retries of the same identity are recognised here:
 The main stream's final batch is accepted only when batches ``0..final-1`` are
 present, contiguous and all confirmed, the DNS sidecar has nothing pending,
 and no batch of the execution is pending under any other upload id (a batch
-is all or nothing: facts of a batch that was never confirmed must not be
+is all or nothing, ING-18: facts of a batch that was never confirmed must not be
 counted by a final); inserting the final receipt reserves the final, after
 which new batches of the execution, under any upload id, get 409
-``final_already_reserved``. Those checks read ``scan_upload_stream`` (one row
-per upload and stream), never the receipts themselves.
+``final_already_reserved``. The checks within an upload read
+``scan_upload_stream`` (one row per upload and stream); those across upload
+ids read only the current claim's pending and final receipts (a partial
+index), never the execution's history.
 """
 
 from __future__ import annotations
@@ -255,32 +257,37 @@ def _check_new_batch(body: UploadBody, streams: dict[str, StreamState]) -> None:
 
 
 def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -> None:
-    """409 when another upload of the execution has reserved its final (for any new batch)
-    or, for a final, still has a pending batch."""
+    """409 when another upload of this claim has reserved its final (for any new batch)
+    or, for a final, still has a pending batch.
+
+    Only receipts of the current claim count: an attempt whose lease expired left its
+    receipts behind, and the next attempt must not wait for batches nobody will send.
+    """
     rows = conn.execute(
         sa.text(
-            "SELECT upload_id, stream, pending_count, final_count, final_batch "
-            "FROM scan_upload_stream WHERE execution_id = :e AND upload_id <> :u "
-            "AND (final_count > 0 OR pending_count > 0) ORDER BY upload_id, stream LIMIT 10"
+            "SELECT upload_id, stream, batch_index, is_final, status "
+            "FROM scan_upload_receipts WHERE execution_id = :e AND claim_token = :t "
+            "AND (status = 'pending' OR is_final) AND upload_id <> :u "
+            "ORDER BY upload_id, stream, batch_index LIMIT 20"
         ),
-        {"e": execution_id, "u": body.upload_id},
+        {"e": execution_id, "t": body.claim_token, "u": body.upload_id},
     ).all()
-    final = next((r for r in rows if r.final_count), None)
+    final = next((r for r in rows if r.is_final), None)
     if final is not None:
         raise Conflict(
             f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
             code="final_already_reserved",
-            details={"upload_id": final.upload_id, "final_batch": final.final_batch},
+            details={"upload_id": final.upload_id, "final_batch": final.batch_index},
         )
-    pending = [r for r in rows if r.pending_count]
+    pending = [r for r in rows if r.status == "pending"]
     if body.is_final and pending:
         raise Conflict(
             "another upload of this execution has a batch that is not confirmed yet; "
             "the final waits until it is confirmed",
             code="batch_gap",
             details={
-                "pending_uploads": [
-                    {"upload_id": r.upload_id, "stream": r.stream, "pending": r.pending_count}
+                "pending": [
+                    {"upload_id": r.upload_id, "stream": r.stream, "batch_index": r.batch_index}
                     for r in pending
                 ]
             },

@@ -1,4 +1,4 @@
-"""Which results an execution may upload: its own targets, ports and names (ING-15).
+"""Which results an execution may upload: its own targets, ports and names (ING-17).
 
 A scanner reports on what it was asked to scan. An observation for an address
 outside the execution's targets, a port outside its ports or a transport it

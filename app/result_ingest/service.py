@@ -12,7 +12,7 @@
 The response (``saved``) is computed only after the last commit returned its
 connection.
 
-Store failures are told apart (ING-14): a condition of the store (unreachable,
+Store failures are told apart (ING-16): a condition of the store (unreachable,
 429, 5xx, timeouts, pool timeout) is a 503 with ``Retry-After`` and the batch
 is retried as it is; a refusal of the content (an item the store rejects for
 what it is, a 4xx answer, a PostgreSQL data error) is a 422 ``store_refused``

@@ -67,6 +67,13 @@ def test_nul_and_lone_surrogates_in_json_strings_are_a_400(api, text):
     assert scalar("SELECT count(*) FROM scan_tasks") == 0
 
 
+def test_nul_in_a_module_change_reason_is_a_400_not_a_503(api):
+    admin = api.admin()
+    body = {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "why\x00"}
+    error = _error(admin.post("/api/modules/report-render", json=body))
+    assert error["details"]["items"][0]["field"] == "changeReason"
+
+
 def test_nan_and_infinity_in_json_bodies_are_a_400(api):
     user = api.user()
     for literal in ("NaN", "Infinity", "-Infinity", "1e400"):

@@ -8,7 +8,10 @@ from tests.support.scanner_protocol import claim, observation
 
 
 def _scan(user, scanner, targets, observations):
-    created = user.post("/api/tasks", json={"name": "r", "targets": targets, "ports": "1-65535"})
+    created = user.post(
+        "/api/tasks",
+        json={"name": "r", "targets": targets, "ports": "1-65535", "transports": ["tcp", "udp"]},
+    )
     task = created.get_json()["task"]
     upload = claim(scanner)
     assert upload.final(0, observations).status_code == 200

@@ -425,3 +425,29 @@ def test_the_checksum_is_over_the_body_as_received(api):
     body = upload_body(upload.token, 0, items)
     assert body["checksum"] == checksum(items, [])
     assert upload.post(body).status_code == 200
+
+
+def test_a_previous_attempts_pending_batches_do_not_block_the_next_attempt(api):
+    from app.scan_control.dispatch import recover_expired_leases
+    from app.search.port import StoreUnavailable
+
+    user, scanner = api.user(), api.scanner()
+    make_task(user)
+    first = claim(scanner)
+    store = install(api.app)
+
+    def unavailable(*_a, **_k):
+        raise StoreUnavailable("cluster unreachable")
+
+    store.before["write_facts"] = unavailable
+    assert first.batch(0, [observation("192.0.2.1")]).status_code == 503
+    assert first.final(0, [observation("192.0.2.1")], upload_id="first-final").status_code == 409
+    del store.before["write_facts"]
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE scan_executions SET lease_expires_at = now() - interval '1s'"))
+        assert recover_expired_leases(conn, retry_backoff_seconds=0).requeued == 1
+    second = claim(scanner)
+    assert second.id == first.id and second.token != first.token
+    final = second.final(0, [observation("192.0.2.2")], upload_id="attempt-2")
+    assert final.status_code == 200, final.get_json()
+    assert scalar("SELECT status FROM scan_executions") == "succeeded"

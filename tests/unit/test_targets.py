@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 
 import pytest
 from hypothesis import given, settings
@@ -305,5 +304,5 @@ def test_a_network_overlapping_a_refused_range_is_refused():
 def test_an_unknown_special_use_class_is_a_config_error():
     from app.config import ConfigError, load_settings
 
-    with pytest.raises(ConfigError, match=re.escape("scan.special_use_targets = 'lan'")):
+    with pytest.raises(ConfigError, match=r"scan\.special_use_targets = 'lan'"):
         load_settings(env={}, overrides={"scan": {"special_use_targets": ["lan"]}})

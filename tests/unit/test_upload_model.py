@@ -57,6 +57,8 @@ def test_a_valid_body_is_normalised():
     ("overrides", "field"),
     [
         ({"protocol_version": 2}, "protocol_version"),
+        ({"protocol_version": True}, "protocol_version"),
+        ({"protocol_version": 1.0}, "protocol_version"),
         ({"upload_id": "has space"}, "upload_id"),
         ({"batch_index": -1}, "batch_index"),
         ({"batch_index": "1"}, "batch_index"),
@@ -82,3 +84,27 @@ def test_observed_at_window_is_configurable():
         "index": 0,
         "field": "observed_at",
     }
+
+
+@given(st.text(max_size=30))
+def test_nul_escaping_keeps_every_other_character(text):
+    from app.result_ingest.model import NUL_ESCAPE, escape_nul
+
+    escaped = escape_nul(text)
+    assert "\x00" not in escaped
+    assert escaped == text.replace("\x00", NUL_ESCAPE)
+
+
+def test_nan_infinity_and_surrogates_anywhere_are_refused_with_their_place():
+    now = datetime.now(UTC).isoformat()
+    for bad, loc in (
+        ({"http": {"a": [float("nan")]}}, "http.a.0"),
+        ({"tls": {"b": float("inf")}}, "tls.b"),
+        ({"hostname": "x\ud800"}, "hostname"),
+    ):
+        body = _body()  # the checksum of a valid list; the walk runs before the checksum
+        body["observations"] = [{"observed_at": now, "ip": "192.0.2.1", "port": 22, **bad}]
+        with pytest.raises(ValidationError) as info:
+            parse_upload(body, IngestSettings())
+        (item,) = info.value.details["items"]
+        assert (item["index"], item["field"]) == (0, loc)
