@@ -13,13 +13,14 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import timedelta
-
-from flask import Flask, g, request
-from sqlalchemy.engine import Engine
-from werkzeug.middleware.proxy_fix import ProxyFix
+from typing import TYPE_CHECKING
 
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
 from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+
+if TYPE_CHECKING:  # Flask is imported by the factory: `import app.x` must not load the web stack
+    from flask import Flask
+    from sqlalchemy.engine import Engine
 
 __all__ = ["close_app", "create_app"]
 
@@ -37,6 +38,9 @@ def create_app(
     ``refresh_once()`` themselves) or "off" (no renderer in this process)."""
     if modules not in {"background", "manual", "off"}:
         raise ValueError(f"modules must be background, manual or off, not {modules!r}")
+    from flask import Flask
+    from werkzeug.middleware.proxy_fix import ProxyFix
+
     configure_logging()
     if settings is None:
         settings, check = load_settings()
@@ -119,6 +123,8 @@ def close_app(app: Flask) -> None:
 
 
 def _install_request_hooks(app: Flask) -> None:
+    from flask import g, request
+
     @app.before_request
     def _start_request() -> None:
         g.request_started = time.perf_counter()
