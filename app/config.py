@@ -199,6 +199,9 @@ class TrafficSettings:
     post_retries: int = spec(5, min=0, max=20, doc="standalone: retries per batch on 429/5xx")
     post_timeout_seconds: float = spec(30.0, min=1, max=600)
     max_rows_per_request: int = spec(10000, min=1, max=100000, doc="ingest endpoint limit")
+    scan_processes: int = spec(
+        0, min=0, max=64, doc="processes reading logs in a large scan; 0: one per CPU"
+    )
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from app.traffic.business_time import BusinessCalendar
 from app.traffic.checkpoints import (
     CheckpointConflict,
     CheckpointStore,
+    DatabasePublish,
     DomainCommit,
     FileChange,
     FileCheckpoint,
@@ -51,11 +52,19 @@ from app.traffic.logfiles import (
     fingerprint,
     list_domain_files,
     probe,
-    read_lines,
     snapshot,
 )
-from app.traffic.logline import TOTAL, LineAggregator
+from app.traffic.logline import TOTAL
 from app.traffic.partials import RowRenderer, partials_from_buckets
+from app.traffic.scan import (
+    PARALLEL_MIN_BYTES,
+    ScanResult,
+    ScanTask,
+    merge,
+    run_scans,
+    split_ranges,
+    worker_count,
+)
 from app.traffic.sinks import RowSink, SinkError
 
 SCAN_MODES = ("full", "incremental", "mixed", "cached")
@@ -104,9 +113,11 @@ class RollupSummary:
     accepted: int = 0
     publish_error: str | None = None
     duration_ms: float = 0.0
-    # Where the time went: reading and parsing files, committing checkpoints, publishing.
+    # Where the time went: reading and parsing files into 5-minute sums, aggregating them
+    # into 5-minute and day partial sums, committing checkpoints and partial sums (rows
+    # written inside that commit count as rows), writing rows.
     phase_seconds: dict[str, float] = field(
-        default_factory=lambda: {"read": 0.0, "commit": 0.0, "publish": 0.0}
+        default_factory=lambda: dict.fromkeys(("parse", "aggregate", "checkpoints", "rows"), 0.0)
     )
 
     @property
@@ -186,6 +197,11 @@ class RollupRun:
         self.report = report or (lambda _message: None)
         self.should_stop = should_stop or (lambda: False)
         self.calendar = BusinessCalendar(settings.timezone)
+        # Checkpoints and rows in one PostgreSQL: rows are computed and written in SQL.
+        self._publishes_in_database = bool(
+            getattr(store, "publishes_in_database", False)
+            and getattr(sink, "writes_database", False)
+        )
 
     def execute(self, options: RollupOptions) -> RollupSummary:
         started = time.perf_counter()
@@ -238,7 +254,7 @@ class RollupRun:
                     self._publish(domain, options, now, window[1], summary)
                 except SinkError as exc:
                     summary.publish_error = str(exc)
-                summary.phase_seconds["publish"] += time.perf_counter() - publishing
+                summary.phase_seconds["rows"] += time.perf_counter() - publishing
             if options.granularity == "day":
                 self.store.prune(domain, now - self.settings.retention_days * 86400)
         summary.duration_ms = (time.perf_counter() - started) * 1000
@@ -258,6 +274,7 @@ class RollupRun:
         summary: RollupSummary,
     ) -> None:
         reading = time.perf_counter()
+        aggregated = summary.phase_seconds["aggregate"]
         state = self.store.load(domain)
         candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
         if unsupported:
@@ -292,8 +309,9 @@ class RollupRun:
         elif any(not r.skip for r in plan.reads):
             outcome.mode = "incremental"
         commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
-        for planned in plan.reads:
-            change = self._read(domain, planned, window, outcome)
+        scanned = self._scan(domain, plan.reads, summary)
+        for index, planned in enumerate(plan.reads):
+            change = self._change(domain, planned, scanned.get(index), window, outcome, summary)
             if change is not None:
                 commit.changes.append(change)
         after, _ = list_domain_files(log_dir, domain, self.settings.file_patterns)
@@ -310,13 +328,62 @@ class RollupRun:
         commit.verified_days = {day: now for day in due_days}
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
+        if self._publishes_in_database:
+            commit.publish = self._database_publish(options, now, window[1])
         committing = time.perf_counter()
-        summary.phase_seconds["read"] += committing - reading
+        aggregated = summary.phase_seconds["aggregate"] - aggregated
+        summary.phase_seconds["parse"] += committing - reading - aggregated
         self.store.commit(commit, now)
-        summary.phase_seconds["commit"] += time.perf_counter() - committing
+        committed = time.perf_counter() - committing
+        summary.phase_seconds["checkpoints"] += committed - commit.published_seconds
+        summary.phase_seconds["rows"] += commit.published_seconds
+        summary.rows += commit.published
+        summary.accepted += commit.published
 
-    def _read(
-        self, domain: str, planned: PlannedRead, window: tuple[int, int], outcome: DomainOutcome
+    def _scan(
+        self, domain: str, reads: list[PlannedRead], summary: RollupSummary
+    ) -> dict[int, ScanResult]:
+        """Every planned read's new lines as 5-minute sums, keyed by the read's index."""
+        processes = worker_count(self.settings.scan_processes)
+        total = sum(
+            r.candidate.size - r.start for r in reads if not r.skip and not r.candidate.compressed
+        ) + sum(r.candidate.size for r in reads if not r.skip and r.candidate.compressed)
+        if total < PARALLEL_MIN_BYTES:
+            processes = 1
+        tasks: list[ScanTask] = []
+        for index, planned in enumerate(reads):
+            if planned.skip:
+                continue
+            candidate = planned.candidate
+            if planned.start or planned.replace:
+                self.report(f"{domain}: reading {candidate.name} from byte {planned.start}")
+            else:
+                self.report(f"{domain}: reading {candidate.name}")
+            ranges = split_ranges(candidate, planned.start, processes)
+            for start, end in ranges:
+                tasks.append(
+                    ScanTask(
+                        read_index=index,
+                        candidate=candidate,
+                        start=start,
+                        end=end,
+                        max_line_bytes=self.settings.max_line_bytes,
+                        max_path_bytes=self.settings.max_path_bytes,
+                    )
+                )
+        grouped: dict[int, list[ScanResult]] = {}
+        for result in run_scans(tasks, processes, self.on_bytes):
+            grouped.setdefault(result.read_index, []).append(result)
+        return {index: merge(results) for index, results in grouped.items()}
+
+    def _change(
+        self,
+        domain: str,
+        planned: PlannedRead,
+        result: ScanResult | None,
+        window: tuple[int, int],
+        outcome: DomainOutcome,
+        summary: RollupSummary,
     ) -> FileChange | None:
         candidate, old = planned.candidate, planned.checkpoint
         if planned.skip:
@@ -338,40 +405,25 @@ class RollupRun:
                 vanished=False,
             )
             return FileChange(checkpoint=located, replace=False, deltas={})
-        aggregator = LineAggregator(
-            max_line_bytes=self.settings.max_line_bytes,
-            max_path_bytes=self.settings.max_path_bytes,
-        )
-        if planned.start or planned.replace:
-            self.report(f"{domain}: reading {candidate.name} from byte {planned.start}")
-        else:
-            self.report(f"{domain}: reading {candidate.name}")
-        result = read_lines(
-            candidate,
-            planned.start,
-            max_line_bytes=self.settings.max_line_bytes,
-            on_lines=aggregator.feed,
-            on_oversized=aggregator.add_oversized,
-            on_chunk=self.on_bytes,
-        )
+        assert result is not None
         outcome.files_read += 1
         outcome.bytes_read += result.bytes_read
-        outcome.scanned_lines += aggregator.lines
-        outcome.malformed_lines += aggregator.malformed
-        outcome.oversized_lines += aggregator.oversized
+        outcome.scanned_lines += result.lines
+        outcome.malformed_lines += result.malformed
+        outcome.oversized_lines += result.oversized
         if old is not None and (not result.reached_content_end or result.end < old.offset):
             # A copy holding less than was already read: it adds nothing and must not
             # replace the sums of the longer original.
             return None
         if result.end == 0:
             return None  # no complete line yet: nothing to remember
-        deltas = partials_from_buckets(
-            aggregator.buckets, self.calendar, self.settings.max_path_bytes
-        )
+        aggregating = time.perf_counter()
+        deltas = partials_from_buckets(result.buckets, self.calendar, self.settings.max_path_bytes)
         for (granularity, bucket, _method, _path), sums in deltas.items():
             if granularity == "5m" and window[0] <= bucket < window[1]:
                 outcome.matched_lines += sums[TOTAL]
-        newest = max((key[0] for key in aggregator.buckets), default=None)
+        newest = max((key[0] for key in result.buckets), default=None)
+        summary.phase_seconds["aggregate"] += time.perf_counter() - aggregating
         prefix = planned.probe.prefix
         if old is None:
             length = min(FINGERPRINT_BYTES, result.end, len(prefix))
@@ -383,7 +435,7 @@ class RollupRun:
                 fingerprint_length=length,
                 fingerprint=fingerprint(prefix[:length]),
                 offset=result.end,
-                lines=aggregator.lines,
+                lines=result.lines,
                 compressed=candidate.compressed,
                 path=str(candidate.path),
                 newest_bucket=newest,
@@ -401,7 +453,7 @@ class RollupRun:
                 compressed=candidate.compressed,
                 vanished=False,
                 offset=result.end,
-                lines=aggregator.lines if planned.replace else old.lines + aggregator.lines,
+                lines=result.lines if planned.replace else old.lines + result.lines,
                 fingerprint_length=length if grown else old.fingerprint_length,
                 fingerprint=fingerprint(prefix[:length]) if grown else old.fingerprint,
                 newest_bucket=newest,
@@ -409,10 +461,30 @@ class RollupRun:
         return FileChange(checkpoint=checkpoint, replace=planned.replace, deltas=deltas)
 
     # -- publishing ------------------------------------------------------------------
+    def _database_publish(self, options: RollupOptions, now: float, until: int) -> DatabasePublish:
+        renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
+        return DatabasePublish(
+            granularity=options.granularity,
+            until=until,
+            source_server=options.source_server,
+            generated_at=now,
+            bucket_fields=renderer.bucket_fields,
+        )
+
     def _publish(
         self, domain: str, options: RollupOptions, now: float, until: int, summary: RollupSummary
     ) -> None:
         batch_size = self.settings.batch_size
+        if self._publishes_in_database:
+            # Rows never leave the database: one statement per batch of dirty keys.
+            publish = self._database_publish(options, now, until)
+            batches = self.store.publish_dirty(domain, publish, max(batch_size, 20000))  # type: ignore[attr-defined]
+            for count in batches:
+                summary.rows += count
+                summary.accepted += count
+                if self.on_bytes is not None:
+                    self.on_bytes(0)
+            return
         renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
         for batch in self.store.pending(domain, options.granularity, until, batch_size):
             rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]

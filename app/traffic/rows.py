@@ -206,22 +206,13 @@ def validate_rows(rows: Any, *, max_rows: int) -> list[RollupRecord]:
     return records
 
 
-_UPSERT = sa.text(
-    """
-    INSERT INTO traffic_rollups AS t (
-        domain, granularity, bucket_start, method, path, bucket_end, business_date,
+# Rows carry absolute sums: an equal row is left untouched (generated_at and updated_at
+# stay), and a frozen day row is only replaced by another frozen one.
+ROLLUP_COLUMNS = """domain, granularity, bucket_start, method, path, bucket_end, business_date,
         response_bytes, request_bytes, request_bytes_known_count, total_requests,
         status_1xx, status_2xx, status_3xx, status_4xx, status_5xx, status_other,
-        source_server, generated_at, frozen)
-    SELECT * FROM unnest(
-        CAST(:domain AS text[]), CAST(:granularity AS text[]), CAST(:bucket_start AS timestamptz[]),
-        CAST(:method AS text[]), CAST(:path AS text[]), CAST(:bucket_end AS timestamptz[]),
-        CAST(:business_date AS date[]), CAST(:response_bytes AS bigint[]),
-        CAST(:request_bytes AS bigint[]), CAST(:known AS bigint[]), CAST(:total AS bigint[]),
-        CAST(:s1 AS bigint[]), CAST(:s2 AS bigint[]), CAST(:s3 AS bigint[]),
-        CAST(:s4 AS bigint[]), CAST(:s5 AS bigint[]), CAST(:so AS bigint[]),
-        CAST(:source_server AS text[]), CAST(:generated_at AS timestamptz[]),
-        CAST(:frozen AS boolean[]))
+        source_server, generated_at, frozen"""
+ON_CONFLICT_UPDATE = """
     ON CONFLICT (domain, granularity, bucket_start, method, path) DO UPDATE SET
         bucket_end = EXCLUDED.bucket_end,
         business_date = EXCLUDED.business_date,
@@ -245,6 +236,21 @@ _UPSERT = sa.text(
            EXCLUDED.request_bytes, EXCLUDED.request_bytes_known_count, EXCLUDED.total_requests,
            EXCLUDED.status_1xx, EXCLUDED.status_2xx, EXCLUDED.status_3xx, EXCLUDED.status_4xx,
            EXCLUDED.status_5xx, EXCLUDED.status_other, EXCLUDED.source_server, EXCLUDED.frozen)
+"""
+
+_UPSERT = sa.text(
+    f"""
+    INSERT INTO traffic_rollups AS t ({ROLLUP_COLUMNS})
+    SELECT * FROM unnest(
+        CAST(:domain AS text[]), CAST(:granularity AS text[]), CAST(:bucket_start AS timestamptz[]),
+        CAST(:method AS text[]), CAST(:path AS text[]), CAST(:bucket_end AS timestamptz[]),
+        CAST(:business_date AS date[]), CAST(:response_bytes AS bigint[]),
+        CAST(:request_bytes AS bigint[]), CAST(:known AS bigint[]), CAST(:total AS bigint[]),
+        CAST(:s1 AS bigint[]), CAST(:s2 AS bigint[]), CAST(:s3 AS bigint[]),
+        CAST(:s4 AS bigint[]), CAST(:s5 AS bigint[]), CAST(:so AS bigint[]),
+        CAST(:source_server AS text[]), CAST(:generated_at AS timestamptz[]),
+        CAST(:frozen AS boolean[]))
+    {ON_CONFLICT_UPDATE}
     """
 )
 
