@@ -15,8 +15,9 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from app import observability
 from app.config import ConfigError, ConfigProblem, Settings, load_settings
-from app.observability import HTTP_REQUEST_SECONDS, configure_logging, emit, span
+from app.observability import configure_logging, emit, span
 
 if TYPE_CHECKING:  # Flask is imported by the factory: `import app.x` must not load the web stack
     from flask import Flask
@@ -140,7 +141,7 @@ def _install_request_hooks(app: Flask) -> None:
         started = g.pop("request_started", None)
         if started is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            HTTP_REQUEST_SECONDS.labels(
+            observability.HTTP_REQUEST_SECONDS.labels(
                 request.method, route, f"{response.status_code // 100}xx"
             ).observe(time.perf_counter() - started)
         response.headers[_REQUEST_ID_HEADER] = g.get("request_id", "")

@@ -216,6 +216,12 @@ class SecuritySettings:
     trusted_proxy_count: int = spec(0, min=0, max=10)
 
 
+_SECURITY_DEFAULTS = {
+    "login_rate_limit": SecuritySettings.login_rate_limit,
+    "admin_rate_limit": SecuritySettings.admin_rate_limit,
+}
+
+
 SECTIONS: dict[str, type] = {
     "server": ServerSettings,
     "database": DatabaseSettings,
@@ -439,6 +445,8 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
         errors.append(ConfigProblem("traffic.timezone", tz, str(exc)))
     for limit_key in ("login_rate_limit", "admin_rate_limit"):
         value = getattr(settings.security, limit_key)
+        if value == _SECURITY_DEFAULTS[limit_key]:
+            continue  # valid; and commands that never serve HTTP need not import `limits`
         try:
             from limits import parse_many
 

@@ -57,13 +57,12 @@ from app.traffic.logfiles import (
 from app.traffic.logline import TOTAL
 from app.traffic.partials import RowRenderer, partials_from_buckets
 from app.traffic.scan import (
-    PARALLEL_MIN_BYTES,
     ScanResult,
     ScanTask,
     merge,
     run_scans,
+    scan_processes,
     split_ranges,
-    worker_count,
 )
 from app.traffic.sinks import RowSink, SinkError
 
@@ -344,12 +343,12 @@ class RollupRun:
         self, domain: str, reads: list[PlannedRead], summary: RollupSummary
     ) -> dict[int, ScanResult]:
         """Every planned read's new lines as 5-minute sums, keyed by the read's index."""
-        processes = worker_count(self.settings.scan_processes)
-        total = sum(
-            r.candidate.size - r.start for r in reads if not r.skip and not r.candidate.compressed
-        ) + sum(r.candidate.size for r in reads if not r.skip and r.candidate.compressed)
-        if total < PARALLEL_MIN_BYTES:
-            processes = 1
+        to_read = sum(
+            r.candidate.size - (0 if r.candidate.compressed else r.start)
+            for r in reads
+            if not r.skip
+        )
+        processes = scan_processes(self.settings.scan_processes, to_read)
         tasks: list[ScanTask] = []
         for index, planned in enumerate(reads):
             if planned.skip:

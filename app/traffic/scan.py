@@ -113,8 +113,11 @@ def split_ranges(candidate: LogCandidate, start: int, parts: int) -> list[tuple[
     return [*pairwise(bounds), (bounds[-1], None)]
 
 
-def worker_count(configured: int) -> int:
-    """``[traffic] scan_processes``, or one per CPU this process may use when 0."""
+def scan_processes(configured: int, to_read: int) -> int:
+    """How many processes read ``to_read`` bytes: 1 for little, else ``[traffic]
+    scan_processes`` or, when that is 0, one per CPU this process may use."""
+    if to_read < PARALLEL_MIN_BYTES:
+        return 1
     if configured:
         return configured
     try:
