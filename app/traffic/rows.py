@@ -12,6 +12,7 @@ copy arriving late cannot undo a completed day.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -76,19 +77,26 @@ def _count(row: dict, name: str) -> int:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_instant(value: str) -> datetime | None:
+    # A batch repeats few distinct instants (bucket bounds, generatedAt): parse each once.
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
 def _instant(row: dict, name: str) -> datetime:
     value = row.get(name)
     if not isinstance(value, str):
         raise _RowProblem(name, "must be an ISO 8601 timestamp string")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise _RowProblem(
-            name, "must be an ISO 8601 timestamp such as 2026-08-01T02:00:00Z"
-        ) from None
+    parsed = _parse_instant(value)
+    if parsed is None:
+        raise _RowProblem(name, "must be an ISO 8601 timestamp such as 2026-08-01T02:00:00Z")
     if parsed.tzinfo is None:
         raise _RowProblem(name, "must carry a UTC offset or Z")
-    return parsed.astimezone(UTC)
+    return parsed
 
 
 def _record(row: Any) -> RollupRecord:
