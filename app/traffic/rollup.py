@@ -477,7 +477,7 @@ class RollupRun:
         if self._publishes_in_database:
             # Rows never leave the database: one statement per batch of dirty keys.
             publish = self._database_publish(options, now, until)
-            batches = self.store.publish_dirty(domain, publish, max(batch_size, 20000))  # type: ignore[attr-defined]
+            batches = self.store.publish_dirty(domain, publish, batch_size)  # type: ignore[attr-defined]
             for count in batches:
                 summary.rows += count
                 summary.accepted += count

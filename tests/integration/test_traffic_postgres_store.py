@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from app.config import load_settings
 from app.db import transaction
 from app.traffic.rollup import RollupOptions, RollupRun
+from app.traffic.rows import row_from_db
 from app.traffic.sinks import DatabaseRowSink
 from app.traffic.store_postgres import PostgresCheckpointStore
 from tests.support.nginx_logs import CST, LogDir, MemorySink, nginx_line, reference_sums
@@ -77,6 +78,66 @@ def test_postgres_store_gives_the_totals_of_one_full_scan(engine, history, seed)
         )
         player.play(history)
         player.check()
+
+
+class StoredRows:
+    """The database sink, read back: ``rows`` are what ``traffic_rollups`` holds.
+
+    With the PostgreSQL store the rollup writes these rows in SQL (inside the commit
+    for changed keys, by batch for older dirty marks), never through ``write``.
+    """
+
+    writes_database = True
+
+    def __init__(self) -> None:
+        self.sink = DatabaseRowSink()
+
+    def write(self, rows: list[dict]) -> int:
+        return self.sink.write(rows)
+
+    @property
+    def rows(self) -> dict:
+        with transaction() as conn:
+            stored = conn.execute(sa.text("SELECT * FROM traffic_rollups")).all()
+        return {
+            (r.domain, r.granularity, r.bucket_start, r.method, r.path): row_from_db(r)
+            for r in stored
+        }
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=steps, seed=st.integers(0, 2**32 - 1))
+def test_rows_written_in_sql_give_the_totals_of_one_full_scan(engine, history, seed):
+    with transaction() as conn:
+        conn.execute(sa.text(f"TRUNCATE {TRAFFIC_TABLES}, traffic_rollups"))
+    with tempfile.TemporaryDirectory() as directory:
+        sink = StoredRows()
+        player = Player(
+            logs=LogDir(Path(directory) / "logs", DOMAIN),
+            sink=sink,  # type: ignore[arg-type]
+            make_store=PostgresCheckpointStore,
+            rng=random.Random(seed),
+        )
+        player.play(history)
+        player.check()
+        assert sink.sink.written == 0  # no row went through the Python sink
+    with transaction() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM traffic_dirty_keys")).scalar() == 0
+
+
+def test_paths_with_backslashes_tabs_and_quotes_survive_copy(engine, tmp_path):
+    logs = LogDir(tmp_path / "logs", DOMAIN)
+    traffic = _settings(tmp_path / "logs")
+    start = datetime(2026, 8, 1, 9, tzinfo=CST)
+    odd = ["/a\\x22b", "/tab\there", "/new\\nline", "/\u00e9t\u00e9", "/q'uote", "/back\\"]
+    logs.write_lines([nginx_line(start + timedelta(seconds=i), path) for i, path in enumerate(odd)])
+    assert _run(traffic, DatabaseRowSink())["ok"]
+    expected = reference_sums(logs.written)
+    assert _stored_rows("5m") == {k: v for k, v in expected.items() if k[0] == "5m"}
 
 
 def test_database_sink_rows_are_exact_and_idempotent(engine, tmp_path):
