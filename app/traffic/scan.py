@@ -1,4 +1,4 @@
-"""Reading log files into 5-minute sums, on one core or on all of them (TRF-1, TRF-8).
+"""Reading log files into 5-minute sums, on one core or on all of them (TRF-1, PRF-3).
 
 A *scan task* is one byte range of one file's content: the new bytes of a file,
 or, for a plain file with much to read, one of several ranges cut at line

@@ -38,7 +38,7 @@ from app.traffic.checkpoints import (
     PendingRow,
 )
 from app.traffic.partials import PartialKey, Sums
-from app.traffic.rows import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS
+from app.traffic.rows import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
 
 CHUNK = 5000
 _SUM_COLUMNS = (
@@ -52,14 +52,6 @@ def _epoch(column: str) -> str:
 
 
 PUBLISH_CHUNK = 20000
-
-
-def _copy_text(value: str) -> str:
-    """A value in PostgreSQL COPY text format (backslash, tab and line breaks escaped)."""
-    return value.translate(_COPY_ESCAPES)
-
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def _row_params(publish: DatabasePublish, starts: set[int]) -> dict[str, list]:
@@ -431,14 +423,14 @@ class PostgresCheckpointStore:
         stamps: dict[int, str] = {}
         buffer = io.StringIO()
         write = buffer.write
-        prefix = f"{_copy_text(domain)}\t"
-        suffix = f"\t{_copy_text(file_id)}\t"
+        prefix = f"{copy_text(domain)}\t"
+        suffix = f"\t{copy_text(file_id)}\t"
         for (granularity, bucket, method, path), sums in deltas.items():
             stamp = stamps.get(bucket)
             if stamp is None:
                 stamp = stamps[bucket] = datetime.fromtimestamp(bucket, UTC).isoformat()
             write(
-                f"{prefix}{granularity}\t{stamp}\t{_copy_text(method)}\t{_copy_text(path)}"
+                f"{prefix}{granularity}\t{stamp}\t{copy_text(method)}\t{copy_text(path)}"
                 f"{suffix}{sums[0]}\t{sums[1]}\t{sums[2]}\t{sums[3]}\t{sums[4]}\t{sums[5]}"
                 f"\t{sums[6]}\t{sums[7]}\t{sums[8]}\t{sums[9]}\n"
             )

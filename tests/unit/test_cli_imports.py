@@ -1,4 +1,4 @@
-"""Cron-style commands start without the web stack: lazy command groups in `netmap` (TRF-8).
+"""Cron-style commands start without the web stack: lazy command groups in `netmap` (PRF-3).
 
 Each check runs a fresh interpreter (a real ``python -m app`` start) and reads
 ``sys.modules`` at exit, so an eager import anywhere on the path — a command
