@@ -42,10 +42,11 @@ from app.traffic.checkpoints import (
     CheckpointStore,
     DatabasePublish,
     DomainCommit,
+    DomainState,
     FileChange,
     FileCheckpoint,
 )
-from app.traffic.file_identity import PlannedRead, plan_domain
+from app.traffic.file_identity import DomainPlan, PlannedRead, plan_domain
 from app.traffic.logfiles import (
     FINGERPRINT_BYTES,
     FileChanged,
@@ -160,6 +161,16 @@ class RollupSummary:
         }
 
 
+@dataclass
+class DomainPlanned:
+    """One domain between planning and committing: what was loaded, seen and planned."""
+
+    state: DomainState
+    before: dict[str, tuple[int, int, int]]
+    plan: DomainPlan
+    due_days: list[date]
+
+
 def _snapshot_changed(before: dict, after: dict) -> str | None:
     if before.keys() != after.keys():
         appeared = sorted(after.keys() - before.keys())
@@ -227,26 +238,44 @@ class RollupRun:
             self.calendar.midnight(end_date + timedelta(1)),
         )
         log_dir = options.log_dir or Path(self.settings.log_dir)
+        # Plan every domain, read all their new bytes in one go (every core for a full
+        # scan of several files or domains), then commit and publish domain by domain.
+        planned: dict[str, DomainPlanned] = {}
         for domain in domains:
             outcome = summary.domains[domain] = DomainOutcome()
             if self.should_stop():
                 outcome.error = "stopped before this domain (shutdown)"
                 continue
             try:
-                self._collect(
-                    domain, options, log_dir, now, window, start_date, end_date, outcome, summary
+                planned[domain] = self._plan(
+                    domain, options, log_dir, now, start_date, end_date, outcome
                 )
-                outcome.complete = True
             except (FileChanged, OSError, CheckpointConflict) as exc:
-                outcome.error = f"{type(exc).__name__}: {exc}"
-                self.report(f"{domain}: result dropped for this run ({outcome.error})")
-                emit(
-                    "TrafficRollupDomainDropped",
-                    level=logging.WARNING,
-                    domain=domain,
-                    granularity=options.granularity,
-                    error=outcome.error,
-                )
+                self._dropped(domain, options, outcome, exc)
+        scanned = self._scan(planned, summary)
+        for domain in domains:
+            outcome = summary.domains[domain]
+            if domain in planned and self.should_stop():
+                outcome.error = "stopped before this domain (shutdown)"
+                continue
+            if domain in planned:
+                try:
+                    self._commit(
+                        domain,
+                        planned[domain],
+                        scanned,
+                        options,
+                        log_dir,
+                        now,
+                        window,
+                        outcome,
+                        summary,
+                    )
+                    outcome.complete = True
+                except (FileChanged, OSError, CheckpointConflict) as exc:
+                    self._dropped(domain, options, outcome, exc)
+            elif outcome.error and outcome.error.startswith("stopped"):
+                continue
             if summary.publish_error is None:
                 publishing = time.perf_counter()
                 try:
@@ -260,20 +289,29 @@ class RollupRun:
         return summary
 
     # -- reading and committing ------------------------------------------------------
-    def _collect(
+    def _dropped(
+        self, domain: str, options: RollupOptions, outcome: DomainOutcome, exc: Exception
+    ) -> None:
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        self.report(f"{domain}: result dropped for this run ({outcome.error})")
+        emit(
+            "TrafficRollupDomainDropped",
+            level=logging.WARNING,
+            domain=domain,
+            granularity=options.granularity,
+            error=outcome.error,
+        )
+
+    def _plan(
         self,
         domain: str,
         options: RollupOptions,
         log_dir: Path,
         now: float,
-        window: tuple[int, int],
         start_date: date,
         end_date: date,
         outcome: DomainOutcome,
-        summary: RollupSummary,
-    ) -> None:
-        reading = time.perf_counter()
-        aggregated = summary.phase_seconds["aggregate"]
+    ) -> DomainPlanned:
         state = self.store.load(domain)
         candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
         if unsupported:
@@ -307,14 +345,36 @@ class RollupRun:
             outcome.mode = "full"
         elif any(not r.skip for r in plan.reads):
             outcome.mode = "incremental"
+        return DomainPlanned(state=state, before=before, plan=plan, due_days=due_days)
+
+    def _commit(
+        self,
+        domain: str,
+        planned_domain: DomainPlanned,
+        scanned: dict[tuple[str, int], ScanResult | Exception],
+        options: RollupOptions,
+        log_dir: Path,
+        now: float,
+        window: tuple[int, int],
+        outcome: DomainOutcome,
+        summary: RollupSummary,
+    ) -> None:
+        state, plan = planned_domain.state, planned_domain.plan
+        for index in range(len(plan.reads)):
+            failed = scanned.get((domain, index))
+            if isinstance(failed, Exception):
+                raise failed
+        aggregating = time.perf_counter()
         commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
-        scanned = self._scan(domain, plan.reads, summary)
         for index, planned in enumerate(plan.reads):
-            change = self._change(domain, planned, scanned.get(index), window, outcome, summary)
+            result = scanned.get((domain, index))
+            assert not isinstance(result, Exception)
+            change = self._change(domain, planned, result, window, outcome)
             if change is not None:
                 commit.changes.append(change)
+        summary.phase_seconds["aggregate"] += time.perf_counter() - aggregating
         after, _ = list_domain_files(log_dir, domain, self.settings.file_patterns)
-        problem = _snapshot_changed(before, snapshot(after))
+        problem = _snapshot_changed(planned_domain.before, snapshot(after))
         if problem:
             raise FileChanged(problem)
         for planned in plan.reads:
@@ -324,14 +384,12 @@ class RollupRun:
                 again = probe(planned.candidate).prefix
                 if again[: len(planned.probe.prefix)] != planned.probe.prefix:
                     raise FileChanged(f"{planned.candidate.name} was rewritten during the run")
-        commit.verified_days = {day: now for day in due_days}
+        commit.verified_days = {day: now for day in planned_domain.due_days}
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
         if self._publishes_in_database:
             commit.publish = self._database_publish(options, now, window[1])
         committing = time.perf_counter()
-        aggregated = summary.phase_seconds["aggregate"] - aggregated
-        summary.phase_seconds["parse"] += committing - reading - aggregated
         self.store.commit(commit, now)
         committed = time.perf_counter() - committing
         summary.phase_seconds["checkpoints"] += committed - commit.published_seconds
@@ -340,29 +398,34 @@ class RollupRun:
         summary.accepted += commit.published
 
     def _scan(
-        self, domain: str, reads: list[PlannedRead], summary: RollupSummary
-    ) -> dict[int, ScanResult]:
-        """Every planned read's new lines as 5-minute sums, keyed by the read's index."""
+        self, planned: dict[str, DomainPlanned], summary: RollupSummary
+    ) -> dict[tuple[str, int], ScanResult | Exception]:
+        """Every domain's planned reads as 5-minute sums (or the file's error), keyed by
+        (domain, index of the read)."""
+        reading = time.perf_counter()
+        owners: list[tuple[str, int]] = []
+        reads = [
+            (domain, index, read)
+            for domain, p in planned.items()
+            for index, read in enumerate(p.plan.reads)
+            if not read.skip
+        ]
         to_read = sum(
-            r.candidate.size - (0 if r.candidate.compressed else r.start)
-            for r in reads
-            if not r.skip
+            r.candidate.size - (0 if r.candidate.compressed else r.start) for *_, r in reads
         )
         processes = scan_processes(self.settings.scan_processes, to_read)
         tasks: list[ScanTask] = []
-        for index, planned in enumerate(reads):
-            if planned.skip:
-                continue
-            candidate = planned.candidate
-            if planned.start or planned.replace:
-                self.report(f"{domain}: reading {candidate.name} from byte {planned.start}")
+        for domain, index, read in reads:
+            candidate = read.candidate
+            if read.start or read.replace:
+                self.report(f"{domain}: reading {candidate.name} from byte {read.start}")
             else:
                 self.report(f"{domain}: reading {candidate.name}")
-            ranges = split_ranges(candidate, planned.start, processes)
-            for start, end in ranges:
+            owners.append((domain, index))
+            for start, end in split_ranges(candidate, read.start, processes):
                 tasks.append(
                     ScanTask(
-                        read_index=index,
+                        read_index=len(owners) - 1,
                         candidate=candidate,
                         start=start,
                         end=end,
@@ -370,10 +433,16 @@ class RollupRun:
                         max_path_bytes=self.settings.max_path_bytes,
                     )
                 )
-        grouped: dict[int, list[ScanResult]] = {}
-        for result in run_scans(tasks, processes, self.on_bytes):
-            grouped.setdefault(result.read_index, []).append(result)
-        return {index: merge(results) for index, results in grouped.items()}
+        grouped: dict[int, list[ScanResult | Exception]] = {}
+        for task, result in zip(tasks, run_scans(tasks, processes, self.on_bytes), strict=True):
+            grouped.setdefault(task.read_index, []).append(result)
+        scanned: dict[tuple[str, int], ScanResult | Exception] = {}
+        for owner, results in grouped.items():
+            failed = [r for r in results if isinstance(r, Exception)]
+            ok = [r for r in results if isinstance(r, ScanResult)]
+            scanned[owners[owner]] = failed[0] if failed else merge(ok)
+        summary.phase_seconds["parse"] += time.perf_counter() - reading
+        return scanned
 
     def _change(
         self,
@@ -382,7 +451,6 @@ class RollupRun:
         result: ScanResult | None,
         window: tuple[int, int],
         outcome: DomainOutcome,
-        summary: RollupSummary,
     ) -> FileChange | None:
         candidate, old = planned.candidate, planned.checkpoint
         if planned.skip:
@@ -416,13 +484,11 @@ class RollupRun:
             return None
         if result.end == 0:
             return None  # no complete line yet: nothing to remember
-        aggregating = time.perf_counter()
         deltas = partials_from_buckets(result.buckets, self.calendar, self.settings.max_path_bytes)
         for (granularity, bucket, _method, _path), sums in deltas.items():
             if granularity == "5m" and window[0] <= bucket < window[1]:
                 outcome.matched_lines += sums[TOTAL]
         newest = max((key[0] for key in result.buckets), default=None)
-        summary.phase_seconds["aggregate"] += time.perf_counter() - aggregating
         prefix = planned.probe.prefix
         if old is None:
             length = min(FINGERPRINT_BYTES, result.end, len(prefix))

@@ -9,7 +9,9 @@ Gzip files are one task each (a stream cannot be entered in the middle).
 ``run_scans`` runs the tasks in this process when there is little to read (an
 incremental run: no process start-up to pay) and otherwise in a pool of worker
 processes, one task per process at a time, so a full scan of a large file or of
-several files and domains uses every core. Workers only read files and return
+several files and domains uses every core. A task whose file changed or could
+not be read returns that error instead of a result: it drops its own domain's
+result for the run, never another domain's. Workers only read files and return
 plain sums; they never touch the database or the checkpoint store. While
 waiting, the caller's ``on_bytes`` is called at least once a second (the
 runner renews its lease and honours cancels there); raising from it stops the
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from app.traffic.logfiles import LogCandidate, read_lines
+from app.traffic.logfiles import FileChanged, LogCandidate, read_lines
 from app.traffic.logline import LineAggregator
 
 # Below this much to read, worker processes cost more than they save.
@@ -126,25 +128,37 @@ def scan_processes(configured: int, to_read: int) -> int:
         return os.cpu_count() or 1
 
 
+def scan_or_error(
+    task: ScanTask, on_chunk: Callable[[int], None] | None = None
+) -> ScanResult | Exception:
+    """``scan``, with a file that changed or failed to read returned rather than raised
+    (it drops only its own domain's result)."""
+    try:
+        return scan(task, on_chunk)
+    except (FileChanged, OSError) as exc:
+        return exc
+
+
 def run_scans(
     tasks: list[ScanTask],
     processes: int,
     on_bytes: Callable[[int], None] | None = None,
-) -> list[ScanResult]:
-    """Results in task order; in this process unless several tasks and processes make sense."""
+) -> list[ScanResult | Exception]:
+    """Results (or the file's error) in task order; in this process unless several tasks
+    and processes make sense."""
     parallel = (
         processes > 1
         and len(tasks) > 1
         and not multiprocessing.current_process().daemon  # daemons cannot have children
     )
     if not parallel:
-        return [scan(task, on_bytes) for task in tasks]
+        return [scan_or_error(task, on_bytes) for task in tasks]
     # fork starts in milliseconds; with other threads running only spawn is safe.
     method = "fork" if threading.active_count() == 1 else "spawn"
     context = multiprocessing.get_context(method)
-    results: list[ScanResult] = []
+    results: list[ScanResult | Exception] = []
     with context.Pool(min(processes, len(tasks))) as pool:  # exit terminates the workers
-        pending = [pool.apply_async(scan, (task,)) for task in tasks]
+        pending = [pool.apply_async(scan_or_error, (task,)) for task in tasks]
         for waiting in pending:
             while True:
                 try:
@@ -154,7 +168,7 @@ def run_scans(
                     if on_bytes is not None:
                         on_bytes(0)
             results.append(result)
-            if on_bytes is not None:
+            if on_bytes is not None and isinstance(result, ScanResult):
                 on_bytes(result.bytes_read)
     return results
 

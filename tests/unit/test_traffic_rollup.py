@@ -596,3 +596,24 @@ def test_split_ranges_end_on_line_ends_and_cover_the_new_bytes(tmp_path, monkeyp
         for (_, end), (next_start, _) in pairwise(ranges):
             assert end == next_start and content[end - 1 : end] == b"\n"
     assert scan.split_ranges(candidate, 0, 1) == [(0, None)]
+
+
+def test_a_file_failing_in_a_worker_drops_only_its_domain(tmp_path, monkeypatch):
+    from app.traffic import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)  # a process per file, even small ones
+    h = Harness(tmp_path, domains=(DOMAIN, OTHER), scan_processes=2)
+    h.logs[DOMAIN].write_lines(lines(at(1), 5))
+    h.logs[OTHER].write_lines(lines(at(1), 5, path="/o"))
+    # A gzip whose first KiB (the probe, in the parent) is fine and which breaks later,
+    # in the worker reading it.
+    packed = gzip.compress("".join(lines(at(0), 400, step_seconds=1, path="/z")).encode())
+    h.logs[OTHER].path(".1.gz").write_bytes(packed[: len(packed) * 2 // 3])
+    summary = h.run()
+    assert summary["domainComplete"] == {DOMAIN: True, OTHER: False}
+    assert "unreadable gzip" in summary["errors"][OTHER]
+    h.assert_exact(DOMAIN)
+    assert h.received(OTHER) == {}
+    h.logs[OTHER].path(".1.gz").unlink()
+    assert h.run()["domainComplete"] == {DOMAIN: True, OTHER: True}
+    h.assert_exact(OTHER)
