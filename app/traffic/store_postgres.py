@@ -255,8 +255,9 @@ class PostgresCheckpointStore:
                 ).rowcount
                 if updated != 1:
                     raise CheckpointConflict(f"checkpoint {checkpoint.id} changed meanwhile")
-            if commit.publish is not None:
-                # Same transaction as the sums: these rows need no dirty mark at all.
+            if commit.publish is not None and not commit.republish:
+                # Same transaction as the sums: these rows need no dirty mark at all. (A
+                # forced rebuild marks its whole window dirty and publishes it after.)
                 publish = commit.publish
                 now_keys = [
                     k for k in dirty if k[0] == publish.granularity and k[1] < publish.until

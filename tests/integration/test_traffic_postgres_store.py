@@ -211,3 +211,27 @@ def test_prune_forgets_files_gone_longer_than_the_retention(engine, tmp_path):
     assert _count("SELECT count(*) FROM traffic_file_partials") == 2  # the live file's 5m + day
     published = "SELECT sum(total_requests) FROM traffic_rollups WHERE granularity = '5m'"
     assert _count(published) == 4  # published rows stay; only the bookkeeping is forgotten
+
+
+def test_force_full_scan_republishes_each_row_once_into_the_database(engine, tmp_path):
+    logs = LogDir(tmp_path / "logs", DOMAIN)
+    traffic = _settings(tmp_path / "logs")
+    start = datetime(2026, 8, 1, 9, tzinfo=CST)
+    logs.write_lines([nginx_line(start + timedelta(seconds=23 * i)) for i in range(60)])
+    first = _run(traffic, DatabaseRowSink())
+    with transaction() as conn:
+        conn.execute(sa.text("DELETE FROM traffic_rollups"))  # the rows were lost
+    run = RollupRun(traffic, PostgresCheckpointStore(), DatabaseRowSink(), clock=lambda: NOW)
+    rebuilt = run.execute(
+        RollupOptions(
+            granularity="5m",
+            start_date=date(2026, 7, 30),
+            end_date=date(2026, 8, 2),
+            force_full_scan=True,
+            source_server="runner-test",
+        )
+    ).as_dict()
+    assert rebuilt["scanMode"] == "full" and rebuilt["rows"] == first["rows"] > 0
+    expected = reference_sums(logs.written)
+    assert _stored_rows("5m") == {k: v for k, v in expected.items() if k[0] == "5m"}
+    assert _count("SELECT count(*) FROM traffic_dirty_keys WHERE granularity = '5m'") == 0
