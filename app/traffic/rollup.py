@@ -1,19 +1,23 @@
 """One rollup run: read what is new in each domain's logs, commit, publish changed rows.
 
-``RollupRun.execute(options)`` works domain by domain, each on its own
-checkpoints, so one lagging or broken domain never holds back or skips another
-(TRF-3). For a domain it
+``RollupRun.execute(options)`` keeps each domain on its own checkpoints, so one
+lagging or broken domain never holds back or skips another (TRF-3). It
 
-1. lists the domain's files and probes their first bytes (no store connection
-   is held while touching files);
-2. plans the reads (``file_identity``): new bytes of known files, new files
-   from the start; for a day run, the files holding a completed day that was
-   not revalidated within ``day_cache_hours`` are re-read from the start and
-   their sums *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
-3. reads and aggregates, then lists the files again: if any was rotated,
-   truncated, replaced or failed to read, the domain's result is dropped for
-   this run and its checkpoints stay as they were (TRF-4);
-4. commits checkpoints, partial sums and dirty keys in one atomic step;
+1. plans every domain: lists its files and probes their first bytes (no store
+   connection is held while touching files), then plans the reads
+   (``file_identity``): new bytes of known files, new files from the start;
+   for a day run, the files holding a completed day that was not revalidated
+   within ``day_cache_hours`` are re-read from the start and their sums
+   *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
+2. reads all domains' planned bytes at once (``scan``): in this process when
+   there is little, else in a pool of processes (ranges of large files, whole
+   small and gzip files), so a full scan uses every core;
+3. per domain, lists the files again: if any was rotated, truncated, replaced
+   or failed to read, the domain's result is dropped for this run and its
+   checkpoints stay as they were (TRF-4);
+4. commits checkpoints, partial sums and dirty keys in one atomic step; a store
+   that lives in the database of the rows (PostgreSQL checkpoints with the
+   database sink) also writes the changed rows in that commit, in SQL;
 5. publishes the dirty rows of the requested granularity up to the end of the
    window to the sink (database or HTTP), clearing each dirty mark only after
    the sink accepted the row. Rows are absolute sums, so publishing twice is

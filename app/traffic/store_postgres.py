@@ -10,10 +10,16 @@ A commit is one transaction. It first moves the domain's version from the one
 the run loaded to the next (a concurrent commit holds that row's lock, and the
 loser matches nothing: ``CheckpointConflict``, nothing written), so two runs
 can never both add the same bytes, not even for a file both saw first; each
-touched file row is compare-and-set on its own version as well. Partial sums
-are added (or replaced) with set-based ``unnest`` statements and the touched
-keys marked dirty with a fresh generation. Clearing a dirty mark after
-publishing names that generation, so a key dirtied again meanwhile stays dirty.
+touched file row is compare-and-set on its own version as well. A file read for
+the first time (or re-read whole) has its partial sums ``COPY``ed in; sums read
+on top of stored ones are added with set-based ``unnest`` statements. With the
+database sink (``DatabasePublish``), the rows of the changed keys of the run's
+granularity are computed from all files' partial sums and upserted by
+``INSERT … SELECT … ON CONFLICT`` in the same transaction, so they need no
+dirty mark; the other touched keys are marked dirty with a fresh generation,
+and ``publish_dirty`` later publishes them the same way, one statement per
+batch. Clearing a dirty mark after publishing names that generation, so a key
+dirtied again meanwhile stays dirty.
 Each call is its own short transaction; no connection is held while the rollup
 reads files.
 """
