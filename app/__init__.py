@@ -166,7 +166,8 @@ def close_app(app: Flask) -> None:
 def _install_request_hooks(app: Flask) -> None:
     from flask import g, request
 
-    from app.observability import HTTP_REQUEST_SECONDS, span
+    from app import observability
+    from app.observability import span
 
     @app.before_request
     def _start_request() -> None:
@@ -183,7 +184,7 @@ def _install_request_hooks(app: Flask) -> None:
         started = g.pop("request_started", None)
         if started is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            HTTP_REQUEST_SECONDS.labels(
+            observability.HTTP_REQUEST_SECONDS.labels(
                 request.method, route, f"{response.status_code // 100}xx"
             ).observe(time.perf_counter() - started)
         response.headers[_REQUEST_ID_HEADER] = g.get("request_id", "")

@@ -3,10 +3,19 @@
 Every command that needs the database uses ``NETMAP_DATABASE_URL`` / ``[database]
 url`` when set, else the embedded server under the data directory, starting it
 for the duration of the command when nobody else is running it.
+
+Command groups owned by other packages are attached *lazily*: ``main`` is a
+``LazyGroup`` and ``main.add_command("app.traffic.cli:traffic")`` names the
+command by import path, so its module is imported only when that command runs
+(or ``--help`` lists the commands). A cron job every five minutes
+(``netmap traffic rollup``) then starts without the web application, charts or
+search clients it never uses. Passing a command object (``main.add_command(cmd)``)
+works as in plain Click.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -53,7 +62,41 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, default=str))
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """A Click group whose subcommands may be given as ``"module:attribute"`` import paths.
+
+    The module is imported the first time the command is looked up, so a command's
+    dependencies cost nothing to the other commands.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, str] = {}
+
+    def add_command(self, cmd: click.Command | str, name: str | None = None) -> None:
+        if isinstance(cmd, str):
+            module, _, attribute = cmd.partition(":")
+            if not module or not attribute:
+                raise ValueError(f"lazy command {cmd!r}: expected 'package.module:attribute'")
+            self.lazy_commands[name or attribute.replace("_", "-")] = cmd
+            return
+        super().add_command(cmd, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy_commands[cmd_name]} is not a Click command")
+            self.commands[cmd_name] = command
+        return command
+
+
+@click.group(cls=LazyGroup)
 @click.option(
     "--config",
     "config_path",
@@ -320,21 +363,17 @@ def up(
     sys.exit(run_local_stack(settings, with_runner=not no_runner))
 
 
-# Command groups owned by other domains are attached below, one line each.
-from app.bench.cli import bench  # noqa: E402 - command groups attach after main is defined
-
-main.add_command(bench)
-from app.modules.cli import modules  # noqa: E402
-from app.traffic.cli import traffic  # noqa: E402
-
-main.add_command(modules)
-main.add_command(traffic)
-from app.ops.cli import backup, config_group, diagnostics, restore  # noqa: E402
-
-main.add_command(config_group)
-main.add_command(diagnostics)
-main.add_command(backup)
-main.add_command(restore)
+# Command groups owned by other domains are attached below, one line each. An import
+# path ("package.module:command") defers the import until the command is used; a command
+# object imported here works too, but every `netmap` invocation then pays for its imports.
+main.add_command("app.bench.cli:bench")
+main.add_command("app.modules.cli:modules")
+main.add_command("app.traffic.cli:traffic")
+main.add_command("app.ops.cli:config_group", name="config")
+main.add_command("app.ops.cli:diagnostics")
+main.add_command("app.ops.cli:backup")
+main.add_command("app.ops.cli:restore")
+main.add_command("app.result_ingest.cli:import_command", name="import")
 
 
 @main.command(
@@ -349,8 +388,3 @@ def agent_command(state: CliState, args: tuple[str, ...]) -> None:
     from app.agent.cli import agent
 
     agent.main(args=list(args), prog_name="netmap agent", obj=state)
-
-
-from app.result_ingest.cli import import_command  # noqa: E402
-
-main.add_command(import_command)

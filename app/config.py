@@ -235,7 +235,9 @@ class TrafficSettings:
     source_server: str = spec("")
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)
     enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
-    batch_size: int = spec(1000, min=1, max=50000)
+    batch_size: int = spec(
+        5000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
+    )
     file_patterns: tuple[str, ...] = spec(
         ("{domain}.access.log*",),
         doc="glob patterns (relative to log_dir) naming one domain's current and rotated logs",
@@ -253,6 +255,9 @@ class TrafficSettings:
     post_retries: int = spec(5, min=0, max=20, doc="standalone: retries per batch on 429/5xx")
     post_timeout_seconds: float = spec(30.0, min=1, max=600)
     max_rows_per_request: int = spec(10000, min=1, max=100000, doc="ingest endpoint limit")
+    scan_processes: int = spec(
+        0, min=0, max=64, doc="processes reading logs in a large scan; 0: one per CPU"
+    )
 
 
 @dataclass(frozen=True)
@@ -391,6 +396,13 @@ class AgentSettings:
     import_max_bytes: int = spec(
         512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
     )
+
+
+_SECURITY_DEFAULTS = {
+    "login_rate_limit": SecuritySettings.login_rate_limit,
+    "login_username_rate_limit": SecuritySettings.login_username_rate_limit,
+    "admin_rate_limit": SecuritySettings.admin_rate_limit,
+}
 
 
 SECTIONS: dict[str, type] = {
@@ -691,6 +703,8 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
         errors.append(ConfigProblem("traffic.timezone", tz, str(exc)))
     for limit_key in ("login_rate_limit", "login_username_rate_limit", "admin_rate_limit"):
         value = getattr(settings.security, limit_key)
+        if value == _SECURITY_DEFAULTS[limit_key]:
+            continue  # valid; and commands that never serve HTTP need not import `limits`
         try:
             from limits import parse_many
 

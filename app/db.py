@@ -26,9 +26,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
+from app import observability
 from app.config import DatabaseSettings
 from app.errors import PoolTimeout, Unavailable
-from app.observability import CONNECTION_HOLD_SECONDS, POOL_WAIT_SECONDS, emit
+from app.observability import emit
 
 # One MetaData for the whole schema; each domain's ``tables`` module adds to it.
 metadata = sa.MetaData(
@@ -134,7 +135,7 @@ def transaction(
     conn = _connect(engine)
     acquired = time.perf_counter()
     wait_s = acquired - started
-    POOL_WAIT_SECONDS.observe(wait_s)
+    observability.POOL_WAIT_SECONDS.observe(wait_s)
     if stage:
         emit("ScanWriteConnectionAcquired", stage=stage, wait_ms=round(wait_s * 1000, 3))
     try:
@@ -145,7 +146,7 @@ def transaction(
     finally:
         conn.close()
         hold_s = time.perf_counter() - acquired
-        CONNECTION_HOLD_SECONDS.observe(hold_s)
+        observability.CONNECTION_HOLD_SECONDS.observe(hold_s)
         if stage:
             emit("ScanWriteConnectionReleased", stage=stage, hold_ms=round(hold_s * 1000, 3))
 

@@ -8,22 +8,31 @@ PostgreSQL advisory lock first, so the second upgrade waits, then finds the
 schema at head and does nothing. Each migration statement runs with a short
 ``lock_timeout`` (a migration that cannot get its table lock fails fast instead
 of queueing every request behind it) and a ``statement_timeout``.
+
+"Is this database at head?" is on the start-up path of every database command (a cron job runs
+``netmap traffic rollup`` every five minutes), so it does not import Alembic:
+the heads are read from the scripts' ``revision`` / ``down_revision``
+assignments and the current revisions from the ``alembic_version`` table.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
-from alembic import command
 from app.db import normalise_url
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = PROJECT_ROOT / "alembic" / "versions"
+_ASSIGNMENT = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 # The key of the session advisory lock every upgrade and downgrade holds. A fixed 64-bit
 # number ("netmap-m" in ASCII) so it cannot collide with the lock keys the domains derive.
@@ -45,6 +54,8 @@ class SchemaNotCurrent(RuntimeError):
 
 
 def alembic_config(url: str | None = None, timeouts: MigrationTimeouts | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config(str(PROJECT_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
     if url:
@@ -55,19 +66,38 @@ def alembic_config(url: str | None = None, timeouts: MigrationTimeouts | None = 
 
 
 def upgrade(url: str, revision: str = "head", timeouts: MigrationTimeouts | None = None) -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(url, timeouts), revision)
 
 
 def downgrade(url: str, revision: str, timeouts: MigrationTimeouts | None = None) -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(url, timeouts), revision)
 
 
 def head_revisions() -> set[str]:
-    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+    """Revisions no other script names as its ``down_revision``."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in VERSIONS.glob("*.py"):
+        values = dict(_ASSIGNMENT.findall(script.read_text(encoding="utf-8")))
+        if "revision" not in values:
+            continue
+        revisions.add(ast.literal_eval(values["revision"]))
+        down = ast.literal_eval(values.get("down_revision", "None"))
+        if isinstance(down, str):
+            parents.add(down)
+        elif down:
+            parents.update(down)
+    return revisions - parents
 
 
 def current_revisions(conn: sa.Connection) -> set[str]:
-    return set(MigrationContext.configure(conn).get_current_heads())
+    if conn.execute(sa.text("SELECT to_regclass('alembic_version')")).scalar() is None:
+        return set()
+    return set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
 
 
 def is_at_head(conn: sa.Connection) -> bool:

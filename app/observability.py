@@ -34,11 +34,10 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client import multiprocess as prometheus_multiprocess
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 EVENT_LOGGER = "netmap.events"
 _log = logging.getLogger(EVENT_LOGGER)
@@ -268,51 +267,80 @@ def configure_logging(level: str | int | None = None) -> None:
 # ---------------------------------------------------------------------------
 # Metrics
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-
-_LATENCY_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
+# The metric objects are made on first use (module ``__getattr__``): prometheus_client
+# and the HTTP machinery it imports are not loaded by commands that never touch them
+# (the five-minute traffic rollup cron job on an nginx host).
+_METRIC_NAMES = (
+    "REGISTRY",
+    "HTTP_REQUEST_SECONDS",
+    "UPLOAD_SECONDS",
+    "POOL_WAIT_SECONDS",
+    "CONNECTION_HOLD_SECONDS",
 )
 
-HTTP_REQUEST_SECONDS = Histogram(
-    "netmap_http_request_duration_seconds",
-    "HTTP request latency by route template and status class",
-    ["method", "route", "status"],
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
-)
-UPLOAD_SECONDS = Histogram(
-    "netmap_upload_duration_seconds",
-    "Scanner upload latency by kind (normal, final, confirmed_retry, dns)",
-    ["kind"],
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
-)
-POOL_WAIT_SECONDS = Histogram(
-    "netmap_db_pool_wait_seconds",
-    "Time spent waiting for a pooled database connection",
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
-)
-CONNECTION_HOLD_SECONDS = Histogram(
-    "netmap_db_connection_hold_seconds",
-    "Time a pooled connection was held by one transaction",
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
-)
+
+def _build_metrics() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    global REGISTRY, HTTP_REQUEST_SECONDS, UPLOAD_SECONDS, POOL_WAIT_SECONDS
+    global CONNECTION_HOLD_SECONDS
+    REGISTRY = CollectorRegistry(auto_describe=True)
+    _LATENCY_BUCKETS = (
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+        5.0,
+        10.0,
+        30.0,
+    )
+
+    HTTP_REQUEST_SECONDS = Histogram(
+        "netmap_http_request_duration_seconds",
+        "HTTP request latency by route template and status class",
+        ["method", "route", "status"],
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    UPLOAD_SECONDS = Histogram(
+        "netmap_upload_duration_seconds",
+        "Scanner upload latency by kind (normal, final, confirmed_retry, dns)",
+        ["kind"],
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    POOL_WAIT_SECONDS = Histogram(
+        "netmap_db_pool_wait_seconds",
+        "Time spent waiting for a pooled database connection",
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    CONNECTION_HOLD_SECONDS = Histogram(
+        "netmap_db_connection_hold_seconds",
+        "Time a pooled connection was held by one transaction",
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+
+
+def _metric(name: str) -> Any:
+    if name not in globals():
+        _build_metrics()
+    return globals()[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _METRIC_NAMES:
+        return _metric(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Collectors that query the database at scrape time; registered by domains.
 _scrape_collectors: list[Callable[[], Collector]] = []
@@ -325,11 +353,14 @@ def register_scrape_collector(factory: Callable[[], Collector]) -> None:
 
 def render_metrics() -> bytes:
     """The Prometheus text exposition for this process (or all gunicorn workers)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import multiprocess as prometheus_multiprocess
+
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         prometheus_multiprocess.MultiProcessCollector(registry)
     else:
-        registry = REGISTRY
+        registry = _metric("REGISTRY")
     output = generate_latest(registry)
     for factory in _scrape_collectors:
         extra = CollectorRegistry(auto_describe=False)

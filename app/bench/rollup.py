@@ -1,31 +1,45 @@
-"""`netmap bench rollup`: full-scan throughput and incremental-run time of traffic rollups (PRF-3).
+"""`netmap bench rollup`: the traffic rollup as an operator runs it, end to end (PRF-3).
 
-Generates a realistic business day of nginx access log in a scratch directory
-(``--lines`` lines, default 1.65 M like one busy production day (PRF-3): a
-diurnal load curve, Zipf-distributed paths — about 34 k five-minute rows a day
-— query strings, mixed methods and statuses, a few unknown request lengths),
-then on a scratch PostgreSQL:
+Writes a realistic business day of nginx access log to a scratch directory
+(``--lines`` lines, default 1.65 M like one busy production day (PRF-3): a diurnal load
+curve, Zipf-distributed paths — about 34 k five-minute rows a day — query
+strings, mixed methods and statuses, a few unknown request lengths), or copies
+a real log given with ``--log-file``. Then it runs the real command,
+``netmap traffic rollup``, as a subprocess:
 
-1. ``parse_lines_per_s``: the parser and aggregator alone on one core;
-2. the first (full) rollup run in runner mode (PostgreSQL checkpoints, rows
-   upserted): ``full_lines_per_s`` is lines per second of its scan phase
-   (read + parse + aggregate), ``full_run_seconds`` the whole run including
-   writing partial sums and publishing every row;
-3. five more minutes of traffic (~6,000 lines) appended, and an incremental run:
-   ``incremental_seconds`` end to end (runner mode), and the same in standalone
-   mode with a state directory (``incremental_seconds_state_dir``).
+* ``--mode database`` (default): rows and checkpoints in a scratch embedded
+  PostgreSQL (durable settings, as ``netmap up`` runs it);
+* ``--mode standalone``: checkpoints in a scratch ``--state-dir``, rows posted
+  to a scratch netmap server (``--endpoint``) backed by that PostgreSQL.
 
-Prints one JSON object on stdout; progress on stderr. Never touches real data.
+Measured: ``parse_lines_per_s`` (the parser and aggregator alone, in this
+process, one core); ``full_run_seconds`` and ``end_to_end_lines_per_s`` (first
+run, command start to exit, rows committed) with the split the command reports
+(``split_seconds``: start-up and exit, reading, parsing, aggregating,
+checkpoints and partial sums, row writes) and its peak RSS; then five more
+minutes of traffic (``--append-lines``) are appended and
+``incremental_run_seconds`` is the next run, again start to exit.
+``help_start_seconds`` is ``netmap traffic rollup --help``: the command's start
+alone.
+
+Prints one JSON object on stdout; progress on stderr. Never touches real data:
+a ``--log-file`` is copied, never written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import os
 import random
+import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from bisect import bisect_left
 from datetime import date, datetime, timedelta, timezone
@@ -132,87 +146,202 @@ def _progress(message: str) -> None:
     print(f"[bench rollup] {message}", file=sys.stderr, flush=True)
 
 
+def _line_epoch(line: bytes) -> int | None:
+    from app.traffic.logline import ParsedLine, parse_line
+
+    parsed = parse_line(line.rstrip(b"\n"))
+    return parsed.epoch if isinstance(parsed, ParsedLine) else None
+
+
+def _first_and_last_epoch(path: Path) -> tuple[int, int]:
+    """Times of the first and last parseable lines (the log's business days)."""
+    first = last = None
+    with open(path, "rb") as handle:
+        for line in handle:
+            first = _line_epoch(line)
+            if first is not None:
+                break
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - (1 << 20)))
+        for line in reversed(handle.read().split(b"\n")):
+            last = _line_epoch(line)
+            if last is not None:
+                break
+    if first is None or last is None:
+        raise click.UsageError(f"--log-file: no nginx access-log lines found in {path}")
+    return first, last
+
+
+@contextlib.contextmanager
+def _rollup_server(settings, token: str):
+    """A netmap server for the standalone mode: the real app on 127.0.0.1, a free port."""
+    from dataclasses import replace
+
+    from werkzeug.serving import make_server
+
+    from app import create_app, db
+
+    settings = replace(settings, traffic=replace(settings.traffic, ingest_token=token))
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    application = create_app(settings, engine=db.get_engine(), modules="off")
+    server = make_server("127.0.0.1", 0, application, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def _run_command(args: list[str], env: dict[str, str]) -> tuple[float, dict, float, str]:
+    """Runs ``netmap ARGS``; (seconds start to exit, JSON summary, peak RSS MB, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", *args], stdout=out, stderr=err, env=env
+        )
+        # wait4: this child's own rusage (largest resident set among it and the
+        # processes it waited for), not the whole bench's.
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    lines = stdout.strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        summary = {}
+    if process.returncode not in (0, 1) or not summary:
+        raise click.ClickException(
+            f"netmap {' '.join(args[:2])} failed ({process.returncode}): {stderr[-2000:]}"
+        )
+    return seconds, summary, usage.ru_maxrss / 1024, stderr
+
+
+def _split(seconds: float, summary: dict) -> dict[str, float]:
+    """Where a run's time went: the command's own phases, and start-up + exit around them."""
+    split = {name: round(ms / 1000, 3) for name, ms in summary.get("phaseMs", {}).items()}
+    split["start_and_exit"] = round(seconds - summary.get("durationMs", 0) / 1000, 3)
+    return split
+
+
 @click.command("rollup")
 @click.option("--lines", "line_count", type=click.IntRange(1000, 50_000_000), default=1_650_000)
 @click.option("--append-lines", type=click.IntRange(1, 1_000_000), default=6000)
-def command(line_count: int, append_lines: int) -> None:
-    """Full-scan lines/s and incremental-run time of the traffic rollup."""
+@click.option(
+    "--log-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Measure on a copy of this nginx access log instead of a generated day.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["database", "standalone"]),
+    default="database",
+    show_default=True,
+    help="database: checkpoints and rows in PostgreSQL; standalone: --state-dir + --endpoint.",
+)
+def command(line_count: int, append_lines: int, log_file: str | None, mode: str) -> None:
+    """The real `netmap traffic rollup`, full and incremental, start to exit."""
     from app.bench.scratch import scratch_database
-    from app.traffic.rollup import RollupOptions, RollupRun
-    from app.traffic.sinks import DatabaseRowSink
-    from app.traffic.store_directory import DirectoryCheckpointStore
-    from app.traffic.store_postgres import PostgresCheckpointStore
+    from app.traffic.business_time import BusinessCalendar
 
     workdir = Path(tempfile.mkdtemp(prefix="netmap-bench-rollup-"))
     try:
         log_dir = workdir / "nginx"
         log_dir.mkdir()
         log = log_dir / f"{DOMAIN}.access.log"
-        day_start = int(datetime(DAY.year, DAY.month, DAY.day, tzinfo=BUSINESS_TZ).timestamp())
         writer = LogWriter()
-        _progress(f"generating {line_count:,} lines")
-        day_seconds = 86400 - 600  # the day so far; the next five minutes come later
-        for part in range(0, day_seconds, 3600):
-            share = round(line_count * min(3600, day_seconds - part) / day_seconds)
-            _write(log, writer.lines(day_start + part, min(3600, day_seconds - part), share))
-        lines_written = sum(1 for _ in open(log, "rb"))
+        if log_file:
+            _progress(f"copying {log_file}")
+            shutil.copyfile(log_file, log)
+            first, last = _first_and_last_epoch(log)
+            append_start = last + 1
+        else:
+            day_start = int(datetime(DAY.year, DAY.month, DAY.day, tzinfo=BUSINESS_TZ).timestamp())
+            _progress(f"generating {line_count:,} lines")
+            day_seconds = 86400 - 600  # the day so far; the next five minutes come later
+            for part in range(0, day_seconds, 3600):
+                share = round(line_count * min(3600, day_seconds - part) / day_seconds)
+                _write(log, writer.lines(day_start + part, min(3600, day_seconds - part), share))
+            first, append_start = day_start, day_start + day_seconds
+        with open(log, "rb") as handle:
+            chunks = iter(lambda: handle.read(1 << 22), b"")
+            lines_written = sum(chunk.count(b"\n") for chunk in chunks)
         file_bytes = log.stat().st_size
         _progress(f"{lines_written:,} lines, {file_bytes / 1e6:,.0f} MB; parser alone")
         parse_rate = _parse_rate(log)
-        now = day_start + 86400 - 60  # clock: 23:59 of the business day
-        window = RollupOptions(
-            granularity="5m", start_date=DAY, end_date=DAY, source_server="bench"
-        )
+        calendar = BusinessCalendar(BUSINESS_TZ)
+        window = [
+            "--start-date",
+            calendar.business_date(first).isoformat(),
+            "--end-date",
+            calendar.business_date(append_start + 300).isoformat(),
+        ]
         overrides = {"traffic": {"domains": [DOMAIN], "log_dir": str(log_dir)}}
-        with scratch_database(overrides=overrides) as scratch:
-            traffic = scratch.settings.traffic
-            _progress("full run (runner mode: PostgreSQL checkpoints, rows upserted)")
-            full = RollupRun(
-                traffic, PostgresCheckpointStore(), DatabaseRowSink(), clock=lambda: now
-            ).execute(window)
-            state_dir = workdir / "state"
-            _progress("full run (standalone mode: state directory)")
-            state_store = DirectoryCheckpointStore(state_dir)
-            try:
-                RollupRun(traffic, state_store, DatabaseRowSink(), clock=lambda: now).execute(
-                    window
-                )
-            finally:
-                state_store.close()
-            _write(log, writer.lines(day_start + day_seconds, 300, append_lines))
-            _progress(f"appended {append_lines:,} lines (five minutes); incremental runs")
+        # Durable settings, like the embedded server `netmap up` runs: what users see.
+        durable = {"fsync": "on", "full_page_writes": "on"}
+        with contextlib.ExitStack() as stack:
+            scratch = stack.enter_context(
+                scratch_database(overrides=overrides, server_tuning=durable)
+            )
+            env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+            env.update(
+                NETMAP_DATA_DIR=str(workdir / "var"),
+                NETMAP_LOG_LEVEL="WARNING",
+                NETMAP_DATABASE_URL=scratch.database_url,
+            )
+            args = [
+                "traffic",
+                "rollup",
+                "--log-dir",
+                str(log_dir),
+                "--domains",
+                DOMAIN,
+                "--source-server",
+                "bench",
+                *window,
+            ]
+            if mode == "standalone":
+                token = secrets.token_urlsafe(24)
+                endpoint = stack.enter_context(_rollup_server(scratch.settings, token))
+                env["NETMAP_BENCH_ROLLUP_TOKEN"] = token
+                args += ["--state-dir", str(workdir / "state"), "--endpoint", endpoint]
+                args += ["--token-env", "NETMAP_BENCH_ROLLUP_TOKEN"]
             started = time.perf_counter()
-            incremental = RollupRun(
-                traffic, PostgresCheckpointStore(), DatabaseRowSink(), clock=lambda: now
-            ).execute(window)
-            incremental_seconds = time.perf_counter() - started
-            started = time.perf_counter()
-            state_store = DirectoryCheckpointStore(state_dir)
-            try:
-                standalone = RollupRun(
-                    traffic, state_store, DatabaseRowSink(), clock=lambda: now
-                ).execute(window)
-            finally:
-                state_store.close()
-            state_seconds = time.perf_counter() - started
-        full_summary = full.as_dict()
-        read_seconds = full.phase_seconds["read"]
+            subprocess.run(
+                [sys.executable, "-m", "app", "traffic", "rollup", "--help"],
+                env=env,
+                capture_output=True,
+                check=True,
+            )
+            help_seconds = time.perf_counter() - started
+            _progress(f"full run ({mode} mode): netmap {' '.join(args)}")
+            full_seconds, full, full_rss, _ = _run_command(args, env)
+            _write(log, writer.lines(append_start, 300, append_lines))
+            _progress(f"appended {append_lines:,} lines (five minutes); incremental run")
+            inc_seconds, incremental, inc_rss, _ = _run_command(args, env)
         result = {
+            "mode": mode,
+            "log_file": log_file,
             "lines": lines_written,
             "file_bytes": file_bytes,
-            "rows_5m": full_summary["rows"],
+            "rows_published": full.get("rows"),
             "parse_lines_per_s": round(parse_rate),
-            "full_lines_per_s": round(lines_written / read_seconds),
-            "full_run_seconds": round(full.duration_ms / 1000, 3),
-            "full_run_phase_ms": full_summary["phaseMs"],
-            "incremental_lines": incremental.as_dict()["scannedLines"],
-            "incremental_bytes_read": incremental.as_dict()["bytesRead"],
-            "incremental_rows": incremental.rows,
-            "incremental_seconds": round(incremental_seconds, 4),
-            "incremental_phase_ms": incremental.as_dict()["phaseMs"],
-            "incremental_seconds_state_dir": round(state_seconds, 4),
-            "incremental_scan_mode": incremental.scan_mode,
-            "ok": full.ok and incremental.ok and standalone.ok,
+            "full_run_seconds": round(full_seconds, 3),
+            "end_to_end_lines_per_s": round(lines_written / full_seconds),
+            "full_run_split_seconds": _split(full_seconds, full),
+            "full_run_peak_rss_mb": round(full_rss, 1),
+            "full_run_scan_mode": full.get("scanMode"),
+            "incremental_lines": incremental.get("scannedLines"),
+            "incremental_rows": incremental.get("rows"),
+            "incremental_run_seconds": round(inc_seconds, 3),
+            "incremental_run_split_seconds": _split(inc_seconds, incremental),
+            "incremental_run_peak_rss_mb": round(inc_rss, 1),
+            "incremental_scan_mode": incremental.get("scanMode"),
+            "help_start_seconds": round(help_seconds, 3),
+            "ok": bool(full.get("ok") and incremental.get("ok")),
         }
         click.echo(json.dumps(result))
     finally:

@@ -56,7 +56,8 @@ manifest). Neither involves the host or container name.
 
 Modules: ``logline`` (parser), ``business_time``, ``logfiles`` (discovery,
 probes, bounded line reader), ``file_identity`` (matching and read plans),
-``partials`` (sums and row shape), ``checkpoints`` (store contract),
+``scan`` (reading ranges of files on every core), ``partials`` (sums and row
+shape), ``checkpoints`` (store contract),
 ``store_postgres``, ``store_directory``, ``rollup`` (the run), ``sinks``,
 ``remote``, ``rows`` (validation, upsert, queries), ``chart``, ``cli``.
 """

@@ -23,7 +23,7 @@ in a checkpoint's identity, so blue/green deployments share one state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Protocol
@@ -67,6 +67,23 @@ class FileChange:
     deltas: dict[PartialKey, Sums]
 
 
+@dataclass(frozen=True)
+class DatabasePublish:
+    """Publish rows straight from the stored partial sums, in the database holding them.
+
+    Used when checkpoints and published rows live in the same PostgreSQL: the rows a
+    commit changes are written in the commit's own transaction (no dirty mark, no row
+    leaving the database), and older dirty marks by one statement per batch.
+    ``bucket_fields(granularity, start)`` gives (bucket end epoch, business date, frozen).
+    """
+
+    granularity: str
+    until: int  # rows of buckets starting before this epoch (the window end)
+    source_server: str
+    generated_at: float
+    bucket_fields: Callable[[str, int], tuple[int, date, bool]]
+
+
 @dataclass
 class DomainCommit:
     domain: str
@@ -77,6 +94,12 @@ class DomainCommit:
     # (granularity, start, end): mark every known key in [start, end) dirty (a forced rebuild
     # republishes rows even where the sums did not change).
     republish: list[tuple[str, int, int]] = field(default_factory=list)
+    # Set when the store can write rows itself (``publishes_in_database``): the rows of
+    # changed keys of this granularity are published inside the commit; ``published``
+    # is then how many.
+    publish: DatabasePublish | None = None
+    published: int = 0
+    published_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,28 @@ def _domains(raw: str | None, configured: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(domains))
 
 
+def _connect_checked(url: str, stack: contextlib.ExitStack) -> None:
+    """Install an engine for this run and check the schema through it.
+
+    One pooled connection serves the run's few short transactions (a cron job every
+    five minutes should not pay a connection set-up for each of them).
+    """
+    from app import db
+    from app.migrations import current_revisions, head_revisions
+
+    engine = db.create_engine(
+        url, pool_size=1, max_overflow=0, pool_pre_ping=False, application_name="netmap-traffic"
+    )
+    db.set_engine(engine)
+    stack.callback(db.dispose_engine)
+    with engine.connect() as conn:
+        current = current_revisions(conn)
+    if current != head_revisions():
+        raise click.ClickException(
+            "the database schema is not at the current version; run `netmap db upgrade` first"
+        )
+
+
 @traffic.command("rollup")
 @click.option("--granularity", type=click.Choice(["5m", "day"]), default="5m", show_default=True)
 @click.option("--start-date", type=_DATE, help="First business date (5m: today, day: yesterday).")
@@ -139,14 +161,11 @@ def rollup_command(
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
         else:
-            from app.cli import _database, _require_schema, _with_engine
-            from app.db import dispose_engine
+            from app.cli import _database
             from app.traffic.sinks import DatabaseRowSink
 
             url = stack.enter_context(_database(state))
-            _require_schema(url)
-            _with_engine(url)
-            stack.callback(dispose_engine)
+            _connect_checked(url, stack)
             sink = DatabaseRowSink()
         if endpoint or state_dir:
             try:

@@ -137,12 +137,14 @@ def read_lines(
     candidate: LogCandidate,
     start: int,
     *,
+    end: int | None = None,
     max_line_bytes: int,
     on_lines: Callable[[list[bytes]], None],
     on_oversized: Callable[[int], None],
     on_chunk: Callable[[int], None] | None = None,
 ) -> ReadResult:
-    """Feed complete lines from content offset ``start`` to the end seen at open time."""
+    """Feed complete lines from content offset ``start`` to ``end`` (a line end in a plain
+    file) or, without ``end``, to the end seen at open time."""
     handle, st = _open_checked(candidate)
     with handle:
         if candidate.compressed:
@@ -155,9 +157,12 @@ def read_lines(
                 raise OSError(f"{candidate.name}: unreadable gzip ({exc})") from None
         if st.st_size < start:
             raise FileChanged(f"{candidate.name} shrank below the checkpoint offset")
+        if end is not None and st.st_size < end:
+            raise FileChanged(f"{candidate.name} shrank while it was read")
         handle.seek(start)
+        limit = st.st_size if end is None else end
         return _read_stream(
-            handle, start, st.st_size, False, max_line_bytes, on_lines, on_oversized, on_chunk
+            handle, start, limit, False, max_line_bytes, on_lines, on_oversized, on_chunk
         )
 
 

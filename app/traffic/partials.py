@@ -12,7 +12,7 @@ file's partial sums for its key, rendered in the API's row shape.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from operator import add
 
 from app.traffic.business_time import BusinessCalendar, iso_utc
@@ -96,6 +96,12 @@ class RowRenderer:
                 self._buckets.clear()
             self._buckets[(granularity, start)] = cached
         return cached
+
+    def bucket_fields(self, granularity: str, start: int) -> tuple[int, date, bool]:
+        """(bucket end epoch, business date, frozen) of a bucket, for rows written in SQL."""
+        end = self.calendar.bucket_end(granularity, start)
+        frozen = granularity == "day" and end <= self.generated_at
+        return end, self.calendar.business_date(start), frozen
 
     def row(self, domain: str, key: PartialKey, sums: Iterable[int]) -> dict:
         granularity, start, method, path = key

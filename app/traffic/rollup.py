@@ -1,19 +1,23 @@
 """One rollup run: read what is new in each domain's logs, commit, publish changed rows.
 
-``RollupRun.execute(options)`` works domain by domain, each on its own
-checkpoints, so one lagging or broken domain never holds back or skips another
-(TRF-3). For a domain it
+``RollupRun.execute(options)`` keeps each domain on its own checkpoints, so one
+lagging or broken domain never holds back or skips another (TRF-3). It
 
-1. lists the domain's files and probes their first bytes (no store connection
-   is held while touching files);
-2. plans the reads (``file_identity``): new bytes of known files, new files
-   from the start; for a day run, the files holding a completed day that was
-   not revalidated within ``day_cache_hours`` are re-read from the start and
-   their sums *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
-3. reads and aggregates, then lists the files again: if any was rotated,
-   truncated, replaced or failed to read, the domain's result is dropped for
-   this run and its checkpoints stay as they were (TRF-4);
-4. commits checkpoints, partial sums and dirty keys in one atomic step;
+1. plans every domain: lists its files and probes their first bytes (no store
+   connection is held while touching files), then plans the reads
+   (``file_identity``): new bytes of known files, new files from the start;
+   for a day run, the files holding a completed day that was not revalidated
+   within ``day_cache_hours`` are re-read from the start and their sums
+   *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
+2. reads all domains' planned bytes at once (``scan``): in this process when
+   there is little, else in a pool of processes (ranges of large files, whole
+   small and gzip files), so a full scan uses every core;
+3. per domain, lists the files again: if any was rotated, truncated, replaced
+   or failed to read, the domain's result is dropped for this run and its
+   checkpoints stay as they were (TRF-4);
+4. commits checkpoints, partial sums and dirty keys in one atomic step; a store
+   that lives in the database of the rows (PostgreSQL checkpoints with the
+   database sink) also writes the changed rows in that commit, in SQL;
 5. publishes the dirty rows of the requested granularity up to the end of the
    window to the sink (database or HTTP), clearing each dirty mark only after
    the sink accepted the row. Rows are absolute sums, so publishing twice is
@@ -40,22 +44,31 @@ from app.traffic.business_time import BusinessCalendar
 from app.traffic.checkpoints import (
     CheckpointConflict,
     CheckpointStore,
+    DatabasePublish,
     DomainCommit,
+    DomainState,
     FileChange,
     FileCheckpoint,
 )
-from app.traffic.file_identity import PlannedRead, plan_domain
+from app.traffic.file_identity import DomainPlan, PlannedRead, plan_domain
 from app.traffic.logfiles import (
     FINGERPRINT_BYTES,
     FileChanged,
     fingerprint,
     list_domain_files,
     probe,
-    read_lines,
     snapshot,
 )
-from app.traffic.logline import TOTAL, LineAggregator
+from app.traffic.logline import TOTAL
 from app.traffic.partials import RowRenderer, partials_from_buckets
+from app.traffic.scan import (
+    ScanResult,
+    ScanTask,
+    merge,
+    run_scans,
+    scan_processes,
+    split_ranges,
+)
 from app.traffic.sinks import RowSink, SinkError
 
 SCAN_MODES = ("full", "incremental", "mixed", "cached")
@@ -104,9 +117,11 @@ class RollupSummary:
     accepted: int = 0
     publish_error: str | None = None
     duration_ms: float = 0.0
-    # Where the time went: reading and parsing files, committing checkpoints, publishing.
+    # Where the time went: reading and parsing files into 5-minute sums, aggregating them
+    # into 5-minute and day partial sums, committing checkpoints and partial sums (rows
+    # written inside that commit count as rows), writing rows.
     phase_seconds: dict[str, float] = field(
-        default_factory=lambda: {"read": 0.0, "commit": 0.0, "publish": 0.0}
+        default_factory=lambda: dict.fromkeys(("parse", "aggregate", "checkpoints", "rows"), 0.0)
     )
 
     @property
@@ -150,6 +165,16 @@ class RollupSummary:
         }
 
 
+@dataclass
+class DomainPlanned:
+    """One domain between planning and committing: what was loaded, seen and planned."""
+
+    state: DomainState
+    before: dict[str, tuple[int, int, int]]
+    plan: DomainPlan
+    due_days: list[date]
+
+
 def _snapshot_changed(before: dict, after: dict) -> str | None:
     if before.keys() != after.keys():
         appeared = sorted(after.keys() - before.keys())
@@ -186,6 +211,11 @@ class RollupRun:
         self.report = report or (lambda _message: None)
         self.should_stop = should_stop or (lambda: False)
         self.calendar = BusinessCalendar(settings.timezone)
+        # Checkpoints and rows in one PostgreSQL: rows are computed and written in SQL.
+        self._publishes_in_database = bool(
+            getattr(store, "publishes_in_database", False)
+            and getattr(sink, "writes_database", False)
+        )
 
     def execute(self, options: RollupOptions) -> RollupSummary:
         started = time.perf_counter()
@@ -212,52 +242,80 @@ class RollupRun:
             self.calendar.midnight(end_date + timedelta(1)),
         )
         log_dir = options.log_dir or Path(self.settings.log_dir)
+        # Plan every domain, read all their new bytes in one go (every core for a full
+        # scan of several files or domains), then commit and publish domain by domain.
+        planned: dict[str, DomainPlanned] = {}
         for domain in domains:
             outcome = summary.domains[domain] = DomainOutcome()
             if self.should_stop():
                 outcome.error = "stopped before this domain (shutdown)"
                 continue
             try:
-                self._collect(
-                    domain, options, log_dir, now, window, start_date, end_date, outcome, summary
+                planned[domain] = self._plan(
+                    domain, options, log_dir, now, start_date, end_date, outcome
                 )
-                outcome.complete = True
             except (FileChanged, OSError, CheckpointConflict) as exc:
-                outcome.error = f"{type(exc).__name__}: {exc}"
-                self.report(f"{domain}: result dropped for this run ({outcome.error})")
-                emit(
-                    "TrafficRollupDomainDropped",
-                    level=logging.WARNING,
-                    domain=domain,
-                    granularity=options.granularity,
-                    error=outcome.error,
-                )
+                self._dropped(domain, options, outcome, exc)
+        scanned = self._scan(planned, summary)
+        for domain in domains:
+            outcome = summary.domains[domain]
+            if domain in planned and self.should_stop():
+                outcome.error = "stopped before this domain (shutdown)"
+                continue
+            if domain in planned:
+                try:
+                    self._commit(
+                        domain,
+                        planned[domain],
+                        scanned,
+                        options,
+                        log_dir,
+                        now,
+                        window,
+                        outcome,
+                        summary,
+                    )
+                    outcome.complete = True
+                except (FileChanged, OSError, CheckpointConflict) as exc:
+                    self._dropped(domain, options, outcome, exc)
+            elif outcome.error and outcome.error.startswith("stopped"):
+                continue
             if summary.publish_error is None:
                 publishing = time.perf_counter()
                 try:
                     self._publish(domain, options, now, window[1], summary)
                 except SinkError as exc:
                     summary.publish_error = str(exc)
-                summary.phase_seconds["publish"] += time.perf_counter() - publishing
+                summary.phase_seconds["rows"] += time.perf_counter() - publishing
             if options.granularity == "day":
                 self.store.prune(domain, now - self.settings.retention_days * 86400)
         summary.duration_ms = (time.perf_counter() - started) * 1000
         return summary
 
     # -- reading and committing ------------------------------------------------------
-    def _collect(
+    def _dropped(
+        self, domain: str, options: RollupOptions, outcome: DomainOutcome, exc: Exception
+    ) -> None:
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        self.report(f"{domain}: result dropped for this run ({outcome.error})")
+        emit(
+            "TrafficRollupDomainDropped",
+            level=logging.WARNING,
+            domain=domain,
+            granularity=options.granularity,
+            error=outcome.error,
+        )
+
+    def _plan(
         self,
         domain: str,
         options: RollupOptions,
         log_dir: Path,
         now: float,
-        window: tuple[int, int],
         start_date: date,
         end_date: date,
         outcome: DomainOutcome,
-        summary: RollupSummary,
-    ) -> None:
-        reading = time.perf_counter()
+    ) -> DomainPlanned:
         state = self.store.load(domain)
         candidates, unsupported = list_domain_files(log_dir, domain, self.settings.file_patterns)
         if unsupported:
@@ -291,13 +349,36 @@ class RollupRun:
             outcome.mode = "full"
         elif any(not r.skip for r in plan.reads):
             outcome.mode = "incremental"
+        return DomainPlanned(state=state, before=before, plan=plan, due_days=due_days)
+
+    def _commit(
+        self,
+        domain: str,
+        planned_domain: DomainPlanned,
+        scanned: dict[tuple[str, int], ScanResult | Exception],
+        options: RollupOptions,
+        log_dir: Path,
+        now: float,
+        window: tuple[int, int],
+        outcome: DomainOutcome,
+        summary: RollupSummary,
+    ) -> None:
+        state, plan = planned_domain.state, planned_domain.plan
+        for index in range(len(plan.reads)):
+            failed = scanned.get((domain, index))
+            if isinstance(failed, Exception):
+                raise failed
+        aggregating = time.perf_counter()
         commit = DomainCommit(domain=domain, expected_version=state.version, vanished=plan.vanished)
-        for planned in plan.reads:
-            change = self._read(domain, planned, window, outcome)
+        for index, planned in enumerate(plan.reads):
+            result = scanned.get((domain, index))
+            assert not isinstance(result, Exception)
+            change = self._change(domain, planned, result, window, outcome)
             if change is not None:
                 commit.changes.append(change)
+        summary.phase_seconds["aggregate"] += time.perf_counter() - aggregating
         after, _ = list_domain_files(log_dir, domain, self.settings.file_patterns)
-        problem = _snapshot_changed(before, snapshot(after))
+        problem = _snapshot_changed(planned_domain.before, snapshot(after))
         if problem:
             raise FileChanged(problem)
         for planned in plan.reads:
@@ -307,16 +388,73 @@ class RollupRun:
                 again = probe(planned.candidate).prefix
                 if again[: len(planned.probe.prefix)] != planned.probe.prefix:
                     raise FileChanged(f"{planned.candidate.name} was rewritten during the run")
-        commit.verified_days = {day: now for day in due_days}
+        commit.verified_days = {day: now for day in planned_domain.due_days}
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
+        if self._publishes_in_database:
+            commit.publish = self._database_publish(options, now, window[1])
         committing = time.perf_counter()
-        summary.phase_seconds["read"] += committing - reading
         self.store.commit(commit, now)
-        summary.phase_seconds["commit"] += time.perf_counter() - committing
+        committed = time.perf_counter() - committing
+        summary.phase_seconds["checkpoints"] += committed - commit.published_seconds
+        summary.phase_seconds["rows"] += commit.published_seconds
+        summary.rows += commit.published
+        summary.accepted += commit.published
 
-    def _read(
-        self, domain: str, planned: PlannedRead, window: tuple[int, int], outcome: DomainOutcome
+    def _scan(
+        self, planned: dict[str, DomainPlanned], summary: RollupSummary
+    ) -> dict[tuple[str, int], ScanResult | Exception]:
+        """Every domain's planned reads as 5-minute sums (or the file's error), keyed by
+        (domain, index of the read)."""
+        reading = time.perf_counter()
+        owners: list[tuple[str, int]] = []
+        reads = [
+            (domain, index, read)
+            for domain, p in planned.items()
+            for index, read in enumerate(p.plan.reads)
+            if not read.skip
+        ]
+        to_read = sum(
+            r.candidate.size - (0 if r.candidate.compressed else r.start) for *_, r in reads
+        )
+        processes = scan_processes(self.settings.scan_processes, to_read)
+        tasks: list[ScanTask] = []
+        for domain, index, read in reads:
+            candidate = read.candidate
+            if read.start or read.replace:
+                self.report(f"{domain}: reading {candidate.name} from byte {read.start}")
+            else:
+                self.report(f"{domain}: reading {candidate.name}")
+            owners.append((domain, index))
+            for start, end in split_ranges(candidate, read.start, processes):
+                tasks.append(
+                    ScanTask(
+                        read_index=len(owners) - 1,
+                        candidate=candidate,
+                        start=start,
+                        end=end,
+                        max_line_bytes=self.settings.max_line_bytes,
+                        max_path_bytes=self.settings.max_path_bytes,
+                    )
+                )
+        grouped: dict[int, list[ScanResult | Exception]] = {}
+        for task, result in zip(tasks, run_scans(tasks, processes, self.on_bytes), strict=True):
+            grouped.setdefault(task.read_index, []).append(result)
+        scanned: dict[tuple[str, int], ScanResult | Exception] = {}
+        for owner, results in grouped.items():
+            failed = [r for r in results if isinstance(r, Exception)]
+            ok = [r for r in results if isinstance(r, ScanResult)]
+            scanned[owners[owner]] = failed[0] if failed else merge(ok)
+        summary.phase_seconds["parse"] += time.perf_counter() - reading
+        return scanned
+
+    def _change(
+        self,
+        domain: str,
+        planned: PlannedRead,
+        result: ScanResult | None,
+        window: tuple[int, int],
+        outcome: DomainOutcome,
     ) -> FileChange | None:
         candidate, old = planned.candidate, planned.checkpoint
         if planned.skip:
@@ -338,40 +476,23 @@ class RollupRun:
                 vanished=False,
             )
             return FileChange(checkpoint=located, replace=False, deltas={})
-        aggregator = LineAggregator(
-            max_line_bytes=self.settings.max_line_bytes,
-            max_path_bytes=self.settings.max_path_bytes,
-        )
-        if planned.start or planned.replace:
-            self.report(f"{domain}: reading {candidate.name} from byte {planned.start}")
-        else:
-            self.report(f"{domain}: reading {candidate.name}")
-        result = read_lines(
-            candidate,
-            planned.start,
-            max_line_bytes=self.settings.max_line_bytes,
-            on_lines=aggregator.feed,
-            on_oversized=aggregator.add_oversized,
-            on_chunk=self.on_bytes,
-        )
+        assert result is not None
         outcome.files_read += 1
         outcome.bytes_read += result.bytes_read
-        outcome.scanned_lines += aggregator.lines
-        outcome.malformed_lines += aggregator.malformed
-        outcome.oversized_lines += aggregator.oversized
+        outcome.scanned_lines += result.lines
+        outcome.malformed_lines += result.malformed
+        outcome.oversized_lines += result.oversized
         if old is not None and (not result.reached_content_end or result.end < old.offset):
             # A copy holding less than was already read: it adds nothing and must not
             # replace the sums of the longer original.
             return None
         if result.end == 0:
             return None  # no complete line yet: nothing to remember
-        deltas = partials_from_buckets(
-            aggregator.buckets, self.calendar, self.settings.max_path_bytes
-        )
+        deltas = partials_from_buckets(result.buckets, self.calendar, self.settings.max_path_bytes)
         for (granularity, bucket, _method, _path), sums in deltas.items():
             if granularity == "5m" and window[0] <= bucket < window[1]:
                 outcome.matched_lines += sums[TOTAL]
-        newest = max((key[0] for key in aggregator.buckets), default=None)
+        newest = max((key[0] for key in result.buckets), default=None)
         prefix = planned.probe.prefix
         if old is None:
             length = min(FINGERPRINT_BYTES, result.end, len(prefix))
@@ -383,7 +504,7 @@ class RollupRun:
                 fingerprint_length=length,
                 fingerprint=fingerprint(prefix[:length]),
                 offset=result.end,
-                lines=aggregator.lines,
+                lines=result.lines,
                 compressed=candidate.compressed,
                 path=str(candidate.path),
                 newest_bucket=newest,
@@ -401,7 +522,7 @@ class RollupRun:
                 compressed=candidate.compressed,
                 vanished=False,
                 offset=result.end,
-                lines=aggregator.lines if planned.replace else old.lines + aggregator.lines,
+                lines=result.lines if planned.replace else old.lines + result.lines,
                 fingerprint_length=length if grown else old.fingerprint_length,
                 fingerprint=fingerprint(prefix[:length]) if grown else old.fingerprint,
                 newest_bucket=newest,
@@ -409,10 +530,30 @@ class RollupRun:
         return FileChange(checkpoint=checkpoint, replace=planned.replace, deltas=deltas)
 
     # -- publishing ------------------------------------------------------------------
+    def _database_publish(self, options: RollupOptions, now: float, until: int) -> DatabasePublish:
+        renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
+        return DatabasePublish(
+            granularity=options.granularity,
+            until=until,
+            source_server=options.source_server,
+            generated_at=now,
+            bucket_fields=renderer.bucket_fields,
+        )
+
     def _publish(
         self, domain: str, options: RollupOptions, now: float, until: int, summary: RollupSummary
     ) -> None:
         batch_size = self.settings.batch_size
+        if self._publishes_in_database:
+            # Rows never leave the database: one statement per batch of dirty keys.
+            publish = self._database_publish(options, now, until)
+            batches = self.store.publish_dirty(domain, publish, batch_size)  # type: ignore[attr-defined]
+            for count in batches:
+                summary.rows += count
+                summary.accepted += count
+                if self.on_bytes is not None:
+                    self.on_bytes(0)
+            return
         renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
         for batch in self.store.pending(domain, options.granularity, until, batch_size):
             rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]

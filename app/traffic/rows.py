@@ -12,6 +12,8 @@ copy arriving late cannot undo a completed day.
 
 from __future__ import annotations
 
+import functools
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -76,22 +78,28 @@ def _count(row: dict, name: str) -> int:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_instant(value: str) -> datetime | None:
+    # A batch repeats few distinct instants (bucket bounds, generatedAt): parse each once.
+    # Edge dates (0001-01-01 with a positive offset, 9999-12-31 with a negative one) parse
+    # but overflow when moved to UTC: the same "not a usable timestamp" answer for both.
+    try:
+        parsed = datetime.fromisoformat(value)
+        return parsed if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
 def _instant(row: dict, name: str) -> datetime:
     value = row.get(name)
     if not isinstance(value, str):
         raise _RowProblem(name, "must be an ISO 8601 timestamp string")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise _RowProblem(
-            name, "must be an ISO 8601 timestamp such as 2026-08-01T02:00:00Z"
-        ) from None
+    parsed = _parse_instant(value)
+    if parsed is None:
+        raise _RowProblem(name, "must be an ISO 8601 timestamp such as 2026-08-01T02:00:00Z")
     if parsed.tzinfo is None:
         raise _RowProblem(name, "must carry a UTC offset or Z")
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise _RowProblem(name, "is outside the range of UTC timestamps") from None
+    return parsed
 
 
 def _record(row: Any) -> RollupRecord:
@@ -209,22 +217,13 @@ def validate_rows(rows: Any, *, max_rows: int) -> list[RollupRecord]:
     return records
 
 
-_UPSERT = sa.text(
-    """
-    INSERT INTO traffic_rollups AS t (
-        domain, granularity, bucket_start, method, path, bucket_end, business_date,
+# Rows carry absolute sums: an equal row is left untouched (generated_at and updated_at
+# stay), and a frozen day row is only replaced by another frozen one.
+ROLLUP_COLUMNS = """domain, granularity, bucket_start, method, path, bucket_end, business_date,
         response_bytes, request_bytes, request_bytes_known_count, total_requests,
         status_1xx, status_2xx, status_3xx, status_4xx, status_5xx, status_other,
-        source_server, generated_at, frozen)
-    SELECT * FROM unnest(
-        CAST(:domain AS text[]), CAST(:granularity AS text[]), CAST(:bucket_start AS timestamptz[]),
-        CAST(:method AS text[]), CAST(:path AS text[]), CAST(:bucket_end AS timestamptz[]),
-        CAST(:business_date AS date[]), CAST(:response_bytes AS bigint[]),
-        CAST(:request_bytes AS bigint[]), CAST(:known AS bigint[]), CAST(:total AS bigint[]),
-        CAST(:s1 AS bigint[]), CAST(:s2 AS bigint[]), CAST(:s3 AS bigint[]),
-        CAST(:s4 AS bigint[]), CAST(:s5 AS bigint[]), CAST(:so AS bigint[]),
-        CAST(:source_server AS text[]), CAST(:generated_at AS timestamptz[]),
-        CAST(:frozen AS boolean[]))
+        source_server, generated_at, frozen"""
+ON_CONFLICT_UPDATE = """
     ON CONFLICT (domain, granularity, bucket_start, method, path) DO UPDATE SET
         bucket_end = EXCLUDED.bucket_end,
         business_date = EXCLUDED.business_date,
@@ -248,37 +247,66 @@ _UPSERT = sa.text(
            EXCLUDED.request_bytes, EXCLUDED.request_bytes_known_count, EXCLUDED.total_requests,
            EXCLUDED.status_1xx, EXCLUDED.status_2xx, EXCLUDED.status_3xx, EXCLUDED.status_4xx,
            EXCLUDED.status_5xx, EXCLUDED.status_other, EXCLUDED.source_server, EXCLUDED.frozen)
-    """
-)
+"""
 
-UPSERT_CHUNK = 5000
+
+def copy_text(value: str) -> str:
+    """A value in PostgreSQL ``COPY`` text format (backslash, tab and line breaks escaped)."""
+    return value.translate(_COPY_ESCAPES)
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_INCOMING = "traffic_rollups_incoming"
+# The batch is copied into a temporary table and merged by one statement that also
+# empties it (rows are absolute sums: an upsert by key is idempotent).
+_MERGE_INCOMING = sa.text(
+    f"""
+    WITH incoming AS (DELETE FROM {_INCOMING} RETURNING *)
+    INSERT INTO traffic_rollups AS t ({ROLLUP_COLUMNS})
+    SELECT {ROLLUP_COLUMNS} FROM incoming
+    {ON_CONFLICT_UPDATE}
+    """  # noqa: S608 - table names and column lists are module constants; values are bound
+)
 
 
 def upsert_rows(conn: Connection, records: Sequence[RollupRecord]) -> int:
-    """Insert or update rows; returns how many rows were actually written."""
-    written = 0
-    for offset in range(0, len(records), UPSERT_CHUNK):
-        chunk = records[offset : offset + UPSERT_CHUNK]
-        params: dict[str, list] = {
-            "domain": [r.domain for r in chunk],
-            "granularity": [r.granularity for r in chunk],
-            "bucket_start": [r.bucket_start.isoformat() for r in chunk],
-            "method": [r.method for r in chunk],
-            "path": [r.path for r in chunk],
-            "bucket_end": [r.bucket_end.isoformat() for r in chunk],
-            "business_date": [r.business_date.isoformat() for r in chunk],
-            "response_bytes": [r.response_bytes for r in chunk],
-            "request_bytes": [r.request_bytes for r in chunk],
-            "known": [r.request_bytes_known_count for r in chunk],
-            "total": [r.total_requests for r in chunk],
-            "source_server": [r.source_server for r in chunk],
-            "generated_at": [r.generated_at.isoformat() for r in chunk],
-            "frozen": [r.frozen for r in chunk],
-        }
-        for index, name in enumerate(("s1", "s2", "s3", "s4", "s5", "so")):
-            params[name] = [r.status_counts[index] for r in chunk]
-        written += conn.execute(_UPSERT, params).rowcount
-    return written
+    """Insert or update rows (``COPY`` + one merge); returns how many were actually written."""
+    if not records:
+        return 0
+    buffer = io.StringIO()
+    write = buffer.write
+    stamps: dict[datetime, str] = {}
+
+    def stamp(value: datetime) -> str:
+        text = stamps.get(value)
+        if text is None:
+            text = stamps[value] = value.isoformat()
+        return text
+
+    for r in records:
+        s1, s2, s3, s4, s5, so = r.status_counts
+        request = "\\N" if r.request_bytes is None else r.request_bytes
+        write(
+            f"{copy_text(r.domain)}\t{r.granularity}\t{stamp(r.bucket_start)}\t"
+            f"{copy_text(r.method)}\t{copy_text(r.path)}\t{stamp(r.bucket_end)}\t"
+            f"{r.business_date.isoformat()}\t{r.response_bytes}\t{request}\t"
+            f"{r.request_bytes_known_count}\t{r.total_requests}\t{s1}\t{s2}\t{s3}\t{s4}\t"
+            f"{s5}\t{so}\t{copy_text(r.source_server)}\t{stamp(r.generated_at)}\t"
+            f"{'t' if r.frozen else 'f'}\n"
+        )
+    buffer.seek(0)
+    cursor = conn.connection.cursor()  # the DBAPI cursor, inside this transaction
+    try:
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {_INCOMING} "
+            "(LIKE traffic_rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+        cursor.copy_expert(
+            f"COPY {_INCOMING} ({' '.join(ROLLUP_COLUMNS.split())}) FROM STDIN", buffer
+        )
+    finally:
+        cursor.close()
+    return conn.execute(_MERGE_INCOMING).rowcount
 
 
 def _iso(value: datetime) -> str:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from app.db import transaction
-from app.traffic.rows import upsert_rows, validate_rows
-
 
 class SinkError(Exception):
     """Rows could not be delivered; their dirty marks stay for the next run."""
@@ -27,10 +24,18 @@ class RowSink(Protocol):
 
 
 class DatabaseRowSink:
+    # With the PostgreSQL checkpoint store, the rollup writes rows in SQL instead (no
+    # row leaves the database); ``write`` serves every other store.
+    writes_database = True
+
     def __init__(self) -> None:
         self.written = 0  # rows whose stored values actually changed
 
     def write(self, rows: list[dict]) -> int:
+        # Imported here: the standalone command (remote sink) needs no database driver.
+        from app.db import transaction
+        from app.traffic.rows import upsert_rows, validate_rows
+
         records = validate_rows(rows, max_rows=len(rows))
         with transaction() as conn:
             self.written += upsert_rows(conn, records)

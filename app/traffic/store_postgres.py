@@ -10,17 +10,26 @@ A commit is one transaction. It first moves the domain's version from the one
 the run loaded to the next (a concurrent commit holds that row's lock, and the
 loser matches nothing: ``CheckpointConflict``, nothing written), so two runs
 can never both add the same bytes, not even for a file both saw first; each
-touched file row is compare-and-set on its own version as well. Partial sums
-are added (or replaced) with set-based ``unnest`` statements and the touched
-keys marked dirty with a fresh generation. Clearing a dirty mark after
-publishing names that generation, so a key dirtied again meanwhile stays dirty.
+touched file row is compare-and-set on its own version as well. A file read for
+the first time (or re-read whole) has its partial sums ``COPY``ed in; sums read
+on top of stored ones are added with set-based ``unnest`` statements. With the
+database sink (``DatabasePublish``), the rows of the changed keys of the run's
+granularity are computed from all files' partial sums and upserted by
+``INSERT … SELECT … ON CONFLICT`` in the same transaction, so they need no
+dirty mark; the other touched keys are marked dirty with a fresh generation,
+and ``publish_dirty`` later publishes them the same way, one statement per
+batch. Clearing a dirty mark after publishing names that generation, so a key
+dirtied again meanwhile stays dirty.
 Each call is its own short transaction; no connection is held while the rollup
 reads files.
 """
 
 from __future__ import annotations
 
+import io
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -28,12 +37,14 @@ from sqlalchemy.engine import Connection
 from app.db import transaction
 from app.traffic.checkpoints import (
     CheckpointConflict,
+    DatabasePublish,
     DomainCommit,
     DomainState,
     FileCheckpoint,
     PendingRow,
 )
 from app.traffic.partials import PartialKey, Sums
+from app.traffic.rows import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
 
 CHUNK = 5000
 _SUM_COLUMNS = (
@@ -46,7 +57,100 @@ def _epoch(column: str) -> str:
     return f"CAST(extract(epoch FROM {column}) AS bigint)"
 
 
+PUBLISH_CHUNK = 20000
+
+
+def _row_params(publish: DatabasePublish, starts: set[int]) -> dict[str, list]:
+    """Per-bucket row fields (end, business date, frozen), computed once per bucket."""
+    ordered = sorted(starts)
+    fields = [publish.bucket_fields(publish.granularity, start) for start in ordered]
+    return {
+        "mb": ordered,
+        "me": [f[0] for f in fields],
+        "md": [f[1] for f in fields],
+        "mf": [f[2] for f in fields],
+        "source": publish.source_server,
+        "generated": publish.generated_at,
+    }
+
+
+_SUMMED = """
+    COALESCE(sum(p.response_bytes), 0) AS s0, COALESCE(sum(p.request_bytes), 0) AS s1,
+    COALESCE(sum(p.request_known), 0) AS s2, COALESCE(sum(p.total_requests), 0) AS s3,
+    COALESCE(sum(p.status_1xx), 0) AS s4, COALESCE(sum(p.status_2xx), 0) AS s5,
+    COALESCE(sum(p.status_3xx), 0) AS s6, COALESCE(sum(p.status_4xx), 0) AS s7,
+    COALESCE(sum(p.status_5xx), 0) AS s8, COALESCE(sum(p.status_other), 0) AS s9
+"""
+_META = """
+    meta AS (
+        SELECT * FROM unnest(CAST(:mb AS bigint[]), CAST(:me AS bigint[]),
+                             CAST(:md AS date[]), CAST(:mf AS boolean[])) AS m(b, e, d, f)
+    )
+"""
+# The row of a key is the sum of every file's partial sums for it (zeros when pruned).
+_UPSERT_SUMMED = f"""
+    INSERT INTO traffic_rollups AS t ({ROLLUP_COLUMNS})
+    SELECT :domain, :granularity, x.bucket_start, x.method, x.path, to_timestamp(m.e), m.d,
+           x.s0, CASE WHEN x.s2 > 0 THEN x.s1 END, x.s2, x.s3, x.s4, x.s5, x.s6, x.s7, x.s8,
+           x.s9, :source, to_timestamp(:generated), m.f
+      FROM summed x JOIN meta m ON m.b = {_epoch("x.bucket_start")}
+    {ON_CONFLICT_UPDATE}
+"""  # noqa: S608 - table names and column lists are module constants; values are bound
+_PUBLISH_KEYS = sa.text(
+    f"""
+    WITH {_META},
+    batch AS (
+        SELECT to_timestamp(u.b) AS bucket_start, u.m AS method, u.p AS path
+          FROM unnest(CAST(:b AS bigint[]), CAST(:m AS text[]), CAST(:p AS text[])) AS u(b, m, p)
+    ),
+    summed AS (
+        SELECT b.bucket_start, b.method, b.path, s.*
+          FROM batch b CROSS JOIN LATERAL (
+              SELECT {_SUMMED} FROM traffic_file_partials p
+               WHERE p.domain = :domain AND p.granularity = :granularity
+                 AND p.bucket_start = b.bucket_start AND p.method = b.method AND p.path = b.path
+          ) s
+    )
+    {_UPSERT_SUMMED}
+    """  # noqa: S608 - table names and column lists are module constants; values are bound
+)
+_PUBLISH_DIRTY = f"""
+    WITH {_META},
+    batch AS (
+        SELECT d.bucket_start, d.method, d.path, d.generation
+          FROM traffic_dirty_keys d
+         WHERE d.domain = :domain AND d.granularity = :granularity
+           AND d.bucket_start < to_timestamp(:until)
+           AND d.bucket_start IN (SELECT to_timestamp(b) FROM meta) {{keyset}}
+         ORDER BY d.bucket_start, d.method, d.path
+         LIMIT :limit
+    ),
+    summed AS (
+        SELECT b.bucket_start, b.method, b.path, s.*
+          FROM batch b CROSS JOIN LATERAL (
+              SELECT {_SUMMED} FROM traffic_file_partials p
+               WHERE p.domain = :domain AND p.granularity = :granularity
+                 AND p.bucket_start = b.bucket_start AND p.method = b.method AND p.path = b.path
+          ) s
+    ),
+    upserted AS ({_UPSERT_SUMMED} RETURNING 1),
+    cleared AS (
+        DELETE FROM traffic_dirty_keys d USING batch b
+         WHERE d.domain = :domain AND d.granularity = :granularity
+           AND d.bucket_start = b.bucket_start AND d.method = b.method AND d.path = b.path
+           AND d.generation = b.generation
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM batch) AS n, (SELECT count(*) FROM upserted) AS written,
+           {_epoch("l.bucket_start")} AS bucket, l.method, l.path
+      FROM (SELECT * FROM batch ORDER BY bucket_start DESC, method DESC, path DESC LIMIT 1) l
+"""  # noqa: S608 - table names and column lists are module constants; values are bound
+
+
 class PostgresCheckpointStore:
+    # Checkpoints live next to traffic_rollups: rows can be computed and written in SQL.
+    publishes_in_database = True
+
     def load(self, domain: str) -> DomainState:
         with transaction() as conn:
             files = conn.execute(
@@ -120,6 +224,9 @@ class PostgresCheckpointStore:
             dirty: set[PartialKey] = set()
             for change in commit.changes:
                 self._save_checkpoint(conn, change.checkpoint, now)
+                # A file read for the first time, or re-read whole, has no partial sums
+                # stored (any old ones are deleted below): they are copied in, not merged.
+                fresh = change.replace or change.checkpoint.version == 0
                 if change.replace:
                     removed = conn.execute(
                         sa.text(
@@ -137,7 +244,9 @@ class PostgresCheckpointStore:
                     dirty.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
                 else:
                     dirty.update(change.deltas)
-                if change.deltas:
+                if change.deltas and fresh:
+                    self._copy_partials(conn, commit.domain, change.checkpoint.id, change.deltas)
+                elif change.deltas:
                     self._add_partials(conn, commit.domain, change.checkpoint.id, change.deltas)
             for checkpoint in commit.vanished:
                 updated = conn.execute(
@@ -152,6 +261,17 @@ class PostgresCheckpointStore:
                 ).rowcount
                 if updated != 1:
                     raise CheckpointConflict(f"checkpoint {checkpoint.id} changed meanwhile")
+            if commit.publish is not None and not commit.republish:
+                # Same transaction as the sums: these rows need no dirty mark at all. (A
+                # forced rebuild marks its whole window dirty and publishes it after.)
+                publish = commit.publish
+                now_keys = [
+                    k for k in dirty if k[0] == publish.granularity and k[1] < publish.until
+                ]
+                dirty.difference_update(now_keys)
+                publishing = time.perf_counter()
+                commit.published = self._publish_keys(conn, commit.domain, now_keys, publish)
+                commit.published_seconds = time.perf_counter() - publishing
             self._mark_dirty(conn, commit.domain, dirty, generation)
             for granularity, start, end in commit.republish:
                 conn.execute(
@@ -302,6 +422,101 @@ class PostgresCheckpointStore:
             for index in range(10):
                 params[f"s{index}"] = [sums[index] for _, sums in chunk]
             conn.execute(statement, params)
+
+    def _copy_partials(
+        self, conn: Connection, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
+    ) -> None:
+        """``COPY`` a file's sums into ``traffic_file_partials``: one statement, no merging."""
+        stamps: dict[int, str] = {}
+        buffer = io.StringIO()
+        write = buffer.write
+        prefix = f"{copy_text(domain)}\t"
+        suffix = f"\t{copy_text(file_id)}\t"
+        for (granularity, bucket, method, path), sums in deltas.items():
+            stamp = stamps.get(bucket)
+            if stamp is None:
+                stamp = stamps[bucket] = datetime.fromtimestamp(bucket, UTC).isoformat()
+            write(
+                f"{prefix}{granularity}\t{stamp}\t{copy_text(method)}\t{copy_text(path)}"
+                f"{suffix}{sums[0]}\t{sums[1]}\t{sums[2]}\t{sums[3]}\t{sums[4]}\t{sums[5]}"
+                f"\t{sums[6]}\t{sums[7]}\t{sums[8]}\t{sums[9]}\n"
+            )
+        buffer.seek(0)
+        cursor = conn.connection.cursor()  # the DBAPI cursor, inside this transaction
+        try:
+            cursor.copy_expert(
+                "COPY traffic_file_partials (domain, granularity, bucket_start, method, path,"
+                f" file_id, {_SUM_COLUMNS}) FROM STDIN",
+                buffer,
+            )
+        finally:
+            cursor.close()
+
+    def _publish_keys(
+        self, conn: Connection, domain: str, keys: list[PartialKey], publish: DatabasePublish
+    ) -> int:
+        """Rows of ``keys`` (one granularity) from all files' partial sums, upserted."""
+        published = 0
+        keys.sort()
+        for offset in range(0, len(keys), PUBLISH_CHUNK):
+            chunk = keys[offset : offset + PUBLISH_CHUNK]
+            params = {
+                "domain": domain,
+                "granularity": publish.granularity,
+                "b": [k[1] for k in chunk],
+                "m": [k[2] for k in chunk],
+                "p": [k[3] for k in chunk],
+                **_row_params(publish, {k[1] for k in chunk}),
+            }
+            conn.execute(_PUBLISH_KEYS, params)
+            published += len(chunk)
+        return published
+
+    def publish_dirty(
+        self, domain: str, publish: DatabasePublish, batch_size: int
+    ) -> Iterator[int]:
+        """Publish dirty rows of one granularity inside the database, a batch per statement.
+
+        Yields the number of rows of each batch. A mark is cleared in the statement that
+        wrote its row, and only if no newer commit dirtied the key again meanwhile.
+        """
+        with transaction() as conn:
+            starts = conn.execute(
+                sa.text(
+                    f"""
+                    SELECT DISTINCT {_epoch("bucket_start")} FROM traffic_dirty_keys
+                     WHERE domain = :domain AND granularity = :granularity
+                       AND bucket_start < to_timestamp(:until)
+                    """  # noqa: S608 - table names and column lists are module constants; values are bound
+                ),
+                {"domain": domain, "granularity": publish.granularity, "until": publish.until},
+            ).scalars()
+            fields = _row_params(publish, set(starts))
+        if not fields["mb"]:
+            return
+        after: tuple[int, str, str] | None = None
+        while True:
+            params: dict[str, object] = {
+                "domain": domain,
+                "granularity": publish.granularity,
+                "until": publish.until,
+                "limit": batch_size,
+                **fields,
+            }
+            keyset = ""
+            if after is not None:
+                keyset = "AND (d.bucket_start, d.method, d.path) > (to_timestamp(:ab), :am, :ap)"
+                params.update(ab=after[0], am=after[1], ap=after[2])
+            with transaction() as conn:
+                result = conn.execute(
+                    sa.text(_PUBLISH_DIRTY.replace("{keyset}", keyset)), params
+                ).one_or_none()
+            if result is None:
+                return
+            yield result.n
+            after = (result.bucket, result.method, result.path)
+            if result.n < batch_size:
+                return
 
     def _mark_dirty(
         self, conn: Connection, domain: str, keys: set[PartialKey], generation: int

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from app.config import load_settings
 from app.db import transaction
 from app.traffic.rollup import RollupOptions, RollupRun
+from app.traffic.rows import row_from_db
 from app.traffic.sinks import DatabaseRowSink
 from app.traffic.store_postgres import PostgresCheckpointStore
 from tests.support.nginx_logs import CST, LogDir, MemorySink, nginx_line, reference_sums
@@ -77,6 +78,66 @@ def test_postgres_store_gives_the_totals_of_one_full_scan(engine, history, seed)
         )
         player.play(history)
         player.check()
+
+
+class StoredRows:
+    """The database sink, read back: ``rows`` are what ``traffic_rollups`` holds.
+
+    With the PostgreSQL store the rollup writes these rows in SQL (inside the commit
+    for changed keys, by batch for older dirty marks), never through ``write``.
+    """
+
+    writes_database = True
+
+    def __init__(self) -> None:
+        self.sink = DatabaseRowSink()
+
+    def write(self, rows: list[dict]) -> int:
+        return self.sink.write(rows)
+
+    @property
+    def rows(self) -> dict:
+        with transaction() as conn:
+            stored = conn.execute(sa.text("SELECT * FROM traffic_rollups")).all()
+        return {
+            (r.domain, r.granularity, r.bucket_start, r.method, r.path): row_from_db(r)
+            for r in stored
+        }
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=steps, seed=st.integers(0, 2**32 - 1))
+def test_rows_written_in_sql_give_the_totals_of_one_full_scan(engine, history, seed):
+    with transaction() as conn:
+        conn.execute(sa.text(f"TRUNCATE {TRAFFIC_TABLES}, traffic_rollups"))
+    with tempfile.TemporaryDirectory() as directory:
+        sink = StoredRows()
+        player = Player(
+            logs=LogDir(Path(directory) / "logs", DOMAIN),
+            sink=sink,  # type: ignore[arg-type]
+            make_store=PostgresCheckpointStore,
+            rng=random.Random(seed),
+        )
+        player.play(history)
+        player.check()
+        assert sink.sink.written == 0  # no row went through the Python sink
+    with transaction() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM traffic_dirty_keys")).scalar() == 0
+
+
+def test_paths_with_backslashes_tabs_and_quotes_survive_copy(engine, tmp_path):
+    logs = LogDir(tmp_path / "logs", DOMAIN)
+    traffic = _settings(tmp_path / "logs")
+    start = datetime(2026, 8, 1, 9, tzinfo=CST)
+    odd = ["/a\\x22b", "/tab\there", "/new\\nline", "/\u00e9t\u00e9", "/q'uote", "/back\\"]
+    logs.write_lines([nginx_line(start + timedelta(seconds=i), path) for i, path in enumerate(odd)])
+    assert _run(traffic, DatabaseRowSink())["ok"]
+    expected = reference_sums(logs.written)
+    assert _stored_rows("5m") == {k: v for k, v in expected.items() if k[0] == "5m"}
 
 
 def test_database_sink_rows_are_exact_and_idempotent(engine, tmp_path):
@@ -150,3 +211,27 @@ def test_prune_forgets_files_gone_longer_than_the_retention(engine, tmp_path):
     assert _count("SELECT count(*) FROM traffic_file_partials") == 2  # the live file's 5m + day
     published = "SELECT sum(total_requests) FROM traffic_rollups WHERE granularity = '5m'"
     assert _count(published) == 4  # published rows stay; only the bookkeeping is forgotten
+
+
+def test_force_full_scan_republishes_each_row_once_into_the_database(engine, tmp_path):
+    logs = LogDir(tmp_path / "logs", DOMAIN)
+    traffic = _settings(tmp_path / "logs")
+    start = datetime(2026, 8, 1, 9, tzinfo=CST)
+    logs.write_lines([nginx_line(start + timedelta(seconds=23 * i)) for i in range(60)])
+    first = _run(traffic, DatabaseRowSink())
+    with transaction() as conn:
+        conn.execute(sa.text("DELETE FROM traffic_rollups"))  # the rows were lost
+    run = RollupRun(traffic, PostgresCheckpointStore(), DatabaseRowSink(), clock=lambda: NOW)
+    rebuilt = run.execute(
+        RollupOptions(
+            granularity="5m",
+            start_date=date(2026, 7, 30),
+            end_date=date(2026, 8, 2),
+            force_full_scan=True,
+            source_server="runner-test",
+        )
+    ).as_dict()
+    assert rebuilt["scanMode"] == "full" and rebuilt["rows"] == first["rows"] > 0
+    expected = reference_sums(logs.written)
+    assert _stored_rows("5m") == {k: v for k, v in expected.items() if k[0] == "5m"}
+    assert _count("SELECT count(*) FROM traffic_dirty_keys WHERE granularity = '5m'") == 0

@@ -144,3 +144,21 @@ def test_fast_aggregator_agrees_with_reference_parser(lines, max_line, max_path)
     assert aggregator.buckets == expected
     assert (aggregator.malformed, aggregator.oversized) == (malformed, oversized)
     assert aggregator.lines == len(lines)
+
+
+def test_seconds_of_a_cached_minute_are_still_checked_like_the_reference():
+    base = nginx_line(datetime(2026, 8, 1, 9, 4, 0, tzinfo=timezone(timedelta(hours=8))))
+    stamp = "01/Aug/2026:09:04:00 +0800"
+    variants = ["00", "05", "59", "60", " 5", "5 ", "+5", "ab", "00"]
+    lines = [
+        base.replace(stamp, stamp[:18] + s + stamp[20:]).rstrip("\n").encode() for s in variants
+    ]
+    # The same minute in another zone and a later minute in the same bucket.
+    lines.append(base.replace("+0800", "+0530").rstrip("\n").encode())
+    lines.append(base.replace("09:04:00", "09:03:17").rstrip("\n").encode())
+    aggregator = LineAggregator()
+    aggregator.feed(lines)
+    expected, malformed, oversized = _aggregate_reference(lines, 16384, 1024)
+    assert aggregator.buckets == expected
+    assert (aggregator.malformed, aggregator.oversized) == (malformed, oversized)
+    assert malformed >= 2  # "60" and "ab" are not seconds

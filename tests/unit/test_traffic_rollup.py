@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 from datetime import date, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -532,3 +533,87 @@ def test_file_truncated_and_regrown_during_a_run_drops_the_domain(tmp_path):
     assert "rewritten during the run" in summary["errors"][DOMAIN]
     assert h.run()["domainComplete"][DOMAIN] is True
     h.assert_exact()
+
+
+def test_a_large_scan_is_cut_into_ranges_read_by_worker_processes(tmp_path, monkeypatch):
+    from app.traffic import scan
+
+    # Small thresholds so a few hundred lines become several ranges, read by processes.
+    monkeypatch.setattr(scan, "RANGE_MIN_BYTES", 2048)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    started: list[int] = []
+    real_pool = scan.multiprocessing.get_context
+
+    def counting_context(method):
+        context = real_pool(method)
+        started.append(1)
+        return context
+
+    monkeypatch.setattr(scan.multiprocessing, "get_context", counting_context)
+    h = Harness(tmp_path, domains=(DOMAIN, OTHER), scan_processes=3, max_line_bytes=600)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(at(9), 120, step_seconds=7, path="/r.webp"))
+    log.append("garbage without quotes\n" + nginx_line(at(9, 5), "/" + "y" * 900))
+    log.write_lines([nginx_line(at(9, 6), f"/p{i}", status=404) for i in range(60)])
+    log.rotate_rename()
+    log.compress(".1")  # a gzip is one range of its own
+    log.write_lines(lines(at(10), 150, step_seconds=3))
+    h.logs[OTHER].write_lines(lines(at(10), 40, path="/o"))
+    tail = nginx_line(at(10, 30), "/late")
+    log.append(tail[:50])  # half a line: not read until complete
+    first = h.run()
+    assert started, "the scan ran in worker processes"
+    assert first["ok"] is True
+    assert first["scannedLines"] == 120 + 2 + 60 + 150 + 40
+    assert (first["malformedLines"], first["oversizedLines"]) == (1, 1)
+    h.assert_exact()
+    h.assert_exact(OTHER)
+    log.append(tail[50:])
+    log.written.append(tail)
+    log.write_lines(lines(at(11), 90, step_seconds=5))
+    second = h.run()
+    assert second["scanModeByDomain"] == {DOMAIN: "incremental", OTHER: "cached"}
+    assert second["scannedLines"] == 91
+    h.assert_exact()
+    forced = h.run(force=True)
+    assert forced["scannedLines"] == 120 + 2 + 60 + 150 + 91 + 40
+    h.assert_exact()
+
+
+def test_split_ranges_end_on_line_ends_and_cover_the_new_bytes(tmp_path, monkeypatch):
+    from app.traffic import scan
+    from app.traffic.logfiles import list_domain_files
+
+    monkeypatch.setattr(scan, "RANGE_MIN_BYTES", 1000)
+    log = LogDir(tmp_path, DOMAIN)
+    log.write_lines(lines(at(9), 200))
+    (candidate,), _ = list_domain_files(tmp_path, DOMAIN, ("{domain}.access.log*",))
+    content = log.path().read_bytes()
+    for start in (0, content.index(b"\n", 5000) + 1):
+        ranges = scan.split_ranges(candidate, start, 4)
+        assert len(ranges) == 4
+        assert ranges[0][0] == start and ranges[-1][1] is None
+        for (_, end), (next_start, _) in pairwise(ranges):
+            assert end == next_start and content[end - 1 : end] == b"\n"
+    assert scan.split_ranges(candidate, 0, 1) == [(0, None)]
+
+
+def test_a_file_failing_in_a_worker_drops_only_its_domain(tmp_path, monkeypatch):
+    from app.traffic import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)  # a process per file, even small ones
+    h = Harness(tmp_path, domains=(DOMAIN, OTHER), scan_processes=2)
+    h.logs[DOMAIN].write_lines(lines(at(1), 5))
+    h.logs[OTHER].write_lines(lines(at(1), 5, path="/o"))
+    # A gzip whose first KiB (the probe, in the parent) is fine and which breaks later,
+    # in the worker reading it.
+    packed = gzip.compress("".join(lines(at(0), 400, step_seconds=1, path="/z")).encode())
+    h.logs[OTHER].path(".1.gz").write_bytes(packed[: len(packed) * 2 // 3])
+    summary = h.run()
+    assert summary["domainComplete"] == {DOMAIN: True, OTHER: False}
+    assert "unreadable gzip" in summary["errors"][OTHER]
+    h.assert_exact(DOMAIN)
+    assert h.received(OTHER) == {}
+    h.logs[OTHER].path(".1.gz").unlink()
+    assert h.run()["domainComplete"] == {DOMAIN: True, OTHER: True}
+    h.assert_exact(OTHER)
