@@ -231,7 +231,10 @@ def test_migration_backfills_streams_from_existing_receipts(empty_database_url):
         engine.dispose()
 
 
-def test_backfill_is_skipped_when_its_marker_exists(empty_database_url):
+def test_a_leftover_marker_table_stops_the_stream_migration(empty_database_url):
+    """Migrations create their objects outright: a schema_markers table that no recorded
+    revision made is drift, and the upgrade stops on it with nothing changed (it used to
+    skip the backfill silently)."""
     migrations.upgrade(empty_database_url, "20261130_0040")
     engine = _engine(empty_database_url)
     try:
@@ -244,8 +247,12 @@ def test_backfill_is_skipped_when_its_marker_exists(empty_database_url):
                     "INSERT INTO schema_markers (name) VALUES ('scan_upload_stream_backfill_v1')"
                 )
             )
-        migrations.upgrade(empty_database_url, "20261130_0041")
+        with pytest.raises(sa.exc.ProgrammingError, match="schema_markers"):
+            migrations.upgrade(empty_database_url, "20261130_0041")
         with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM scan_upload_stream")).scalar() == 0
+            assert migrations.current_revisions(conn) == {"20261130_0040"}
+            assert (
+                conn.execute(sa.text("SELECT to_regclass('scan_upload_stream')")).scalar() is None
+            )
     finally:
         engine.dispose()
