@@ -100,7 +100,7 @@ class DatabaseSettings:
     statement_timeout_ms: int = spec(60000, min=0, max=3_600_000)
     lock_timeout_ms: int = spec(10000, min=0, max=3_600_000)
     idle_in_transaction_timeout_ms: int = spec(60000, min=0, max=3_600_000)
-    # Deploy (issue 20): limits for `netmap db upgrade`; 0 disables one.
+    # Deploy: limits for `netmap db upgrade`; 0 disables one.
     migration_lock_timeout_ms: int = spec(
         5000, min=0, max=3_600_000, doc="a migration waiting longer for a table lock fails"
     )
