@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -134,7 +135,9 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
     overrides: dict[str, dict[str, object]] = {
         "ingest": {"max_observations_per_batch": max_batch},
         "agent": {"batch_size": batch_size},
-        "scan": {"execution_lease_seconds": 600},
+        # One execution covers every generated host (10.0.0.0/16), since uploads must stay
+        # inside their execution's targets.
+        "scan": {"execution_lease_seconds": 600, "execution_max_addresses": 65536},
     }
     with scratch_database(overrides=overrides) as scratch:
         settings = scratch.settings
@@ -142,10 +145,10 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
         store.ensure_schema()
         store.close()
         with transaction() as conn:
-            owner = create_user(conn, "bench", "bench-password-123", is_admin=True)
+            owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
             _, token = create_scanner(conn, "bench-agent")
             request = validate_task_request(
-                {"name": "bench", "targets": ["10.0.0.1"], "ports": "1-65535"}, settings.scan
+                {"name": "bench", "targets": ["10.0.0.0/16"], "ports": "1-65535"}, settings.scan
             )
             create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
         # The server is `netmap up` (gunicorn) in its own processes, as in production: the
@@ -233,7 +236,7 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
 
 
 @click.command("agent")
-@click.option("--hosts", type=click.IntRange(1, 1_000_000), default=1000, show_default=True)
+@click.option("--hosts", type=click.IntRange(1, 65536), default=1000, show_default=True)
 @click.option("--ports-per-host", type=click.IntRange(1, 65535), default=100, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=5000, show_default=True)
 @click.option("--no-end-to-end", is_flag=True, help="parse rates only (no scratch server)")

@@ -47,6 +47,9 @@ def _postgres_scheme(url: str) -> str:
     return "postgres://" + rest
 
 
+METRICS_TOKEN = "platform-metrics-token-0123456789"
+
+
 def _platform_env(port: int, database_url: str) -> dict[str, str]:
     return {
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -54,6 +57,8 @@ def _platform_env(port: int, database_url: str) -> dict[str, str]:
         "DATABASE_URL": database_url,
         "NETMAP_SECRET_KEY": "platform-secret-key-for-the-procfile-test-0123456789",
         "NETMAP_SERVER_HOST": "127.0.0.1",
+        # The operator's scrape token: /metrics answers only with it (or an admin session).
+        "NETMAP_METRICS_TOKEN": METRICS_TOKEN,
     }
 
 
@@ -198,7 +203,9 @@ def test_procfile_release_web_and_worker_on_a_platform(tmp_path, scratch_databas
         assert started[0]["workers"] >= 2 and started[0]["metrics_dir_created"] is True
         for _ in range(12):
             assert requests.get(base + "/healthz", timeout=10).status_code == 200
-        metrics = requests.get(base + "/metrics", timeout=10)
+        metrics = requests.get(
+            base + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10
+        )
         assert metrics.status_code == 200
         assert (
             'netmap_http_request_duration_seconds_count{method="GET",route="/healthz",'

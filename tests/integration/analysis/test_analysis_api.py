@@ -59,9 +59,9 @@ def test_changes_counts_history_and_status_over_http(api, app, settings) -> None
         for port in (22, 80)
     ]
     task1, _ = _scan(alice, scanner, first)
-    assert _metric(app.test_client(), "netmap_analysis_queue_backlog") == 1
+    assert _metric(api.admin(), "netmap_analysis_queue_backlog") == 1
     _run_workers(settings)
-    assert _metric(app.test_client(), "netmap_analysis_queue_backlog") == 0
+    assert _metric(api.admin(), "netmap_analysis_queue_backlog") == 0
 
     # The second scan misses 192.0.2.2:80 and sees a new product on 192.0.2.1:22.
     second = [o for o in first if (o["ip"], o["port"]) != ("192.0.2.2", 80)]
