@@ -14,6 +14,7 @@ def register_blueprints(app: Flask) -> None:
         health,
         imports,
         modules,
+        reports,
         scanner,
         system,
         tasks,
@@ -34,5 +35,6 @@ def register_blueprints(app: Flask) -> None:
         exports,
         system,
         imports,
+        reports,
     ):
         app.register_blueprint(module.blueprint)
