@@ -1,0 +1,353 @@
+"""Reports end to end on real PostgreSQL: definitions, the three phases, retries, delivery (REP-1..7).
+
+Results arrive through the scanner protocol; report jobs run the runner's own
+code in-process. The renderer is a real ``ModuleRegistry``: "not ready" is a
+registry with nothing installed (what a process sees before its selection is
+applied or after its worker died), recovery installs the builtin module.
+"""
+
+from __future__ import annotations
+
+import email
+import threading
+from datetime import UTC, datetime, timedelta
+from email import policy
+
+import pytest
+import sqlalchemy as sa
+
+from app.db import transaction
+from app.modules.registry import ModuleRegistry
+from app.modules.report_render import SLOT_NAME, BuiltinRenderModule, report_render_slot
+from app.object_store import open_object_store
+from app.reports import records
+from app.reports.delivery import claim_next_delivery, deliver, outbox_directory
+from app.reports.pipeline import run_report
+from tests.support.scanner_protocol import claim, make_task, observation
+
+
+class Renderer:
+    """A real registry for the report-render slot; empty until ``recover``."""
+
+    def __init__(self, settings, *, ready: bool = True):
+        self.registry = ModuleRegistry([report_render_slot(settings)], drain_timeout=2.0)
+        self.revision = 0
+        if ready:
+            self.recover()
+
+    def recover(self) -> None:
+        self.revision += 1
+        self.registry.install(
+            SLOT_NAME, BuiltinRenderModule(), release_id="builtin", revision=self.revision
+        )
+
+    def acquire(self):
+        return self.registry.acquire(SLOT_NAME)
+
+
+def _scanned_task(api, user=None):
+    user = user or api.user()
+    task = make_task(user, targets=("192.0.2.0/29",), ports="22,443")
+    upload = claim(api.scanner())
+    observations = [
+        observation(f"192.0.2.{i}", port, service={"name": "ssh" if port == 22 else "https"})
+        for i in range(1, 5)
+        for port in (22, 443)
+    ]
+    assert upload.final(0, observations).status_code == 200
+    return user, task
+
+
+def _definition(user, task, **overrides):
+    body = {
+        "name": "weekly look",
+        "task_id": task["id"],
+        "period": "on_demand",
+        "recipients": ["alice@example.com", "bob@example.com"],
+        **overrides,
+    }
+    response = user.post("/api/reports/definitions", json=body)
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["definition"]
+
+
+def _run(settings, renderer, **kwargs):
+    work = records.claim_next_job(lease_seconds=60)
+    assert work is not None
+    return run_report(
+        work,
+        renderer=renderer,
+        object_store=open_object_store(settings),
+        delete_concurrency=3,
+        wait_seconds=0,
+        **kwargs,
+    )
+
+
+def _count(sql: str, **params) -> int:
+    with transaction() as conn:
+        return conn.execute(sa.text(sql), params).scalar_one()
+
+
+def _make_due(report_id: int) -> None:
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_jobs SET available_at = now() WHERE report_id = :id"),
+            {"id": report_id},
+        )
+
+
+def test_definition_validation_names_the_field_and_writes_nothing(api):
+    user, task = _scanned_task(api)
+    other = api.user()
+    base = {"name": "r", "task_id": task["id"], "period": "daily", "recipients": ["a@b.example"]}
+    cases = [
+        ({**base, "recipients": ["not an address"]}, 400, "recipients"),
+        ({**base, "recipients": []}, 400, "recipients"),
+        ({**base, "template": "nope"}, 400, "template"),
+        ({**base, "period": "hourly"}, 400, "period"),
+        ({**base, "timezone": "Mars/Base"}, 400, "timezone"),
+        ({**base, "scope": "all"}, 400, "task_id"),
+    ]
+    for body, status, field in cases:
+        response = user.post("/api/reports/definitions", json=body)
+        assert response.status_code == status, (body, response.get_json())
+        assert response.get_json()["error"]["details"]["field"] == field
+    stolen = other.post("/api/reports/definitions", json=base)
+    assert stolen.status_code == 404
+    assert stolen.get_json()["error"]["details"]["field"] == "task_id"
+    assert _count("SELECT count(*) FROM report_definitions") == 0
+
+
+def test_on_demand_report_is_archived_and_written_to_the_outbox(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    queued = user.post(f"/api/reports/definitions/{definition['id']}/run")
+    assert queued.status_code == 202
+    report_id = queued.get_json()["report"]["id"]
+
+    assert _run(settings, Renderer(settings)).result == "ready"
+
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["statistics"]["endpoints"] == 8
+    assert report["statistics"]["ips"] == 4
+    assert {r["name"] for r in report["statistics"]["top_services"]} == {"ssh", "https"}
+    renderer = report["quality"]["renderer"]
+    assert renderer["release_id"] == "builtin" and renderer["generation"] >= 1
+    assert len(renderer["input_checksum"]) == 64
+    assert report["quality"]["mail_error"] is None
+    assert sorted(report["images"]) == ["new-endpoints", "services"]
+    assert [d["status"] for d in report["deliveries"]] == ["queued", "queued"]
+
+    page = user.get(f"/api/reports/{report_id}/mail.html")
+    assert page.status_code == 200
+    assert page.data.count(b"data:image/png;base64,") == 2
+
+    store = open_object_store(settings)
+    while (work := claim_next_delivery(lease_seconds=60)) is not None:
+        assert deliver(settings, work, store) == "written"
+    files = sorted(outbox_directory(settings).glob("*.eml"))
+    assert len(files) == 2
+    message = email.message_from_bytes(files[0].read_bytes(), policy=policy.default)
+    assert message.get_content_type() == "multipart/alternative"
+    assert message["Message-ID"] in {d["message_id"] for d in report["deliveries"]}
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert [d["status"] for d in report["deliveries"]] == ["written", "written"]
+
+
+def test_temporary_renderer_failure_archives_nothing_and_retries_after_a_minute(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+
+    assert _run(settings, renderer).result == "retry_wait"
+
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text(
+                "SELECT status, error_kind, available_at - now() AS wait FROM report_jobs "
+                "WHERE report_id = :id"
+            ),
+            {"id": report_id},
+        ).one()
+        report = records.get_report_row(conn, report_id)
+    assert (job.status, job.error_kind) == ("retry_wait", "NotReady")
+    assert timedelta(seconds=50) < job.wait <= timedelta(minutes=1)
+    assert report.status == "queued" and report.statistics is None and report.html is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+    assert not list((settings.data_dir / "objects").rglob("*.png"))
+    assert records.claim_next_job(lease_seconds=60) is None  # backoff holds
+
+    renderer.recover()
+    _make_due(report_id)
+    assert _run(settings, renderer).result == "ready"
+    assert _count("SELECT count(*) FROM report_deliveries WHERE report_id = :r", r=report_id) == 2
+
+
+def test_permanent_template_error_keeps_statistics_and_sends_no_mail(api, settings):
+    admin = api.admin()
+    created = admin.post(
+        "/api/reports/templates",
+        json={"name": "broken", "version": "1", "subject": "x", "html": "{{ image('nope') }}"},
+    )
+    assert created.status_code == 201, created.get_json()
+    assert (
+        admin.post("/api/reports/templates/broken/publish", json={"version": "1"}).status_code
+        == 200
+    )
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="broken")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+
+    outcome = _run(settings, Renderer(settings))
+
+    assert outcome.result == "mail_error"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["statistics"]["endpoints"] == 8
+    assert "template_error" in report["quality"]["mail_error"]
+    assert report["deliveries"] == [] and report["images"] == []
+    assert user.get(f"/api/reports/{report_id}/mail.html").status_code == 404
+
+
+def test_five_attempts_then_failed_and_an_admin_retry_succeeds(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+    results = []
+    for _ in range(5):
+        results.append(_run(settings, renderer).result)
+        _make_due(report_id)
+    assert results == ["retry_wait"] * 4 + ["failed"]
+    assert records.claim_next_job(lease_seconds=60) is None
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "failed"
+
+    assert user.post(f"/api/reports/{report_id}/retry").status_code == 403
+    retried = api.admin().post(f"/api/reports/{report_id}/retry")
+    assert retried.status_code == 202
+    renderer.recover()
+    assert _run(settings, renderer).result == "ready"
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "ready"
+
+
+def test_lost_lease_during_generate_refuses_the_commit_and_deletes_its_images(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    store = open_object_store(settings)
+    seen: list[str] = []
+
+    def expire_lease():
+        seen.extend(str(p) for p in (settings.data_dir / "objects").rglob("*.png"))
+        with transaction() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE report_jobs SET lease_expires_at = now() - interval '1 second' "
+                    "WHERE report_id = :id"
+                ),
+                {"id": report_id},
+            )
+
+    assert _run(settings, Renderer(settings), before_commit=expire_lease).result == "lease_lost"
+    assert len(seen) == 2  # put before the commit...
+    assert not list((settings.data_dir / "objects").rglob("*.png"))  # ...and removed after
+    with transaction() as conn:
+        report = records.get_report_row(conn, report_id)
+    assert report.status == "generating" and report.html is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+    # The next runner takes it over once the lease has passed, and commits.
+    assert _run(settings, Renderer(settings)).result == "ready"
+    assert store.name == "filesystem"
+
+
+def test_two_runners_claim_each_report_once(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    for _ in range(3):
+        user.post(f"/api/reports/definitions/{definition['id']}/run")
+    claims: list = []
+    lock = threading.Lock()
+
+    def runner():
+        while (work := records.claim_next_job(lease_seconds=60)) is not None:
+            with lock:
+                claims.append(work.report_id)
+
+    threads = [threading.Thread(target=runner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == sorted(set(claims)) and len(claims) == 3
+
+
+def test_daily_schedule_makes_one_report_per_period_across_runners_and_restarts(api, settings):
+    user, task = _scanned_task(api)
+    _definition(user, task, period="daily", timezone="Europe/Berlin")
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_definitions SET created_at = now() - interval '3 days'")
+        )
+    first_day = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    created: list[list[int]] = []
+    threads = [
+        threading.Thread(
+            target=lambda: created.append(records.create_due_scheduled_reports(first_day))
+        )
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(len(c) for c in created) == 1
+    # A restarted runner later the same day creates nothing; the next day one more.
+    assert records.create_due_scheduled_reports(first_day + timedelta(hours=10)) == []
+    assert len(records.create_due_scheduled_reports(first_day + timedelta(days=1))) == 1
+    with transaction() as conn:
+        starts = (
+            conn.execute(sa.text("SELECT period_start FROM reports ORDER BY period_start"))
+            .scalars()
+            .all()
+        )
+    # Berlin midnight is 23:00 UTC in winter.
+    assert [s.astimezone(UTC).isoformat() for s in starts] == [
+        "2026-11-28T23:00:00+00:00",
+        "2026-11-29T23:00:00+00:00",
+    ]
+
+
+@pytest.mark.parametrize("wait", [3600.0])
+def test_incomplete_data_waits_without_spending_an_attempt(api, settings, wait):
+    user = api.user()
+    task = make_task(user, targets=("192.0.2.9",), ports="22")
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    work = records.claim_next_job(lease_seconds=60)
+    outcome = run_report(
+        work,
+        renderer=Renderer(settings),
+        object_store=open_object_store(settings),
+        delete_concurrency=3,
+        wait_seconds=wait,
+    )
+    assert outcome.result == "waiting"
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text("SELECT status, attempts FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+    assert (job.status, job.attempts) == ("retry_wait", 0)
