@@ -351,3 +351,42 @@ def test_incomplete_data_waits_without_spending_an_attempt(api, settings, wait):
             {"id": report_id},
         ).one()
     assert (job.status, job.attempts) == ("retry_wait", 0)
+
+
+def test_renderer_swap_during_generate_commits_with_the_old_generation(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings)
+    old = renderer.registry.current(SLOT_NAME).identity.generation
+
+    assert _run(settings, renderer, before_commit=renderer.recover).result == "ready"
+
+    assert renderer.registry.current(SLOT_NAME).identity.generation > old
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["quality"]["renderer"]["generation"] == old
+
+
+def test_a_delivery_interrupted_in_sending_is_resent_with_the_same_message_id(api, settings):
+    user, task = _scanned_task(api)
+    _definition_id = _definition(user, task, recipients=["alice@example.com"])["id"]
+    user.post(f"/api/reports/definitions/{_definition_id}/run")
+    assert _run(settings, Renderer(settings)).result == "ready"
+    first = claim_next_delivery(lease_seconds=60)
+    # The runner "dies" here: the row stays in sending until its lease passes.
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_deliveries SET lease_expires_at = now() - interval '1 second'")
+        )
+    again = claim_next_delivery(lease_seconds=60)
+    assert again.id == first.id and again.resend and not first.resend
+    assert again.message_id == first.message_id
+    assert deliver(settings, again, open_object_store(settings)) == "written"
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT status, attempts, last_error FROM report_deliveries")
+        ).one()
+    assert (row.status, row.attempts) == ("written", 2)
+    assert "resent" in row.last_error
