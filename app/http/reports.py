@@ -111,7 +111,9 @@ def report_mail_route(report_id: int):
         mimetype="text/html",
         headers={
             # Archived template output: no scripts, images only from data: URIs.
-            "Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'",
+            "Content-Security-Policy": (
+                "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+            ),
             "Cache-Control": "private, no-store",
         },
     )

@@ -1,4 +1,4 @@
-"""Reports end to end on real PostgreSQL: definitions, the three phases, retries, delivery (REP-1..7).
+"""Reports end to end on real PostgreSQL: definitions, three phases, retries (REP-1..7).
 
 Results arrive through the scanner protocol; report jobs run the runner's own
 code in-process. The renderer is a real ``ModuleRegistry``: "not ready" is a
