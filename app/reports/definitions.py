@@ -21,7 +21,7 @@ from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
 from app.reports import records
-from app.reports.templates import template_exists
+from app.reports.templates import TEMPLATE_NAME, template_exists
 from app.scan_control.query import get_task
 
 PERIODS = ("daily", "weekly", "on_demand")
@@ -59,7 +59,7 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
         if scope is not None and scope != "all":
             raise _bad("scope", 'scope must be "all"')
         if task_id is not None and (
-            isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 1
+            isinstance(task_id, bool) or not isinstance(task_id, int) or not 1 <= task_id < 2**63
         ):
             raise _bad("task_id", "task_id must be a positive integer")
         out["task_id"] = task_id
@@ -71,7 +71,7 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
         out["recipients"] = _recipients(body.get("recipients"))
     if "template" in body or not partial:
         template = body.get("template", "default")
-        if not isinstance(template, str) or not template:
+        if not isinstance(template, str) or not TEMPLATE_NAME.fullmatch(template):
             raise _bad("template", "template must be a template name")
         out["template"] = template
     if "timezone" in body or not partial:

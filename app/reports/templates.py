@@ -172,7 +172,9 @@ def add_template_version(conn: Connection, body: dict[str, Any], *, user_id: int
 
 
 def publish_template_version(conn: Connection, name: str, version: Any) -> None:
-    if not isinstance(version, str):
+    if not TEMPLATE_NAME.fullmatch(name):
+        raise NotFound("no such template", code="template_not_found")
+    if not isinstance(version, str) or not 1 <= len(version) <= 128 or "\x00" in version:
         raise ValidationError("version must be a string", details={"field": "version"})
     exists = conn.execute(
         sa.text("SELECT 1 FROM report_template_versions WHERE name = :n AND version = :v"),
