@@ -17,6 +17,10 @@ Create Date: 2026-11-30
   (``claim_token`` + ``lease_expires_at``), retried with backoff.
 * ``report_deliveries``: one mail per recipient; the Message-ID is stored
   before the message is handed to SMTP.
+* ``report_execution_aggregates``: per succeeded execution, its top services,
+  products and ports and its endpoints' first-seen counts per hour, computed
+  once (an execution's endpoints no longer change after it succeeded), so the
+  capture transaction reads small rows instead of scanning endpoints.
 """
 
 from alembic import op
@@ -121,9 +125,19 @@ CREATE TABLE IF NOT EXISTS report_deliveries (
 );
 CREATE INDEX IF NOT EXISTS ix_report_deliveries_due ON report_deliveries (available_at, id)
     WHERE status IN ('queued', 'sending');
+
+CREATE TABLE IF NOT EXISTS report_execution_aggregates (
+    execution_id     bigint      PRIMARY KEY REFERENCES scan_executions (id) ON DELETE CASCADE,
+    services         jsonb       NOT NULL,
+    products         jsonb       NOT NULL,
+    ports            jsonb       NOT NULL,
+    first_seen_hours jsonb       NOT NULL,
+    computed_at      timestamptz NOT NULL DEFAULT now()
+);
 """
 
 DOWNGRADE = r"""
+DROP TABLE IF EXISTS report_execution_aggregates;
 DROP TABLE IF EXISTS report_deliveries;
 DROP TABLE IF EXISTS report_jobs;
 DROP TABLE IF EXISTS reports;

@@ -5,7 +5,10 @@ definition, the report's period and revision, the published template, and the
 statistics, and commits; nothing after this phase talks to the database until
 the commit phase. The numbers come from counters the ingest path maintains
 per execution (``scan_executions.endpoint_count`` / ``ip_count``) and from
-small grouped reads of the latest execution of each task in scope.
+``report_execution_aggregates`` (top services, products, ports and first-seen
+counts per hour of each succeeded execution), which ``prepare_aggregates``
+computes once per execution before capture, so the snapshot reads small rows
+whatever the number of endpoints.
 
 Completeness: a scope whose executions are still queued/running or whose
 projection is not ``ready`` is not complete. The job then waits (it is
@@ -73,10 +76,38 @@ def _check_claim(conn: Connection, claim: ReportClaim) -> None:
         raise LeaseLostError("report claim lost before capture")
 
 
-def _statistics(
-    conn: Connection, task_ids: list[int], start: datetime, end: datetime
-) -> dict[str, Any]:
-    latest = conn.execute(
+AGGREGATE_TOP = 50
+
+_AGGREGATE_SQL = """
+INSERT INTO report_execution_aggregates
+       (execution_id, services, products, ports, first_seen_hours)
+SELECT :e,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
+                             ORDER BY n DESC, name), '[]'::jsonb)
+     FROM (SELECT coalesce(service, 'unknown') AS name, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) s),
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
+                             ORDER BY n DESC, name), '[]'::jsonb)
+     FROM (SELECT product AS name, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e AND product IS NOT NULL
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) p),
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('port', port, 'transport', transport,
+                                                'count', n) ORDER BY n DESC, port), '[]'::jsonb)
+     FROM (SELECT port, transport, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top) t),
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('hour', hour, 'count', n) ORDER BY hour),
+                   '[]'::jsonb)
+     FROM (SELECT date_trunc('hour', first_seen) AS hour, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1) h)
+ON CONFLICT (execution_id) DO NOTHING
+"""
+
+
+def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
+    return conn.execute(
         sa.text(
             f"""
             SELECT DISTINCT ON (e.task_id) e.id, e.endpoint_count, e.ip_count,
@@ -88,6 +119,84 @@ def _statistics(
         ),
         {"tasks": task_ids},
     ).all()
+
+
+def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
+    return list(
+        conn.execute(
+            sa.text(
+                """
+                SELECT t.id FROM reports r JOIN scan_tasks t
+                  ON (r.task_id IS NOT NULL AND t.id = r.task_id)
+                  OR (r.task_id IS NULL AND t.owner_id = r.owner_id)
+                 WHERE r.id = :id
+                """
+            ),
+            {"id": report_id},
+        ).scalars()
+    )
+
+
+def prepare_aggregates(report_id: int) -> int:
+    """Compute the aggregates of the scope's latest executions that have none yet.
+
+    Runs before capture, one short transaction per execution: the one scan of an
+    execution's endpoints happens here, once, and never inside the capture snapshot.
+    Returns how many executions were aggregated.
+    """
+    with transaction() as conn:
+        latest = _latest_executions(conn, _scope_task_ids(conn, report_id))
+        ids = [row.id for row in latest]
+        done = set(
+            conn.execute(
+                sa.text(
+                    "SELECT execution_id FROM report_execution_aggregates "
+                    "WHERE execution_id = ANY(:ids)"
+                ),
+                {"ids": ids},
+            ).scalars()
+        )
+    missing = [i for i in ids if i not in done]
+    for execution_id in missing:
+        with transaction() as conn:
+            conn.execute(sa.text(_AGGREGATE_SQL), {"e": execution_id, "top": AGGREGATE_TOP})
+    return len(missing)
+
+
+def _aggregates(conn: Connection, execution_ids: list[int]) -> list[Any]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT execution_id, services, products, ports, first_seen_hours "
+            "FROM report_execution_aggregates WHERE execution_id = ANY(:ids)"
+        ),
+        {"ids": execution_ids},
+    ).all()
+    found = {row.execution_id for row in rows}
+    for execution_id in execution_ids:
+        if execution_id not in found:
+            # Succeeded after prepare_aggregates looked: compute it in this snapshot (rare).
+            conn.execute(sa.text(_AGGREGATE_SQL), {"e": execution_id, "top": AGGREGATE_TOP})
+    if len(found) < len(execution_ids):
+        return _aggregates(conn, execution_ids)
+    return rows
+
+
+def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
+    totals: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        for entry in getattr(row, field):
+            k = key(entry)
+            if k in totals:
+                totals[k]["count"] += entry["count"]
+            else:
+                totals[k] = dict(entry)
+    return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
+
+
+def _statistics(
+    conn: Connection, task_ids: list[int], start: datetime, end: datetime
+) -> dict[str, Any]:
+    latest = _latest_executions(conn, task_ids)
     latest_ids = [row.id for row in latest]
     by_status = dict(
         conn.execute(
@@ -110,58 +219,25 @@ def _statistics(
         ),
         {"tasks": task_ids},
     ).scalar_one()
-    services = conn.execute(
-        sa.text(
-            """
-            SELECT coalesce(service, 'unknown') AS name, count(*) AS n
-              FROM search_execution_endpoints WHERE execution_id = ANY(:ids)
-             GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top
-            """
-        ),
-        {"ids": latest_ids, "top": TOP_N},
-    ).all()
-    products = conn.execute(
-        sa.text(
-            """
-            SELECT product AS name, count(*) AS n FROM search_execution_endpoints
-             WHERE execution_id = ANY(:ids) AND product IS NOT NULL
-             GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top
-            """
-        ),
-        {"ids": latest_ids, "top": TOP_N},
-    ).all()
-    ports = conn.execute(
-        sa.text(
-            """
-            SELECT port, transport, count(*) AS n FROM search_execution_endpoints
-             WHERE execution_id = ANY(:ids)
-             GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top
-            """
-        ),
-        {"ids": latest_ids, "top": TOP_N},
-    ).all()
-    new_per_day = conn.execute(
-        sa.text(
-            """
-            SELECT (date_trunc('day', first_seen AT TIME ZONE 'UTC'))::date AS day, count(*) AS n
-              FROM search_execution_endpoints
-             WHERE execution_id = ANY(:ids) AND first_seen >= :start AND first_seen < :end
-             GROUP BY 1 ORDER BY 1
-            """
-        ),
-        {"ids": latest_ids, "start": start, "end": end},
-    ).all()
+    aggregates = _aggregates(conn, latest_ids)
+    per_day: dict[str, int] = {}
+    for row in aggregates:
+        for entry in row.first_seen_hours:
+            hour = datetime.fromisoformat(entry["hour"])
+            if start <= hour < end:
+                day = hour.date().isoformat()
+                per_day[day] = per_day.get(day, 0) + entry["count"]
     projection = aggregate_projection_status([row.projection for row in latest])
     complete = pending == 0 and projection in {"ready", "not_applicable"}
     return {
         "tasks": len(task_ids),
         "endpoints": sum(row.endpoint_count for row in latest),
         "ips": sum(row.ip_count for row in latest),
-        "new_endpoints": sum(row.n for row in new_per_day),
-        "new_endpoints_per_day": [{"day": r.day.isoformat(), "count": r.n} for r in new_per_day],
-        "top_services": [{"name": r.name, "count": r.n} for r in services],
-        "top_products": [{"name": r.name, "count": r.n} for r in products],
-        "top_ports": [{"port": r.port, "transport": r.transport, "count": r.n} for r in ports],
+        "new_endpoints": sum(per_day.values()),
+        "new_endpoints_per_day": [{"day": d, "count": n} for d, n in sorted(per_day.items())],
+        "top_services": _top(aggregates, "services", lambda e: e["name"]),
+        "top_products": _top(aggregates, "products", lambda e: e["name"]),
+        "top_ports": _top(aggregates, "ports", lambda e: (e["port"], e["transport"])),
         "executions": {"total": sum(by_status.values()), "by_status": by_status},
         "executions_pending": pending,
         "latest_executions": latest_ids,
@@ -186,18 +262,13 @@ def capture(claim: ReportClaim, *, wait_seconds: float = INCOMPLETE_WAIT_SECONDS
             ),
             {"id": claim.report_id},
         ).one()
+        task_ids = _scope_task_ids(conn, report.id)
         if report.task_id is not None:
-            task_ids = [report.task_id]
             scope = conn.execute(
                 sa.text("SELECT name FROM scan_tasks WHERE id = :id"), {"id": report.task_id}
             ).scalar()
             scope_label = f"Task {scope}"
         else:
-            task_ids = list(
-                conn.execute(
-                    sa.text("SELECT id FROM scan_tasks WHERE owner_id = :o"), {"o": report.owner_id}
-                ).scalars()
-            )
             scope_label = f"All tasks ({len(task_ids)})"
         stats = _statistics(conn, task_ids, report.period_start, report.period_end)
         template = published_template(conn, report.template)

@@ -39,7 +39,13 @@ from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.renderer import contract as render_contract
 from app.reports import records
-from app.reports.capture import Capture, LeaseLostError, capture, input_checksum
+from app.reports.capture import (
+    Capture,
+    LeaseLostError,
+    capture,
+    input_checksum,
+    prepare_aggregates,
+)
 from app.reports.charts import ChartError, report_charts
 from app.reports.records import ReportClaim
 
@@ -267,6 +273,7 @@ def run_report(
     heartbeat = ReportHeartbeat(claim, heartbeat_seconds).start()
     stored: list[dict[str, str]] = []
     try:
+        prepare_aggregates(claim.report_id)
         try:
             snapshot = capture(claim, wait_seconds=wait_seconds)
         except LeaseLostError as exc:

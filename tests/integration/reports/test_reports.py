@@ -132,6 +132,9 @@ def test_on_demand_report_is_archived_and_written_to_the_outbox(api, settings):
     assert report["status"] == "ready"
     assert report["statistics"]["endpoints"] == 8
     assert report["statistics"]["ips"] == 4
+    assert report["statistics"]["new_endpoints"] == 8
+    assert sum(d["count"] for d in report["statistics"]["new_endpoints_per_day"]) == 8
+    assert _count("SELECT count(*) FROM report_execution_aggregates") == 1
     assert {r["name"] for r in report["statistics"]["top_services"]} == {"ssh", "https"}
     renderer = report["quality"]["renderer"]
     assert renderer["release_id"] == "builtin" and renderer["generation"] >= 1
