@@ -393,3 +393,55 @@ def test_a_delivery_interrupted_in_sending_is_resent_with_the_same_message_id(ap
         ).one()
     assert (row.status, row.attempts) == ("written", 2)
     assert "resent" in row.last_error
+
+
+def test_killed_renderer_worker_is_a_temporary_error_then_a_new_worker_renders(
+    api, settings, renderer_releases
+):
+    import os
+    import signal
+
+    from app.config import load_settings
+    from app.modules.report_render import open_candidate
+    from tests.conftest import RENDERER_RELEASES
+
+    worker_settings, _ = load_settings(
+        env={}, overrides={"report_renderer": {"releases_directory": str(renderer_releases)}}
+    )
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+    release = RENDERER_RELEASES[0]
+    doomed = open_candidate(worker_settings, release)
+    renderer.registry.install(SLOT_NAME, doomed, release_id=release, revision=1)
+    os.kill(doomed.pid, signal.SIGKILL)
+
+    outcome = _run(settings, renderer)
+
+    assert outcome.result == "retry_wait", outcome
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text("SELECT status, error_kind FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+        report = records.get_report_row(conn, report_id)
+    assert (job.status, job.error_kind) == ("retry_wait", "Unavailable")
+    assert report.statistics is None and report.images == []
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+
+    fresh = open_candidate(worker_settings, release)
+    renderer.registry.install(SLOT_NAME, fresh, release_id=release, revision=2)
+    _make_due(report_id)
+    try:
+        assert _run(settings, renderer).result == "ready"
+    finally:
+        renderer.registry.close(5.0)
+    body = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert body["quality"]["renderer"]["release_id"] == release
+    assert sorted(d["recipient"] for d in body["deliveries"]) == [
+        "alice@example.com",
+        "bob@example.com",
+    ]
