@@ -354,3 +354,6 @@ def agent_command(state: CliState, args: tuple[str, ...]) -> None:
 from app.result_ingest.cli import import_command  # noqa: E402
 
 main.add_command(import_command)
+from app.reports.cli import reports  # noqa: E402
+
+main.add_command(reports)

@@ -49,7 +49,7 @@ class Recorder:
 
 
 class LoopbackSmtp:
-    def __init__(self):
+    def __init__(self, **smtp_options):
         self.recorder = Recorder()
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
@@ -57,7 +57,7 @@ class LoopbackSmtp:
         def serve():
             asyncio.set_event_loop(self.loop)
             self.server = self.loop.run_until_complete(
-                self.loop.create_server(lambda: SMTP(self.recorder), "127.0.0.1", 0)
+                self.loop.create_server(lambda: SMTP(self.recorder, **smtp_options), "127.0.0.1", 0)
             )
             self.port = self.server.sockets[0].getsockname()[1]
             ready.set()
@@ -137,5 +137,57 @@ def test_smtp_delivery_mime_images_recipients_and_per_recipient_errors(api, sett
             assert f"cid:{cid}" in html
         assert all(image.get_payload(decode=True).startswith(b"\x89PNG") for image in images)
         assert "Endpoints" in text.get_content()
+    finally:
+        smtp.close()
+
+
+def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings, database_url):
+    from aiosmtpd.smtp import AuthResult
+
+    from tests.conftest import TEST_SECRET_KEY
+    from tests.integration.test_cli import run_cli
+
+    logins: list[tuple[bytes, bytes]] = []
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        logins.append((auth_data.login, auth_data.password))
+        return AuthResult(success=auth_data.password == b"s3cret-smtp-pass")
+
+    stored = run_cli(
+        database_url,
+        "reports",
+        "set-smtp-password",
+        "--password-stdin",
+        stdin="s3cret-smtp-pass\n",
+        NETMAP_SECRET_KEY=TEST_SECRET_KEY,
+    )
+    assert stored.returncode == 0, stored.stderr
+    assert "s3cret" not in stored.stdout + stored.stderr
+    with transaction() as conn:
+        ciphertext = conn.execute(
+            sa.text("SELECT ciphertext FROM stored_secrets WHERE name = 'smtp.password'")
+        ).scalar_one()
+    assert "s3cret" not in ciphertext
+
+    smtp = LoopbackSmtp(authenticator=authenticator, auth_require_tls=False)
+    try:
+        settings = dataclasses.replace(
+            settings,
+            smtp=dataclasses.replace(
+                settings.smtp,
+                host="127.0.0.1",
+                port=smtp.port,
+                starttls=False,
+                ssl=False,
+                username="netmap",
+            ),
+        )
+        user, task = _scanned_task(api)
+        definition = _definition(user, task, recipients=["alice@example.com"])
+        user.post(f"/api/reports/definitions/{definition['id']}/run")
+        assert _run(settings, Renderer(settings)).result == "ready"
+        assert _deliver_all(settings) == {"alice@example.com": "sent"}
+        assert logins == [(b"netmap", b"s3cret-smtp-pass")]
+        assert len(smtp.recorder.messages) == 1
     finally:
         smtp.close()
