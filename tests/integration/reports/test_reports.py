@@ -8,6 +8,7 @@ applied or after its worker died), recovery installs the builtin module.
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import threading
 from datetime import UTC, datetime, timedelta
@@ -445,3 +446,85 @@ def test_killed_renderer_worker_is_a_temporary_error_then_a_new_worker_renders(
         "alice@example.com",
         "bob@example.com",
     ]
+
+
+def test_definition_crud_is_owner_scoped_and_update_checks_the_task(api):
+    user, task = _scanned_task(api)
+    _other_user, other_task = _scanned_task(api)
+    definition = _definition(user, task)
+    assert [d["id"] for d in user.get("/api/reports/definitions").get_json()["items"]] == [
+        definition["id"]
+    ]
+    path = f"/api/reports/definitions/{definition['id']}"
+    moved = user.client.patch(path, json={"task_id": other_task["id"]}, headers=user._headers(None))
+    assert moved.status_code == 404
+    assert moved.get_json()["error"]["details"]["field"] == "task_id"
+    changed = user.client.put(
+        path, json={"enabled": False, "scope": "all"}, headers=user._headers(None)
+    )
+    assert changed.status_code == 200, changed.get_json()
+    body = changed.get_json()["definition"]
+    assert (body["enabled"], body["scope"], body["revision"]) == (False, "all", 2)
+    assert user.client.delete(path, headers=user._headers(None)).status_code == 200
+    assert user.get(path).status_code == 404
+
+
+def test_a_disabled_template_version_keeps_statistics_with_a_mail_error(api, settings):
+    admin = api.admin()
+    version = {
+        "name": "plain",
+        "version": "1",
+        "subject": "s {{ report.name }}",
+        "html": "<p>x</p>",
+    }
+    assert (
+        admin.post("/api/reports/templates", json={**version, "enabled": False}).status_code == 201
+    )
+    assert admin.post("/api/reports/templates", json=version).status_code == 409
+    assert (
+        admin.post("/api/reports/templates/plain/publish", json={"version": "1"}).status_code == 200
+    )
+    listed = {t["name"]: t for t in admin.get("/api/reports/templates").get_json()["items"]}
+    assert listed["plain"]["published_version"] == "1" and listed["default"]["builtin"]
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="plain")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    assert _run(settings, Renderer(settings)).result == "mail_error"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert "disabled" in report["quality"]["mail_error"]
+    assert report["statistics"]["endpoints"] == 8 and report["deliveries"] == []
+
+
+def test_the_runner_job_kind_renders_through_the_process_renderer_service(api, settings):
+    from jobs.base import JobContext
+    from jobs.registry import job_kinds
+    from jobs.report_render_modules import ReportRenderModules
+    from jobs.reports import ReportGenerateJob
+
+    assert {"report_generate", "report_delivery"} <= {k.name for k in job_kinds(settings)}
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    ctx = JobContext(
+        settings=settings, worker_id=0, stopping=threading.Event(), cancelled=threading.Event()
+    )
+    service = ReportRenderModules(settings)
+    service.start(ctx)
+    try:
+        settings = dataclasses.replace(
+            settings,
+            reports=dataclasses.replace(settings.reports, incomplete_wait_seconds=0),
+        )
+        job = ReportGenerateJob(settings)
+        work = job.claim(ctx)
+        assert work is not None and work.report_id == report_id
+        job.run(ctx, work)
+    finally:
+        service.stop()
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["quality"]["renderer"]["release_id"] == "builtin"
