@@ -52,7 +52,9 @@ class ReportGenerateJob:
         if time.monotonic() >= self._next_schedule_check:
             records.create_due_scheduled_reports(datetime.now(UTC))
             self._next_schedule_check = time.monotonic() + config.schedule_check_seconds
-        return records.claim_next_job(lease_seconds=config.lease_seconds)
+        return records.claim_next_job(
+            lease_seconds=config.lease_seconds, max_attempts=config.max_attempts
+        )
 
     def run(self, ctx: JobContext, work: ReportClaim) -> None:
         config = self.settings.reports

@@ -123,8 +123,35 @@ def create_due_scheduled_reports(now: datetime) -> list[int]:
     return created
 
 
-def claim_next_job(*, lease_seconds: float) -> ReportClaim | None:
+def claim_next_job(*, lease_seconds: float, max_attempts: int = MAX_ATTEMPTS) -> ReportClaim | None:
     with transaction() as conn:
+        # A runner that died mid-report spent an attempt too: after the last one the
+        # report fails instead of being taken over forever.
+        exhausted = list(
+            conn.execute(
+                sa.text(
+                    """
+                    UPDATE report_jobs
+                       SET status = 'failed', claim_token = NULL, lease_expires_at = NULL,
+                           error_kind = 'lease_expired', updated_at = now(),
+                           last_error = 'generation lease expired ' || attempts || ' times'
+                     WHERE status = 'running' AND lease_expires_at < now()
+                       AND attempts >= :max
+                    RETURNING report_id
+                    """
+                ),
+                {"max": max_attempts},
+            ).scalars()
+        )
+        if exhausted:
+            conn.execute(
+                sa.text(
+                    "UPDATE reports SET status = 'failed', finished_at = now(), "
+                    "error = 'generation lease expired too often', revision = revision + 1 "
+                    "WHERE id = ANY(:ids)"
+                ),
+                {"ids": exhausted},
+            )
         row = conn.execute(
             sa.text(
                 """

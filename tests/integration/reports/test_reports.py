@@ -528,3 +528,20 @@ def test_the_runner_job_kind_renders_through_the_process_renderer_service(api, s
     report = user.get(f"/api/reports/{report_id}").get_json()["report"]
     assert report["status"] == "ready"
     assert report["quality"]["renderer"]["release_id"] == "builtin"
+
+
+def test_a_report_whose_runners_keep_dying_fails_after_the_last_attempt(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    for attempt in range(1, 6):
+        work = records.claim_next_job(lease_seconds=60)
+        assert work is not None and work.attempts == attempt
+        with transaction() as conn:  # the runner dies: its lease just runs out
+            conn.execute(
+                sa.text("UPDATE report_jobs SET lease_expires_at = now() - interval '1 second'")
+            )
+    assert records.claim_next_job(lease_seconds=60) is None
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "failed"
