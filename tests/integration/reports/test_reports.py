@@ -545,3 +545,58 @@ def test_a_report_whose_runners_keep_dying_fails_after_the_last_attempt(api, set
             )
     assert records.claim_next_job(lease_seconds=60) is None
     assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "failed"
+
+
+def test_renderer_deadline_then_busy_are_temporary_errors(api, settings, renderer_releases):
+    from app.config import load_settings
+    from app.modules.report_render import open_candidate
+    from tests.conftest import FAULTY_RELEASE
+
+    # The test-only faulty build sleeps on a "fault:sleep:N" template version; the caller
+    # stops waiting after 0.5 s, and the abandoned call keeps the only slot busy meanwhile.
+    worker_settings, _ = load_settings(
+        env={},
+        overrides={
+            "report_renderer": {
+                "releases_directory": str(renderer_releases),
+                "wait_timeout_seconds": 0.5,
+                "max_in_flight": 1,
+            }
+        },
+    )
+    admin = api.admin()
+    version = {"name": "slow", "version": "fault:sleep:5", "subject": "s", "html": "<p>x</p>"}
+    assert admin.post("/api/reports/templates", json=version).status_code == 201
+    published = admin.post("/api/reports/templates/slow/publish", json={"version": "fault:sleep:5"})
+    assert published.status_code == 200
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="slow")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(worker_settings, ready=False)
+    renderer.registry.install(
+        SLOT_NAME,
+        open_candidate(worker_settings, FAULTY_RELEASE),
+        release_id=FAULTY_RELEASE,
+        revision=1,
+    )
+    kinds = []
+    try:
+        for _ in range(2):
+            assert _run(settings, renderer).result == "retry_wait"
+            with transaction() as conn:
+                kinds.append(
+                    conn.execute(
+                        sa.text("SELECT error_kind FROM report_jobs WHERE report_id = :id"),
+                        {"id": report_id},
+                    ).scalar_one()
+                )
+            _make_due(report_id)
+    finally:
+        renderer.registry.close(10.0)
+    assert kinds == ["DeadlineExceeded", "Busy"]
+    with transaction() as conn:
+        report = records.get_report_row(conn, report_id)
+    assert report.status == "queued" and report.statistics is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
