@@ -78,32 +78,33 @@ def _check_claim(conn: Connection, claim: ReportClaim) -> None:
 
 AGGREGATE_TOP = 50
 
-_AGGREGATE_SQL = """
-INSERT INTO report_execution_aggregates
-       (execution_id, services, products, ports, first_seen_hours)
-SELECT :e,
+_AGGREGATE_SELECT = """
+SELECT CAST(:e AS bigint) AS execution_id,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
                              ORDER BY n DESC, name), '[]'::jsonb)
      FROM (SELECT coalesce(service, 'unknown') AS name, count(*) AS n
              FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) s),
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) s) AS services,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
                              ORDER BY n DESC, name), '[]'::jsonb)
      FROM (SELECT product AS name, count(*) AS n
              FROM search_execution_endpoints WHERE execution_id = :e AND product IS NOT NULL
-            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) p),
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) p) AS products,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('port', port, 'transport', transport,
                                                 'count', n) ORDER BY n DESC, port), '[]'::jsonb)
      FROM (SELECT port, transport, count(*) AS n
              FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top) t),
+            GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top) t) AS ports,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('hour', hour, 'count', n) ORDER BY hour),
                    '[]'::jsonb)
      FROM (SELECT date_trunc('hour', first_seen) AS hour, count(*) AS n
              FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1) h)
-ON CONFLICT (execution_id) DO NOTHING
+            GROUP BY 1) h) AS first_seen_hours
 """
+_AGGREGATE_SQL = (
+    "INSERT INTO report_execution_aggregates (execution_id, services, products, ports, "
+    "first_seen_hours) " + _AGGREGATE_SELECT + " ON CONFLICT (execution_id) DO NOTHING"
+)
 
 
 def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
@@ -174,10 +175,13 @@ def _aggregates(conn: Connection, execution_ids: list[int]) -> list[Any]:
     found = {row.execution_id for row in rows}
     for execution_id in execution_ids:
         if execution_id not in found:
-            # Succeeded after prepare_aggregates looked: compute it in this snapshot (rare).
-            conn.execute(sa.text(_AGGREGATE_SQL), {"e": execution_id, "top": AGGREGATE_TOP})
-    if len(found) < len(execution_ids):
-        return _aggregates(conn, execution_ids)
+            # Succeeded after prepare_aggregates looked (rare): read it in this snapshot
+            # without storing it; the next report's prepare step stores it.
+            rows.append(
+                conn.execute(
+                    sa.text(_AGGREGATE_SELECT), {"e": execution_id, "top": AGGREGATE_TOP}
+                ).one()
+            )
     return rows
 
 

@@ -600,3 +600,16 @@ def test_renderer_deadline_then_busy_are_temporary_errors(api, settings, rendere
         report = records.get_report_row(conn, report_id)
     assert report.status == "queued" and report.statistics is None
     assert _count("SELECT count(*) FROM report_deliveries") == 0
+
+
+def test_capture_reads_an_execution_without_stored_aggregates_inside_its_snapshot(api, settings):
+    from app.reports.capture import capture
+
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    user.post(f"/api/reports/definitions/{definition['id']}/run")
+    work = records.claim_next_job(lease_seconds=60)
+    snapshot = capture(work, wait_seconds=0)  # prepare_aggregates was skipped on purpose
+    assert snapshot.statistics["new_endpoints"] == 8
+    assert {r["name"] for r in snapshot.statistics["top_services"]} == {"ssh", "https"}
+    assert _count("SELECT count(*) FROM report_execution_aggregates") == 0
