@@ -374,6 +374,7 @@ main.add_command("app.ops.cli:diagnostics")
 main.add_command("app.ops.cli:backup")
 main.add_command("app.ops.cli:restore")
 main.add_command("app.result_ingest.cli:import_command", name="import")
+main.add_command("app.reports.cli:reports")
 
 
 @main.command(

@@ -345,6 +345,20 @@ class ExportSettings:
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    lease_seconds: int = spec(120, min=10, max=3600, doc="report generation lease")
+    heartbeat_seconds: int = spec(20, min=1, max=1200)
+    max_attempts: int = spec(5, min=1, max=20, doc="generation attempts before a report fails")
+    incomplete_wait_seconds: float = spec(
+        1800.0, min=0, max=7 * 86400, doc="how long a report waits for running scans"
+    )
+    schedule_check_seconds: float = spec(60.0, min=1, max=3600)
+    delivery_max_attempts: int = spec(8, min=1, max=50)
+    delivery_lease_seconds: int = spec(120, min=10, max=3600)
+    outbox_dir: str = spec("", doc="where mail goes without SMTP; default <data_dir>/outbox")
+
+
+@dataclass(frozen=True)
 class OpsSettings:
     sample_seconds: float = spec(15.0, min=1, max=3600, doc="system resource sampling period")
     resource_retention_hours: float = spec(168.0, min=1, max=24 * 366)
@@ -418,6 +432,7 @@ SECTIONS: dict[str, type] = {
     "security": SecuritySettings,
     "object_store": ObjectStoreSettings,
     "exports": ExportSettings,
+    "reports": ReportSettings,
     "ops": OpsSettings,
     "agent": AgentSettings,
     "analysis": AnalysisSettings,
@@ -438,6 +453,7 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     exports: ExportSettings = field(default_factory=ExportSettings)
+    reports: ReportSettings = field(default_factory=ReportSettings)
     ops: OpsSettings = field(default_factory=OpsSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)

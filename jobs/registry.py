@@ -16,6 +16,7 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         exports,
         object_delete_retry,
         projection,
+        reports,
         resource_sampling,
         slow_sql_sampling,
     )
@@ -25,6 +26,8 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         projection.job(settings),
         exports.job(settings),
         exports.expiry_job(settings),
+        reports.job(settings),
+        reports.delivery_job(settings),
         object_delete_retry.job(settings),
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),

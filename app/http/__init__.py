@@ -15,6 +15,7 @@ def register_blueprints(app: Flask) -> None:
         health,
         imports,
         modules,
+        reports,
         scanner,
         system,
         tasks,
@@ -36,5 +37,6 @@ def register_blueprints(app: Flask) -> None:
         exports,
         system,
         imports,
+        reports,
     ):
         app.register_blueprint(module.blueprint)

@@ -38,6 +38,8 @@ class World:
     claim_token: str
     bystander_id: int
     export_id: int
+    definition_id: int = 0
+    report_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -302,6 +304,101 @@ ROUTES: list[Route] = [
         None,
         dict.fromkeys(CALLERS, 403),
     ),
+    # Reports: definitions are owner-scoped; templates and retries are for admins.
+    Route(
+        "POST",
+        "/api/reports/definitions",
+        lambda w: "/api/reports/definitions",
+        lambda w: {"name": "m", "scope": "all", "period": "daily", "recipients": ["a@example.com"]},
+        _user_route(201, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/reports/definitions",
+        lambda w: "/api/reports/definitions",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/reports/definitions/<int:definition_id>",
+        lambda w: f"/api/reports/definitions/{w.definition_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "PUT",
+        "/api/reports/definitions/<int:definition_id>",
+        lambda w: f"/api/reports/definitions/{w.definition_id}",
+        lambda w: {"name": "renamed"},
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "PATCH",
+        "/api/reports/definitions/<int:definition_id>",
+        lambda w: f"/api/reports/definitions/{w.definition_id}",
+        lambda w: {"name": "renamed"},
+        _user_route(200, owned=True),
+    ),
+    # The owner deletes it first, so the admin after the owner finds nothing.
+    Route(
+        "DELETE",
+        "/api/reports/definitions/<int:definition_id>",
+        lambda w: f"/api/reports/definitions/{w.definition_id}",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "POST",
+        "/api/reports/definitions/<int:definition_id>/run",
+        lambda w: f"/api/reports/definitions/{w.definition_id}/run",
+        None,
+        _user_route(202, owned=True),
+    ),
+    Route("GET", "/api/reports", lambda w: "/api/reports", None, _user_route(200, owned=False)),
+    Route(
+        "GET",
+        "/api/reports/<int:report_id>",
+        lambda w: f"/api/reports/{w.report_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "GET",
+        "/api/reports/<int:report_id>/mail.html",
+        lambda w: f"/api/reports/{w.report_id}/mail.html",
+        None,
+        _user_route(200, owned=True),
+    ),
+    # The matrix report is queued, not failed: 409 means the admin got past access control.
+    Route(
+        "POST",
+        "/api/reports/<int:report_id>/retry",
+        lambda w: f"/api/reports/{w.report_id}/retry",
+        None,
+        _admin_route(409),
+    ),
+    Route(
+        "GET",
+        "/api/reports/templates",
+        lambda w: "/api/reports/templates",
+        None,
+        _admin_route(200),
+    ),
+    Route(
+        "POST",
+        "/api/reports/templates",
+        lambda w: "/api/reports/templates",
+        lambda w: {"name": "matrix2", "version": "1", "subject": "s", "html": "<p>h</p>"},
+        _admin_route(201),
+    ),
+    Route(
+        "POST",
+        "/api/reports/templates/<name>/publish",
+        lambda w: "/api/reports/templates/matrix/publish",
+        lambda w: {"version": "1"},
+        _admin_route(200),
+    ),
 ]
 
 
@@ -335,6 +432,30 @@ def world(api) -> World:
             fmt="csv",
             execution_ids=[claimed["id"]],
         )
+    import sqlalchemy as sa
+
+    from app.reports.records import create_on_demand_report
+    from app.reports.templates import add_template_version
+
+    with transaction() as conn:
+        definition = conn.execute(
+            sa.text(
+                "INSERT INTO report_definitions (owner_id, name, task_id, period, recipients, "
+                "template) VALUES (:o, 'matrix', :t, 'daily', ARRAY['a@example.com'], 'default') "
+                "RETURNING id, owner_id, task_id"
+            ),
+            {"o": user.id, "t": task_id},
+        ).one()
+        report = create_on_demand_report(conn, definition)
+        conn.execute(
+            sa.text("UPDATE reports SET html = '<p>archived</p>' WHERE id = :id"),
+            {"id": report["id"]},
+        )
+        add_template_version(
+            conn,
+            {"name": "matrix", "version": "1", "subject": "s", "html": "<p>h</p>", "enabled": True},
+            user_id=None,
+        )
     return World(
         callers=callers,
         task_id=task_id,
@@ -342,6 +463,8 @@ def world(api) -> World:
         claim_token=claimed["claim_token"],
         bystander_id=api.create_user()["id"],
         export_id=export.id,
+        definition_id=definition.id,
+        report_id=report["id"],
     )
 
 

@@ -1,0 +1,159 @@
+"""Report routes (REP-1..6): definitions (owner), reports and their mail, templates (admin).
+
+Thin: requests become ``app.reports`` calls. ``mail.html`` serves the archived
+mail with its images inlined as ``data:`` URIs (read from the object store), so
+the browser shows exactly what was sent without another route per image.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import sqlalchemy as sa
+from flask import Blueprint, Response, jsonify
+
+from app.db import transaction
+from app.errors import Conflict, NotFound
+from app.http.exports import object_store
+from app.http.guards import current_user, require_admin, require_user
+from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
+from app.reports import definitions, records, templates
+
+blueprint = Blueprint("reports", __name__)
+
+
+@blueprint.post("/api/reports/definitions")
+@require_user
+def create_definition_route():
+    return jsonify({"definition": definitions.create_definition(current_user(), json_body())}), 201
+
+
+@blueprint.get("/api/reports/definitions")
+@require_user
+def list_definitions_route():
+    return jsonify({"items": definitions.list_definitions(current_user())})
+
+
+@blueprint.get("/api/reports/definitions/<int:definition_id>")
+@require_user
+def get_definition_route(definition_id: int):
+    return jsonify({"definition": definitions.get_definition(current_user(), definition_id)})
+
+
+@blueprint.route("/api/reports/definitions/<int:definition_id>", methods=["PUT", "PATCH"])
+@require_user
+def update_definition_route(definition_id: int):
+    updated = definitions.update_definition(current_user(), definition_id, json_body())
+    return jsonify({"definition": updated})
+
+
+@blueprint.delete("/api/reports/definitions/<int:definition_id>")
+@require_user
+def delete_definition_route(definition_id: int):
+    definitions.delete_definition(current_user(), definition_id)
+    return jsonify({"deleted": definition_id})
+
+
+@blueprint.post("/api/reports/definitions/<int:definition_id>/run")
+@require_user
+def run_definition_route(definition_id: int):
+    return jsonify({"report": definitions.run_now(current_user(), definition_id)}), 202
+
+
+def _visible_report(report_id: int):
+    user = current_user()
+    with transaction() as conn:
+        row = records.get_report_row(conn, report_id)
+        if row is None or (not user.is_admin and row.owner_id != user.id):
+            raise NotFound("report not found", code="report_not_found")
+        deliveries = records.deliveries_of(conn, [report_id]).get(report_id, [])
+    return row, deliveries
+
+
+@blueprint.get("/api/reports")
+@require_user
+def list_reports_route():
+    limit = page_limit()
+    cursor = decode_cursor()
+    with transaction() as conn:
+        items, next_id = records.list_reports(
+            conn,
+            owner_id=current_user().id,
+            limit=limit,
+            after_id=int(cursor["id"]) if cursor else None,
+        )
+    return jsonify(
+        {"items": items, "next_cursor": encode_cursor({"id": next_id}) if next_id else None}
+    )
+
+
+@blueprint.get("/api/reports/<int:report_id>")
+@require_user
+def get_report_route(report_id: int):
+    row, deliveries = _visible_report(report_id)
+    return jsonify({"report": records.report_dict(row, deliveries)})
+
+
+@blueprint.get("/api/reports/<int:report_id>/mail.html")
+@require_user
+def report_mail_route(report_id: int):
+    row, _ = _visible_report(report_id)
+    if row.html is None:
+        raise NotFound("this report has no archived mail", code="report_mail_not_found")
+    html = row.html
+    store = object_store()
+    for image in row.images:
+        with store.open(image["key"]) as handle:
+            encoded = base64.b64encode(handle.read()).decode("ascii")
+        html = html.replace(f"cid:{image['token']}", f"data:image/png;base64,{encoded}")
+    return Response(
+        html,
+        mimetype="text/html",
+        headers={
+            # Archived template output: no scripts, images only from data: URIs.
+            "Content-Security-Policy": (
+                "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+            ),
+            "Cache-Control": "private, no-store",
+        },
+    )
+
+
+@blueprint.post("/api/reports/<int:report_id>/retry")
+@require_admin
+def retry_report_route(report_id: int):
+    with transaction() as conn:
+        exists = conn.execute(
+            sa.text("SELECT 1 FROM reports WHERE id = :id"), {"id": report_id}
+        ).scalar()
+    if not exists:
+        raise NotFound("report not found", code="report_not_found")
+    if not records.retry_failed(report_id):
+        raise Conflict("only a failed report can be retried", code="report_not_failed")
+    row, deliveries = _visible_report(report_id)
+    return jsonify({"report": records.report_dict(row, deliveries)}), 202
+
+
+@blueprint.get("/api/reports/templates")
+@require_admin
+def list_templates_route():
+    with transaction() as conn:
+        return jsonify({"items": templates.list_templates(conn)})
+
+
+@blueprint.post("/api/reports/templates")
+@require_admin
+def add_template_route():
+    body = templates.validate_template_version(json_body())
+    with transaction() as conn:
+        templates.add_template_version(conn, body, user_id=current_user().id)
+    return jsonify({"template": {"name": body["name"], "version": body["version"]}}), 201
+
+
+@blueprint.post("/api/reports/templates/<name>/publish")
+@require_admin
+def publish_template_route(name: str):
+    body = json_body()
+    with transaction() as conn:
+        templates.publish_template_version(conn, name, body.get("version"))
+    return jsonify({"template": {"name": name, "published_version": body.get("version")}})

@@ -1,0 +1,307 @@
+"""Phase 1, capture: one REPEATABLE READ snapshot of everything a report needs (REP-1).
+
+One transaction checks the claim (token and a live lease), then reads the
+definition, the report's period and revision, the published template, and the
+statistics, and commits; nothing after this phase talks to the database until
+the commit phase. The numbers come from counters the ingest path maintains
+per execution (``scan_executions.endpoint_count`` / ``ip_count``) and from
+``report_execution_aggregates`` (top services, products, ports and first-seen
+counts per hour of each succeeded execution), which ``prepare_aggregates``
+computes once per execution before capture, so the snapshot reads small rows
+whatever the number of endpoints.
+
+Completeness: a scope whose executions are still queued/running or whose
+projection is not ``ready`` is not complete. The job then waits (it is
+postponed without spending an attempt) until ``wait_seconds`` after the
+report was created; after that the report is made with what there is and its
+statistics say so (``completeness.complete = false`` and a note).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.db import transaction
+from app.projection.status import aggregate_projection_status, projection_status_sql
+from app.reports.records import ReportClaim
+from app.reports.templates import TemplateVersion, published_template
+
+TOP_N = 10
+INCOMPLETE_WAIT_SECONDS = 1800.0
+
+
+class LeaseLostError(Exception):
+    """The claim is no longer ours (lease expired and taken, or the report was withdrawn)."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    report_id: int
+    revision: int
+    report_name: str
+    recipients: tuple[str, ...]
+    template_name: str
+    template: TemplateVersion | None
+    statistics: dict[str, Any]
+    period: dict[str, str]
+    scope_label: str
+    wait_for_data: bool  # incomplete and still inside the bounded wait
+
+
+def change_counts(conn: Connection, execution_ids: list[int]) -> dict[str, Any] | None:
+    """Hook for the change sets of the change-analysis domain (gone/new/changed per execution).
+
+    Returns None until that domain exists on this branch; whoever lands second
+    calls its service here, from inside this same snapshot.
+    """
+    return None
+
+
+def _check_claim(conn: Connection, claim: ReportClaim) -> None:
+    owned = conn.execute(
+        sa.text(
+            "SELECT 1 FROM report_jobs WHERE report_id = :id AND claim_token = :token "
+            "AND status = 'running' AND lease_expires_at > now()"
+        ),
+        {"id": claim.report_id, "token": claim.claim_token},
+    ).scalar()
+    if not owned:
+        raise LeaseLostError("report claim lost before capture")
+
+
+AGGREGATE_TOP = 50
+
+_AGGREGATE_SELECT = """
+SELECT CAST(:e AS bigint) AS execution_id,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
+                             ORDER BY n DESC, name), '[]'::jsonb)
+     FROM (SELECT coalesce(service, 'unknown') AS name, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) s) AS services,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
+                             ORDER BY n DESC, name), '[]'::jsonb)
+     FROM (SELECT product AS name, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e AND product IS NOT NULL
+            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) p) AS products,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('port', port, 'transport', transport,
+                                                'count', n) ORDER BY n DESC, port), '[]'::jsonb)
+     FROM (SELECT port, transport, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top) t) AS ports,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('hour', hour, 'count', n) ORDER BY hour),
+                   '[]'::jsonb)
+     FROM (SELECT date_trunc('hour', first_seen) AS hour, count(*) AS n
+             FROM search_execution_endpoints WHERE execution_id = :e
+            GROUP BY 1) h) AS first_seen_hours
+"""
+_AGGREGATE_SQL = (
+    "INSERT INTO report_execution_aggregates (execution_id, services, products, ports, "
+    "first_seen_hours) " + _AGGREGATE_SELECT + " ON CONFLICT (execution_id) DO NOTHING"
+)
+
+
+def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
+    return conn.execute(
+        sa.text(
+            f"""
+            SELECT DISTINCT ON (e.task_id) e.id, e.endpoint_count, e.ip_count,
+                   {projection_status_sql("e")} AS projection
+              FROM scan_executions e
+             WHERE e.task_id = ANY(:tasks) AND e.kind = 'ports' AND e.status = 'succeeded'
+             ORDER BY e.task_id, e.id DESC
+            """  # noqa: S608 - the projection expression is our own SQL; values are bound
+        ),
+        {"tasks": task_ids},
+    ).all()
+
+
+def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
+    return list(
+        conn.execute(
+            sa.text(
+                """
+                SELECT t.id FROM reports r JOIN scan_tasks t
+                  ON (r.task_id IS NOT NULL AND t.id = r.task_id)
+                  OR (r.task_id IS NULL AND t.owner_id = r.owner_id)
+                 WHERE r.id = :id
+                """
+            ),
+            {"id": report_id},
+        ).scalars()
+    )
+
+
+def prepare_aggregates(report_id: int) -> int:
+    """Compute the aggregates of the scope's latest executions that have none yet.
+
+    Runs before capture, one short transaction per execution: the one scan of an
+    execution's endpoints happens here, once, and never inside the capture snapshot.
+    Returns how many executions were aggregated.
+    """
+    with transaction() as conn:
+        latest = _latest_executions(conn, _scope_task_ids(conn, report_id))
+        ids = [row.id for row in latest]
+        done = set(
+            conn.execute(
+                sa.text(
+                    "SELECT execution_id FROM report_execution_aggregates "
+                    "WHERE execution_id = ANY(:ids)"
+                ),
+                {"ids": ids},
+            ).scalars()
+        )
+    missing = [i for i in ids if i not in done]
+    for execution_id in missing:
+        with transaction() as conn:
+            conn.execute(sa.text(_AGGREGATE_SQL), {"e": execution_id, "top": AGGREGATE_TOP})
+    return len(missing)
+
+
+def _aggregates(conn: Connection, execution_ids: list[int]) -> list[Any]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT execution_id, services, products, ports, first_seen_hours "
+            "FROM report_execution_aggregates WHERE execution_id = ANY(:ids)"
+        ),
+        {"ids": execution_ids},
+    ).all()
+    found = {row.execution_id for row in rows}
+    for execution_id in execution_ids:
+        if execution_id not in found:
+            # Succeeded after prepare_aggregates looked (rare): read it in this snapshot
+            # without storing it; the next report's prepare step stores it.
+            rows.append(
+                conn.execute(
+                    sa.text(_AGGREGATE_SELECT), {"e": execution_id, "top": AGGREGATE_TOP}
+                ).one()
+            )
+    return rows
+
+
+def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
+    totals: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        for entry in getattr(row, field):
+            k = key(entry)
+            if k in totals:
+                totals[k]["count"] += entry["count"]
+            else:
+                totals[k] = dict(entry)
+    return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
+
+
+def _statistics(
+    conn: Connection, task_ids: list[int], start: datetime, end: datetime
+) -> dict[str, Any]:
+    latest = _latest_executions(conn, task_ids)
+    latest_ids = [row.id for row in latest]
+    by_status = dict(
+        conn.execute(
+            sa.text(
+                """
+                SELECT status, count(*) FROM scan_executions
+                 WHERE task_id = ANY(:tasks)
+                   AND coalesce(finished_at, created_at) >= :start
+                   AND coalesce(finished_at, created_at) < :end
+                 GROUP BY status
+                """
+            ),
+            {"tasks": task_ids, "start": start, "end": end},
+        ).all()
+    )
+    pending = conn.execute(
+        sa.text(
+            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
+            "AND status IN ('queued', 'running')"
+        ),
+        {"tasks": task_ids},
+    ).scalar_one()
+    aggregates = _aggregates(conn, latest_ids)
+    per_day: dict[str, int] = {}
+    for row in aggregates:
+        for entry in row.first_seen_hours:
+            hour = datetime.fromisoformat(entry["hour"])
+            if start <= hour < end:
+                day = hour.date().isoformat()
+                per_day[day] = per_day.get(day, 0) + entry["count"]
+    projection = aggregate_projection_status([row.projection for row in latest])
+    complete = pending == 0 and projection in {"ready", "not_applicable"}
+    return {
+        "tasks": len(task_ids),
+        "endpoints": sum(row.endpoint_count for row in latest),
+        "ips": sum(row.ip_count for row in latest),
+        "new_endpoints": sum(per_day.values()),
+        "new_endpoints_per_day": [{"day": d, "count": n} for d, n in sorted(per_day.items())],
+        "top_services": _top(aggregates, "services", lambda e: e["name"]),
+        "top_products": _top(aggregates, "products", lambda e: e["name"]),
+        "top_ports": _top(aggregates, "ports", lambda e: (e["port"], e["transport"])),
+        "executions": {"total": sum(by_status.values()), "by_status": by_status},
+        "executions_pending": pending,
+        "latest_executions": latest_ids,
+        "projection": projection,
+        "changes": change_counts(conn, latest_ids),
+        "complete": complete,
+    }
+
+
+def capture(claim: ReportClaim, *, wait_seconds: float = INCOMPLETE_WAIT_SECONDS) -> Capture:
+    with transaction(isolation_level="REPEATABLE READ") as conn:
+        _check_claim(conn, claim)
+        report = conn.execute(
+            sa.text(
+                """
+                SELECT r.id, r.revision, r.period_kind, r.period_start, r.period_end,
+                       r.owner_id, r.task_id, d.name, d.recipients, d.template,
+                       extract(epoch FROM now() - r.created_at) AS age
+                  FROM reports r JOIN report_definitions d ON d.id = r.definition_id
+                 WHERE r.id = :id
+                """
+            ),
+            {"id": claim.report_id},
+        ).one()
+        task_ids = _scope_task_ids(conn, report.id)
+        if report.task_id is not None:
+            scope = conn.execute(
+                sa.text("SELECT name FROM scan_tasks WHERE id = :id"), {"id": report.task_id}
+            ).scalar()
+            scope_label = f"Task {scope}"
+        else:
+            scope_label = f"All tasks ({len(task_ids)})"
+        stats = _statistics(conn, task_ids, report.period_start, report.period_end)
+        template = published_template(conn, report.template)
+    waiting = not stats["complete"] and float(report.age) < wait_seconds
+    stats["completeness"] = {
+        "complete": stats["complete"],
+        "note": None
+        if stats["complete"]
+        else "Some executions were still running or not yet searchable when this report was made.",
+    }
+    return Capture(
+        report_id=report.id,
+        revision=report.revision,
+        report_name=report.name,
+        recipients=tuple(report.recipients),
+        template_name=report.template,
+        template=template,
+        statistics=stats,
+        period={
+            "kind": report.period_kind,
+            "start": report.period_start.isoformat(),
+            "end": report.period_end.isoformat(),
+            "label": f"{report.period_start:%Y-%m-%d} to {report.period_end:%Y-%m-%d}",
+        },
+        scope_label=scope_label,
+        wait_for_data=waiting,
+    )
+
+
+def input_checksum(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

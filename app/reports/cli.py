@@ -1,0 +1,40 @@
+"""`netmap reports …`: storing the SMTP password encrypted at rest (IDN-5, REP-6).
+
+``set-smtp-password`` reads the password from standard input (or a prompt)
+and stores it Fernet-encrypted in ``stored_secrets`` under ``smtp.password``;
+the delivery job uses it when ``[smtp] password`` is not set in the config,
+so the password never has to sit in a config file.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group("reports")
+def reports() -> None:
+    """Report mail settings."""
+
+
+@reports.command("set-smtp-password")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.pass_obj
+def set_smtp_password(state, password_stdin: bool) -> None:
+    """Store the SMTP password encrypted at rest (never printed, never logged)."""
+    from app.cli import _database, _read_password, _require_schema, _with_engine, print_json
+    from app.db import transaction
+    from app.identity.secrets_at_rest import SecretBox, put_secret
+    from app.reports.delivery import SMTP_PASSWORD_SECRET
+
+    password = _read_password(password_stdin)
+    if not password:
+        raise click.UsageError("the password must not be empty")
+    settings = state.settings()
+    with _database(state) as url:
+        _require_schema(url)
+        _with_engine(url)
+        with transaction() as conn:
+            put_secret(
+                conn, SecretBox(settings.security), SMTP_PASSWORD_SECRET, password, user_id=None
+            )
+    print_json({"stored": SMTP_PASSWORD_SECRET})

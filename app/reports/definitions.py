@@ -1,0 +1,223 @@
+"""Report definitions: owner-scoped CRUD and the validation that keeps bad input out (REP-1).
+
+A definition names one of the owner's tasks (``task_id``) or all of them
+(``scope: "all"``), a period (``daily`` | ``weekly`` | ``on_demand``), the
+recipients, the template and the time zone the period boundaries are taken
+in. Every field is checked before anything is written; a task that is not the
+caller's is reported as not found (its existence is nobody else's business).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.db import transaction
+from app.errors import NotFound, ValidationError
+from app.identity.users import User
+from app.reports import records
+from app.reports.templates import TEMPLATE_NAME, template_exists
+from app.scan_control.query import get_task
+
+PERIODS = ("daily", "weekly", "on_demand")
+MAX_RECIPIENTS = 50
+# Deliberately plain: one @, no spaces or header-breaking characters, a dotted domain.
+_ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+_FIELDS = {"name", "task_id", "scope", "period", "recipients", "template", "timezone", "enabled"}
+_COLUMNS = (
+    "id, owner_id, name, task_id, period, recipients, template, timezone, enabled, revision, "
+    "created_at, updated_at"
+)
+
+
+def _bad(field: str, message: str, code: str = "validation_failed") -> ValidationError:
+    return ValidationError(message, code=code, details={"field": field})
+
+
+def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
+    """The definition's fields, checked; ``partial`` for an update (absent fields stay)."""
+    if not isinstance(body, dict):
+        raise _bad("body", "the body must be a JSON object")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise _bad(unknown[0], f"unknown field {unknown[0]!r}", "unknown_field")
+    out: dict[str, Any] = {}
+    if "name" in body or not partial:
+        name = body.get("name")
+        if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
+            raise _bad("name", "name must be 1-200 characters")
+        out["name"] = name.strip()
+    if "task_id" in body or "scope" in body or not partial:
+        task_id, scope = body.get("task_id"), body.get("scope")
+        if (task_id is None) == (scope is None):
+            raise _bad("task_id", 'give either task_id or "scope": "all"')
+        if scope is not None and scope != "all":
+            raise _bad("scope", 'scope must be "all"')
+        if task_id is not None and (
+            isinstance(task_id, bool) or not isinstance(task_id, int) or not 1 <= task_id < 2**63
+        ):
+            raise _bad("task_id", "task_id must be a positive integer")
+        out["task_id"] = task_id
+    if "period" in body or not partial:
+        if body.get("period") not in PERIODS:
+            raise _bad("period", "period must be one of daily, weekly, on_demand")
+        out["period"] = body["period"]
+    if "recipients" in body or not partial:
+        out["recipients"] = _recipients(body.get("recipients"))
+    if "template" in body or not partial:
+        template = body.get("template", "default")
+        if not isinstance(template, str) or not TEMPLATE_NAME.fullmatch(template):
+            raise _bad("template", "template must be a template name")
+        out["template"] = template
+    if "timezone" in body or not partial:
+        zone = body.get("timezone", "UTC")
+        try:
+            if not isinstance(zone, str) or not zone:
+                raise ValueError(zone)
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise _bad("timezone", "timezone must be an IANA time zone name") from None
+        out["timezone"] = zone
+    if "enabled" in body:
+        if not isinstance(body["enabled"], bool):
+            raise _bad("enabled", "enabled must be a boolean")
+        out["enabled"] = body["enabled"]
+    return out
+
+
+def _recipients(value: Any) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise _bad("recipients", "recipients must be a non-empty list of mail addresses")
+    if len(value) > MAX_RECIPIENTS:
+        raise _bad("recipients", f"at most {MAX_RECIPIENTS} recipients")
+    seen: list[str] = []
+    for index, address in enumerate(value):
+        if not isinstance(address, str) or not _ADDRESS.fullmatch(address.strip()):
+            raise ValidationError(
+                "recipients must be mail addresses",
+                code="invalid_recipient",
+                details={"field": "recipients", "index": index},
+            )
+        if address.strip().lower() not in (s.lower() for s in seen):
+            seen.append(address.strip())
+    return seen
+
+
+def _check_references(conn: Connection, user: User, fields: dict[str, Any]) -> None:
+    if fields.get("task_id") is not None and get_task(conn, user, fields["task_id"]) is None:
+        raise NotFound("task not found", code="task_not_found", details={"field": "task_id"})
+    if "template" in fields and not template_exists(conn, fields["template"]):
+        raise ValidationError(
+            "unknown template", code="unknown_template", details={"field": "template"}
+        )
+
+
+def definition_dict(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "owner_id": row.owner_id,
+        "name": row.name,
+        "task_id": row.task_id,
+        "scope": "task" if row.task_id is not None else "all",
+        "period": row.period,
+        "recipients": list(row.recipients),
+        "template": row.template,
+        "timezone": row.timezone,
+        "enabled": row.enabled,
+        "revision": row.revision,
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+    }
+
+
+def _visible(user: User) -> tuple[str, dict[str, Any]]:
+    return ("TRUE", {}) if user.is_admin else ("owner_id = :owner", {"owner": user.id})
+
+
+def get_definition_row(conn: Connection, user: User, definition_id: int) -> Any:
+    clause, params = _visible(user)
+    row = conn.execute(
+        sa.text(f"SELECT {_COLUMNS} FROM report_definitions WHERE id = :id AND {clause}"),  # noqa: S608 - fixed columns and visibility clause; values are bound
+        {"id": definition_id, **params},
+    ).one_or_none()
+    if row is None:
+        raise NotFound("report definition not found", code="report_definition_not_found")
+    return row
+
+
+def create_definition(user: User, body: Any) -> dict[str, Any]:
+    fields = validate_definition(body)
+    with transaction() as conn:
+        _check_references(conn, user, fields)
+        row = conn.execute(
+            sa.text(
+                f"""
+                INSERT INTO report_definitions
+                       (owner_id, name, task_id, period, recipients, template, timezone, enabled)
+                VALUES (:owner, :name, :task_id, :period, :recipients, :template, :timezone,
+                        :enabled)
+                RETURNING {_COLUMNS}
+                """  # noqa: S608 - fixed column list; values are bound
+            ),
+            {"owner": user.id, "enabled": fields.get("enabled", True), **fields},
+        ).one()
+    return definition_dict(row)
+
+
+def list_definitions(user: User) -> list[dict[str, Any]]:
+    with transaction() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT {_COLUMNS} FROM report_definitions WHERE owner_id = :o ORDER BY id DESC"  # noqa: S608 - fixed column list
+            ),
+            {"o": user.id},
+        ).all()
+    return [definition_dict(r) for r in rows]
+
+
+def get_definition(user: User, definition_id: int) -> dict[str, Any]:
+    with transaction() as conn:
+        return definition_dict(get_definition_row(conn, user, definition_id))
+
+
+def update_definition(user: User, definition_id: int, body: Any) -> dict[str, Any]:
+    fields = validate_definition(body, partial=True)
+    with transaction() as conn:
+        existing = get_definition_row(conn, user, definition_id)
+        owner = User(id=existing.owner_id, username="", is_admin=False, disabled=False)
+        _check_references(conn, owner if not user.is_admin else user, fields)
+        if not fields:
+            return definition_dict(existing)
+        assignments = ", ".join(f"{name} = :{name}" for name in fields)
+        row = conn.execute(
+            sa.text(
+                f"""
+                UPDATE report_definitions SET {assignments}, revision = revision + 1,
+                       updated_at = now()
+                WHERE id = :id RETURNING {_COLUMNS}
+                """  # noqa: S608 - column names come from the validated field set; values are bound
+            ),
+            {"id": definition_id, **fields},
+        ).one()
+    return definition_dict(row)
+
+
+def delete_definition(user: User, definition_id: int) -> None:
+    with transaction() as conn:
+        get_definition_row(conn, user, definition_id)
+        conn.execute(
+            sa.text("DELETE FROM report_definitions WHERE id = :id"), {"id": definition_id}
+        )
+
+
+def run_now(user: User, definition_id: int, *, now: datetime | None = None) -> dict[str, Any]:
+    """Queue an on-demand report of the definition (the last day up to now)."""
+    with transaction() as conn:
+        row = get_definition_row(conn, user, definition_id)
+        report = records.create_on_demand_report(conn, row, now=now)
+    return report

@@ -1,0 +1,193 @@
+"""Mail delivery against a real SMTP server on loopback (aiosmtpd, port 0) (REP-6).
+
+Checks what the server really received: one message per recipient, the
+multipart/alternative structure with the inline ``cid:`` images, the stored
+Message-ID, and the per-recipient outcome of 4xx and 5xx replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email
+import threading
+from email import policy
+
+import sqlalchemy as sa
+from aiosmtpd.smtp import SMTP
+
+from app.db import transaction
+from app.object_store import open_object_store
+from app.reports.delivery import claim_next_delivery, deliver
+from tests.integration.reports.test_reports import (
+    Renderer,
+    _definition,
+    _run,
+    _scanned_task,
+)
+
+
+class Recorder:
+    """Accepts mail, except 5xx for ``reject@`` and 4xx (once) for ``later@``."""
+
+    def __init__(self):
+        self.messages: list[tuple[list[str], bytes]] = []
+        self.deferred = False
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address.startswith("reject@"):
+            return "550 5.1.1 no such user"
+        if address.startswith("later@") and not self.deferred:
+            self.deferred = True
+            return "451 4.3.0 try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((list(envelope.rcpt_tos), envelope.original_content))
+        return "250 Message accepted"
+
+
+class LoopbackSmtp:
+    def __init__(self, **smtp_options):
+        self.recorder = Recorder()
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve():
+            asyncio.set_event_loop(self.loop)
+            self.server = self.loop.run_until_complete(
+                self.loop.create_server(lambda: SMTP(self.recorder, **smtp_options), "127.0.0.1", 0)
+            )
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def close(self):
+        def stop():
+            self.server.close()
+            self.loop.stop()
+
+        self.loop.call_soon_threadsafe(stop)
+        self.thread.join(10)
+
+
+def _deliver_all(settings) -> dict[str, str]:
+    store = open_object_store(settings)
+    outcomes = {}
+    while (work := claim_next_delivery(lease_seconds=60)) is not None:
+        outcomes[work.recipient] = deliver(settings, work, store)
+    return outcomes
+
+
+def test_smtp_delivery_mime_images_recipients_and_per_recipient_errors(api, settings):
+    smtp = LoopbackSmtp()
+    try:
+        settings = dataclasses.replace(
+            settings,
+            smtp=dataclasses.replace(
+                settings.smtp, host="127.0.0.1", port=smtp.port, starttls=False, ssl=False
+            ),
+        )
+        user, task = _scanned_task(api)
+        recipients = ["alice@example.com", "reject@example.com", "later@example.com"]
+        definition = _definition(user, task, recipients=recipients)
+        report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()[
+            "report"
+        ]["id"]
+        assert _run(settings, Renderer(settings)).result == "ready"
+
+        first = _deliver_all(settings)
+        assert first == {
+            "alice@example.com": "sent",
+            "reject@example.com": "failed",
+            "later@example.com": "queued",
+        }
+        with transaction() as conn:
+            conn.execute(sa.text("UPDATE report_deliveries SET available_at = now()"))
+        assert _deliver_all(settings) == {"later@example.com": "sent"}
+
+        received = {tuple(to): raw for to, raw in smtp.recorder.messages}
+        assert set(received) == {("alice@example.com",), ("later@example.com",)}
+        report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+        stored_ids = {d["recipient"]: d["message_id"] for d in report["deliveries"]}
+        states = {d["recipient"]: d["status"] for d in report["deliveries"]}
+        assert states == {
+            "alice@example.com": "sent",
+            "reject@example.com": "failed",
+            "later@example.com": "sent",
+        }
+        message = email.message_from_bytes(received[("alice@example.com",)], policy=policy.default)
+        assert message["Message-ID"] == stored_ids["alice@example.com"]
+        assert message["To"] == "alice@example.com"
+        assert message.get_content_type() == "multipart/alternative"
+        text, related = message.get_payload()
+        assert text.get_content_type() == "text/plain"
+        assert related.get_content_type() == "multipart/related"
+        html_part, *images = related.get_payload()
+        assert html_part.get_content_type() == "text/html"
+        html = html_part.get_content()
+        cids = sorted(image["Content-ID"].strip("<>") for image in images)
+        assert cids == ["new-endpoints", "services"]
+        for cid in cids:
+            assert f"cid:{cid}" in html
+        assert all(image.get_payload(decode=True).startswith(b"\x89PNG") for image in images)
+        assert "Endpoints" in text.get_content()
+    finally:
+        smtp.close()
+
+
+def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings, database_url):
+    from aiosmtpd.smtp import AuthResult
+
+    from tests.conftest import TEST_SECRET_KEY
+    from tests.integration.test_cli import run_cli
+
+    logins: list[tuple[bytes, bytes]] = []
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        logins.append((auth_data.login, auth_data.password))
+        return AuthResult(success=auth_data.password == b"s3cret-smtp-pass")
+
+    stored = run_cli(
+        database_url,
+        "reports",
+        "set-smtp-password",
+        "--password-stdin",
+        stdin="s3cret-smtp-pass\n",
+        NETMAP_SECRET_KEY=TEST_SECRET_KEY,
+    )
+    assert stored.returncode == 0, stored.stderr
+    assert "s3cret" not in stored.stdout + stored.stderr
+    with transaction() as conn:
+        ciphertext = conn.execute(
+            sa.text("SELECT ciphertext FROM stored_secrets WHERE name = 'smtp.password'")
+        ).scalar_one()
+    assert "s3cret" not in ciphertext
+
+    smtp = LoopbackSmtp(authenticator=authenticator, auth_require_tls=False)
+    try:
+        settings = dataclasses.replace(
+            settings,
+            smtp=dataclasses.replace(
+                settings.smtp,
+                host="127.0.0.1",
+                port=smtp.port,
+                starttls=False,
+                ssl=False,
+                username="netmap",
+            ),
+        )
+        user, task = _scanned_task(api)
+        definition = _definition(user, task, recipients=["alice@example.com"])
+        user.post(f"/api/reports/definitions/{definition['id']}/run")
+        assert _run(settings, Renderer(settings)).result == "ready"
+        assert _deliver_all(settings) == {"alice@example.com": "sent"}
+        assert logins == [(b"netmap", b"s3cret-smtp-pass")]
+        assert len(smtp.recorder.messages) == 1
+    finally:
+        smtp.close()

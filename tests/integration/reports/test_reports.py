@@ -1,0 +1,615 @@
+"""Reports end to end on real PostgreSQL: definitions, three phases, retries (REP-1..7).
+
+Results arrive through the scanner protocol; report jobs run the runner's own
+code in-process. The renderer is a real ``ModuleRegistry``: "not ready" is a
+registry with nothing installed (what a process sees before its selection is
+applied or after its worker died), recovery installs the builtin module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email
+import threading
+from datetime import UTC, datetime, timedelta
+from email import policy
+
+import pytest
+import sqlalchemy as sa
+
+from app.db import transaction
+from app.modules.registry import ModuleRegistry
+from app.modules.report_render import SLOT_NAME, BuiltinRenderModule, report_render_slot
+from app.object_store import open_object_store
+from app.reports import records
+from app.reports.delivery import claim_next_delivery, deliver, outbox_directory
+from app.reports.pipeline import run_report
+from tests.support.scanner_protocol import claim, make_task, observation
+
+
+class Renderer:
+    """A real registry for the report-render slot; empty until ``recover``."""
+
+    def __init__(self, settings, *, ready: bool = True):
+        self.registry = ModuleRegistry([report_render_slot(settings)], drain_timeout=2.0)
+        self.revision = 0
+        if ready:
+            self.recover()
+
+    def recover(self) -> None:
+        self.revision += 1
+        self.registry.install(
+            SLOT_NAME, BuiltinRenderModule(), release_id="builtin", revision=self.revision
+        )
+
+    def acquire(self):
+        return self.registry.acquire(SLOT_NAME)
+
+
+def _scanned_task(api, user=None):
+    user = user or api.user()
+    task = make_task(user, targets=("192.0.2.0/29",), ports="22,443")
+    upload = claim(api.scanner())
+    observations = [
+        observation(f"192.0.2.{i}", port, service={"name": "ssh" if port == 22 else "https"})
+        for i in range(1, 5)
+        for port in (22, 443)
+    ]
+    assert upload.final(0, observations).status_code == 200
+    return user, task
+
+
+def _definition(user, task, **overrides):
+    body = {
+        "name": "weekly look",
+        "task_id": task["id"],
+        "period": "on_demand",
+        "recipients": ["alice@example.com", "bob@example.com"],
+        **overrides,
+    }
+    response = user.post("/api/reports/definitions", json=body)
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["definition"]
+
+
+def _run(settings, renderer, **kwargs):
+    work = records.claim_next_job(lease_seconds=60)
+    assert work is not None
+    return run_report(
+        work,
+        renderer=renderer,
+        object_store=open_object_store(settings),
+        delete_concurrency=3,
+        wait_seconds=0,
+        **kwargs,
+    )
+
+
+def _count(sql: str, **params) -> int:
+    with transaction() as conn:
+        return conn.execute(sa.text(sql), params).scalar_one()
+
+
+def _make_due(report_id: int) -> None:
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_jobs SET available_at = now() WHERE report_id = :id"),
+            {"id": report_id},
+        )
+
+
+def test_definition_validation_names_the_field_and_writes_nothing(api):
+    user, task = _scanned_task(api)
+    other = api.user()
+    base = {"name": "r", "task_id": task["id"], "period": "daily", "recipients": ["a@b.example"]}
+    cases = [
+        ({**base, "recipients": ["not an address"]}, 400, "recipients"),
+        ({**base, "recipients": []}, 400, "recipients"),
+        ({**base, "template": "nope"}, 400, "template"),
+        ({**base, "period": "hourly"}, 400, "period"),
+        ({**base, "timezone": "Mars/Base"}, 400, "timezone"),
+        ({**base, "scope": "all"}, 400, "task_id"),
+    ]
+    for body, status, field in cases:
+        response = user.post("/api/reports/definitions", json=body)
+        assert response.status_code == status, (body, response.get_json())
+        assert response.get_json()["error"]["details"]["field"] == field
+    stolen = other.post("/api/reports/definitions", json=base)
+    assert stolen.status_code == 404
+    assert stolen.get_json()["error"]["details"]["field"] == "task_id"
+    assert _count("SELECT count(*) FROM report_definitions") == 0
+
+
+def test_on_demand_report_is_archived_and_written_to_the_outbox(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    queued = user.post(f"/api/reports/definitions/{definition['id']}/run")
+    assert queued.status_code == 202
+    report_id = queued.get_json()["report"]["id"]
+
+    assert _run(settings, Renderer(settings)).result == "ready"
+
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["statistics"]["endpoints"] == 8
+    assert report["statistics"]["ips"] == 4
+    assert report["statistics"]["new_endpoints"] == 8
+    assert sum(d["count"] for d in report["statistics"]["new_endpoints_per_day"]) == 8
+    assert _count("SELECT count(*) FROM report_execution_aggregates") == 1
+    assert {r["name"] for r in report["statistics"]["top_services"]} == {"ssh", "https"}
+    renderer = report["quality"]["renderer"]
+    assert renderer["release_id"] == "builtin" and renderer["generation"] >= 1
+    assert len(renderer["input_checksum"]) == 64
+    assert report["quality"]["mail_error"] is None
+    assert sorted(report["images"]) == ["new-endpoints", "services"]
+    assert [d["status"] for d in report["deliveries"]] == ["queued", "queued"]
+
+    page = user.get(f"/api/reports/{report_id}/mail.html")
+    assert page.status_code == 200
+    assert page.data.count(b"data:image/png;base64,") == 2
+
+    store = open_object_store(settings)
+    while (work := claim_next_delivery(lease_seconds=60)) is not None:
+        assert deliver(settings, work, store) == "written"
+    files = sorted(outbox_directory(settings).glob("*.eml"))
+    assert len(files) == 2
+    message = email.message_from_bytes(files[0].read_bytes(), policy=policy.default)
+    assert message.get_content_type() == "multipart/alternative"
+    assert message["Message-ID"] in {d["message_id"] for d in report["deliveries"]}
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert [d["status"] for d in report["deliveries"]] == ["written", "written"]
+
+
+def test_temporary_renderer_failure_archives_nothing_and_retries_after_a_minute(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+
+    assert _run(settings, renderer).result == "retry_wait"
+
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text(
+                "SELECT status, error_kind, available_at - now() AS wait FROM report_jobs "
+                "WHERE report_id = :id"
+            ),
+            {"id": report_id},
+        ).one()
+        report = records.get_report_row(conn, report_id)
+    assert (job.status, job.error_kind) == ("retry_wait", "NotReady")
+    assert timedelta(seconds=50) < job.wait <= timedelta(minutes=1)
+    assert report.status == "queued" and report.statistics is None and report.html is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+    assert not list((settings.data_dir / "objects").rglob("*.png"))
+    assert records.claim_next_job(lease_seconds=60) is None  # backoff holds
+
+    renderer.recover()
+    _make_due(report_id)
+    assert _run(settings, renderer).result == "ready"
+    assert _count("SELECT count(*) FROM report_deliveries WHERE report_id = :r", r=report_id) == 2
+
+
+def test_permanent_template_error_keeps_statistics_and_sends_no_mail(api, settings):
+    admin = api.admin()
+    created = admin.post(
+        "/api/reports/templates",
+        json={"name": "broken", "version": "1", "subject": "x", "html": "{{ image('nope') }}"},
+    )
+    assert created.status_code == 201, created.get_json()
+    assert (
+        admin.post("/api/reports/templates/broken/publish", json={"version": "1"}).status_code
+        == 200
+    )
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="broken")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+
+    outcome = _run(settings, Renderer(settings))
+
+    assert outcome.result == "mail_error"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["statistics"]["endpoints"] == 8
+    assert "template_error" in report["quality"]["mail_error"]
+    assert report["deliveries"] == [] and report["images"] == []
+    assert user.get(f"/api/reports/{report_id}/mail.html").status_code == 404
+
+
+def test_five_attempts_then_failed_and_an_admin_retry_succeeds(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+    results = []
+    for _ in range(5):
+        results.append(_run(settings, renderer).result)
+        _make_due(report_id)
+    assert results == ["retry_wait"] * 4 + ["failed"]
+    assert records.claim_next_job(lease_seconds=60) is None
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "failed"
+
+    assert user.post(f"/api/reports/{report_id}/retry").status_code == 403
+    retried = api.admin().post(f"/api/reports/{report_id}/retry")
+    assert retried.status_code == 202
+    renderer.recover()
+    assert _run(settings, renderer).result == "ready"
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "ready"
+
+
+def test_lost_lease_during_generate_refuses_the_commit_and_deletes_its_images(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    store = open_object_store(settings)
+    seen: list[str] = []
+
+    def expire_lease():
+        seen.extend(str(p) for p in (settings.data_dir / "objects").rglob("*.png"))
+        with transaction() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE report_jobs SET lease_expires_at = now() - interval '1 second' "
+                    "WHERE report_id = :id"
+                ),
+                {"id": report_id},
+            )
+
+    assert _run(settings, Renderer(settings), before_commit=expire_lease).result == "lease_lost"
+    assert len(seen) == 2  # put before the commit...
+    assert not list((settings.data_dir / "objects").rglob("*.png"))  # ...and removed after
+    with transaction() as conn:
+        report = records.get_report_row(conn, report_id)
+    assert report.status == "generating" and report.html is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+    # The next runner takes it over once the lease has passed, and commits.
+    assert _run(settings, Renderer(settings)).result == "ready"
+    assert store.name == "filesystem"
+
+
+def test_two_runners_claim_each_report_once(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    for _ in range(3):
+        user.post(f"/api/reports/definitions/{definition['id']}/run")
+    claims: list = []
+    lock = threading.Lock()
+
+    def runner():
+        while (work := records.claim_next_job(lease_seconds=60)) is not None:
+            with lock:
+                claims.append(work.report_id)
+
+    threads = [threading.Thread(target=runner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == sorted(set(claims)) and len(claims) == 3
+
+
+def test_daily_schedule_makes_one_report_per_period_across_runners_and_restarts(api, settings):
+    user, task = _scanned_task(api)
+    _definition(user, task, period="daily", timezone="Europe/Berlin")
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_definitions SET created_at = now() - interval '3 days'")
+        )
+    first_day = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    created: list[list[int]] = []
+    threads = [
+        threading.Thread(
+            target=lambda: created.append(records.create_due_scheduled_reports(first_day))
+        )
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(len(c) for c in created) == 1
+    # A restarted runner later the same day creates nothing; the next day one more.
+    assert records.create_due_scheduled_reports(first_day + timedelta(hours=10)) == []
+    assert len(records.create_due_scheduled_reports(first_day + timedelta(days=1))) == 1
+    with transaction() as conn:
+        starts = (
+            conn.execute(sa.text("SELECT period_start FROM reports ORDER BY period_start"))
+            .scalars()
+            .all()
+        )
+    # Berlin midnight is 23:00 UTC in winter.
+    assert [s.astimezone(UTC).isoformat() for s in starts] == [
+        "2026-11-28T23:00:00+00:00",
+        "2026-11-29T23:00:00+00:00",
+    ]
+
+
+@pytest.mark.parametrize("wait", [3600.0])
+def test_incomplete_data_waits_without_spending_an_attempt(api, settings, wait):
+    user = api.user()
+    task = make_task(user, targets=("192.0.2.9",), ports="22")
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    work = records.claim_next_job(lease_seconds=60)
+    outcome = run_report(
+        work,
+        renderer=Renderer(settings),
+        object_store=open_object_store(settings),
+        delete_concurrency=3,
+        wait_seconds=wait,
+    )
+    assert outcome.result == "waiting"
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text("SELECT status, attempts FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+    assert (job.status, job.attempts) == ("retry_wait", 0)
+
+
+def test_renderer_swap_during_generate_commits_with_the_old_generation(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings)
+    old = renderer.registry.current(SLOT_NAME).identity.generation
+
+    assert _run(settings, renderer, before_commit=renderer.recover).result == "ready"
+
+    assert renderer.registry.current(SLOT_NAME).identity.generation > old
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["quality"]["renderer"]["generation"] == old
+
+
+def test_a_delivery_interrupted_in_sending_is_resent_with_the_same_message_id(api, settings):
+    user, task = _scanned_task(api)
+    _definition_id = _definition(user, task, recipients=["alice@example.com"])["id"]
+    user.post(f"/api/reports/definitions/{_definition_id}/run")
+    assert _run(settings, Renderer(settings)).result == "ready"
+    first = claim_next_delivery(lease_seconds=60)
+    # The runner "dies" here: the row stays in sending until its lease passes.
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_deliveries SET lease_expires_at = now() - interval '1 second'")
+        )
+    again = claim_next_delivery(lease_seconds=60)
+    assert again.id == first.id and again.resend and not first.resend
+    assert again.message_id == first.message_id
+    assert deliver(settings, again, open_object_store(settings)) == "written"
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT status, attempts, last_error FROM report_deliveries")
+        ).one()
+    assert (row.status, row.attempts) == ("written", 2)
+    assert "resent" in row.last_error
+
+
+def test_killed_renderer_worker_is_a_temporary_error_then_a_new_worker_renders(
+    api, settings, renderer_releases
+):
+    import os
+    import signal
+
+    from app.config import load_settings
+    from app.modules.report_render import open_candidate
+    from tests.conftest import RENDERER_RELEASES
+
+    worker_settings, _ = load_settings(
+        env={}, overrides={"report_renderer": {"releases_directory": str(renderer_releases)}}
+    )
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(settings, ready=False)
+    release = RENDERER_RELEASES[0]
+    doomed = open_candidate(worker_settings, release)
+    renderer.registry.install(SLOT_NAME, doomed, release_id=release, revision=1)
+    os.kill(doomed.pid, signal.SIGKILL)
+
+    outcome = _run(settings, renderer)
+
+    assert outcome.result == "retry_wait", outcome
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text("SELECT status, error_kind FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+        report = records.get_report_row(conn, report_id)
+    assert (job.status, job.error_kind) == ("retry_wait", "Unavailable")
+    assert report.statistics is None and report.images == []
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+
+    fresh = open_candidate(worker_settings, release)
+    renderer.registry.install(SLOT_NAME, fresh, release_id=release, revision=2)
+    _make_due(report_id)
+    try:
+        assert _run(settings, renderer).result == "ready"
+    finally:
+        renderer.registry.close(5.0)
+    body = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert body["quality"]["renderer"]["release_id"] == release
+    assert sorted(d["recipient"] for d in body["deliveries"]) == [
+        "alice@example.com",
+        "bob@example.com",
+    ]
+
+
+def test_definition_crud_is_owner_scoped_and_update_checks_the_task(api):
+    user, task = _scanned_task(api)
+    _other_user, other_task = _scanned_task(api)
+    definition = _definition(user, task)
+    assert [d["id"] for d in user.get("/api/reports/definitions").get_json()["items"]] == [
+        definition["id"]
+    ]
+    path = f"/api/reports/definitions/{definition['id']}"
+    moved = user.client.patch(path, json={"task_id": other_task["id"]}, headers=user._headers(None))
+    assert moved.status_code == 404
+    assert moved.get_json()["error"]["details"]["field"] == "task_id"
+    changed = user.client.put(
+        path, json={"enabled": False, "scope": "all"}, headers=user._headers(None)
+    )
+    assert changed.status_code == 200, changed.get_json()
+    body = changed.get_json()["definition"]
+    assert (body["enabled"], body["scope"], body["revision"]) == (False, "all", 2)
+    assert user.client.delete(path, headers=user._headers(None)).status_code == 200
+    assert user.get(path).status_code == 404
+
+
+def test_a_disabled_template_version_keeps_statistics_with_a_mail_error(api, settings):
+    admin = api.admin()
+    version = {
+        "name": "plain",
+        "version": "1",
+        "subject": "s {{ report.name }}",
+        "html": "<p>x</p>",
+    }
+    assert (
+        admin.post("/api/reports/templates", json={**version, "enabled": False}).status_code == 201
+    )
+    assert admin.post("/api/reports/templates", json=version).status_code == 409
+    assert (
+        admin.post("/api/reports/templates/plain/publish", json={"version": "1"}).status_code == 200
+    )
+    listed = {t["name"]: t for t in admin.get("/api/reports/templates").get_json()["items"]}
+    assert listed["plain"]["published_version"] == "1" and listed["default"]["builtin"]
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="plain")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    assert _run(settings, Renderer(settings)).result == "mail_error"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert "disabled" in report["quality"]["mail_error"]
+    assert report["statistics"]["endpoints"] == 8 and report["deliveries"] == []
+
+
+def test_the_runner_job_kind_renders_through_the_process_renderer_service(api, settings):
+    from jobs.base import JobContext
+    from jobs.registry import job_kinds
+    from jobs.report_render_modules import ReportRenderModules
+    from jobs.reports import ReportGenerateJob
+
+    assert {"report_generate", "report_delivery"} <= {k.name for k in job_kinds(settings)}
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    ctx = JobContext(
+        settings=settings, worker_id=0, stopping=threading.Event(), cancelled=threading.Event()
+    )
+    service = ReportRenderModules(settings)
+    service.start(ctx)
+    try:
+        settings = dataclasses.replace(
+            settings,
+            reports=dataclasses.replace(settings.reports, incomplete_wait_seconds=0),
+        )
+        job = ReportGenerateJob(settings)
+        work = job.claim(ctx)
+        assert work is not None and work.report_id == report_id
+        job.run(ctx, work)
+    finally:
+        service.stop()
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["status"] == "ready"
+    assert report["quality"]["renderer"]["release_id"] == "builtin"
+
+
+def test_a_report_whose_runners_keep_dying_fails_after_the_last_attempt(api, settings):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    for attempt in range(1, 6):
+        work = records.claim_next_job(lease_seconds=60)
+        assert work is not None and work.attempts == attempt
+        with transaction() as conn:  # the runner dies: its lease just runs out
+            conn.execute(
+                sa.text("UPDATE report_jobs SET lease_expires_at = now() - interval '1 second'")
+            )
+    assert records.claim_next_job(lease_seconds=60) is None
+    assert user.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "failed"
+
+
+def test_renderer_deadline_then_busy_are_temporary_errors(api, settings, renderer_releases):
+    from app.config import load_settings
+    from app.modules.report_render import open_candidate
+    from tests.conftest import FAULTY_RELEASE
+
+    # The test-only faulty build sleeps on a "fault:sleep:N" template version; the caller
+    # stops waiting after 0.5 s, and the abandoned call keeps the only slot busy meanwhile.
+    worker_settings, _ = load_settings(
+        env={},
+        overrides={
+            "report_renderer": {
+                "releases_directory": str(renderer_releases),
+                "wait_timeout_seconds": 0.5,
+                "max_in_flight": 1,
+            }
+        },
+    )
+    admin = api.admin()
+    version = {"name": "slow", "version": "fault:sleep:5", "subject": "s", "html": "<p>x</p>"}
+    assert admin.post("/api/reports/templates", json=version).status_code == 201
+    published = admin.post("/api/reports/templates/slow/publish", json={"version": "fault:sleep:5"})
+    assert published.status_code == 200
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, template="slow")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    renderer = Renderer(worker_settings, ready=False)
+    renderer.registry.install(
+        SLOT_NAME,
+        open_candidate(worker_settings, FAULTY_RELEASE),
+        release_id=FAULTY_RELEASE,
+        revision=1,
+    )
+    kinds = []
+    try:
+        for _ in range(2):
+            assert _run(settings, renderer).result == "retry_wait"
+            with transaction() as conn:
+                kinds.append(
+                    conn.execute(
+                        sa.text("SELECT error_kind FROM report_jobs WHERE report_id = :id"),
+                        {"id": report_id},
+                    ).scalar_one()
+                )
+            _make_due(report_id)
+    finally:
+        renderer.registry.close(10.0)
+    assert kinds == ["DeadlineExceeded", "Busy"]
+    with transaction() as conn:
+        report = records.get_report_row(conn, report_id)
+    assert report.status == "queued" and report.statistics is None
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+
+
+def test_capture_reads_an_execution_without_stored_aggregates_inside_its_snapshot(api, settings):
+    from app.reports.capture import capture
+
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    user.post(f"/api/reports/definitions/{definition['id']}/run")
+    work = records.claim_next_job(lease_seconds=60)
+    snapshot = capture(work, wait_seconds=0)  # prepare_aggregates was skipped on purpose
+    assert snapshot.statistics["new_endpoints"] == 8
+    assert {r["name"] for r in snapshot.statistics["top_services"]} == {"ssh", "https"}
+    assert _count("SELECT count(*) FROM report_execution_aggregates") == 0
