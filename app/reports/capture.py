@@ -56,12 +56,31 @@ class Capture:
 
 
 def change_counts(conn: Connection, execution_ids: list[int]) -> dict[str, Any] | None:
-    """Hook for the change sets of the change-analysis domain (gone/new/changed per execution).
+    """The change sets of the period's executions (new/changed/gone/reappeared), summed.
 
-    Returns None until that domain exists on this branch; whoever lands second
-    calls its service here, from inside this same snapshot.
+    Read through the change-analysis domain's query, inside this same snapshot; an
+    execution not analysed yet is counted as pending so the report can say so. None
+    when the period has no executions.
     """
-    return None
+    if not execution_ids:
+        return None
+    from app.analysis.changes import CHANGE_KINDS
+    from app.analysis.queries import execution_change_counts
+
+    per_execution = execution_change_counts(conn, execution_ids)
+    totals: dict[str, Any] = dict.fromkeys(CHANGE_KINDS, 0)
+    analysed = 0
+    for counts in per_execution.values():
+        if counts is None:
+            continue
+        analysed += 1
+        for kind in CHANGE_KINDS:
+            totals[kind] += counts[kind]
+    return {
+        **totals,
+        "analysed_executions": analysed,
+        "pending_executions": len(execution_ids) - analysed,
+    }
 
 
 def _check_claim(conn: Connection, claim: ReportClaim) -> None:

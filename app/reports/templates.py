@@ -47,6 +47,9 @@ p.note { color: #b44d12; font-size: 13px; }
 <tr><td>IP addresses</td><td class="num">{{ stats.ips }}</td></tr>
 <tr><td>New endpoints in the period</td><td class="num">{{ stats.new_endpoints }}</td></tr>
 <tr><td>Executions in the period</td><td class="num">{{ stats.executions.total }}</td></tr>
+{% if stats.changes %}<tr><td>Changes (new / changed / gone / reappeared)</td>
+<td class="num">{{ stats.changes.new }} / {{ stats.changes.changed }} /
+{{ stats.changes.gone }} / {{ stats.changes.reappeared }}</td></tr>{% endif %}
 <tr><td>Projection</td><td class="num">{{ stats.projection }}</td></tr>
 </table>
 <h2>Top services</h2>
