@@ -21,7 +21,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute(
-        "CREATE INDEX IF NOT EXISTS ix_scan_upload_receipts_open "
+        "CREATE INDEX ix_scan_upload_receipts_open "
         "ON scan_upload_receipts (execution_id, claim_token) "
         "WHERE status = 'pending' OR is_final"
     )

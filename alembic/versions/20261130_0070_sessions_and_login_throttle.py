@@ -20,23 +20,23 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS user_sessions (
+CREATE TABLE user_sessions (
     id_sha256    bytea       PRIMARY KEY,
     user_id      bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     created_at   timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz NOT NULL
 );
-CREATE INDEX IF NOT EXISTS ix_user_sessions_user_id ON user_sessions (user_id);
-CREATE INDEX IF NOT EXISTS ix_user_sessions_expires_at ON user_sessions (expires_at);
+CREATE INDEX ix_user_sessions_user_id ON user_sessions (user_id);
+CREATE INDEX ix_user_sessions_expires_at ON user_sessions (expires_at);
 
-CREATE TABLE IF NOT EXISTS login_throttle (
+CREATE TABLE login_throttle (
     bucket       text        NOT NULL,
     window_start timestamptz NOT NULL,
     hits         integer     NOT NULL,
     expires_at   timestamptz NOT NULL,
     PRIMARY KEY (bucket, window_start)
 );
-CREATE INDEX IF NOT EXISTS ix_login_throttle_expires_at ON login_throttle (expires_at);
+CREATE INDEX ix_login_throttle_expires_at ON login_throttle (expires_at);
 """
 
 DOWNGRADE = r"""

@@ -21,7 +21,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS exports (
+CREATE TABLE exports (
     id               bigserial   PRIMARY KEY,
     owner_id         bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     task_id          bigint      NOT NULL REFERENCES scan_tasks (id) ON DELETE CASCADE,
@@ -49,14 +49,14 @@ CREATE TABLE IF NOT EXISTS exports (
     CONSTRAINT ck_exports_building_has_lease
         CHECK (status <> 'building' OR (claim_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
-CREATE INDEX IF NOT EXISTS ix_exports_owner_id_id ON exports (owner_id, id DESC);
-CREATE INDEX IF NOT EXISTS ix_exports_due ON exports (available_at, id)
+CREATE INDEX ix_exports_owner_id_id ON exports (owner_id, id DESC);
+CREATE INDEX ix_exports_due ON exports (available_at, id)
     WHERE status IN ('queued', 'building');
-CREATE INDEX IF NOT EXISTS ix_exports_building_host ON exports (build_host)
+CREATE INDEX ix_exports_building_host ON exports (build_host)
     WHERE status = 'building';
-CREATE INDEX IF NOT EXISTS ix_exports_expiry ON exports (expires_at) WHERE status = 'ready';
+CREATE INDEX ix_exports_expiry ON exports (expires_at) WHERE status = 'ready';
 
-CREATE TABLE IF NOT EXISTS object_delete_failures (
+CREATE TABLE object_delete_failures (
     key             text        PRIMARY KEY,
     origin          text        NOT NULL,
     attempts        integer     NOT NULL DEFAULT 1,
@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS object_delete_failures (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     next_attempt_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_object_delete_failures_due
+CREATE INDEX ix_object_delete_failures_due
     ON object_delete_failures (next_attempt_at);
 """
 

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS ops_resource_samples (
+CREATE TABLE ops_resource_samples (
     id          bigserial PRIMARY KEY,
     sampled_at  timestamptz      NOT NULL,
     host        text             NOT NULL,
@@ -24,12 +24,12 @@ CREATE TABLE IF NOT EXISTS ops_resource_samples (
     process     text             NOT NULL DEFAULT '',
     value       double precision NOT NULL
 );
-CREATE INDEX IF NOT EXISTS ix_ops_resource_samples_metric_sampled_at
+CREATE INDEX ix_ops_resource_samples_metric_sampled_at
     ON ops_resource_samples (metric, sampled_at);
-CREATE INDEX IF NOT EXISTS ix_ops_resource_samples_sampled_at
+CREATE INDEX ix_ops_resource_samples_sampled_at
     ON ops_resource_samples (sampled_at);
 
-CREATE TABLE IF NOT EXISTS ops_slow_sql_samples (
+CREATE TABLE ops_slow_sql_samples (
     id           bigserial PRIMARY KEY,
     sampled_at   timestamptz NOT NULL DEFAULT now(),
     window_start timestamptz,
@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS ops_slow_sql_samples (
     CONSTRAINT ck_ops_slow_sql_samples_status
         CHECK (status IN ('ok', 'unavailable', 'failed'))
 );
-CREATE INDEX IF NOT EXISTS ix_ops_slow_sql_samples_sampled_at
+CREATE INDEX ix_ops_slow_sql_samples_sampled_at
     ON ops_slow_sql_samples (sampled_at);
 """
 

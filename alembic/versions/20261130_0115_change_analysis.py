@@ -30,25 +30,25 @@ depends_on = None
 
 UPGRADE = r"""
 ALTER TABLE scan_analysis_queue
-    ADD COLUMN IF NOT EXISTS claim_token      uuid,
-    ADD COLUMN IF NOT EXISTS lease_expires_at timestamptz,
-    ADD COLUMN IF NOT EXISTS phase            text        NOT NULL DEFAULT 'analyse',
-    ADD COLUMN IF NOT EXISTS attempts         integer     NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS last_error       text,
-    ADD COLUMN IF NOT EXISTS available_at     timestamptz NOT NULL DEFAULT now(),
-    ADD COLUMN IF NOT EXISTS updated_at       timestamptz NOT NULL DEFAULT now();
+    ADD COLUMN claim_token      uuid,
+    ADD COLUMN lease_expires_at timestamptz,
+    ADD COLUMN phase            text        NOT NULL DEFAULT 'analyse',
+    ADD COLUMN attempts         integer     NOT NULL DEFAULT 0,
+    ADD COLUMN last_error       text,
+    ADD COLUMN available_at     timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN updated_at       timestamptz NOT NULL DEFAULT now();
 ALTER TABLE scan_analysis_queue
     DROP CONSTRAINT IF EXISTS ck_scan_analysis_queue_phase,
     ADD CONSTRAINT ck_scan_analysis_queue_phase CHECK (phase IN ('analyse', 'publish', 'done')),
     DROP CONSTRAINT IF EXISTS ck_scan_analysis_queue_lease,
     ADD CONSTRAINT ck_scan_analysis_queue_lease
         CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL));
-CREATE INDEX IF NOT EXISTS ix_scan_analysis_queue_backlog
+CREATE INDEX ix_scan_analysis_queue_backlog
     ON scan_analysis_queue (enqueued_at, execution_id) WHERE processed_at IS NULL;
-CREATE INDEX IF NOT EXISTS ix_scan_analysis_queue_processed
+CREATE INDEX ix_scan_analysis_queue_processed
     ON scan_analysis_queue (processed_at) WHERE processed_at IS NOT NULL;
 
-CREATE TABLE IF NOT EXISTS analysis_assets (
+CREATE TABLE analysis_assets (
     owner_id             bigint NOT NULL,
     ip                   inet   NOT NULL,
     port                 integer NOT NULL,
@@ -66,10 +66,10 @@ CREATE TABLE IF NOT EXISTS analysis_assets (
     PRIMARY KEY (owner_id, ip, port, transport)
 );
 -- The global view's status looks at every owner's row of one endpoint.
-CREATE INDEX IF NOT EXISTS ix_analysis_assets_endpoint
+CREATE INDEX ix_analysis_assets_endpoint
     ON analysis_assets (ip, port, transport);
 
-CREATE TABLE IF NOT EXISTS analysis_changes (
+CREATE TABLE analysis_changes (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     owner_id         bigint      NOT NULL,
     execution_id     bigint      NOT NULL,
@@ -90,14 +90,14 @@ CREATE TABLE IF NOT EXISTS analysis_changes (
     new_version      text,
     new_banner_hash  text
 );
-CREATE INDEX IF NOT EXISTS ix_analysis_changes_task ON analysis_changes (task_id, id);
-CREATE INDEX IF NOT EXISTS ix_analysis_changes_task_kind ON analysis_changes (task_id, kind, id);
-CREATE INDEX IF NOT EXISTS ix_analysis_changes_execution
+CREATE INDEX ix_analysis_changes_task ON analysis_changes (task_id, id);
+CREATE INDEX ix_analysis_changes_task_kind ON analysis_changes (task_id, kind, id);
+CREATE INDEX ix_analysis_changes_execution
     ON analysis_changes (execution_id, id) WHERE kind IN ('gone', 'reappeared');
-CREATE INDEX IF NOT EXISTS ix_analysis_changes_endpoint
+CREATE INDEX ix_analysis_changes_endpoint
     ON analysis_changes (owner_id, ip, port, transport, id);
 
-CREATE TABLE IF NOT EXISTS analysis_execution_summaries (
+CREATE TABLE analysis_execution_summaries (
     execution_id bigint      PRIMARY KEY,
     task_id      bigint      NOT NULL,
     owner_id     bigint      NOT NULL,
@@ -112,16 +112,16 @@ CREATE TABLE IF NOT EXISTS analysis_execution_summaries (
     superseded   boolean     NOT NULL DEFAULT false,
     analysed_at  timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_analysis_execution_summaries_task
+CREATE INDEX ix_analysis_execution_summaries_task
     ON analysis_execution_summaries (task_id);
 
-CREATE TABLE IF NOT EXISTS analysis_owner_watermarks (
+CREATE TABLE analysis_owner_watermarks (
     owner_id     bigint      PRIMARY KEY,
     finished_at  timestamptz NOT NULL,
     execution_id bigint      NOT NULL
 );
 
-CREATE UNLOGGED TABLE IF NOT EXISTS analysis_sightings (
+CREATE UNLOGGED TABLE analysis_sightings (
     execution_id bigint  NOT NULL,
     ip           inet    NOT NULL,
     port         integer NOT NULL,
@@ -135,13 +135,13 @@ CREATE UNLOGGED TABLE IF NOT EXISTS analysis_sightings (
 );
 
 ALTER TABLE search_assets_user
-    ADD COLUMN IF NOT EXISTS status            text NOT NULL DEFAULT 'open',
-    ADD COLUMN IF NOT EXISTS gone_since        timestamptz,
-    ADD COLUMN IF NOT EXISTS gone_execution_id bigint;
+    ADD COLUMN status            text NOT NULL DEFAULT 'open',
+    ADD COLUMN gone_since        timestamptz,
+    ADD COLUMN gone_execution_id bigint;
 ALTER TABLE search_assets_global
-    ADD COLUMN IF NOT EXISTS status            text NOT NULL DEFAULT 'open',
-    ADD COLUMN IF NOT EXISTS gone_since        timestamptz,
-    ADD COLUMN IF NOT EXISTS gone_execution_id bigint;
+    ADD COLUMN status            text NOT NULL DEFAULT 'open',
+    ADD COLUMN gone_since        timestamptz,
+    ADD COLUMN gone_execution_id bigint;
 ALTER TABLE search_assets_user
     DROP CONSTRAINT IF EXISTS ck_search_assets_user_status,
     ADD CONSTRAINT ck_search_assets_user_status CHECK (status IN ('open', 'gone'));
@@ -149,9 +149,9 @@ ALTER TABLE search_assets_global
     DROP CONSTRAINT IF EXISTS ck_search_assets_global_status,
     ADD CONSTRAINT ck_search_assets_global_status CHECK (status IN ('open', 'gone'));
 -- Gone assets are few; listing them must not walk the open ones.
-CREATE INDEX IF NOT EXISTS ix_search_assets_user_gone
+CREATE INDEX ix_search_assets_user_gone
     ON search_assets_user (owner_id, ip_order, port, transport) WHERE status = 'gone';
-CREATE INDEX IF NOT EXISTS ix_search_assets_global_gone
+CREATE INDEX ix_search_assets_global_gone
     ON search_assets_global (ip_order, port, transport) WHERE status = 'gone';
 """
 

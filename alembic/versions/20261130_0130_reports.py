@@ -31,14 +31,14 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
-CREATE TABLE IF NOT EXISTS report_templates (
+CREATE TABLE report_templates (
     name              text        PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),
     published_version text,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE TABLE IF NOT EXISTS report_template_versions (
+CREATE TABLE report_template_versions (
     name           text        NOT NULL REFERENCES report_templates (name) ON DELETE CASCADE,
     version        text        NOT NULL CHECK (length(version) BETWEEN 1 AND 128),
     subject_source text        NOT NULL,
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS report_template_versions (
     PRIMARY KEY (name, version)
 );
 
-CREATE TABLE IF NOT EXISTS report_definitions (
+CREATE TABLE report_definitions (
     id          bigserial   PRIMARY KEY,
     owner_id    bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     name        text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
@@ -63,11 +63,11 @@ CREATE TABLE IF NOT EXISTS report_definitions (
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS ix_report_definitions_owner ON report_definitions (owner_id, id DESC);
-CREATE INDEX IF NOT EXISTS ix_report_definitions_scheduled ON report_definitions (period)
+CREATE INDEX ix_report_definitions_owner ON report_definitions (owner_id, id DESC);
+CREATE INDEX ix_report_definitions_scheduled ON report_definitions (period)
     WHERE enabled AND period <> 'on_demand';
 
-CREATE TABLE IF NOT EXISTS reports (
+CREATE TABLE reports (
     id            bigserial   PRIMARY KEY,
     definition_id bigint      NOT NULL REFERENCES report_definitions (id) ON DELETE CASCADE,
     owner_id      bigint      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
@@ -88,9 +88,9 @@ CREATE TABLE IF NOT EXISTS reports (
     created_at    timestamptz NOT NULL DEFAULT now(),
     finished_at   timestamptz
 );
-CREATE INDEX IF NOT EXISTS ix_reports_owner_id ON reports (owner_id, id DESC);
+CREATE INDEX ix_reports_owner_id ON reports (owner_id, id DESC);
 
-CREATE TABLE IF NOT EXISTS report_jobs (
+CREATE TABLE report_jobs (
     report_id        bigint      PRIMARY KEY REFERENCES reports (id) ON DELETE CASCADE,
     status           text        NOT NULL DEFAULT 'queued'
         CHECK (status IN ('queued', 'running', 'retry_wait', 'done', 'failed')),
@@ -104,10 +104,10 @@ CREATE TABLE IF NOT EXISTS report_jobs (
     CONSTRAINT ck_report_jobs_running_has_lease
         CHECK (status <> 'running' OR (claim_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
-CREATE INDEX IF NOT EXISTS ix_report_jobs_due ON report_jobs (available_at, report_id)
+CREATE INDEX ix_report_jobs_due ON report_jobs (available_at, report_id)
     WHERE status IN ('queued', 'retry_wait', 'running');
 
-CREATE TABLE IF NOT EXISTS report_deliveries (
+CREATE TABLE report_deliveries (
     id               bigserial   PRIMARY KEY,
     report_id        bigint      NOT NULL REFERENCES reports (id) ON DELETE CASCADE,
     recipient        text        NOT NULL,
@@ -123,10 +123,10 @@ CREATE TABLE IF NOT EXISTS report_deliveries (
     created_at       timestamptz NOT NULL DEFAULT now(),
     UNIQUE (report_id, recipient)
 );
-CREATE INDEX IF NOT EXISTS ix_report_deliveries_due ON report_deliveries (available_at, id)
+CREATE INDEX ix_report_deliveries_due ON report_deliveries (available_at, id)
     WHERE status IN ('queued', 'sending');
 
-CREATE TABLE IF NOT EXISTS report_execution_aggregates (
+CREATE TABLE report_execution_aggregates (
     execution_id     bigint      PRIMARY KEY REFERENCES scan_executions (id) ON DELETE CASCADE,
     services         jsonb       NOT NULL,
     products         jsonb       NOT NULL,
