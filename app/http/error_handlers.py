@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import re
 
-from flask import Flask, g, jsonify
+from flask import Flask, g, has_request_context, jsonify, request
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, PoolTimeout, Unavailable
 from app.observability import database_error, statement_name
-from app.search.port import StoreUnavailable
+from app.search.port import StoreRefused, StoreUnavailable
 
 
 def _snake(name: str) -> str:
@@ -33,6 +33,21 @@ def _api_error_response(error: ApiError):
     for key, value in error.headers.items():
         response.headers[key] = value
     return response
+
+
+def _log_store_error(event: str, error: Exception) -> None:
+    # The error class and the request id only: a store message can quote document content.
+    logging.getLogger("netmap.http").error(
+        "search store error",
+        extra={
+            "netmap_event": event,
+            "netmap_fields": {
+                "error": type(error).__name__,
+                "request_id": getattr(g, "request_id", None),
+                "path": request.path if has_request_context() else None,
+            },
+        },
+    )
 
 
 def register_error_handlers(app: Flask) -> None:
@@ -51,8 +66,20 @@ def register_error_handlers(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
         return response
 
+    @app.errorhandler(StoreRefused)
+    def handle_store_refused(error: StoreRefused):
+        # A refusal for the request's content (an Elasticsearch 4xx, a PostgreSQL data error):
+        # the same request fails again, so it is a 422, never a retryable 503 or a 500.
+        _log_store_error("SearchStoreRefused", error)
+        return _api_error_response(
+            Unprocessable("the search store refused this request", code="store_refused")
+        )
+
     @app.errorhandler(StoreUnavailable)
     def handle_store_unavailable(error: StoreUnavailable):
+        # Timeouts and outages are operators' business: an error event with the request id
+        # (the client only sees a 503 with Retry-After).
+        _log_store_error("SearchStoreUnavailable", error)
         return _api_error_response(
             Unavailable(
                 "the search store is unavailable; retry shortly",
