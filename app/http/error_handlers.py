@@ -18,7 +18,7 @@ from flask import Flask, g, has_request_context, jsonify, request
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
-from app.errors import ApiError, PoolTimeout, Unavailable
+from app.errors import ApiError, PoolTimeout, Unavailable, Unprocessable
 from app.observability import database_error, statement_name
 from app.search.port import StoreRefused, StoreUnavailable
 
