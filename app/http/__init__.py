@@ -36,3 +36,6 @@ def register_blueprints(app: Flask) -> None:
         imports,
     ):
         app.register_blueprint(module.blueprint)
+    from app import web
+
+    app.register_blueprint(web.blueprint)
