@@ -18,7 +18,7 @@ import requests
 
 from tests.support.processes import LoggedProcess, base_env, free_port, netmap_command, wait_for
 
-ADMIN_PASSWORD = "agent-tests-admin-password"
+ADMIN_PASSWORD = "agent-tests-operator-password"  # must not contain the username
 
 
 @dataclass
