@@ -151,6 +151,14 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    # The matrix task has no succeeded execution: 409 means the caller got past access control.
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/exports",
+        lambda w: f"/console/tasks/{w.task_id}/exports?format=csv",
+        {**_page(409, owned=True), OTHER: 404},
+    ),
+    _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
     _html("GET", "/console/scanners", lambda w: "/console/scanners", _admin_page(200)),
     _html("POST", "/console/scanners", lambda w: "/console/scanners", _admin_page(400)),
     _html(

@@ -378,3 +378,23 @@ def test_renderer_publish_and_revision_conflict(api):
     assert stale.status_code == 409
     assert 'id="revision-conflict"' in stale.text
     assert f"revision {revision + 1} is now published" in stale.text
+
+
+def test_export_from_the_task_page(api):
+    client, _ = _user_client(api)
+    response = _post_form(
+        client, "/console/tasks/new", {"name": "exp", "targets": "192.0.2.0/30", "ports": "22"}
+    )
+    task_url = response.headers["Location"]
+    early = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
+    assert early.status_code == 409 and "no succeeded execution" in early.text
+    upload = claim(api.scanner())
+    assert upload.final(0, [observation("192.0.2.1", 22)]).status_code == 200
+    requested = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
+    assert requested.status_code == 303 and requested.headers["Location"] == "/console/exports"
+    listing = client.get("/console/exports").text
+    assert re.search(r"<td>csv</td>\s*<td class=\"status-queued\">queued", listing)
+    other, _ = _user_client(api)
+    assert "No exports." in other.get("/console/exports").text
+    bad = _post_form(client, task_url + "/exports", {"format": "exe"}, from_page=task_url)
+    assert bad.status_code == 400
