@@ -93,7 +93,7 @@ def page_user(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def page_admin(view: Callable[..., Any]) -> Callable[..., Any]:
-    """An admin page (the API's admin rate limit applies as well)."""
+    """An admin page; its forms fall under the API's admin rate limit."""
 
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -105,7 +105,8 @@ def page_admin(view: Callable[..., Any]) -> Callable[..., Any]:
             raise Forbidden("this page is for administrators", code="forbidden")
         return view(*args, **kwargs)
 
-    limited = limiter.limit(admin_limit, key_func=session_or_address_key)(wrapper)
+    # Admin actions (POST) share the API's admin budget; reading admin pages does not.
+    limited = limiter.limit(admin_limit, key_func=session_or_address_key, methods=["POST"])(wrapper)
     return mark_access(limited, "admin")
 
 
