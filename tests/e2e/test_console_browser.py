@@ -80,6 +80,14 @@ def wait_for(driver, condition, seconds: float = 60):
     return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: condition())
 
 
+def present(driver, by: str, selector: str, seconds: float = 30):
+    """The element once it is there: a click on a submit button may return before the next
+    page has loaded, so every look-up after a navigation waits for its element."""
+    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(
+        lambda d: d.find_element(by, selector)
+    )
+
+
 def text_of(driver, element_id: str) -> str:
     return driver.find_element(By.ID, element_id).text
 
@@ -140,14 +148,13 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         fill(browser, "targets", "127.0.0.0/26\nnot a host!\n")
         fill(browser, "ports", "22,443")
         browser.find_element(By.ID, "create-task").click()
-        problem = browser.find_element(By.CSS_SELECTOR, '#targets-errors li[data-line="2"]')
+        problem = present(browser, By.CSS_SELECTOR, '#targets-errors li[data-line="2"]')
         assert "not a host!" in problem.text
         assert "127.0.0.0/26" in browser.find_element(By.ID, "targets").get_attribute("value")
 
         fill(browser, "targets", "127.0.0.0/26\n")
         browser.find_element(By.ID, "create-task").click()
-        wait_for(browser, lambda: "/console/tasks/" in browser.current_url)
-        assert text_of(browser, "task-status") == "queued"
+        assert present(browser, By.ID, "task-status").text == "queued"
         assert text_of(browser, "task-name") == XSS_NAME  # shown as text, never run
         no_script_ran(browser)
 
@@ -175,6 +182,8 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         browser.get(url + "/console/assets")
         fill(browser, "f-service", "https")
         browser.find_element(By.ID, "search").click()
+        wait_for(browser, lambda: "service=https" in browser.current_url)
+        present(browser, By.ID, "endpoints-table")
         rows = browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")
         assert [r.text for r in rows] == ["127.0.0.62"]
         banner = browser.find_element(By.CSS_SELECTOR, "#endpoints-table td.banner").text
@@ -186,6 +195,7 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         assert len(seen) == 50
         browser.find_element(By.ID, "next-page").click()
         wait_for(browser, lambda: "cursor=" in browser.current_url)
+        present(browser, By.ID, "endpoints-table")
         seen += [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")]
         assert len(seen) == 61 and len(set(seen)) == 61
         assert not browser.find_elements(By.ID, "next-page")
@@ -215,7 +225,10 @@ def test_csrf_failure_and_renderer_conflict_in_the_browser(database_url, tmp_pat
         fill(browser, "targets", "127.0.0.1")
         fill(browser, "ports", "80")
         browser.find_element(By.ID, "create-task").click()
-        assert "This form could not be accepted" in browser.find_element(By.TAG_NAME, "h1").text
+        wait_for(
+            browser,
+            lambda: "This form could not be accepted" in present(browser, By.TAG_NAME, "h1").text,
+        )
 
         # Publish from a stale page: another admin (the API session) published first.
         browser.get(url + "/console/admin/renderer")
@@ -228,9 +241,9 @@ def test_csrf_failure_and_renderer_conflict_in_the_browser(database_url, tmp_pat
         fill(browser, "release-id", "builtin")
         fill(browser, "change-reason", "from the browser")
         browser.find_element(By.ID, "publish").click()
-        conflict = browser.find_element(By.ID, "revision-conflict").text
+        conflict = present(browser, By.ID, "revision-conflict").text
         assert f"revision {revision + 1} is now published" in conflict
         # The page now carries the current revision: sending again succeeds.
         browser.find_element(By.ID, "publish").click()
-        assert "Published builtin" in text_of(browser, "publish-notice")
+        assert "Published builtin" in present(browser, By.ID, "publish-notice").text
         assert text_of(browser, "desired-revision") == str(revision + 2)
