@@ -96,10 +96,8 @@ def _address_args() -> tuple[str | None, str | None]:
     return ip, cidr
 
 
-@blueprint.get("/assets")
-@require_user
-def assets():
-    user = current_user()
+def asset_query_from_request(user) -> AssetQuery:
+    """The asset query the request's parameters ask for (shared with the web console)."""
     scope = request.args.get("scope") or "user"
     if scope not in ("user", "global"):
         raise ValidationError(
@@ -124,7 +122,7 @@ def assets():
             code="invalid_parameter",
             details={"parameter": "status"},
         )
-    query = AssetQuery(
+    return AssetQuery(
         scope=scope,
         owner_id=user.id if scope == "user" else None,
         ip=ip,
@@ -142,5 +140,11 @@ def assets():
         limit=page_limit(default=50, maximum=500),
         cursor=request.args.get("cursor") or None,
     )
+
+
+@blueprint.get("/assets")
+@require_user
+def assets():
+    query = asset_query_from_request(current_user())
     page = context.store().search_assets(query)
     return jsonify({"items": [doc.public() for doc in page.items], "next_cursor": page.next_cursor})

@@ -40,6 +40,9 @@ def _throttle(username: str | None) -> None:
         )
 
 
+throttle_login = _throttle  # the web console's sign-in form counts against the same budgets
+
+
 @blueprint.post("/login")
 @public
 def login():

@@ -84,6 +84,16 @@ def _live_session_user() -> User | None:
     return user
 
 
+def live_session_user() -> User | None:
+    """The signed-in user of this request's cookie, or None (for the web console's pages)."""
+    return _live_session_user()
+
+
+def mark_access(view: Callable[..., Any], access: str) -> Callable[..., Any]:
+    """Declare a view's access rule (the web console's own decorators use this)."""
+    return _mark(view, access)
+
+
 def _session_user() -> User:
     user = _live_session_user()
     if user is None:

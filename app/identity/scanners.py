@@ -111,3 +111,52 @@ def authenticate_scanner(conn: Connection, token: str) -> Scanner | None:
             {"digest": token_digest(token)},
         ).one_or_none()
     return Scanner(id=row.id, name=row.name, disabled=row.disabled) if row else None
+
+
+@dataclass(frozen=True)
+class ScannerListing:
+    id: int
+    name: str
+    disabled: bool
+    created_at: Any
+    last_seen_at: Any
+
+
+def list_scanners(
+    conn: Connection, *, limit: int, after_id: int | None = None
+) -> list[ScannerListing]:
+    """Scanners by id for the admin console (keyset on id); never the token digest."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, name, disabled, created_at, last_seen_at FROM scanners "
+            "WHERE id > :after_id ORDER BY id LIMIT :limit"
+        ),
+        {"after_id": after_id or 0, "limit": limit},
+    ).all()
+    return [ScannerListing(r.id, r.name, r.disabled, r.created_at, r.last_seen_at) for r in rows]
+
+
+def set_scanner_disabled_audited(
+    conn: Connection, scanner_id: int, disabled: bool, *, actor_user_id: int | None, via: str
+) -> Scanner:
+    """Revoke (or restore) a scanner's token: a disabled scanner authenticates no more."""
+    from app.errors import NotFound
+    from app.identity.audit import record_audit
+
+    row = conn.execute(
+        sa.text(
+            "UPDATE scanners SET disabled = :disabled WHERE id = :id RETURNING id, name, disabled"
+        ),
+        {"disabled": disabled, "id": scanner_id},
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"scanner {scanner_id} not found", code="scanner_not_found")
+    record_audit(
+        conn,
+        actor_user_id=actor_user_id,
+        action="scanner.disable" if disabled else "scanner.enable",
+        target_type="scanner",
+        target_id=scanner_id,
+        details={"name": row.name, "via": via},
+    )
+    return Scanner(id=row.id, name=row.name, disabled=row.disabled)

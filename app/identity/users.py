@@ -223,3 +223,15 @@ def set_disabled(
         details={"via": via, "sessions_ended": ended},
     )
     return _row_to_user(row)
+
+
+def list_users(conn: Connection, *, limit: int, after_id: int | None = None) -> list[User]:
+    """Users by id (keyset: ``after_id`` is the last id of the previous page)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, username, is_admin, disabled FROM users "
+            "WHERE id > :after_id ORDER BY id LIMIT :limit"
+        ),
+        {"after_id": after_id or 0, "limit": limit},
+    ).all()
+    return [_row_to_user(r) for r in rows]

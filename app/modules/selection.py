@@ -152,3 +152,27 @@ def publish_selection(
         },
     )
     return int(row)
+
+
+def recent_revisions(conn: Connection, *, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest published revisions (for the console's rollback choices), newest first."""
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT revision, document ->> 'release_id' AS release_id, change_reason, created_at
+              FROM runtime_configuration_revisions
+             WHERE namespace = :ns
+             ORDER BY revision DESC LIMIT :limit
+            """
+        ),
+        {"ns": NAMESPACE, "limit": limit},
+    ).all()
+    return [
+        {
+            "revision": r.revision,
+            "release_id": r.release_id,
+            "change_reason": r.change_reason,
+            "created_at": r.created_at,
+        }
+        for r in rows
+    ]

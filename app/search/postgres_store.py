@@ -888,6 +888,27 @@ class PostgresStore:
     def execution_sightings_sql(self) -> str:
         return EXECUTION_SIGHTINGS_SQL
 
+    def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
+        """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
+
+        A bounded count for page views (the console's dashboard): it reads at most
+        ``cap + 1`` index entries whatever the size of the set, so the caller shows
+        "more than cap" instead of paying for an exact count over millions of rows.
+        """
+        if owner_id is None:
+            sql = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {ASSET_TABLES['global']} "  # noqa: S608 - table name is a module constant
+                "WHERE status = 'open' LIMIT :cap) s"
+            )
+            params: dict[str, Any] = {"cap": cap + 1}
+        else:
+            sql = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {ASSET_TABLES['user']} "  # noqa: S608 - table name is a module constant
+                "WHERE owner_id = :owner_id AND status = 'open' LIMIT :cap) s"
+            )
+            params = {"cap": cap + 1, "owner_id": owner_id}
+        return int(self._run(lambda conn: conn.execute(sa.text(sql), params).scalar_one()))
+
     def close(self) -> None:
         """The engine belongs to the process (app.db); only our page threads to stop."""
         if self._server_pages is not None:

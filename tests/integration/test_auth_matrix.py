@@ -49,6 +49,7 @@ class Route:
     path: Callable[[World], str]
     body: Callable[[World], Any] | None
     expected: dict[str, int]
+    html: bool = False  # a console page: errors are HTML pages, not JSON bodies
 
 
 def _user_route(ok: int, *, owned: bool) -> dict[str, int]:
@@ -88,6 +89,97 @@ def _scanner_route(ok: int, other: int) -> dict[str, int]:
 
 
 PUBLIC = dict.fromkeys(CALLERS, 200)
+
+
+def _page(ok: int, *, owned: bool = False) -> dict[str, int]:
+    """A console page for signed-in users: anyone without a session is sent to sign in."""
+    return {
+        ANON: 302,
+        USER: ok,
+        OTHER: 404 if owned else ok,
+        ADMIN: ok,
+        SCANNER: 302,
+        OTHER_SCANNER: 302,
+        WRONG_TOKEN: 302,
+    }
+
+
+def _admin_page(ok: int) -> dict[str, int]:
+    return {**_page(ok), USER: 403, OTHER: 403}
+
+
+def _html(method: str, rule: str, path, expected, body=None) -> Route:
+    return Route(method, rule, path, body, expected, html=True)
+
+
+# The matrix posts JSON with the session's X-CSRF-Token header, which the console accepts
+# like its form field; the form fields are then missing, so a form answers 400 once past
+# access control.
+CONSOLE_ROUTES: list[Route] = [
+    _html("GET", "/console/", lambda w: "/console/", _page(200)),
+    _html(
+        "GET",
+        "/console/sign-in",
+        lambda w: "/console/sign-in",
+        {**dict.fromkeys(CALLERS, 200), USER: 302, OTHER: 302, ADMIN: 302},
+    ),
+    # Without a session there is no CSRF token yet; with one the empty form is a wrong login.
+    _html(
+        "POST",
+        "/console/sign-in",
+        lambda w: "/console/sign-in",
+        {**dict.fromkeys(CALLERS, 403), USER: 401, OTHER: 401, ADMIN: 401},
+    ),
+    _html("POST", "/console/sign-out", lambda w: "/console/sign-out", _page(303)),
+    _html(
+        "GET",
+        "/console/static/<path:filename>",
+        lambda w: "/console/static/console.css",
+        PUBLIC,
+    ),
+    _html("GET", "/console/tasks", lambda w: "/console/tasks", _page(200)),
+    _html("GET", "/console/tasks/new", lambda w: "/console/tasks/new", _page(200)),
+    _html("POST", "/console/tasks/new", lambda w: "/console/tasks/new", _page(400)),
+    _html(
+        "GET",
+        "/console/tasks/<int:task_id>",
+        lambda w: f"/console/tasks/{w.task_id}",
+        _page(200, owned=True),
+    ),
+    _html(
+        "GET",
+        "/console/tasks/<int:task_id>/results",
+        lambda w: f"/console/tasks/{w.task_id}/results",
+        _page(200, owned=True),
+    ),
+    _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    # The matrix task has no succeeded execution: 409 means the caller got past access control.
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/exports",
+        lambda w: f"/console/tasks/{w.task_id}/exports?format=csv",
+        {**_page(409, owned=True), OTHER: 404},
+    ),
+    _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    _html("GET", "/console/scanners", lambda w: "/console/scanners", _admin_page(200)),
+    _html("POST", "/console/scanners", lambda w: "/console/scanners", _admin_page(400)),
+    _html(
+        "POST",
+        "/console/scanners/<int:scanner_id>/revoke",
+        lambda w: f"/console/scanners/{w.callers[OTHER_SCANNER].id}/revoke",
+        _admin_page(303),
+    ),
+    _html("GET", "/console/users", lambda w: "/console/users", _admin_page(200)),
+    _html("POST", "/console/users", lambda w: "/console/users", _admin_page(400)),
+    _html(
+        "POST",
+        "/console/users/<int:user_id>/<any(disable, enable):action>",
+        lambda w: f"/console/users/{w.bystander_id}/disable",
+        _admin_page(303),
+    ),
+    _html("GET", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(200)),
+    _html("POST", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(400)),
+]
 
 ROUTES: list[Route] = [
     Route("GET", "/healthz", lambda w: "/healthz", None, PUBLIC),
@@ -296,6 +388,7 @@ ROUTES: list[Route] = [
         None,
         _user_route(200, owned=True),
     ),
+    *CONSOLE_ROUTES,
     # The signed token is the credential; a forged one is refused for everybody.
     Route(
         "GET",
@@ -494,6 +587,10 @@ def test_route_access(world, route):
     for caller in order:
         response = _call(world, caller, route)
         results[caller] = response.status_code
+        if route.html:
+            if response.status_code >= 400:
+                assert response.mimetype == "text/html", (caller, response.status_code)
+            continue
         body = response.get_json(silent=True)
         if response.status_code >= 400:
             assert body and set(body["error"]) >= {"code", "message"}, (caller, body)

@@ -1,0 +1,62 @@
+"""The web console: server-rendered pages over the same services the API uses (WEB-1..6).
+
+Everything lives under ``/console``: Jinja templates (autoescaped, so every value a
+user, scanner or target controls is printed as text), one stylesheet and one small
+script served from ``/console/static`` (the strict Content-Security-Policy allows
+no inline script or style). Pages call the domain services directly, never the
+HTTP API; errors of the domain (a 400 naming a field, a 404 for another user's
+task) become HTML pages with the same status instead of JSON bodies.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, g, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from app.errors import ApiError
+
+blueprint = Blueprint("web", __name__, url_prefix="/console", template_folder="templates")
+
+
+@blueprint.app_template_filter("when")
+def format_when(value: Any) -> str:
+    """An ISO timestamp or datetime as ``2026-11-30 18:04:05Z`` (UTC), empty for None."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@blueprint.context_processor
+def page_context() -> dict[str, Any]:
+    from app.web.access import ensure_csrf_token
+
+    return {"csrf_token": ensure_csrf_token(), "me": g.get("user")}
+
+
+def _error_page(status: int, code: str, message: str, headers: dict[str, str] | None = None):
+    body = render_template(
+        "console/error.html", status=status, code=code, message=message, path=request.path
+    )
+    return body, status, headers or {}
+
+
+@blueprint.errorhandler(ApiError)
+def api_error_page(error: ApiError):
+    return _error_page(error.status, error.code, error.message, error.headers)
+
+
+@blueprint.errorhandler(HTTPException)
+def http_error_page(error: HTTPException):
+    code = "rate_limited" if error.code == 429 else (error.name or "error").lower()
+    return _error_page(error.code or 500, code.replace(" ", "_"), error.description or "")
+
+
+from app.web import admin_pages, asset_pages, export_pages, session_pages, task_pages  # noqa: E402,F401 - the views register themselves on the blueprint

@@ -1,0 +1,202 @@
+"""Admin pages: scanners, users and the report renderer's publish/rollback (WEB-6).
+
+They call the same audited identity and module services as the admin API. A
+new scanner's token is shown once, on the page that answers the create form
+(never stored, never redirected to, not cached); revoking disables the token at
+once. Publishing the renderer is optimistic like the API: the form carries the
+revision the admin saw, and when someone else published in between the page
+says so, shows the current state and lets them decide again.
+"""
+
+from __future__ import annotations
+
+from flask import current_app, redirect, render_template, request, url_for
+
+from app.db import transaction
+from app.errors import ApiError, Conflict
+from app.http.requests import int_arg
+from app.identity.scanners import (
+    create_scanner_audited,
+    list_scanners,
+    set_scanner_disabled_audited,
+)
+from app.identity.users import create_user_audited, list_users, set_disabled
+from app.modules.selection import Selection, recent_revisions
+from app.modules.service import MAX_CHANGE_REASON
+from app.web import blueprint
+from app.web.access import page_admin, signed_in_user
+
+PAGE_SIZE = 100
+
+
+def _error_message(error: ApiError) -> str:
+    fields = (error.details or {}).get("fields")
+    if isinstance(fields, dict) and fields:
+        return "; ".join(f"{name}: {reason}" for name, reason in fields.items())
+    return error.message
+
+
+# -- scanners ---------------------------------------------------------------------------
+def _scanners_page(*, created=None, token=None, error=None, status=200):
+    after = int_arg("after", minimum=0)
+    with transaction() as conn:
+        items = list_scanners(conn, limit=PAGE_SIZE + 1, after_id=after)
+    next_url = (
+        url_for("web.scanners", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
+    )
+    body = render_template(
+        "console/scanners.html",
+        items=items[:PAGE_SIZE],
+        created=created,
+        token=token,
+        error=error,
+        next_url=next_url,
+    )
+    headers = {"Cache-Control": "no-store"} if token else {}
+    return body, status, headers
+
+
+@blueprint.route("/scanners", methods=["GET", "POST"])
+@page_admin
+def scanners():
+    if request.method == "GET":
+        return _scanners_page()
+    try:
+        with transaction() as conn:
+            scanner, token = create_scanner_audited(
+                conn, request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
+            )
+    except ApiError as refused:
+        return _scanners_page(error=_error_message(refused), status=refused.status)
+    return _scanners_page(created=scanner, token=token, status=201)
+
+
+@blueprint.post("/scanners/<int:scanner_id>/revoke")
+@page_admin
+def scanner_revoke(scanner_id: int):
+    with transaction() as conn:
+        set_scanner_disabled_audited(
+            conn, scanner_id, True, actor_user_id=signed_in_user().id, via="console"
+        )
+    return redirect(url_for("web.scanners"), code=303)
+
+
+# -- users ------------------------------------------------------------------------------
+def _users_page(*, created=None, error=None, status=200):
+    after = int_arg("after", minimum=0)
+    with transaction() as conn:
+        items = list_users(conn, limit=PAGE_SIZE + 1, after_id=after)
+    next_url = (
+        url_for("web.users", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
+    )
+    body = render_template(
+        "console/users.html",
+        items=items[:PAGE_SIZE],
+        created=created,
+        error=error,
+        next_url=next_url,
+    )
+    return body, status
+
+
+@blueprint.route("/users", methods=["GET", "POST"])
+@page_admin
+def users():
+    if request.method == "GET":
+        return _users_page()
+    try:
+        with transaction() as conn:
+            user = create_user_audited(
+                conn,
+                request.form.get("username", ""),
+                request.form.get("password", ""),
+                is_admin=request.form.get("is_admin") == "on",
+                actor_user_id=signed_in_user().id,
+                via="console",
+            )
+    except ApiError as refused:
+        return _users_page(error=_error_message(refused), status=refused.status)
+    return _users_page(created=user, status=201)
+
+
+@blueprint.post("/users/<int:user_id>/<any(disable, enable):action>")
+@page_admin
+def user_set_disabled(user_id: int, action: str):
+    actor = signed_in_user()
+    if action == "disable" and user_id == actor.id:
+        raise Conflict("an admin cannot disable their own account", code="cannot_disable_self")
+    with transaction() as conn:
+        set_disabled(conn, user_id, action == "disable", actor_user_id=actor.id, via="console")
+    return redirect(url_for("web.users"), code=303)
+
+
+# -- report renderer --------------------------------------------------------------------
+def _renderer_page(*, notice=None, error=None, conflict=None, form=None, status=200):
+    service = current_app.extensions.get("netmap.report_render")
+    state = service.status() if service is not None else None
+    with transaction() as conn:
+        history = recent_revisions(conn, limit=10)
+    body = render_template(
+        "console/renderer.html",
+        state=state,
+        history=history,
+        notice=notice,
+        error=error,
+        conflict=conflict,
+        form=form or {},
+        max_reason=MAX_CHANGE_REASON,
+    )
+    return body, status
+
+
+@blueprint.route("/admin/renderer", methods=["GET", "POST"])
+@page_admin
+def renderer():
+    if request.method == "GET":
+        return _renderer_page()
+    form = {
+        "release_id": request.form.get("release_id", "").strip(),
+        "change_reason": request.form.get("change_reason", "").strip(),
+        "expected_revision": request.form.get("expected_revision", ""),
+    }
+    service = current_app.extensions.get("netmap.report_render")
+    if service is None:
+        return _renderer_page(error="The report renderer is not running here.", status=503)
+    problems = []
+    try:
+        expected = int(form["expected_revision"])
+    except ValueError:
+        expected = 0
+    if expected < 1:
+        problems.append("the page did not carry the revision you saw; reload it")
+    if not form["release_id"]:
+        problems.append("release id: give a release id or 'builtin'")
+    if not form["change_reason"] or len(form["change_reason"]) > MAX_CHANGE_REASON:
+        problems.append(f"reason: 1-{MAX_CHANGE_REASON} characters")
+    if problems:
+        return _renderer_page(error="; ".join(problems), form=form, status=400)
+    try:
+        result = service.publish(
+            expected_revision=expected,
+            release_id=form["release_id"],
+            change_reason=form["change_reason"],
+            actor_user_id=signed_in_user().id,
+        )
+    except Conflict as conflict:
+        details = conflict.details or {}
+        return _renderer_page(
+            conflict={
+                "expected": details.get("expectedRevision", expected),
+                "current": details.get("currentRevision"),
+            },
+            form=form,
+            status=409,
+        )
+    except ApiError as refused:
+        return _renderer_page(error=refused.message, form=form, status=refused.status)
+    applied = service.status_for(Selection(result.release_id, result.revision))
+    notice = (
+        f"Published {result.release_id} as revision {result.revision}"
+        f"{'' if applied.get('converged') else ' (activation pending on this instance)'}."
+    )
+    return _renderer_page(notice=notice)

@@ -1,0 +1,117 @@
+"""Sign in, sign out, the dashboard and the console's static files (WEB-1, WEB-3).
+
+Signing in goes through the same throttle, password check and server-side
+session as ``POST /api/auth/login``; a throttled attempt shows how many seconds
+to wait. The dashboard shows only numbers that cost a bounded amount of work
+whatever the size of the data: current assets counted up to a cap (more shows
+as "10000+"), tasks in flight up to a cap, the projection outbox backlog (one
+query on its partial index) and the renderer's in-process status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import current_app, redirect, render_template, request, send_from_directory, url_for
+
+from app.db import transaction
+from app.errors import RateLimited
+from app.http import context
+from app.http.auth import throttle_login
+from app.http.guards import end_session, live_session_user, start_session
+from app.identity.users import authenticate
+from app.observability import emit
+from app.scan_control.query import list_tasks
+from app.web import blueprint
+from app.web.access import page_public, page_user, safe_next, signed_in_user
+
+STATIC_DIR = Path(__file__).parent / "static"
+ASSET_COUNT_CAP = 10_000
+TASK_COUNT_CAP = 100
+
+
+@blueprint.get("/static/<path:filename>")
+@page_public
+def static_file(filename: str):
+    response = send_from_directory(STATIC_DIR, filename, max_age=300)
+    return response
+
+
+@blueprint.route("/sign-in", methods=["GET", "POST"])
+@page_public
+def sign_in():
+    target = safe_next(request.values.get("next"))
+    if request.method == "GET":
+        if live_session_user() is not None:
+            return redirect(target or url_for("web.dashboard"))
+        return render_template("console/sign_in.html", next=target, error=None, username="")
+    username = request.form.get("username", "")
+    password = request.form.get("password", "")
+    try:
+        throttle_login(username or None)
+    except RateLimited as limited:
+        wait = (limited.details or {}).get("retry_after")
+        message = f"Too many sign-in attempts. Wait {wait} seconds, then try again."
+        body = render_template(
+            "console/sign_in.html", next=target, error=message, username=username
+        )
+        return body, 429, {"Retry-After": str(wait)}
+    user = None
+    if username and password and len(username) <= 64 and len(password) <= 1024:
+        with transaction() as conn:
+            user = authenticate(conn, username, password)
+    if user is None:
+        emit("LoginFailed")
+        body = render_template(
+            "console/sign_in.html",
+            next=target,
+            error="Wrong username or password.",
+            username=username,
+        )
+        return body, 401
+    start_session(user)
+    emit("LoginSucceeded", user_id=user.id)
+    return redirect(target or url_for("web.dashboard"), code=303)
+
+
+@blueprint.post("/sign-out")
+@page_user
+def sign_out():
+    emit("Logout", user_id=signed_in_user().id)
+    end_session()
+    return redirect(url_for("web.sign_in"), code=303)
+
+
+def _bounded_task_count(user, status: str) -> tuple[int, bool]:
+    with transaction() as conn:
+        page = list_tasks(conn, user, limit=TASK_COUNT_CAP, cursor=None, status=status)
+    return len(page.items), page.next_cursor is not None
+
+
+@blueprint.get("/")
+@page_user
+def dashboard():
+    user = signed_in_user()
+    store = context.store()
+    counter = getattr(store, "count_current_assets", None)
+    assets = None
+    if counter is not None:
+        count = counter(owner_id=user.id, cap=ASSET_COUNT_CAP)
+        assets = {"count": min(count, ASSET_COUNT_CAP), "more": count > ASSET_COUNT_CAP}
+    running = _bounded_task_count(user, "running")
+    queued = _bounded_task_count(user, "queued")
+    backlog = renderer = None
+    if user.is_admin:
+        from app.projection.outbox import backlog as outbox_backlog
+
+        backlog = outbox_backlog()
+        service = current_app.extensions.get("netmap.report_render")
+        renderer = service.status() if service is not None else None
+    return render_template(
+        "console/dashboard.html",
+        assets=assets,
+        running=running,
+        queued=queued,
+        backlog=backlog,
+        renderer=renderer,
+    )

@@ -1,0 +1,85 @@
+// netmap console: small enhancements only; every page works without this file.
+// 1. A task page with work in flight refreshes its numbers from the JSON API (no reload).
+// 2. Forms with data-confirm ask before submitting (revoke, disable).
+(function () {
+  "use strict";
+
+  var POLL_MS = 1500;
+
+  function setText(node, value) {
+    var text = value === null || value === undefined ? "" : String(value);
+    if (node.textContent !== text) { node.textContent = text; }
+  }
+
+  function inFlight(task) {
+    return task.status === "queued" || task.status === "running" ||
+      ["pending", "running", "retrying"].indexOf(task.projection_status) >= 0;
+  }
+
+  function updateTask(section, task) {
+    section.querySelectorAll("[data-field]").forEach(function (node) {
+      var name = node.getAttribute("data-field");
+      var value = task[name];
+      if (name === "finished_at" && value) { value = value.replace("T", " ").replace(/\..*$|\+00:00$/, "") + "Z"; }
+      setText(node, value);
+      if (name === "status") { node.className = "status status-" + task.status; }
+    });
+    var counts = task.counts || {};
+    var executions = counts.executions || {};
+    section.querySelectorAll("[data-count]").forEach(function (node) {
+      var name = node.getAttribute("data-count");
+      setText(node, name in executions ? executions[name] : counts[name]);
+    });
+  }
+
+  function updateExecutions(items) {
+    items.forEach(function (execution) {
+      var row = document.querySelector('tr[data-execution-id="' + execution.id + '"]');
+      if (!row) { return; }
+      row.querySelectorAll("[data-field]").forEach(function (cell) {
+        var name = cell.getAttribute("data-field");
+        var value = execution[name];
+        if (name === "attempts") { value = execution.attempts + "/" + execution.max_attempts; }
+        setText(cell, value);
+      });
+    });
+  }
+
+  function poll(section) {
+    var taskUrl = section.getAttribute("data-task-url");
+    var executionsUrl = section.getAttribute("data-executions-url");
+    var note = document.getElementById("live-note");
+    function tick() {
+      fetch(taskUrl, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (response) { if (!response.ok) { throw new Error(response.status); } return response.json(); })
+        .then(function (body) {
+          updateTask(section, body.task);
+          return fetch(executionsUrl, { credentials: "same-origin" })
+            .then(function (response) { return response.ok ? response.json() : { items: [] }; })
+            .then(function (page) {
+              updateExecutions(page.items || []);
+              if (inFlight(body.task)) {
+                window.setTimeout(tick, POLL_MS);
+              } else {
+                section.setAttribute("data-in-flight", "false");
+                if (note) { setText(note, "Up to date."); }
+              }
+            });
+        })
+        .catch(function () {
+          if (note) { setText(note, "Live refresh paused (connection problem); reload to retry."); }
+        });
+    }
+    window.setTimeout(tick, POLL_MS);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var section = document.getElementById("task-live");
+    if (section && section.getAttribute("data-in-flight") === "true") { poll(section); }
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (event) {
+        if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+      });
+    });
+  });
+})();

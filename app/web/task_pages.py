@@ -1,0 +1,183 @@
+"""Task pages: the list, the create form, a task with its executions, its results (WEB-4).
+
+Lists page by keyset (the same signed cursors as the API), so a deep page costs
+what the first one does. The create form goes through the same validation as
+``POST /api/tasks``; the target parser reports each bad target with its index,
+which the form maps back to the line of the textarea it came from, so the error
+is shown next to that line. A task in flight refreshes itself: the page's
+script polls ``GET /api/tasks/<id>`` (and without JavaScript, a slow meta
+refresh does the same).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import redirect, render_template, request, url_for
+
+from app.db import transaction
+from app.errors import NotFound, ValidationError
+from app.http import context
+from app.http.requests import decode_cursor, encode_cursor
+from app.observability import emit
+from app.scan_control.creation import create_task, validate_task_request
+from app.scan_control.query import TASK_STATUSES, get_task, list_executions, list_tasks
+from app.scan_control.targets import TRANSPORTS
+from app.web import blueprint
+from app.web.access import page_user, signed_in_user
+
+PAGE_SIZE = 50
+MAX_TEXTAREA_LINES = 10_000
+IN_FLIGHT_PROJECTION = ("pending", "running", "retrying")
+
+
+def task_in_flight(task: dict[str, Any]) -> bool:
+    """Whether the task's numbers can still change (the page keeps refreshing while so)."""
+    return task["status"] in ("queued", "running") or (
+        task.get("projection_status") in IN_FLIGHT_PROJECTION
+    )
+
+
+@blueprint.get("/tasks")
+@page_user
+def tasks():
+    status = request.args.get("status") or None
+    if status is not None and status not in TASK_STATUSES:
+        raise ValidationError(
+            f"status must be one of {', '.join(TASK_STATUSES)}", code="invalid_parameter"
+        )
+    name = (request.args.get("q") or "").strip()[:200] or None
+    cursor = decode_cursor()
+    with transaction() as conn:
+        page = list_tasks(
+            conn,
+            signed_in_user(),
+            limit=PAGE_SIZE,
+            cursor=cursor,
+            status=status,
+            name_contains=name,
+        )
+    next_url = None
+    if page.next_cursor:
+        next_url = url_for(
+            "web.tasks", status=status, q=name, cursor=encode_cursor(page.next_cursor)
+        )
+    return render_template(
+        "console/tasks.html",
+        items=page.items,
+        status=status,
+        q=name or "",
+        statuses=TASK_STATUSES,
+        next_url=next_url,
+        first_url=url_for("web.tasks", status=status, q=name) if cursor else None,
+    )
+
+
+def _form_lines(text: str) -> list[tuple[int, str]]:
+    """The textarea's non-empty lines with their 1-based line numbers."""
+    lines = text.splitlines()[:MAX_TEXTAREA_LINES]
+    return [(number, line.strip()) for number, line in enumerate(lines, 1) if line.strip()]
+
+
+def _render_new(form: dict[str, Any], line_errors=None, field_errors=None, status: int = 200):
+    body = render_template(
+        "console/task_new.html",
+        form=form,
+        transports=TRANSPORTS,
+        line_errors=line_errors or {},
+        field_errors=field_errors or {},
+    )
+    return body, status
+
+
+@blueprint.route("/tasks/new", methods=["GET", "POST"])
+@page_user
+def task_new():
+    if request.method == "GET":
+        return _render_new({"name": "", "targets": "", "ports": "", "transports": ["tcp"]})
+    form = {
+        "name": request.form.get("name", ""),
+        "targets": request.form.get("targets", ""),
+        "ports": request.form.get("ports", ""),
+        "transports": request.form.getlist("transports"),
+    }
+    numbered = _form_lines(form["targets"])
+    body = {
+        "name": form["name"],
+        "targets": [text for _, text in numbered],
+        "ports": form["ports"],
+        "transports": form["transports"] or None,
+    }
+    scan = context.settings().scan
+    try:
+        task_request = validate_task_request(body, scan)
+    except ValidationError as invalid:
+        line_errors: dict[int, list[str]] = {}
+        field_errors: dict[str, list[str]] = {}
+        for item in (invalid.details or {}).get("items", []):
+            index = item.get("index")
+            if item.get("field") == "targets" and isinstance(index, int) and index < len(numbered):
+                line_errors.setdefault(numbered[index][0], []).append(item["reason"])
+            else:
+                reason = item.get("reason", "invalid")
+                if item.get("field") == "ports" and isinstance(index, int):
+                    reason = f"{str(item.get('value')).strip()!s}: {reason}"
+                field_errors.setdefault(item.get("field", "form"), []).append(reason)
+        if not line_errors and not field_errors:
+            field_errors["form"] = [invalid.message]
+        lines = form["targets"].splitlines()[:MAX_TEXTAREA_LINES]
+        listing = [(n, lines[n - 1], line_errors.get(n, [])) for n in sorted(line_errors)]
+        return _render_new(form, listing, field_errors, status=400)
+    user = signed_in_user()
+    with transaction() as conn:
+        task_id = create_task(conn, owner_id=user.id, request=task_request, limits=scan)
+    emit("TaskCreated", task_id=task_id, user_id=user.id, via="console")
+    return redirect(url_for("web.task_detail", task_id=task_id), code=303)
+
+
+@blueprint.get("/tasks/<int:task_id>")
+@page_user
+def task_detail(task_id: int):
+    cursor = decode_cursor()
+    with transaction() as conn:
+        task = get_task(conn, signed_in_user(), task_id)
+        if task is None:
+            raise NotFound("task not found", code="task_not_found")
+        executions = list_executions(conn, task_id, limit=PAGE_SIZE, cursor=cursor)
+    next_url = None
+    if executions.next_cursor:
+        next_url = url_for(
+            "web.task_detail", task_id=task_id, cursor=encode_cursor(executions.next_cursor)
+        )
+    return render_template(
+        "console/task.html",
+        task=task,
+        executions=executions.items,
+        next_url=next_url,
+        in_flight=task_in_flight(task),
+    )
+
+
+@blueprint.get("/tasks/<int:task_id>/results")
+@page_user
+def task_results(task_id: int):
+    with transaction() as conn:
+        task = get_task(conn, signed_in_user(), task_id)
+    if task is None:
+        raise NotFound("task not found", code="task_not_found")
+    cursor = request.args.get("cursor") or None
+    page = context.store().execution_results(task_id, cursor=cursor, limit=PAGE_SIZE)
+    next_url = (
+        url_for("web.task_results", task_id=task_id, cursor=page.next_cursor)
+        if page.next_cursor
+        else None
+    )
+    return render_template(
+        "console/results.html",
+        task=task,
+        items=page.items,
+        total_ips=page.total_ips,
+        total_endpoints=page.total_endpoints,
+        next_url=next_url,
+        first_url=url_for("web.task_results", task_id=task_id) if cursor else None,
+    )

@@ -1,0 +1,249 @@
+"""The console in a real browser against a real `netmap up` server (WEB-1..6).
+
+Headless Debian Chromium driven by Selenium through Debian's chromedriver, both
+named explicitly (``/usr/bin/chromium``, ``/usr/bin/chromedriver``) with
+``SE_AVOID_STATS=true``, so Selenium Manager never looks for or downloads a
+driver and sends no statistics. Data reaches the server through the scanner
+protocol (claim, upload with checksums); the runner publishes current assets.
+On failure, a screenshot and the page source go to the test's tmp directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.netmap_server import ADMIN_PASSWORD, netmap_server
+from tests.support.scanner_protocol import observation, upload_body
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+XSS_NAME = '<img src=x onerror="window.__xss=1">'
+XSS_BANNER = '<script>window.__xss=2</script><svg onload="window.__xss=3">'
+
+selenium = pytest.importorskip("selenium")
+
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[webdriver.Chrome]:
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        pytest.skip("Debian chromium and chromium-driver are not installed")
+    monkeypatch.setenv("SE_AVOID_STATS", "true")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(argument)
+    service = Service(executable_path=CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@contextmanager
+def evidence_on_failure(driver: webdriver.Chrome, directory: Path) -> Iterator[None]:
+    """Keep a screenshot and the HTML of the page the browser was on when the test failed."""
+    try:
+        yield
+    except BaseException:
+        stamp = time.strftime("%H%M%S")
+        driver.save_screenshot(str(directory / f"failure-{stamp}.png"))
+        (directory / f"failure-{stamp}.html").write_text(driver.page_source)
+        raise
+
+
+def wait_for(driver, condition, seconds: float = 60):
+    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: condition())
+
+
+def present(driver, by: str, selector: str, seconds: float = 30):
+    """The element once it is there: a click on a submit button may return before the next
+    page has loaded, so every look-up after a navigation waits for its element."""
+    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(
+        lambda d: d.find_element(by, selector)
+    )
+
+
+def text_of(driver, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def sign_in(driver, url: str, username: str, password: str) -> None:
+    driver.get(url + "/console/")
+    assert "/console/sign-in" in driver.current_url
+    driver.find_element(By.ID, "username").send_keys(username)
+    driver.find_element(By.ID, "password").send_keys(password)
+    driver.find_element(By.ID, "sign-in").click()
+    wait_for(driver, lambda: driver.current_url.rstrip("/").endswith("/console"))
+
+
+def fill(driver, element_id: str, value: str) -> None:
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(value)
+
+
+def no_script_ran(driver) -> None:
+    try:
+        alert = driver.switch_to.alert
+    except NoAlertPresentException:
+        alert = None
+    assert alert is None
+    assert driver.execute_script("return window.__xss === undefined ? null : window.__xss") is None
+
+
+def scanner_upload(url: str, token: str, observations: list[dict]) -> int:
+    """Claim the next execution and upload ``observations`` as its one final batch."""
+    headers = {"Authorization": f"Bearer {token}"}
+    claimed = requests.post(url + "/api/scanner/claim", headers=headers, timeout=30)
+    assert claimed.status_code == 200, claimed.text
+    execution = claimed.json()["execution"]
+    body = upload_body(execution["claim_token"], 0, observations, is_final=True)
+    uploaded = requests.post(
+        f"{url}/api/scanner/executions/{execution['id']}/uploads",
+        json=body,
+        headers=headers,
+        timeout=60,
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    return execution["id"]
+
+
+def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, tmp_path, browser):
+    with (
+        netmap_server(database_url, tmp_path / "server") as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        assert browser.find_element(By.ID, "tasks-running").is_displayed()
+
+        # A bad target line is reported next to its line, and the input is kept.
+        browser.get(url + "/console/tasks/new")
+        fill(browser, "name", XSS_NAME)
+        fill(browser, "targets", "127.0.0.0/26\nnot a host!\n")
+        fill(browser, "ports", "22,443")
+        browser.find_element(By.ID, "create-task").click()
+        problem = present(browser, By.CSS_SELECTOR, '#targets-errors li[data-line="2"]')
+        assert "not a host!" in problem.text
+        assert "127.0.0.0/26" in browser.find_element(By.ID, "targets").get_attribute("value")
+
+        fill(browser, "targets", "127.0.0.0/26\n")
+        browser.find_element(By.ID, "create-task").click()
+        assert present(browser, By.ID, "task-status").text == "queued"
+        assert text_of(browser, "task-name") == XSS_NAME  # shown as text, never run
+        no_script_ran(browser)
+
+        # A marker only this page load carries: if the page reloaded, it is gone.
+        browser.execute_script("window.__sameLoad = 'yes'")
+        token = server.scanner_token("browser-scanner")
+        observations = [
+            observation(f"127.0.0.{i}", 22, service={"name": "ssh", "product": "OpenSSH"})
+            for i in range(1, 61)
+        ] + [
+            observation(
+                "127.0.0.62",
+                443,
+                hostname=XSS_NAME,
+                service={"name": "https", "product": "nginx", "banner": XSS_BANNER},
+            )
+        ]
+        scanner_upload(url, token, observations)
+        wait_for(browser, lambda: text_of(browser, "task-status") == "succeeded")
+        wait_for(browser, lambda: text_of(browser, "projection-status") == "ready", 120)
+        assert browser.execute_script("return window.__sameLoad") == "yes"
+        assert text_of(browser, "endpoints") == "61"
+
+        # Search with filters, then page through everything.
+        browser.get(url + "/console/assets")
+        fill(browser, "f-service", "https")
+        browser.find_element(By.ID, "search").click()
+        wait_for(browser, lambda: "service=https" in browser.current_url)
+        present(browser, By.ID, "endpoints-table")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")
+        assert [r.text for r in rows] == ["127.0.0.62"]
+        banner = browser.find_element(By.CSS_SELECTOR, "#endpoints-table td.banner").text
+        assert "<script>" in banner
+        no_script_ran(browser)
+
+        browser.get(url + "/console/assets")
+        seen = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")]
+        assert len(seen) == 50
+        browser.find_element(By.ID, "next-page").click()
+        wait_for(browser, lambda: "cursor=" in browser.current_url)
+        present(browser, By.ID, "endpoints-table")
+        seen += [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")]
+        assert len(seen) == 61 and len(set(seen)) == 61
+        assert not browser.find_elements(By.ID, "next-page")
+        no_script_ran(browser)
+
+        # Sign out: the session is gone, pages ask for sign-in again.
+        browser.find_element(By.CSS_SELECTOR, "form.signout button").click()
+        wait_for(browser, lambda: "/console/sign-in" in browser.current_url)
+        browser.get(url + "/console/tasks")
+        assert "/console/sign-in" in browser.current_url
+
+
+def test_csrf_failure_and_renderer_conflict_in_the_browser(database_url, tmp_path, browser):
+    with (
+        netmap_server(database_url, tmp_path / "server", runner=False) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+
+        # A form whose token was tampered with is refused with a page that says so.
+        browser.get(url + "/console/tasks/new")
+        browser.execute_script(
+            "document.querySelector('#task-form input[name=csrf_token]').value = 'forged'"
+        )
+        fill(browser, "name", "csrf")
+        fill(browser, "targets", "127.0.0.1")
+        fill(browser, "ports", "80")
+        browser.find_element(By.ID, "create-task").click()
+        wait_for(
+            browser,
+            lambda: "This form could not be accepted" in present(browser, By.TAG_NAME, "h1").text,
+        )
+
+        # Publish from a stale page: another admin (the API session) published first.
+        browser.get(url + "/console/admin/renderer")
+        revision = int(text_of(browser, "desired-revision"))
+        other = server.post(
+            "/api/modules/report-render",
+            json={"expectedRevision": revision, "releaseId": "builtin", "changeReason": "other"},
+        )
+        assert other.status_code == 200, other.text
+        fill(browser, "release-id", "builtin")
+        fill(browser, "change-reason", "from the browser")
+        browser.find_element(By.ID, "publish").click()
+        conflict = present(browser, By.ID, "revision-conflict").text
+        assert f"revision {revision + 1} is now published" in conflict
+        # The page now carries the current revision: sending again succeeds.
+        browser.find_element(By.ID, "publish").click()
+        assert "Published builtin" in present(browser, By.ID, "publish-notice").text
+        assert text_of(browser, "desired-revision") == str(revision + 2)

@@ -1,0 +1,400 @@
+"""The web console over the Flask test client: pages, forms, CSRF, escaping, scoping (WEB-1..6).
+
+Sessions are real (signed in through the console's own form or the API), data
+is real (tasks created through the console, observations uploaded through the
+scanner protocol helpers, current assets published as the projection does).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.scanner_protocol import claim, observation
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, "form without a CSRF field"
+    return match.group(1)
+
+
+def _sign_in(api, username: str, password: str):
+    client = api.app.test_client()
+    page = client.get("/console/sign-in")
+    assert page.status_code == 200
+    response = client.post(
+        "/console/sign-in",
+        data={"username": username, "password": password, "csrf_token": _csrf(page.text)},
+    )
+    assert response.status_code == 303, response.text
+    return client
+
+
+def _user_client(api, *, admin: bool = False):
+    created = api.create_user(admin=admin)
+    return _sign_in(api, created["username"], created["password"]), created
+
+
+def _post_form(client, path: str, data: dict, *, from_page: str | None = None):
+    page = client.get(from_page or path)
+    return client.post(path, data={**data, "csrf_token": _csrf(page.text)})
+
+
+def _publish(app, execution_id):
+    from app.http import context
+    from app.projection.pages import current_asset_documents
+    from app.search.documents import merge_all
+
+    with app.app_context():
+        store = context.store()
+    docs = store.read_execution_endpoints(execution_id, after_id=None, limit=1000)
+    store.publish_current(
+        merge_all(current_asset_documents(docs)), max_operations=1000, max_bytes=5_000_000
+    ).raise_for_failures()
+
+
+def test_anonymous_visitors_are_sent_to_sign_in_and_back(api):
+    client = api.app.test_client()
+    response = client.get("/console/tasks?status=queued")
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/console/sign-in?next=")
+    created = api.create_user()
+    page = client.get(response.headers["Location"])
+    signed = client.post(
+        "/console/sign-in",
+        data={
+            "username": created["username"],
+            "password": created["password"],
+            "csrf_token": _csrf(page.text),
+            "next": "/console/tasks?status=queued",
+        },
+    )
+    assert signed.status_code == 303
+    assert signed.headers["Location"] == "/console/tasks?status=queued"
+    # Another site is never a redirect target.
+    assert _sign_in_next(api, "//evil.example/") == "/console/"
+    assert _sign_in_next(api, "https://evil.example/console/") == "/console/"
+
+
+def _sign_in_next(api, target: str) -> str:
+    created = api.create_user()
+    client = api.app.test_client()
+    page = client.get("/console/sign-in")
+    response = client.post(
+        "/console/sign-in",
+        data={
+            "username": created["username"],
+            "password": created["password"],
+            "csrf_token": _csrf(page.text),
+            "next": target,
+        },
+    )
+    return response.headers["Location"]
+
+
+def test_wrong_password_and_the_rate_limit_message(tmp_path, database_url, engine):
+    from app import create_app
+    from tests.conftest import make_settings
+    from tests.support.api import Api
+
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "2 per minute"})
+    api = Api(create_app(settings, engine=engine, modules="off"))
+    client = api.app.test_client()
+    page = client.get("/console/sign-in")
+    token = _csrf(page.text)
+    form = {"username": "nobody", "password": "wrong password", "csrf_token": token}
+    first = client.post("/console/sign-in", data=form)
+    assert first.status_code == 401 and "Wrong username or password" in first.text
+    client.post("/console/sign-in", data=form)
+    limited = client.post("/console/sign-in", data=form)
+    assert limited.status_code == 429
+    wait = int(limited.headers["Retry-After"])
+    assert wait > 0
+    assert f"Wait {wait} seconds" in limited.text
+
+
+def test_csrf_failure_shows_a_clear_page_and_changes_nothing(api):
+    client, _ = _user_client(api)
+    response = client.post(
+        "/console/tasks/new", data={"name": "x", "targets": "192.0.2.1", "ports": "80"}
+    )
+    assert response.status_code == 403
+    assert response.mimetype == "text/html"
+    assert 'data-error-code="csrf_failed"' in response.text
+    assert "nothing was changed" in response.text
+    wrong = client.post(
+        "/console/tasks/new",
+        data={"name": "x", "targets": "192.0.2.1", "ports": "80", "csrf_token": "forged"},
+    )
+    assert wrong.status_code == 403
+    assert "No tasks." in client.get("/console/tasks").text
+    # Signing out is a form too.
+    assert client.post("/console/sign-out").status_code == 403
+
+
+def test_sign_out_ends_the_server_side_session(api):
+    client, _ = _user_client(api)
+    page = client.get("/console/")
+    assert page.status_code == 200
+    response = client.post("/console/sign-out", data={"csrf_token": _csrf(page.text)})
+    assert response.status_code == 303
+    assert client.get("/console/").status_code == 302
+    assert client.get("/api/auth/me").status_code == 401
+
+
+def test_create_task_shows_per_line_errors_and_keeps_the_input(api):
+    client, _ = _user_client(api)
+    targets = "192.0.2.1\n\nnot a host!\n198.51.100.0/24\n999.1.1.1\n"
+    response = _post_form(
+        client, "/console/tasks/new", {"name": "bad", "targets": targets, "ports": "22,99999"}
+    )
+    assert response.status_code == 400
+    html = response.text
+    lines = dict(
+        re.findall(
+            r'<li data-line="(\d+)"><span class="line-no">line \d+</span> <code>([^<]*)</code>',
+            html,
+        )
+    )
+    assert lines == {"3": "not a host!", "5": "999.1.1.1"}
+    assert "99999: ports must be 1-65535" in html
+    assert "198.51.100.0/24" in html  # the textarea keeps what was typed
+    assert "No tasks." in client.get("/console/tasks").text
+
+
+def test_create_task_then_detail_results_and_list(api):
+    client, _created = _user_client(api)
+    response = _post_form(
+        client,
+        "/console/tasks/new",
+        {"name": "web", "targets": "192.0.2.0/30\n", "ports": "22,443", "transports": "tcp"},
+    )
+    assert response.status_code == 303
+    task_url = response.headers["Location"]
+    task_id = int(task_url.rsplit("/", 1)[1])
+    detail = client.get(task_url)
+    assert detail.status_code == 200
+    assert 'id="task-status" class="status status-queued">queued<' in detail.text
+    assert 'data-in-flight="true"' in detail.text
+    assert 'http-equiv="refresh"' in detail.text  # without JavaScript it still refreshes
+    scanner = api.scanner()
+    upload = claim(scanner)
+    assert (
+        upload.final(0, [observation("192.0.2.1", 22), observation("192.0.2.2", 443)]).status_code
+        == 200
+    )
+    results = client.get(f"/console/tasks/{task_id}/results")
+    assert results.status_code == 200
+    assert results.text.count('<td class="ip">') == 2
+    listed = client.get("/console/tasks")
+    assert f'href="/console/tasks/{task_id}"' in listed.text
+
+
+def test_task_list_pages_by_keyset(api):
+    client, _ = _user_client(api)
+    user = api.login(_username(client))
+    for i in range(53):
+        assert (
+            user.post(
+                "/api/tasks", json={"name": f"t{i}", "targets": ["192.0.2.1"], "ports": "80"}
+            ).status_code
+            == 201
+        )
+    first = client.get("/console/tasks")
+    assert first.text.count('class="task-name"') == 50
+    next_url = re.search(r'href="([^"]+)" rel="next"', first.text).group(1).replace("&amp;", "&")
+    second = client.get(next_url)
+    assert second.text.count('class="task-name"') == 3
+    assert 'rel="next"' not in second.text
+
+
+def _username(client) -> str:
+    return client.get("/api/auth/me").get_json()["user"]["username"]
+
+
+def test_other_users_tasks_are_not_found_and_admin_pages_are_forbidden(api):
+    alice, _ = _user_client(api)
+    bob, _ = _user_client(api)
+    response = _post_form(
+        alice, "/console/tasks/new", {"name": "mine", "targets": "192.0.2.1", "ports": "80"}
+    )
+    task_url = response.headers["Location"]
+    assert bob.get(task_url).status_code == 404
+    assert bob.get(task_url + "/results").status_code == 404
+    assert "mine" not in bob.get("/console/tasks").text
+    for page in ("/console/scanners", "/console/users", "/console/admin/renderer"):
+        forbidden = bob.get(page)
+        assert forbidden.status_code == 403 and forbidden.mimetype == "text/html"
+
+
+def test_asset_search_filters_paging_and_bad_input(api):
+    client, created = _user_client(api)
+    user = api.login(created["username"])
+    user.post("/api/tasks", json={"name": "a", "targets": ["192.0.2.0/24"], "ports": "1-65535"})
+    scanner = api.scanner()
+    upload = claim(scanner)
+    observations = [
+        observation(f"192.0.2.{i}", 22, service={"name": "ssh", "product": "OpenSSH"})
+        for i in range(1, 56)
+    ] + [observation("192.0.2.200", 443, service={"name": "https", "product": "nginx"})]
+    assert upload.final(0, observations).status_code == 200
+    _publish(api.app, upload.id)
+    first = client.get("/console/assets")
+    assert first.text.count('<td class="ip">') == 50
+    next_url = re.search(r'href="([^"]+)" rel="next"', first.text).group(1).replace("&amp;", "&")
+    assert client.get(next_url).text.count('<td class="ip">') == 6
+    https = client.get("/console/assets?service=https")
+    assert https.text.count('<td class="ip">') == 1 and "192.0.2.200" in https.text
+    narrow = client.get("/console/assets?cidr=192.0.2.0/30&port=22")
+    assert narrow.text.count('<td class="ip">') == 3
+    bad = client.get("/console/assets?cidr=nonsense")
+    assert bad.status_code == 400 and "cidr must be a network" in bad.text
+    # Owner scoping: another user sees none of these; only an admin may ask for the global view.
+    other, _ = _user_client(api)
+    assert other.get("/console/assets").text.count('<td class="ip">') == 0
+    assert other.get("/console/assets?scope=global").status_code == 403
+    dashboard = client.get("/console/")
+    assert re.search(
+        r'id="open-assets">\s*<span class="label">Current assets</span>\s*<span class="number">56<',
+        dashboard.text,
+    )
+
+
+def test_markup_in_every_user_controlled_field_is_escaped(api):
+    admin_client, admin_created = _user_client(api, admin=True)
+    admin = api.login(admin_created["username"])
+    created = admin.post(
+        "/api/tasks", json={"name": XSS, "targets": ["192.0.2.0/28"], "ports": "1-65535"}
+    )
+    assert created.status_code == 201
+    task_id = created.get_json()["task"]["id"]
+    scanner = api.scanner()
+    upload = claim(scanner)
+    hostile = observation(
+        "192.0.2.5",
+        80,
+        hostname=XSS,
+        service={"name": XSS, "product": XSS, "version": XSS, "banner": XSS},
+        tags=["web"],  # tags are validated to [a-z0-9._:-]: markup cannot get in there
+    )
+    response = upload.final(0, [hostile])
+    assert response.status_code == 200, response.get_json()
+    _publish(api.app, upload.id)
+    pages = [
+        "/console/tasks",
+        f"/console/tasks/{task_id}",
+        f"/console/tasks/{task_id}/results",
+        "/console/assets",
+        "/console/assets?q=%3Cscript%3E",
+    ]
+    for page in pages:
+        html = admin_client.get(page).text
+        assert "<script>alert" not in html, page
+        assert "<img src=x" not in html, page
+        assert "&lt;script&gt;alert" in html, page
+    # A scanner or user name cannot carry markup at all (their names are validated).
+    bad = _post_form(admin_client, "/console/scanners", {"name": XSS})
+    assert bad.status_code == 400 and "<script>alert" not in bad.text
+    # Echoed search input is escaped as well.
+    echoed = admin_client.get("/console/assets?ip=%22%3E%3Cscript%3Ealert(1)%3C/script%3E")
+    assert echoed.status_code == 400 and "<script>alert(1)" not in echoed.text
+
+
+def test_pages_send_the_strict_security_headers(api):
+    client, _ = _user_client(api)
+    response = client.get("/console/")
+    csp = response.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "frame-ancestors 'none'" in csp
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["Referrer-Policy"] == "no-referrer"
+    assert "<script>" not in response.text and " on" + "click=" not in response.text
+    static = client.get("/console/static/console.js")
+    assert static.status_code == 200
+    assert client.get("/console/static/../access.py").status_code == 404
+
+
+def test_scanner_token_shown_once_and_revoke(api):
+    admin_client, _ = _user_client(api, admin=True)
+    response = _post_form(admin_client, "/console/scanners", {"name": "edge-1"})
+    assert response.status_code == 201
+    assert response.headers["Cache-Control"] == "no-store"
+    token = re.search(r'id="token-value">([^<]+)<', response.text).group(1)
+    assert token.startswith("nms_")
+    listing = admin_client.get("/console/scanners").text
+    assert "edge-1" in listing and token not in listing
+    scanner_id = int(re.search(r"/console/scanners/(\d+)/revoke", listing).group(1))
+    scanner_call = api.app.test_client().post(
+        "/api/scanner/claim", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert scanner_call.status_code == 204
+    revoked = _post_form(
+        admin_client, f"/console/scanners/{scanner_id}/revoke", {}, from_page="/console/scanners"
+    )
+    assert revoked.status_code == 303
+    again = api.app.test_client().post(
+        "/api/scanner/claim", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert again.status_code == 401
+    assert "revoked" in admin_client.get("/console/scanners").text
+
+
+def test_users_page_creates_and_disables(api):
+    admin_client, _ = _user_client(api, admin=True)
+    created = _post_form(
+        admin_client, "/console/users", {"username": "newbie", "password": "long enough password"}
+    )
+    assert created.status_code == 201 and "newbie" in created.text
+    victim = api.login("newbie", "long enough password")
+    listing = admin_client.get("/console/users").text
+    user_id = victim.id
+    assert f"/console/users/{user_id}/disable" in listing
+    response = _post_form(
+        admin_client, f"/console/users/{user_id}/disable", {}, from_page="/console/users"
+    )
+    assert response.status_code == 303
+    assert victim.get("/api/auth/me").status_code == 401
+    weak = _post_form(admin_client, "/console/users", {"username": "weak", "password": "short"})
+    assert weak.status_code == 400
+
+
+def test_renderer_publish_and_revision_conflict(api):
+    admin_client, _ = _user_client(api, admin=True)
+    page = admin_client.get("/console/admin/renderer")
+    if "not running in this process" in page.text:
+        pytest.skip("renderer off in this app")
+    revision = int(re.search(r'name="expected_revision" value="(\d+)"', page.text).group(1))
+    token = _csrf(page.text)
+    form = {"release_id": "builtin", "change_reason": "console test", "csrf_token": token}
+    ok = admin_client.post("/console/admin/renderer", data={**form, "expected_revision": revision})
+    assert ok.status_code == 200 and 'id="publish-notice"' in ok.text
+    stale = admin_client.post(
+        "/console/admin/renderer", data={**form, "expected_revision": revision}
+    )
+    assert stale.status_code == 409
+    assert 'id="revision-conflict"' in stale.text
+    assert f"revision {revision + 1} is now published" in stale.text
+
+
+def test_export_from_the_task_page(api):
+    client, _ = _user_client(api)
+    response = _post_form(
+        client, "/console/tasks/new", {"name": "exp", "targets": "192.0.2.0/30", "ports": "22"}
+    )
+    task_url = response.headers["Location"]
+    early = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
+    assert early.status_code == 409 and "no succeeded execution" in early.text
+    upload = claim(api.scanner())
+    assert upload.final(0, [observation("192.0.2.1", 22)]).status_code == 200
+    requested = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
+    assert requested.status_code == 303 and requested.headers["Location"] == "/console/exports"
+    listing = client.get("/console/exports").text
+    assert re.search(r"<td>csv</td>\s*<td class=\"status-queued\">queued", listing)
+    other, _ = _user_client(api)
+    assert "No exports." in other.get("/console/exports").text
+    bad = _post_form(client, task_url + "/exports", {"format": "exe"}, from_page=task_url)
+    assert bad.status_code == 400
