@@ -63,6 +63,8 @@ def check_json_values(
     Iterative on purpose: a recursive walk is what fails on deep input.
     ``allow_nul`` is for callers that escape NUL themselves (uploads).
     """
+    if _surely_clean(value, allow_nul, max_depth):
+        return []
     problems: list[dict[str, Any]] = []
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack and len(problems) < 100:
@@ -88,6 +90,36 @@ def check_json_values(
                 stack.append((child, (*path, index)))
     problems.sort(key=lambda p: [str(x) for x in p["path"]])
     return problems
+
+
+def _surely_clean(value: Any, allow_nul: bool, max_depth: int) -> bool:
+    """True when ``value`` has none of the problems :func:`check_json_values` looks for;
+    False means "maybe", and the exact walk (which names every place) decides.
+
+    The exact walk builds a path for every string and number: on an upload of thousands
+    of observations that costs more than decoding it. Here the C encoder refuses
+    non-finite numbers, UTF-8 refuses lone surrogates (keys included) and only the
+    containers are walked, for the depth.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+        text.encode("utf-8")
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return False
+    if not allow_nul and "\\u0000" in text:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 0)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if not children:
+            continue
+        if depth >= max_depth:  # a child would sit deeper than max_depth
+            return False
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return True
 
 
 def _string_problem(text: str, allow_nul: bool) -> str | None:

@@ -69,10 +69,13 @@ class _Scanner:
         return body
 
     def send(self, body: dict[str, Any]) -> float:
+        # The body is encoded here, as a scanner would, so the timing below is the server's.
+        data = json.dumps(body).encode()
         started = time.perf_counter()
         response = self.client.post(
             f"/api/scanner/executions/{self.execution['id']}/uploads",
-            json=body,
+            data=data,
+            content_type="application/json",
             headers={"Authorization": f"Bearer {self.token}"},
         )
         elapsed = time.perf_counter() - started
@@ -90,7 +93,9 @@ class _Scanner:
         )
 
 
-def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dict[str, Any]:
+def _measure_size(
+    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=()
+) -> dict[str, Any]:
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
 
@@ -116,6 +121,9 @@ def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dic
     index, filled = 0, 0
     progress = Progress(f"fill {size}", total=size)
     fill_started = time.perf_counter()
+    # CPU seconds of this process (client encoding + the whole server path): on a shared
+    # machine wall time measures the neighbours too, CPU time mostly us.
+    fill_cpu_started = time.process_time()
     while filled < size:
         count = min(fill_batch, size - filled)
         scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
@@ -126,6 +134,7 @@ def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dic
             scanner.renew()
     progress.finish()
     fill_seconds = time.perf_counter() - fill_started
+    fill_cpu_seconds = time.process_time() - fill_cpu_started
 
     normal, retries, dns = [], [], []
     sent = []
@@ -135,6 +144,21 @@ def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dic
         sent.append(body)
         filled += batch
         index += 1
+    by_batch_size: dict[str, Any] = {}
+    for latency_size in latency_batches:
+        wall, cpu = [], []
+        for _ in range(samples):
+            body = scanner.body(index, _observations(filled, latency_size, observed_at))
+            cpu_started = time.process_time()
+            wall.append(scanner.send(body))
+            cpu.append(time.process_time() - cpu_started)
+            filled += latency_size
+            index += 1
+        by_batch_size[str(latency_size)] = {
+            **summary_ms(wall),
+            "cpu_ms_median": round(sorted(cpu)[len(cpu) // 2] * 1000, 2),
+            "cpu_us_per_observation": round(min(cpu) / latency_size * 1e6, 1),
+        }
     for body in sent:
         retries.append(scanner.send(body))
     for n in range(samples):
@@ -168,11 +192,14 @@ def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dic
         "endpoints_before": size,
         "fill_seconds": round(fill_seconds, 2),
         "fill_endpoints_per_s": round(size / fill_seconds, 1),
+        "fill_cpu_seconds": round(fill_cpu_seconds, 3),
+        "fill_endpoints_per_cpu_s": round(size / fill_cpu_seconds, 1) if fill_cpu_seconds else None,
         "normal": summary_ms(normal),
         "final": summary_ms([final]),
         "final_counts": counted,
         "confirmed_retry": summary_ms(retries),
         "dns_mixed": summary_ms(dns),
+        **({"normal_by_batch_size": by_batch_size} if by_batch_size else {}),
     }
 
 
@@ -193,6 +220,12 @@ def _measure_size(app, owner_id, token, size, samples, batch, fill_batch) -> dic
 )
 @click.option("--fill-batch", default=5000, show_default=True, type=click.IntRange(1, 100000))
 @click.option(
+    "--latency-batches",
+    default="",
+    help="Comma-separated batch sizes (e.g. 500,5000) whose normal-batch latency and CPU "
+    "time are measured too, --samples batches each.",
+)
+@click.option(
     "--backend",
     type=click.Choice(["postgres", "elasticsearch"]),
     default="postgres",
@@ -211,6 +244,7 @@ def command(
     samples: int,
     batch: int,
     fill_batch: int,
+    latency_batches: str,
     backend: str,
     es_url: str | None,
     shared_buffers: str,
@@ -225,10 +259,16 @@ def command(
         size_list = [int(s) for s in sizes.split(",") if s.strip()]
     except ValueError:
         raise click.BadParameter("sizes must be integers", param_hint="--sizes") from None
+    try:
+        latency_sizes = [int(s) for s in latency_batches.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            "latency batches must be integers", param_hint="--latency-batches"
+        ) from None
     if backend == "elasticsearch" and not es_url:
         raise click.UsageError("--backend elasticsearch needs --es-url (e.g. the simulator)")
     overrides: dict[str, dict[str, object]] = {
-        "ingest": {"max_observations_per_batch": max(fill_batch, batch)},
+        "ingest": {"max_observations_per_batch": max(fill_batch, batch, *latency_sizes)},
         "scan": {"execution_lease_seconds": 3600},
     }
     prefix = f"netmap-bench-{uuid.uuid4().hex[:8]}"
@@ -249,7 +289,9 @@ def command(
                 owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
                 _, token = create_scanner(conn, "bench-scanner")
             results = {
-                str(size): _measure_size(app, owner.id, token, size, samples, batch, fill_batch)
+                str(size): _measure_size(
+                    app, owner.id, token, size, samples, batch, fill_batch, latency_sizes
+                )
                 for size in size_list
             }
         finally:

@@ -10,6 +10,7 @@ execution-endpoint documents keep the newest-wins fields.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
 from app.search.documents import EndpointDocument, FactDocument, merge_all, observation_key
-from app.search.ids import execution_endpoint_id, fact_id
+from app.search.ids import execution_endpoint_id, fact_id, parsed_address
 
 # Well-known ports; used only when the scanner did not name the service.
 DEFAULT_SERVICES: dict[tuple[str, int], str] = {
@@ -84,7 +85,18 @@ HTTP_SERVICES = frozenset({"http", "https", "http-proxy", "https-alt", "http-alt
 
 
 def address_scope(ip: str) -> str:
-    address = ipaddress.ip_address(ip)
+    return _family_and_scope(ip)[1]
+
+
+@functools.lru_cache(maxsize=65536)
+def _family_and_scope(ip: str) -> tuple[int, str]:
+    # Remembered per address: the ``is_*`` properties each test network membership, and
+    # an address usually carries several ports.
+    address = parsed_address(ip)
+    return address.version, _scope_of(address)
+
+
+def _scope_of(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     for scope, flag in (
         ("loopback", address.is_loopback),
         ("link_local", address.is_link_local),
@@ -114,8 +126,7 @@ def normalise_observation(observation: ObservationIn) -> dict[str, Any]:
     service = observation.service
     name = service.name.lower() if service and service.name else None
     default_service = DEFAULT_SERVICES.get((observation.transport, observation.port))
-    family = ipaddress.ip_address(observation.ip).version
-    scope = address_scope(observation.ip)
+    family, scope = _family_and_scope(observation.ip)
     effective_service = name or default_service
     return {
         "observed_at": observation.observed_at.isoformat(),

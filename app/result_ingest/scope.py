@@ -28,6 +28,7 @@ from typing import Any
 
 from app.errors import ValidationError
 from app.result_ingest.model import DnsRecordIn, UploadBody
+from app.search.ids import parsed_address
 
 
 def port_ranges(ports: str) -> list[tuple[int, int]]:
@@ -63,7 +64,7 @@ def _domains(targets: Iterable[str]) -> list[str]:
 
 
 def _inside(address: str, networks: list[Any]) -> bool:
-    ip = ipaddress.ip_address(address)
+    ip = parsed_address(address)
     return any(ip.version == n.version and ip in n for n in networks)
 
 

@@ -26,6 +26,7 @@ upload span, and a stage left by an error logs ``success=false``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +97,14 @@ def _refused(message: str, items: list[dict[str, Any]]) -> Unprocessable:
     )
 
 
-def _store_call(name: str, call, items_by_id: dict[str, dict[str, Any]] | None = None):
-    """Run one store call inside its stage, mapping store failures to API errors."""
+def _store_call(
+    name: str, call, items_by_id: Callable[[], dict[str, dict[str, Any]]] | None = None
+):
+    """Run one store call inside its stage, mapping store failures to API errors.
+
+    ``items_by_id`` maps document ids to the batch's items for a refusal; it is a
+    function because only a refused batch needs it, and building it for every upload
+    cost as much as a stage."""
     with stage(name):
         try:
             return call()
@@ -110,11 +117,12 @@ def _store_call(name: str, call, items_by_id: dict[str, dict[str, Any]] | None =
             if not permanent:
                 raise _unavailable(name, exc) from None
             emit("ScanStoreWriteRefused", stage=name, items=len(permanent))
+            items = items_by_id() if items_by_id is not None else {}
             raise _refused(
                 str(exc),
                 [
                     {
-                        **(items_by_id or {}).get(item.id, {"id": item.id}),
+                        **items.get(item.id, {"id": item.id}),
                         "status": item.status,
                         "error": item.error_type,
                         "message": (item.error_reason or "")[:300],
@@ -198,22 +206,26 @@ def _handle(
         _store_call(
             "store_facts",
             lambda: store.write_facts(facts).raise_for_failures(),
-            {doc.id: _item_of_position(body, p) for p, doc in enumerate(facts)},
+            lambda: {doc.id: _item_of_position(body, p) for p, doc in enumerate(facts)},
         )
     if endpoints:
-        first_index: dict[tuple[str, int, str], int] = {}
-        for index, values in enumerate(normalised):
-            first_index.setdefault((values["ip"], values["port"], values["transport"]), index)
-        _store_call(
-            "store_execution_endpoints",
-            lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
-            {
+
+        def endpoint_items() -> dict[str, dict[str, Any]]:
+            first_index: dict[tuple[str, int, str], int] = {}
+            for index, values in enumerate(normalised):
+                first_index.setdefault((values["ip"], values["port"], values["transport"]), index)
+            return {
                 doc.id: {
                     "list": "observations",
                     "index": first_index.get((doc.ip, doc.port, doc.transport)),
                 }
                 for doc in endpoints
-            },
+            }
+
+        _store_call(
+            "store_execution_endpoints",
+            lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
+            endpoint_items,
         )
 
     kind = upload_kind(body, execution.kind)

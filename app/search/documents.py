@@ -118,14 +118,17 @@ class EndpointDocument:
 NEWEST_FIELDS = ("state", "service", "product", "version", "banner", "hostname", "tags", "details")
 
 
+# One encoder for every key (``json.dumps`` with options builds a new one per call); the
+# text must stay byte-for-byte what it was, since stored keys are compared with new ones.
+_KEY_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+
+
 def observation_key(values: Mapping[str, Any]) -> str:
     """Tie-breaker hash over the newest-wins fields (hex, compared as bytes/"C" collation)."""
-    canonical = json.dumps(
-        {k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=str,
+    canonical = _KEY_ENCODER.encode(
+        {k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS}
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

@@ -14,13 +14,15 @@ PostgreSQL refuses (NUL in text).
 from __future__ import annotations
 
 import functools
-import ipaddress
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from app.search.documents import ENDPOINT_SCOPES, FACT_KINDS, EndpointDocument, FactDocument
+from app.search.ids import parsed_address
 
 # date_nanos (Elasticsearch) holds 1970-01-01 .. 2262-04-11; keep both stores inside it.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -56,9 +58,21 @@ def _json_default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
 def dumps(value: Any) -> str:
-    """Compact JSON as both stores receive it (UTF-8 text, no ASCII escaping)."""
-    return _ENCODER.encode(value)
+    """Compact JSON as both stores receive it (UTF-8 text, no ASCII escaping).
+
+    orjson writes it several times faster than ``json`` (every fact and endpoint of an
+    upload passes here); datetimes still go through ``_json_default`` so both stores
+    keep the fixed-width UTC text. What orjson refuses but ``json`` writes (integers
+    beyond 64 bits inside a scanner's details, non-text keys) takes the ``json`` path.
+    """
+    try:
+        return orjson.dumps(value, default=_json_default, option=_ORJSON_OPTIONS).decode()
+    except TypeError:
+        return _ENCODER.encode(value)
 
 
 def endpoint_source(doc: EndpointDocument) -> dict[str, Any]:
@@ -136,7 +150,7 @@ def fact_source(doc: FactDocument) -> dict[str, Any]:
 def _ip_problem(ip: str) -> str | None:
     # Cached: an address usually carries several endpoints, and parsing dominates the check.
     try:
-        if str(ipaddress.ip_address(ip)) != ip:
+        if str(parsed_address(ip)) != ip:
             return f"ip {ip!r} is not normalised"
     except ValueError:
         return f"ip {ip!r} is not an IP address"

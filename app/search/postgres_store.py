@@ -30,6 +30,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, date, datetime
@@ -90,6 +91,8 @@ TEXT_EXPRESSION = (
 )
 _DEADLOCK_RETRIES = 3
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock, serialization failure
+# statement_timeout (query_canceled) and lock_timeout: answered as 503s, always logged.
+_TIMEOUT_SQLSTATES = {"57014", "55P03"}
 
 ENDPOINT_COLUMNS = (
     "key",
@@ -402,8 +405,22 @@ class PostgresStore:
     def _transaction(self) -> Any:
         return db.transaction(engine=self._engine)
 
-    def _run(self, work: Callable[[Connection], Any], *, relaxed_commit: bool = False) -> Any:
-        """Run ``work`` in one short transaction; retry deadlocks; map outages."""
+    def _run(
+        self,
+        work: Callable[[Connection], Any],
+        *,
+        relaxed_commit: bool = False,
+        statement: str | None = None,
+    ) -> Any:
+        """Run ``work`` in one short transaction; retry deadlocks; map outages.
+
+        A timeout (statement or lock timeout, or no pooled connection in time) becomes
+        a 503 like any outage, but is first logged as an error event naming the
+        statement (``statement``, else the calling method) and carrying the request's
+        span (request id): a 503 nobody can find in the logs cannot be investigated.
+        """
+        if statement is None:
+            statement = sys._getframe(1).f_code.co_name  # the store method that called
         for attempt in range(_DEADLOCK_RETRIES + 1):
             try:
                 with self._transaction() as conn:
@@ -411,6 +428,13 @@ class PostgresStore:
                         conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
                     return work(conn)
             except Unavailable as exc:  # PoolTimeout included
+                emit(
+                    "SearchStoreTimeout",
+                    level=logging.ERROR,
+                    statement=statement,
+                    error=type(exc).__name__,
+                    code=getattr(exc, "code", None),
+                )
                 raise StoreUnavailable(
                     f"PostgreSQL search store unavailable: {exc.message}",
                     retry_after=exc.retry_after,
@@ -425,6 +449,14 @@ class PostgresStore:
                         detail=str(exc.orig),
                     )
                     continue
+                if sqlstate in _TIMEOUT_SQLSTATES:
+                    emit(
+                        "SearchStoreTimeout",
+                        level=logging.ERROR,
+                        statement=statement,
+                        error=type(exc.orig).__name__,
+                        sqlstate=sqlstate,
+                    )
                 if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
                     raise StoreUnavailable(
                         f"PostgreSQL search store unavailable: {type(exc.orig).__name__}"

@@ -1,0 +1,69 @@
+"""A batch costs a constant number of SQL statements, whatever its size (issue 21).
+
+Counted with SQLAlchemy's ``before_cursor_execute`` on the real engine while the real
+upload route takes a batch: the receipt transaction, the set-based store writes and
+the confirmation must not grow with the number of observations (no per-row
+statements, no per-row counter updates). Batches stay within one store shard
+(``elasticsearch.bulk_batch_size``, 1000 by default), the unit a statement covers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+
+from app.db import get_engine
+from tests.support.scanner_protocol import claim, make_task, observation
+from tests.support.sql import scalar
+
+
+@contextlib.contextmanager
+def counted_statements() -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    engine = get_engine()
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+
+
+def _observations(start: int, count: int) -> list[dict]:
+    return [observation(f"198.51.100.{i % 256}", 1 + i // 256) for i in range(start, start + count)]
+
+
+def test_a_batch_costs_the_same_statements_for_10_and_1000_observations(api):
+    user, scanner = api.user(), api.scanner()
+    make_task(user, targets=("198.51.100.0/24",), ports="1-10")
+    upload = claim(scanner)
+    # The first batch of a month creates its fact partition: not part of the steady cost.
+    assert upload.batch(0, _observations(0, 1)).status_code == 200
+
+    counts = {}
+    start = 1
+    for batch_index, size in ((1, 10), (2, 1000)):
+        with counted_statements() as statements:
+            response = upload.batch(batch_index, _observations(start, size))
+        assert response.status_code == 200, response.get_json()
+        assert response.get_json()["saved"] == size
+        counts[size] = statements
+        start += size
+
+    assert len(counts[10]) == len(counts[1000]), (counts[10], counts[1000])
+    # Receipt (lock, streams, identity, insert), facts, endpoints, confirmation, plus
+    # the transaction plumbing: a handful, never one per observation.
+    assert len(counts[1000]) <= 20, counts[1000]
+    # Nothing was lost on the way: every observation became a fact and an endpoint.
+    assert scalar("SELECT count(*) FROM search_facts WHERE execution_id = :e", e=upload.id) == (
+        1 + 10 + 1000
+    )
+    assert scalar(
+        "SELECT endpoints FROM search_execution_endpoint_counts WHERE execution_id = :e",
+        e=upload.id,
+    ) == (1 + 10 + 1000)
