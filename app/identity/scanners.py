@@ -90,26 +90,25 @@ def create_scanner_audited(
 def authenticate_scanner(conn: Connection, token: str) -> Scanner | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > 256:
         return None
+    # One statement whether or not last_seen_at is due for a refresh (it is refreshed at most
+    # every LAST_SEEN_RESOLUTION_SECONDS): the data-modifying CTE touches the row when due, the
+    # outer SELECT reads it either way, so an upload's statement count never depends on timing.
     row = conn.execute(
         sa.text(
             f"""
-            UPDATE scanners SET last_seen_at = now()
+            WITH touched AS (
+                UPDATE scanners SET last_seen_at = now()
+                WHERE token_sha256 = :digest AND NOT disabled
+                  AND (last_seen_at IS NULL
+                       OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION_SECONDS} seconds')
+                RETURNING id
+            )
+            SELECT id, name, disabled FROM scanners
             WHERE token_sha256 = :digest AND NOT disabled
-              AND (last_seen_at IS NULL
-                   OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION_SECONDS} seconds')
-            RETURNING id, name, disabled
             """  # noqa: S608 - the interval is a module constant
         ),
         {"digest": token_digest(token)},
     ).one_or_none()
-    if row is None:
-        row = conn.execute(
-            sa.text(
-                "SELECT id, name, disabled FROM scanners WHERE token_sha256 = :digest "
-                "AND NOT disabled"
-            ),
-            {"digest": token_digest(token)},
-        ).one_or_none()
     return Scanner(id=row.id, name=row.name, disabled=row.disabled) if row else None
 
 

@@ -34,6 +34,13 @@ def counted_statements() -> Iterator[list[str]]:
         sa.event.remove(engine, "before_cursor_execute", count)
 
 
+def _difference(small: list[str], large: list[str]) -> str:
+    def shapes(statements: list[str]) -> list[str]:
+        return [" ".join(s.split())[:120] for s in statements]
+
+    return "\n".join(["only with 10:", *shapes(small), "", "with 1000:", *shapes(large)])
+
+
 def _observations(start: int, count: int) -> list[dict]:
     return [observation(f"198.51.100.{i % 256}", 1 + i // 256) for i in range(start, start + count)]
 
@@ -55,7 +62,7 @@ def test_a_batch_costs_the_same_statements_for_10_and_1000_observations(api):
         counts[size] = statements
         start += size
 
-    assert len(counts[10]) == len(counts[1000]), (counts[10], counts[1000])
+    assert len(counts[10]) == len(counts[1000]), _difference(counts[10], counts[1000])
     # Receipt (lock, streams, identity, insert), facts, endpoints, confirmation, plus
     # the transaction plumbing: a handful, never one per observation.
     assert len(counts[1000]) <= 20, counts[1000]
