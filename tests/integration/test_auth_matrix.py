@@ -153,6 +153,18 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    _html(
+        "GET",
+        "/console/assets/history",
+        lambda w: "/console/assets/history?ip=127.0.0.1&port=80&transport=tcp",
+        _page(200),
+    ),
+    _html(
+        "GET",
+        "/console/tasks/<int:task_id>/changes",
+        lambda w: f"/console/tasks/{w.task_id}/changes",
+        _page(200, owned=True),
+    ),
     # The matrix task has no succeeded execution: 409 means the caller got past access control.
     _html(
         "POST",
