@@ -173,6 +173,19 @@ CONSOLE_ROUTES: list[Route] = [
         {**_page(409, owned=True), OTHER: 404},
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    _html("GET", "/console/reports", lambda w: "/console/reports", _page(200)),
+    _html(
+        "GET",
+        "/console/reports/<int:report_id>",
+        lambda w: f"/console/reports/{w.report_id}",
+        _page(200, owned=True),
+    ),
+    _html(
+        "POST",
+        "/console/reports/definitions/<int:definition_id>/run",
+        lambda w: f"/console/reports/definitions/{w.definition_id}/run",
+        _page(303, owned=True),
+    ),
     _html("GET", "/console/scanners", lambda w: "/console/scanners", _admin_page(200)),
     _html("POST", "/console/scanners", lambda w: "/console/scanners", _admin_page(400)),
     _html(
@@ -182,6 +195,10 @@ CONSOLE_ROUTES: list[Route] = [
         _admin_page(303),
     ),
     _html("GET", "/console/users", lambda w: "/console/users", _admin_page(200)),
+    _html(
+        "GET", "/console/admin/resources", lambda w: "/console/admin/resources", _admin_page(200)
+    ),
+    _html("GET", "/console/admin/slow-sql", lambda w: "/console/admin/slow-sql", _admin_page(200)),
     _html("POST", "/console/users", lambda w: "/console/users", _admin_page(400)),
     _html(
         "POST",
