@@ -177,3 +177,32 @@ def endpoint_history(
         "events": [_change_item(r, endpoint=False) for r in rows],
         "next_cursor": next_cursor,
     }
+
+
+def recent_change_counts(
+    conn: Connection, owner_id: int, *, days: int, execution_cap: int
+) -> dict[str, Any]:
+    """New and gone endpoints of an owner's executions finished in the last ``days`` days.
+
+    Sums the per-execution summaries (one row per analysed execution, never the
+    change rows themselves) over at most ``execution_cap`` executions, so the
+    cost stays bounded however many changes there are; ``more`` says the cap was hit.
+    """
+    row = conn.execute(
+        sa.text(
+            """
+            SELECT coalesce(sum(new), 0) AS new, coalesce(sum(gone), 0) AS gone,
+                   count(*) AS executions
+              FROM (SELECT new, gone FROM analysis_execution_summaries
+                     WHERE owner_id = :owner_id
+                       AND finished_at >= now() - make_interval(days => :days)
+                     LIMIT :cap) AS recent
+            """
+        ),
+        {"owner_id": owner_id, "days": days, "cap": execution_cap + 1},
+    ).one()
+    return {
+        "new": int(row.new),
+        "gone": int(row.gone),
+        "more": int(row.executions) > execution_cap,
+    }

@@ -59,4 +59,13 @@ def http_error_page(error: HTTPException):
     return _error_page(error.code or 500, code.replace(" ", "_"), error.description or "")
 
 
-from app.web import admin_pages, asset_pages, export_pages, session_pages, task_pages  # noqa: E402,F401 - the views register themselves on the blueprint
+from app.web import (  # noqa: E402,F401 - the views register themselves on the blueprint
+    admin_pages,
+    asset_pages,
+    change_pages,
+    export_pages,
+    ops_pages,
+    report_pages,
+    session_pages,
+    task_pages,
+)

@@ -5,7 +5,9 @@ session as ``POST /api/auth/login``; a throttled attempt shows how many seconds
 to wait. The dashboard shows only numbers that cost a bounded amount of work
 whatever the size of the data: current assets counted up to a cap (more shows
 as "10000+"), tasks in flight up to a cap, the projection outbox backlog (one
-query on its partial index) and the renderer's in-process status.
+query on its partial index), the renderer's in-process status, and the new and
+gone endpoints of the last 7 days summed over the per-execution change summaries
+(at most a thousand executions, never the change rows).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from flask import current_app, redirect, render_template, request, send_from_directory, url_for
 
+from app.analysis.queries import recent_change_counts
 from app.db import transaction
 from app.errors import RateLimited
 from app.http import context
@@ -28,6 +31,9 @@ from app.web.access import page_public, page_user, safe_next, signed_in_user
 STATIC_DIR = Path(__file__).parent / "static"
 ASSET_COUNT_CAP = 10_000
 TASK_COUNT_CAP = 100
+# New/gone over the last week: summed over at most this many analysed executions.
+RECENT_DAYS = 7
+RECENT_EXECUTION_CAP = 1_000
 
 
 @blueprint.get("/static/<path:filename>")
@@ -98,6 +104,10 @@ def dashboard():
     if counter is not None:
         count = counter(owner_id=user.id, cap=ASSET_COUNT_CAP)
         assets = {"count": min(count, ASSET_COUNT_CAP), "more": count > ASSET_COUNT_CAP}
+    with transaction() as conn:
+        recent = recent_change_counts(
+            conn, user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP
+        )
     running = _bounded_task_count(user, "running")
     queued = _bounded_task_count(user, "queued")
     backlog = renderer = None
@@ -110,6 +120,8 @@ def dashboard():
     return render_template(
         "console/dashboard.html",
         assets=assets,
+        recent=recent,
+        recent_days=RECENT_DAYS,
         running=running,
         queued=queued,
         backlog=backlog,

@@ -15,6 +15,8 @@ from typing import Any
 
 from flask import redirect, render_template, request, url_for
 
+from app.analysis.changes import CHANGE_KINDS
+from app.analysis.queries import task_change_counts
 from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.http import context
@@ -144,6 +146,7 @@ def task_detail(task_id: int):
         if task is None:
             raise NotFound("task not found", code="task_not_found")
         executions = list_executions(conn, task_id, limit=PAGE_SIZE, cursor=cursor)
+        changes = task_change_counts(conn, task_id)
     next_url = None
     if executions.next_cursor:
         next_url = url_for(
@@ -155,6 +158,8 @@ def task_detail(task_id: int):
         executions=executions.items,
         next_url=next_url,
         in_flight=task_in_flight(task),
+        changes=changes,
+        change_kinds=CHANGE_KINDS,
     )
 
 

@@ -153,6 +153,18 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    _html(
+        "GET",
+        "/console/assets/history",
+        lambda w: "/console/assets/history?ip=127.0.0.1&port=80&transport=tcp",
+        _page(200),
+    ),
+    _html(
+        "GET",
+        "/console/tasks/<int:task_id>/changes",
+        lambda w: f"/console/tasks/{w.task_id}/changes",
+        _page(200, owned=True),
+    ),
     # The matrix task has no succeeded execution: 409 means the caller got past access control.
     _html(
         "POST",
@@ -161,6 +173,19 @@ CONSOLE_ROUTES: list[Route] = [
         {**_page(409, owned=True), OTHER: 404},
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    _html("GET", "/console/reports", lambda w: "/console/reports", _page(200)),
+    _html(
+        "GET",
+        "/console/reports/<int:report_id>",
+        lambda w: f"/console/reports/{w.report_id}",
+        _page(200, owned=True),
+    ),
+    _html(
+        "POST",
+        "/console/reports/definitions/<int:definition_id>/run",
+        lambda w: f"/console/reports/definitions/{w.definition_id}/run",
+        _page(303, owned=True),
+    ),
     _html("GET", "/console/scanners", lambda w: "/console/scanners", _admin_page(200)),
     _html("POST", "/console/scanners", lambda w: "/console/scanners", _admin_page(400)),
     _html(
@@ -170,6 +195,10 @@ CONSOLE_ROUTES: list[Route] = [
         _admin_page(303),
     ),
     _html("GET", "/console/users", lambda w: "/console/users", _admin_page(200)),
+    _html(
+        "GET", "/console/admin/resources", lambda w: "/console/admin/resources", _admin_page(200)
+    ),
+    _html("GET", "/console/admin/slow-sql", lambda w: "/console/admin/slow-sql", _admin_page(200)),
     _html("POST", "/console/users", lambda w: "/console/users", _admin_page(400)),
     _html(
         "POST",

@@ -1,0 +1,96 @@
+"""Change analysis in the console: an endpoint's history and a task's changes (WEB-8).
+
+Both pages read the analysis's compact tables through the same queries as the
+API and with the same scoping: the history is always the signed-in user's own
+view of the endpoint (owner id from the session, never from the URL), and a
+task's changes are shown only to whoever may see the task (another user's task
+is a 404). Lists page by keyset with the API's signed cursors.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from flask import render_template, request, url_for
+
+from app.analysis.changes import CHANGE_KINDS
+from app.analysis.queries import endpoint_history, task_changes
+from app.db import transaction
+from app.errors import NotFound, ValidationError
+from app.scan_control.query import task_visible
+from app.web import blueprint
+from app.web.access import page_user, signed_in_user
+
+PAGE_SIZE = 100
+
+
+def _invalid(parameter: str, message: str) -> ValidationError:
+    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
+
+
+def _endpoint_from_request() -> tuple[str, int, str]:
+    try:
+        ip = str(ipaddress.ip_address((request.args.get("ip") or "").strip()))
+    except ValueError:
+        raise _invalid("ip", "ip must be an IPv4 or IPv6 address") from None
+    raw_port = (request.args.get("port") or "").strip()
+    if not raw_port.isdigit() or not 1 <= int(raw_port) <= 65535:
+        raise _invalid("port", "port is required (1-65535)")
+    transport = (request.args.get("transport") or "tcp").lower()
+    if transport not in ("tcp", "udp"):
+        raise _invalid("transport", "transport must be tcp or udp")
+    return ip, int(raw_port), transport
+
+
+@blueprint.get("/assets/history")
+@page_user
+def asset_history():
+    ip, port, transport = _endpoint_from_request()
+    cursor = request.args.get("cursor") or None
+    with transaction() as conn:
+        history = endpoint_history(
+            conn,
+            owner_id=signed_in_user().id,
+            ip=ip,
+            port=port,
+            transport=transport,
+            limit=PAGE_SIZE,
+            cursor=cursor,
+        )
+    key = {"ip": ip, "port": port, "transport": transport}
+    next_url = None
+    if history["next_cursor"]:
+        next_url = url_for("web.asset_history", cursor=history["next_cursor"], **key)
+    return render_template(
+        "console/asset_history.html",
+        history=history,
+        next_url=next_url,
+        first_url=url_for("web.asset_history", **key) if cursor else None,
+    )
+
+
+@blueprint.get("/tasks/<int:task_id>/changes")
+@page_user
+def task_changes_page(task_id: int):
+    kind = request.args.get("kind") or None
+    if kind is not None and kind not in CHANGE_KINDS:
+        raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
+    cursor = request.args.get("cursor") or None
+    with transaction() as conn:
+        if not task_visible(conn, signed_in_user(), task_id):
+            raise NotFound("task not found", code="task_not_found")
+        page = task_changes(conn, task_id, kind=kind, limit=PAGE_SIZE, cursor=cursor)
+    next_url = None
+    if page["next_cursor"]:
+        next_url = url_for(
+            "web.task_changes_page", task_id=task_id, kind=kind, cursor=page["next_cursor"]
+        )
+    return render_template(
+        "console/task_changes.html",
+        task_id=task_id,
+        kind=kind,
+        kinds=CHANGE_KINDS,
+        page=page,
+        next_url=next_url,
+        first_url=url_for("web.task_changes_page", task_id=task_id, kind=kind) if cursor else None,
+    )

@@ -1,0 +1,96 @@
+"""Change analysis in the console: history, task changes, dashboard week, status filter (WEB-8).
+
+Changes are computed by the real projection and analysis workers from scans
+uploaded over the scanner protocol; pages are read through signed-in sessions.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.analysis.worker import AnalysisWorker
+from app.projection.slices import ProjectionWorker
+from app.search.postgres_store import PostgresStore
+from tests.integration.web.test_console_pages import XSS, _user_client
+from tests.support.projection import drain
+from tests.support.scanner_protocol import claim, observation
+
+
+def _run_workers(settings) -> None:
+    store = PostgresStore(settings)
+    try:
+        drain(ProjectionWorker(settings, store))
+        worker = AnalysisWorker(settings, store)
+        while (work := worker.claim()) is not None:
+            assert worker.run(work).result == "completed"
+    finally:
+        store.close()
+
+
+def _scan(user, scanner, observations) -> int:
+    created = user.post(
+        "/api/tasks", json={"name": XSS, "targets": ["192.0.2.0/28"], "ports": "22,80"}
+    )
+    assert created.status_code == 201
+    upload = claim(scanner)
+    assert upload.final(0, observations).status_code == 200
+    return created.get_json()["task"]["id"]
+
+
+def test_history_changes_dashboard_and_status_filter(api, settings) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    scanner = api.scanner()
+    first = [
+        observation("192.0.2.1", 22, service={"name": "ssh", "product": XSS}),
+        observation("192.0.2.2", 80, service={"name": "http"}),
+    ]
+    _scan(alice, scanner, first)
+    _run_workers(settings)
+    task2 = _scan(alice, scanner, first[:1])  # 192.0.2.2:80 is gone
+    _run_workers(settings)
+
+    # Task page: counts per kind linking to the keyset-paged list.
+    detail = client.get(f"/console/tasks/{task2}")
+    assert detail.status_code == 200
+    assert f'href="/console/tasks/{task2}/changes?kind=gone" data-kind="gone">gone 1<' in (
+        detail.text
+    )
+    gone = client.get(f"/console/tasks/{task2}/changes?kind=gone")
+    assert gone.status_code == 200
+    assert gone.text.count('class="kind-gone"') == 1 and "192.0.2.2:80/tcp" in gone.text
+    assert client.get(f"/console/tasks/{task2}/changes?kind=bogus").status_code == 400
+
+    # Endpoint history, linked from the asset rows; markup in values is printed as text.
+    assets = client.get("/console/assets?status=all")
+    assert "/console/assets/history?ip=192.0.2.2&amp;port=80&amp;transport=tcp" in assets.text
+    assert client.get("/console/assets?status=gone").text.count('<td class="ip">') == 1
+    assert client.get("/console/assets").text.count('<td class="ip">') == 1
+    history = client.get("/console/assets/history?ip=192.0.2.2&port=80&transport=tcp")
+    assert history.status_code == 200
+    assert 'id="history-status">gone<' in history.text
+    assert history.text.count('class="kind-new"') == 1
+    assert history.text.count('class="kind-gone"') == 1
+    for page in (
+        "/console/assets/history?ip=192.0.2.1&port=22",
+        f"/console/tasks/{task2 - 1}/changes",
+        f"/console/tasks/{task2}",
+    ):
+        html = client.get(page).text
+        assert "<script>alert" not in html and "&lt;script&gt;alert" in html, page
+    assert client.get("/console/assets/history?ip=nope&port=22").status_code == 400
+    assert client.get("/console/assets/history?ip=192.0.2.1&port=0").status_code == 400
+
+    # Dashboard: new and gone of the last week, linking to the filtered lists.
+    dashboard = client.get("/console/").text
+    assert re.search(r'id="recent-new">.*?<span class="number">2<', dashboard, re.S)
+    assert re.search(r'id="recent-gone">.*?<span class="number">1<', dashboard, re.S)
+    assert 'href="/console/assets?status=gone" id="recent-gone"' in dashboard
+
+    # Owner scoping: Bob sees neither the history nor the task's changes, and his week is empty.
+    bob, _ = _user_client(api)
+    assert bob.get(f"/console/tasks/{task2}/changes").status_code == 404
+    other = bob.get("/console/assets/history?ip=192.0.2.2&port=80&transport=tcp")
+    assert other.status_code == 200 and 'class="kind-' not in other.text
+    assert 'id="history-status">never seen<' in other.text
+    assert re.search(r'id="recent-new">.*?<span class="number">0<', bob.get("/console/").text, re.S)
