@@ -10,6 +10,7 @@ statements, no per-row counter updates). Batches stay within one store shard
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -22,9 +23,13 @@ from tests.support.sql import scalar
 @contextlib.contextmanager
 def counted_statements() -> Iterator[list[str]]:
     statements: list[str] = []
+    # Only this thread's statements: the test client serves the request here, while the
+    # app's background threads (the renderer selection refresh) use the same engine.
+    request_thread = threading.get_ident()
 
     def count(conn, cursor, statement, parameters, context, executemany):
-        statements.append(statement)
+        if threading.get_ident() == request_thread:
+            statements.append(statement)
 
     engine = get_engine()
     sa.event.listen(engine, "before_cursor_execute", count)
