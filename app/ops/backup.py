@@ -104,7 +104,8 @@ def _binary_major(path: Path) -> int | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    match = re.search(r"(\d+)(?:\.\d+)?", out.split(")")[-1])
+    # "pg_dump (PostgreSQL) 18.1", or with a distribution suffix: "… 15.20 (Debian 15.20-0…)".
+    match = re.search(r"\(PostgreSQL\)\s+(\d+)", out)
     return int(match.group(1)) if match else None
 
 
