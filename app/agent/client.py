@@ -10,14 +10,13 @@ repeating it cannot help).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
-PROTOCOL_VERSION = 1
+from app.upload_protocol import PROTOCOL_VERSION, canonical_checksum
 
 
 class ProtocolError(Exception):
@@ -39,17 +38,6 @@ class RetryLater(ProtocolError):
 
 class Rejected(ProtocolError):
     """A 4xx answer other than lease_lost: the request will not succeed by repeating it."""
-
-
-def canonical_checksum(observations: list[Any], dns_records: list[Any]) -> str:
-    """SHA-256 of the canonical JSON of both lists: keys sorted, compact, UTF-8, no escaping."""
-    canonical = json.dumps(
-        {"observations": observations, "dns_records": dns_records},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def upload_body(

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
-from app.result_ingest.model import canonical_checksum
+from app.upload_protocol import canonical_checksum
 
 
 def _observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:

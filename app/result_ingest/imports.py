@@ -31,7 +31,7 @@ from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
 from app.observability import emit
-from app.result_ingest.model import canonical_checksum, parse_upload
+from app.result_ingest.model import parse_upload
 from app.result_ingest.service import handle_upload
 from app.scan_control.imports import (
     create_import_execution,
@@ -40,6 +40,7 @@ from app.scan_control.imports import (
 )
 from app.scan_control.query import task_visible
 from app.search.port import SearchStore
+from app.upload_protocol import canonical_checksum
 
 OBSERVED_AT_MODES = ("file", "import")
 

@@ -30,7 +30,6 @@ should send integers where the schema says integer.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import re
@@ -56,8 +55,8 @@ from app.config import IngestSettings
 from app.errors import ValidationError
 from app.json_input import check_json_values
 from app.search.ids import normalise_ip
+from app.upload_protocol import PROTOCOL_VERSION, canonical_checksum
 
-PROTOCOL_VERSION = 1
 UPLOAD_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MAX_BATCH_INDEX = 10_000_000
 MAX_STRING = 1024
@@ -199,16 +198,6 @@ class UploadBody(_Strict):
     @property
     def item_count(self) -> int:
         return len(self.observations) + len(self.dns_records)
-
-
-def canonical_checksum(observations: Any, dns_records: Any) -> str:
-    canonical = json.dumps(
-        {"observations": observations, "dns_records": dns_records},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _location(loc: tuple[Any, ...]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from app.config import IngestSettings
 from app.errors import ValidationError
-from app.result_ingest.model import canonical_checksum, parse_upload
+from app.result_ingest.model import parse_upload
+from app.upload_protocol import canonical_checksum
 
 
 def test_checksum_matches_a_hand_written_canonical_form():
