@@ -542,20 +542,11 @@ def _is_secret_key(dotted: str) -> bool:
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
     """Map environment variables onto dotted keys (aliases win over the generic form)."""
-    found: dict[str, str] = {}
-    for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            name = f"NETMAP_{section.upper()}_{f.name.upper()}"
-            if name in env:
-                found[f"{section}.{f.name}"] = env[name]
-    for alias, dotted in ENV_ALIASES.items():
-        if alias in env:
-            found[dotted] = env[alias]
-    return found
+    return {dotted: env[name] for dotted, name in _env_override_names(env).items()}
 
 
 def _env_override_names(env: Mapping[str, str]) -> dict[str, str]:
-    """Which variable set each dotted key (the same precedence as ``_env_overrides``)."""
+    """Which variable sets each dotted key; an alias wins over the generic form."""
     names: dict[str, str] = {}
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
