@@ -76,7 +76,7 @@ from app.search.port import (
     StoreUnavailable,
 )
 from app.search.query_values import query_cidr, query_ip
-from app.search.request_plan import FinalRequests, plan_final_requests
+from app.search.request_plan import FinalRequests, plan_final_requests, url_path_prefix
 
 COMPOSITE_PAGE = 10_000  # buckets per composite request when walking every IP
 HITS_PAGE = 10_000  # documents per search request (index.max_result_window)
@@ -96,6 +96,9 @@ class ElasticsearchStore:
         self._settings = settings
         self.names = IndexNames(settings.index_prefix)
         self._client = client or _client(settings)
+        # A cluster behind a proxy (https://host/es/): the prefix is part of every request
+        # line, so the final's refresh/count plan counts it (ING-9).
+        self._path_prefix = url_path_prefix(settings.url)
         self._bulk = BulkSender(
             self._client,
             max_concurrency=settings.bulk_max_concurrency,
@@ -333,6 +336,7 @@ class ElasticsearchStore:
             refresh_query=MISSING_IS_EMPTY,
             count_query=MISSING_IS_EMPTY,
             count_endpoint="_search",
+            path_prefix=self._path_prefix,
         )
 
     def refresh(self, scope: StorageScope) -> None:

@@ -75,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
         line_bytes = len(self.requestline.encode("latin-1"))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        parsed = urllib.parse.urlsplit(self.path)
+        parsed = urllib.parse.urlsplit(self._proxied_path())
         segments = [urllib.parse.unquote(s) for s in parsed.path.split("/") if s]
         params = dict(urllib.parse.parse_qsl(parsed.query))
         endpoint = segments[-1] if segments and segments[-1].startswith("_") else "*index*"
@@ -119,6 +119,16 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = outcome
         self._record(record, status)
         self._send(status, payload)
+
+    def _proxied_path(self) -> str:
+        """The path as the cluster sees it: a proxy in front strips ``base_path`` (``/es``).
+
+        The request line recorded (and limited) is still the one the client sent.
+        """
+        base = self.server.base_path
+        if base and (self.path == base or self.path.startswith((base + "/", base + "?"))):
+            return self.path[len(base) :] or "/"
+        return self.path
 
     def _refuse_compatibility(self, version: str) -> ApiFailure | None:
         """Like a cluster: ``compatible-with`` must name this major or the one before."""
@@ -397,17 +407,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], cluster: SimulatedCluster):
+    def __init__(self, address: tuple[str, int], cluster: SimulatedCluster, base_path: str = ""):
         super().__init__(address, _Handler)
         self.cluster = cluster
+        self.base_path = base_path
 
 
 class EsSimulator:
     """A simulated cluster served on 127.0.0.1 in a background thread."""
 
-    def __init__(self, port: int = 0, *, version: str = DEFAULT_VERSION):
+    def __init__(self, port: int = 0, *, version: str = DEFAULT_VERSION, base_path: str = ""):
+        """``base_path`` (``/es``): served behind a reverse proxy under that path prefix."""
         self.cluster = SimulatedCluster(version=version)
-        self._server = _Server(("127.0.0.1", port), self.cluster)
+        self.base_path = ("/" + base_path.strip("/")) if base_path.strip("/") else ""
+        self._server = _Server(("127.0.0.1", port), self.cluster, self.base_path)
         self._thread: threading.Thread | None = None
 
     @property
@@ -416,7 +429,7 @@ class EsSimulator:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self.base_path}"
 
     def start(self) -> EsSimulator:
         self._thread = threading.Thread(

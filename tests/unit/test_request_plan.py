@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.search.port import RequestLineTooLong
-from app.search.request_plan import plan_final_requests, request_line_bytes
+from app.search.request_plan import plan_final_requests, request_line_bytes, url_path_prefix
 
 ENDPOINTS = "netmap-execution-endpoints"
 LIMIT = 3072
@@ -137,3 +137,43 @@ def test_chunks_always_fit_and_cover_every_name_once(lengths, limit):
     planned = plan_final_requests(names, endpoint_index=ENDPOINTS, max_line_bytes=limit)
     check_invariants(planned.refreshes, [ENDPOINTS, *names], limit)
     check_invariants(planned.counts, names, limit)
+
+
+@pytest.mark.parametrize(
+    ("url", "prefix"),
+    [
+        ("http://es:9200", ""),
+        ("http://es:9200/", ""),
+        ("https://proxy.example/es/", "/es"),
+        ("https://proxy.example/es", "/es"),
+        ("https://proxy.example/search/cluster-a/", "/search/cluster-a"),
+    ],
+)
+def test_the_url_base_path_is_the_transports_path_prefix(url, prefix):
+    assert url_path_prefix(url) == prefix
+
+
+def test_a_base_path_counts_against_the_budget():
+    # A cluster behind a proxy under /es/: every line the client sends starts with /es.
+    name = name_with_refresh_line(LIMIT)
+    assert request_line_bytes("POST", [name], "_refresh", path_prefix="/es") == LIMIT + 3
+    with pytest.raises(RequestLineTooLong) as caught:
+        plan_final_requests([name], endpoint_index=ENDPOINTS, path_prefix="/es")
+    assert caught.value.size == LIMIT + 3
+    fits = name_with_refresh_line(LIMIT - 3)
+    planned = plan_final_requests([fits], endpoint_index=ENDPOINTS, path_prefix="/es")
+    (_, refresh) = planned.refreshes
+    assert refresh.line.startswith(f"POST /es/{fits}/_refresh") and refresh.line_bytes == LIMIT
+    assert refresh.line_bytes == len(refresh.line.encode("utf-8"))
+
+
+def test_many_names_behind_a_base_path_stay_within_the_budget():
+    names = [
+        f"netmap-facts-{year:04d}.{month:02d}" for year in range(1990, 2040) for month in (1, 7)
+    ]
+    planned = plan_final_requests(names, endpoint_index=ENDPOINTS, path_prefix="/es/cluster-a")
+    for request in (*planned.refreshes, *planned.counts):
+        assert request.line.startswith("POST /es/cluster-a/")
+        assert request.line_bytes == len(request.line.encode("utf-8")) <= LIMIT
+    bare = plan_final_requests(names, endpoint_index=ENDPOINTS)
+    assert planned.plan.refresh_requests >= bare.plan.refresh_requests

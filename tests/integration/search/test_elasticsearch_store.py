@@ -272,6 +272,30 @@ def test_final_requests_follow_the_plan_within_the_request_line_budget(simulator
     assert stages.count("count_execution_observation_chunk") == plan.count_requests
 
 
+def test_the_url_base_path_counts_against_the_request_line_budget(events):
+    # A cluster behind a reverse proxy under /es/: the prefix is on every request line the
+    # proxy forwards, so the plan counts it and no line exceeds the budget.
+    with EsSimulator(base_path="/es") as proxied:
+        store = make_store(proxied, request_line_max_bytes=300)
+        try:
+            assert proxied.url.endswith("/es")
+            months = [f"{year}.{month:02d}" for year in range(2020, 2027) for month in range(1, 13)]
+            store.write_facts([fact(16, n, observed_at=at(0)) for n in range(2)])
+            scope = StorageScope(months=tuple(months))
+            plan = store.final_request_plan(scope)
+            proxied.reset_requests()
+            store.refresh(scope)
+            assert store.count(scope, 16).observations == 2
+            sent = proxied.requests_to("_refresh") + [
+                r for r in proxied.requests_to("_search") if "-facts-" in r.target
+            ]
+            assert all(r.target.startswith("/es/") for r in sent)
+            assert len(proxied.requests_to("_refresh")) == plan.refresh_requests > 1
+            assert max(r.line_bytes for r in sent) == plan.max_request_line_bytes <= 300
+        finally:
+            store.close()
+
+
 def test_few_months_make_one_refresh_request(simulator, store):
     store.write_facts([fact(14, 0)])
     simulator.reset_requests()
