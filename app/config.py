@@ -230,7 +230,12 @@ class TrafficSettings:
     log_dir: str = spec("/var/log/nginx")
     domains: tuple[str, ...] = spec(())
     timezone: str = spec("+08:00", doc="business time zone: UTC offset (+08:00) or IANA name")
-    day_cache_hours: float = spec(1.0, min=0, max=168)
+    day_cache_hours: float = spec(
+        1.0,
+        min=0,
+        max=168,
+        doc="hours a past day is not read again once the log showed it complete (TRF-5)",
+    )
     ingest_token: str = spec("", secret=True)
     source_server: str = spec("")
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)

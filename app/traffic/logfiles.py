@@ -47,6 +47,7 @@ class LogCandidate:
     inode: int
     size: int  # bytes on disk (compressed size for .gz)
     compressed: bool
+    mtime: float = 0.0  # last modification, epoch seconds (empty: created or truncated then)
 
     @property
     def name(self) -> str:
@@ -98,6 +99,7 @@ def list_domain_files(
                 inode=st.st_ino,
                 size=st.st_size,
                 compressed=name.endswith(".gz"),
+                mtime=st.st_mtime,
             )
     return [found[name] for name in sorted(found)], sorted(skipped)
 

@@ -8,7 +8,9 @@ lagging or broken domain never holds back or skips another (TRF-3). It
    (``file_identity``): new bytes of known files, new files from the start;
    for a day run, the files holding a completed day that was not revalidated
    within ``day_cache_hours`` are re-read from the start and their sums
-   *replaced* (TRF-5); ``--force-full-scan`` re-reads every file;
+   *replaced* (TRF-5); ``--force-full-scan`` re-reads every file; a past day
+   is marked verified (and then cached) only once the log showed it complete
+   (``day_seen_complete``), otherwise the next run reads it again;
 2. reads all domains' planned bytes at once (``scan``): in this process when
    there is little, else in a pool of processes (ranges of large files, whole
    small and gzip files), so a full scan uses every core;
@@ -54,6 +56,7 @@ from app.traffic.file_identity import DomainPlan, PlannedRead, plan_domain
 from app.traffic.logfiles import (
     FINGERPRINT_BYTES,
     FileChanged,
+    LogCandidate,
     fingerprint,
     list_domain_files,
     probe,
@@ -173,6 +176,23 @@ class DomainPlanned:
     before: dict[str, tuple[int, int, int]]
     plan: DomainPlan
     due_days: list[date]
+
+
+def day_seen_complete(day_end: int, newest_line: int | None, files: list[LogCandidate]) -> bool:
+    """Whether the log has shown everything of the business day ending at ``day_end`` (TRF-5).
+
+    A day that is over by the clock may still be incomplete on disk: nginx buffers
+    lines, and logs copied from another host arrive late. Caching such a day for
+    ``day_cache_hours`` would freeze a short count, so a day counts as complete only
+    on evidence that the log moved past its end: a line stamped at or after the
+    day's end (``newest_line``, the start of the newest 5-minute bucket read from
+    any of the domain's files; nginx writes in time order), or the log rotated
+    after the day's end, seen as an empty plain file (the new log nginx reopened,
+    or the original truncated by copytruncate) created after that moment.
+    """
+    if newest_line is not None and newest_line >= day_end:
+        return True
+    return any(f.size == 0 and not f.compressed and f.mtime >= day_end for f in files)
 
 
 def _snapshot_changed(before: dict, after: dict) -> str | None:
@@ -388,7 +408,22 @@ class RollupRun:
                 again = probe(planned.candidate).prefix
                 if again[: len(planned.probe.prefix)] != planned.probe.prefix:
                     raise FileChanged(f"{planned.candidate.name} was rewritten during the run")
-        commit.verified_days = {day: now for day in planned_domain.due_days}
+        newest_line = max(
+            (
+                bucket
+                for bucket in [f.newest_bucket for f in state.files]
+                + [change.checkpoint.newest_bucket for change in commit.changes]
+                if bucket is not None
+            ),
+            default=None,
+        )
+        for day in planned_domain.due_days:
+            if day_seen_complete(self.calendar.midnight(day + timedelta(1)), newest_line, after):
+                commit.verified_days[day] = now
+            else:
+                # Read again by the next run, whatever day_cache_hours says.
+                self.report(f"{domain}: {day} not verified yet (the log has not passed its end)")
+                emit("TrafficDayUnverified", domain=domain, business_date=day.isoformat())
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
         if self._publishes_in_database:

@@ -162,8 +162,18 @@ def test_standalone_cli_posts_to_a_running_server(served_app, database_url, tmp_
     day_rows = stored(database_url, "day")
     assert sums_only(day_rows) == {**expected(logs, "day"), **expected(other, "day")}
     assert all(values[10] is True for values in day_rows.values())  # past days are frozen
+    # Neither log has passed the day's end (no later line, no rotation since): the day is
+    # read again rather than cached (TRF-5).
+    unverified = run_cli([*common, "--granularity", "day"], tmp_path)
+    assert json.loads(unverified.stdout)["scanModeByDomain"] == {DOMAIN: "full", OTHER: "full"}
+    # logrotate after midnight (the files' real times are after 2026-08-01): now complete.
+    logs.rotate_rename()
+    other.rotate_rename()
+    verified = run_cli([*common, "--granularity", "day"], tmp_path)
+    assert verified.returncode == 0, verified.stderr
     again = run_cli([*common, "--granularity", "day"], tmp_path)
     assert json.loads(again.stdout)["scanMode"] == "cached"
+    assert sums_only(stored(database_url, "day")) == sums_only(day_rows)
 
 
 def test_cli_writes_to_the_database_and_draws_a_chart(database_url, tmp_path):

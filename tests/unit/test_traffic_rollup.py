@@ -329,6 +329,74 @@ def test_day_rows_are_frozen_and_a_completed_day_is_cached(tmp_path):
     assert fourth["scanMode"] == "cached"
 
 
+YESTERDAY = date(2026, 7, 31)
+YESTERDAY_END = datetime(2026, 8, 1, 0, 0, tzinfo=CST)  # business midnight (UTC+8)
+
+
+def day_run(h: Harness) -> dict:
+    return h.run("day", start=YESTERDAY, end=YESTERDAY)
+
+
+def test_a_line_after_the_days_end_marks_the_day_verified(tmp_path):
+    h = Harness(tmp_path, day_cache_hours=1.0)
+    h.logs[DOMAIN].write_lines(lines(datetime(2026, 7, 31, 23, 50, tzinfo=CST), 3))
+    h.logs[DOMAIN].write_lines([nginx_line(YESTERDAY_END, "/after")])  # 00:00:00 today
+    first = day_run(h)
+    assert first["scanMode"] == "full" and first["matchedLines"] == 3
+    second = day_run(h)
+    assert second["scanMode"] == "cached" and second["bytesRead"] == 0
+
+
+def test_a_rotation_after_the_days_end_marks_the_day_verified(tmp_path):
+    # A quiet domain: no line after midnight yet, but logrotate moved the day's file away
+    # after midnight and nginx reopened a new, empty access.log.
+    h = Harness(tmp_path, day_cache_hours=1.0)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(datetime(2026, 7, 31, 23, 50, tzinfo=CST), 3))
+    log.rotate_rename()
+    rotated_at = (YESTERDAY_END + timedelta(minutes=1)).timestamp()
+    os.utime(log.path(), (rotated_at, rotated_at))
+    first = day_run(h)
+    assert first["matchedLines"] == 3
+    assert day_run(h)["scanMode"] == "cached"
+
+
+def test_a_copytruncate_after_the_days_end_marks_the_day_verified(tmp_path):
+    h = Harness(tmp_path, day_cache_hours=1.0)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(datetime(2026, 7, 31, 23, 50, tzinfo=CST), 3))
+    log.copytruncate()  # access.log.1 holds the day; access.log is truncated in place
+    truncated_at = (YESTERDAY_END + timedelta(minutes=2)).timestamp()
+    os.utime(log.path(), (truncated_at, truncated_at))
+    assert day_run(h)["matchedLines"] == 3
+    assert day_run(h)["scanMode"] == "cached"
+
+
+def test_a_day_the_log_has_not_passed_is_read_again_until_it_has(tmp_path):
+    # Midnight is over by the clock, but the log stops at 23:55 and its last rotation was
+    # before midnight: lines of the day may still be buffered or on their way.
+    h = Harness(tmp_path, day_cache_hours=1.0)
+    log = h.logs[DOMAIN]
+    log.write_lines(lines(datetime(2026, 7, 31, 21, 0, tzinfo=CST), 2))
+    log.rotate_rename()
+    rotated_at = datetime(2026, 7, 31, 22, 0, tzinfo=CST).timestamp()
+    os.utime(log.path(), (rotated_at, rotated_at))
+    log.write_lines(lines(datetime(2026, 7, 31, 23, 55, tzinfo=CST), 2))
+    first = day_run(h)
+    assert first["matchedLines"] == 4
+    second = day_run(h)  # within day_cache_hours, and still read again
+    assert second["scanMode"] == "full" and second["bytesRead"] > 0
+    assert second["rows"] == 0  # nothing new: the same sums
+    late = [nginx_line(datetime(2026, 7, 31, 23, 59, tzinfo=CST), "/late")]
+    log.write_lines([*late, nginx_line(YESTERDAY_END + timedelta(seconds=5), "/after")])
+    third = day_run(h)
+    assert third["matchedLines"] == 5  # the late line of the day is counted
+    assert h.received(granularity="day") == {
+        k: v for k, v in h.expected(granularity="day").items() if k[1] < YESTERDAY_END.timestamp()
+    }
+    assert day_run(h)["scanMode"] == "cached"
+
+
 def test_force_full_scan_rebuilds_and_republishes(tmp_path):
     h = Harness(tmp_path)
     h.logs[DOMAIN].write_lines(lines(at(10), 30))
