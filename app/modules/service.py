@@ -10,8 +10,12 @@ any higher revision directly, and restarts the same selection at the same
 revision when the applied generation became unhealthy (a crashed worker).
 
 ``publish`` is the admin path (MOD-8): prepare and self-test the candidate,
-then an optimistic revision bump with its audit row in one short transaction,
-then the switch here; other processes follow through their refresh loops.
+then an optimistic revision bump (selection and its history row) in one short
+transaction, then the switch here; other processes follow through their
+refresh loops. The admin action is audited after that, in its own short
+transaction: only a selection that was saved is audited (a rejected candidate,
+a conflict or a database failure leaves no ``module.publish`` row), and an
+audit write that fails cannot undo a publish that already happened.
 """
 
 from __future__ import annotations
@@ -199,19 +203,6 @@ class ReportRenderService:
                     change_reason=change_reason,
                     actor_user_id=actor_user_id,
                 )
-                record_audit(
-                    conn,
-                    actor_user_id=actor_user_id,
-                    action="module.publish",
-                    target_type="module",
-                    target_id=SLOT_NAME,
-                    details={
-                        "release_id": release_id,
-                        "revision": revision,
-                        "expected_revision": expected_revision,
-                        "change_reason": change_reason,
-                    },
-                )
         except ApiError:  # Conflict included
             module.shutdown(timeout=1.0)
             raise
@@ -226,6 +217,23 @@ class ReportRenderService:
                 retry_after=5,
             ) from None
         emit("ReportRendererPublished", release_id=release_id, revision=revision)
+        audit = {
+            "release_id": release_id,
+            "revision": revision,
+            "expected_revision": expected_revision,
+            "change_reason": change_reason,
+        }
+        activated = False
+        try:
+            result = self._activate(module, release_id, revision)
+            activated = True
+            return result
+        finally:
+            # The selection is saved whatever happened here: every instance applies it.
+            self._audit_publish(actor_user_id, {**audit, "pending_activation": not activated})
+
+    def _activate(self, module: Any, release_id: str, revision: int) -> PublishResult:
+        """Switch this process to the saved revision ``revision`` of ``release_id``."""
         if not confirm_alive(module):
             module.shutdown(timeout=1.0)
             self._record_error(f"release {release_id}: candidate died before activation")
@@ -243,6 +251,32 @@ class ReportRenderService:
             return PublishResult(revision, release_id, current.identity)
         self._record_ok()
         return PublishResult(revision, release_id, generation.identity)
+
+    def _audit_publish(self, actor_user_id: int | None, details: dict[str, Any]) -> None:
+        """The ``module.publish`` audit row (IDN-6), in its own transaction after the save.
+
+        A failure is logged, not raised: the publish already happened, and answering
+        an error would make the admin resend with a stale revision. The selection's
+        history row (actor, reason, revision) still records the change.
+        """
+        try:
+            with transaction() as conn:
+                record_audit(
+                    conn,
+                    actor_user_id=actor_user_id,
+                    action="module.publish",
+                    target_type="module",
+                    target_id=SLOT_NAME,
+                    details=details,
+                )
+        except Exception as exc:  # noqa: BLE001 - any database failure: the publish stands
+            emit(
+                "ReportRendererPublishAuditFailed",
+                level=logging.ERROR,
+                release_id=details["release_id"],
+                revision=details["revision"],
+                error=type(exc).__name__,
+            )
 
     # -- status (admin) --------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

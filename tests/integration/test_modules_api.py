@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 
@@ -194,6 +195,69 @@ def test_database_failure_during_publish_is_503_and_writes_nothing(make_app, dat
     assert "pendingActivation" not in response.get_json()
     status = service_of(application).status()
     assert status["desired"]["revision"] == 1 and status["applied"]["release_id"] == "builtin"
+    with transaction() as conn:
+        assert publish_audit(conn) == []  # a failed publish is not audited as published
+
+
+def publish_audit(conn) -> list:
+    return conn.execute(
+        sa.text(
+            "SELECT actor_user_id, details, xmin::text AS xid FROM audit_log "
+            "WHERE action = 'module.publish' ORDER BY id"
+        )
+    ).all()
+
+
+def test_publish_is_audited_after_the_selection_in_its_own_transaction(make_app):
+    application = make_app()
+    admin = Api(application).admin()
+    assert publish(admin, 1, RENDERER_RELEASES[0], "audited").status_code == 200
+    with transaction() as conn:
+        (audit,) = publish_audit(conn)
+        saved_in = conn.execute(
+            sa.text(
+                "SELECT xmin::text FROM runtime_configuration_revisions "
+                "WHERE namespace = :ns AND revision = 2"
+            ),
+            {"ns": NAMESPACE},
+        ).scalar_one()
+    assert audit.actor_user_id == admin.id
+    assert audit.details == {
+        "release_id": RENDERER_RELEASES[0],
+        "revision": 2,
+        "expected_revision": 1,
+        "change_reason": "audited",
+        "pending_activation": False,
+    }
+    # Written by a later transaction than the selection's (MOD-8: audited after the
+    # publish succeeded, not inside the selection transaction).
+    assert int(audit.xid) > int(saved_in)
+
+
+def test_a_failing_audit_write_does_not_undo_the_publish(make_app, monkeypatch, caplog):
+    import app.modules.service as service_module
+
+    def broken_audit(*_args, **_kwargs):
+        raise RuntimeError("audit_log unavailable")
+
+    application = make_app()
+    admin = Api(application).admin()
+    monkeypatch.setattr(service_module, "record_audit", broken_audit)
+    caplog.set_level(logging.INFO, logger="netmap.events")
+    response = publish(admin, 1, RENDERER_RELEASES[0], "kept")
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["revision"] == 2
+    with transaction() as conn:
+        assert revisions(conn)[-1] == (2, RENDERER_RELEASES[0], "kept")
+        assert publish_audit(conn) == []
+    failed = [
+        r.netmap_fields
+        for r in caplog.records
+        if getattr(r, "netmap_event", "") == "ReportRendererPublishAuditFailed"
+    ]
+    assert [{k: f[k] for k in ("release_id", "revision", "error")} for f in failed] == [
+        {"release_id": RENDERER_RELEASES[0], "revision": 2, "error": "RuntimeError"}
+    ]
 
 
 def test_persisted_but_not_activated_is_503_pending_activation(make_app):
@@ -213,6 +277,12 @@ def test_persisted_but_not_activated_is_503_pending_activation(make_app):
     # The operator's way out: publish the next revision (here a rollback to builtin).
     assert publish(admin, 2, "builtin", "back to builtin").status_code == 200
     assert admin.get(URL).get_json()["converged"]
+    with transaction() as conn:
+        # Saved means published (every instance applies it): audited, marked pending here.
+        audit = [
+            (a.details["revision"], a.details["pending_activation"]) for a in publish_audit(conn)
+        ]
+    assert audit == [(2, True), (3, False)]
 
 
 def test_missing_artifact_at_start_up_leaves_rendering_unavailable_without_fallback(
