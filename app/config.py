@@ -120,7 +120,27 @@ class ElasticsearchSettings:
     index_prefix: str = spec("netmap")
     request_timeout_seconds: float = spec(30.0, min=1, max=600)
     bulk_batch_size: int = spec(1000, min=1, max=10000)
-    bulk_max_concurrency: int = spec(2, min=1, max=32)
+    bulk_max_concurrency: int = spec(
+        2,
+        min=1,
+        max=32,
+        doc="bulk requests one process sends at once (every web worker and runner process "
+        "has its own)",
+    )
+    bulk_max_concurrency_total: int = spec(
+        0,
+        min=0,
+        max=4096,
+        doc="bulk requests the cluster takes at once from the whole deployment; a start-up "
+        "warning names a bulk_max_concurrency that fits (0: not checked)",
+    )
+    bulk_processes: int = spec(
+        0,
+        min=0,
+        max=4096,
+        doc="processes sending bulk requests in the whole deployment (web workers and runner "
+        "processes of every host); 0: this host's server.web_workers + runner.processes",
+    )
     bulk_retry_budget: int = spec(5, min=0, max=50, doc="retries per bulk request for 429/5xx")
     bulk_retry_backoff_ms: int = spec(200, min=10, max=60000)
     request_line_max_bytes: int = spec(3072, min=256, max=65536)

@@ -94,6 +94,53 @@ def _secret_key_problems(settings: Settings) -> list[ConfigProblem]:
     return []
 
 
+def bulk_senders(settings: Settings) -> int:
+    """Processes that may send Elasticsearch bulk requests at once in the deployment.
+
+    Declared as ``[elasticsearch] bulk_processes``; otherwise this host's own: every
+    web worker and every runner process keeps its own ``bulk_max_concurrency``.
+    """
+    declared = settings.elasticsearch.bulk_processes
+    return declared or settings.server.web_workers + settings.runner.processes
+
+
+def _bulk_budget_problems(settings: Settings) -> list[ConfigProblem]:
+    """The deployment's bulk concurrency against the cluster's budget (STO-4).
+
+    ``bulk_max_concurrency`` is enforced per process (a semaphore in each store);
+    processes never hold a database connection while talking to the search store,
+    so there is no shared lock across them, and the deployment-wide bound is
+    senders x cap: it must be sized, and this check says when it is not.
+    """
+    es = settings.elasticsearch
+    if not es.url or not es.bulk_max_concurrency_total:
+        return []
+    senders = bulk_senders(settings)
+    at_once = senders * es.bulk_max_concurrency
+    if at_once <= es.bulk_max_concurrency_total:
+        return []
+    counted = (
+        "elasticsearch.bulk_processes"
+        if es.bulk_processes
+        else "server.web_workers + runner.processes of this host"
+    )
+    fits = es.bulk_max_concurrency_total // senders
+    advice = (
+        f"set it to at most {fits}"
+        if fits >= 1
+        else "even 1 per process is too many: run fewer processes or raise the total"
+    )
+    return [
+        ConfigProblem(
+            "elasticsearch.bulk_max_concurrency",
+            es.bulk_max_concurrency,
+            f"{senders} processes ({counted}) x {es.bulk_max_concurrency} = {at_once} bulk "
+            f"requests at once, above elasticsearch.bulk_max_concurrency_total "
+            f"({es.bulk_max_concurrency_total}): {advice}",
+        )
+    ]
+
+
 def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
     """Errors and warnings about the deployment the settings will run in."""
     errors: list[ConfigProblem] = []
@@ -129,6 +176,7 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
                 f"recommended at most {es.projection_lease_seconds / 4:g}",
             )
         )
+    warnings.extend(_bulk_budget_problems(settings))
     smtp = settings.smtp
     if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
         warnings.append(

@@ -5,11 +5,13 @@ real bytes sent (PRJ-4): operations are packed greedily into shards of at most
 ``max_operations`` operations and ``max_bytes`` bytes, and one operation over
 the byte limit raises ``OperationTooLarge`` before anything is sent (PRJ-6).
 
-Sending is bounded by ``bulk_max_concurrency`` in-flight requests per store
-(the wait for a slot is reported as ``queue_wait_ms``, never mistaken for
-Elasticsearch time). A whole-request 429/5xx or a transport failure is retried
-with exponential backoff and jitter within ``bulk_retry_budget`` retries; every
-operation is idempotent (deterministic ids, commutative merges), so re-sending
+Sending is bounded by ``bulk_max_concurrency`` in-flight requests per store,
+that is per process (the wait for a slot is reported as ``queue_wait_ms``,
+never mistaken for Elasticsearch time); the deployment-wide budget is sized
+against ``bulk_max_concurrency_total`` and checked at start-up (STO-4). A
+whole-request 429/5xx or a transport failure is retried with exponential
+backoff and jitter within ``bulk_retry_budget`` retries; every operation is
+idempotent (deterministic ids, commutative merges), so re-sending
 a request that may already have been applied is safe. After a 2xx answer every
 item is checked: the item count, each item's action, ``_id`` and ``_index``, and
 its status. Items rejected with 429 (and version conflicts of merge updates,

@@ -178,3 +178,58 @@ def test_no_secret_in_the_api_or_the_diagnostics_archive(tmp_path, database_url,
 
 def test_config_check_is_for_admins_only(api):
     assert api.user().get("/api/config/check").status_code == 403
+
+
+def bulk_settings(**elasticsearch):
+    return load_settings(
+        env={},
+        overrides={
+            "elasticsearch": {"url": "https://es.example.com:9200", **elasticsearch},
+            "server": {"web_workers": 2},
+            "runner": {"processes": 3},
+        },
+    )
+
+
+def bulk_check(**elasticsearch):
+    check = full_check(*bulk_settings(**elasticsearch))
+    return [p for p in check.warnings if p.key == "elasticsearch.bulk_max_concurrency"]
+
+
+def test_bulk_concurrency_above_the_deployment_total_is_a_start_up_warning(caplog):
+    # 2 web workers + 3 runner processes on this host, 4 bulk requests each: 20 at once.
+    (problem,) = bulk_check(bulk_max_concurrency=4, bulk_max_concurrency_total=12)
+    assert problem.value == 4
+    assert "5 processes" in problem.message and "= 20 bulk requests" in problem.message
+    assert "bulk_max_concurrency_total (12): set it to at most 2" in problem.message
+    settings, loaded = bulk_settings(bulk_max_concurrency=4, bulk_max_concurrency_total=12)
+    caplog.set_level("INFO", logger="netmap.events")
+    emit_check(full_check(settings, loaded), "runner")
+    warned = [
+        r.netmap_fields
+        for r in caplog.records
+        if getattr(r, "netmap_event", "") == "ConfigWarning"
+        and "elasticsearch.bulk_max_concurrency = 4" in r.netmap_fields["problem"]
+    ]
+    assert [w["process"] for w in warned] == ["runner"]
+
+
+def test_bulk_concurrency_within_the_total_or_unchecked_is_quiet():
+    assert bulk_check(bulk_max_concurrency=2, bulk_max_concurrency_total=10) == []  # 10 = 10
+    assert bulk_check(bulk_max_concurrency=8) == []  # no total declared
+    settings, loaded = load_settings(
+        env={},
+        overrides={"elasticsearch": {"bulk_max_concurrency": 8, "bulk_max_concurrency_total": 1}},
+    )
+    keys = {p.key for p in full_check(settings, loaded).warnings}
+    assert "elasticsearch.bulk_max_concurrency" not in keys  # no Elasticsearch configured
+
+
+def test_declared_deployment_processes_are_what_counts():
+    # Three hosts of 2 web workers and 3 runner processes each: declared, not guessed.
+    (problem,) = bulk_check(
+        bulk_max_concurrency=2, bulk_max_concurrency_total=12, bulk_processes=15
+    )
+    assert "15 processes (elasticsearch.bulk_processes) x 2 = 30" in problem.message
+    assert "even 1 per process is too many" in problem.message
+    assert bulk_check(bulk_max_concurrency=2, bulk_max_concurrency_total=12, bulk_processes=6) == []
