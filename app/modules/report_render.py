@@ -78,6 +78,9 @@ class BuiltinRenderModule:
         return True
 
 
+HANDSHAKE_TIMEOUT_SECONDS = 30.0
+
+
 class ProcessModule:
     """A release's worker process behind the module contract; one call on the pipe at a time."""
 
@@ -93,7 +96,14 @@ class ProcessModule:
         """Spawn the worker and check the protocol handshake; returns the handshake result."""
         self.worker.start()
         with self._calls:
-            reply = self.worker.call("handshake", {"introspect": introspect})
+            # The first answer comes only after a fresh interpreter has started and
+            # imported the renderer, which costs far more than any render call: a
+            # tight per-call ipc_timeout must not fail every start on a busy host.
+            reply = self.worker.call(
+                "handshake",
+                {"introspect": introspect},
+                timeout=max(self.worker.ipc_timeout, HANDSHAKE_TIMEOUT_SECONDS),
+            )
         if not reply.get("ok"):
             raise CandidateRejected(
                 self.release.release_id, f"handshake refused: {reply.get('error')}"

@@ -171,6 +171,15 @@ def test_ipc_timeout_kills_and_reaps(renderer_releases, stopper):
     assert process_gone(pid) and module.worker.process.returncode is not None
 
 
+def test_a_tight_ipc_timeout_still_lets_the_worker_start(renderer_releases, stopper):
+    # Starting an interpreter and importing the renderer takes longer than 0.1 s; the
+    # per-call timeout applies to calls, the handshake waits for the start-up.
+    module = start(renderer_releases, RENDERER_RELEASES[0], ipc_timeout=0.1)
+    stopper(module)
+    assert module.available()
+    assert module.worker.ipc_timeout == 0.1
+
+
 def test_release_builds_ignore_fault_requests(renderer_releases, stopper):
     module = start(renderer_releases, RENDERER_RELEASES[0])
     stopper(module)
