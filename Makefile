@@ -28,8 +28,20 @@ $(DEV_STAMP): $(STAMP)
 up: $(STAMP)
 	$(BIN)/netmap up $(ARGS)
 
+# The whole suite: unit and integration tests on TEST_JOBS processes (pytest-xdist; each
+# starts its own PostgreSQL), then the end-to-end tests one at a time (they run real
+# servers and browsers, and some watch timing). Both parts run; either failing fails.
+# PYTEST_ARGS replaces the selection: `make test PYTEST_ARGS="tests/unit -x"`.
+TEST_JOBS ?= 2
 test: $(DEV_STAMP)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@status=0; \
+	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/unit tests/integration || status=$$?; \
+	$(BIN)/python -m pytest tests/e2e || status=$$?; \
+	exit $$status
+else
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+endif
 
 # Benchmarks are the test_bench_* modules wherever they live; e2e tests are marked (and in tests/e2e).
 test-fast: $(DEV_STAMP)
