@@ -1,9 +1,10 @@
 """The analysis queue's leased protocol: claim, renew, advance, retry, complete, prune (ANA-1).
 
-``scan_analysis_queue`` has one row per finished execution (written by the
-final's transaction). A worker claims a row in one short transaction
-(``FOR UPDATE SKIP LOCKED``) with a fresh claim token and lease, like
-projection work; every later write of the row is guarded by
+``scan_analysis_queue`` has one row per finished execution, written by
+``enqueue`` in the final's transaction; this module owns the table. A worker
+claims a row in one short transaction (``FOR UPDATE SKIP LOCKED``) with a
+fresh claim token and lease, like projection work; every later write of the
+row is guarded by
 ``claim_token = :token AND lease_expires_at > now()`` and zero rows means the
 worker lost the row and must stop. A row whose lease expired while claimed (a
 crashed or stalled worker) is claimable again and the claim counts that as a
@@ -111,6 +112,21 @@ _OWNED = "execution_id = :execution_id AND claim_token = :token AND lease_expire
 
 def _owned(claim: AnalysisClaim) -> dict[str, object]:
     return {"execution_id": claim.execution_id, "token": claim.claim_token}
+
+
+def enqueue(conn: Connection, execution_id: int, task_id: int) -> None:
+    """Queue a finished execution for analysis, in the caller's transaction.
+
+    The upload's final calls this in the transaction that ends the execution
+    (ING-2); enqueuing twice is harmless (a retried final).
+    """
+    conn.execute(
+        sa.text(
+            "INSERT INTO scan_analysis_queue (execution_id, task_id) VALUES (:e, :t) "
+            "ON CONFLICT DO NOTHING"
+        ),
+        {"e": execution_id, "t": task_id},
+    )
 
 
 def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:

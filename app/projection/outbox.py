@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from app.db import transaction
 
@@ -150,6 +151,21 @@ _COMPLETE = sa.text(
 
 def _owned(claim: OutboxClaim) -> dict[str, object]:
     return {"execution_id": claim.execution_id, "token": claim.claim_token}
+
+
+def enqueue(conn: Connection, execution_id: int) -> None:
+    """Queue a succeeded execution for projection, in the caller's transaction.
+
+    The final calls this in the transaction that makes the execution succeed (ING-2),
+    so an execution is succeeded exactly when its row exists. Enqueuing twice is
+    harmless (a retried final).
+    """
+    conn.execute(
+        sa.text(
+            "INSERT INTO scan_projection_outbox (execution_id) VALUES (:e) ON CONFLICT DO NOTHING"
+        ),
+        {"e": execution_id},
+    )
 
 
 def claim_next(*, lease_seconds: float) -> OutboxClaim | None:

@@ -2,13 +2,11 @@
 
 DNS records are kept as facts in the store like every observation; the
 answers are also written to ``scan_dns_answers`` in the confirming
-transaction, so the final of a ``dns`` execution can create the follow-up
-task from PostgreSQL alone: one child task (``parent_task_id`` set) scanning
-the distinct resolved addresses with the parent's ports and transports.
-The follow-up task obeys the same target rules as ``POST /api/tasks``:
-resolved addresses in a special-use class ``[scan] special_use_targets``
-refuses (a name resolving to 169.254.169.254, say) are kept as facts but not
-scanned (``DnsFollowUpTargetsRefused``).
+transaction, so the final of a ``dns`` execution can hand the distinct
+resolved addresses to scan control, which creates the follow-up task
+(``app/scan_control/follow_up.py``: the parent's ports and transports, the
+special-use target rules) in the same transaction. Refused addresses are
+still kept as facts.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ from sqlalchemy.engine import Connection
 from app.config import ScanSettings
 from app.observability import emit
 from app.result_ingest.model import DnsRecordIn
-from app.scan_control.creation import TaskRequest, create_task
-from app.scan_control.targets import ParsedTargets, refused_special_use
+from app.scan_control.follow_up import create_child_task
 
 ADDRESS_TYPES = ("A", "AAAA")
 
@@ -82,55 +79,11 @@ def create_follow_up_task(
     if not addresses:
         emit("DnsFollowUpSkipped", execution_id=execution_id, reason="no addresses resolved")
         return None
-    parent = conn.execute(
-        sa.text("SELECT name, ports, transports FROM scan_tasks WHERE id = :id"), {"id": task_id}
-    ).one()
-    networks = []
-    refused: dict[str, int] = {}
-    for address in addresses:
-        try:
-            network = ipaddress.ip_network(address)
-        except ValueError:
-            refused["not_an_address"] = refused.get("not_an_address", 0) + 1
-            continue
-        special = refused_special_use(network, limits.special_use_targets)
-        if special is not None:
-            refused[special] = refused.get(special, 0) + 1
-            continue
-        networks.append(network)
-    if refused:
-        emit("DnsFollowUpTargetsRefused", execution_id=execution_id, classes=refused)
-    if not networks:
-        emit("DnsFollowUpSkipped", execution_id=execution_id, reason="no scannable addresses")
-        return None
-    if len(networks) > limits.max_addresses_per_task:
-        emit(
-            "DnsFollowUpTruncated",
-            execution_id=execution_id,
-            resolved=len(networks),
-            limit=limits.max_addresses_per_task,
-        )
-        networks = networks[: limits.max_addresses_per_task]
-    request = TaskRequest(
-        name=f"{parent.name[:180]} (resolved)",
-        targets=ParsedTargets(networks=networks, domains=[]),
-        ports=parent.ports,
-        transports=list(parent.transports),
-    )
-    child_id = create_task(
+    return create_child_task(
         conn,
-        owner_id=owner_id,
-        request=request,
-        limits=limits,
         parent_task_id=task_id,
         parent_execution_id=execution_id,
-        # Resolved addresses are the DNS task's business, not targets the owner entered.
-        register_targets=False,
+        owner_id=owner_id,
+        addresses=list(addresses),
+        limits=limits,
     )
-    emit(
-        "DnsFollowUpCreated",
-        execution_id=execution_id,
-        child_task_id=child_id,
-        addresses=len(networks),
-    )
-    return child_id

@@ -17,12 +17,16 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.analysis import queue as analysis_queue
 from app.config import ScanSettings
 from app.observability import stage
-from app.result_ingest import dns, freshness
+from app.projection import outbox
+from app.result_ingest import dns
 from app.result_ingest.model import UploadBody
-from app.result_ingest.receipts import ExecutionRow, confirm_batch, lease_lost, lock_execution
+from app.result_ingest.receipts import confirm_batch, lease_lost
+from app.scan_control import freshness
 from app.scan_control.dispatch import aggregate_task_status
+from app.scan_control.executions import ExecutionRow, lock_for_upload, mark_succeeded
 from app.search.port import ExecutionCounts
 
 
@@ -54,7 +58,7 @@ def commit_final(
 ) -> ExecutionRow | None:
     """Finish the execution; None when a concurrent copy of this final already did."""
     with stage("final_lock_execution"):
-        execution = lock_execution(conn, execution_id, scanner_id)
+        execution = lock_for_upload(conn, execution_id, scanner_id)
         if final_already_confirmed(conn, execution_id, body):
             return None
         if not execution.holds_claim(body.claim_token):
@@ -64,23 +68,13 @@ def commit_final(
             return None
         dns.record_answers(conn, execution_id, list(body.dns_records))
     with stage("execution_stats"):
-        conn.execute(
-            sa.text(
-                """
-                UPDATE scan_executions
-                   SET status = 'succeeded', finished_at = now(), updated_at = now(),
-                       observation_count = :observations, endpoint_count = :endpoints,
-                       ip_count = :ips, last_error = NULL
-                 WHERE id = :id
-                """
-            ),
-            {
-                "id": execution_id,
-                # Everything the execution stored: observations and DNS records.
-                "observations": counts.observations + counts.dns_records,
-                "endpoints": counts.endpoints,
-                "ips": counts.ips,
-            },
+        mark_succeeded(
+            conn,
+            execution_id,
+            # Everything the execution stored: observations and DNS records.
+            observations=counts.observations + counts.dns_records,
+            endpoints=counts.endpoints,
+            ips=counts.ips,
         )
     if execution.kind == "dns":
         # Before the aggregation: a DNS task stays open while its follow-up task runs.
@@ -95,21 +89,9 @@ def commit_final(
     with stage("task_aggregation"):
         aggregate_task_status(conn, execution.task_id)
     with stage("queue_entries"):
-        conn.execute(
-            sa.text(
-                "INSERT INTO scan_analysis_queue (execution_id, task_id) VALUES (:e, :t) "
-                "ON CONFLICT DO NOTHING"
-            ),
-            {"e": execution_id, "t": execution.task_id},
-        )
+        analysis_queue.enqueue(conn, execution_id, execution.task_id)
         if execution.kind in ("ports", "import"):
-            conn.execute(
-                sa.text(
-                    "INSERT INTO scan_projection_outbox (execution_id) VALUES (:e) "
-                    "ON CONFLICT DO NOTHING"
-                ),
-                {"e": execution_id},
-            )
+            outbox.enqueue(conn, execution_id)
     with stage("target_freshness"):
         freshness.update_after_success(
             conn,

@@ -28,38 +28,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.errors import Conflict, NotFound, ValidationError
+from app.errors import Conflict, ValidationError
 from app.observability import emit
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
+from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
 from app.search.port import StorageScope
-
-
-@dataclass(frozen=True)
-class ExecutionRow:
-    id: int
-    task_id: int
-    owner_id: int
-    kind: str
-    status: str
-    scanner_id: int | None
-    claim_token: UUID | None
-    lease_valid: bool
-    started_at: datetime | None
-    targets: list[str]
-    parent_task_id: int | None
-    ports: str = ""
-    transports: tuple[str, ...] = ()
-
-    def holds_claim(self, token: UUID) -> bool:
-        return self.status == "running" and self.claim_token == token and self.lease_valid
 
 
 @dataclass(frozen=True)
@@ -92,45 +71,6 @@ class Reservation:
     # "rejected": the batch is refused, but a stream repair made in the same
     # transaction must still commit; the caller raises this after commit.
     error: Conflict | None = None
-
-
-def lock_execution(conn: Connection, execution_id: int, scanner_id: int | None) -> ExecutionRow:
-    """The execution row, locked; ``scanner_id`` None is the importer, which owns only the
-    executions no scanner holds (kind ``import``)."""
-    row = conn.execute(
-        sa.text(
-            """
-            SELECT e.id, e.task_id, t.owner_id, e.kind, e.status, e.scanner_id, e.claim_token,
-                   (e.lease_expires_at IS NOT NULL AND e.lease_expires_at > now()) AS lease_valid,
-                   e.started_at, e.targets, t.parent_task_id, e.ports, e.transports
-            FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
-            WHERE e.id = :id
-            FOR UPDATE OF e
-            """
-        ),
-        {"id": execution_id},
-    ).one_or_none()
-    if (
-        row is None
-        or row.scanner_id != scanner_id
-        or (scanner_id is None and row.kind != "import")  # the importer writes imports only
-    ):
-        raise NotFound("execution not found", code="execution_not_found")
-    return ExecutionRow(
-        id=row.id,
-        task_id=row.task_id,
-        owner_id=row.owner_id,
-        kind=row.kind,
-        status=row.status,
-        scanner_id=row.scanner_id,
-        claim_token=row.claim_token,
-        lease_valid=row.lease_valid,
-        started_at=row.started_at,
-        targets=list(row.targets),
-        parent_task_id=row.parent_task_id,
-        ports=row.ports,
-        transports=tuple(row.transports),
-    )
 
 
 def lease_lost() -> Conflict:
@@ -347,7 +287,7 @@ def reserve_batch(
     body: UploadBody,
     months: tuple[str, ...],
 ) -> Reservation:
-    execution = lock_execution(conn, execution_id, scanner_id)
+    execution = lock_for_upload(conn, execution_id, scanner_id)
     check_stream_rules(execution, body)
     check_scope(
         kind=execution.kind,
@@ -439,17 +379,14 @@ def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> b
     """Pending → confirmed under a valid claim; False when another request confirmed it first."""
     confirmed = conn.execute(
         sa.text(
-            """
+            f"""
             UPDATE scan_upload_receipts r
                SET status = 'confirmed', confirmed_at = now()
              WHERE r.execution_id = :e AND r.upload_id = :u AND r.stream = :s
                AND r.batch_index = :b AND r.status = 'pending'
-               AND EXISTS (
-                   SELECT 1 FROM scan_executions x
-                   WHERE x.id = r.execution_id AND x.claim_token = :t
-                     AND x.status = 'running' AND x.lease_expires_at > now())
+               AND {claim_held_sql("r.execution_id", ":t")}
             RETURNING 1
-            """
+            """  # noqa: S608 - the claim condition is scan control's fixed SQL; values are bound
         ),
         {
             "e": execution_id,

@@ -21,35 +21,10 @@ from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, NotFound, ValidationError
 from app.observability import emit
+from app.scan_control.executions import ExecutionRow, claim_next
 
 EXECUTION_KINDS = ("ports", "dns")
 MAX_REASON_LENGTH = 2000
-
-
-@dataclass(frozen=True)
-class ClaimedExecution:
-    id: int
-    task_id: int
-    kind: str
-    claim_token: UUID
-    lease_expires_at: datetime
-    targets: list[str]
-    ports: str
-    transports: list[str]
-    attempts: int
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "task_id": self.task_id,
-            "kind": self.kind,
-            "claim_token": str(self.claim_token),
-            "lease_expires_at": self.lease_expires_at.isoformat(),
-            "targets": self.targets,
-            "ports": self.ports,
-            "transports": self.transports,
-            "attempt": self.attempts,
-        }
 
 
 def claim_next_execution(
@@ -58,46 +33,13 @@ def claim_next_execution(
     scanner_id: int,
     lease_seconds: int,
     kinds: tuple[str, ...] = EXECUTION_KINDS,
-) -> ClaimedExecution | None:
-    row = conn.execute(
-        sa.text(
-            """
-            WITH next AS (
-                SELECT id FROM scan_executions
-                WHERE status = 'queued' AND available_at <= now() AND kind = ANY(:kinds)
-                ORDER BY available_at, id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED
-            )
-            UPDATE scan_executions e
-               SET status = 'running', scanner_id = :scanner_id,
-                   claim_token = gen_random_uuid(),
-                   lease_expires_at = now() + make_interval(secs => :lease),
-                   attempts = e.attempts + 1,
-                   started_at = COALESCE(e.started_at, now()),
-                   updated_at = now()
-              FROM next
-             WHERE e.id = next.id
-            RETURNING e.id, e.task_id, e.kind, e.claim_token, e.lease_expires_at, e.targets,
-                      e.ports, e.transports, e.attempts
-            """
-        ),
-        {"scanner_id": scanner_id, "lease": lease_seconds, "kinds": list(kinds)},
-    ).one_or_none()
-    if row is None:
-        return None
-    aggregate_task_status(conn, row.task_id)
-    return ClaimedExecution(
-        id=row.id,
-        task_id=row.task_id,
-        kind=row.kind,
-        claim_token=row.claim_token,
-        lease_expires_at=row.lease_expires_at,
-        targets=list(row.targets),
-        ports=row.ports,
-        transports=list(row.transports),
-        attempts=row.attempts,
+) -> ExecutionRow | None:
+    claimed = claim_next(
+        conn, scanner_id=scanner_id, lease_seconds=lease_seconds, kinds=list(kinds)
     )
+    if claimed is not None:
+        aggregate_task_status(conn, claimed.task_id)
+    return claimed
 
 
 def parse_claim_token(raw: Any) -> UUID:

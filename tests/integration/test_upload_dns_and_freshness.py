@@ -148,7 +148,7 @@ def test_an_older_execution_never_overwrites_a_newer_time(api):
 
 
 def test_cidr_freshness_uses_the_gist_index(api):
-    from app.result_ingest import freshness
+    from app.scan_control import freshness
 
     user = api.user()
     with transaction() as conn:

@@ -1,5 +1,9 @@
 """Target freshness (ING-12), updated in the transaction that makes an execution succeed.
 
+Scan control owns ``search_targets`` (task creation registers the rows); the
+upload's final calls ``update_after_success`` with its open connection, so
+freshness commits with the execution's success.
+
 ``search_targets.last_scanned_at`` says when the owner's target was last
 covered by a successful scan. The time written is the execution's start (the
 moment the data describes), and ``GREATEST`` semantics mean an older execution
