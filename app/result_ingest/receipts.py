@@ -22,6 +22,11 @@ which new batches of the execution, under any upload id, get 409
 ``scan_upload_stream`` (one row per upload and stream); those across upload
 ids read only the current claim's pending and final receipts (a partial
 index), never the execution's history.
+
+A DNS sidecar batch is accepted when its index lies inside the main stream's
+contiguously confirmed range 0..n (ING-7), also while later main batches are
+still pending: then n is just below the lowest pending main batch, read from
+the same partial index.
 """
 
 from __future__ import annotations
@@ -52,11 +57,20 @@ class StreamState:
     final_batch: int | None = None
 
     @property
+    def contiguous(self) -> bool:
+        """Batches 0..max_batch are all present (confirmed or pending)."""
+        return (
+            self.batch_count > 0
+            and self.min_batch == 0
+            and self.max_batch is not None
+            and self.batch_count == self.max_batch + 1
+        )
+
+    @property
     def contiguous_confirmed_max(self) -> int | None:
-        """Highest index of a fully confirmed 0..n range, or None if there is none (yet)."""
-        if self.batch_count == 0 or self.pending_count or self.min_batch != 0:
-            return None
-        if self.max_batch is None or self.batch_count != self.max_batch + 1:
+        """Highest index of a fully confirmed 0..n range when nothing is pending, else None
+        (with pending batches the counters alone cannot say where the range ends)."""
+        if self.pending_count or not self.contiguous:
             return None
         return self.max_batch
 
@@ -146,7 +160,42 @@ def read_streams(
     }, False
 
 
-def _check_new_batch(body: UploadBody, streams: dict[str, StreamState]) -> None:
+# The pending main batches of one upload; (status = 'pending' OR is_final) is the
+# predicate of the partial index ix_scan_upload_receipts_open, so the planner reads
+# that index (a handful of open receipts) instead of the upload's confirmed history.
+PENDING_MAIN_BATCHES = (
+    "SELECT batch_index FROM scan_upload_receipts "
+    "WHERE execution_id = :e AND (status = 'pending' OR is_final) "
+    "AND status = 'pending' AND upload_id = :u AND stream = 'main'"
+)
+
+
+def sidecar_limit(conn: Connection, execution_id: int, upload_id: str, main: StreamState):
+    """ING-7: the end of the main stream's contiguously confirmed range 0..n, or None.
+
+    Without pending main batches the stream counters say it. With some pending (a
+    scanner with several batches in flight), the range ends just below the lowest
+    pending index, read from the partial index of open receipts (pending or final:
+    a handful per execution, never the upload's history). A main stream with a gap
+    (a batch sent out of order) has no range the counters can vouch for: the sidecar
+    batch is refused and its retry succeeds once the gap is filled.
+    """
+    if not main.contiguous:
+        return None
+    if not main.pending_count:
+        return main.max_batch
+    pending = conn.execute(
+        sa.text(PENDING_MAIN_BATCHES), {"e": execution_id, "u": upload_id}
+    ).scalars()
+    lowest = min(pending, default=None)
+    if lowest is None:  # confirmed meanwhile: the counters were read before
+        return main.max_batch
+    return lowest - 1 if lowest > 0 else None
+
+
+def _check_new_batch(
+    conn: Connection, execution_id: int, body: UploadBody, streams: dict[str, StreamState]
+) -> None:
     main = streams.get("main", StreamState())
     if main.final_count:
         raise Conflict(
@@ -156,6 +205,8 @@ def _check_new_batch(body: UploadBody, streams: dict[str, StreamState]) -> None:
         )
     if body.stream == "dns":
         limit = main.contiguous_confirmed_max
+        if limit is None or body.batch_index > limit:
+            limit = sidecar_limit(conn, execution_id, body.upload_id, main)
         if limit is None or body.batch_index > limit:
             raise Conflict(
                 "a DNS sidecar batch must fall inside the main upload's confirmed, "
@@ -347,7 +398,7 @@ def reserve_batch(
         raise lease_lost()
     streams, repaired = read_streams(conn, execution_id, body.upload_id)
     try:
-        _check_new_batch(body, streams)
+        _check_new_batch(conn, execution_id, body, streams)
         check_other_uploads(conn, execution_id, body)
     except Conflict as exc:
         if repaired:

@@ -100,6 +100,95 @@ def test_dns_sidecar_batches_are_sparse_inside_the_confirmed_range(api):
     assert late.status_code in (409,)
 
 
+def _pending_main_batch(api, upload, index: int, ip: str) -> None:
+    """Main batch ``index`` stays pending: its store write fails after the receipt."""
+    from app.search.port import StoreUnavailable
+    from tests.support.stores import install
+
+    store = install(api.app)
+
+    def unavailable(*_a, **_k):
+        raise StoreUnavailable("cluster unreachable")
+
+    store.before["write_facts"] = unavailable
+    assert upload.batch(index, [observation(ip, 80)]).status_code == 503
+    del store.before["write_facts"]
+
+
+def test_a_sidecar_batch_inside_the_confirmed_range_is_accepted_while_later_main_batches_pend(
+    api,
+):
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.0/29"], "ports": "80"})
+    upload = claim(scanner)
+    sidecar = [dns_record("host.example", "192.0.2.1", type="A")]
+    for index in range(2):
+        assert upload.batch(index, [observation(f"192.0.2.{index + 1}", 80)]).status_code == 200
+    _pending_main_batch(api, upload, 2, "192.0.2.3")
+    retry_of_2 = upload.sent[-1]
+    assert upload.batch(3, [observation("192.0.2.4", 80)]).status_code == 200
+
+    # 0 and 1 are confirmed and contiguous: their sidecar batches are accepted now.
+    assert upload.batch(1, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    assert upload.batch(0, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    # 2 is pending (and 3, though confirmed, lies beyond it): refused, the range named.
+    for index in (2, 3):
+        refused = upload.batch(index, [], dns_records=sidecar, stream="dns")
+        assert refused.status_code == 409
+        error = refused.get_json()["error"]
+        assert error["code"] == "batch_gap"
+        assert error["details"]["confirmed_range"] == [0, 1]
+        assert error["details"]["main_pending"] == 1
+
+    assert upload.post(retry_of_2).get_json()["saved"] == 1
+    assert upload.batch(3, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    assert upload.final(4, []).status_code == 200
+
+
+def test_a_sidecar_batch_waits_while_main_batch_0_is_pending_or_main_has_a_gap(api):
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.0/29"], "ports": "80"})
+    upload = claim(scanner)
+    sidecar = [dns_record("host.example", "192.0.2.1", type="A")]
+    _pending_main_batch(api, upload, 0, "192.0.2.1")
+    early = upload.batch(0, [], dns_records=sidecar, stream="dns")
+    assert early.status_code == 409
+    assert early.get_json()["error"]["details"]["confirmed_range"] is None
+
+    user.post("/api/tasks", json={"name": "t", "targets": ["192.0.2.8/29"], "ports": "80"})
+    other = claim(scanner)  # another execution: main batch 1 before 0 leaves a gap
+    assert other.batch(1, [observation("192.0.2.9", 80)]).status_code == 200
+    other_sidecar = [dns_record("other.example", "192.0.2.9", type="A")]
+    gap = other.batch(0, [], dns_records=other_sidecar, stream="dns")
+    assert gap.status_code == 409 and gap.get_json()["error"]["code"] == "batch_gap"
+
+
+def test_the_sidecar_range_reads_the_open_receipts_index(api):
+    """The lowest pending main batch comes from the partial index, not the upload's history."""
+    from app.result_ingest import receipts
+
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80"})
+    upload = claim(scanner)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO scan_upload_receipts (execution_id, upload_id, stream, batch_index, "
+                "checksum, observation_count, status, storage_references) "
+                "SELECT :e, 'upload-1', 'main', i, md5(i::text), 1, 'confirmed', '{}' "
+                "FROM generate_series(0, 19999) i; ANALYZE scan_upload_receipts"
+            ),
+            {"e": upload.id},
+        )
+        plan = "\n".join(
+            conn.execute(
+                sa.text(f"EXPLAIN {receipts.PENDING_MAIN_BATCHES}"),
+                {"e": upload.id, "u": "upload-1"},
+            ).scalars()
+        )
+    assert "ix_scan_upload_receipts_open" in plan, plan
+
+
 def test_cidr_and_single_address_freshness(api):
     user, scanner = api.user(), api.scanner()
     other = api.user()
