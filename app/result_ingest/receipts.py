@@ -301,7 +301,13 @@ def earlier_aliases(conn: Connection, execution_id: int) -> list[str]:
 def collect_final_scope(
     conn: Connection, execution_id: int, current_months: tuple[str, ...]
 ) -> StorageScope:
-    """ING-8/ING-11: fact months of this execution's confirmed receipts plus this batch's."""
+    """ING-8/ING-11: fact months of this execution's confirmed receipts plus this batch's.
+
+    Every upload id of the execution, not only the final's: another upload of the same
+    claim and a previous attempt's confirmed batches stored facts of this execution
+    too, and a month left out of the scope is a fact left out of the count
+    (tests/integration/test_upload_final_scope.py; docs/architecture.md, "Upload").
+    """
     row = conn.execute(
         sa.text(
             """
