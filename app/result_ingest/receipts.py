@@ -404,8 +404,10 @@ def reserve_batch(
         raise lease_lost()
     streams, repaired = read_streams(conn, execution_id, body.upload_id)
     try:
-        _check_new_batch(conn, execution_id, body, streams)
+        # Another upload's reserved final first: "nothing more to send" must not read as
+        # a gap the scanner could fill (a sidecar batch of a new upload id, say).
         check_other_uploads(conn, execution_id, body)
+        _check_new_batch(conn, execution_id, body, streams)
     except Conflict as exc:
         if repaired:
             return Reservation("rejected", execution, error=exc)

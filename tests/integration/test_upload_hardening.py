@@ -252,6 +252,15 @@ def test_no_batch_of_any_upload_id_after_a_final_is_reserved(api):
     late = upload.batch(0, [observation("192.0.2.2")], upload_id="upload-2")
     assert late.status_code == 409
     assert late.get_json()["error"]["code"] == "final_already_reserved"
+    # Whatever the other upload sends: a final of its own, or a DNS sidecar batch.
+    sidecar = [dns_record("host.example", "192.0.2.1")]
+    for refused in (
+        upload.final(0, [observation("192.0.2.3")], upload_id="upload-3"),
+        upload.batch(0, [], dns_records=sidecar, stream="dns", upload_id="upload-2"),
+    ):
+        assert refused.status_code == 409
+        assert refused.get_json()["error"]["code"] == "final_already_reserved"
+        assert refused.get_json()["error"]["details"]["upload_id"] == "upload-1"
     del store.before["count"]
     assert upload.post(upload.sent[0]).status_code == 200
     assert scalar("SELECT observation_count FROM scan_executions") == 1
