@@ -2,9 +2,10 @@
 
 The owner table in the architecture page is the one place ownership is written
 down; these tests read it. Every table a migration creates must appear there
-exactly once, and the SQL text of ``app/result_ingest/`` (string literals,
-f-strings included; docstrings and comments are prose) may name only the
-tables result ingest owns: anything else goes through the owner's functions.
+exactly once; no package writes (INSERT, UPDATE, DELETE) a table it does not
+own; and the SQL text of ``app/result_ingest/`` (string literals, f-strings
+included; docstrings and comments are prose) may name only the tables result
+ingest owns at all: anything else goes through the owner's functions.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 OWNER_ROW = re.compile(r"^\| `(?P<package>[\w/]+)` \| (?P<tables>[^|]*) \|")
 CREATED_TABLE = re.compile(r"CREATE\s+(?:UNLOGGED\s+)?TABLE\s+(\w+)", re.IGNORECASE)
 
+WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
+
 # Packages whose SQL may name only their own tables (extend as domains are cleaned up).
 CHECKED_PACKAGES = ("app/result_ingest/",)
+# Benchmarks seed scratch databases directly, across domains, before measuring.
+WRITES_EXEMPT = ("app/bench/",)
 
 
 def owner_rows() -> list[tuple[str, str]]:
@@ -57,17 +62,43 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return ids
 
 
-def tables_named(source: str, known: set[str]) -> list[tuple[int, str]]:
-    """(line, table) for each known table name in the source's string literals."""
+def _literals(source: str):
+    """(line, text) of each string literal that is not a docstring."""
     tree = ast.parse(source)
     skip = _docstrings(tree)
-    found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-            for word in re.findall(r"\b[a-z_][a-z0-9_]*\b", node.value):
-                if word in known:
-                    found.append((node.lineno, word))
+            yield node.lineno, node.value
+
+
+def tables_named(source: str, known: set[str]) -> list[tuple[int, str]]:
+    """(line, table) for each known table name in the source's string literals."""
+    found = []
+    for line, text in _literals(source):
+        for word in re.findall(r"\b[a-z_][a-z0-9_]*\b", text):
+            if word in known:
+                found.append((line, word))
     return sorted(set(found))
+
+
+def tables_written(source: str, known: set[str]) -> list[tuple[int, str]]:
+    """(line, table) for each known table an INSERT, UPDATE or DELETE names."""
+    found = []
+    for line, text in _literals(source):
+        for table in WRITE.findall(text):
+            if table.lower() in known:
+                found.append((line, table.lower()))
+    return sorted(set(found))
+
+
+def package_of(path: Path) -> str | None:
+    """``app/<package>/`` or ``jobs/`` for a source file; None for app's top-level modules."""
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "jobs":
+        return "jobs/"
+    if parts[0] == "app" and len(parts) > 2:
+        return f"app/{parts[1]}/"
+    return None
 
 
 def test_the_owner_table_lists_every_migrated_table_once():
@@ -88,6 +119,10 @@ def test_the_checker_sees_a_foreign_table_in_sql_and_ignores_prose():
         '    return f"UPDATE scan_executions SET status = {x}"\n'
     )
     assert tables_named(source, known) == [(2, "scan_upload_receipts"), (4, "scan_executions")]
+    assert tables_written(source, known) == [(4, "scan_executions")]
+    assert tables_written("q = 'delete  from Scan_Upload_Receipts'", known) == [
+        (1, "scan_upload_receipts")
+    ]
 
 
 def test_checked_packages_name_only_their_own_tables_in_sql():
@@ -104,3 +139,19 @@ def test_checked_packages_name_only_their_own_tables_in_sql():
                         f"{path.relative_to(ROOT)}:{line}: {table} (owned by {owner_of[table]})"
                     )
     assert problems == [], "SQL naming another domain's table:\n" + "\n".join(problems)
+
+
+def test_no_package_writes_a_table_it_does_not_own():
+    owner_of = owners()
+    known = set(owner_of)
+    problems = []
+    for path in sorted([*(ROOT / "app").rglob("*.py"), *(ROOT / "jobs").rglob("*.py")]):
+        package = package_of(path)
+        if package is None or package in WRITES_EXEMPT:
+            continue
+        for line, table in tables_written(path.read_text(encoding="utf-8"), known):
+            if owner_of[table] != package:
+                problems.append(
+                    f"{path.relative_to(ROOT)}:{line}: writes {table} (owned by {owner_of[table]})"
+                )
+    assert problems == [], "writes to another domain's table:\n" + "\n".join(problems)
