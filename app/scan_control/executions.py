@@ -7,8 +7,9 @@ final's "succeeded" write; they take the caller's open connection, so the
 final keeps its single transaction (ING-2) while the SQL stays here.
 
 ``ExecutionRow`` is the one mapping of an execution row: the claim's
-``RETURNING`` and the upload's lock select the same columns
-(``_COLUMNS``) and go through ``_execution``.
+``RETURNING``, the upload's lock and the creation of an import execution
+select the same columns (``EXECUTION_COLUMNS``) and go through
+``execution_from_row``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy.engine import Connection, Row
 from app.errors import NotFound
 
 # Every column of ExecutionRow; ``e`` is scan_executions, ``t`` its task.
-_COLUMNS = """
+EXECUTION_COLUMNS = """
     e.id, e.task_id, t.owner_id, t.parent_task_id, e.kind, e.status, e.scanner_id,
     e.claim_token, e.lease_expires_at,
     (e.lease_expires_at IS NOT NULL AND e.lease_expires_at > now()) AS lease_valid,
@@ -70,7 +71,7 @@ class ExecutionRow:
         }
 
 
-def _execution(row: Row) -> ExecutionRow:
+def execution_from_row(row: Row) -> ExecutionRow:
     return ExecutionRow(
         id=row.id,
         task_id=row.task_id,
@@ -111,12 +112,12 @@ def claim_next(conn: Connection, *, scanner_id: int, lease_seconds: int, kinds: 
                    updated_at = now()
               FROM next, scan_tasks t
              WHERE e.id = next.id AND t.id = e.task_id
-            RETURNING {_COLUMNS}
-            """  # noqa: S608 - _COLUMNS is a module constant; values are bound
+            RETURNING {EXECUTION_COLUMNS}
+            """  # noqa: S608 - EXECUTION_COLUMNS is a module constant; values are bound
         ),
         {"scanner_id": scanner_id, "lease": lease_seconds, "kinds": kinds},
     ).one_or_none()
-    return None if row is None else _execution(row)
+    return None if row is None else execution_from_row(row)
 
 
 def lock_for_upload(conn: Connection, execution_id: int, scanner_id: int | None) -> ExecutionRow:
@@ -129,11 +130,11 @@ def lock_for_upload(conn: Connection, execution_id: int, scanner_id: int | None)
     row = conn.execute(
         sa.text(
             f"""
-            SELECT {_COLUMNS}
+            SELECT {EXECUTION_COLUMNS}
             FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
             WHERE e.id = :id
             FOR UPDATE OF e
-            """  # noqa: S608 - _COLUMNS is a module constant; values are bound
+            """  # noqa: S608 - EXECUTION_COLUMNS is a module constant; values are bound
         ),
         {"id": execution_id},
     ).one_or_none()
@@ -143,7 +144,7 @@ def lock_for_upload(conn: Connection, execution_id: int, scanner_id: int | None)
         or (scanner_id is None and row.kind != "import")  # the importer writes imports only
     ):
         raise NotFound("execution not found", code="execution_not_found")
-    return _execution(row)
+    return execution_from_row(row)
 
 
 def claim_held_sql(execution_id: str, token: str) -> str:

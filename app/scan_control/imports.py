@@ -10,7 +10,6 @@ rather than requeueing it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -18,29 +17,24 @@ from sqlalchemy.engine import Connection
 
 from app.errors import Conflict
 from app.scan_control.dispatch import MAX_REASON_LENGTH, aggregate_task_status
+from app.scan_control.executions import EXECUTION_COLUMNS, ExecutionRow, execution_from_row
 
 
-@dataclass(frozen=True)
-class ImportExecution:
-    id: int
-    task_id: int
-    claim_token: UUID
-
-
-def create_import_execution(
-    conn: Connection, *, task_id: int, lease_seconds: int
-) -> ImportExecution:
+def create_import_execution(conn: Connection, *, task_id: int, lease_seconds: int) -> ExecutionRow:
     row = conn.execute(
         sa.text(
-            """
-            INSERT INTO scan_executions
-                   (task_id, kind, status, targets, ports, transports, claim_token,
-                    lease_expires_at, attempts, max_attempts, started_at, last_error)
-            SELECT t.id, 'import', 'running', '[]'::jsonb, '', t.transports, gen_random_uuid(),
-                   now() + make_interval(secs => :lease), 1, 1, now(), NULL
-              FROM scan_tasks t WHERE t.id = :task
-            RETURNING id, task_id, claim_token
-            """
+            f"""
+            WITH e AS (
+                INSERT INTO scan_executions
+                       (task_id, kind, status, targets, ports, transports, claim_token,
+                        lease_expires_at, attempts, max_attempts, started_at, last_error)
+                SELECT t.id, 'import', 'running', '[]'::jsonb, '', t.transports,
+                       gen_random_uuid(), now() + make_interval(secs => :lease), 1, 1, now(), NULL
+                  FROM scan_tasks t WHERE t.id = :task
+                RETURNING *
+            )
+            SELECT {EXECUTION_COLUMNS} FROM e JOIN scan_tasks t ON t.id = e.task_id
+            """  # noqa: S608 - EXECUTION_COLUMNS is a module constant; values are bound
         ),
         {"task": task_id, "lease": lease_seconds},
     ).one()
@@ -52,7 +46,7 @@ def create_import_execution(
         {"task": task_id},
     )
     aggregate_task_status(conn, task_id)
-    return ImportExecution(id=row.id, task_id=row.task_id, claim_token=row.claim_token)
+    return execution_from_row(row)
 
 
 def renew_import_lease(
