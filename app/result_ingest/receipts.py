@@ -170,7 +170,9 @@ PENDING_MAIN_BATCHES = (
 )
 
 
-def sidecar_limit(conn: Connection, execution_id: int, upload_id: str, main: StreamState):
+def sidecar_limit(
+    conn: Connection, execution_id: int, upload_id: str, main: StreamState
+) -> int | None:
     """ING-7: the end of the main stream's contiguously confirmed range 0..n, or None.
 
     Without pending main batches the stream counters say it. With some pending (a
