@@ -420,3 +420,42 @@ def series(
         (r.bucket_start, int(r.requests), int(r.response_bytes), int(r.request_bytes))
         for r in result
     ]
+
+
+def domains(conn: Connection, *, limit: int) -> tuple[list[str], bool]:
+    """Distinct domains with rollups, in order, at most ``limit`` (and whether there are more).
+
+    A skip scan over the primary key's leading column: one index probe per domain,
+    so the cost follows the number of domains listed, not the number of rows.
+    """
+    result = conn.execute(
+        sa.text(
+            """
+            WITH RECURSIVE d(domain) AS (
+                (SELECT domain FROM traffic_rollups ORDER BY domain LIMIT 1)
+                UNION ALL
+                SELECT (SELECT t.domain FROM traffic_rollups t WHERE t.domain > d.domain
+                         ORDER BY t.domain LIMIT 1)
+                  FROM d WHERE d.domain IS NOT NULL
+            )
+            SELECT domain FROM d WHERE domain IS NOT NULL LIMIT :limit
+            """
+        ),
+        {"limit": limit + 1},
+    ).scalars()
+    names = list(result)
+    return names[:limit], len(names) > limit
+
+
+def latest_bucket(conn: Connection, *, domain: str, granularity: str) -> datetime | None:
+    """The newest bucket start of one domain and granularity (one backward index probe)."""
+    return conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start FROM traffic_rollups
+             WHERE domain = :domain AND granularity = :granularity
+             ORDER BY bucket_start DESC LIMIT 1
+            """
+        ),
+        {"domain": domain, "granularity": granularity},
+    ).scalar()
