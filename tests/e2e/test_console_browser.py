@@ -247,3 +247,114 @@ def test_csrf_failure_and_renderer_conflict_in_the_browser(database_url, tmp_pat
         browser.find_element(By.ID, "publish").click()
         assert "Published builtin" in present(browser, By.ID, "publish-notice").text
         assert text_of(browser, "desired-revision") == str(revision + 2)
+
+
+def _renderer_state(driver) -> dict[str, str]:
+    present(driver, By.ID, "renderer-state")
+    return {
+        name: text_of(driver, name)
+        for name in (
+            "desired-release",
+            "desired-revision",
+            "applied-release",
+            "applied-revision",
+            "available",
+            "converged",
+        )
+    }
+
+
+def _revisions(driver) -> list[tuple[str, str, str]]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "#revisions tbody tr")
+    return [tuple(cell.text for cell in row.find_elements(By.TAG_NAME, "td"))[:3] for row in rows]
+
+
+def _publish(driver, release_id: str, reason: str) -> None:
+    fill(driver, "release-id", release_id)
+    fill(driver, "change-reason", reason)
+    driver.find_element(By.ID, "publish").click()
+
+
+def _converged_on(driver, url: str, release_id: str, revision: int) -> dict[str, str]:
+    """Reload the page until this web process runs ``release_id`` at ``revision``."""
+    wanted = {
+        "desired-release": release_id,
+        "desired-revision": str(revision),
+        "applied-release": release_id,
+        "applied-revision": str(revision),
+        "available": "yes",
+        "converged": "yes",
+    }
+
+    def converged() -> bool:
+        driver.get(url + "/console/admin/renderer")
+        return _renderer_state(driver) == wanted
+
+    wait_for(driver, converged, 90)
+    return _renderer_state(driver)
+
+
+def test_admin_publishes_a_renderer_release_and_rolls_back(
+    database_url, tmp_path, browser, renderer_releases
+):
+    from tests.conftest import RENDERER_RELEASES
+
+    first, second = RENDERER_RELEASES
+    with (
+        netmap_server(
+            database_url,
+            tmp_path / "server",
+            runner=False,
+            NETMAP_REPORT_RENDERER_RELEASES_DIRECTORY=str(renderer_releases),
+            NETMAP_REPORT_RENDERER_REFRESH_SECONDS="0.5",
+        ) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        browser.find_element(By.LINK_TEXT, "Renderer").click()
+        start = _renderer_state(browser)
+        base = int(start["desired-revision"])
+        history = _revisions(browser)
+
+        # Publish the first real release (a zipapp run in a worker process).
+        _publish(browser, first, "first release from the console")
+        notice = present(browser, By.ID, "publish-notice").text
+        assert notice.startswith(f"Published {first} as revision {base + 1}")
+        assert text_of(browser, "desired-release") == first
+        assert _revisions(browser)[0] == (str(base + 1), first, "first release from the console")
+        _converged_on(browser, url, first, base + 1)
+        api_state = server.get("/api/modules/report-render").json()
+        assert api_state["desired"] == {"release_id": first, "revision": base + 1}
+
+        # A release that does not exist is refused; nothing changes.
+        _publish(browser, "renderer-9.9.9", "typo")
+        error = present(browser, By.ID, "publish-error").text
+        assert "renderer-9.9.9" in error and "cannot be published" in error
+        assert text_of(browser, "desired-revision") == str(base + 1)
+        assert _revisions(browser)[0][0] == str(base + 1)
+
+        # Upgrade to the second release.
+        _publish(browser, second, "upgrade")
+        assert present(browser, By.ID, "publish-notice").text.startswith(
+            f"Published {second} as revision {base + 2}"
+        )
+        _converged_on(browser, url, second, base + 2)
+
+        # Roll back: publish the earlier release id from the list, as the page says.
+        assert first in [row[1] for row in _revisions(browser)]
+        _publish(browser, first, "roll back to the first release")
+        assert present(browser, By.ID, "publish-notice").text.startswith(
+            f"Published {first} as revision {base + 3}"
+        )
+        state = _converged_on(browser, url, first, base + 3)
+        assert state["desired-release"] == first
+        assert _revisions(browser)[:3] == [
+            (str(base + 3), first, "roll back to the first release"),
+            (str(base + 2), second, "upgrade"),
+            (str(base + 1), first, "first release from the console"),
+        ]
+        assert _revisions(browser)[3:] == history[: len(_revisions(browser)) - 3]
+        api_state = server.get("/api/modules/report-render").json()
+        assert api_state["desired"] == {"release_id": first, "revision": base + 3}
+        no_script_ran(browser)
