@@ -358,3 +358,58 @@ def test_admin_publishes_a_renderer_release_and_rolls_back(
         api_state = server.get("/api/modules/report-render").json()
         assert api_state["desired"] == {"release_id": first, "revision": base + 3}
         no_script_ran(browser)
+
+
+def test_traffic_chart_renders_under_the_strict_policy(database_url, tmp_path, browser):
+    from datetime import UTC, datetime, timedelta
+
+    from tests.integration.web.test_traffic_pages import _row
+
+    token = "browser-traffic-token-0123456789abcdef"
+    newest = datetime(2026, 8, 1, 2, 0, tzinfo=UTC)
+    rows = [
+        _row("www.example.com", newest - timedelta(minutes=5 * i), "/", 1 + i % 9)
+        for i in range(60)
+    ] + [_row("www.example.com", newest - timedelta(hours=2), "/", 5, granularity="day")]
+    with (
+        netmap_server(
+            database_url, tmp_path / "server", runner=False, NETMAP_TRAFFIC_TOKEN=token
+        ) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        posted = requests.post(
+            url + "/api/traffic/rollups",
+            json={"rows": rows},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert posted.status_code == 200, posted.text
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        browser.find_element(By.LINK_TEXT, "Traffic").click()
+        chart = present(browser, By.ID, "traffic-chart")
+        assert chart.size["width"] > 600 and chart.size["height"] > 300
+        assert chart.get_attribute("role") == "img"
+        title = browser.execute_script("return document.getElementById('traffic-chart-title')")
+        assert title.get_attribute("textContent") == "www.example.com: traffic per 5 minutes"
+        # The series is drawn, and coloured by the console's own stylesheet (no inline style).
+        line = browser.find_element(By.CSS_SELECTOR, "polyline.requests")
+        box = browser.execute_script("return arguments[0].getBBox()", line)
+        assert box["width"] > 100 and box["height"] > 10
+        assert line.value_of_css_property("stroke") == "rgb(10, 88, 202)"
+        assert (
+            sum(1 for _ in browser.find_elements(By.CSS_SELECTOR, "#traffic-table tbody tr")) == 60
+        )
+
+        # The form switches to day buckets without any script.
+        browser.find_element(By.CSS_SELECTOR, "#t-granularity option[value=day]").click()
+        browser.find_element(By.ID, "show-traffic").click()
+        wait_for(browser, lambda: "granularity=day" in browser.current_url)
+        title = present(browser, By.ID, "traffic-chart-title")
+        assert title.get_attribute("textContent") == "www.example.com: traffic per day"
+        # A bad range is answered on the page, not with a server error.
+        fill(browser, "t-from", "2026-08-01")
+        fill(browser, "t-to", "2026-07-01")
+        browser.find_element(By.ID, "show-traffic").click()
+        assert "to must be after from" in present(browser, By.ID, "traffic-error").text
+        no_script_ran(browser)
