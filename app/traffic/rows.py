@@ -459,3 +459,49 @@ def latest_bucket(conn: Connection, *, domain: str, granularity: str) -> datetim
         ),
         {"domain": domain, "granularity": granularity},
     ).scalar()
+
+
+def bounded_series(
+    conn: Connection,
+    *,
+    domain: str,
+    granularity: str,
+    start: datetime,
+    end: datetime,
+    max_rows: int,
+) -> tuple[list[tuple[datetime, int, int, int]], datetime | None]:
+    """``series`` reading at most ``max_rows`` (+1) rollup rows (a busy domain has a row per path
+    per bucket), in primary-key order so the scan stops there. When the cap is reached the
+    last, possibly incomplete bucket is left out and its start is returned as the point
+    where the series was cut; otherwise the second value is None."""
+    result = conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start, sum(total_requests) AS requests,
+                   sum(response_bytes) AS response_bytes,
+                   COALESCE(sum(request_bytes), 0) AS request_bytes, count(*) AS rows
+              FROM (SELECT bucket_start, total_requests, response_bytes, request_bytes
+                      FROM traffic_rollups
+                     WHERE domain = :domain AND granularity = :granularity
+                       AND bucket_start >= :start AND bucket_start < :end
+                     ORDER BY bucket_start LIMIT :max_rows + 1) AS capped
+             GROUP BY bucket_start ORDER BY bucket_start
+            """
+        ),
+        {
+            "domain": domain,
+            "granularity": granularity,
+            "start": start,
+            "end": end,
+            "max_rows": max_rows,
+        },
+    ).all()
+    cut = None
+    if sum(r.rows for r in result) > max_rows:
+        cut = result[-1].bucket_start
+        result = result[:-1]
+    points = [
+        (r.bucket_start, int(r.requests), int(r.response_bytes), int(r.request_bytes))
+        for r in result
+    ]
+    return points, cut

@@ -6,7 +6,9 @@ too. The range is read by the API's own ``from``/``to`` parser (a date is
 midnight in the business time zone) and is bounded: at most three days of
 5-minute buckets or 400 days of day buckets, so a page view aggregates a fixed
 number of buckets through the primary key's (domain, granularity, bucket_start)
-range, whatever the table holds. Without a range the page shows the time up to
+range, whatever the table holds, and reads at most ``MAX_ROWS`` rollup rows (one
+per path and bucket): past that the chart stops at the last complete bucket and
+says so. Without a range the page shows the time up to
 the domain's newest bucket. The domain list is a skip scan capped at
 ``MAX_DOMAINS``. A bad argument shows the form again with the message (400).
 """
@@ -31,6 +33,9 @@ BUCKET = {"5m": timedelta(minutes=5), "day": timedelta(days=1)}
 DEFAULT_SPAN = {"5m": timedelta(days=1), "day": timedelta(days=31)}
 MAX_SPAN = {"5m": timedelta(days=3), "day": timedelta(days=400)}
 MAX_DOMAIN_CHARS = 253
+# Rollup rows one page view aggregates at most: a busy domain has one row per path per
+# bucket, so the bucket range alone does not bound the work.
+MAX_ROWS = 100_000
 
 
 def _granularity() -> str:
@@ -77,6 +82,7 @@ def traffic():
     error = None
     chart = None
     points: list = []
+    cut = None
     with transaction() as conn:
         domains, more_domains = rows.domains(conn, limit=MAX_DOMAINS)
     try:
@@ -100,12 +106,19 @@ def traffic():
                 if start is None and end is None:
                     latest = rows.latest_bucket(conn, domain=domain, granularity=granularity)
                 start, end = _range(start, end, granularity, latest)
-                points = rows.series(
-                    conn, domain=domain, granularity=granularity, start=start, end=end
+                points, cut = rows.bounded_series(
+                    conn,
+                    domain=domain,
+                    granularity=granularity,
+                    start=start,
+                    end=end,
+                    max_rows=MAX_ROWS,
                 )
         except ValidationError as invalid:
             error = invalid.message
         else:
+            if cut is not None and cut > start:
+                end = cut  # the chart ends where the data it shows ends
             chart = build_chart(
                 points,
                 domain=domain,
@@ -131,6 +144,8 @@ def traffic():
         chart=chart,
         table=table,
         error=error,
+        cut=cut.astimezone(calendar.tz).strftime("%Y-%m-%d %H:%M") if cut else None,
+        max_rows=MAX_ROWS,
         timezone=settings.traffic.timezone,
     )
     return body, 400 if error else 200
