@@ -53,12 +53,19 @@ def _range(
     start: datetime | None, end: datetime | None, granularity: str, latest: datetime | None
 ) -> tuple[datetime, datetime]:
     span = DEFAULT_SPAN[granularity]
-    if start is None and end is None:
-        end = (latest + BUCKET[granularity]) if latest else datetime.now(UTC)
-    if start is None:
-        start = end - span  # type: ignore[operator]
-    if end is None:
-        end = start + span
+    try:
+        if start is None and end is None:
+            end = (latest + BUCKET[granularity]) if latest else datetime.now(UTC)
+        if start is None:
+            start = end - span  # type: ignore[operator]
+        if end is None:
+            end = start + span
+    except OverflowError:  # one bound given at the edge of the calendar (year 1 or 9999)
+        raise ValidationError(
+            "give both from and to this close to year 1 or 9999",
+            code="invalid_parameter",
+            details={"parameter": "from" if start is None else "to"},
+        ) from None
     if end <= start:
         raise ValidationError(
             "to must be after from", code="invalid_parameter", details={"parameter": "to"}
