@@ -1,8 +1,10 @@
 """`netmap bench pages`: server-side render times of the console's pages at N current assets.
 
 On a scratch database it creates an admin, one task whose execution holds
-``--results`` endpoints, and ``--assets`` current assets owned by the admin
-(published through the search store, as the projection does). It then requests
+``--results`` endpoints (written through the search store), ``--assets``
+current assets owned by the admin (set-based with ``generate_series``: the very
+rows the projection's publish leaves, see ``app.search.seed``) and a few
+domains' traffic rollups. It then requests
 every console page ``--repeats`` times through the real Flask app in process
 (routing, session check, queries, template rendering; no network) and prints
 p50/p95 per page in one JSON object. The console's pages promise keyset queries
@@ -26,32 +28,38 @@ TARGET_P95_MS = 150.0
 BENCH_PASSWORD = "bench pages password 1"  # noqa: S105 - a scratch database's throwaway user
 
 
+SEED_CHUNK = 100_000
+TRAFFIC_DOMAINS = 5
+TRAFFIC_PATHS = 50
+TRAFFIC_DAYS = 2
+
+
 def _seed(store, owner_id: int, execution_id: int, task_id: int, assets: int, results: int):
-    from app.bench.store import _document, _endpoints
-    from app.projection.pages import current_asset_documents
-    from app.search.documents import merge_all
+    """Current assets set-based in SQL (``app.search.seed``: the rows publishing would leave,
+    one statement per chunk, no Python documents); the task's results through the store."""
+    from app.bench.store import SERVICES, _document, _endpoints
+    from app.db import transaction
+    from app.search.seed import seed_current_assets
 
     seen = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    if store.name != "postgres":
+        raise click.ClickException("bench pages seeds the PostgreSQL search store only")
     progress = Progress("assets", assets)
-    chunk = 5000
-    endpoints = _endpoints(max(assets, results))
-    for start in range(0, assets, chunk):
-        docs = [
-            _document(
-                "execution",
-                e,
-                execution_id=execution_id,
-                task_id=task_id,
+    for low in range(0, assets, SEED_CHUNK):
+        high = min(low + SEED_CHUNK, assets)
+        with transaction() as conn:
+            seed_current_assets(
+                conn,
                 owner_id=owner_id,
+                execution_id=execution_id,
+                low=low,
+                high=high,
                 seen=seen,
+                services=SERVICES,
             )
-            for e in endpoints[start : start + chunk]
-        ]
-        store.publish_current(
-            merge_all(current_asset_documents(docs)), max_operations=chunk * 2, max_bytes=50_000_000
-        ).raise_for_failures()
-        progress.advance(len(docs))
+        progress.advance(high - low)
     progress.finish()
+    chunk = 5000
     result_docs = [
         _document(
             "execution",
@@ -61,10 +69,48 @@ def _seed(store, owner_id: int, execution_id: int, task_id: int, assets: int, re
             owner_id=owner_id,
             seen=seen,
         )
-        for e in endpoints[:results]
+        for e in _endpoints(results)
     ]
     for start in range(0, len(result_docs), chunk):
         store.write_execution_endpoints(result_docs[start : start + chunk]).raise_for_failures()
+
+
+def _seed_traffic(newest: datetime) -> None:
+    """Rollups of a few busy domains (5-minute buckets of the last days, many paths each),
+    written by the traffic domain's own upsert."""
+    from datetime import timedelta
+
+    from app.db import transaction
+    from app.traffic.rows import RollupRecord, upsert_rows
+
+    buckets = TRAFFIC_DAYS * 288
+    for d in range(TRAFFIC_DOMAINS):
+        records = []
+        for b in range(buckets):
+            start = newest - timedelta(minutes=5 * b)
+            for p in range(TRAFFIC_PATHS):
+                requests = 1 + (b * 7 + p * 13 + d) % 40
+                records.append(
+                    RollupRecord(
+                        domain=f"site{d}.example.com",
+                        granularity="5m",
+                        bucket_start=start,
+                        bucket_end=start + timedelta(minutes=5),
+                        business_date=(start + timedelta(hours=8)).date(),
+                        method="GET",
+                        path=f"/page/{p}",
+                        response_bytes=requests * 2048,
+                        request_bytes=requests * 300,
+                        request_bytes_known_count=requests,
+                        total_requests=requests,
+                        status_counts=(0, requests, 0, 0, 0, 0),
+                        source_server="bench",
+                        generated_at=newest,
+                        frozen=False,
+                    )
+                )
+        with transaction() as conn:
+            upsert_rows(conn, records)
 
 
 def _next_link(html: str) -> str | None:
@@ -107,6 +153,7 @@ def command(assets: int, results: int, repeats: int) -> None:
         with app.app_context():
             store = context.store()
         _seed(store, admin.id, execution_id, task_id, assets, results)
+        _seed_traffic(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
         with transaction() as conn:
             # What autovacuum does soon after a bulk load in production: fresh statistics.
             conn.execute(sa.text("ANALYZE"))
@@ -125,8 +172,17 @@ def command(assets: int, results: int, repeats: int) -> None:
             "assets_cidr": "/console/assets?cidr=10.0.8.0/21",
             "assets_text": "/console/assets?q=tomcat",
             "assets_port": "/console/assets?port=3306",
+            "asset_history": "/console/assets/history?ip=10.0.0.1&port=80",
+            "changes": f"/console/tasks/{task_id}/changes",
+            "exports": "/console/exports",
+            "reports": "/console/reports",
+            "traffic": "/console/traffic?domain=site0.example.com",
+            "traffic_day": "/console/traffic?domain=site0.example.com&granularity=day",
             "scanners": "/console/scanners",
             "users": "/console/users",
+            "renderer": "/console/admin/renderer",
+            "resources": "/console/admin/resources",
+            "slow_sql": "/console/admin/slow-sql",
         }
         for name, first in (
             ("assets_page_2", "/console/assets"),

@@ -60,7 +60,9 @@ def ingest_rollups():
     return jsonify({"accepted": len(records)})
 
 
-def _instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
+def instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
+    """A ``from``/``to`` query argument as a UTC instant (the console's traffic page reads
+    its range with this too, so a range means the same on both)."""
     raw = request.args.get(name)
     if not raw:
         return None
@@ -90,8 +92,8 @@ def list_rollups():
             code="invalid_parameter",
             details={"parameter": "granularity", "allowed": ["5m", "day"]},
         )
-    start = _instant_arg("from", calendar)
-    end = _instant_arg("to", calendar)
+    start = instant_arg("from", calendar)
+    end = instant_arg("to", calendar)
     if start and end and end < start:
         raise ValidationError(
             "to must not be before from", code="invalid_parameter", details={"parameter": "to"}

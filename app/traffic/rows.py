@@ -420,3 +420,88 @@ def series(
         (r.bucket_start, int(r.requests), int(r.response_bytes), int(r.request_bytes))
         for r in result
     ]
+
+
+def domains(conn: Connection, *, limit: int) -> tuple[list[str], bool]:
+    """Distinct domains with rollups, in order, at most ``limit`` (and whether there are more).
+
+    A skip scan over the primary key's leading column: one index probe per domain,
+    so the cost follows the number of domains listed, not the number of rows.
+    """
+    result = conn.execute(
+        sa.text(
+            """
+            WITH RECURSIVE d(domain) AS (
+                (SELECT domain FROM traffic_rollups ORDER BY domain LIMIT 1)
+                UNION ALL
+                SELECT (SELECT t.domain FROM traffic_rollups t WHERE t.domain > d.domain
+                         ORDER BY t.domain LIMIT 1)
+                  FROM d WHERE d.domain IS NOT NULL
+            )
+            SELECT domain FROM d WHERE domain IS NOT NULL LIMIT :limit
+            """
+        ),
+        {"limit": limit + 1},
+    ).scalars()
+    names = list(result)
+    return names[:limit], len(names) > limit
+
+
+def latest_bucket(conn: Connection, *, domain: str, granularity: str) -> datetime | None:
+    """The newest bucket start of one domain and granularity (one backward index probe)."""
+    return conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start FROM traffic_rollups
+             WHERE domain = :domain AND granularity = :granularity
+             ORDER BY bucket_start DESC LIMIT 1
+            """
+        ),
+        {"domain": domain, "granularity": granularity},
+    ).scalar()
+
+
+def bounded_series(
+    conn: Connection,
+    *,
+    domain: str,
+    granularity: str,
+    start: datetime,
+    end: datetime,
+    max_rows: int,
+) -> tuple[list[tuple[datetime, int, int, int]], datetime | None]:
+    """``series`` reading at most ``max_rows`` (+1) rollup rows (a busy domain has a row per path
+    per bucket), in primary-key order so the scan stops there. When the cap is reached the
+    last, possibly incomplete bucket is left out and its start is returned as the point
+    where the series was cut; otherwise the second value is None."""
+    result = conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start, sum(total_requests) AS requests,
+                   sum(response_bytes) AS response_bytes,
+                   COALESCE(sum(request_bytes), 0) AS request_bytes, count(*) AS rows
+              FROM (SELECT bucket_start, total_requests, response_bytes, request_bytes
+                      FROM traffic_rollups
+                     WHERE domain = :domain AND granularity = :granularity
+                       AND bucket_start >= :start AND bucket_start < :end
+                     ORDER BY bucket_start LIMIT :max_rows + 1) AS capped
+             GROUP BY bucket_start ORDER BY bucket_start
+            """
+        ),
+        {
+            "domain": domain,
+            "granularity": granularity,
+            "start": start,
+            "end": end,
+            "max_rows": max_rows,
+        },
+    ).all()
+    cut = None
+    if sum(r.rows for r in result) > max_rows:
+        cut = result[-1].bucket_start
+        result = result[:-1]
+    points = [
+        (r.bucket_start, int(r.requests), int(r.response_bytes), int(r.request_bytes))
+        for r in result
+    ]
+    return points, cut

@@ -68,4 +68,5 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     report_pages,
     session_pages,
     task_pages,
+    traffic_pages,
 )

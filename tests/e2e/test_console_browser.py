@@ -247,3 +247,169 @@ def test_csrf_failure_and_renderer_conflict_in_the_browser(database_url, tmp_pat
         browser.find_element(By.ID, "publish").click()
         assert "Published builtin" in present(browser, By.ID, "publish-notice").text
         assert text_of(browser, "desired-revision") == str(revision + 2)
+
+
+def _renderer_state(driver) -> dict[str, str]:
+    present(driver, By.ID, "renderer-state")
+    return {
+        name: text_of(driver, name)
+        for name in (
+            "desired-release",
+            "desired-revision",
+            "applied-release",
+            "applied-revision",
+            "available",
+            "converged",
+        )
+    }
+
+
+def _revisions(driver) -> list[tuple[str, str, str]]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "#revisions tbody tr")
+    return [tuple(cell.text for cell in row.find_elements(By.TAG_NAME, "td"))[:3] for row in rows]
+
+
+def _publish(driver, release_id: str, reason: str) -> None:
+    fill(driver, "release-id", release_id)
+    fill(driver, "change-reason", reason)
+    driver.find_element(By.ID, "publish").click()
+
+
+def _converged_on(driver, url: str, release_id: str, revision: int) -> dict[str, str]:
+    """Reload the page until this web process runs ``release_id`` at ``revision``."""
+    wanted = {
+        "desired-release": release_id,
+        "desired-revision": str(revision),
+        "applied-release": release_id,
+        "applied-revision": str(revision),
+        "available": "yes",
+        "converged": "yes",
+    }
+
+    def converged() -> bool:
+        driver.get(url + "/console/admin/renderer")
+        return _renderer_state(driver) == wanted
+
+    wait_for(driver, converged, 90)
+    return _renderer_state(driver)
+
+
+def test_admin_publishes_a_renderer_release_and_rolls_back(
+    database_url, tmp_path, browser, renderer_releases
+):
+    from tests.conftest import RENDERER_RELEASES
+
+    first, second = RENDERER_RELEASES
+    with (
+        netmap_server(
+            database_url,
+            tmp_path / "server",
+            runner=False,
+            NETMAP_REPORT_RENDERER_RELEASES_DIRECTORY=str(renderer_releases),
+            NETMAP_REPORT_RENDERER_REFRESH_SECONDS="0.5",
+        ) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        browser.find_element(By.LINK_TEXT, "Renderer").click()
+        start = _renderer_state(browser)
+        base = int(start["desired-revision"])
+        history = _revisions(browser)
+
+        # Publish the first real release (a zipapp run in a worker process).
+        _publish(browser, first, "first release from the console")
+        notice = present(browser, By.ID, "publish-notice").text
+        assert notice.startswith(f"Published {first} as revision {base + 1}")
+        assert text_of(browser, "desired-release") == first
+        assert _revisions(browser)[0] == (str(base + 1), first, "first release from the console")
+        _converged_on(browser, url, first, base + 1)
+        api_state = server.get("/api/modules/report-render").json()
+        assert api_state["desired"] == {"release_id": first, "revision": base + 1}
+
+        # A release that does not exist is refused; nothing changes.
+        _publish(browser, "renderer-9.9.9", "typo")
+        error = present(browser, By.ID, "publish-error").text
+        assert "renderer-9.9.9" in error and "cannot be published" in error
+        assert text_of(browser, "desired-revision") == str(base + 1)
+        assert _revisions(browser)[0][0] == str(base + 1)
+
+        # Upgrade to the second release.
+        _publish(browser, second, "upgrade")
+        assert present(browser, By.ID, "publish-notice").text.startswith(
+            f"Published {second} as revision {base + 2}"
+        )
+        _converged_on(browser, url, second, base + 2)
+
+        # Roll back: publish the earlier release id from the list, as the page says.
+        assert first in [row[1] for row in _revisions(browser)]
+        _publish(browser, first, "roll back to the first release")
+        assert present(browser, By.ID, "publish-notice").text.startswith(
+            f"Published {first} as revision {base + 3}"
+        )
+        state = _converged_on(browser, url, first, base + 3)
+        assert state["desired-release"] == first
+        assert _revisions(browser)[:3] == [
+            (str(base + 3), first, "roll back to the first release"),
+            (str(base + 2), second, "upgrade"),
+            (str(base + 1), first, "first release from the console"),
+        ]
+        assert _revisions(browser)[3:] == history[: len(_revisions(browser)) - 3]
+        api_state = server.get("/api/modules/report-render").json()
+        assert api_state["desired"] == {"release_id": first, "revision": base + 3}
+        no_script_ran(browser)
+
+
+def test_traffic_chart_renders_under_the_strict_policy(database_url, tmp_path, browser):
+    from datetime import UTC, datetime, timedelta
+
+    from tests.integration.web.test_traffic_pages import _row
+
+    token = "browser-traffic-token-0123456789abcdef"
+    newest = datetime(2026, 8, 1, 2, 0, tzinfo=UTC)
+    rows = [
+        _row("www.example.com", newest - timedelta(minutes=5 * i), "/", 1 + i % 9)
+        for i in range(60)
+    ] + [_row("www.example.com", newest - timedelta(hours=2), "/", 5, granularity="day")]
+    with (
+        netmap_server(
+            database_url, tmp_path / "server", runner=False, NETMAP_TRAFFIC_TOKEN=token
+        ) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        posted = requests.post(
+            url + "/api/traffic/rollups",
+            json={"rows": rows},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert posted.status_code == 200, posted.text
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        browser.find_element(By.LINK_TEXT, "Traffic").click()
+        chart = present(browser, By.ID, "traffic-chart")
+        assert chart.size["width"] > 600 and chart.size["height"] > 300
+        assert chart.get_attribute("role") == "img"
+        title = browser.execute_script("return document.getElementById('traffic-chart-title')")
+        assert title.get_attribute("textContent") == "www.example.com: traffic per 5 minutes"
+        # The series is drawn, and coloured by the console's own stylesheet (no inline style).
+        line = browser.find_element(By.CSS_SELECTOR, "polyline.requests")
+        box = browser.execute_script("return arguments[0].getBBox()", line)
+        assert box["width"] > 100 and box["height"] > 10
+        assert line.value_of_css_property("stroke") == "rgb(10, 88, 202)"
+        assert (
+            sum(1 for _ in browser.find_elements(By.CSS_SELECTOR, "#traffic-table tbody tr")) == 60
+        )
+
+        # The form switches to day buckets without any script.
+        browser.find_element(By.CSS_SELECTOR, "#t-granularity option[value=day]").click()
+        browser.find_element(By.ID, "show-traffic").click()
+        wait_for(browser, lambda: "granularity=day" in browser.current_url)
+        title = present(browser, By.ID, "traffic-chart-title")
+        assert title.get_attribute("textContent") == "www.example.com: traffic per day"
+        # A bad range is answered on the page, not with a server error.
+        fill(browser, "t-from", "2026-08-01")
+        fill(browser, "t-to", "2026-07-01")
+        browser.find_element(By.ID, "show-traffic").click()
+        assert "to must be after from" in present(browser, By.ID, "traffic-error").text
+        no_script_ran(browser)

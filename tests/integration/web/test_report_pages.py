@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from markupsafe import escape
+
 from tests.integration.web.test_console_pages import XSS, _csrf, _user_client
 
 
@@ -60,3 +62,51 @@ def test_reports_list_run_now_detail_scoping_and_csrf(api) -> None:
     assert "&lt;script&gt;alert" not in bob_page.text
     assert bob.post(run_path, data={"csrf_token": _csrf(bob_page.text)}).status_code == 404
     assert len(alice.get("/api/reports").get_json()["items"]) == 1
+
+
+def test_ready_report_links_its_archived_mail_and_the_link_shows_it(api, settings) -> None:
+    from tests.integration.reports.test_reports import Renderer, _run, _scanned_task
+    from tests.integration.reports.test_reports import _definition as _report_definition
+
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    _, task = _scanned_task(api, alice)
+    definition = _report_definition(alice, task, name=XSS)
+    page = client.get("/console/reports")
+    ran = client.post(
+        f"/console/reports/definitions/{definition['id']}/run",
+        data={"csrf_token": _csrf(page.text)},
+    )
+    assert ran.status_code == 303
+    report_url = ran.headers["Location"]
+    report_id = int(report_url.rsplit("/", 1)[1])
+    assert _run(settings, Renderer(settings)).result == "ready"
+
+    detail = client.get(report_url)
+    assert detail.status_code == 200
+    assert re.search(r'id="report-status"[^>]*>ready<', detail.text)
+    assert 'id="no-mail"' not in detail.text
+    subject = alice.get(f"/api/reports/{report_id}").get_json()["report"]["subject"]
+    assert subject
+    assert f'id="report-subject">{escape(subject)}<' in detail.text
+    link = re.search(r'<a href="([^"]+)" id="mail-link">', detail.text)
+    assert link, detail.text
+    assert link.group(1) == f"/api/reports/{report_id}/mail.html"
+
+    # The link, followed with the console's own session, shows the archived mail
+    # with its images inlined and under the mail's strict policy (no script runs).
+    mail = client.get(link.group(1))
+    assert mail.status_code == 200
+    assert mail.mimetype == "text/html"
+    assert mail.data.count(b"data:image/png;base64,") == 2
+    assert b"cid:" not in mail.data
+    assert "script-src" not in mail.headers["Content-Security-Policy"]
+    assert mail.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    # It is this report's mail: the definition's name (escaped) and its 8 endpoints.
+    assert "<script>alert" not in mail.text and "&lt;script&gt;alert" in mail.text
+    assert re.search(r">Endpoints</td>\s*<td[^>]*>8</td>", mail.text), mail.text
+
+    # Another user gets neither the page nor the mail.
+    bob, _ = _user_client(api)
+    assert bob.get(report_url).status_code == 404
+    assert bob.get(link.group(1)).status_code == 404
