@@ -41,6 +41,7 @@ from app.search.postgres_schema import (
     month_bounds,
 )
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
+from app.sql_filters import Filters
 
 # ``PostgresStore._run``: ``run(work)`` runs ``work(conn)`` in one short transaction.
 Run = Callable[..., Any]
@@ -196,67 +197,55 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
-    conditions: list[str] = []
-    params: dict[str, Any] = {"limit": query.limit + 1}
+    where = Filters(limit=query.limit + 1)
     if query.scope == "user":
         if query.owner_id is None:
             raise ValueError("a user-scope asset search needs owner_id")
-        conditions.append("t.owner_id = :owner_id")
-        params["owner_id"] = query.owner_id
+        where.add("t.owner_id = :owner_id", owner_id=query.owner_id)
     if query.ip:
-        conditions.append("t.ip = CAST(:ip AS inet)")
-        params["ip"] = query_ip(query.ip)
+        where.add("t.ip = CAST(:ip AS inet)", ip=query_ip(query.ip))
     if query.cidr:
-        conditions.append("t.ip <<= CAST(:cidr AS inet)")
-        params["cidr"] = query_cidr(query.cidr)
+        where.add("t.ip <<= CAST(:cidr AS inet)", cidr=query_cidr(query.cidr))
     if query.port is not None:
-        conditions.append("t.port = :port")
-        params["port"] = query.port
+        where.add("t.port = :port", port=query.port)
     if query.transport:
-        conditions.append("t.transport = :transport")
-        params["transport"] = query.transport.lower()
+        where.add("t.transport = :transport", transport=query.transport.lower())
     if query.service:
-        conditions.append("lower(t.service) = lower(:service)")
-        params["service"] = query.service
+        where.add("lower(t.service) = lower(:service)", service=query.service)
     if query.product:
-        conditions.append("lower(t.product) = lower(:product)")
-        params["product"] = query.product
+        where.add("lower(t.product) = lower(:product)", product=query.product)
     if query.text:
-        conditions.append(f"{TEXT_EXPRESSION} ILIKE :text")
-        params["text"] = like_pattern(query.text)
-    for name, column, op in (
-        ("first_seen_from", "first_seen", ">="),
-        ("first_seen_to", "first_seen", "<"),
-        ("last_seen_from", "last_seen", ">="),
-        ("last_seen_to", "last_seen", "<"),
+        where.add(f"{TEXT_EXPRESSION} ILIKE :text", text=like_pattern(query.text))
+    for name, condition in (
+        ("first_seen_from", "t.first_seen >= :first_seen_from"),
+        ("first_seen_to", "t.first_seen < :first_seen_to"),
+        ("last_seen_from", "t.last_seen >= :last_seen_from"),
+        ("last_seen_to", "t.last_seen < :last_seen_to"),
     ):
         value = getattr(query, name)
         if value is not None:
-            conditions.append(f"t.{column} {op} :{name}")
-            params[name] = value
+            where.add(condition, **{name: value})
     position = decode_cursor("assets", query.cursor)
     if position is not None:
-        conditions.append(
-            "(t.ip_order, t.port, t.transport) > (CAST(:c_ip AS inet), :c_port, :c_transport)"
+        where.add(
+            "(t.ip_order, t.port, t.transport) > (CAST(:c_ip AS inet), :c_port, :c_transport)",
+            c_ip=cursor_ip_order(position, "ip"),
+            c_port=cursor_int(position, "port"),
+            c_transport=cursor_str(position, "transport"),
         )
-        params["c_ip"] = cursor_ip_order(position, "ip")
-        params["c_port"] = cursor_int(position, "port")
-        params["c_transport"] = cursor_str(position, "transport")
     if query.status not in ASSET_STATUS_FILTERS:
         raise invalid_parameter(
             "status", "status must be one of " + ", ".join(ASSET_STATUS_FILTERS)
         )
     if query.status != "all":
-        conditions.append("t.status = :status")
-        params["status"] = query.status
-    where = " AND ".join(conditions) or "true"
+        where.add("t.status = :status", status=query.status)
     owner = ", t.owner_id" if query.scope == "user" else ""
     sql = (
         f"SELECT {SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
         f"FROM {table} t "
-        f"WHERE {where} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
+        f"WHERE {where.sql()} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
     )
-    return sql, params
+    return sql, where.params
 
 
 def endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
