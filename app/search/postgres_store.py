@@ -217,7 +217,9 @@ class PostgresStore:
         cancel: threading.Event | None = None,
     ) -> PagePublishResult | None:
         """Read a keyset page of the execution's endpoints and merge its current assets, in
-        one server-side statement (``postgres_pages``); ``None``: use the generic path."""
+        one server-side statement (``postgres_pages``); ``None``: use the generic path.
+
+        The port's optional ``ServerSidePages`` capability."""
         return self.server_pages().publish(
             execution_id, after_id=after_id, limit=limit, max_bytes=max_bytes, cancel=cancel
         )
