@@ -324,11 +324,8 @@ class SearchStore(Protocol):
         means the document was removed meanwhile; callers may ignore it).
         """
 
-    # Optional (PostgreSQL): ``execution_sightings_sql() -> str`` is a SELECT, with an
-    # ``:execution_id`` parameter, of an execution's endpoints as (ip, port, transport,
-    # state, service, product, version, banner_hash) that the change analysis runs in
-    # its own statement; without it the analysis stages pages of
-    # ``read_execution_endpoints`` into its own table.
+    # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, found with
+    # ``sightings_in_database(store)``; the change analysis uses it when the adapter has it.
 
     def close(self) -> None:
         """Release connections."""
@@ -365,4 +362,25 @@ def server_side_pages(store: SearchStore) -> ServerSidePages | None:
     """
     if callable(getattr(store, "publish_execution_page", None)):
         return cast(ServerSidePages, store)
+    return None
+
+
+class SightingsInDatabase(Protocol):
+    """Optional capability of a store (PostgreSQL): an execution's endpoints as SQL.
+
+    ``execution_sightings_sql`` is a SELECT, with an ``:execution_id`` parameter, of an
+    execution's endpoints as (ip, port, transport, state, service, product, version,
+    banner_hash) that the change analysis runs inside its own statement (ANA-2);
+    without it the analysis stages pages of ``read_execution_endpoints`` into its own
+    table.
+    """
+
+    def execution_sightings_sql(self) -> str: ...
+
+
+def sightings_in_database(store: SearchStore) -> SightingsInDatabase | None:
+    """``store`` as ``SightingsInDatabase`` when it has that capability, else ``None``
+    (looked up by attribute, like ``server_side_pages``)."""
+    if callable(getattr(store, "execution_sightings_sql", None)):
+        return cast(SightingsInDatabase, store)
     return None

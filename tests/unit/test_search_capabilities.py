@@ -6,7 +6,7 @@ import inspect
 
 from app.config import load_settings
 from app.search import open_store
-from app.search.port import ServerSidePages, server_side_pages
+from app.search.port import ServerSidePages, server_side_pages, sightings_in_database
 from app.search.postgres_store import PostgresStore
 from tests.support.stores import ControlledStore
 
@@ -45,3 +45,16 @@ def test_the_postgres_method_has_the_declared_signature():
     assert [(p.name, p.kind, p.default) for p in declared.parameters.values()] == [
         (p.name, p.kind, p.default) for p in implemented.parameters.values()
     ]
+
+
+def test_only_the_postgres_store_gives_its_sightings_as_sql():
+    postgres, elasticsearch = _stores()
+    try:
+        assert sightings_in_database(postgres) is postgres
+        assert ":execution_id" in postgres.execution_sightings_sql()
+        assert sightings_in_database(ControlledStore(postgres)) is not None
+        assert sightings_in_database(elasticsearch) is None
+        assert sightings_in_database(ControlledStore(elasticsearch)) is None
+    finally:
+        postgres.close()
+        elasticsearch.close()
