@@ -190,6 +190,20 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         assert "<script>" in banner
         no_script_ran(browser)
 
+        # The endpoint's history: once the runner has analysed the execution, it is open
+        # and its first event is "new".
+        browser.find_element(By.CSS_SELECTOR, "#endpoints-table a.history-link").click()
+        wait_for(browser, lambda: "/console/assets/history" in browser.current_url)
+        assert "127.0.0.62:443/tcp" in browser.find_element(By.TAG_NAME, "h1").text
+
+        def analysed() -> bool:
+            browser.refresh()
+            kinds = browser.find_elements(By.CSS_SELECTOR, "#history-events td.kind-new")
+            return text_of(browser, "history-status") == "open" and len(kinds) == 1
+
+        wait_for(browser, analysed, 120)
+        no_script_ran(browser)
+
         browser.get(url + "/console/assets")
         seen = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#endpoints-table td.ip")]
         assert len(seen) == 50
