@@ -1,8 +1,12 @@
 """Building one claimed export into the object store (EXP-7, EXP-8).
 
 ``build_export`` streams the export's executions' endpoints from the search
-store in keyset pages (``read_execution_endpoints``, by id) through the
-format's chunk generator straight into ``ObjectStore.put``. A heartbeat thread
+store in keyset pages (by id) through the format's chunk generator straight
+into ``ObjectStore.put``. On the PostgreSQL store the database writes the CSV
+and JSON text of each chunk itself (``read_execution_export_text``, one short
+transaction per chunk, nothing held while the chunk goes to the object store);
+other stores' pages (``read_execution_endpoints``) are encoded here. Both give
+the same bytes (tests/integration/exports/test_export_text.py). A heartbeat thread
 renews the lease every ``[exports] heartbeat_seconds``; the guard (the same
 rule as the projection's: a lost renewal, the local lease deadline or the
 runner's shutdown) is checked before every page, so a builder that lost its
@@ -27,7 +31,14 @@ from typing import Any
 
 from app.config import Settings
 from app.exports import records
-from app.exports.formats import MemberStats, csv_chunks, jsonl_chunks, zip_chunks
+from app.exports.formats import (
+    EncodedPage,
+    MemberStats,
+    csv_chunks,
+    encode_pages,
+    jsonl_chunks,
+    zip_chunks,
+)
 from app.exports.records import ExportClaim
 from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
@@ -37,6 +48,10 @@ from app.search.documents import EndpointDocument
 from app.search.port import SearchStore
 
 RENEW_RETRY_SECONDS = 0.5
+# PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement: a
+# statement costs a round trip and a transaction, so few rows each would be mostly overhead;
+# memory holds one chunk's text (a few MB at the default page size).
+DATABASE_CHUNK_PAGES = 10
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,54 @@ def endpoint_pages(
             after = page[-1].id
 
 
+def database_text_pages(
+    store: Any,
+    execution_ids: tuple[int, ...],
+    *,
+    chunk_rows: int,
+    csv: bool,
+    jsonl: bool,
+    guard: threading.Event | None = None,
+) -> Iterator[EncodedPage]:
+    """Every endpoint of the executions as export text written by PostgreSQL, one chunk at a time.
+
+    One short transaction per keyset chunk (``read_execution_export_text``); the
+    connection is back in the pool before the chunk goes on to the object store
+    (docs/architecture.md, rule: short transactions), and the chunk is all the
+    memory held. A chunk the database cannot write byte for byte like the
+    generic encoder (``exact`` false: rare values, see app.search.export_text)
+    is read again as documents and encoded in Python.
+    """
+    for execution_id in execution_ids:
+        after: str | None = None
+        while True:
+            if isinstance(guard, LeaseGuard):
+                guard.raise_if_lost()
+            chunk = store.read_execution_export_text(
+                execution_id, after_id=after, limit=chunk_rows, csv=csv, jsonl=jsonl
+            )
+            if chunk.rows == 0:
+                break
+            if chunk.exact:
+                yield EncodedPage(rows=chunk.rows, csv=chunk.csv, jsonl=chunk.jsonl)
+                last_id, rows = chunk.last_id, chunk.rows
+            else:
+                docs = store.read_execution_endpoints(
+                    execution_id, after_id=after, limit=chunk_rows
+                )
+                if not docs:
+                    break
+                yield from encode_pages([docs], csv=csv, jsonl=jsonl)
+                last_id, rows = docs[-1].id, len(docs)
+            if rows < chunk_rows:
+                break
+            after = last_id
+
+
+def writes_text_in_database(store: SearchStore) -> bool:
+    return callable(getattr(store, "read_execution_export_text", None))
+
+
 def export_chunks(
     claim: ExportClaim,
     store: SearchStore,
@@ -115,11 +178,31 @@ def export_chunks(
     page_size: int,
     guard: threading.Event | None,
     stats: dict[str, Any],
+    database_text: bool | None = None,
 ) -> Iterator[bytes]:
-    """The export file's bytes; ``stats["rows"]`` is the endpoint count once exhausted."""
+    """The export file's bytes; ``stats["rows"]`` is the endpoint count once exhausted.
 
-    def pages() -> Iterator[list[EndpointDocument]]:
-        return endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
+    ``database_text`` (default: whenever the store can) has PostgreSQL write the
+    CSV and JSON text, in chunks of ``DATABASE_CHUNK_PAGES`` pages; otherwise the
+    documents are encoded here. Both give the same bytes.
+    """
+    if database_text is None:
+        database_text = writes_text_in_database(store)
+    csv = claim.format in ("csv", "zip")
+    jsonl = claim.format in ("jsonl", "zip")
+
+    def pages() -> Iterator[EncodedPage]:
+        if database_text:
+            return database_text_pages(
+                store,
+                claim.execution_ids,
+                chunk_rows=page_size * DATABASE_CHUNK_PAGES,
+                csv=csv,
+                jsonl=jsonl,
+                guard=guard,
+            )
+        documents = endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
+        return encode_pages(documents, csv=csv, jsonl=jsonl)
 
     if claim.format == "csv":
         member = MemberStats()

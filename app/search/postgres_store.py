@@ -57,6 +57,7 @@ from app.search.encoding import (
     fact_source,
     has_nul,
 )
+from app.search.export_text import ExportTextChunk, read_export_text
 from app.search.ids import current_asset_id, normalise_ip, pg_key
 from app.search.port import (
     ASSET_STATUS_FILTERS,
@@ -744,6 +745,16 @@ class PostgresStore:
         params = {"execution_id": execution_id, "after": after_id, "limit": limit}
         rows = self._run(lambda conn: conn.execute(sql, params).all())
         return [_endpoint_from_row(row, "execution") for row in rows]
+
+    def read_execution_export_text(
+        self, execution_id: int, *, after_id: str | None, limit: int, csv: bool, jsonl: bool
+    ) -> ExportTextChunk:
+        """The next keyset chunk as CSV and JSON-lines text written by PostgreSQL (EXP-7)."""
+        return self._run(
+            lambda conn: read_export_text(
+                conn, execution_id, after_id=after_id, limit=limit, csv=csv, jsonl=jsonl
+            )
+        )
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         # PostgreSQL needs no refresh; the count is one statement (none for an empty execution).
