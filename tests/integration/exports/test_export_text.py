@@ -207,3 +207,17 @@ def test_values_python_prints_differently_send_the_chunk_to_the_generic_encoder(
         assert pages == generic
     finally:
         store.close()
+
+
+def test_no_connection_is_held_while_a_chunk_goes_to_the_object_store(pg_store, engine):
+    """docs/architecture.md, rule: short transactions: each chunk's statement is done and its
+    connection back in the pool before the chunk is handed on."""
+    claim = _claim("csv", (PLAIN_EXECUTION, MIXED_EXECUTION))
+    handed_on = 0
+    for _chunk in export_chunks(
+        claim, pg_store, page_size=1, guard=None, stats={}, database_text=True
+    ):
+        assert engine.pool.checkedout() == 0
+        handed_on += 1
+    # The header, then one chunk of at most 10 rows at a time: 18 = 10 + 8, 22 = 10 + 10 + 2.
+    assert handed_on == 1 + 2 + 3
