@@ -45,18 +45,34 @@ TABLE = "search_execution_endpoints"  # app.search.postgres_store.EXECUTION_TABL
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
 
 
-def _csv_field(expr: str) -> str:
+def _csv_field(expr: str, *, plain: bool = True) -> str:
     """``csv.writer``'s QUOTE_MINIMAL for one text expression (NULL and '' are empty)."""
+    fast = f"WHEN p.plain THEN {expr} " if plain else ""
     return (
-        f"CASE WHEN {expr} IS NULL THEN '' "
-        f"WHEN strpos({expr}, ',') > 0 OR strpos({expr}, '\"') > 0 "
+        f"CASE {fast}WHEN strpos({expr}, ',') > 0 OR strpos({expr}, '\"') > 0 "
         f"OR strpos({expr}, E'\\n') > 0 "
         f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END"
     )
 
 
-def _json_text(expr: str) -> str:
-    return f"coalesce(to_json({expr})::text, 'null')"
+def _json_text(expr: str, *, plain: bool = True) -> str:
+    fast = f"WHEN p.plain THEN '\"' || {expr} || '\"' " if plain else ""
+    return f"CASE WHEN {expr} IS NULL THEN 'null' {fast}ELSE to_json({expr})::text END"
+
+
+# ``p.plain``: none of the row's short text columns holds a character that CSV quotes or
+# JSON escapes, so both take them as they are (one test instead of one per column and
+# format). Banners, often multi-line, are always checked on their own.
+_PLAIN = (
+    "concat(t.transport, t.state, t.service, t.product, t.version, t.hostname, "
+    "array_to_string(t.tags, ';')) !~ '[\\x01-\\x1f,\"\\\\]'"
+)
+
+_JSON_TAGS = (
+    "CASE WHEN coalesce(cardinality(p.tags), 0) = 0 THEN '[]' "
+    "WHEN p.plain THEN '[\"' || array_to_string(p.tags, '\",\"') || '\"]' "
+    "ELSE array_to_json(p.tags)::text END"
+)
 
 
 def _iso(text: str) -> str:
@@ -86,7 +102,7 @@ def _compact_json(text: str) -> str:
     )
 
 
-_TEXT_COLUMNS = ("state", "service", "product", "version", "hostname", "banner")
+_TEXT_COLUMNS = ("state", "service", "product", "version", "hostname")
 
 # One concat() per line: a chain of || copies the growing line once per piece.
 _CSV_LINE = (
@@ -99,6 +115,7 @@ _CSV_LINE = (
             "p.port",
             _csv_field("p.transport"),
             *(_csv_field(f"p.{column}") for column in _TEXT_COLUMNS),
+            _csv_field("p.banner", plain=False),
             _csv_field("p.tags_text"),
             _iso("p.first_seen_text"),
             _iso("p.last_seen_text"),
@@ -116,7 +133,7 @@ _JSON_LINE = (
             "',\"execution_id\":'",
             "p.execution_id",
             "',\"ip\":'",
-            "to_json(p.ip)",
+            "'\"' || p.ip || '\"'",
             "',\"port\":'",
             "p.port",
             "',\"transport\":'",
@@ -126,8 +143,10 @@ _JSON_LINE = (
                 for column in _TEXT_COLUMNS
                 for piece in (f"',\"{column}\":'", _json_text(f"p.{column}"))
             ),
+            "',\"banner\":'",
+            _json_text("p.banner", plain=False),
             "',\"tags\":'",
-            "coalesce(array_to_json(p.tags)::text, '[]')",
+            _JSON_TAGS,
             '\',"first_seen":"\'',
             _iso("p.first_seen_text"),
             '\'","last_seen":"\'',
@@ -165,7 +184,7 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
           FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet, host(t.ip) AS ip,
                        t.port, t.transport, t.state, t.service, t.product, t.version,
                        t.hostname, t.banner, t.tags, t.details,
-                       array_to_string(t.tags, ';') AS tags_text,
+                       array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
                        t.details::text AS details_text,
                        {_utc_text("t.first_seen")} AS first_seen_text,
                        {_utc_text("t.last_seen")} AS last_seen_text
