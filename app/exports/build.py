@@ -23,6 +23,7 @@ rebuilt it, the key is the same and belongs to that runner now.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -167,6 +168,62 @@ def database_text_pages(
             after = last_id
 
 
+class _Done:
+    """Ends a prefetch queue; carries the producer's exception, if any."""
+
+    def __init__(self, error: BaseException | None = None):
+        self.error = error
+
+
+def prefetched(pages: Iterator[EncodedPage], *, name: str) -> Iterator[EncodedPage]:
+    """``pages`` produced by a helper thread one page ahead of the consumer.
+
+    While the consumer compresses and stores one chunk, PostgreSQL writes the
+    next (two cores instead of one). The producer holds a connection only inside
+    each chunk's statement, never while waiting for the consumer; memory holds at
+    most three chunks. An exception in the producer (``LeaseLost`` included) is
+    raised here; a consumer that stops early stops the producer.
+    """
+    ready: queue.Queue[EncodedPage | _Done] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item: EncodedPage | _Done) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for page in pages:
+                if not offer(page):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            offer(_Done(exc))
+            return
+        offer(_Done())
+
+    thread = threading.Thread(target=produce, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, _Done):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(pages, "close", None)
+        if close is not None:
+            close()
+
+
 def writes_text_in_database(store: SearchStore) -> bool:
     return callable(getattr(store, "read_execution_export_text", None))
 
@@ -193,7 +250,7 @@ def export_chunks(
 
     def pages() -> Iterator[EncodedPage]:
         if database_text:
-            return database_text_pages(
+            chunks = database_text_pages(
                 store,
                 claim.execution_ids,
                 chunk_rows=page_size * DATABASE_CHUNK_PAGES,
@@ -201,6 +258,7 @@ def export_chunks(
                 jsonl=jsonl,
                 guard=guard,
             )
+            return prefetched(chunks, name=f"export-text-{claim.id}")
         documents = endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
         return encode_pages(documents, csv=csv, jsonl=jsonl)
 

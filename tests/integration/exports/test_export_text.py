@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ import pytest
 from app.exports.build import database_text_pages, endpoint_pages, export_chunks
 from app.exports.formats import encode_pages
 from app.exports.records import ExportClaim
+from app.projection.lease import LeaseGuard, LeaseLost
 from app.search.postgres_store import PostgresStore
 from tests.support.search_documents import BASE_TIME, execution_endpoint
 
@@ -211,13 +214,36 @@ def test_values_python_prints_differently_send_the_chunk_to_the_generic_encoder(
 
 def test_no_connection_is_held_while_a_chunk_goes_to_the_object_store(pg_store, engine):
     """docs/architecture.md, rule: short transactions: each chunk's statement is done and its
-    connection back in the pool before the chunk is handed on."""
+    connection back in the pool before the chunk is handed on. The next chunk is read
+    meanwhile (prefetch), so a slow consumer must see every connection returned soon."""
     claim = _claim("csv", (PLAIN_EXECUTION, MIXED_EXECUTION))
     handed_on = 0
     for _chunk in export_chunks(
         claim, pg_store, page_size=1, guard=None, stats={}, database_text=True
     ):
+        deadline = time.monotonic() + 10
+        while engine.pool.checkedout() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert engine.pool.checkedout() == 0
         handed_on += 1
     # The header, then one chunk of at most 10 rows at a time: 18 = 10 + 8, 22 = 10 + 10 + 2.
     assert handed_on == 1 + 2 + 3
+
+
+def test_a_lost_lease_in_the_prefetching_reader_stops_the_build(pg_store, engine):
+    guard = LeaseGuard(60, claimed_at=time.monotonic(), runner_cancel=threading.Event())
+    chunks = export_chunks(
+        _claim("csv", (PLAIN_EXECUTION, MIXED_EXECUTION)),  # 5 chunks: at most 2 read ahead
+        pg_store,
+        page_size=1,
+        guard=guard,
+        stats={},
+        database_text=True,
+    )
+    assert next(chunks).startswith(b"task_id,")
+    assert next(chunks)  # the first chunk of 10 rows
+    guard.lose("lease_lost", "test")
+    with pytest.raises(LeaseLost):
+        list(chunks)
+    assert not [t for t in threading.enumerate() if t.name.startswith("export-text-")]
+    assert engine.pool.checkedout() == 0
