@@ -49,10 +49,16 @@ from app.search.documents import EndpointDocument
 from app.search.port import SearchStore
 
 RENEW_RETRY_SECONDS = 0.5
-# PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement: a
-# statement costs a round trip and a transaction, so few rows each would be mostly overhead;
-# memory holds one chunk's text (a few MB at the default page size).
+# PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
+# DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
+# and a transaction, so few rows each would be mostly overhead, while memory holds up to
+# three chunks' text (prefetch), a few MB each at typical row sizes.
 DATABASE_CHUNK_PAGES = 10
+DATABASE_CHUNK_MAX_ROWS = 5000
+
+
+def database_chunk_rows(page_size: int) -> int:
+    return min(page_size * DATABASE_CHUNK_PAGES, max(page_size, DATABASE_CHUNK_MAX_ROWS))
 
 
 @dataclass(frozen=True)
@@ -240,7 +246,7 @@ def export_chunks(
     """The export file's bytes; ``stats["rows"]`` is the endpoint count once exhausted.
 
     ``database_text`` (default: whenever the store can) has PostgreSQL write the
-    CSV and JSON text, in chunks of ``DATABASE_CHUNK_PAGES`` pages; otherwise the
+    CSV and JSON text, in chunks of ``database_chunk_rows`` rows; otherwise the
     documents are encoded here. Both give the same bytes.
     """
     if database_text is None:
@@ -253,7 +259,7 @@ def export_chunks(
             chunks = database_text_pages(
                 store,
                 claim.execution_ids,
-                chunk_rows=page_size * DATABASE_CHUNK_PAGES,
+                chunk_rows=database_chunk_rows(page_size),
                 csv=csv,
                 jsonl=jsonl,
                 guard=guard,
