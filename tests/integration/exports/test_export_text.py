@@ -20,11 +20,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from app.exports.build import database_text_pages, endpoint_pages, export_chunks
 from app.exports.formats import encode_pages
 from app.exports.records import ExportClaim
 from app.projection.lease import LeaseGuard, LeaseLost
+from app.search.export_text import read_export_text
 from app.search.postgres_store import PostgresStore
 from tests.support.search_documents import BASE_TIME, execution_endpoint
 
@@ -84,7 +86,8 @@ def _plain_endpoints(execution_id: int) -> list:
                 (n * 7919) % 65536,
                 "udp" if n % 4 == 0 else "tcp",
                 task_id=77,
-                first_seen=BASE_TIME + timedelta(microseconds=n * 123457),
+                # Fractions of every length: .5 is printed ".5" by PostgreSQL, ".500000" by Python.
+                first_seen=BASE_TIME + timedelta(microseconds=(n * 123457, 500000, 120)[n % 3]),
                 last_seen=BASE_TIME + timedelta(hours=n, microseconds=(n % 2) * 10),
                 state="open" if n % 2 else None,
                 service=text,
@@ -247,3 +250,12 @@ def test_a_lost_lease_in_the_prefetching_reader_stops_the_build(pg_store, engine
         list(chunks)
     assert not [t for t in threading.enumerate() if t.name.startswith("export-text-")]
     assert engine.pool.checkedout() == 0
+
+
+def test_a_date_style_other_than_iso_sends_every_chunk_to_the_generic_encoder(pg_store, engine):
+    with engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL DateStyle = 'SQL, DMY'"))
+        chunk = read_export_text(conn, PLAIN_EXECUTION, after_id=None, limit=1000)
+        assert (chunk.rows, chunk.exact) == (len(NASTY_TEXT), False)
+        conn.execute(sa.text("SET LOCAL DateStyle = 'ISO, DMY'"))
+        assert read_export_text(conn, PLAIN_EXECUTION, after_id=None, limit=1000).exact
