@@ -21,14 +21,16 @@ The lines reproduce ``app.exports.formats`` byte for byte:
   separators' spaces removed outside strings: the generic path re-encodes what
   psycopg2 parsed from that very text, keys in the same order.
 * Times: ``isoformat()`` in UTC (the engine pins ``timezone=UTC``), microseconds
-  only when not zero, ``+00:00`` written ``Z``.
+  only when not zero, ``+00:00`` written ``Z``; built from the timestamp's ISO
+  text, so a session whose ``DateStyle`` is not ISO gets no exact chunk.
 
 Where the two encoders could disagree, the chunk is marked not ``exact`` and the
 caller encodes it the generic way: a non-integer number in ``details``
 (``jsonb`` keeps ``1.50`` and ``0.00001`` as written, Python prints floats its
 own way), an IPv4-embedding IPv6 address (``::ffff:1.2.3.4``: PostgreSQL prints
 dotted quads, Python's ``ipaddress`` hex words), a NULL tag, ``details`` that is
-not an object.
+not an object. tests/integration/exports/test_export_text.py builds exports both
+ways and compares them byte for byte.
 """
 
 from __future__ import annotations
