@@ -1,8 +1,12 @@
 """Building one claimed export into the object store (EXP-7, EXP-8).
 
 ``build_export`` streams the export's executions' endpoints from the search
-store in keyset pages (``read_execution_endpoints``, by id) through the
-format's chunk generator straight into ``ObjectStore.put``. A heartbeat thread
+store in keyset pages (by id) through the format's chunk generator straight
+into ``ObjectStore.put``. On the PostgreSQL store the database writes the CSV
+and JSON text of each chunk itself (``read_execution_export_text``, one short
+transaction per chunk, nothing held while the chunk goes to the object store);
+other stores' pages (``read_execution_endpoints``) are encoded here. Both give
+the same bytes (tests/integration/exports/test_export_text.py). A heartbeat thread
 renews the lease every ``[exports] heartbeat_seconds``; the guard (the same
 rule as the projection's: a lost renewal, the local lease deadline or the
 runner's shutdown) is checked before every page, so a builder that lost its
@@ -19,6 +23,7 @@ rebuilt it, the key is the same and belongs to that runner now.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +32,14 @@ from typing import Any
 
 from app.config import Settings
 from app.exports import records
-from app.exports.formats import MemberStats, csv_chunks, jsonl_chunks, zip_chunks
+from app.exports.formats import (
+    EncodedPage,
+    MemberStats,
+    csv_chunks,
+    encode_pages,
+    jsonl_chunks,
+    zip_chunks,
+)
 from app.exports.records import ExportClaim
 from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
@@ -37,6 +49,16 @@ from app.search.documents import EndpointDocument
 from app.search.port import SearchStore
 
 RENEW_RETRY_SECONDS = 0.5
+# PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
+# DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
+# and a transaction, so few rows each would be mostly overhead, while memory holds up to
+# three chunks' text (prefetch), a few MB each at typical row sizes.
+DATABASE_CHUNK_PAGES = 10
+DATABASE_CHUNK_MAX_ROWS = 5000
+
+
+def database_chunk_rows(page_size: int) -> int:
+    return min(page_size * DATABASE_CHUNK_PAGES, max(page_size, DATABASE_CHUNK_MAX_ROWS))
 
 
 @dataclass(frozen=True)
@@ -108,6 +130,110 @@ def endpoint_pages(
             after = page[-1].id
 
 
+def database_text_pages(
+    store: Any,
+    execution_ids: tuple[int, ...],
+    *,
+    chunk_rows: int,
+    csv: bool,
+    jsonl: bool,
+    guard: threading.Event | None = None,
+) -> Iterator[EncodedPage]:
+    """Every endpoint of the executions as export text written by PostgreSQL, one chunk at a time.
+
+    One short transaction per keyset chunk (``read_execution_export_text``); the
+    connection is back in the pool before the chunk goes on to the object store
+    (docs/architecture.md, rule: short transactions), and the chunk is all the
+    memory held. A chunk the database cannot write byte for byte like the
+    generic encoder (``exact`` false: rare values, see app.search.export_text)
+    is read again as documents and encoded in Python.
+    """
+    for execution_id in execution_ids:
+        after: str | None = None
+        while True:
+            if isinstance(guard, LeaseGuard):
+                guard.raise_if_lost()
+            chunk = store.read_execution_export_text(
+                execution_id, after_id=after, limit=chunk_rows, csv=csv, jsonl=jsonl
+            )
+            if chunk.rows == 0:
+                break
+            if chunk.exact:
+                yield EncodedPage(rows=chunk.rows, csv=chunk.csv, jsonl=chunk.jsonl)
+                last_id, rows = chunk.last_id, chunk.rows
+            else:
+                docs = store.read_execution_endpoints(
+                    execution_id, after_id=after, limit=chunk_rows
+                )
+                if not docs:
+                    break
+                yield from encode_pages([docs], csv=csv, jsonl=jsonl)
+                last_id, rows = docs[-1].id, len(docs)
+            if rows < chunk_rows:
+                break
+            after = last_id
+
+
+class _Done:
+    """Ends a prefetch queue; carries the producer's exception, if any."""
+
+    def __init__(self, error: BaseException | None = None):
+        self.error = error
+
+
+def prefetched(pages: Iterator[EncodedPage], *, name: str) -> Iterator[EncodedPage]:
+    """``pages`` produced by a helper thread one page ahead of the consumer.
+
+    While the consumer compresses and stores one chunk, PostgreSQL writes the
+    next (two cores instead of one). The producer holds a connection only inside
+    each chunk's statement, never while waiting for the consumer; memory holds at
+    most three chunks. An exception in the producer (``LeaseLost`` included) is
+    raised here; a consumer that stops early stops the producer.
+    """
+    ready: queue.Queue[EncodedPage | _Done] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item: EncodedPage | _Done) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for page in pages:
+                if not offer(page):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            offer(_Done(exc))
+            return
+        offer(_Done())
+
+    thread = threading.Thread(target=produce, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, _Done):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(pages, "close", None)
+        if close is not None:
+            close()
+
+
+def writes_text_in_database(store: SearchStore) -> bool:
+    return callable(getattr(store, "read_execution_export_text", None))
+
+
 def export_chunks(
     claim: ExportClaim,
     store: SearchStore,
@@ -115,11 +241,32 @@ def export_chunks(
     page_size: int,
     guard: threading.Event | None,
     stats: dict[str, Any],
+    database_text: bool | None = None,
 ) -> Iterator[bytes]:
-    """The export file's bytes; ``stats["rows"]`` is the endpoint count once exhausted."""
+    """The export file's bytes; ``stats["rows"]`` is the endpoint count once exhausted.
 
-    def pages() -> Iterator[list[EndpointDocument]]:
-        return endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
+    ``database_text`` (default: whenever the store can) has PostgreSQL write the
+    CSV and JSON text, in chunks of ``database_chunk_rows`` rows; otherwise the
+    documents are encoded here. Both give the same bytes.
+    """
+    if database_text is None:
+        database_text = writes_text_in_database(store)
+    csv = claim.format in ("csv", "zip")
+    jsonl = claim.format in ("jsonl", "zip")
+
+    def pages() -> Iterator[EncodedPage]:
+        if database_text:
+            chunks = database_text_pages(
+                store,
+                claim.execution_ids,
+                chunk_rows=database_chunk_rows(page_size),
+                csv=csv,
+                jsonl=jsonl,
+                guard=guard,
+            )
+            return prefetched(chunks, name=f"export-text-{claim.id}")
+        documents = endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
+        return encode_pages(documents, csv=csv, jsonl=jsonl)
 
     if claim.format == "csv":
         member = MemberStats()

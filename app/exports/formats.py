@@ -9,6 +9,11 @@ The zip holds ``endpoints.csv``, ``endpoints.jsonl`` and ``manifest.json``
 written by ``zipfile`` into a sink that the generator drains after every page,
 with data descriptors, so the archive never needs seeking; one pass over the
 pages feeds both members (the JSON lines wait in an unnamed temporary file).
+
+The generators take pages already encoded (``EncodedPage``: the page's CSV rows
+and JSON lines as bytes). ``encode_pages`` encodes endpoint documents here, in
+Python (any search store); on the PostgreSQL store the database writes the same
+bytes itself (``app.search.export_text``, ``app.exports.build``).
 """
 
 from __future__ import annotations
@@ -42,7 +47,17 @@ CSV_COLUMNS = (
     "last_seen",
 )
 
-Pages = Callable[[], Iterable[list[EndpointDocument]]]
+
+@dataclass(frozen=True)
+class EncodedPage:
+    """One page of an export: its row count, CSV rows (no header) and JSON lines."""
+
+    rows: int
+    csv: bytes = b""
+    jsonl: bytes = b""
+
+
+Pages = Callable[[], Iterable[EncodedPage]]
 
 
 @dataclass
@@ -133,23 +148,37 @@ def jsonl_page(page: list[EndpointDocument]) -> bytes:
     return ("\n".join(_json_line(endpoint_record(d)) for d in page) + "\n").encode("utf-8")
 
 
-def csv_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
+def encode_pages(
+    pages: Iterable[list[EndpointDocument]], *, csv: bool = True, jsonl: bool = True
+) -> Iterator[EncodedPage]:
+    """Endpoint documents encoded in Python, page by page (only the formats asked for)."""
     encoder = CsvEncoder()
-    header = encoder.header()
+    for page in pages:
+        yield EncodedPage(
+            rows=len(page),
+            csv=encoder.page(page) if csv else b"",
+            jsonl=jsonl_page(page) if jsonl else b"",
+        )
+
+
+def csv_header() -> bytes:
+    return CsvEncoder().header()
+
+
+def csv_chunks(pages: Iterable[EncodedPage], stats: MemberStats) -> Iterator[bytes]:
+    header = csv_header()
     stats.add(header, 0)
     yield header
     for page in pages:
-        chunk = encoder.page(page)
-        stats.add(chunk, len(page))
-        yield chunk
+        stats.add(page.csv, page.rows)
+        yield page.csv
 
 
-def jsonl_chunks(pages: Iterable[list[EndpointDocument]], stats: MemberStats) -> Iterator[bytes]:
+def jsonl_chunks(pages: Iterable[EncodedPage], stats: MemberStats) -> Iterator[bytes]:
     for page in pages:
-        chunk = jsonl_page(page)
-        if chunk:
-            stats.add(chunk, len(page))
-            yield chunk
+        if page.jsonl:
+            stats.add(page.jsonl, page.rows)
+            yield page.jsonl
 
 
 class _DrainSink:
@@ -185,19 +214,16 @@ def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) 
         tempfile.TemporaryFile(prefix="netmap-export-") as spool,
         zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
     ):
-        encoder = CsvEncoder()
         with archive.open("endpoints.csv", "w", force_zip64=True) as member:
-            header = encoder.header()
+            header = csv_header()
             csv_stats.add(header, 0)
             member.write(header)
             for page in pages():
-                chunk = encoder.page(page)
-                csv_stats.add(chunk, len(page))
-                member.write(chunk)
-                lines = jsonl_page(page)
-                if lines:
-                    jsonl_stats.add(lines, len(page))
-                    spool.write(lines)
+                csv_stats.add(page.csv, page.rows)
+                member.write(page.csv)
+                if page.jsonl:
+                    jsonl_stats.add(page.jsonl, page.rows)
+                    spool.write(page.jsonl)
                 data = sink.drain()
                 if data:
                     yield data

@@ -49,6 +49,7 @@ from app.config import Settings
 from app.errors import Unavailable
 from app.observability import emit
 from app.search.documents import EndpointDocument, FactDocument
+from app.search.export_text import ExportTextChunk, read_export_text
 from app.search.port import (
     AssetPage,
     AssetQuery,
@@ -240,6 +241,16 @@ class PostgresStore:
         self, execution_id: int, *, after_id: str | None, limit: int
     ) -> list[EndpointDocument]:
         return self._queries.read_execution_endpoints(execution_id, after_id=after_id, limit=limit)
+
+    def read_execution_export_text(
+        self, execution_id: int, *, after_id: str | None, limit: int, csv: bool, jsonl: bool
+    ) -> ExportTextChunk:
+        """The next keyset chunk as CSV and JSON-lines text written by PostgreSQL (EXP-7)."""
+        return self._run(
+            lambda conn: read_export_text(
+                conn, execution_id, after_id=after_id, limit=limit, csv=csv, jsonl=jsonl
+            )
+        )
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         # PostgreSQL needs no refresh; the count is one statement (none for an empty execution).

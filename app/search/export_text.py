@@ -1,0 +1,245 @@
+"""Export text of execution endpoints, written by PostgreSQL itself (EXP-7).
+
+The generic export path turns every stored row into an ``EndpointDocument`` and
+encodes it with Python's ``csv`` and ``json`` modules; on the PostgreSQL store
+about half of an export's CPU went to that. Here one statement per keyset chunk
+returns the chunk's CSV rows and JSON lines as two text values
+(``string_agg`` of lines built in SQL), so Python only moves bytes.
+
+Why not ``COPY ... (FORMAT csv)``: its quoting is not ``csv.writer``'s (COPY
+quotes a value holding ``\\r`` and an empty string, ``csv.writer`` with
+``lineterminator="\\n"`` quotes neither), and the export must be the same bytes
+whichever store produced it. Building the lines in SQL gives exact control.
+
+The lines reproduce ``app.exports.formats`` byte for byte:
+
+* CSV: ``csv.writer`` (excel dialect, ``\\n`` line ends) quotes a field only when
+  it holds ``,``, ``"`` or ``\\n`` and doubles ``"``; ``None`` and ``""`` are empty.
+* JSON: ``json`` with ``ensure_ascii=False`` and ``(",", ":")`` separators escapes
+  strings like PostgreSQL's ``to_json`` (``\\" \\\\ \\b \\f \\n \\r \\t``, other
+  control characters as ``\\u00xx``). ``details`` is the ``jsonb`` text with the
+  separators' spaces removed outside strings: the generic path re-encodes what
+  psycopg2 parsed from that very text, keys in the same order.
+* Times: ``isoformat()`` in UTC (the engine pins ``timezone=UTC``), microseconds
+  only when not zero, ``+00:00`` written ``Z``; built from the timestamp's ISO
+  text, so a session whose ``DateStyle`` is not ISO gets no exact chunk.
+
+Where the two encoders could disagree, the chunk is marked not ``exact`` and the
+caller encodes it the generic way: a non-integer number in ``details``
+(``jsonb`` keeps ``1.50`` and ``0.00001`` as written, Python prints floats its
+own way), an IPv4-embedding IPv6 address (``::ffff:1.2.3.4``: PostgreSQL prints
+dotted quads, Python's ``ipaddress`` hex words), a NULL tag, ``details`` that is
+not an object. tests/integration/exports/test_export_text.py builds exports both
+ways and compares them byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.search.postgres_schema import EXECUTION_TABLE as TABLE
+
+# A JSON string literal in jsonb's text output (escapes included).
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+
+
+def _csv_field(expr: str, *, plain: bool = True) -> str:
+    """``csv.writer``'s QUOTE_MINIMAL for one text expression (NULL and '' are empty)."""
+    fast = f"WHEN p.plain THEN {expr} " if plain else ""
+    return (
+        f"CASE {fast}WHEN strpos({expr}, ',') > 0 OR strpos({expr}, '\"') > 0 "
+        f"OR strpos({expr}, E'\\n') > 0 "
+        f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END"
+    )
+
+
+def _json_text(expr: str, *, plain: bool = True) -> str:
+    fast = f"WHEN p.plain THEN '\"' || {expr} || '\"' " if plain else ""
+    return f"CASE WHEN {expr} IS NULL THEN 'null' {fast}ELSE to_json({expr})::text END"
+
+
+# ``p.plain``: none of the row's short text columns holds a character that CSV quotes or
+# JSON escapes, so both take them as they are (one test instead of one per column and
+# format). Banners, often multi-line, are always checked on their own.
+_PLAIN = (
+    "concat(t.transport, t.state, t.service, t.product, t.version, t.hostname, "
+    "array_to_string(t.tags, ';')) !~ '[\\x01-\\x1f,\"\\\\]'"
+)
+
+_JSON_TAGS = (
+    "CASE WHEN coalesce(cardinality(p.tags), 0) = 0 THEN '[]' "
+    "WHEN p.plain THEN '[\"' || array_to_string(p.tags, '\",\"') || '\"]' "
+    "ELSE array_to_json(p.tags)::text END"
+)
+
+
+def _iso(text: str) -> str:
+    """``datetime.isoformat()`` of a UTC time from its ISO-style ``timestamp`` text.
+
+    The text trims trailing zeros of the fraction (``06:00:00.12``) where ``isoformat``
+    writes six digits or none; ``+00:00`` is written ``Z`` (formats._iso).
+    """
+    return (
+        f"overlay(CASE WHEN length({text}) = 19 THEN {text} ELSE rpad({text}, 26, '0') END "
+        "placing 'T' from 11 for 1) || 'Z'"
+    )
+
+
+def _utc_text(expr: str) -> str:
+    # A timestamp's own text output: several times cheaper than to_char. It is ISO
+    # ("2026-11-30 06:00:00.12") under DateStyle ISO, which psycopg2's datetime parsing
+    # needs as well; under any other DateStyle every chunk goes the generic way.
+    return f"({expr} AT TIME ZONE 'UTC')::text"
+
+
+def _compact_json(text: str) -> str:
+    """jsonb text without the spaces its output puts after ``,`` and ``:``.
+
+    ``json_strip_nulls`` re-emits JSON compactly and is several times cheaper than
+    a regular expression, but it drops object members that are null: it serves
+    only text with no ``null`` in it; other text has the separators' spaces removed
+    outside string literals by ``regexp_replace``.
+    """
+    return (
+        f"CASE WHEN strpos({text}, 'null') = 0 THEN json_strip_nulls({text}::json)::text "
+        f"ELSE regexp_replace({text}, '({_JSON_STRING})|([,:]) ', '\\1\\2', 'g') END"
+    )
+
+
+_TEXT_COLUMNS = ("state", "service", "product", "version", "hostname")
+
+# One concat() per line: a chain of || copies the growing line once per piece.
+_CSV_LINE = (
+    "concat("
+    + ", ',', ".join(
+        [
+            "p.task_id",
+            "p.execution_id",
+            "p.ip",  # host(): digits, letters, '.' and ':' only
+            "p.port",
+            _csv_field("p.transport"),
+            *(_csv_field(f"p.{column}") for column in _TEXT_COLUMNS),
+            _csv_field("p.banner", plain=False),
+            _csv_field("p.tags_text"),
+            _iso("p.first_seen_text"),
+            _iso("p.last_seen_text"),
+        ]
+    )
+    + ", E'\\n')"
+)
+
+_JSON_LINE = (
+    "concat("
+    + ", ".join(
+        [
+            "'{\"task_id\":'",
+            "p.task_id",
+            "',\"execution_id\":'",
+            "p.execution_id",
+            "',\"ip\":'",
+            "'\"' || p.ip || '\"'",
+            "',\"port\":'",
+            "p.port",
+            "',\"transport\":'",
+            _json_text("p.transport"),
+            *(
+                piece
+                for column in _TEXT_COLUMNS
+                for piece in (f"',\"{column}\":'", _json_text(f"p.{column}"))
+            ),
+            "',\"banner\":'",
+            _json_text("p.banner", plain=False),
+            "',\"tags\":'",
+            _JSON_TAGS,
+            '\',"first_seen":"\'',
+            _iso("p.first_seen_text"),
+            '\'","last_seen":"\'',
+            _iso("p.last_seen_text"),
+            '\'","details":\'',
+            _compact_json("p.details_text"),
+            "E'}\\n'",
+        ]
+    )
+    + ")"
+)
+
+# Rows the generic encoder must write (see the module docstring).
+_NOT_EXACT = (
+    "(family(p.ip_inet) = 6"
+    " AND (p.ip_inet <<= inet '::/96' OR p.ip_inet <<= inet '::ffff:0:0/96'))"
+    " OR array_position(p.tags, NULL) IS NOT NULL"
+    " OR jsonb_typeof(p.details) <> 'object'"
+    " OR (strpos(p.details_text, '.') > 0"
+    f" AND regexp_replace(p.details_text, '{_JSON_STRING}', '', 'g') LIKE '%.%')"
+)
+
+
+def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
+    # string_agg's ORDER BY matches the keyset subquery's order, so PostgreSQL (16+)
+    # aggregates the sorted rows without sorting them again.
+    csv_agg = f"string_agg({_CSV_LINE}, '' ORDER BY p.id)" if csv else "NULL::text"
+    jsonl_agg = f"string_agg({_JSON_LINE}, '' ORDER BY p.id)" if jsonl else "NULL::text"
+    return f"""
+        SELECT count(*) AS rows,
+               {csv_agg} AS csv,
+               {jsonl_agg} AS jsonl,
+               coalesce(bool_or({_NOT_EXACT}), false)
+                   OR current_setting('DateStyle') NOT LIKE 'ISO%' AS not_exact,
+               max(replace(p.id::text, '-', '') COLLATE "C") AS last_id
+          FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet, host(t.ip) AS ip,
+                       t.port, t.transport, t.state, t.service, t.product, t.version,
+                       t.hostname, t.banner, t.tags, t.details,
+                       array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
+                       t.details::text AS details_text,
+                       {_utc_text("t.first_seen")} AS first_seen_text,
+                       {_utc_text("t.last_seen")} AS last_seen_text
+                  FROM {TABLE} t
+                 WHERE t.execution_id = :execution_id
+                   AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+                 ORDER BY t.id
+                 LIMIT :limit) p
+    """  # noqa: S608 - table, columns and expressions are module constants; values are bound
+
+
+_STATEMENTS = {
+    (csv, jsonl): sa.text(_chunk_sql(csv=csv, jsonl=jsonl))
+    for csv in (True, False)
+    for jsonl in (True, False)
+    if csv or jsonl
+}
+
+
+@dataclass(frozen=True)
+class ExportTextChunk:
+    rows: int
+    csv: bytes  # the chunk's CSV rows, no header (b"" when not asked for)
+    jsonl: bytes  # the chunk's JSON lines (b"" when not asked for)
+    last_id: str | None  # keyset position after this chunk (EndpointDocument.id form)
+    exact: bool  # False: encode these rows the generic way instead
+
+
+def read_export_text(
+    conn: Connection,
+    execution_id: int,
+    *,
+    after_id: str | None,
+    limit: int,
+    csv: bool = True,
+    jsonl: bool = True,
+) -> ExportTextChunk:
+    """The next ``limit`` endpoints of the execution after ``after_id``, as export text."""
+    row: Any = conn.execute(
+        _STATEMENTS[(csv, jsonl)],
+        {"execution_id": execution_id, "after": after_id, "limit": limit},
+    ).one()
+    return ExportTextChunk(
+        rows=int(row.rows),
+        csv=(row.csv or "").encode("utf-8"),
+        jsonl=(row.jsonl or "").encode("utf-8"),
+        last_id=row.last_id,
+        exact=not row.not_exact,
+    )
