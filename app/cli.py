@@ -1,8 +1,10 @@
 """The `netmap` command line (FND-4), a thin Click layer over the domain services.
 
-Every command that needs the database uses ``NETMAP_DATABASE_URL`` / ``[database]
-url`` when set, else the embedded server under the data directory, starting it
-for the duration of the command when nobody else is running it.
+Every command that needs the database opens it with
+``app.cli_support.database_for_command``: ``NETMAP_DATABASE_URL`` / ``[database]
+url`` when set, else the embedded server under the data directory, started for
+the duration of the command when nobody else is running it. Command groups of
+other packages import that module, never this one: this module imports them.
 
 Command groups owned by other packages are attached *lazily*: ``main`` is a
 ``LazyGroup`` and ``main.add_command("app.traffic.cli:traffic")`` names the
@@ -16,13 +18,13 @@ works as in plain Click.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from app.cli_support import database_for_command, describe_error, print_json, read_password
 from app.config import ConfigCheck, ConfigError, Settings, load_settings
 
 
@@ -56,10 +58,6 @@ class CliState:
         """Where each configured (non-default) value came from, for the start-up log."""
         self.settings()
         return self._check.configured_sources() if self._check else {}
-
-
-def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, default=str))
 
 
 class LazyGroup(click.Group):
@@ -119,56 +117,30 @@ def main(ctx: click.Context, config_path: str | None, data_dir: str | None) -> N
     ctx.obj = CliState(config_path=config_path, data_dir=data_dir)
 
 
-def _database(state: CliState):
-    from app import embedded
-
-    return embedded.database_url_for_command(state.settings())
-
-
-def _require_schema(url: str) -> None:
-    from app.migrations import SchemaNotCurrent, require_schema_at_head
-
-    try:
-        require_schema_at_head(url)
-    except SchemaNotCurrent as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _with_engine(url: str):
-    import sqlalchemy as sa
-
-    from app import db
-
-    db.set_engine(db.create_engine(url, poolclass=sa.pool.NullPool, application_name="netmap-cli"))
-
-
 # ---------------------------------------------------------------------------
-@main.group()
-def db() -> None:
+# The Python name is not ``db``: that would shadow the module ``app.db``.
+@main.group("db")
+def db_group() -> None:
     """Database schema."""
 
 
-@db.command("upgrade")
+@db_group.command("upgrade")
 @click.option("--revision", default="head", show_default=True)
 @click.pass_obj
 def db_upgrade(state: CliState, revision: str) -> None:
     """Apply Alembic migrations up to REVISION (safe to run from several processes at once)."""
-    import sqlalchemy as sa
-
     from app import migrations
-    from app.db import create_engine
+    from app.db import transaction
 
     database = state.settings().database
     timeouts = migrations.MigrationTimeouts(
         lock_timeout_ms=database.migration_lock_timeout_ms,
         statement_timeout_ms=database.migration_statement_timeout_ms,
     )
-    with _database(state) as url:
+    with database_for_command(state.settings(), check_schema=False) as url:
         migrations.upgrade(url, revision, timeouts)
-        engine = create_engine(url, poolclass=sa.pool.NullPool)
-        with engine.connect() as conn:
+        with transaction() as conn:
             current = sorted(migrations.current_revisions(conn))
-        engine.dispose()
     print_json({"revision": current})
 
 
@@ -189,26 +161,16 @@ def users_create(state: CliState, username: str, admin: bool, password_stdin: bo
     from app.errors import ApiError
     from app.identity.users import create_user_audited
 
-    password = _read_password(password_stdin)
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
+    password = read_password(password_stdin)
+    with database_for_command(state.settings()):
         try:
             with transaction() as conn:
                 user = create_user_audited(
                     conn, username, password, is_admin=admin, actor_user_id=None, via="cli"
                 )
         except ApiError as exc:
-            raise click.ClickException(_describe(exc)) from None
+            raise click.ClickException(describe_error(exc)) from None
     print_json({"id": user.id, "username": user.username})
-
-
-def _read_password(password_stdin: bool) -> str:
-    if password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
-    if sys.stdin.isatty():
-        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    raise click.UsageError("no terminal to ask for the password: use --password-stdin")
 
 
 def _user_id(conn: Any, username: str) -> int:
@@ -231,17 +193,15 @@ def users_set_password(state: CliState, username: str, password_stdin: bool) -> 
     from app.errors import ApiError
     from app.identity.users import set_password
 
-    password = _read_password(password_stdin)
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
+    password = read_password(password_stdin)
+    with database_for_command(state.settings()):
         try:
             with transaction() as conn:
                 user, ended = set_password(
                     conn, _user_id(conn, username), password, actor_user_id=None, via="cli"
                 )
         except ApiError as exc:
-            raise click.ClickException(_describe(exc)) from None
+            raise click.ClickException(describe_error(exc)) from None
     print_json({"id": user.id, "username": user.username, "sessions_ended": ended})
 
 
@@ -250,16 +210,14 @@ def _set_disabled_command(state: CliState, username: str, disabled: bool) -> Non
     from app.errors import ApiError
     from app.identity.users import set_disabled
 
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
+    with database_for_command(state.settings()):
         try:
             with transaction() as conn:
                 user = set_disabled(
                     conn, _user_id(conn, username), disabled, actor_user_id=None, via="cli"
                 )
         except ApiError as exc:
-            raise click.ClickException(_describe(exc)) from None
+            raise click.ClickException(describe_error(exc)) from None
     print_json({"id": user.id, "username": user.username, "disabled": user.disabled})
 
 
@@ -293,20 +251,13 @@ def scanners_create(state: CliState, name: str) -> None:
     from app.errors import ApiError
     from app.identity.scanners import create_scanner_audited
 
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
+    with database_for_command(state.settings()):
         try:
             with transaction() as conn:
                 scanner, token = create_scanner_audited(conn, name, actor_user_id=None, via="cli")
         except ApiError as exc:
-            raise click.ClickException(_describe(exc)) from None
+            raise click.ClickException(describe_error(exc)) from None
     print_json({"id": scanner.id, "name": scanner.name, "token": token})
-
-
-def _describe(exc: Any) -> str:
-    details = f" {json.dumps(exc.details)}" if getattr(exc, "details", None) else ""
-    return f"{exc.code}: {exc.message}{details}"
 
 
 # ---------------------------------------------------------------------------
@@ -322,8 +273,7 @@ def runner(state: CliState, processes: int | None) -> None:
 
     settings = state.settings()
     emit("ConfigSources", process="runner", value_sources=state.value_sources())
-    with _database(state) as url:
-        _require_schema(url)
+    with database_for_command(settings, install_engine=False) as url:
         code = run_runner(settings, url, processes)
     sys.exit(code)
 

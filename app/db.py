@@ -103,6 +103,21 @@ def get_engine() -> Engine:
     return _engine
 
 
+@contextlib.contextmanager
+def engine_installed(engine: Engine) -> Iterator[Engine]:
+    """Install ``engine`` for a block (one CLI command), then dispose it and put back
+    whatever engine was installed before, so a command run in-process leaves its caller's
+    engine as it found it."""
+    global _engine, _engine_pid
+    previous, previous_pid = _engine, _engine_pid
+    set_engine(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        _engine, _engine_pid = previous, previous_pid
+
+
 def dispose_engine() -> None:
     if _engine is not None:
         _engine.dispose()

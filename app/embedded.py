@@ -10,12 +10,9 @@ while a server someone else started is left running.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import subprocess
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,17 +175,3 @@ def _create_stat_statements(url: str) -> None:
         emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc.orig).__name__)
     finally:
         engine.dispose()
-
-
-@contextlib.contextmanager
-def database_url_for_command(settings) -> Iterator[str]:
-    """The configured database URL, or the embedded server started for this command."""
-    if settings.database.url:
-        yield settings.database.url
-        return
-    server = start(settings.data_dir)
-    try:
-        yield server.url
-    finally:
-        if server.started_here and not os.environ.get("NETMAP_KEEP_EMBEDDED"):
-            server.stop()

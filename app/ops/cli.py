@@ -71,12 +71,12 @@ def diagnostics(state, out_path: str, event_log: str | None) -> None:
     """Write a redacted diagnostics archive (versions, config check, queues, leases, ...)."""
     from pathlib import Path
 
-    from app.cli import _database, _with_engine
+    from app.cli_support import database_for_command
     from app.ops.diagnostics import write_archive
 
     settings = state.settings()
-    with _database(state) as url:
-        _with_engine(url)
+    # No schema check: diagnostics are most wanted when something is wrong.
+    with database_for_command(settings, check_schema=False):
         click.echo("collecting diagnostics...", err=True)
         members = write_archive(
             settings, out_path, event_log=Path(event_log) if event_log else None
@@ -97,12 +97,13 @@ def backup(state, out_path: str) -> None:
     """Back up the database (pg_dump -Fc), object-store files and generated secret key."""
     from pathlib import Path
 
-    from app.cli import _database
+    from app.cli_support import database_for_command
     from app.ops.backup import BackupError
     from app.ops.backup import backup as run_backup
 
     settings = state.settings()
-    with _database(state) as url:
+    # pg_dump works on any schema version; backup makes its own connections.
+    with database_for_command(settings, check_schema=False, install_engine=False) as url:
         try:
             result = run_backup(settings, url, Path(out_path), _progress)
         except BackupError as exc:
@@ -119,7 +120,7 @@ def restore(state, archive: str, force: bool) -> None:
     from pathlib import Path
 
     from app import embedded
-    from app.cli import _database
+    from app.cli_support import database_for_command
     from app.ops.backup import BackupError
     from app.ops.backup import restore as run_restore
 
@@ -129,7 +130,8 @@ def restore(state, archive: str, force: bool) -> None:
             f"the embedded PostgreSQL under {settings.data_dir} is running (is `netmap up` "
             "running?): stop netmap before restoring"
         )
-    with _database(state) as url:
+    # The database is replaced wholesale; restore makes its own connections.
+    with database_for_command(settings, check_schema=False, install_engine=False) as url:
         try:
             result = run_restore(settings, url, Path(archive), force=force, progress=_progress)
         except BackupError as exc:

@@ -21,18 +21,16 @@ def reports() -> None:
 @click.pass_obj
 def set_smtp_password(state, password_stdin: bool) -> None:
     """Store the SMTP password encrypted at rest (never printed, never logged)."""
-    from app.cli import _database, _read_password, _require_schema, _with_engine, print_json
+    from app.cli_support import database_for_command, print_json, read_password
     from app.db import transaction
     from app.identity.secrets_at_rest import SecretBox, put_secret
     from app.reports.delivery import SMTP_PASSWORD_SECRET
 
-    password = _read_password(password_stdin)
+    password = read_password(password_stdin)
     if not password:
         raise click.UsageError("the password must not be empty")
     settings = state.settings()
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
+    with database_for_command(settings):
         with transaction() as conn:
             put_secret(
                 conn, SecretBox(settings.security), SMTP_PASSWORD_SECRET, password, user_id=None

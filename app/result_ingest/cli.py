@@ -30,7 +30,7 @@ from app.agent.formats import FORMATS
 @click.pass_obj
 def import_command(state, file: Path, task_id: int, format_name: str, observed_at: str) -> None:
     """Import an nmap XML, masscan JSON or naabu JSON-lines file into a task."""
-    from app import cli
+    from app.cli_support import database_for_command, describe_error
     from app.errors import ApiError
     from app.identity.users import User
     from app.result_ingest.imports import import_results
@@ -42,9 +42,7 @@ def import_command(state, file: Path, task_id: int, format_name: str, observed_a
         raise click.ClickException(
             f"{file} is {size} bytes; [agent] import_max_bytes is {settings.agent.import_max_bytes}"
         )
-    with cli._database(state) as url:
-        cli._require_schema(url)
-        cli._with_engine(url)
+    with database_for_command(settings) as url:
         store = open_store(settings.replace(database={"url": url}))
         # The operator at the server's command line may import into any task.
         operator = User(id=0, username="netmap-cli", is_admin=True, disabled=False)
@@ -59,7 +57,7 @@ def import_command(state, file: Path, task_id: int, format_name: str, observed_a
                 observed_at_mode=observed_at,
             )
         except ApiError as exc:
-            raise click.ClickException(cli._describe(exc)) from None
+            raise click.ClickException(describe_error(exc)) from None
         finally:
             store.close()
     click.echo(json.dumps({**result.public(), "bytes": size, "seconds": round(result.seconds, 3)}))

@@ -71,28 +71,6 @@ def _domains(raw: str | None, configured: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(domains))
 
 
-def _connect_checked(url: str, stack: contextlib.ExitStack) -> None:
-    """Install an engine for this run and check the schema through it.
-
-    One pooled connection serves the run's few short transactions (a cron job every
-    five minutes should not pay a connection set-up for each of them).
-    """
-    from app import db
-    from app.migrations import current_revisions, head_revisions
-
-    engine = db.create_engine(
-        url, pool_size=1, max_overflow=0, pool_pre_ping=False, application_name="netmap-traffic"
-    )
-    db.set_engine(engine)
-    stack.callback(db.dispose_engine)
-    with engine.connect() as conn:
-        current = current_revisions(conn)
-    if current != head_revisions():
-        raise click.ClickException(
-            "the database schema is not at the current version; run `netmap db upgrade` first"
-        )
-
-
 @traffic.command("rollup")
 @click.option("--granularity", type=click.Choice(["5m", "day"]), default="5m", show_default=True)
 @click.option("--start-date", type=_DATE, help="First business date (5m: today, day: yesterday).")
@@ -161,11 +139,20 @@ def rollup_command(
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
         else:
-            from app.cli import _database
+            from app.cli_support import database_for_command
             from app.traffic.sinks import DatabaseRowSink
 
-            url = stack.enter_context(_database(state))
-            _connect_checked(url, stack)
+            # One pooled connection serves the run's few short transactions (a cron job
+            # every five minutes should not pay a connection set-up for each of them).
+            stack.enter_context(
+                database_for_command(
+                    settings,
+                    application_name="netmap-traffic",
+                    pool_size=1,
+                    max_overflow=0,
+                    pool_pre_ping=False,
+                )
+            )
             sink = DatabaseRowSink()
         if endpoint or state_dir:
             try:
@@ -206,8 +193,8 @@ def _instant(raw: str, tz) -> datetime:
 @click.pass_obj
 def chart_command(state, domain: str, start: str, end: str, granularity: str, out: str) -> None:
     """Draw requests and bytes over time from stored rollups into a PNG."""
-    from app.cli import _database, _require_schema, _with_engine
-    from app.db import dispose_engine, transaction
+    from app.cli_support import database_for_command
+    from app.db import transaction
     from app.traffic.business_time import BusinessCalendar
     from app.traffic.chart import draw_chart
     from app.traffic.rows import series
@@ -219,16 +206,8 @@ def chart_command(state, domain: str, start: str, end: str, granularity: str, ou
         end_at = end_at + timedelta(days=1)
     if end_at <= start_at:
         raise click.BadParameter("--to must be after --from")
-    with _database(state) as url:
-        _require_schema(url)
-        _with_engine(url)
-        try:
-            with transaction() as conn:
-                points = series(
-                    conn, domain=domain, granularity=granularity, start=start_at, end=end_at
-                )
-        finally:
-            dispose_engine()
+    with database_for_command(state.settings()), transaction() as conn:
+        points = series(conn, domain=domain, granularity=granularity, start=start_at, end=end_at)
     draw_chart(points, domain=domain, granularity=granularity, tz=calendar.tz, out=out)
     click.echo(
         json.dumps(
