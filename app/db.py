@@ -1,4 +1,4 @@
-"""Database engine, the one MetaData, and the short-transaction helper.
+"""Database engine and the short-transaction helper.
 
 Every database touch goes through ``with transaction() as conn:`` — commit on
 success, roll back on error, connection back in the pool at exit (docs/architecture.md,
@@ -11,6 +11,10 @@ own classification.
 The engine is per process. ``get_engine()`` notices a fork and drops the
 inherited pool without closing the parent's sockets (docs/architecture.md,
 rule: fork safety).
+
+There is no shared ``MetaData``: the schema is what the migrations in
+``alembic/versions/`` create, and each owning package writes its SQL against it
+(docs/architecture.md, rule: explicit SQL).
 """
 
 from __future__ import annotations
@@ -30,17 +34,6 @@ from app import observability
 from app.config import DatabaseSettings
 from app.errors import PoolTimeout, Unavailable
 from app.observability import emit
-
-# One MetaData for the whole schema; each domain's ``tables`` module adds to it.
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "ck": "ck_%(table_name)s_%(constraint_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
 
 _engine: Engine | None = None
 _engine_pid: int | None = None
