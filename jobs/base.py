@@ -21,14 +21,10 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from app.cancellation import EventLike
 from app.config import Settings
 from app.db import transaction
 from app.observability import emit
-
-
-class EventLike(Protocol):
-    def is_set(self) -> bool: ...
-    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Cancelled(Exception):

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.cancellation import EventLike
 from app.config import Settings
 from app.exports import records
 from app.exports.formats import (
@@ -44,7 +45,7 @@ from app.exports.records import ExportClaim
 from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
-from app.projection.lease import EventLike, LeaseGuard, LeaseLost
+from app.projection.lease import LeaseGuard, LeaseLost
 from app.search.documents import EndpointDocument
 from app.search.port import SearchStore
 

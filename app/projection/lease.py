@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
 
+from app.cancellation import EventLike
 from app.observability import emit
 from app.projection import outbox
 from app.projection.outbox import OutboxClaim
@@ -35,10 +35,6 @@ from app.projection.outbox import OutboxClaim
 # and clocks of two machines may run at slightly different rates.
 LOCAL_LEASE_FRACTION = 0.9
 RENEW_RETRY_SECONDS = 0.5
-
-
-class EventLike(Protocol):
-    def is_set(self) -> bool: ...
 
 
 class LeaseLost(Exception):

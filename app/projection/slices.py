@@ -39,10 +39,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from app.cancellation import EventLike
 from app.config import Settings
 from app.observability import emit
 from app.projection import outbox
-from app.projection.lease import EventLike, Heartbeat, LeaseGuard, LeaseLost
+from app.projection.lease import Heartbeat, LeaseGuard, LeaseLost
 from app.projection.outbox import OutboxClaim
 from app.projection.pages import publish_page
 from app.search.port import SearchStore
