@@ -13,8 +13,8 @@ inherited pool without closing the parent's sockets (docs/architecture.md,
 rule: fork safety).
 
 There is no shared ``MetaData``: the schema is what the migrations in
-``alembic/versions/`` create, and each owning package writes its SQL against it
-(docs/architecture.md, rule: explicit SQL).
+``alembic/versions/`` create, and each owning package writes its SQL against
+it (docs/architecture.md, rule: explicit SQL).
 """
 
 from __future__ import annotations

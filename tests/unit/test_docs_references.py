@@ -22,7 +22,7 @@ OUTSIDE_DOCUMENTS = re.compile(
     r"DESIGN[ .]|DESIGN$|" + "API" + r"\.md|" + "SPEC" + r"(\.md|\s*§)|\bseeds?\s*0\d\d|\bseeds/",
     re.MULTILINE,
 )
-RULE_REFERENCE = re.compile(r"docs/architecture\.md,\s+rule:\s+([a-z][a-z -]*[a-z])")
+RULE_REFERENCE = re.compile(r"docs/architecture\.md,\s+rule:\s+([A-Za-z][A-Za-z -]*[A-Za-z])")
 CODE_DIRS = ("app", "jobs", "alembic", "tests")
 ROOT_FILES = ("wsgi.py", "Procfile", "Makefile", "setup.cfg", "pyproject.toml", "README.md")
 
