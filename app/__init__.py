@@ -104,11 +104,13 @@ def create_app(
         RATELIMIT_STORAGE_URI=settings.security.ratelimit_storage_uri,
         RATELIMIT_HEADERS_ENABLED=True,
     )
-    app.extensions["netmap.settings"] = settings
+    from app.http import context
+
+    app.extensions[context.SETTINGS] = settings
     from app import cursors
 
     cursors.use_secret(settings.security.secret_key)
-    app.extensions["netmap.config_check"] = loaded_check
+    app.extensions[context.CONFIG_CHECK] = loaded_check
     if settings.security.trusted_proxy_count:
         n = settings.security.trusted_proxy_count
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
@@ -120,9 +122,17 @@ def create_app(
     from app.identity.login_throttle import open_login_throttle
 
     limiter.init_app(app)
-    app.extensions["netmap.login_throttle"] = open_login_throttle(
+    app.extensions[context.LOGIN_THROTTLE] = open_login_throttle(
         settings.security.ratelimit_storage_uri
     )
+    # The stores are opened here, before any request, not lazily on first use: two request
+    # threads racing an unlocked "open if missing" would each open one and leak the other.
+    # Opening connects to nothing (clients connect on their first call).
+    from app.object_store import open_object_store
+    from app.search import open_store
+
+    app.extensions[context.STORE] = open_store(settings)
+    app.extensions[context.OBJECT_STORE] = open_object_store(settings)
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)
@@ -144,7 +154,7 @@ def create_app(
 
         # Database failures here are start-up errors; a broken release is not (MOD-7).
         service = ReportRenderService(settings)
-        app.extensions["netmap.report_render"] = service
+        app.extensions[context.REPORT_RENDER] = service
         service.start(background=modules == "background")
     return app
 
@@ -152,13 +162,15 @@ def create_app(
 def close_app(app: Flask) -> None:
     """Drain and close what the app started: the renderer generations and their workers,
     and the search store (its Elasticsearch client and bulk threads, or page threads)."""
-    service = app.extensions.pop("netmap.report_render", None)
+    from app.http import context
+
+    service = app.extensions.pop(context.REPORT_RENDER, None)
     if service is not None:
         service.close()
-    store = app.extensions.pop("netmap.store", None)
+    store = app.extensions.pop(context.STORE, None)
     if store is not None:
         store.close()
-    objects = app.extensions.pop("netmap.object_store", None)
+    objects = app.extensions.pop(context.OBJECT_STORE, None)
     if objects is not None:
         objects.close()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 
 from app.db import transaction
 from app.errors import RateLimited, Unauthorized, ValidationError
+from app.http import context
 from app.http.guards import (
     csrf_token,
     current_user,
@@ -26,11 +27,11 @@ def _throttle(username: str | None) -> None:
     """Count this attempt per address and per username; 429 when either is over."""
     from flask_limiter.util import get_remote_address
 
-    security = current_app.extensions["netmap.settings"].security
+    security = context.settings().security
     budgets = [(address_bucket(get_remote_address()), security.login_rate_limit)]
     if username is not None:
         budgets.append((username_bucket(username), security.login_username_rate_limit))
-    retry_after = current_app.extensions["netmap.login_throttle"].hit(budgets)
+    retry_after = context.login_throttle().hit(budgets)
     if retry_after is not None:
         emit("LoginThrottled", retry_after=retry_after)
         raise RateLimited(

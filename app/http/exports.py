@@ -10,33 +10,19 @@ from __future__ import annotations
 import mimetypes
 import re
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
 from app.db import transaction
 from app.errors import Forbidden, NotFound
 from app.exports import records, service
+from app.http import context
 from app.http.guards import current_user, public, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
-from app.object_store import open_object_store
-from app.object_store.events import InstrumentedObjectStore
 from app.object_store.port import ObjectNotFound, iter_chunks
 
 blueprint = Blueprint("exports", __name__)
 
 _SAFE_FILENAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
-
-
-def _settings():
-    return current_app.extensions["netmap.settings"]
-
-
-def object_store() -> InstrumentedObjectStore:
-    """This app's object store, opened on first use."""
-    existing = current_app.extensions.get("netmap.object_store")
-    if existing is None:
-        existing = open_object_store(_settings())
-        current_app.extensions["netmap.object_store"] = existing
-    return existing
 
 
 @blueprint.post("/api/tasks/<int:task_id>/exports")
@@ -57,10 +43,10 @@ def list_exports_route():
         rows, next_id = records.list_exports(
             conn, owner_id=current_user().id, limit=limit, after_id=after
         )
-    store = object_store()
+    store = context.object_store()
     return jsonify(
         {
-            "items": [service.describe(_settings(), row, store) for row in rows],
+            "items": [service.describe(context.settings(), row, store) for row in rows],
             "next_cursor": encode_cursor({"id": next_id}) if next_id else None,
         }
     )
@@ -70,13 +56,15 @@ def list_exports_route():
 @require_user
 def get_export_route(export_id: int):
     row = service.find_export(current_user(), export_id)
-    return jsonify({"export": service.describe(_settings(), row, object_store())})
+    return jsonify({"export": service.describe(context.settings(), row, context.object_store())})
 
 
 @blueprint.delete("/api/exports/<int:export_id>")
 @require_user
 def delete_export_route(export_id: int):
-    row, results = service.delete_export(_settings(), current_user(), export_id, object_store())
+    row, results = service.delete_export(
+        context.settings(), current_user(), export_id, context.object_store()
+    )
     export = records.export_dict(row)
     export["status"] = "deleted"
     export["download_url"] = None
@@ -88,7 +76,7 @@ def delete_export_route(export_id: int):
 def download_object_route(token: str):
     from app.object_store.filesystem import DownloadLinkInvalid, read_download_token
 
-    settings = _settings()
+    settings = context.settings()
     if settings.object_store.backend != "filesystem":
         raise NotFound("downloads are served by the object store", code="not_found")
     try:
@@ -98,7 +86,7 @@ def download_object_route(token: str):
         raise Forbidden(
             "the download link is invalid or has expired", code=f"download_link_{reason}"
         ) from None
-    store = object_store()
+    store = context.object_store()
     key = payload["k"]
     try:
         size = store.size(key)

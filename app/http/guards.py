@@ -14,12 +14,14 @@ import functools
 import hmac
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from flask import current_app, g, request, session
+from flask import g, request, session
 
 from app.db import transaction
 from app.errors import Forbidden, Unauthorized
+from app.http import context
 from app.http.ratelimit import admin_limit, limiter, session_or_address_key
 from app.identity import sessions
 from app.identity.scanners import Scanner, authenticate_scanner
@@ -36,7 +38,8 @@ def _mark(view: Callable[..., Any], access: str) -> Callable[..., Any]:
 
 def start_session(user: User) -> str:
     """Log the user in: a fresh server-side session, cookie and CSRF token."""
-    lifetime = current_app.permanent_session_lifetime
+    # The same lifetime create_app gives Flask (PERMANENT_SESSION_LIFETIME) for the cookie.
+    lifetime = timedelta(hours=context.settings().security.session_lifetime_hours)
     with transaction() as conn:
         session_id = sessions.start_session(conn, user.id, lifetime)
     session.clear()

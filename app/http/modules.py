@@ -7,9 +7,10 @@ never accepted over HTTP.
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 
 from app.errors import Unavailable, ValidationError
+from app.http import context
 from app.http.guards import current_user, require_admin
 from app.http.requests import json_body
 from app.modules.selection import Selection
@@ -19,7 +20,7 @@ blueprint = Blueprint("modules", __name__, url_prefix="/api/modules")
 
 
 def _service() -> ReportRenderService:
-    service = current_app.extensions.get("netmap.report_render")
+    service = context.report_renderer()
     if service is None:
         raise Unavailable(
             "the report renderer is not running in this process", code="module_unavailable"

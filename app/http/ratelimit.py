@@ -8,15 +8,17 @@ keeps its counters in PostgreSQL when no shared store is configured.
 
 from __future__ import annotations
 
-from flask import current_app, session
+from flask import session
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
+
+from app.http import context
 
 limiter = Limiter(get_remote_address, headers_enabled=True)
 
 
 def _security():
-    return current_app.extensions["netmap.settings"].security
+    return context.settings().security
 
 
 def admin_limit() -> str:

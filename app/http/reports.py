@@ -14,7 +14,7 @@ from flask import Blueprint, Response, jsonify
 
 from app.db import transaction
 from app.errors import Conflict, NotFound
-from app.http.exports import object_store
+from app.http import context
 from app.http.guards import current_user, require_admin, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.reports import definitions, records, templates
@@ -101,7 +101,7 @@ def report_mail_route(report_id: int):
     if row.html is None:
         raise NotFound("this report has no archived mail", code="report_mail_not_found")
     html = row.html
-    store = object_store()
+    store = context.object_store()
     for image in row.images:
         with store.open(image["key"]) as handle:
             encoded = base64.b64encode(handle.read()).decode("ascii")

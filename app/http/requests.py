@@ -6,11 +6,12 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import current_app, request
+from flask import request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app import cursors
 from app.errors import ValidationError, truncate_text
+from app.http import context
 from app.json_input import decode_json, require_clean_json
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -26,7 +27,7 @@ def request_body(*, cache: bool = True) -> bytes:
     an oversized body into a truncated one ("invalid JSON"); read one byte more
     ourselves and answer 413 instead.
     """
-    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    limit = context.settings().ingest.max_body_bytes  # Flask's MAX_CONTENT_LENGTH
     if request.content_length is None and limit and request.environ.get("wsgi.input_terminated"):
         cached = request.environ.get("netmap.body")
         if cached is not None:

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 from flask import Flask, Response, request
 from flask.sessions import SecureCookieSessionInterface
 
+from app.http import context
+
 HTML_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -44,7 +46,7 @@ def is_loopback_host(host: str) -> bool:
 
 class LoopbackAwareSessionInterface(SecureCookieSessionInterface):
     def get_cookie_secure(self, app: Flask) -> bool:
-        if not app.config["SESSION_COOKIE_SECURE"]:
+        if not context.settings().security.session_cookie_secure:
             return False
         return request.is_secure or not is_loopback_host(request.host)
 

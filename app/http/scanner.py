@@ -6,10 +6,11 @@ through their lease life cycle.
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from app.db import transaction
 from app.errors import ValidationError
+from app.http import context
 from app.http.guards import current_scanner, require_scanner
 from app.http.requests import json_body
 from app.observability import emit
@@ -25,7 +26,7 @@ blueprint = Blueprint("scanner", __name__, url_prefix="/api/scanner")
 
 
 def _lease_seconds() -> int:
-    return current_app.extensions["netmap.settings"].scan.execution_lease_seconds
+    return context.settings().scan.execution_lease_seconds
 
 
 @blueprint.post("/claim")

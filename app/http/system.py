@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from app.errors import ValidationError
+from app.http import context
 from app.http.guards import require_admin
 from app.http.requests import datetime_arg
 
@@ -15,17 +16,13 @@ blueprint = Blueprint("system", __name__, url_prefix="/api")
 MAX_RANGE = timedelta(days=400)
 
 
-def _settings():
-    return current_app.extensions["netmap.settings"]
-
-
 @blueprint.get("/config/check")
 @require_admin
 def config_check_route():
     from app.ops.config_check import check_report, full_check
 
-    settings = _settings()
-    check = full_check(settings, current_app.extensions.get("netmap.config_check"))
+    settings = context.settings()
+    check = full_check(settings, context.config_check())
     return jsonify(check_report(settings, check))
 
 
@@ -69,7 +66,7 @@ def resources_route():
 def slow_sql_route():
     from app.ops.slow_sql import report
 
-    return jsonify(report(_settings()))
+    return jsonify(report(context.settings()))
 
 
 @blueprint.get("/system/diagnostics")
@@ -82,7 +79,7 @@ def diagnostics_route():
     # Built into a temporary file first (all database reads done, no connection held),
     # then streamed in chunks; the file is gone when the response is closed.
     spool = tempfile.TemporaryFile()
-    write_archive(_settings(), spool, current_app.extensions.get("netmap.config_check"))
+    write_archive(context.settings(), spool, context.config_check())
     spool.seek(0)
 
     def chunks():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from app.db import transaction
 from app.errors import NotFound, ValidationError
+from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
 from app.observability import emit
@@ -21,15 +22,11 @@ from app.scan_control.query import (
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 
 
-def _settings():
-    return current_app.extensions["netmap.settings"]
-
-
 @blueprint.post("")
 @require_user
 def create_task_route():
     user = current_user()
-    scan = _settings().scan
+    scan = context.settings().scan
     task_request = validate_task_request(json_body(), scan)
     with transaction() as conn:
         task_id = create_task(conn, owner_id=user.id, request=task_request, limits=scan)

@@ -16,11 +16,12 @@ import hashlib
 import hmac
 from datetime import UTC, datetime
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from app.cursors import bad_cursor
 from app.db import transaction
 from app.errors import ValidationError
+from app.http import context
 from app.http.guards import require_bearer, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.observability import emit
@@ -30,12 +31,8 @@ from app.traffic.rows import RowQuery, query_rows, upsert_rows, validate_rows
 blueprint = Blueprint("traffic", __name__, url_prefix="/api/traffic")
 
 
-def _settings():
-    return current_app.extensions["netmap.settings"]
-
-
 def _rollup_token_matches(token: str) -> bool:
-    expected = _settings().traffic.ingest_token
+    expected = context.settings().traffic.ingest_token
     if not expected:
         return False
     # Comparing digests keeps the comparison constant-time whatever the lengths.
@@ -48,7 +45,9 @@ def _rollup_token_matches(token: str) -> bool:
 @require_bearer(_rollup_token_matches, realm="netmap-traffic")
 def ingest_rollups():
     body = json_body(allow_nul=True)  # the row validator names index and field of a NUL
-    records = validate_rows(body.get("rows"), max_rows=_settings().traffic.max_rows_per_request)
+    records = validate_rows(
+        body.get("rows"), max_rows=context.settings().traffic.max_rows_per_request
+    )
     with transaction() as conn:
         written = upsert_rows(conn, records)
     emit(
@@ -84,7 +83,7 @@ def instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
 @blueprint.get("/rollups")
 @require_user
 def list_rollups():
-    calendar = BusinessCalendar(_settings().traffic.timezone)
+    calendar = BusinessCalendar(context.settings().traffic.timezone)
     granularity = request.args.get("granularity") or None
     if granularity not in (None, "5m", "day"):
         raise ValidationError(

@@ -10,10 +10,11 @@ says so, shows the current state and lets them decide again.
 
 from __future__ import annotations
 
-from flask import current_app, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 
 from app.db import transaction
 from app.errors import ApiError, Conflict
+from app.http import context
 from app.http.requests import int_arg
 from app.identity.scanners import (
     create_scanner_audited,
@@ -132,7 +133,7 @@ def user_set_disabled(user_id: int, action: str):
 
 # -- report renderer --------------------------------------------------------------------
 def _renderer_page(*, notice=None, error=None, conflict=None, form=None, status=200):
-    service = current_app.extensions.get("netmap.report_render")
+    service = context.report_renderer()
     state = service.status() if service is not None else None
     with transaction() as conn:
         history = recent_revisions(conn, limit=10)
@@ -159,7 +160,7 @@ def renderer():
         "change_reason": request.form.get("change_reason", "").strip(),
         "expected_revision": request.form.get("expected_revision", ""),
     }
-    service = current_app.extensions.get("netmap.report_render")
+    service = context.report_renderer()
     if service is None:
         return _renderer_page(error="The report renderer is not running here.", status=503)
     problems = []

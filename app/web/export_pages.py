@@ -7,11 +7,11 @@ signed download link once the file is ready.
 
 from __future__ import annotations
 
-from flask import current_app, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 
 from app.db import transaction
 from app.exports import records, service
-from app.http.exports import object_store
+from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.observability import emit
 from app.web import blueprint
@@ -38,8 +38,8 @@ def exports():
         rows, next_id = records.list_exports(
             conn, owner_id=signed_in_user().id, limit=PAGE_SIZE, after_id=after
         )
-    settings = current_app.extensions["netmap.settings"]
-    store = object_store()
+    settings = context.settings()
+    store = context.object_store()
     items = [service.describe(settings, row, store) for row in rows]
     next_url = url_for("web.exports", cursor=encode_cursor({"id": next_id})) if next_id else None
     in_flight = any(item["status"] in ("queued", "building") for item in items)

@@ -9,8 +9,9 @@ by mean time, or why statistics are unavailable). Admins only.
 
 from __future__ import annotations
 
-from flask import current_app, render_template
+from flask import render_template
 
+from app.http import context
 from app.ops import resources, slow_sql
 from app.web import blueprint
 from app.web.access import page_admin
@@ -30,5 +31,5 @@ def system_resources():
 @blueprint.get("/admin/slow-sql")
 @page_admin
 def slow_sql_page():
-    report = slow_sql.report(current_app.extensions["netmap.settings"])
+    report = slow_sql.report(context.settings())
     return render_template("console/slow_sql.html", report=report)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask import current_app, redirect, render_template, request, send_from_directory, url_for
+from flask import redirect, render_template, request, send_from_directory, url_for
 
 from app.analysis.queries import recent_change_counts
 from app.db import transaction
@@ -115,7 +115,7 @@ def dashboard():
         from app.projection.outbox import backlog as outbox_backlog
 
         backlog = outbox_backlog()
-        service = current_app.extensions.get("netmap.report_render")
+        service = context.report_renderer()
         renderer = service.status() if service is not None else None
     return render_template(
         "console/dashboard.html",

@@ -18,9 +18,14 @@ def test_close_app_closes_the_search_store_it_opened(settings, engine):
     from tests.support.stores import install
 
     application = create_app(settings, engine=engine, modules="off")
+    # Opened by create_app before any request: no lazy, unlocked first-use init.
+    opened = application.extensions[context.STORE]
+    assert opened is not None and context.OBJECT_STORE in application.extensions
+    store = install(application)
+    assert store.inner is opened
     with application.app_context():
-        inner = context.store()  # opened on first use, like a request would
-    store = install(application, inner)
+        assert context.store() is store
     close_app(application)
     assert "close" in store.names()
-    assert "netmap.store" not in application.extensions
+    assert context.STORE not in application.extensions
+    assert context.OBJECT_STORE not in application.extensions

@@ -41,8 +41,12 @@ class ControlledStore:
 
 
 def install(app, inner: Any | None = None) -> ControlledStore:
-    from app.search import open_store
+    """Wrap the store ``create_app`` opened (or put ``inner`` in its place, closing it)."""
+    from app.http import context
 
-    store = ControlledStore(inner or open_store(app.extensions["netmap.settings"]))
-    app.extensions["netmap.store"] = store
+    opened = app.extensions[context.STORE]
+    if inner is not None and inner is not opened:
+        opened.close()
+    store = ControlledStore(inner if inner is not None else opened)
+    app.extensions[context.STORE] = store
     return store
