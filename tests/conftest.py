@@ -9,6 +9,12 @@ Fixture map:
   engine         test: the process engine for that database (app.db.set_engine)
   app, client    test: the Flask app and its test client
   api            test: helpers to create users/scanners and act as them
+
+Shared helpers and fixtures live in tests/support/ (never in another conftest); the
+fixture modules below are registered for the whole suite:
+  es_target      session: Elasticsearch simulator or NETMAP_TEST_ES_URL (support/es_target.py)
+  s3_server_url, fault_proxy  moto's S3 and a fault proxy in front of it (support/s3.py)
+  small_pool_app test: create_app on a one-connection pool (support/small_pool.py)
 """
 
 from __future__ import annotations
@@ -22,11 +28,17 @@ from pathlib import Path
 import pytest
 
 from app import db
-from app.config import Settings, load_settings
+from app.config import Settings
 from tests.support.api import Api
 from tests.support.database import TestDatabaseServer, start_test_server, unique_name
+from tests.support.settings import (
+    DIES_AFTER_SELF_TEST_RELEASE,
+    FAULTY_RELEASE,
+    RENDERER_RELEASES,
+    make_settings,
+)
 
-TEST_SECRET_KEY = "test-secret-key-not-for-production-use-0123456789"
+pytest_plugins = ("tests.support.es_target", "tests.support.s3", "tests.support.small_pool")
 
 
 @pytest.fixture(scope="session")
@@ -68,19 +80,6 @@ def empty_database_url(pg_server: TestDatabaseServer) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
-def make_settings(database_url: str, tmp_path, **sections) -> Settings:
-    overrides = {
-        "database": {"url": database_url, "pool_size": 5, "max_overflow": 5},
-        "security": {"secret_key": TEST_SECRET_KEY},
-        "server": {"data_dir": str(tmp_path / "var")},
-        "runner": {"idle_backoff_max_seconds": 0.2, "shutdown_timeout_seconds": 10.0},
-    }
-    for name, values in sections.items():
-        overrides.setdefault(name, {}).update(values)
-    settings, _check = load_settings(env={}, overrides=overrides)
-    return settings
-
-
 @pytest.fixture
 def settings(database_url: str, tmp_path) -> Settings:
     return make_settings(database_url, tmp_path)
@@ -117,13 +116,8 @@ def api(app) -> Api:
 
 
 # ---------------------------------------------------------------------------
-# Renderer releases, built once per session by the real build command.
-
-RENDERER_RELEASES = ("renderer-1.0.0", "renderer-2.0.0")
-FAULTY_RELEASE = "renderer-faulty"
-DIES_AFTER_SELF_TEST_RELEASE = "renderer-dies-after-self-test"
-
-
+# Renderer releases, built once per session by the real build command
+# (the release names are in tests/support/settings.py).
 @pytest.fixture(scope="session")
 def renderer_releases(tmp_path_factory: pytest.TempPathFactory):
     """A releases directory with two real releases (built by `netmap modules build-renderer`)

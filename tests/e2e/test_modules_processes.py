@@ -20,8 +20,8 @@ import requests
 from app.db import transaction
 from app.identity.users import create_user
 from app.migrations import PROJECT_ROOT
-from tests.conftest import RENDERER_RELEASES, TEST_SECRET_KEY
 from tests.support.processes import free_port
+from tests.support.settings import RENDERER_RELEASES, TEST_SECRET_KEY
 from tests.support.waiting import process_gone, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -21,8 +21,8 @@ from app.projection.pages import publish_page
 from app.projection.slices import ProjectionWorker
 from app.search.elasticsearch_store import ElasticsearchStore
 from app.search.postgres_store import PostgresStore
-from tests.integration.search.conftest import drop_prefix
 from tests.support.es_simulator import EsSimulator, Fault
+from tests.support.es_target import drop_prefix
 from tests.support.processes import (
     LoggedProcess,
     base_env,

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from app.db import normalise_url
 from app.traffic.business_time import BusinessCalendar
-from tests.conftest import TEST_SECRET_KEY
 from tests.support.nginx_logs import CST, LogDir, nginx_line
+from tests.support.settings import TEST_SECRET_KEY
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOMAIN = "sc.example.com"

@@ -712,7 +712,7 @@ def test_disabled_user_loses_access_immediately(api):
 
 def test_login_rate_limit_answers_429_with_retry_after(tmp_path, database_url, engine):
     from app import create_app
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3 per minute"})
     client = create_app(settings, engine=engine, modules="off").test_client()
@@ -729,8 +729,8 @@ def test_login_rate_limit_answers_429_with_retry_after(tmp_path, database_url, e
 
 def test_admin_routes_are_rate_limited_per_user(tmp_path, database_url, engine):
     from app import create_app
-    from tests.conftest import make_settings
     from tests.support.api import Api
+    from tests.support.settings import make_settings
 
     settings = make_settings(database_url, tmp_path, security={"admin_rate_limit": "2 per minute"})
     api = Api(create_app(settings, engine=engine, modules="off"))
@@ -811,7 +811,7 @@ def test_login_limits_are_shared_between_processes_through_redis(tmp_path, datab
     import redis
 
     from app import create_app
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     redis.Redis.from_url(REDIS_URL).flushdb()  # database 15 belongs to these tests
     settings = make_settings(

@@ -11,9 +11,9 @@ import pytest
 
 from app import create_app, db
 from app.errors import ValidationError
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.scanner_protocol import claim, make_task, observation, upload_body
+from tests.support.settings import make_settings
 from tests.support.sql import scalar
 
 TOKEN = "rollup-token-for-tests-0123456789"

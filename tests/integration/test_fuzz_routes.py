@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 
 from app import close_app, create_app
 from app.db import transaction
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.scanner_protocol import now_iso, observation, upload_body
+from tests.support.settings import make_settings
 
 TOKEN = "rollup-token-for-fuzz-tests-0123456789"
 DATA_TABLES = (

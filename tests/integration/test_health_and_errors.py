@@ -21,7 +21,7 @@ def test_healthz_and_readyz(client):
 
 def test_readyz_is_503_when_migrations_are_not_at_head(empty_database_url, tmp_path):
     from app import db
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     settings = make_settings(empty_database_url, tmp_path)
     engine = db.create_engine(empty_database_url, settings.database)
@@ -37,7 +37,7 @@ def test_readyz_is_503_when_migrations_are_not_at_head(empty_database_url, tmp_p
 
 def test_readyz_is_503_when_the_database_is_unreachable(tmp_path):
     from app import db
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     url = "postgresql://nobody@127.0.0.1:1/none"
     settings = make_settings(url, tmp_path)
@@ -76,8 +76,8 @@ def test_http_errors_are_json(client, method, path, status, code):
 
 
 def test_oversized_body_is_413_json(tmp_path, database_url, engine, api):
-    from tests.conftest import make_settings
     from tests.support.api import Api
+    from tests.support.settings import make_settings
 
     settings = make_settings(database_url, tmp_path, ingest={"max_body_bytes": 2048})
     small = Api(create_app(settings, engine=engine, modules="off"))
@@ -139,43 +139,30 @@ def test_events_are_json_lines_without_secrets(capsys):
         assert forbidden not in line
 
 
-def test_pool_timeout_becomes_503_with_retry_after(tmp_path, database_url):
+def test_pool_timeout_becomes_503_with_retry_after(small_pool_app):
     import threading
 
     from app import db
-    from tests.conftest import make_settings
-    from tests.support.api import Api
 
-    settings = make_settings(
-        database_url,
-        tmp_path,
-        database={"pool_size": 1, "max_overflow": 0, "pool_timeout_seconds": 0.2},
-    )
-    engine = db.create_engine(database_url, settings.database)
+    api = small_pool_app(pool_timeout_seconds=0.2).api
+    user = api.user()
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_the_only_connection():
+        with db.transaction():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    holder.start()
+    held.wait(5)
     try:
-        app = create_app(settings, engine=engine, modules="off")
-        api = Api(app)
-        user = api.user()
-        held = threading.Event()
-        release = threading.Event()
-
-        def hold_the_only_connection():
-            with db.transaction():
-                held.set()
-                release.wait(10)
-
-        holder = threading.Thread(target=hold_the_only_connection)
-        holder.start()
-        held.wait(5)
-        try:
-            response = user.get("/api/tasks")
-        finally:
-            release.set()
-            holder.join()
-        assert response.status_code == 503
-        assert response.headers["Retry-After"] == "2"
-        assert response.get_json()["error"]["code"] == "database_busy"
-        assert user.get("/api/tasks").status_code == 200
+        response = user.get("/api/tasks")
     finally:
-        db.set_engine(None)
-        engine.dispose()
+        release.set()
+        holder.join()
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "2"
+    assert response.get_json()["error"]["code"] == "database_busy"
+    assert user.get("/api/tasks").status_code == 200

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_settings
 from tests.support.scanner_protocol import make_task
+from tests.support.settings import make_settings
 from tests.support.sql import rows, scalar
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"

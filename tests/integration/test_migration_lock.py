@@ -114,7 +114,7 @@ def test_schema_check_names_the_command(empty_database_url, database_url):
 
 def test_web_app_refuses_an_unmigrated_database(empty_database_url, tmp_path):
     from app import create_app
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     settings = make_settings(empty_database_url, tmp_path)
     with pytest.raises(migrations.SchemaNotCurrent, match="netmap db upgrade"):

@@ -12,7 +12,7 @@ from app.modules.errors import ErrorKind, ModuleError, StaleRevision
 from app.modules.registry import ModuleRegistry
 from app.modules.report_render import SLOT_NAME, open_candidate, report_render_slot
 from app.renderer.contract import self_test_input
-from tests.conftest import FAULTY_RELEASE, RENDERER_RELEASES
+from tests.support.settings import FAULTY_RELEASE, RENDERER_RELEASES
 from tests.support.waiting import process_gone, wait_until
 
 

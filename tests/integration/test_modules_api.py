@@ -14,13 +14,13 @@ from app.db import transaction
 from app.modules.errors import ErrorKind, ModuleError
 from app.modules.selection import NAMESPACE
 from app.renderer.contract import self_test_input
-from tests.conftest import (
+from tests.support.api import Api
+from tests.support.settings import (
     DIES_AFTER_SELF_TEST_RELEASE,
     FAULTY_RELEASE,
     RENDERER_RELEASES,
     make_settings,
 )
-from tests.support.api import Api
 from tests.support.waiting import process_gone, wait_until
 
 URL = "/api/modules/report-render"

@@ -16,7 +16,7 @@ from app.modules.errors import CandidateRejected, ErrorKind, ModuleError
 from app.modules.releases import locate_release
 from app.modules.report_render import ProcessModule, open_candidate
 from app.renderer.contract import self_test_input
-from tests.conftest import FAULTY_RELEASE, RENDERER_RELEASES
+from tests.support.settings import FAULTY_RELEASE, RENDERER_RELEASES
 from tests.support.waiting import process_gone
 
 FORBIDDEN_TOP_LEVEL = {

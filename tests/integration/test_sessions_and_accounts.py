@@ -19,8 +19,8 @@ from flask import Blueprint
 from app import create_app
 from app.db import transaction
 from app.http.guards import public
-from tests.conftest import make_settings
 from tests.support.api import DEFAULT_PASSWORD, Api
+from tests.support.settings import make_settings
 
 COOKIE = "netmap_session"
 

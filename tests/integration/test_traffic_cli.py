@@ -22,8 +22,8 @@ from werkzeug.serving import make_server
 
 from app import create_app, db
 from app.cli import main
-from tests.conftest import make_settings
 from tests.support.nginx_logs import CST, LogDir, nginx_line, reference_sums
+from tests.support.settings import make_settings
 
 TOKEN = "cli-rollup-token-0123456789abcdef"
 DOMAIN = "sc.example.com"

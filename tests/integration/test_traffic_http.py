@@ -8,8 +8,8 @@ import sqlalchemy as sa
 from app import create_app, db
 from app.config import load_settings
 from app.db import transaction
-from tests.conftest import make_settings
 from tests.support.api import Api
+from tests.support.settings import make_settings
 
 TOKEN = "rollup-token-for-tests-0123456789"
 

@@ -15,8 +15,8 @@ from app.traffic.business_time import BusinessCalendar
 from jobs.base import Cancelled, JobContext, claim_periodic
 from jobs.registry import job_kinds
 from jobs.traffic_rollup import DAY_JOB_NAME, JOB_NAME, LeaseKeeper, _run
-from tests.conftest import make_settings
 from tests.support.nginx_logs import CST, LogDir, nginx_line
+from tests.support.settings import make_settings
 
 DOMAIN = "sc.example.com"
 

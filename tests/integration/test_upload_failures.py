@@ -10,55 +10,45 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import create_app, db
+from app import create_app
 from app.db import transaction
 from app.search.port import StoreUnavailable
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.scanner_protocol import claim, make_task, now_iso, observation, upload_body
+from tests.support.settings import make_settings
 from tests.support.sql import scalar
 from tests.support.stores import install
 
 
-def test_no_connection_is_held_during_store_io(tmp_path, database_url):
-    settings = make_settings(
-        database_url,
-        tmp_path,
-        database={"pool_size": 1, "max_overflow": 0, "pool_timeout_seconds": 5},
+def test_no_connection_is_held_during_store_io(small_pool_app):
+    small = small_pool_app()
+    app, engine, api = small.app, small.engine, small.api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    store = install(app)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_store(*_args, **_kwargs):
+        entered.set()
+        assert release.wait(20)
+
+    store.before["write_facts"] = slow_store
+    result: dict[str, object] = {}
+    uploader = threading.Thread(
+        target=lambda: result.setdefault("r", upload.batch(0, [observation("192.0.2.1")]))
     )
-    engine = db.create_engine(database_url, settings.database)
+    uploader.start()
     try:
-        app = create_app(settings, engine=engine, modules="off")
-        api = Api(app)
-        user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80,443")
-        upload = claim(scanner)
-        store = install(app)
-        entered, release = threading.Event(), threading.Event()
-
-        def slow_store(*_args, **_kwargs):
-            entered.set()
-            assert release.wait(20)
-
-        store.before["write_facts"] = slow_store
-        result: dict[str, object] = {}
-        uploader = threading.Thread(
-            target=lambda: result.setdefault("r", upload.batch(0, [observation("192.0.2.1")]))
-        )
-        uploader.start()
-        try:
-            assert entered.wait(20)
-            # While the upload is inside the store, the only pooled connection is free.
-            assert engine.pool.checkedout() == 0
-            other = user.get("/api/tasks")
-            assert other.status_code == 200
-        finally:
-            release.set()
-            uploader.join(30)
-        assert result["r"].status_code == 200 and result["r"].get_json()["saved"] == 1
+        assert entered.wait(20)
+        # While the upload is inside the store, the only pooled connection is free.
+        assert engine.pool.checkedout() == 0
+        other = user.get("/api/tasks")
+        assert other.status_code == 200
     finally:
-        db.set_engine(None)
-        engine.dispose()
+        release.set()
+        uploader.join(30)
+    assert result["r"].status_code == 200 and result["r"].get_json()["saved"] == 1
 
 
 def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
@@ -179,39 +169,29 @@ def test_final_scope_covers_every_month_and_an_empty_execution_sends_no_count(
     assert "refresh" in store.names()
 
 
-def test_pool_timeout_on_upload_is_503_with_retry_after_2(tmp_path, database_url):
-    settings = make_settings(
-        database_url,
-        tmp_path,
-        database={"pool_size": 1, "max_overflow": 0, "pool_timeout_seconds": 0.2},
-    )
-    engine = db.create_engine(database_url, settings.database)
+def test_pool_timeout_on_upload_is_503_with_retry_after_2(small_pool_app):
+    small = small_pool_app(pool_timeout_seconds=0.2)
+    app, engine, api = small.app, small.engine, small.api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    body = upload_body(upload.token, 0, [observation("192.0.2.1")])
+    # Take the only pooled connection inside the upload, once the store writes are done,
+    # so the upload's own confirm transaction is the one that waits for the pool.
+    held = []
+    store = install(app)
+    store.after["write_execution_endpoints"] = lambda *_a, **_k: held.append(engine.connect())
     try:
-        app = create_app(settings, engine=engine, modules="off")
-        api = Api(app)
-        user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80,443")
-        upload = claim(scanner)
-        body = upload_body(upload.token, 0, [observation("192.0.2.1")])
-        # Take the only pooled connection inside the upload, once the store writes are done,
-        # so the upload's own confirm transaction is the one that waits for the pool.
-        held = []
-        store = install(app)
-        store.after["write_execution_endpoints"] = lambda *_a, **_k: held.append(engine.connect())
-        try:
-            response = scanner.post(f"/api/scanner/executions/{upload.id}/uploads", json=body)
-        finally:
-            for connection in held:
-                connection.close()
-        assert len(held) == 1
-        assert response.status_code == 503
-        assert response.headers["Retry-After"] == "2"
-        assert response.get_json()["error"]["code"] == "database_busy"
-        store.after.clear()
-        assert upload.post(body).status_code == 200  # the retry confirms the pending receipt
+        response = scanner.post(f"/api/scanner/executions/{upload.id}/uploads", json=body)
     finally:
-        db.set_engine(None)
-        engine.dispose()
+        for connection in held:
+            connection.close()
+    assert len(held) == 1
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "2"
+    assert response.get_json()["error"]["code"] == "database_busy"
+    store.after.clear()
+    assert upload.post(body).status_code == 200  # the retry confirms the pending receipt
 
 
 def test_upload_events_carry_the_span_and_no_secrets(api, caplog):

@@ -10,7 +10,6 @@ import sqlalchemy as sa
 
 from app import create_app, db
 from app.db import transaction
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.scanner_protocol import (
     checksum,
@@ -20,6 +19,7 @@ from tests.support.scanner_protocol import (
     observation,
     upload_body,
 )
+from tests.support.settings import make_settings
 from tests.support.sql import rows, scalar
 from tests.support.stores import install
 

@@ -205,8 +205,8 @@ def test_validation_errors_name_the_item_and_write_nothing(api):
 
 def test_batch_size_limits(tmp_path, database_url, engine):
     from app import create_app
-    from tests.conftest import make_settings
     from tests.support.api import Api
+    from tests.support.settings import make_settings
 
     settings = make_settings(
         database_url, tmp_path, ingest={"max_observations_per_batch": 3, "max_body_bytes": 4096}

@@ -17,13 +17,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from app import close_app, create_app, db
+from app import close_app, create_app
 from app.db import transaction
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.es_cluster import Fault
 from tests.support.es_simulator import EsSimulator
 from tests.support.scanner_protocol import claim, make_task, observation
+from tests.support.settings import make_settings
 from tests.support.sql import scalar
 from tests.support.stores import install
 
@@ -34,21 +34,21 @@ def simulator():
         yield sim
 
 
-def _es_app(simulator, database_url, tmp_path, **sections):
-    settings = make_settings(
-        database_url,
-        tmp_path,
-        elasticsearch={
+def _es_sections(simulator) -> dict[str, dict]:
+    return {
+        "elasticsearch": {
             "url": simulator.url,
             "index_prefix": f"up-{uuid.uuid4().hex[:8]}",
             "request_timeout_seconds": 5.0,
             "bulk_retry_backoff_ms": 10,
             "bulk_retry_budget": 2,
         },
-        ingest={"observed_at_max_age_days": 400},
-        **sections,
-    )
-    return settings
+        "ingest": {"observed_at_max_age_days": 400},
+    }
+
+
+def _es_app(simulator, database_url, tmp_path, **sections):
+    return make_settings(database_url, tmp_path, **_es_sections(simulator), **sections)
 
 
 @pytest.fixture
@@ -227,41 +227,29 @@ def test_throttled_bulk_requests_are_retried_within_the_budget(simulator, es_api
     assert response.status_code == 200 and response.get_json()["saved"] == 1
 
 
-def test_no_connection_is_held_while_elasticsearch_is_slow(simulator, database_url, tmp_path):
-    settings = _es_app(
-        simulator,
-        database_url,
-        tmp_path,
-        database={"pool_size": 1, "max_overflow": 0, "pool_timeout_seconds": 5},
+def test_no_connection_is_held_while_elasticsearch_is_slow(simulator, small_pool_app):
+    small = small_pool_app(**_es_sections(simulator))
+    app, engine, api = small.app, small.engine, small.api
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    # Create the indices first so the slow request is the bulk write itself.
+    assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
+    store = install(app)
+    entered = threading.Event()
+    store.before["write_facts"] = lambda *_a, **_k: entered.set()
+    simulator.inject(Fault("delay", endpoint="_bulk", seconds=3.0, times=1))
+    result = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault("r", upload.batch(1, [observation("192.0.2.2")]))
     )
-    engine = db.create_engine(database_url, settings.database)
-    app = create_app(settings, engine=engine, modules="off")
+    worker.start()
     try:
-        api = Api(app)
-        user, scanner = api.user(), api.scanner()
-        make_task(user, ports="80,443")
-        upload = claim(scanner)
-        # Create the indices first so the slow request is the bulk write itself.
-        assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
-        store = install(app)
-        entered = threading.Event()
-        store.before["write_facts"] = lambda *_a, **_k: entered.set()
-        simulator.inject(Fault("delay", endpoint="_bulk", seconds=3.0, times=1))
-        result = {}
-        worker = threading.Thread(
-            target=lambda: result.setdefault("r", upload.batch(1, [observation("192.0.2.2")]))
-        )
-        worker.start()
-        try:
-            assert entered.wait(20)
-            time.sleep(0.3)  # let the (3 s slow) bulk request get under way
-            # While Elasticsearch is slow, the single pooled connection is free.
-            assert engine.pool.checkedout() == 0
-            assert user.get("/api/tasks").status_code == 200
-        finally:
-            worker.join(30)
-        assert result["r"].status_code == 200
+        assert entered.wait(20)
+        time.sleep(0.3)  # let the (3 s slow) bulk request get under way
+        # While Elasticsearch is slow, the single pooled connection is free.
+        assert engine.pool.checkedout() == 0
+        assert user.get("/api/tasks").status_code == 200
     finally:
-        close_app(app)
-        db.set_engine(None)
-        engine.dispose()
+        worker.join(30)
+    assert result["r"].status_code == 200

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import PROJECT_ROOT, base_env, free_port
+from tests.support.settings import TEST_SECRET_KEY
 from tests.support.waiting import wait_until
 
 

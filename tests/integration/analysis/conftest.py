@@ -11,15 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.projection.conftest import (  # noqa: F401
+from tests.support.analysis import Scans
+from tests.support.projection_setup import (  # noqa: F401  (fixtures used by this directory)
     ProjectionSetup,
     backend,
     es_projection,
     pg_projection,
     projection,
 )
-from tests.integration.search.conftest import es_target  # noqa: F401
-from tests.support.analysis import Scans
 
 ANALYSIS_DEFAULTS = {"lease_seconds": 10, "heartbeat_seconds": 3, "retry_base_seconds": 0.05}
 

@@ -267,8 +267,8 @@ def test_a_build_withdrawn_while_running_deletes_what_it_wrote(api, settings):
 def test_s3_export_downloads_through_a_presigned_url(api, database_url, engine, tmp_path, request):
     import urllib.request
 
-    from tests.conftest import make_settings
-    from tests.integration.object_store.conftest import s3_overrides
+    from tests.support.s3 import s3_overrides
+    from tests.support.settings import make_settings
 
     proxy = request.getfixturevalue("fault_proxy")
     settings = make_settings(database_url, tmp_path, object_store=s3_overrides(proxy.url))

@@ -22,7 +22,7 @@ from app.object_store.deleter import (
 )
 from app.object_store.port import ObjectStoreUnavailable
 from app.observability import render_metrics
-from tests.integration.object_store.conftest import (
+from tests.support.s3 import (
     TEST_ACCESS_KEY,
     TEST_SECRET,
     TEST_SESSION_TOKEN,

@@ -140,7 +140,7 @@ def test_download_urls_serve_the_object(object_store, app_for_store):
 
 def test_filesystem_links_expire_and_cannot_be_altered(tmp_path, app_for_store):
     from app.object_store import open_object_store
-    from tests.integration.object_store.conftest import store_settings
+    from tests.support.s3 import store_settings
 
     store = open_object_store(store_settings(tmp_path, {"backend": "filesystem"}))
     store.put("exports/1/a.csv", b"secret rows", "text/csv")

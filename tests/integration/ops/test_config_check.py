@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from app.cli import main
 from app.config import load_settings
 from app.ops.config_check import emit_check, full_check
-from tests.conftest import make_settings
 from tests.support.api import Api
 from tests.support.processes import base_env, netmap_command
+from tests.support.settings import make_settings
 
 SECRETS = {
     "smtp_password": "smtp-pass-Q7s9",

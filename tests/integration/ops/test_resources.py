@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from app.db import transaction
 from app.ops import resources
-from tests.conftest import make_settings
+from tests.support.settings import make_settings
 
 
 def _insert(rows):

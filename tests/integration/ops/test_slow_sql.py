@@ -166,7 +166,7 @@ def test_top_statements_between_two_samples(
 def test_retention_keeps_a_bounded_number_of_samples(
     with_extension, tmp_path, database_url, engine
 ):
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
 
     settings = make_settings(database_url, tmp_path, ops={"slow_sql_retention_samples": 3})
     for _ in range(5):

@@ -15,8 +15,6 @@ from app.db import transaction
 from app.projection import outbox
 from app.projection.status import projection_status_sql
 from app.search.port import StoreUnavailable
-from tests.conftest import make_settings
-from tests.integration.projection.conftest import PUBLISH_CALL, page_cursors
 from tests.support.es_simulator import Fault
 from tests.support.projection import (
     create_execution,
@@ -30,8 +28,10 @@ from tests.support.projection import (
     seed_execution,
     stored_current,
 )
+from tests.support.projection_setup import PUBLISH_CALL, page_cursors
 from tests.support.scanner_protocol import claim, observation
 from tests.support.search_documents import forge_key_collision
+from tests.support.settings import make_settings
 from tests.support.stores import ControlledStore, install
 from tests.support.waiting import wait_until
 

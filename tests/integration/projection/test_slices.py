@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from app.projection import outbox
-from tests.integration.projection.conftest import PUBLISH_CALL
 from tests.support.projection import (
     drain,
     expected_current,
@@ -17,6 +16,7 @@ from tests.support.projection import (
     seed_execution,
     stored_current,
 )
+from tests.support.projection_setup import PUBLISH_CALL
 
 
 def test_everything_is_published_like_a_from_scratch_projection(projection):

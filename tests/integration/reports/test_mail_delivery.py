@@ -144,8 +144,8 @@ def test_smtp_delivery_mime_images_recipients_and_per_recipient_errors(api, sett
 def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings, database_url):
     from aiosmtpd.smtp import AuthResult
 
-    from tests.conftest import TEST_SECRET_KEY
     from tests.integration.test_cli import run_cli
+    from tests.support.settings import TEST_SECRET_KEY
 
     logins: list[tuple[bytes, bytes]] = []
 

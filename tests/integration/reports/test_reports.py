@@ -404,7 +404,7 @@ def test_killed_renderer_worker_is_a_temporary_error_then_a_new_worker_renders(
 
     from app.config import load_settings
     from app.modules.report_render import open_candidate
-    from tests.conftest import RENDERER_RELEASES
+    from tests.support.settings import RENDERER_RELEASES
 
     worker_settings, _ = load_settings(
         env={}, overrides={"report_renderer": {"releases_directory": str(renderer_releases)}}
@@ -550,7 +550,7 @@ def test_a_report_whose_runners_keep_dying_fails_after_the_last_attempt(api, set
 def test_renderer_deadline_then_busy_are_temporary_errors(api, settings, renderer_releases):
     from app.config import load_settings
     from app.modules.report_render import open_candidate
-    from tests.conftest import FAULTY_RELEASE
+    from tests.support.settings import FAULTY_RELEASE
 
     # The test-only faulty build sleeps on a "fault:sleep:N" template version; the caller
     # stops waiting after 0.5 s, and the abandoned call keeps the only slot busy meanwhile.

@@ -21,8 +21,8 @@ from app.search.port import (
     StoreError,
     StoreUnavailable,
 )
-from tests.integration.search.conftest import es_settings_for
 from tests.support.es_simulator import EsSimulator, Fault
+from tests.support.es_target import es_settings_for
 from tests.support.search_documents import at, current_asset, execution_endpoint, fact
 
 NOVEMBER = StorageScope(months=("2026.11",))

@@ -20,8 +20,8 @@ from app import db, migrations
 from app.db import normalise_url
 from app.search.port import StorageScope
 from app.search.postgres_store import PostgresStore
-from tests.conftest import make_settings
 from tests.support.search_documents import at, execution_endpoint, fact
+from tests.support.settings import make_settings
 
 MONTHS = {
     "2026.10": datetime(2026, 10, 31, 23, 59, 59, tzinfo=UTC),

@@ -15,7 +15,6 @@ from app.search.port import AssetQuery, StorageScope, StoreUnavailable
 from app.search.postgres_queries import asset_search_statement
 from app.search.postgres_schema import partition_name
 from app.search.postgres_store import PostgresStore
-from tests.conftest import make_settings
 from tests.support.search_documents import (
     at,
     current_asset,
@@ -23,6 +22,7 @@ from tests.support.search_documents import (
     fact,
     forge_key_collision,
 )
+from tests.support.settings import make_settings
 
 
 def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):

@@ -98,8 +98,8 @@ def _sign_in_next(api, target: str) -> str:
 
 def test_wrong_password_and_the_rate_limit_message(tmp_path, database_url, engine):
     from app import create_app
-    from tests.conftest import make_settings
     from tests.support.api import Api
+    from tests.support.settings import make_settings
 
     settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "2 per minute"})
     api = Api(create_app(settings, engine=engine, modules="off"))
