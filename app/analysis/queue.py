@@ -34,13 +34,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
+from app.lease_queue import (
+    OWNED,
+    Backlog,
+    LeaseQueue,
+    claim_parameters,
+    owned,
+    retry_parameters,
+)
 from app.projection.status import projection_status_sql
 
-LEASE_EXPIRED_ERROR = (
-    "the previous claim's lease expired before it ended (worker stopped or stalled)"
-)
-MAX_ERROR_CHARS = 1000
 PRUNE_BATCH_ROWS = 5000
+# A lease queue like the projection outbox (app/lease_queue.py builds the shared SQL).
+QUEUE = LeaseQueue("scan_analysis_queue", enqueued_column="enqueued_at")
+_RETRY = QUEUE.retry_statement()
+_COMPLETE = QUEUE.complete_statement(in_phase="publish")
 
 
 class LeaseLost(Exception):
@@ -70,48 +78,38 @@ class AnalysisClaim:
 # sorts by its last update, so it can neither block nor jump its owner's queue forever.
 _FINISHED = "coalesce(e.finished_at, e.updated_at)"
 
-_CLAIM = sa.text(
+# The next analysable execution: due, not under a live lease, its projection ready, and
+# no earlier-finished unprocessed execution of the same owner ahead of it (ANA-1).
+_CLAIM = QUEUE.claim_statement(
     f"""
-    WITH next AS (
-        SELECT q.execution_id, q.claim_token IS NOT NULL AS recovered
-          FROM scan_analysis_queue q
-          JOIN scan_executions e ON e.id = q.execution_id
-          JOIN scan_tasks t ON t.id = e.task_id
-         WHERE q.processed_at IS NULL
-           AND q.available_at <= now()
-           AND (q.lease_expires_at IS NULL OR q.lease_expires_at <= now())
-           AND (e.status <> 'succeeded'
-                OR {projection_status_sql("e")} IN ('ready', 'not_applicable'))
-           AND NOT EXISTS (
-               SELECT 1
-                 FROM scan_analysis_queue q2
-                 JOIN scan_executions e2 ON e2.id = q2.execution_id
-                 JOIN scan_tasks t2 ON t2.id = e2.task_id
-                WHERE q2.processed_at IS NULL
-                  AND t2.owner_id = t.owner_id
-                  AND q2.execution_id <> q.execution_id
-                  AND ({_FINISHED.replace("e.", "e2.")}, e2.id) < ({_FINISHED}, e.id))
-         ORDER BY {_FINISHED}, e.id
-         LIMIT 1
-           FOR UPDATE OF q SKIP LOCKED
-    )
-    UPDATE scan_analysis_queue q
-       SET claim_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => :lease),
-           attempts = q.attempts + CASE WHEN next.recovered THEN 1 ELSE 0 END,
-           last_error = CASE WHEN next.recovered THEN :recovered_error ELSE q.last_error END,
-           updated_at = now()
-      FROM next
-     WHERE q.execution_id = next.execution_id
-    RETURNING q.execution_id, q.claim_token, q.phase, q.attempts, next.recovered
-    """  # noqa: S608 - fragments are module constants; values are bound
+    SELECT q.execution_id, q.claim_token IS NOT NULL AS recovered
+      FROM scan_analysis_queue q
+      JOIN scan_executions e ON e.id = q.execution_id
+      JOIN scan_tasks t ON t.id = e.task_id
+     WHERE q.processed_at IS NULL
+       AND q.available_at <= now()
+       AND (q.lease_expires_at IS NULL OR q.lease_expires_at <= now())
+       AND (e.status <> 'succeeded'
+            OR {projection_status_sql("e")} IN ('ready', 'not_applicable'))
+       AND NOT EXISTS (
+           SELECT 1
+             FROM scan_analysis_queue q2
+             JOIN scan_executions e2 ON e2.id = q2.execution_id
+             JOIN scan_tasks t2 ON t2.id = e2.task_id
+            WHERE q2.processed_at IS NULL
+              AND t2.owner_id = t.owner_id
+              AND q2.execution_id <> q.execution_id
+              AND ({_FINISHED.replace("e.", "e2.")}, e2.id) < ({_FINISHED}, e.id))
+     ORDER BY {_FINISHED}, e.id
+     LIMIT 1
+       FOR UPDATE OF q SKIP LOCKED
+    """,  # noqa: S608 - fragments are module constants; values are bound
+    returning=("execution_id", "claim_token", "phase", "attempts"),
 )
-
-_OWNED = "execution_id = :execution_id AND claim_token = :token AND lease_expires_at > now()"
 
 
 def _owned(claim: AnalysisClaim) -> dict[str, object]:
-    return {"execution_id": claim.execution_id, "token": claim.claim_token}
+    return owned(claim.execution_id, claim.claim_token)
 
 
 def enqueue(conn: Connection, execution_id: int, task_id: int) -> None:
@@ -133,9 +131,7 @@ def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
     """Claim the next analysable execution, or ``None`` when nothing is due."""
     sent_at = time.monotonic()
     with transaction() as conn:
-        row = conn.execute(
-            _CLAIM, {"lease": lease_seconds, "recovered_error": LEASE_EXPIRED_ERROR}
-        ).one_or_none()
+        row = conn.execute(_CLAIM, claim_parameters(lease_seconds)).one_or_none()
         if row is None:
             return None
         execution = conn.execute(
@@ -180,7 +176,7 @@ def hold(conn: Connection, claim: AnalysisClaim, *, phase: str) -> None:
             f"""
             UPDATE scan_analysis_queue
                SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
-             WHERE {_OWNED} AND phase = :phase
+             WHERE {OWNED} AND phase = :phase
             RETURNING 1
             """  # noqa: S608 - fragments are module constants; values are bound
         ),
@@ -225,7 +221,7 @@ def renew(claim: AnalysisClaim) -> bool | None:
                     UPDATE scan_analysis_queue
                        SET lease_expires_at = now() + make_interval(secs => :lease),
                            updated_at = now()
-                     WHERE {_OWNED} AND execution_id IN (SELECT execution_id FROM lockable)
+                     WHERE {OWNED} AND execution_id IN (SELECT execution_id FROM lockable)
                     RETURNING 1
                 )
                 SELECT (SELECT count(*) FROM renewed) AS renewed,
@@ -246,21 +242,7 @@ def renew(claim: AnalysisClaim) -> bool | None:
 def complete(claim: AnalysisClaim) -> bool:
     """Statuses pushed: the row is processed; False: ownership lost."""
     with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    f"""
-                    UPDATE scan_analysis_queue
-                       SET processed_at = now(), phase = 'done', claim_token = NULL,
-                           lease_expires_at = NULL, attempts = 0, last_error = NULL,
-                           updated_at = now()
-                     WHERE {_OWNED} AND phase = 'publish'
-                    RETURNING 1
-                    """  # noqa: S608 - fragments are module constants; values are bound
-                ),
-                _owned(claim),
-            ).scalar()
-        )
+        return bool(conn.execute(_COMPLETE, _owned(claim)).scalar())
 
 
 def retry(
@@ -269,63 +251,20 @@ def retry(
     """Keep the error, count the attempt, back off (equal jitter); ``None``: ownership lost."""
     with transaction() as conn:
         row = conn.execute(
-            sa.text(
-                f"""
-                WITH delay AS (
-                    SELECT least(CAST(:max_backoff AS double precision),
-                                 CAST(:base AS double precision) * power(2, least(attempts, 40)))
-                           * (0.5 + random() * 0.5) AS seconds
-                      FROM scan_analysis_queue WHERE {_OWNED}
-                )
-                UPDATE scan_analysis_queue
-                   SET claim_token = NULL, lease_expires_at = NULL,
-                       attempts = attempts + 1, last_error = :error,
-                       available_at = now() + make_interval(secs => (SELECT seconds FROM delay)),
-                       updated_at = now()
-                 WHERE {_OWNED}
-                RETURNING (SELECT seconds FROM delay) AS retry_in
-                """  # noqa: S608 - fragments are module constants; values are bound
-            ),
+            _RETRY,
             {
                 **_owned(claim),
-                "error": error[:MAX_ERROR_CHARS],
-                "base": base_seconds,
-                "max_backoff": max_backoff_seconds,
+                **retry_parameters(
+                    error, base_seconds=base_seconds, max_backoff_seconds=max_backoff_seconds
+                ),
             },
         ).one_or_none()
     return None if row is None else float(row.retry_in)
 
 
-@dataclass(frozen=True)
-class Backlog:
-    rows: int
-    oldest_age_seconds: float
-    running: int
-    retrying: int
-
-
 def backlog() -> Backlog:
     """Unprocessed rows, the age of the oldest, live claims and rows holding an error."""
-    with transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                """
-                SELECT count(*) AS rows,
-                       coalesce(extract(epoch FROM now() - min(enqueued_at)), 0) AS oldest,
-                       count(*) FILTER (WHERE claim_token IS NOT NULL
-                                          AND lease_expires_at > now()) AS running,
-                       count(*) FILTER (WHERE last_error IS NOT NULL) AS retrying
-                  FROM scan_analysis_queue
-                 WHERE processed_at IS NULL
-                """
-            )
-        ).one()
-    return Backlog(
-        rows=row.rows,
-        oldest_age_seconds=float(row.oldest),
-        running=row.running,
-        retrying=row.retrying,
-    )
+    return QUEUE.backlog()
 
 
 def prune_processed(*, retention_days: int) -> int:

@@ -31,11 +31,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-
-LEASE_EXPIRED_ERROR = (
-    "the previous claim's lease expired before it ended (worker stopped or stalled)"
+from app.lease_queue import (
+    OWNED,
+    Backlog,
+    LeaseQueue,
+    claim_parameters,
+    owned,
+    retry_parameters,
 )
-MAX_ERROR_CHARS = 1000
+
+# The outbox is a lease queue like the analysis queue (app/lease_queue.py builds the shared SQL).
+QUEUE = LeaseQueue("scan_projection_outbox", enqueued_column="created_at")
 
 
 @dataclass(frozen=True)
@@ -59,40 +65,29 @@ class RetryScheduled:
     retry_in_seconds: float
 
 
-_CLAIM = sa.text(
+# The next publishable execution: succeeded, due, not under a live lease.
+_CLAIM = QUEUE.claim_statement(
     """
-    WITH next AS (
-        SELECT o.execution_id, o.claim_token IS NOT NULL AS recovered
-          FROM scan_projection_outbox o
-          JOIN scan_executions e ON e.id = o.execution_id
-         WHERE o.processed_at IS NULL
-           AND o.available_at <= now()
-           AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= now())
-           AND e.status = 'succeeded'
-         ORDER BY o.available_at, o.execution_id
-         LIMIT 1
-           FOR UPDATE OF o SKIP LOCKED
-    )
-    UPDATE scan_projection_outbox o
-       SET claim_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => :lease),
-           attempts = o.attempts + CASE WHEN next.recovered THEN 1 ELSE 0 END,
-           last_error = CASE WHEN next.recovered THEN :recovered_error ELSE o.last_error END,
-           updated_at = now()
-      FROM next
-     WHERE o.execution_id = next.execution_id
-    RETURNING o.execution_id, o.claim_token, o.cursor, o.phase, o.processed_endpoints,
-              o.attempts, next.recovered
-    """
+    SELECT o.execution_id, o.claim_token IS NOT NULL AS recovered
+      FROM scan_projection_outbox o
+      JOIN scan_executions e ON e.id = o.execution_id
+     WHERE o.processed_at IS NULL
+       AND o.available_at <= now()
+       AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= now())
+       AND e.status = 'succeeded'
+     ORDER BY o.available_at, o.execution_id
+     LIMIT 1
+       FOR UPDATE OF o SKIP LOCKED
+    """,
+    returning=("execution_id", "claim_token", "cursor", "phase", "processed_endpoints", "attempts"),
 )
 
-_OWNED = "execution_id = :execution_id AND claim_token = :token AND lease_expires_at > now()"
 
 _RENEW = sa.text(
     f"""
     UPDATE scan_projection_outbox
        SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
-     WHERE {_OWNED}
+     WHERE {OWNED}
     RETURNING 1
     """  # noqa: S608 - only the constant ownership predicate is spliced in
 )
@@ -103,7 +98,7 @@ _CHECKPOINT = sa.text(
        SET cursor = :cursor, processed_endpoints = :processed, phase = :phase,
            lease_expires_at = now() + make_interval(secs => :lease),
            attempts = 0, last_error = NULL, updated_at = now()
-     WHERE {_OWNED}
+     WHERE {OWNED}
     RETURNING 1
     """  # noqa: S608 - only the constant ownership predicate is spliced in
 )
@@ -112,45 +107,17 @@ _RELEASE = sa.text(
     f"""
     UPDATE scan_projection_outbox
        SET claim_token = NULL, lease_expires_at = NULL, available_at = now(), updated_at = now()
-     WHERE {_OWNED}
+     WHERE {OWNED}
     RETURNING 1
     """  # noqa: S608 - only the constant ownership predicate is spliced in
 )
 
-# Exponential backoff with "equal jitter": a delay between half and all of
-# min(max, base * 2^(attempts - 1)), so failing rows spread out instead of
-# returning in lockstep. Computed in the UPDATE from the row's own count.
-_RETRY = sa.text(
-    f"""
-    WITH delay AS (
-        SELECT least(CAST(:max_backoff AS double precision),
-                     CAST(:base AS double precision) * power(2, least(attempts, 40)))
-               * (0.5 + random() * 0.5) AS seconds
-          FROM scan_projection_outbox WHERE {_OWNED}
-    )
-    UPDATE scan_projection_outbox
-       SET claim_token = NULL, lease_expires_at = NULL,
-           attempts = attempts + 1, last_error = :error,
-           available_at = now() + make_interval(secs => (SELECT seconds FROM delay)),
-           updated_at = now()
-     WHERE {_OWNED}
-    RETURNING attempts, (SELECT seconds FROM delay) AS retry_in
-    """  # noqa: S608 - only the constant ownership predicate is spliced in
-)
-
-_COMPLETE = sa.text(
-    f"""
-    UPDATE scan_projection_outbox
-       SET processed_at = now(), phase = 'done', claim_token = NULL, lease_expires_at = NULL,
-           attempts = 0, last_error = NULL, updated_at = now()
-     WHERE {_OWNED}
-    RETURNING 1
-    """  # noqa: S608 - only the constant ownership predicate is spliced in
-)
+_RETRY = QUEUE.retry_statement()
+_COMPLETE = QUEUE.complete_statement()
 
 
 def _owned(claim: OutboxClaim) -> dict[str, object]:
-    return {"execution_id": claim.execution_id, "token": claim.claim_token}
+    return owned(claim.execution_id, claim.claim_token)
 
 
 def enqueue(conn: Connection, execution_id: int) -> None:
@@ -173,9 +140,7 @@ def claim_next(*, lease_seconds: float) -> OutboxClaim | None:
     sent_at = time.monotonic()
     # No stage events here: idle workers poll this, and a quiet runner should log nothing.
     with transaction() as conn:
-        row = conn.execute(
-            _CLAIM, {"lease": lease_seconds, "recovered_error": LEASE_EXPIRED_ERROR}
-        ).one_or_none()
+        row = conn.execute(_CLAIM, claim_parameters(lease_seconds)).one_or_none()
     if row is None:
         return None
     return OutboxClaim(
@@ -231,9 +196,9 @@ def retry(
             _RETRY,
             {
                 **_owned(claim),
-                "error": error[:MAX_ERROR_CHARS],
-                "base": base_seconds,
-                "max_backoff": max_backoff_seconds,
+                **retry_parameters(
+                    error, base_seconds=base_seconds, max_backoff_seconds=max_backoff_seconds
+                ),
             },
         ).one_or_none()
     if row is None:
@@ -247,33 +212,6 @@ def complete(claim: OutboxClaim) -> bool:
         return bool(conn.execute(_COMPLETE, _owned(claim)).scalar())
 
 
-@dataclass(frozen=True)
-class Backlog:
-    rows: int
-    oldest_age_seconds: float
-    running: int
-    retrying: int
-
-
 def backlog() -> Backlog:
     """Unprocessed rows, the age of the oldest, live claims and rows holding an error."""
-    with transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                """
-                SELECT count(*) AS rows,
-                       coalesce(extract(epoch FROM now() - min(created_at)), 0) AS oldest,
-                       count(*) FILTER (WHERE claim_token IS NOT NULL
-                                          AND lease_expires_at > now()) AS running,
-                       count(*) FILTER (WHERE last_error IS NOT NULL) AS retrying
-                  FROM scan_projection_outbox
-                 WHERE processed_at IS NULL
-                """
-            )
-        ).one()
-    return Backlog(
-        rows=row.rows,
-        oldest_age_seconds=float(row.oldest),
-        running=row.running,
-        retrying=row.retrying,
-    )
+    return QUEUE.backlog()

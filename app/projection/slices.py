@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from app.cancellation import EventLike
 from app.config import Settings
+from app.lease_queue import MAX_ERROR_CHARS
 from app.observability import emit
 from app.projection import outbox
 from app.projection.lease import Heartbeat, LeaseGuard, LeaseLost
@@ -75,7 +76,7 @@ def describe_error(exc: BaseException) -> str:
             " (the cluster refused the request size: lower"
             " elasticsearch.projection_bulk_max_bytes or raise its http.max_content_length)"
         )
-    return text[: outbox.MAX_ERROR_CHARS]
+    return text[:MAX_ERROR_CHARS]
 
 
 class ProjectionWorker:
