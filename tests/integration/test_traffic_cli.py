@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from werkzeug.serving import make_server
 
-from app import create_app, db
+from app import close_app, create_app, db
 from app.cli import main
 from tests.support.nginx_logs import CST, LogDir, nginx_line, reference_sums
 from tests.support.settings import make_settings
@@ -36,11 +36,15 @@ def served_app(database_url, tmp_path):
     settings = make_settings(database_url, tmp_path, traffic={"ingest_token": TOKEN})
     engine = db.create_engine(settings.database.url, settings.database)
     db.set_engine(engine)
-    server = make_server("127.0.0.1", 0, create_app(settings, engine=engine), threaded=True)
+    application = create_app(settings, engine=engine)
+    server = make_server("127.0.0.1", 0, application, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
+    # Stops the renderer's refresh thread, which would otherwise go on using whatever
+    # engine a later test installs (a stray session in that test's database).
+    close_app(application)
     db.set_engine(None)
     engine.dispose()
 

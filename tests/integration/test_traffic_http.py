@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from app import create_app, db
+from app import close_app, create_app, db
 from app.config import load_settings
 from app.db import transaction
 from tests.support.api import Api
@@ -21,7 +21,9 @@ def traffic_app(database_url, tmp_path):
     )
     engine = db.create_engine(settings.database.url, settings.database)
     db.set_engine(engine)
-    yield create_app(settings, engine=engine)
+    application = create_app(settings, engine=engine)
+    yield application
+    close_app(application)  # stops the renderer's refresh thread before the engine goes
     db.set_engine(None)
     engine.dispose()
 
