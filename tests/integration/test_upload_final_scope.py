@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from app.db import transaction
 from app.search.documents import month_of
-from tests.conftest import make_settings
 from tests.support.scanner_protocol import claim, make_task, observation
+from tests.support.settings import make_settings
 from tests.support.sql import rows
 from tests.support.stores import install
 
