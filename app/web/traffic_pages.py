@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from flask import current_app, render_template, request
+from flask import render_template, request
 
 from app.db import transaction
 from app.errors import ValidationError
+from app.http import context
 from app.http.traffic import instant_arg
 from app.traffic import rows
 from app.traffic.business_time import BusinessCalendar
@@ -83,7 +84,7 @@ def _range(
 @blueprint.get("/traffic")
 @page_user
 def traffic():
-    settings = current_app.extensions["netmap.settings"]
+    settings = context.settings()
     calendar = BusinessCalendar(settings.traffic.timezone)
     values = {name: request.args.get(name, "") for name in ("domain", "granularity", "from", "to")}
     error = None

@@ -311,7 +311,7 @@ def _converged_on(driver, url: str, release_id: str, revision: int) -> dict[str,
 def test_admin_publishes_a_renderer_release_and_rolls_back(
     database_url, tmp_path, browser, renderer_releases
 ):
-    from tests.conftest import RENDERER_RELEASES
+    from tests.support.settings import RENDERER_RELEASES
 
     first, second = RENDERER_RELEASES
     with (
