@@ -173,6 +173,8 @@ CONSOLE_ROUTES: list[Route] = [
         {**_page(409, owned=True), OTHER: 404},
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    # Rollups belong to no user (as on /api/traffic/rollups): every signed-in caller reads them.
+    _html("GET", "/console/traffic", lambda w: "/console/traffic", _page(200)),
     _html("GET", "/console/reports", lambda w: "/console/reports", _page(200)),
     _html(
         "GET",
