@@ -21,7 +21,7 @@ from app.analysis import changes, queue, status_sync
 from app.analysis.queue import AnalysisClaim, LeaseLost
 from app.config import Settings
 from app.observability import emit
-from app.search.port import SearchStore
+from app.search.port import SearchStore, sightings_in_database
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ class AnalysisWorker:
             with _Heartbeat(claim, config.heartbeat_seconds) as beat:
                 phase = claim.phase
                 if phase == "analyse":
-                    sightings_sql = getattr(self.store, "execution_sightings_sql", None)
-                    sql = sightings_sql() if sightings_sql is not None else None
+                    in_database = sightings_in_database(self.store)
+                    sql = in_database.execution_sightings_sql() if in_database else None
                     if sql is None and claim.kind == "ports" and claim.status == "succeeded":
                         changes.stage_sightings(
                             claim,

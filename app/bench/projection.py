@@ -42,7 +42,7 @@ from app.config import Settings
 from app.db import transaction
 from app.search.documents import EndpointDocument, observation_key
 from app.search.ids import execution_endpoint_id
-from app.search.port import SearchStore, StorageScope
+from app.search.port import SearchStore, StorageScope, server_side_pages
 
 SERVICES = (
     (22, "ssh", "OpenSSH", "9.6p1", "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13"),
@@ -267,7 +267,7 @@ def run_benchmark(
         "endpoints": endpoints,
         "executions": executions,
         "workers": workers,
-        "server_side_pages": hasattr(store, "publish_execution_page"),
+        "server_side_pages": server_side_pages(store) is not None,
         **first,
         "settings": {
             "projection_page_size": es.projection_page_size,

@@ -152,7 +152,7 @@ def _measure_body_building(store: SearchStore, pages: list[list[EndpointDocument
     from app.search.elasticsearch_bulk import iter_shard_bytes, shard_operations
     from app.search.elasticsearch_store import ElasticsearchStore
     from app.search.ids import pg_key
-    from app.search.postgres_store import _endpoint_row
+    from app.search.postgres_writes import endpoint_row
 
     built = 0
     started = time.perf_counter()
@@ -162,7 +162,7 @@ def _measure_body_building(store: SearchStore, pages: list[list[EndpointDocument
             shards = shard_operations(operations, max_operations=1000, max_bytes=5_242_880)
             built += sum(len(body) for body in iter_shard_bytes(shards))
         else:
-            payload = "[" + ",".join(_endpoint_row(doc, pg_key(doc.id)) for doc in page) + "]"
+            payload = "[" + ",".join(endpoint_row(doc, pg_key(doc.id)) for doc in page) + "]"
             built += len(payload.encode("utf-8"))
     elapsed = time.perf_counter() - started
     return {

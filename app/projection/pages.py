@@ -11,9 +11,10 @@ checked against what was sent — same count, same id in the same position,
 success status — before the caller may move the cursor; anything else is a
 ``BulkWriteError``, whose ``retryable`` says whether only 429s failed.
 
-When the store can do the whole page server-side (PostgreSQL:
-``publish_execution_page``), that path is used; it returns ``None`` for a page
-it leaves to the generic path (see ``app.search.postgres_pages``).
+When the store can do the whole page server-side (the optional
+``ServerSidePages`` capability of the port; PostgreSQL has it), that path is
+used; it returns ``None`` for a page it leaves to the generic path (see
+``app.search.postgres_pages``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from app.search.port import (
     PagePublishResult,
     SearchStore,
     StoreUnavailable,
+    server_side_pages,
 )
 
 RESPONSE_MISMATCH = "response_mismatch"
@@ -89,9 +91,9 @@ def publish_page(
     cancel: threading.Event,
 ) -> PagePublishResult:
     """Publish the page after ``after_id``; the result says what the store confirmed."""
-    server_page = getattr(store, "publish_execution_page", None)
-    if server_page is not None:
-        published = server_page(
+    server = server_side_pages(store)
+    if server is not None:
+        published = server.publish_execution_page(
             execution_id,
             after_id=after_id,
             limit=settings.projection_page_size,

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
+from app.sql_filters import Filters
 
 TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed")
 
@@ -26,10 +27,11 @@ class Page:
     next_cursor: dict[str, Any] | None
 
 
-def _owner_clause(user: User) -> tuple[str, dict[str, Any]]:
+def _owner_filter(user: User) -> Filters:
+    """Users see their own tasks (``t``), admins see all."""
     if user.is_admin:
-        return "TRUE", {}
-    return "t.owner_id = :owner_id", {"owner_id": user.id}
+        return Filters()
+    return Filters().add("t.owner_id = :owner_id", owner_id=user.id)
 
 
 def _task_dict(row: Any) -> dict[str, Any]:
@@ -65,28 +67,23 @@ def list_tasks(
     name_contains: str | None = None,
     parent_task_id: int | None = None,
 ) -> Page:
-    owner_sql, params = _owner_clause(user)
-    where = [owner_sql]
+    where = _owner_filter(user)
     if cursor is not None:
-        where.append("t.id < :after_id")
-        params["after_id"] = int(cursor["id"])
+        where.add("t.id < :after_id", after_id=int(cursor["id"]))
     if status:
-        where.append("t.status = :status")
-        params["status"] = status
+        where.add("t.status = :status", status=status)
     if name_contains:
-        where.append("t.name ILIKE :name_pattern ESCAPE '\\'")
         escaped = name_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        params["name_pattern"] = f"%{escaped}%"
+        where.add("t.name ILIKE :name_pattern ESCAPE '\\'", name_pattern=f"%{escaped}%")
     if parent_task_id is not None:
-        where.append("t.parent_task_id = :parent_task_id")
-        params["parent_task_id"] = parent_task_id
-    params["limit"] = limit + 1
+        where.add("t.parent_task_id = :parent_task_id", parent_task_id=parent_task_id)
+    where.bind(limit=limit + 1)
     rows = conn.execute(
         sa.text(
-            f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {' AND '.join(where)} "  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
+            f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {where.sql()} "  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
             "ORDER BY t.id DESC LIMIT :limit"
         ),
-        params,
+        where.params,
     ).all()
     items = [_task_dict(r) for r in rows[:limit]]
     next_cursor = {"id": items[-1]["id"]} if len(rows) > limit else None
@@ -94,11 +91,10 @@ def list_tasks(
 
 
 def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | None:
-    owner_sql, params = _owner_clause(user)
-    params["id"] = task_id
+    where = Filters().add("t.id = :id", id=task_id).extend(_owner_filter(user))
     row = conn.execute(
-        sa.text(f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"),  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
-        params,
+        sa.text(f"SELECT {_TASK_COLUMNS} FROM scan_tasks t WHERE {where.sql()}"),  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
+        where.params,
     ).one_or_none()
     if row is None:
         return None
@@ -135,14 +131,11 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
 
 
 def task_visible(conn: Connection, user: User, task_id: int) -> bool:
-    owner_sql, params = _owner_clause(user)
-    params["id"] = task_id
+    where = Filters().add("t.id = :id", id=task_id).extend(_owner_filter(user))
     return bool(
         conn.execute(
-            sa.text(
-                f"SELECT 1 FROM scan_tasks t WHERE t.id = :id AND {owner_sql}"  # noqa: S608 - fixed WHERE fragments; values are bound
-            ),
-            params,
+            sa.text(f"SELECT 1 FROM scan_tasks t WHERE {where.sql()}"),  # noqa: S608 - fixed WHERE fragments; values are bound
+            where.params,
         ).scalar()
     )
 
@@ -163,11 +156,9 @@ def succeeded_execution_ids(conn: Connection, task_id: int) -> list[int]:
 def list_executions(
     conn: Connection, task_id: int, *, limit: int, cursor: dict[str, Any] | None
 ) -> Page:
-    params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1}
-    where = "e.task_id = :task_id"
+    where = Filters(limit=limit + 1).add("e.task_id = :task_id", task_id=task_id)
     if cursor is not None:
-        where += " AND e.id > :after_id"
-        params["after_id"] = int(cursor["id"])
+        where.add("e.id > :after_id", after_id=int(cursor["id"]))
     rows = conn.execute(
         sa.text(
             f"""
@@ -176,11 +167,11 @@ def list_executions(
                    e.endpoint_count, e.ip_count, e.started_at, e.finished_at, e.created_at,
                    {projection_status_sql("e")} AS projection_status
             FROM scan_executions e
-            WHERE {where}
+            WHERE {where.sql()}
             ORDER BY e.id LIMIT :limit
             """  # noqa: S608 - constant columns and fixed WHERE fragments; values are bound
         ),
-        params,
+        where.params,
     ).all()
     items = [
         {

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 from app.search.documents import EndpointDocument, FactDocument
 
@@ -288,11 +288,8 @@ class SearchStore(Protocol):
         cuts retry waits short with ``StoreUnavailable``.
         """
 
-    # Optional (PostgreSQL): ``publish_execution_page(execution_id, *, after_id, limit,
-    # max_bytes, cancel) -> PagePublishResult | None`` reads a keyset page of the
-    # execution's endpoints and merges its current-asset documents inside the store in
-    # one statement; ``None`` means "use read_execution_endpoints + publish_current for
-    # this page". The projection uses it when the adapter has it.
+    # Optional capability (PostgreSQL): ``ServerSidePages`` below, found with
+    # ``server_side_pages(store)``; the projection uses it when the adapter has it.
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         """Plan refresh/count requests for a final; raises RequestLineTooLong."""
@@ -327,11 +324,63 @@ class SearchStore(Protocol):
         means the document was removed meanwhile; callers may ignore it).
         """
 
-    # Optional (PostgreSQL): ``execution_sightings_sql() -> str`` is a SELECT, with an
-    # ``:execution_id`` parameter, of an execution's endpoints as (ip, port, transport,
-    # state, service, product, version, banner_hash) that the change analysis runs in
-    # its own statement; without it the analysis stages pages of
-    # ``read_execution_endpoints`` into its own table.
+    # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, found with
+    # ``sightings_in_database(store)``; the change analysis uses it when the adapter has it.
 
     def close(self) -> None:
         """Release connections."""
+
+
+class ServerSidePages(Protocol):
+    """Optional capability of a store (PostgreSQL): a projection page published inside it.
+
+    ``publish_execution_page`` reads the keyset page of the execution's endpoints after
+    ``after_id`` and merges its current-asset documents in the store itself (one
+    statement per page, PRJ-4), with the same merge rule, byte limit and per-item
+    verdicts as ``read_execution_endpoints`` + ``publish_current``. It returns ``None``
+    for a page it leaves to that generic path (a possibly oversized page, a key
+    collision inside the page, or ids SQL cannot spell like Python here).
+    """
+
+    def publish_execution_page(
+        self,
+        execution_id: int,
+        *,
+        after_id: str | None,
+        limit: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
+    ) -> PagePublishResult | None: ...
+
+
+def server_side_pages(store: SearchStore) -> ServerSidePages | None:
+    """``store`` as ``ServerSidePages`` when it has that capability, else ``None``.
+
+    Looked up by attribute rather than by class: a wrapper that forwards attributes to
+    its store (an instrumented or recording proxy) has the capability of the store it
+    wraps, which an ``isinstance`` check on the adapter class would miss.
+    """
+    if callable(getattr(store, "publish_execution_page", None)):
+        return cast(ServerSidePages, store)
+    return None
+
+
+class SightingsInDatabase(Protocol):
+    """Optional capability of a store (PostgreSQL): an execution's endpoints as SQL.
+
+    ``execution_sightings_sql`` is a SELECT, with an ``:execution_id`` parameter, of an
+    execution's endpoints as (ip, port, transport, state, service, product, version,
+    banner_hash) that the change analysis runs inside its own statement (ANA-2);
+    without it the analysis stages pages of ``read_execution_endpoints`` into its own
+    table.
+    """
+
+    def execution_sightings_sql(self) -> str: ...
+
+
+def sightings_in_database(store: SearchStore) -> SightingsInDatabase | None:
+    """``store`` as ``SightingsInDatabase`` when it has that capability, else ``None``
+    (looked up by attribute, like ``server_side_pages``)."""
+    if callable(getattr(store, "execution_sightings_sql", None)):
+        return cast(SightingsInDatabase, store)
+    return None

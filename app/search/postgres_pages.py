@@ -47,13 +47,13 @@ from sqlalchemy import exc as sa_exc
 from app.observability import emit
 from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import PagePublishResult, StoreUnavailable
-from app.search.postgres_store import (
+from app.search.postgres_schema import (
     ASSET_TABLES,
     ENDPOINT_COLUMNS,
     EXECUTION_TABLE,
-    id_collision,
     merge_on_conflict,
 )
+from app.search.postgres_writes import id_collision
 
 GLOBAL_TABLE = ASSET_TABLES["global"]
 USER_TABLE = ASSET_TABLES["user"]

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from app.config import DOMAIN_NAME
 from app.errors import ValidationError
+from app.sql_filters import Filters
 from app.traffic.logline import STATUS_NAMES
 
 MAX_BIGINT = (1 << 63) - 1
@@ -351,38 +352,35 @@ class RowQuery:
 
 def query_rows(conn: Connection, query: RowQuery) -> tuple[list[dict[str, Any]], tuple | None]:
     """Rows in (bucket_start, granularity, domain, method, path) order, with a keyset cursor."""
-    clauses = []
-    params: dict[str, Any] = {"limit": query.limit + 1}
+    filters = Filters(limit=query.limit + 1)
     if query.domain:
-        clauses.append("domain = :domain")
-        params["domain"] = query.domain
+        filters.add("domain = :domain", domain=query.domain)
     if query.granularity:
-        clauses.append("granularity = :granularity")
-        params["granularity"] = query.granularity
+        filters.add("granularity = :granularity", granularity=query.granularity)
     if query.start:
-        clauses.append("bucket_start >= :start")
-        params["start"] = query.start
+        filters.add("bucket_start >= :start", start=query.start)
     if query.end:
-        clauses.append("bucket_start < :end")
-        params["end"] = query.end
+        filters.add("bucket_start < :end", end=query.end)
     if query.after:
-        clauses.append(
+        a_start, a_gran, a_domain, a_method, a_path = query.after
+        filters.add(
             "(bucket_start, granularity, domain, method, path) > "
-            "(CAST(:a_start AS timestamptz), :a_gran, :a_domain, :a_method, :a_path)"
+            "(CAST(:a_start AS timestamptz), :a_gran, :a_domain, :a_method, :a_path)",
+            a_start=a_start,
+            a_gran=a_gran,
+            a_domain=a_domain,
+            a_method=a_method,
+            a_path=a_path,
         )
-        params.update(
-            zip(("a_start", "a_gran", "a_domain", "a_method", "a_path"), query.after, strict=True)
-        )
-    where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
     result = conn.execute(
         sa.text(
             f"""
-            SELECT * FROM traffic_rollups {where}
+            SELECT * FROM traffic_rollups {filters.where()}
             ORDER BY bucket_start, granularity, domain, method, path
             LIMIT :limit
             """  # noqa: S608 - fixed WHERE fragments; values are bound
         ),
-        params,
+        filters.params,
     ).all()
     items = [row_from_db(r) for r in result[: query.limit]]
     cursor = None

@@ -12,7 +12,9 @@ import sqlalchemy as sa
 from app import db
 from app.search.documents import merge_all
 from app.search.port import AssetQuery, StorageScope, StoreUnavailable
-from app.search.postgres_store import PostgresStore, asset_search_statement, partition_name
+from app.search.postgres_queries import asset_search_statement
+from app.search.postgres_schema import partition_name
+from app.search.postgres_store import PostgresStore
 from tests.conftest import make_settings
 from tests.support.search_documents import (
     at,

@@ -1,0 +1,295 @@
+"""Reads of the PostgreSQL search store: projection pages, counts, results, asset search.
+
+Every read is one short transaction through the adapter's ``run``
+(``PostgresStore._run``). Lists page by keyset with the opaque cursors of
+``app.cursors`` (same kinds and positions as the Elasticsearch adapter);
+filter values are read by ``app.search.query_values``, so both adapters answer
+bad input with the same 400s. Addresses are ordered by ``ip_order`` (IPv4 as
+IPv4-mapped IPv6, like Elasticsearch's ``ip`` type), then port, transport.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.cursors import bad_cursor, cursor_int, cursor_str, decode_cursor, encode_cursor
+from app.errors import ValidationError
+from app.observability import stage
+from app.search.documents import EndpointDocument
+from app.search.ids import normalise_ip
+from app.search.port import (
+    ASSET_STATUS_FILTERS,
+    AssetPage,
+    AssetQuery,
+    ExecutionCounts,
+    ResultsPage,
+    StorageScope,
+)
+from app.search.postgres_schema import (
+    ASSET_TABLES,
+    ENDPOINT_COUNTS_TABLE,
+    EXECUTION_TABLE,
+    FACT_COUNTS_TABLE,
+    SELECT_ENDPOINT,
+    SELECT_STATUS,
+    TEXT_EXPRESSION,
+    month_bounds,
+)
+from app.search.query_values import invalid_parameter, query_cidr, query_ip
+from app.sql_filters import Filters
+
+# ``PostgresStore._run``: ``run(work)`` runs ``work(conn)`` in one short transaction.
+Run = Callable[..., Any]
+
+
+class PostgresQueries:
+    """The read half of ``PostgresStore`` (``run`` is its ``_run``)."""
+
+    def __init__(self, run: Run):
+        self._run = run
+
+    def read_execution_endpoints(
+        self, execution_id: int, *, after_id: str | None, limit: int
+    ) -> list[EndpointDocument]:
+        sql = sa.text(
+            f"SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id "  # noqa: S608 - table and column names are module constants; values are bound
+            f"FROM {EXECUTION_TABLE} t WHERE t.execution_id = :execution_id "
+            "AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid)) "
+            "ORDER BY t.id LIMIT :limit"
+        )
+        params = {"execution_id": execution_id, "after": after_id, "limit": limit}
+        rows = self._run(lambda conn: conn.execute(sql, params).all())
+        return [endpoint_from_row(row, "execution") for row in rows]
+
+    def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
+        """Exact counts read from the counters the writes keep (O(months), not O(rows)).
+
+        Facts are summed over the scope's months, like the Elasticsearch count request
+        over the scope's monthly indices; a legacy scope counts every month.
+        """
+        if scope.empty:
+            return ExecutionCounts(observations=0, endpoints=0, ips=0)
+        params: dict[str, Any] = {"execution_id": execution_id, "months": None}
+        if not scope.legacy_full_history:
+            params["months"] = [month_bounds(m)[0].date() for m in sorted(set(scope.months))]
+        sql = sa.text(
+            f"""
+            SELECT f.observations, f.dns_records,
+                   coalesce(e.endpoints, 0) AS endpoints, coalesce(e.ips, 0) AS ips
+              FROM (SELECT coalesce(sum(facts) FILTER (WHERE kind = 'observation'), 0)
+                             AS observations,
+                           coalesce(sum(facts) FILTER (WHERE kind = 'dns_record'), 0)
+                             AS dns_records
+                      FROM {FACT_COUNTS_TABLE}
+                     WHERE execution_id = :execution_id
+                       AND (CAST(:months AS date[]) IS NULL
+                            OR month = ANY(CAST(:months AS date[])))) f
+              LEFT JOIN {ENDPOINT_COUNTS_TABLE} e ON e.execution_id = :execution_id
+            """  # noqa: S608 - table and column names are module constants; values are bound
+        )
+        with stage("count_execution_observation_chunk"):
+            row = self._run(lambda conn: conn.execute(sql, params).one())
+        return ExecutionCounts(
+            observations=int(row.observations),
+            endpoints=int(row.endpoints),
+            ips=int(row.ips),
+            dns_records=int(row.dns_records),
+        )
+
+    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
+        position = decode_cursor("results", cursor)
+        after = cursor_ip_order(position, "after") if position else None
+
+        def page(conn: Connection) -> tuple[list[Any], int | None, int]:
+            total_endpoints = None
+            if position is None:
+                totals = conn.execute(
+                    sa.text(
+                        f"SELECT count(*) AS endpoints, count(DISTINCT ip) AS ips "  # noqa: S608 - table and column names are module constants; values are bound
+                        f"FROM {EXECUTION_TABLE} WHERE task_id = :task_id"
+                    ),
+                    {"task_id": task_id},
+                ).one()
+                total_endpoints, total_ips = totals.endpoints, totals.ips
+            else:
+                total_ips = cursor_int(position, "ips")
+            rows = conn.execute(
+                sa.text(
+                    f"""
+                    WITH page_ips AS (
+                        SELECT DISTINCT ip_order FROM {EXECUTION_TABLE}
+                        WHERE task_id = :task_id
+                          AND (CAST(:after AS inet) IS NULL OR ip_order > CAST(:after AS inet))
+                        ORDER BY ip_order LIMIT :limit
+                    )
+                    SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id,
+                           host(t.ip_order) AS ip_order
+                    FROM {EXECUTION_TABLE} t
+                    WHERE t.task_id = :task_id AND t.ip_order IN (SELECT ip_order FROM page_ips)
+                    ORDER BY t.ip_order, t.port, t.transport, t.execution_id
+                    """  # noqa: S608 - table and column names are module constants; values are bound
+                ),
+                {"task_id": task_id, "after": after, "limit": limit + 1},
+            ).all()
+            return rows, total_endpoints, total_ips
+
+        rows, total_endpoints, total_ips = self._run(page)
+        ips_in_page: list[str] = []
+        for row in rows:
+            if not ips_in_page or ips_in_page[-1] != row.ip_order:
+                ips_in_page.append(row.ip_order)
+        next_cursor = None
+        if len(ips_in_page) > limit:
+            # We fetched one IP more than the page holds, only to learn that another page exists.
+            last = ips_in_page[limit - 1]
+            rows = [r for r in rows if r.ip_order != ips_in_page[limit]]
+            next_cursor = encode_cursor("results", {"after": last, "ips": total_ips})
+        return ResultsPage(
+            items=[endpoint_from_row(r, "execution") for r in rows],
+            next_cursor=next_cursor,
+            total_endpoints=total_endpoints,
+            total_ips=total_ips,
+        )
+
+    def search_assets(self, query: AssetQuery) -> AssetPage:
+        sql, params = asset_search_statement(query)
+        rows = self._run(lambda conn: conn.execute(sa.text(sql), params).all())
+        next_cursor = None
+        if len(rows) > query.limit:
+            rows = rows[: query.limit]
+            last = rows[-1]
+            next_cursor = encode_cursor(
+                "assets", {"ip": last.ip_order, "port": last.port, "transport": last.transport}
+            )
+        return AssetPage(
+            items=[endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
+        )
+
+    def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
+        """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
+
+        A bounded count for page views (the console's dashboard): it reads at most
+        ``cap + 1`` index entries whatever the size of the set, so the caller shows
+        "more than cap" instead of paying for an exact count over millions of rows.
+        """
+        if owner_id is None:
+            sql = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {ASSET_TABLES['global']} "  # noqa: S608 - table name is a module constant
+                "WHERE status = 'open' LIMIT :cap) s"
+            )
+            params: dict[str, Any] = {"cap": cap + 1}
+        else:
+            sql = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {ASSET_TABLES['user']} "  # noqa: S608 - table name is a module constant
+                "WHERE owner_id = :owner_id AND status = 'open' LIMIT :cap) s"
+            )
+            params = {"cap": cap + 1, "owner_id": owner_id}
+        return int(self._run(lambda conn: conn.execute(sa.text(sql), params).scalar_one()))
+
+
+def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
+    """The SQL (and parameters) of one asset-search page; one row more than the page."""
+    table = ASSET_TABLES.get(query.scope)
+    if table is None:
+        raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+    where = Filters(limit=query.limit + 1)
+    if query.scope == "user":
+        if query.owner_id is None:
+            raise ValueError("a user-scope asset search needs owner_id")
+        where.add("t.owner_id = :owner_id", owner_id=query.owner_id)
+    if query.ip:
+        where.add("t.ip = CAST(:ip AS inet)", ip=query_ip(query.ip))
+    if query.cidr:
+        where.add("t.ip <<= CAST(:cidr AS inet)", cidr=query_cidr(query.cidr))
+    if query.port is not None:
+        where.add("t.port = :port", port=query.port)
+    if query.transport:
+        where.add("t.transport = :transport", transport=query.transport.lower())
+    if query.service:
+        where.add("lower(t.service) = lower(:service)", service=query.service)
+    if query.product:
+        where.add("lower(t.product) = lower(:product)", product=query.product)
+    if query.text:
+        where.add(f"{TEXT_EXPRESSION} ILIKE :text", text=like_pattern(query.text))
+    for name, condition in (
+        ("first_seen_from", "t.first_seen >= :first_seen_from"),
+        ("first_seen_to", "t.first_seen < :first_seen_to"),
+        ("last_seen_from", "t.last_seen >= :last_seen_from"),
+        ("last_seen_to", "t.last_seen < :last_seen_to"),
+    ):
+        value = getattr(query, name)
+        if value is not None:
+            where.add(condition, **{name: value})
+    position = decode_cursor("assets", query.cursor)
+    if position is not None:
+        where.add(
+            "(t.ip_order, t.port, t.transport) > (CAST(:c_ip AS inet), :c_port, :c_transport)",
+            c_ip=cursor_ip_order(position, "ip"),
+            c_port=cursor_int(position, "port"),
+            c_transport=cursor_str(position, "transport"),
+        )
+    if query.status not in ASSET_STATUS_FILTERS:
+        raise invalid_parameter(
+            "status", "status must be one of " + ", ".join(ASSET_STATUS_FILTERS)
+        )
+    if query.status != "all":
+        where.add("t.status = :status", status=query.status)
+    owner = ", t.owner_id" if query.scope == "user" else ""
+    sql = (
+        f"SELECT {SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
+        f"FROM {table} t "
+        f"WHERE {where.sql()} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
+    )
+    return sql, where.params
+
+
+def endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
+    mapping = row._mapping
+    return EndpointDocument(
+        id=row.id,
+        scope=scope,
+        ip=normalise_ip(row.ip),
+        port=row.port,
+        transport=row.transport,
+        first_seen=row.first_seen,
+        first_execution_id=row.first_execution_id,
+        last_seen=row.last_seen,
+        last_execution_id=row.last_execution_id,
+        owner_id=mapping.get("owner_id"),
+        execution_id=mapping.get("execution_id"),
+        task_id=mapping.get("task_id"),
+        state=row.state,
+        service=row.service,
+        product=row.product,
+        version=row.version,
+        banner=row.banner,
+        hostname=row.hostname,
+        tags=tuple(row.tags or ()),
+        details=row.details or {},
+        observation_key=row.observation_key,
+        status=mapping.get("status") or "open",
+        gone_since=mapping.get("gone_since"),
+        gone_execution_id=mapping.get("gone_execution_id"),
+    )
+
+
+def like_pattern(text: str) -> str:
+    cleaned = "".join(ch for ch in text if ch >= " ")
+    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def cursor_ip_order(position: dict[str, Any], key: str) -> str:
+    """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
+    try:
+        address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
+    except ValueError:
+        raise bad_cursor() from None
+    if address.version == 4:
+        return f"::ffff:{address}"
+    return str(address)

@@ -1,0 +1,369 @@
+"""Tables, column lists and statement texts of the PostgreSQL search store (STO-1).
+
+The tables are created by Alembic (``alembic/versions/20261130_0010_search_store.py``
+and the migrations after it); this module only names them and builds the SQL the
+adapter runs on them, so the writes (``postgres_writes``), the reads
+(``postgres_queries``) and the server-side projection pages (``postgres_pages``)
+share one text of every rule:
+
+* ``merge_on_conflict`` is the SQL form of ``app.search.documents.merge_endpoints``;
+  every merge statement (shards and server-side pages) uses it, so the rule cannot
+  drift between them;
+* ``merge_statement`` merges one shard of endpoint documents into a table (and, for
+  execution endpoints, keeps the execution's exact counters);
+* ``fact_statements`` writes a shard of facts with exact counters;
+* ``check_tables`` and ``create_partitions`` are the schema check and the monthly
+  fact partitions created on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.observability import emit
+from app.search.port import StoreUnavailable
+
+FACTS_TABLE = "search_facts"
+EXECUTION_TABLE = "search_execution_endpoints"
+ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
+# Exact per-execution counters maintained by the write statements (migration 0060).
+FACT_COUNTS_TABLE = "search_execution_fact_counts"
+EXECUTION_IPS_TABLE = "search_execution_ips"
+ENDPOINT_COUNTS_TABLE = "search_execution_endpoint_counts"
+MONTH_OF_OBSERVED_AT = "(date_trunc('month', observed_at AT TIME ZONE 'UTC'))::date"
+# Fields joined by a unit separator (\x1f), which postgres_queries.like_pattern strips from
+# queries, so a search never matches across two fields.
+TEXT_EXPRESSION = (
+    "(coalesce(banner, '') || E'\\x1f' || coalesce(product, '') || E'\\x1f' "
+    "|| coalesce(hostname, ''))"
+)
+
+ENDPOINT_COLUMNS = (
+    "key",
+    "id",
+    "ip",
+    "port",
+    "transport",
+    "first_seen",
+    "first_execution_id",
+    "last_seen",
+    "last_execution_id",
+    "observation_key",
+    "state",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "hostname",
+    "tags",
+    "details",
+)
+COLUMN_TYPES = {
+    "key": "bigint",
+    "id": "uuid",
+    "ip": "inet",
+    "port": "integer",
+    "transport": "text",
+    "first_seen": "timestamptz",
+    "first_execution_id": "bigint",
+    "last_seen": "timestamptz",
+    "last_execution_id": "bigint",
+    "observation_key": 'text COLLATE "C"',
+    "state": "text",
+    "service": "text",
+    "product": "text",
+    "version": "text",
+    "banner": "text",
+    "hostname": "text",
+    "tags": "text[]",
+    "details": "jsonb",
+    "owner_id": "bigint",
+    "execution_id": "bigint",
+    "task_id": "bigint",
+}
+TABLE_COLUMNS = {
+    EXECUTION_TABLE: (*ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id"),
+    ASSET_TABLES["global"]: ENDPOINT_COLUMNS,
+    ASSET_TABLES["user"]: (*ENDPOINT_COLUMNS, "owner_id"),
+}
+NEWEST_GROUP = (
+    "last_execution_id",
+    "observation_key",
+    "state",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "hostname",
+    "tags",
+    "details",
+)
+
+
+def merge_on_conflict() -> str:
+    """``ON CONFLICT … DO UPDATE`` of merge_endpoints for a table aliased ``t``.
+
+    Every merge statement (shards here, server-side projection pages in
+    ``postgres_pages``) uses this one text, so the rule cannot drift between them.
+    """
+    older = (
+        "(excluded.first_seen, excluded.first_execution_id) < (t.first_seen, t.first_execution_id)"
+    )
+    newer = (
+        "(excluded.last_seen, excluded.last_execution_id, excluded.observation_key) "
+        "> (t.last_seen, t.last_execution_id, t.observation_key)"
+    )
+    newest_sets = ",\n        ".join(
+        f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in NEWEST_GROUP
+    )
+    return f"""
+        ON CONFLICT (key) DO UPDATE SET
+        first_seen = LEAST(t.first_seen, excluded.first_seen),
+        first_execution_id = CASE WHEN {older}
+            THEN excluded.first_execution_id ELSE t.first_execution_id END,
+        last_seen = GREATEST(t.last_seen, excluded.last_seen),
+        {newest_sets}
+        WHERE t.id = excluded.id
+    """
+
+
+def merge_statement(table: str) -> str:
+    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints)."""
+    columns = TABLE_COLUMNS[table]
+    record = ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
+    names = ", ".join(columns)
+    merge = f"""
+        INSERT INTO {table} AS t ({names})
+        SELECT {names}
+        FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        {merge_on_conflict()}
+    """  # noqa: S608 - table and column names are module constants; values are bound
+    if table != EXECUTION_TABLE:
+        return merge + "RETURNING key, (xmax = 0) AS created"
+    # Execution endpoints also keep the execution's exact counters (ING-2): only rows
+    # this statement created count, and an address counts once per execution because
+    # the primary key of search_execution_ips decides which writer saw it first. Rows
+    # are locked in (execution, ip) order so concurrent shards cannot deadlock.
+    return f"""
+        WITH merged AS (
+            {merge}
+            RETURNING key, (xmax = 0) AS created, execution_id, ip
+        ), new_ips AS (
+            INSERT INTO {EXECUTION_IPS_TABLE} (execution_id, ip)
+            SELECT DISTINCT execution_id, ip FROM merged WHERE created ORDER BY 1, 2
+            ON CONFLICT DO NOTHING
+            RETURNING execution_id
+        ), counted AS (
+            INSERT INTO {ENDPOINT_COUNTS_TABLE} AS c (execution_id, endpoints, ips)
+            SELECT e.execution_id, e.n, coalesce(i.n, 0)
+              FROM (SELECT execution_id, count(*) AS n FROM merged WHERE created
+                     GROUP BY execution_id) e
+              LEFT JOIN (SELECT execution_id, count(*) AS n FROM new_ips
+                          GROUP BY execution_id) i USING (execution_id)
+             ORDER BY 1
+            ON CONFLICT (execution_id) DO UPDATE
+               SET endpoints = c.endpoints + excluded.endpoints, ips = c.ips + excluded.ips
+        )
+        SELECT key, created FROM merged
+    """  # noqa: S608 - table and column names are module constants; values are bound
+
+
+FACT_COLUMNS = (
+    "id",
+    "observed_at",
+    "kind",
+    "execution_id",
+    "task_id",
+    "owner_id",
+    "scanner_id",
+    "upload_id",
+    "stream",
+    "batch_index",
+    "position",
+    "body",
+)
+FACT_TYPES = {
+    "id": "uuid",
+    "observed_at": "timestamptz",
+    "kind": "text",
+    "execution_id": "bigint",
+    "task_id": "bigint",
+    "owner_id": "bigint",
+    "scanner_id": "bigint",
+    "upload_id": "text",
+    "stream": "text",
+    "batch_index": "integer",
+    "position": "integer",
+    "body": "jsonb",
+}
+
+
+def fact_statements() -> tuple[str, str, str, str]:
+    """A fact shard's statements, run in this order in one transaction.
+
+    1. ``insert``: the new facts (``ON CONFLICT DO NOTHING``: a racing writer of the
+       same id waits for the first one and then inserts nothing). When every fact of
+       the shard was new (the normal batch) the same statement adds them to the
+       counters and the shard is done.
+    Otherwise (a retry, or a rewrite):
+    2. ``lock``: the stored facts the shard would change, locked in id order and
+       returned with their counted identity (execution, month, kind). A replay of
+       the same content finds nothing, so a retry rewrites nothing.
+    3. ``overwrite``: those facts, and only those (a fact another writer changed since
+       the lock must not move without its count), take the new content, like an
+       Elasticsearch index operation would overwrite a document. Never inserts.
+    4. ``count``: +1 per fact the insert created, and the moves of overwritten facts
+       whose kind (or execution) changed.
+
+    Row locks are taken as new facts → stored facts → counters, each in sorted
+    order, so concurrent shards cannot deadlock. (System columns such as xmax cannot
+    be returned from a partitioned table, hence "insert, else overwrite" is split.)
+    """
+    names = ", ".join(FACT_COLUMNS)
+    record = ", ".join(f"{c} {FACT_TYPES[c]}" for c in FACT_COLUMNS)
+    add_counts = f"""
+        INSERT INTO {FACT_COUNTS_TABLE} AS c (execution_id, month, kind, facts)
+        SELECT execution_id, month, kind, sum(delta)
+          FROM {{deltas}} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (execution_id, month, kind) DO UPDATE SET facts = c.facts + excluded.facts
+    """  # noqa: S608 - table and column names are module constants; values are bound
+    # The normal batch: every fact new, so count them in the same statement.
+    all_new = (
+        f"(SELECT execution_id, {MONTH_OF_OBSERVED_AT} AS month, kind, 1 AS delta "  # noqa: S608 - table and column names are module constants; values are bound
+        "FROM inserted WHERE (SELECT count(*) FROM inserted) = (SELECT count(*) FROM r)) d"
+    )
+    insert = f"""
+        WITH r AS MATERIALIZED (
+            SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+        ), inserted AS (
+            INSERT INTO {FACTS_TABLE} ({names})
+            SELECT {names} FROM r
+            ON CONFLICT (id, observed_at) DO NOTHING
+            RETURNING id, execution_id, kind, observed_at
+        ), counted AS ({add_counts.format(deltas=all_new)})
+        SELECT id, execution_id, kind, observed_at FROM inserted
+    """  # noqa: S608 - table and column names are module constants; values are bound
+    stored = ", ".join(f"f.{c}" for c in FACT_COLUMNS[2:])
+    incoming = ", ".join(f"r.{c}" for c in FACT_COLUMNS[2:])
+    differs = (
+        "f.id = r.id AND f.observed_at = r.observed_at "
+        f"AND ({stored}) IS DISTINCT FROM ({incoming})"
+    )
+    lock = f"""
+        SELECT f.id, f.observed_at,
+               {MONTH_OF_OBSERVED_AT.replace("observed_at", "f.observed_at")} AS month,
+               f.execution_id, f.kind, r.execution_id AS new_execution_id, r.kind AS new_kind
+          FROM {FACTS_TABLE} AS f, json_to_recordset(CAST(:rows AS json)) AS r({record})
+         WHERE {differs}
+         ORDER BY f.id, f.observed_at
+           FOR UPDATE OF f
+    """  # noqa: S608 - table and column names are module constants; values are bound
+    updates = ", ".join(f"{c} = r.{c}" for c in FACT_COLUMNS[2:])
+    overwrite = f"""
+        UPDATE {FACTS_TABLE} AS f SET {updates}
+          FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
+         WHERE {differs}
+           AND (f.id, f.observed_at) IN (
+               SELECT * FROM unnest(CAST(:locked_ids AS uuid[]), CAST(:locked_at AS timestamptz[])))
+    """  # noqa: S608 - table and column names are module constants; values are bound
+    count = add_counts.format(
+        deltas="json_to_recordset(CAST(:deltas AS json)) "
+        "AS d(execution_id bigint, month date, kind text, delta bigint)"
+    )
+    return insert, lock, overwrite, count
+
+
+SELECT_ENDPOINT = """
+    replace(t.id::text, '-', '') AS id, host(t.ip) AS ip, t.port, t.transport,
+    t.first_seen, t.first_execution_id, t.last_seen, t.last_execution_id, t.observation_key,
+    t.state, t.service, t.product, t.version, t.banner, t.hostname, t.tags, t.details
+"""
+
+
+SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
+
+# An execution's endpoints as the change analysis compares them (ANA-2): the banner
+# only as a hash, so a change of banner is detected without carrying the text along.
+EXECUTION_SIGHTINGS_SQL = f"""
+    SELECT ip, port, transport, state, service, product, version,
+           md5(banner) AS banner_hash
+      FROM {EXECUTION_TABLE}
+     WHERE execution_id = :execution_id
+"""  # noqa: S608 - fragments are module constants; values are bound
+
+STATUS_RECORD = "key bigint, id uuid, status text, gone_since timestamptz, gone_execution_id bigint"
+
+
+def partition_name(month: str) -> str:
+    """``2026.11`` → ``search_facts_y2026m11``."""
+    year, mon = month.split(".")
+    return f"{FACTS_TABLE}_y{int(year):04d}m{int(mon):02d}"
+
+
+def month_bounds(month: str) -> tuple[datetime, datetime]:
+    year, mon = (int(part) for part in month.split("."))
+    start = datetime(year, mon, 1, tzinfo=UTC)
+    end = datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def month_start(moment: datetime) -> date:
+    """The counters' month key of a fact (UTC, like the monthly partitions)."""
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+STORE_TABLES = (
+    FACTS_TABLE,
+    EXECUTION_TABLE,
+    *ASSET_TABLES.values(),
+    FACT_COUNTS_TABLE,
+    EXECUTION_IPS_TABLE,
+    ENDPOINT_COUNTS_TABLE,
+)
+
+
+def check_tables(conn: Connection) -> list[str]:
+    """The existing fact partitions; ``StoreUnavailable`` when a store table is missing."""
+    missing = [
+        t
+        for t in STORE_TABLES
+        if conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": t}).scalar() is None
+    ]
+    if missing:
+        raise StoreUnavailable(
+            "search store tables are missing (run `netmap db upgrade`): " + ", ".join(missing)
+        )
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT c.relname FROM pg_inherits i "
+                "JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = CAST(:parent AS regclass)"
+            ),
+            {"parent": FACTS_TABLE},
+        ).scalars()
+    )
+
+
+def create_partitions(conn: Connection, missing: Sequence[tuple[str, str]]) -> None:
+    """Create the (partition name, ``YYYY.MM``) fact partitions that do not exist yet."""
+    # One lock for all partition DDL: a second writer waits, then sees the table.
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap:search_facts'))"))
+    for name, month in missing:
+        exists = conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": name}).scalar()
+        if exists is not None:
+            continue
+        start, end = month_bounds(month)
+        # Names and bounds come from our own month arithmetic, never from input text.
+        conn.execute(
+            sa.text(
+                f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {FACTS_TABLE} "
+                f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+            )
+        )
+        emit("SearchFactPartitionCreated", partition=name)

@@ -1,0 +1,344 @@
+"""Set-based writes of the PostgreSQL search store: facts, endpoint merges, asset status.
+
+Every shard is one statement (texts in ``postgres_schema``), run in its own short
+transaction by the adapter's ``run`` (``PostgresStore._run``: deadlock retries,
+outages mapped to ``StoreUnavailable``/``StoreRefused``). Rows are sent sorted by
+their key so concurrent writers lock rows in the same order (no deadlock between
+two shards). Items come back one by one in a ``BulkResult``, in input order, like
+the Elasticsearch adapter's bulk answers: 201 created, 200 merged or rewritten,
+400 ``invalid_document``, 409 ``id_collision`` (two ids sharing a 64-bit key are
+never merged), 404 ``document_missing`` for a status update of an unknown asset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import date
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.observability import emit
+from app.search.documents import EndpointDocument, FactDocument, merge_all
+from app.search.encoding import (
+    INVALID_DOCUMENT,
+    NUL_PROBLEM,
+    dumps,
+    endpoint_problem,
+    endpoint_source,
+    fact_problem,
+    fact_source,
+    has_nul,
+)
+from app.search.ids import current_asset_id, pg_key
+from app.search.port import (
+    AssetStatusUpdate,
+    BulkItemResult,
+    BulkResult,
+    OperationTooLarge,
+    StoreUnavailable,
+)
+from app.search.postgres_schema import (
+    ASSET_TABLES,
+    EXECUTION_TABLE,
+    FACTS_TABLE,
+    STATUS_RECORD,
+    TABLE_COLUMNS,
+    fact_statements,
+    merge_statement,
+    month_start,
+    partition_name,
+)
+
+# ``PostgresStore._run``: ``run(work, *, relaxed_commit=False)`` runs ``work(conn)`` in one
+# short transaction and returns its result.
+Run = Callable[..., Any]
+
+
+class PostgresWrites:
+    """The write half of ``PostgresStore`` (``run`` is its ``_run``).
+
+    ``ensure_partitions`` is the store's (it keeps the cache of known partitions).
+    """
+
+    def __init__(
+        self, run: Run, *, batch_size: int, ensure_partitions: Callable[[Sequence[str]], None]
+    ):
+        self._run = run
+        self._batch_size = batch_size
+        self._ensure_partitions = ensure_partitions
+        self._merge_sql = {table: sa.text(merge_statement(table)) for table in TABLE_COLUMNS}
+        (
+            self._fact_insert_sql,
+            self._fact_lock_sql,
+            self._fact_overwrite_sql,
+            self._fact_count_sql,
+        ) = (sa.text(sql) for sql in fact_statements())
+
+    def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        if not facts:
+            return BulkResult()
+        problems: dict[int, str | None] = {}
+        valid: dict[str, tuple[FactDocument, str]] = {}
+        for doc in facts:
+            problem = fact_problem(doc)
+            if problem is None:
+                row = fact_source(doc)
+                row["id"] = doc.id
+                text = dumps(row)
+                if has_nul(text):
+                    problem = NUL_PROBLEM
+                else:
+                    valid[doc.id] = (doc, text)  # the last version of an id wins, like index ops
+            problems[id(doc)] = problem
+        self._ensure_partitions([doc.month for doc, _text in valid.values()])
+        created: set[str] = set()
+        requests = 0
+        request_bytes = 0
+        ordered = sorted(valid.values(), key=lambda pair: (pair[0].id, pair[0].observed_at))
+        for shard in shards(ordered, self._batch_size):
+            payload = "[" + ",".join(text for _doc, text in shard) + "]"
+            requests += 1
+            request_bytes += len(payload.encode("utf-8"))
+            write = partial(self._write_fact_shard, payload, len(shard))
+            created.update(self._run(write, relaxed_commit=True))
+        items = []
+        for doc in facts:
+            problem = problems[id(doc)]
+            index = partition_name(doc.month) if problem is None else FACTS_TABLE
+            if problem is not None:
+                items.append(BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem))
+            else:
+                items.append(BulkItemResult(doc.id, index, 201 if doc.id in created else 200))
+        return BulkResult(
+            items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
+        )
+
+    def _write_fact_shard(self, payload: str, size: int, conn: Connection) -> set[str]:
+        """Write one shard (``payload``: its JSON array of ``size`` distinct facts) with
+        exact counters; returns the ids it created. ``fact_statements`` says why so."""
+        params = {"rows": payload}
+        inserted = conn.execute(self._fact_insert_sql, params).all()
+        created = {str(r.id).replace("-", "") for r in inserted}
+        if len(inserted) == size:
+            return created  # all new: already counted by the insert
+        deltas = [
+            count_delta(r.execution_id, month_start(r.observed_at), r.kind, 1) for r in inserted
+        ]
+        changed = conn.execute(self._fact_lock_sql, params).all()
+        if changed:
+            locked = {
+                "locked_ids": [row.id for row in changed],
+                "locked_at": [row.observed_at for row in changed],
+            }
+            conn.execute(self._fact_overwrite_sql, {**params, **locked})
+        for row in changed:
+            if (row.execution_id, row.kind) != (row.new_execution_id, row.new_kind):
+                deltas.append(count_delta(row.execution_id, row.month, row.kind, -1))
+                deltas.append(count_delta(row.new_execution_id, row.month, row.new_kind, 1))
+        if deltas:
+            conn.execute(self._fact_count_sql, {"deltas": json.dumps(deltas)})
+        return created
+
+    def write_execution_endpoints(self, docs: Sequence[EndpointDocument]) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope != "execution"]
+        if wrong:
+            raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
+        return self.merge(docs, max_operations=self._batch_size, max_bytes=None, cancel=None)
+
+    def publish_current(
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int,
+        cancel: threading.Event | None = None,
+    ) -> BulkResult:
+        wrong = [d.id for d in docs if d.scope not in ASSET_TABLES]
+        if wrong:
+            raise ValueError(f"publish_current got non-current-asset documents: {wrong[:3]}")
+        return self.merge(docs, max_operations=max_operations, max_bytes=max_bytes, cancel=cancel)
+
+    def _table_of(self, doc: EndpointDocument) -> str:
+        return EXECUTION_TABLE if doc.scope == "execution" else ASSET_TABLES[doc.scope]
+
+    def merge(
+        self,
+        docs: Sequence[EndpointDocument],
+        *,
+        max_operations: int,
+        max_bytes: int | None,
+        cancel: threading.Event | None,
+    ) -> BulkResult:
+        if not docs:
+            return BulkResult()
+        outcome: dict[str, BulkItemResult] = {}
+        rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
+        encoded: dict[int, str] = {}
+        keys: dict[str, int] = {}
+        valid: list[EndpointDocument] = []
+        for doc in docs:
+            problem = endpoint_problem(doc)
+            if problem is None:
+                encoded[id(doc)] = text = endpoint_row(doc, keys.setdefault(doc.id, pg_key(doc.id)))
+                if has_nul(text):
+                    problem = NUL_PROBLEM
+            if problem is None:
+                valid.append(doc)
+            else:
+                rejected[id(doc)] = BulkItemResult(
+                    doc.id, self._table_of(doc), 400, INVALID_DOCUMENT, problem
+                )
+        # One row per id per statement (ON CONFLICT cannot touch a row twice): merge first.
+        by_table: dict[str, list[tuple[int, EndpointDocument, str]]] = {}
+        for doc in merge_all(valid):
+            # merge_all hands back the very object when an id came once (the usual case).
+            key = keys[doc.id]
+            text = encoded.get(id(doc)) or endpoint_row(doc, key)
+            if max_bytes is not None:
+                size = len(text.encode("utf-8"))
+                if size > max_bytes:
+                    raise OperationTooLarge(doc.id, size, max_bytes)
+            by_table.setdefault(self._table_of(doc), []).append((key, doc, text))
+
+        requests = 0
+        request_bytes = 0
+        for table, rows in by_table.items():
+            rows.sort(key=lambda r: r[0])  # lock order: concurrent shards never deadlock
+            unique: list[tuple[int, EndpointDocument, str]] = []
+            for row in rows:
+                if unique and unique[-1][0] == row[0]:
+                    # Two different ids, one 64-bit key, same batch: keep the first, fail the other.
+                    outcome[row[1].id] = id_collision(row[1].id, table)
+                else:
+                    unique.append(row)
+            for shard in byte_shards(unique, max_operations, max_bytes):
+                if cancel is not None and cancel.is_set():
+                    raise StoreUnavailable("publish cancelled")
+                payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
+                requests += 1
+                request_bytes += len(payload.encode("utf-8"))
+                statement = self._merge_sql[table]
+                returned = self._run(
+                    lambda conn, p=payload, s=statement: conn.execute(s, {"rows": p}).all(),
+                    relaxed_commit=True,
+                )
+                written = {r.key: r.created for r in returned}
+                for key, doc, _text in shard:
+                    if key in written:
+                        outcome[doc.id] = BulkItemResult(
+                            doc.id, table, 201 if written[key] else 200
+                        )
+                    else:
+                        outcome[doc.id] = id_collision(doc.id, table)
+                        emit("SearchStoreIdCollision", level=logging.ERROR, table=table, key=key)
+        items = tuple(rejected.get(id(doc)) or outcome[doc.id] for doc in docs)
+        return BulkResult(
+            items=items, requests=requests, request_bytes=request_bytes, attempts=requests
+        )
+
+    def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
+        """One set-based UPDATE per scope and shard; only the status fields change."""
+        by_table: dict[str, list[tuple[int, str, AssetStatusUpdate]]] = {}
+        for update in updates:
+            document_id = current_asset_id(
+                update.scope, update.owner_id, update.ip, update.port, update.transport
+            )
+            by_table.setdefault(ASSET_TABLES[update.scope], []).append(
+                (pg_key(document_id), document_id, update)
+            )
+        outcome: dict[tuple[str, str], BulkItemResult] = {}
+        requests = 0
+        for table, rows in by_table.items():
+            rows.sort(key=lambda r: r[0])  # lock order, as for merges
+            for shard in shards(rows, self._batch_size):
+                payload = dumps(
+                    [
+                        {
+                            "key": key,
+                            "id": document_id,
+                            "status": u.status,
+                            "gone_since": u.gone_since.isoformat() if u.gone_since else None,
+                            "gone_execution_id": u.gone_execution_id,
+                        }
+                        for key, document_id, u in shard
+                    ]
+                )
+                statement = sa.text(
+                    f"""
+                    UPDATE {table} AS t
+                       SET status = r.status, gone_since = r.gone_since,
+                           gone_execution_id = r.gone_execution_id
+                      FROM json_to_recordset(CAST(:rows AS json)) AS r({STATUS_RECORD})
+                     WHERE t.key = r.key AND t.id = r.id
+                    RETURNING t.key
+                    """  # noqa: S608 - fragments are module constants; values are bound
+                )
+                requests += 1
+                found = set(
+                    self._run(
+                        lambda conn, p=payload, st=statement: (
+                            conn.execute(st, {"rows": p}).scalars().all()
+                        )
+                    )
+                )
+                for key, document_id, _u in shard:
+                    status = 200 if key in found else 404
+                    outcome[(table, document_id)] = BulkItemResult(
+                        document_id,
+                        table,
+                        status,
+                        None if status == 200 else "document_missing",
+                        None if status == 200 else "no such current asset",
+                    )
+        return BulkResult(items=tuple(outcome.values()), requests=requests, attempts=requests)
+
+
+def count_delta(execution_id: int, month: date, kind: str, delta: int) -> dict[str, Any]:
+    return {"execution_id": execution_id, "month": month.isoformat(), "kind": kind, "delta": delta}
+
+
+def shards(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def endpoint_row(doc: EndpointDocument, key: int) -> str:
+    row = endpoint_source(doc)
+    row["key"] = key
+    row["id"] = doc.id
+    return dumps(row)
+
+
+def id_collision(document_id: str, table: str) -> BulkItemResult:
+    """The failed item of a document whose 64-bit key another id already holds."""
+    return BulkItemResult(
+        document_id,
+        table,
+        409,
+        "id_collision",
+        "another document with the same 64-bit key exists; not merged",
+    )
+
+
+def byte_shards(
+    rows: Sequence[tuple[int, EndpointDocument, str]], max_operations: int, max_bytes: int | None
+) -> Iterator[list[tuple[int, EndpointDocument, str]]]:
+    shard: list[tuple[int, EndpointDocument, str]] = []
+    size = 2  # the enclosing brackets
+    for row in rows:
+        row_bytes = 0 if max_bytes is None else len(row[2].encode("utf-8")) + 1
+        if shard and (
+            len(shard) >= max_operations or (max_bytes is not None and size + row_bytes > max_bytes)
+        ):
+            yield shard
+            shard, size = [], 2
+        shard.append(row)
+        size += row_bytes
+    if shard:
+        yield shard
