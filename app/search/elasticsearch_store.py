@@ -707,8 +707,10 @@ def _search_after(sort: str, position: AssetPosition) -> list[Any]:
         return [ip, position.port, position.transport]
     if sort == "port":
         return [position.port, ip, position.transport]
-    # last_seen is date_nanos: its sort values are epoch nanoseconds.
-    key = position.key * 1000 if sort == "last_seen" else position.key  # type: ignore[operator]
+    key = position.key
+    if sort == "last_seen":
+        # last_seen is date_nanos: its sort values are epoch nanoseconds.
+        key = int(key or 0) * 1000
     return [key, ip, position.port, position.transport]
 
 

@@ -248,7 +248,7 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
         # One row comparison over the index's columns: the page starts inside the index.
         where.add(
             f"({', '.join(columns)}) {'<' if order.descending else '>'} ({', '.join(values)})",
-            c_ip=cursor_ip_order({"ip": position.ip}, "ip"),
+            c_ip=ip_order_text(position.ip),
             c_port=position.port,
             c_transport=position.transport,
         )
@@ -333,8 +333,13 @@ def like_pattern(text: str) -> str:
 
 def cursor_ip_order(position: dict[str, Any], key: str) -> str:
     """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
+    return ip_order_text(position.get(key))
+
+
+def ip_order_text(value: Any) -> str:
+    """A cursor's address in ``ip_order`` form; anything else is ``bad_cursor``."""
     try:
-        address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
+        address = ipaddress.ip_address(value)
     except ValueError:
         raise bad_cursor() from None
     if address.version == 4:
