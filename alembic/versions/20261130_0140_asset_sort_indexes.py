@@ -21,7 +21,9 @@ a page, ascending or read backwards for descending, is a range scan of at most
   case-insensitive service filter.
 
 Replacing rather than adding keeps the number of indexes every projection write
-maintains at one more per table.
+maintains at one more per table. ``CREATE INDEX`` (not ``CONCURRENTLY``: Alembic runs
+the script in one transaction) holds off writes to each table while it builds, so the
+projection's merges wait for the deploy's migration step instead of racing it.
 """
 
 from alembic import op
