@@ -5,7 +5,8 @@ Every read is one short transaction through the adapter's ``run``
 ``app.cursors`` (same kinds and positions as the Elasticsearch adapter);
 filter values are read by ``app.search.query_values``, so both adapters answer
 bad input with the same 400s. Addresses are ordered by ``ip_order`` (IPv4 as
-IPv4-mapped IPv6, like Elasticsearch's ``ip`` type), then port, transport.
+IPv4-mapped IPv6, like Elasticsearch's ``ip`` type), then port, transport; asset
+lists may put another sort key first (``SORT_COLUMNS``, WEB-12).
 """
 
 from __future__ import annotations
