@@ -9,7 +9,7 @@ every console page ``--repeats`` times through the real Flask app in process
 (routing, session check, queries, template rendering; no network) and prints
 p50/p95 per page in one JSON object. The console's pages promise keyset queries
 and bounded counts only, so their times should not grow with ``--assets``
-(WEB-3, WEB-4, WEB-5). Progress goes to stderr.
+(WEB-3, WEB-4, WEB-5), sorted asset lists included (WEB-12). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ SEED_CHUNK = 100_000
 TRAFFIC_DOMAINS = 5
 TRAFFIC_PATHS = 50
 TRAFFIC_DAYS = 2
+# Assets seen over the last week, about assets/10,080 per minute: sorting by last_seen
+# meets both a spread of keys and ties inside each minute.
+SEEN_SPREAD_MINUTES = 7 * 24 * 60
 
 
 def _seed(store, owner_id: int, execution_id: int, task_id: int, assets: int, results: int):
@@ -56,6 +59,7 @@ def _seed(store, owner_id: int, execution_id: int, task_id: int, assets: int, re
                 high=high,
                 seen=seen,
                 services=SERVICES,
+                spread_minutes=SEEN_SPREAD_MINUTES,
             )
         progress.advance(high - low)
     progress.finish()
@@ -172,6 +176,11 @@ def command(assets: int, results: int, repeats: int) -> None:
             "assets_cidr": "/console/assets?cidr=10.0.8.0/21",
             "assets_text": "/console/assets?q=tomcat",
             "assets_port": "/console/assets?port=3306",
+            # Sorted lists (WEB-12): each an index range scan, first pages and next pages.
+            "assets_sort_port_desc": "/console/assets?sort=port&order=desc",
+            "assets_sort_last_seen": "/console/assets?sort=last_seen",
+            "assets_sort_service": "/console/assets?sort=service",
+            "assets_sort_last_seen_port": "/console/assets?sort=last_seen&port=3306",
             "asset_history": "/console/assets/history?ip=10.0.0.1&port=80",
             "changes": f"/console/tasks/{task_id}/changes",
             "exports": "/console/exports",
@@ -186,6 +195,8 @@ def command(assets: int, results: int, repeats: int) -> None:
         }
         for name, first in (
             ("assets_page_2", "/console/assets"),
+            ("assets_sort_port_desc_page_2", pages["assets_sort_port_desc"]),
+            ("assets_sort_last_seen_page_2", pages["assets_sort_last_seen"]),
             ("results_page_2", pages["results"]),
         ):
             following = _next_link(client.get(first).get_data(as_text=True))

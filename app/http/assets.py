@@ -18,6 +18,7 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import datetime_arg, int_arg, page_limit
 from app.scan_control.query import task_visible
+from app.search.asset_sort import asset_sort
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
 
 blueprint = Blueprint("assets", __name__, url_prefix="/api")
@@ -122,6 +123,8 @@ def asset_query_from_request(user) -> AssetQuery:
             code="invalid_parameter",
             details={"parameter": "status"},
         )
+    # Unknown values are a 400 naming the parameter (WEB-12); the order defaults per sort.
+    order = asset_sort(_text_arg("sort"), _text_arg("order"))
     return AssetQuery(
         scope=scope,
         owner_id=user.id if scope == "user" else None,
@@ -139,6 +142,8 @@ def asset_query_from_request(user) -> AssetQuery:
         status=status,
         limit=page_limit(default=50, maximum=500),
         cursor=request.args.get("cursor") or None,
+        sort=order.sort,
+        order=order.order,
     )
 
 

@@ -21,8 +21,9 @@ retries, item checks and the ``ElasticsearchBulkCompleted`` event are in
 * endpoint and IP totals come from a composite aggregation over ``ip``: the
   exact endpoint total from the first page (``track_total_hits``), later pages
   without it, IPs counted bucket by bucket (exact, ING-10);
-* asset search sorts by (ip, port, transport) and pages with ``search_after``,
-  in the same order and cursor format as the PostgreSQL adapter.
+* asset search sorts by one of the orders of ``asset_sort`` (WEB-12; by default
+  ip, port, transport) and pages with ``search_after``, in the same order and
+  cursor format as the PostgreSQL adapter.
 
 Transport trouble (unreachable cluster, 429/5xx after retries, shard failures
 in a refresh or count) raises ``StoreUnavailable``; no call is retried forever.
@@ -39,9 +40,16 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
-from app.cursors import bad_cursor, cursor_int, cursor_str, decode_cursor, encode_cursor
+from app.cursors import bad_cursor, cursor_int, decode_cursor, encode_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
+from app.search.asset_sort import (
+    AssetPosition,
+    AssetSort,
+    asset_sort,
+    decode_asset_cursor,
+    encode_asset_cursor,
+)
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_schema import (
@@ -489,8 +497,8 @@ class ElasticsearchStore:
         next_cursor = None
         if len(hits) > query.limit:
             hits = hits[: query.limit]
-            ip, port, transport = hits[-1]["sort"]
-            next_cursor = encode_cursor("assets", {"ip": ip, "port": port, "transport": transport})
+            order = asset_sort(query.sort, query.order)
+            next_cursor = encode_asset_cursor(order, _position(order.sort, hits[-1]["sort"]))
         return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
 
     def close(self) -> None:
@@ -662,17 +670,59 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
             bounds["lt"] = utc_text(upper)
         if bounds:
             filters.append({"range": {field_name: bounds}})
+    order = asset_sort(query.sort, query.order)
     body: dict[str, Any] = {
         "size": query.limit + 1,
         "track_total_hits": False,
         "query": {"bool": {"filter": filters, **({"must_not": must_not} if must_not else {})}},
-        "sort": [{"ip": "asc"}, {"port": "asc"}, {"transport": "asc"}],
+        "sort": [{name: spec} for name, spec in _sort_fields(order)],
     }
-    position = decode_cursor("assets", query.cursor)
+    position = decode_asset_cursor(order, query.cursor)
     if position is not None:
-        body["search_after"] = [
-            _cursor_ip(position, "ip"),
-            cursor_int(position, "port"),
-            cursor_str(position, "transport"),
-        ]
+        body["search_after"] = _search_after(order.sort, position)
     return body
+
+
+def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:
+    """The ``sort`` of an asset search (WEB-12): the sort key, then the asset's address,
+    port and transport, all in one direction, as the PostgreSQL adapter orders them."""
+    direction = {"order": order.order}
+    tiebreak = {
+        "ip": ["ip", "port", "transport"],
+        "port": ["port", "ip", "transport"],
+        "last_seen": ["last_seen", "ip", "port", "transport"],
+        "service": ["service", "ip", "port", "transport"],
+    }[order.sort]
+    # A missing service sorts as "" (a custom ``missing`` value comes back as the sort
+    # value, so ``search_after`` never has to carry a null), like coalesce() in SQL.
+    return [
+        (name, {**direction, "missing": ""} if name == "service" else dict(direction))
+        for name in tiebreak
+    ]
+
+
+def _search_after(sort: str, position: AssetPosition) -> list[Any]:
+    ip = _cursor_ip({"ip": position.ip}, "ip")
+    if sort == "ip":
+        return [ip, position.port, position.transport]
+    if sort == "port":
+        return [position.port, ip, position.transport]
+    key = position.key
+    if sort == "last_seen":
+        # last_seen is date_nanos: its sort values are epoch nanoseconds.
+        key = int(key or 0) * 1000
+    return [key, ip, position.port, position.transport]
+
+
+def _position(sort: str, values: list[Any]) -> AssetPosition:
+    """The cursor position of a hit's ``sort`` values."""
+    if sort == "ip":
+        ip, port, transport = values
+        return AssetPosition(key=None, ip=ip, port=port, transport=transport)
+    if sort == "port":
+        port, ip, transport = values
+        return AssetPosition(key=None, ip=ip, port=port, transport=transport)
+    key, ip, port, transport = values
+    if sort == "last_seen":
+        key = int(key) // 1000
+    return AssetPosition(key=key, ip=ip, port=port, transport=transport)

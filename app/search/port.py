@@ -231,6 +231,8 @@ class AssetQuery:
     status: str = "open"  # "open" | "gone" | "all" (ANA-4)
     limit: int = 50
     cursor: str | None = None
+    sort: str = "ip"  # "ip" | "port" | "last_seen" | "service" (WEB-12, app.search.asset_sort)
+    order: str | None = None  # "asc" | "desc"; None: the sort's default
 
 
 ASSET_STATUS_FILTERS = ("open", "gone", "all")

@@ -5,7 +5,8 @@ Every read is one short transaction through the adapter's ``run``
 ``app.cursors`` (same kinds and positions as the Elasticsearch adapter);
 filter values are read by ``app.search.query_values``, so both adapters answer
 bad input with the same 400s. Addresses are ordered by ``ip_order`` (IPv4 as
-IPv4-mapped IPv6, like Elasticsearch's ``ip`` type), then port, transport.
+IPv4-mapped IPv6, like Elasticsearch's ``ip`` type), then port, transport; asset
+lists may put another sort key first (``SORT_COLUMNS``, WEB-12).
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.cursors import bad_cursor, cursor_int, cursor_str, decode_cursor, encode_cursor
+from app.cursors import bad_cursor, cursor_int, decode_cursor, encode_cursor
 from app.errors import ValidationError
 from app.observability import stage
+from app.search.asset_sort import (
+    AssetPosition,
+    asset_sort,
+    decode_asset_cursor,
+    encode_asset_cursor,
+    from_micros,
+    has_key,
+    sort_key,
+)
 from app.search.documents import EndpointDocument
 from app.search.ids import normalise_ip
 from app.search.port import (
@@ -158,13 +168,20 @@ class PostgresQueries:
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         sql, params = asset_search_statement(query)
+        order = asset_sort(query.sort, query.order)
         rows = self._run(lambda conn: conn.execute(sa.text(sql), params).all())
         next_cursor = None
         if len(rows) > query.limit:
             rows = rows[: query.limit]
             last = rows[-1]
-            next_cursor = encode_cursor(
-                "assets", {"ip": last.ip_order, "port": last.port, "transport": last.transport}
+            next_cursor = encode_asset_cursor(
+                order,
+                AssetPosition(
+                    key=sort_key(order.sort, last.last_seen, last.service),
+                    ip=last.ip_order,
+                    port=last.port,
+                    transport=last.transport,
+                ),
             )
         return AssetPage(
             items=[endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
@@ -225,14 +242,20 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
         value = getattr(query, name)
         if value is not None:
             where.add(condition, **{name: value})
-    position = decode_cursor("assets", query.cursor)
+    order = asset_sort(query.sort, query.order)
+    columns, values = SORT_COLUMNS[order.sort]
+    position = decode_asset_cursor(order, query.cursor)
     if position is not None:
+        # One row comparison over the index's columns: the page starts inside the index.
         where.add(
-            "(t.ip_order, t.port, t.transport) > (CAST(:c_ip AS inet), :c_port, :c_transport)",
-            c_ip=cursor_ip_order(position, "ip"),
-            c_port=cursor_int(position, "port"),
-            c_transport=cursor_str(position, "transport"),
+            f"({', '.join(columns)}) {'<' if order.descending else '>'} ({', '.join(values)})",
+            c_ip=ip_order_text(position.ip),
+            c_port=position.port,
+            c_transport=position.transport,
         )
+        if has_key(order.sort):
+            key = position.key
+            where.bind(c_key=from_micros(key) if isinstance(key, int) else key)
     if query.status not in ASSET_STATUS_FILTERS:
         raise invalid_parameter(
             "status", "status must be one of " + ", ".join(ASSET_STATUS_FILTERS)
@@ -243,9 +266,34 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
     sql = (
         f"SELECT {SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
         f"FROM {table} t "
-        f"WHERE {where.sql()} ORDER BY t.ip_order, t.port, t.transport LIMIT :limit"
+        f"WHERE {where.sql()} ORDER BY {order_by(columns, order.descending)} LIMIT :limit"
     )
     return sql, where.params
+
+
+# Per sort: the ordered columns and the cursor values they are compared with (WEB-12).
+# Each column list is the key of an index of migration 0140 (after owner_id in the user
+# view), so ``ORDER BY`` and the keyset condition are a range of that index.
+SERVICE_KEY = "coalesce(t.service, '') COLLATE \"C\""
+_IP, _PORT, _TRANSPORT = "CAST(:c_ip AS inet)", ":c_port", ":c_transport"
+SORT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "ip": (("t.ip_order", "t.port", "t.transport"), (_IP, _PORT, _TRANSPORT)),
+    "port": (("t.port", "t.ip_order", "t.transport"), (_PORT, _IP, _TRANSPORT)),
+    "last_seen": (
+        ("t.last_seen", "t.ip_order", "t.port", "t.transport"),
+        ("CAST(:c_key AS timestamptz)", _IP, _PORT, _TRANSPORT),
+    ),
+    "service": (
+        (SERVICE_KEY, "t.ip_order", "t.port", "t.transport"),
+        ('CAST(:c_key AS text) COLLATE "C"', _IP, _PORT, _TRANSPORT),
+    ),
+}
+
+
+def order_by(columns: tuple[str, ...], descending: bool) -> str:
+    """``ORDER BY`` of a column list, every column the same direction (one index scan)."""
+    direction = " DESC" if descending else ""
+    return ", ".join(column + direction for column in columns)
 
 
 def endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
@@ -286,8 +334,13 @@ def like_pattern(text: str) -> str:
 
 def cursor_ip_order(position: dict[str, Any], key: str) -> str:
     """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
+    return ip_order_text(position.get(key))
+
+
+def ip_order_text(value: Any) -> str:
+    """A cursor's address in ``ip_order`` form; anything else is ``bad_cursor``."""
     try:
-        address = ipaddress.ip_address(position.get(key))  # type: ignore[arg-type]
+        address = ipaddress.ip_address(value)
     except ValueError:
         raise bad_cursor() from None
     if address.version == 4:

@@ -46,7 +46,10 @@ def _insert(table: str, digest: str, owner_column: str) -> sa.TextClause:
     return sa.text(
         f"""
         WITH endpoint AS (
-            SELECT '10.0.0.0'::inet + (n / :services) AS ip, s.*
+            SELECT '10.0.0.0'::inet + (n / :services) AS ip,
+                   CAST(:seen AS timestamptz)
+                     - ((n::bigint * 7919) % :spread) * interval '1 minute' AS seen,
+                   s.*
               FROM generate_series(:low, :high - 1) AS n
               JOIN jsonb_to_recordset(CAST(:catalogue AS jsonb)) AS s(
                        i int, port int, service text, product text, version text,
@@ -58,7 +61,7 @@ def _insert(table: str, digest: str, owner_column: str) -> sa.TextClause:
         SELECT {":owner_id, " if owner_column else ""}
                ('x' || encode(substr(h, 1, 8), 'hex'))::bit(64)::bigint,
                encode(substr(h, 1, 16), 'hex')::uuid,
-               ip, port, 'tcp', :seen, :execution_id, :seen, :execution_id, okey, 'open',
+               ip, port, 'tcp', seen, :execution_id, seen, :execution_id, okey, 'open',
                service, product, version, banner, NULL, ARRAY['bench'],
                '{{"tls": null}}'::jsonb
           FROM hashed
@@ -79,11 +82,14 @@ def seed_current_assets(
     high: int,
     seen: datetime,
     services: Sequence[tuple[int, str, str, str, str]],
+    spread_minutes: int = 0,
 ) -> int:
     """Endpoints ``low`` .. ``high - 1`` as open current assets of ``owner_id`` and global.
 
-    ``services``: (port, service, product, version, banner) per endpoint class. Returns the
-    number of user-scope rows written."""
+    ``services``: (port, service, product, version, banner) per endpoint class. Every
+    asset is seen at ``seen``, or with ``spread_minutes`` at one of that many whole minutes
+    before it (scattered over the endpoints, many assets per minute: lists sorted by
+    last_seen meet realistic ties). Returns the number of user-scope rows written."""
     catalogue: list[dict[str, Any]] = []
     for index, (port, service, product, version, banner) in enumerate(services):
         newest = {
@@ -113,6 +119,7 @@ def seed_current_assets(
         "low": low,
         "high": high,
         "seen": seen,
+        "spread": max(spread_minutes, 1),
         "services": len(services),
         "catalogue": json.dumps(catalogue),
     }

@@ -1,4 +1,5 @@
-"""The asset search page: every filter of ``GET /api/assets``, keyset pages (WEB-5).
+"""The asset search page: every filter of ``GET /api/assets``, keyset pages (WEB-5),
+a table sorted by its column headers (WEB-12).
 
 The form's field names are the API's query parameters, so the query is parsed
 by the very function the API uses (same validation, same owner scoping: a user
@@ -15,6 +16,7 @@ from flask import render_template, request, url_for
 from app.errors import ValidationError
 from app.http import context
 from app.http.assets import asset_query_from_request
+from app.search.asset_sort import ASSET_SORTS, DEFAULT_ORDER, AssetSort, asset_sort
 from app.search.port import AssetQuery
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
@@ -35,6 +37,8 @@ def assets():
     error = None
     items: list = []
     next_url = None
+    kept = {k: v for k, v in values.items() if v}
+    current = _current_sort()
     try:
         query = asset_query_from_request(user)
     except ValidationError as invalid:
@@ -43,8 +47,8 @@ def assets():
         page = context.store().search_assets(query)
         items = page.items
         if page.next_cursor:
-            kept = {k: v for k, v in values.items() if v}
-            next_url = url_for("web.assets", cursor=page.next_cursor, **kept)
+            # The cursor is signed for its sort and order: the next page names both.
+            next_url = url_for("web.assets", cursor=page.next_cursor, **kept, **_sorted(current))
     body = render_template(
         "console/assets.html",
         values=values,
@@ -52,7 +56,42 @@ def assets():
         error=error,
         next_url=next_url,
         paged=bool(request.args.get("cursor")),
-        first_url=url_for("web.assets", **{k: v for k, v in values.items() if v}),
+        first_url=url_for("web.assets", **kept, **_sorted(current)),
         status_filter=STATUS_FILTER,
+        sort=current,
+        sort_headers=_sort_headers(kept, current),
     )
     return body, 400 if error else 200
+
+
+def _current_sort() -> AssetSort:
+    """The table's order as asked (the default when the request's is invalid: the
+    query parser reports that one as the page's error)."""
+    try:
+        return asset_sort(request.args.get("sort"), request.args.get("order"))
+    except ValidationError:
+        return asset_sort(None, None)
+
+
+def _sorted(order: AssetSort) -> dict[str, str]:
+    return {"sort": order.sort, "order": order.order}
+
+
+def _sort_headers(kept: dict[str, str], current: AssetSort) -> dict[str, dict[str, str]]:
+    """Per sortable column: the link that sorts by it (WEB-12) and its ``aria-sort``.
+
+    The active column's link reverses the order, another column's starts at its own
+    default; the filters are kept and the cursor dropped (a new order starts at its top).
+    """
+    headers = {}
+    for column in ASSET_SORTS:
+        active = column == current.sort
+        if active:
+            order = "asc" if current.descending else "desc"
+        else:
+            order = DEFAULT_ORDER[column]
+        headers[column] = {
+            "url": url_for("web.assets", **kept, sort=column, order=order),
+            "aria": ("descending" if current.descending else "ascending") if active else "",
+        }
+    return headers

@@ -215,6 +215,20 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         assert not browser.find_elements(By.ID, "next-page")
         no_script_ran(browser)
 
+        # The address header reverses the order (WEB-12); the next page keeps it.
+        browser.get(url + "/console/assets")
+        browser.find_element(By.ID, "sort-ip").click()
+        wait_for(browser, lambda: "order=desc" in browser.current_url)
+        active = browser.find_elements(By.CSS_SELECTOR, "#endpoints-table th[aria-sort]")
+        assert [th.get_attribute("aria-sort") for th in active] == ["descending"]
+        cells = "#endpoints-table td.ip"
+        backwards = [r.text for r in browser.find_elements(By.CSS_SELECTOR, cells)]
+        browser.find_element(By.ID, "next-page").click()
+        wait_for(browser, lambda: "cursor=" in browser.current_url)
+        present(browser, By.ID, "endpoints-table")
+        backwards += [r.text for r in browser.find_elements(By.CSS_SELECTOR, cells)]
+        assert backwards == seen[::-1]
+
         # Sign out: the session is gone, pages ask for sign-in again.
         browser.find_element(By.CSS_SELECTOR, "form.signout button").click()
         wait_for(browser, lambda: "/console/sign-in" in browser.current_url)

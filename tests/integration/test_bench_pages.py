@@ -17,7 +17,9 @@ PAGES = {
     "dashboard", "tasks", "task", "results", "results_page_2", "assets", "assets_page_2",
     "assets_service", "assets_cidr", "assets_text", "assets_port", "asset_history", "changes",
     "exports", "reports", "traffic", "traffic_day", "scanners", "users", "renderer",
-    "resources", "slow_sql",
+    "resources", "slow_sql", "assets_sort_port_desc", "assets_sort_last_seen",
+    "assets_sort_service", "assets_sort_last_seen_port", "assets_sort_port_desc_page_2",
+    "assets_sort_last_seen_page_2",
 }  # fmt: skip
 
 run = functools.partial(run_bench, "pages", check=False)

@@ -119,6 +119,69 @@ def test_asset_search_filters_and_ownership(api):
         assert response.get_json()["error"]["code"] in ("invalid_parameter", "invalid_cursor")
 
 
+def test_asset_search_sorts_and_pages_in_every_order(api):
+    alice, scanner = api.user(), api.scanner()
+    _, upload = _scan(
+        alice,
+        scanner,
+        ["192.0.2.0/28"],
+        [
+            observation("192.0.2.9", 22, service={"name": "ssh"}),
+            observation("192.0.2.2", 443, service={"name": "https"}),
+            observation("192.0.2.5", 80, service={"name": "http"}),
+            observation("192.0.2.3", 80, service={"name": "http"}),
+        ],
+    )
+    _publish(api.app, upload.id)
+
+    def walk(query):
+        seen, cursor = [], ""
+        while True:
+            body = alice.get(f"/api/assets?limit=1{query}{cursor}").get_json()
+            seen.extend((i["ip"], i["port"]) for i in body["items"])
+            if not body["next_cursor"]:
+                return seen, body
+            cursor = f"&cursor={body['next_cursor']}"
+
+    by_ip = [("192.0.2.2", 443), ("192.0.2.3", 80), ("192.0.2.5", 80), ("192.0.2.9", 22)]
+    assert walk("")[0] == by_ip
+    assert walk("&sort=ip&order=desc")[0] == by_ip[::-1]
+    by_port = [("192.0.2.9", 22), ("192.0.2.3", 80), ("192.0.2.5", 80), ("192.0.2.2", 443)]
+    assert walk("&sort=port")[0] == by_port
+    assert walk("&sort=port&order=desc")[0] == by_port[::-1]
+    by_service = [("192.0.2.3", 80), ("192.0.2.5", 80), ("192.0.2.2", 443), ("192.0.2.9", 22)]
+    assert walk("&sort=service")[0] == by_service
+    assert walk("&sort=service&order=desc&port=80")[0] == [("192.0.2.5", 80), ("192.0.2.3", 80)]
+    # Newest first by default; ascending is the exact reverse (ties included).
+    newest = walk("&sort=last_seen")[0]
+    assert sorted(newest) == by_ip and walk("&sort=last_seen&order=asc")[0] == newest[::-1]
+    items = alice.get("/api/assets?sort=last_seen").get_json()["items"]
+    assert [(i["ip"], i["port"]) for i in items] == newest
+    assert [i["last_seen"] for i in items] == sorted((i["last_seen"] for i in items), reverse=True)
+
+    port_page = alice.get("/api/assets?limit=1&sort=port").get_json()
+    for other in ("", "&sort=port&order=desc", "&sort=ip", "&sort=service"):
+        response = alice.get(f"/api/assets?limit=1{other}&cursor={port_page['next_cursor']}")
+        assert response.status_code == 400, other
+        assert response.get_json()["error"]["code"] == "invalid_cursor"
+    for bad, parameter in (
+        ("?sort=banner", "sort"),
+        ("?sort=", None),  # empty: the default, like every other parameter
+        ("?order=up", "order"),
+        ("?sort=port&order=DESC", "order"),
+    ):
+        response = alice.get(f"/api/assets{bad}")
+        if parameter is None:
+            assert response.status_code == 200, bad
+            continue
+        assert response.status_code == 400, bad
+        error = response.get_json()["error"]
+        assert error["code"] == "invalid_parameter" and error["details"] == {
+            "parameter": parameter
+        }, bad
+        assert parameter in error["message"]
+
+
 def test_assets_appear_after_the_projection_and_status_becomes_ready(api):
     from app.projection.slices import ProjectionWorker
     from app.search import open_store

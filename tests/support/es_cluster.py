@@ -30,6 +30,7 @@ from tests.support.es_query import (
     matches,
     missing_last,
     sort_field,
+    sort_missing,
     sort_value,
 )
 
@@ -443,10 +444,13 @@ class SimulatedCluster:
                         hits.append((index, document_id, stored.source))
         mapping = indices[0].mapping if indices else IndexMapping()
         sort_spec = [sort_field(s) for s in as_list(body.get("sort"))]
-        for name, order in reversed(sort_spec):
+        missing = [sort_missing(s) for s in as_list(body.get("sort"))]
+        for (name, order), absent in reversed(list(zip(sort_spec, missing, strict=True))):
             kind = mapping.kind(name)
             hits.sort(
-                key=lambda h, n=name, k=kind: missing_last(first_key(k, h[2], n), order),
+                key=lambda h, n=name, k=kind, m=absent, o=order: missing_last(
+                    first_key(k, h[2], n, m), o
+                ),
                 reverse=(order == "desc"),
             )
         after = body.get("search_after")
@@ -455,7 +459,7 @@ class SimulatedCluster:
                 from_sort_value(mapping.kind(name), value)
                 for (name, _order), value in zip(sort_spec, after, strict=True)
             ]
-            hits = [h for h in hits if is_after(h[2], sort_spec, keys, mapping)]
+            hits = [h for h in hits if is_after(h[2], sort_spec, keys, mapping, missing)]
         size = int(body.get("size", 10))
         response: dict[str, Any] = {
             "took": int((time.perf_counter() - started) * 1000),
@@ -483,8 +487,8 @@ class SimulatedCluster:
             }
             if sort_spec:
                 hit["sort"] = [
-                    sort_value(mapping.kind(n), first_key(mapping.kind(n), source, n))
-                    for n, _o in sort_spec
+                    sort_value(mapping.kind(n), first_key(mapping.kind(n), source, n, m))
+                    for (n, _o), m in zip(sort_spec, missing, strict=True)
                 ]
             response["hits"]["hits"].append(hit)
         aggs = body.get("aggs") or body.get("aggregations")

@@ -299,8 +299,21 @@ def sort_field(spec: Any) -> tuple[str, str]:
     return name, order
 
 
-def first_key(kind: str, source: dict[str, Any], name: str) -> Any:
+def sort_missing(spec: Any) -> Any:
+    """A sort's custom ``missing`` value (``None``: missing values sort last)."""
+    if isinstance(spec, dict):
+        ((_name, order),) = spec.items()
+        if isinstance(order, dict) and order.get("missing") not in (None, "_last", "_first"):
+            return order["missing"]
+    return None
+
+
+def first_key(kind: str, source: dict[str, Any], name: str, missing: Any = None) -> Any:
+    """The value a document sorts by; a custom ``missing`` value stands in for an absent
+    field (and is what the hit's ``sort`` then shows, as in Elasticsearch)."""
     values = field_values(source, name)
+    if not values and missing is not None:
+        values = [missing]
     return comparable(kind, values[0]) if values else None
 
 
@@ -311,10 +324,15 @@ def missing_last(key: Any, order: str) -> tuple[int, Any]:
 
 
 def is_after(
-    source: dict[str, Any], spec: list[tuple[str, str]], keys: list[Any], mapping: IndexMapping
+    source: dict[str, Any],
+    spec: list[tuple[str, str]],
+    keys: list[Any],
+    mapping: IndexMapping,
+    missing: list[Any] | None = None,
 ) -> bool:
-    for (name, order), key in zip(spec, keys, strict=True):
-        value = first_key(mapping.kind(name), source, name)
+    missing = missing or [None] * len(spec)
+    for (name, order), key, absent in zip(spec, keys, missing, strict=True):
+        value = first_key(mapping.kind(name), source, name, absent)
         if value == key:
             continue
         if value is None:

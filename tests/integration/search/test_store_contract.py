@@ -8,6 +8,7 @@ versions written.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import random
 from datetime import timedelta
@@ -493,3 +494,185 @@ def test_publish_shards_by_operations_and_bytes(store):
 
 def _fields(doc):
     return {name: getattr(doc, name) for name in doc.__slots__}
+
+
+# -- sorted asset lists (WEB-12) --------------------------------------------------------
+
+SORTS = [
+    (sort, order) for sort in ("ip", "port", "last_seen", "service") for order in ("asc", "desc")
+]
+
+
+def _ip_key(ip: str):
+    address = ipaddress.ip_address(ip)
+    if address.version == 4:
+        address = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + address.packed)
+    return address.packed
+
+
+def expected_order(docs, sort: str, order: str):
+    """The documented order (app.search.asset_sort), computed independently."""
+
+    def key(d):
+        tail = (_ip_key(d.ip), d.port, d.transport)
+        if sort == "ip":
+            return tail
+        if sort == "port":
+            return (d.port, _ip_key(d.ip), d.transport)
+        if sort == "last_seen":
+            return (d.last_seen, *tail)
+        # by code point, a missing service as ""
+        return ((d.service or "").encode("utf-8"), *tail)
+
+    return [d.id for d in sorted(docs, key=key, reverse=order == "desc")]
+
+
+@pytest.fixture
+def tied_assets(store):
+    """Assets with many ties: 3 ports, 2 last_seen instants, services with case,
+    missing and empty values, IPv4 and IPv6, tcp and udp on one port."""
+    owner = next(_owners)
+    services = ("http", "HTTP", None, "", "ssh", "Zeta", "éclair")
+    docs = []
+    for n in range(21):
+        ip = f"192.0.2.{n % 7 + 1}" if n % 3 else f"2001:db8::{n % 5 + 1:x}"
+        port = (22, 80, 443)[n % 3]
+        transport = "udp" if n % 4 == 0 else "tcp"
+        docs.append(
+            current_asset(
+                "user",
+                ip,
+                port,
+                transport,
+                owner_id=owner,
+                service=services[n % len(services)],
+                seen=at(5 if n % 2 else 10),
+            )
+        )
+    docs = list(by_id(docs).values())  # (ip, port, transport) repeats collapse to one asset
+    global_docs = [
+        current_asset("global", d.ip, d.port, d.transport, service=d.service, seen=d.last_seen)
+        for d in docs
+    ]
+    assert store.publish_current(docs + global_docs, max_operations=50, max_bytes=1 << 20).ok
+    store.refresh_current()
+    return owner, docs, global_docs
+
+
+@pytest.mark.parametrize(("sort", "order"), SORTS)
+@pytest.mark.parametrize("limit", [1, 2, 5, 50])
+def test_sorted_asset_pages_have_no_loss_or_duplicates(store, tied_assets, sort, order, limit):
+    owner, docs, global_docs = tied_assets
+    for scope, owner_id, expected_docs in (
+        ("user", owner, docs),
+        ("global", None, global_docs),
+    ):
+        items = all_assets(
+            store, scope=scope, owner_id=owner_id, sort=sort, order=order, limit=limit
+        )
+        assert [d.id for d in items] == expected_order(expected_docs, sort, order)
+
+
+def test_last_seen_sorts_newest_first_by_default(store, tied_assets):
+    owner, docs, _global = tied_assets
+    items = all_assets(store, scope="user", owner_id=owner, sort="last_seen", limit=3)
+    assert [d.id for d in items] == expected_order(docs, "last_seen", "desc")
+    assert items[0].last_seen > items[-1].last_seen
+
+
+@pytest.mark.parametrize(("sort", "order"), SORTS)
+def test_every_filter_works_with_every_sort(store, asset_fixture, sort, order):
+    owner, _other, docs = asset_fixture
+    for query, expected in (
+        ({"port": 80}, [("192.0.2.10", 80), ("2001:db8::10", 80)]),
+        ({"service": "HTTP"}, [("192.0.2.10", 80), ("2001:db8::10", 80)]),
+        (
+            {"cidr": "192.0.2.0/24"},
+            [("192.0.2.10", 53), ("192.0.2.10", 80), ("192.0.2.10", 443), ("192.0.2.200", 22)],
+        ),
+        ({"text": "nginx"}, [("192.0.2.10", 80), ("192.0.2.10", 443)]),
+        ({"last_seen_from": at(60)}, [("192.0.2.10", 443), ("192.0.2.200", 22)]),
+        ({"status": "all", "transport": "udp"}, [("192.0.2.10", 53)]),
+    ):
+        items = all_assets(
+            store, scope="user", owner_id=owner, sort=sort, order=order, limit=1, **query
+        )
+        assert _ports(items) == expected, query
+        mine = [d for d in docs if d.scope == "user" and d.owner_id == owner]
+        wanted = {d.id for d in items}
+        assert [d.id for d in items] == [
+            i for i in expected_order(mine, sort, order) if i in wanted
+        ]
+
+
+def test_a_cursor_is_valid_for_its_own_sort_and_order_only(store, tied_assets):
+    owner, _docs, _global = tied_assets
+    cursors = {}
+    for sort, order in SORTS:
+        page = store.search_assets(
+            AssetQuery(scope="user", owner_id=owner, sort=sort, order=order, limit=2)
+        )
+        assert page.next_cursor
+        cursors[(sort, order)] = page.next_cursor
+    for issued, cursor in cursors.items():
+        for sort, order in SORTS:
+            query = AssetQuery(
+                scope="user", owner_id=owner, sort=sort, order=order, limit=2, cursor=cursor
+            )
+            if (sort, order) == issued:
+                assert store.search_assets(query).items
+                continue
+            with pytest.raises(ValidationError) as refused:
+                store.search_assets(query)
+            assert refused.value.code == "invalid_cursor"
+
+
+@pytest.mark.parametrize(
+    ("fields", "parameter"), [({"sort": "banner"}, "sort"), ({"order": "up"}, "order")]
+)
+def test_unknown_sort_or_order_is_refused(store, fields, parameter):
+    with pytest.raises(ValidationError) as refused:
+        store.search_assets(AssetQuery(scope="user", owner_id=1, **fields))
+    assert refused.value.code == "invalid_parameter"
+    assert refused.value.details == {"parameter": parameter}
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(1, 6),  # address
+            st.sampled_from([22, 80, 443]),  # port
+            st.sampled_from(["tcp", "udp"]),
+            st.integers(0, 2),  # last_seen minute: many ties
+            st.sampled_from([None, "", "a", "B", "b", "ssh"]),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    sort=st.sampled_from(["ip", "port", "last_seen", "service"]),
+    order=st.sampled_from(["asc", "desc"]),
+    limit=st.integers(1, 4),
+)
+def test_sorted_pages_cover_any_set_exactly_once(store, rows, sort, order, limit):
+    owner = next(_owners)
+    docs = by_id(
+        current_asset(
+            "user",
+            f"10.9.0.{a}" if a % 2 else f"2001:db8:9::{a}",
+            port,
+            transport,
+            owner_id=owner,
+            service=service,
+            seen=at(minute),
+        )
+        for a, port, transport, minute, service in rows
+    )
+    assert store.publish_current(list(docs.values()), max_operations=50, max_bytes=1 << 20).ok
+    store.refresh_current()
+    items = all_assets(store, scope="user", owner_id=owner, sort=sort, order=order, limit=limit)
+    assert [d.id for d in items] == expected_order(list(docs.values()), sort, order)

@@ -231,6 +231,45 @@ def test_other_users_tasks_are_not_found_and_admin_pages_are_forbidden(api):
         assert forbidden.status_code == 403 and forbidden.mimetype == "text/html"
 
 
+def _link(html: str, anchor_id: str) -> str:
+    match = re.search(rf'<a href="([^"]+)"[^>]*id="{anchor_id}"', html)
+    assert match, anchor_id
+    return match.group(1).replace("&amp;", "&")
+
+
+def _rows(html: str) -> list[tuple[str, str]]:
+    return re.findall(r'<td class="ip">([^<]+)</td>\s*<td>(\d+)/', html)
+
+
+def _check_sorting(client):
+    """WEB-12: headers sort (aria-sort on the active one), keep the filters; paging keeps
+    the sort; all through plain links."""
+    page = client.get("/console/assets?service=ssh").text
+    assert 'aria-sort="ascending"><a href=' in page and page.count("aria-sort=") == 1
+    by_port = _link(page, "sort-port")
+    assert "service=ssh" in by_port and "sort=port" in by_port and "order=asc" in by_port
+    # By port descending over ssh (22) and nothing else: the filter survived the header.
+    port_desc = client.get(_link(client.get(by_port).text, "sort-port")).text
+    active = r'aria-sort="descending"><a href="[^"]+" class="sort" id="sort-port"'
+    assert re.search(active, port_desc)
+    rows = _rows(port_desc)
+    assert len(rows) == 50 and {port for _ip, port in rows} == {"22"}
+    assert [ip for ip, _ in rows] == sorted(
+        (ip for ip, _ in rows), key=lambda ip: tuple(map(int, ip.split("."))), reverse=True
+    )
+    next_url = re.search(r'href="([^"]+)" rel="next"', port_desc).group(1).replace("&amp;", "&")
+    assert "sort=port" in next_url and "order=desc" in next_url and "service=ssh" in next_url
+    rest = _rows(client.get(next_url).text)
+    assert len(rest) == 5 and not set(rest) & set(rows)
+    everything = _rows(client.get("/console/assets?sort=port&order=desc&limit=500").text)
+    assert everything[0] == ("192.0.2.200", "443") and len(everything) == 56
+    # The search form keeps the order; the last-seen header starts newest first.
+    assert 'name="sort" value="port"' in port_desc and 'name="order" value="desc"' in port_desc
+    assert "order=desc" in _link(port_desc, "sort-last_seen")
+    bad = client.get("/console/assets?sort=banner")
+    assert bad.status_code == 400 and "sort must be one of" in bad.text
+
+
 def test_asset_search_filters_paging_and_bad_input(api):
     client, created = _user_client(api)
     user = api.login(created["username"])
@@ -253,6 +292,7 @@ def test_asset_search_filters_paging_and_bad_input(api):
     assert narrow.text.count('<td class="ip">') == 3
     bad = client.get("/console/assets?cidr=nonsense")
     assert bad.status_code == 400 and "cidr must be a network" in bad.text
+    _check_sorting(client)
     # Owner scoping: another user sees none of these; only an admin may ask for the global view.
     other, _ = _user_client(api)
     assert other.get("/console/assets").text.count('<td class="ip">') == 0
