@@ -5,15 +5,21 @@ The pages call the report services (``app.reports.definitions`` and
 their own definitions and sees only their own reports (another user's report
 is a 404, an admin sees any). The archived mail is linked, not inlined: it is
 served by ``GET /api/reports/<id>/mail.html`` under its own strict policy.
-"Run now" is a POST carrying the session's CSRF token.
+"Run now", creating a definition and deleting one are POSTs carrying the
+session's CSRF token. The create form goes through the API's own validation
+(``definitions.create_definition``), so a bad field is the same rule and the
+same message, shown next to the field with the input kept, and nothing is
+written.
 """
 
 from __future__ import annotations
 
-from flask import redirect, render_template, url_for
+from typing import Any
+
+from flask import redirect, render_template, request, url_for
 
 from app.db import transaction
-from app.errors import NotFound
+from app.errors import NotFound, ValidationError
 from app.http.requests import decode_cursor, encode_cursor
 from app.reports import definitions, records
 from app.web import blueprint
@@ -22,9 +28,24 @@ from app.web.access import page_user, signed_in_user
 PAGE_SIZE = 50
 
 
+PERIOD_CHOICES = ("daily", "weekly", "on_demand")
+EMPTY_FORM = {
+    "name": "",
+    "task_id": "",
+    "period": "daily",
+    "recipients": "",
+    "template": "default",
+    "timezone": "UTC",
+}
+
+
 @blueprint.get("/reports")
 @page_user
 def reports():
+    return _render_reports(dict(EMPTY_FORM), {})
+
+
+def _render_reports(form: dict[str, str], field_errors: dict[str, str], status: int = 200):
     user = signed_in_user()
     cursor = decode_cursor()
     with transaction() as conn:
@@ -37,13 +58,57 @@ def reports():
     next_url = None
     if next_id:
         next_url = url_for("web.reports", cursor=encode_cursor({"id": next_id}))
-    return render_template(
+    body = render_template(
         "console/reports.html",
         definitions=definitions.list_definitions(user),
         reports=items,
         next_url=next_url,
         first_url=url_for("web.reports") if cursor else None,
+        form=form,
+        field_errors=field_errors,
+        periods=PERIOD_CHOICES,
     )
+    return body, status
+
+
+def _definition_body(form: dict[str, str]) -> dict[str, Any]:
+    """The form as the API's JSON body: an empty task number means all of one's assets."""
+    body: dict[str, Any] = {
+        "name": form["name"],
+        "period": form["period"],
+        "recipients": [line.strip() for line in form["recipients"].splitlines() if line.strip()],
+        "template": form["template"].strip() or "default",
+        "timezone": form["timezone"].strip() or "UTC",
+    }
+    task = form["task_id"].strip().lstrip("#")
+    if not task:
+        body["scope"] = "all"
+    elif task.isdecimal() and len(task) <= 19:
+        body["task_id"] = int(task)
+    else:
+        body["task_id"] = task  # refused by the validation, naming the field
+    return body
+
+
+@blueprint.post("/reports/definitions")
+@page_user
+def report_definition_create():
+    form = {key: request.form.get(key, default)[:4000] for key, default in EMPTY_FORM.items()}
+    try:
+        definitions.create_definition(signed_in_user(), _definition_body(form))
+    except (ValidationError, NotFound) as refused:
+        field = (refused.details or {}).get("field") or "form"
+        if field == "scope":
+            field = "task_id"
+        return _render_reports(form, {field: refused.message}, status=400)
+    return redirect(url_for("web.reports"), code=303)
+
+
+@blueprint.post("/reports/definitions/<int:definition_id>/delete")
+@page_user
+def report_definition_delete(definition_id: int):
+    definitions.delete_definition(signed_in_user(), definition_id)
+    return redirect(url_for("web.reports"), code=303)
 
 
 @blueprint.get("/reports/<int:report_id>")

@@ -188,6 +188,20 @@ CONSOLE_ROUTES: list[Route] = [
         lambda w: f"/console/reports/definitions/{w.definition_id}/run",
         _page(303, owned=True),
     ),
+    # An empty form is refused by the validation: the caller got past access control.
+    _html(
+        "POST",
+        "/console/reports/definitions",
+        lambda w: "/console/reports/definitions",
+        _page(400),
+    ),
+    # The owner deletes it first, so the admin after the owner finds nothing.
+    _html(
+        "POST",
+        "/console/reports/definitions/<int:definition_id>/delete",
+        lambda w: f"/console/reports/definitions/{w.definition_id}/delete",
+        {**_page(303, owned=True), ADMIN: 404},
+    ),
     _html("GET", "/console/scanners", lambda w: "/console/scanners", _admin_page(200)),
     _html("POST", "/console/scanners", lambda w: "/console/scanners", _admin_page(400)),
     _html(

@@ -11,7 +11,7 @@ import re
 
 from markupsafe import escape
 
-from tests.integration.web.test_console_pages import XSS, _csrf, _user_client
+from tests.integration.web.test_console_pages import XSS, _csrf, _post_form, _user_client
 
 
 def _definition(user, name: str) -> dict:
@@ -110,3 +110,85 @@ def test_ready_report_links_its_archived_mail_and_the_link_shows_it(api, setting
     bob, _ = _user_client(api)
     assert bob.get(report_url).status_code == 404
     assert bob.get(link.group(1)).status_code == 404
+
+
+def _definition_count(user) -> int:
+    return len(user.get("/api/reports/definitions").get_json()["items"])
+
+
+def test_definitions_are_created_and_deleted_in_the_console(api) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    task = alice.post("/api/tasks", json={"name": "r", "targets": ["192.0.2.1"], "ports": "80"})
+    task_id = task.get_json()["task"]["id"]
+    good = {
+        "name": XSS,
+        "task_id": str(task_id),
+        "period": "weekly",
+        "recipients": "alice@example.com\n\nbob@example.com\n",
+        "template": "default",
+        "timezone": "Europe/Berlin",
+    }
+
+    # Each bad field is a 400 naming that field next to its input, the input is kept
+    # (escaped), and nothing is written.
+    for field, value in [
+        ("recipients", "alice@example.com\nnot-an-address"),
+        ("timezone", "Mars/Olympus"),
+        ("template", "no-such-template"),
+        ("task_id", "12x"),
+        ("period", "hourly"),
+        ("name", "   "),
+    ]:
+        refused = _post_form(client, "/console/reports/definitions", {**good, field: value},
+                             from_page="/console/reports")  # fmt: skip
+        assert refused.status_code == 400, (field, refused.text[:300])
+        assert f'id="{field}-error"' in refused.text, field
+        assert 'aria-invalid="true"' in refused.text
+        assert "<script>alert" not in refused.text
+        if field != "name":  # the kept name is shown as text
+            assert "&lt;script&gt;alert" in refused.text
+        assert _definition_count(alice) == 0, field
+
+    # Another user's task is not found, and says so at the task field.
+    bob, created_bob = _user_client(api)
+    refused = _post_form(bob, "/console/reports/definitions", good, from_page="/console/reports")
+    assert refused.status_code == 400 and 'id="task_id-error"' in refused.text
+    assert _definition_count(api.login(created_bob["username"])) == 0
+
+    # Without the CSRF token nothing is written.
+    assert client.post("/console/reports/definitions", data=good).status_code == 403
+    assert _definition_count(alice) == 0
+
+    made = _post_form(client, "/console/reports/definitions", good, from_page="/console/reports")
+    assert made.status_code == 303 and made.headers["Location"].endswith("/console/reports")
+    [definition] = alice.get("/api/reports/definitions").get_json()["items"]
+    assert definition["name"] == XSS and definition["task_id"] == task_id
+    assert definition["period"] == "weekly" and definition["timezone"] == "Europe/Berlin"
+    assert definition["recipients"] == ["alice@example.com", "bob@example.com"]
+
+    # An empty task number is a definition over all of one's assets.
+    everything = _post_form(client, "/console/reports/definitions",
+                            {**good, "name": "all", "task_id": ""},
+                            from_page="/console/reports")  # fmt: skip
+    assert everything.status_code == 303
+    scopes = {
+        d["name"]: d["task_id"] for d in alice.get("/api/reports/definitions").get_json()["items"]
+    }
+    assert scopes == {XSS: task_id, "all": None}
+
+    # Delete: only one's own, and only with the token.
+    delete_path = f"/console/reports/definitions/{definition['id']}/delete"
+    page = client.get("/console/reports")
+    assert f'action="{delete_path}"' in page.text
+    assert (
+        bob.post(
+            delete_path, data={"csrf_token": _csrf(bob.get("/console/reports").text)}
+        ).status_code
+        == 404
+    )
+    assert client.post(delete_path, data={}).status_code == 403
+    assert _definition_count(alice) == 2
+    deleted = client.post(delete_path, data={"csrf_token": _csrf(page.text)})
+    assert deleted.status_code == 303
+    assert [d["name"] for d in alice.get("/api/reports/definitions").get_json()["items"]] == ["all"]
