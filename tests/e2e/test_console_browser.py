@@ -441,3 +441,77 @@ def test_traffic_chart_renders_under_the_strict_policy(database_url, tmp_path, b
         browser.find_element(By.ID, "show-traffic").click()
         assert "to must be after from" in present(browser, By.ID, "traffic-error").text
         no_script_ran(browser)
+
+
+# Form controls without an accessible name, and elements wider than the window: both
+# computed by the browser itself, on the page as rendered.
+_UNNAMED_CONTROLS = """
+return Array.from(document.querySelectorAll('input, select, textarea, button'))
+  .filter(e => e.type !== 'hidden')
+  .filter(e => {
+    if (e.tagName === 'BUTTON') return !e.textContent.trim() && !e.getAttribute('aria-label');
+    if (e.getAttribute('aria-label') || e.getAttribute('aria-labelledby')) return false;
+    if (e.closest('label')) return false;
+    return !(e.id && document.querySelector('label[for="' + e.id + '"]'));
+  })
+  .map(e => e.outerHTML.slice(0, 120));
+"""
+_SIDEWAYS = "return document.documentElement.scrollWidth - window.innerWidth;"
+
+
+def test_every_page_fits_a_phone_and_names_its_controls(database_url, tmp_path, browser):
+    with (
+        netmap_server(database_url, tmp_path / "server", runner=False) as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)
+        browser.get(url + "/console/tasks/new")
+        fill(browser, "name", "phone")
+        fill(browser, "targets", "127.0.0.1\n")
+        fill(browser, "ports", "22")
+        browser.find_element(By.ID, "create-task").click()
+        present(browser, By.ID, "task-status")
+        task = browser.current_url.rstrip("/").rsplit("/", 1)[1]
+        pages = [
+            "/console/",
+            "/console/tasks",
+            "/console/tasks/new",
+            f"/console/tasks/{task}",
+            f"/console/tasks/{task}/results",
+            f"/console/tasks/{task}/changes",
+            "/console/assets",
+            "/console/assets/history?ip=127.0.0.1&port=22&transport=tcp",
+            "/console/exports",
+            "/console/reports",
+            "/console/traffic",
+            "/console/scanners",
+            "/console/users",
+            "/console/admin/renderer",
+            "/console/admin/resources",
+            "/console/admin/slow-sql",
+        ]
+        for width in (375, 1280):
+            browser.set_window_size(width, 900)
+            for page in pages:
+                browser.get(url + page)
+                present(browser, By.TAG_NAME, "main")
+                # Wide tables scroll inside their own box; the page itself never sideways.
+                assert browser.execute_script(_SIDEWAYS) <= 1, (width, page)
+                assert browser.execute_script(_UNNAMED_CONTROLS) == [], (width, page)
+                # Focus order is document order (no tabindex anywhere), and its first stop
+                # is the skip link to the main content.
+                first = browser.execute_script(
+                    "return document.querySelector('a, button, input, select, textarea')"
+                    ".getAttribute('href');"
+                )
+                assert first == "#main", (width, page)
+                assert not browser.find_elements(By.CSS_SELECTOR, "[tabindex]"), (width, page)
+        # The probes see what they look for: a page made too wide, an unnamed control.
+        browser.execute_script(
+            "const d = document.createElement('div'); d.style.width = '3000px';"
+            "d.textContent = 'x'; document.body.appendChild(d);"
+            "document.body.appendChild(document.createElement('input'));"
+        )
+        assert browser.execute_script(_SIDEWAYS) > 1
+        assert len(browser.execute_script(_UNNAMED_CONTROLS)) == 1
