@@ -457,9 +457,38 @@ return Array.from(document.querySelectorAll('input, select, textarea, button'))
   .map(e => e.outerHTML.slice(0, 120));
 """
 _SIDEWAYS = "return document.documentElement.scrollWidth - window.innerWidth;"
+# Text whose colour on its (first opaque) background is below WCAG AA's 4.5:1.
+_LOW_CONTRAST = """
+const rgb = c => (c.match(/[0-9.]+/g) || []).map(Number);
+const lum = ([r, g, b]) => {
+  const f = v => {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+};
+const background = e => {
+  for (; e; e = e.parentElement) {
+    const c = rgb(getComputedStyle(e).backgroundColor);
+    if (c.length === 3 || c[3] > 0.99) return c;
+  }
+  return [255, 255, 255];
+};
+const low = [];
+for (const e of document.querySelectorAll('body *')) {
+  if (!Array.from(e.childNodes).some(n => n.nodeType === 3 && n.textContent.trim())) continue;
+  if (!e.getClientRects().length) continue;
+  const a = lum(rgb(getComputedStyle(e).color)), b = lum(background(e));
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < 4.5) low.push(e.tagName + '.' + e.className + ' ' + ratio.toFixed(2));
+}
+return low;
+"""
 
 
-def test_every_page_fits_a_phone_and_names_its_controls(database_url, tmp_path, browser):
+def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
+    database_url, tmp_path, browser
+):
     with (
         netmap_server(database_url, tmp_path / "server", runner=False) as server,
         evidence_on_failure(browser, tmp_path),
@@ -499,6 +528,7 @@ def test_every_page_fits_a_phone_and_names_its_controls(database_url, tmp_path, 
                 # Wide tables scroll inside their own box; the page itself never sideways.
                 assert browser.execute_script(_SIDEWAYS) <= 1, (width, page)
                 assert browser.execute_script(_UNNAMED_CONTROLS) == [], (width, page)
+                assert browser.execute_script(_LOW_CONTRAST) == [], (width, page)
                 # Focus order is document order (no tabindex anywhere), and its first stop
                 # is the skip link to the main content.
                 first = browser.execute_script(
@@ -510,8 +540,10 @@ def test_every_page_fits_a_phone_and_names_its_controls(database_url, tmp_path, 
         # The probes see what they look for: a page made too wide, an unnamed control.
         browser.execute_script(
             "const d = document.createElement('div'); d.style.width = '3000px';"
+            "d.style.color = '#bbbbbb'; d.style.background = '#ffffff';"
             "d.textContent = 'x'; document.body.appendChild(d);"
             "document.body.appendChild(document.createElement('input'));"
         )
         assert browser.execute_script(_SIDEWAYS) > 1
         assert len(browser.execute_script(_UNNAMED_CONTROLS)) == 1
+        assert len(browser.execute_script(_LOW_CONTRAST)) == 1
