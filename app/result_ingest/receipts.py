@@ -40,6 +40,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, ValidationError
 from app.observability import emit
+from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
 from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
@@ -82,6 +83,8 @@ class Reservation:
     outcome: str  # "new" | "retry_pending" | "already_confirmed" | "rejected"
     execution: ExecutionRow
     scope: StorageScope | None = None  # final batches only
+    # Final batches only: batches pending under a dead claim, purged before the count.
+    dead: tuple[DeadBatch, ...] = ()
     # "rejected": the batch is refused, but a stream repair made in the same
     # transaction must still commit; the caller raises this after commit.
     error: Conflict | None = None
@@ -399,8 +402,14 @@ def reserve_batch(
                 ),
                 {**key, "t": token},
             )
-        scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
-        return Reservation("retry_pending", execution, scope)
+        if not body.is_final:
+            return Reservation("retry_pending", execution)
+        return Reservation(
+            "retry_pending",
+            execution,
+            collect_final_scope(conn, execution_id, months),
+            tuple(dead_batches(conn, execution_id, token)),
+        )
 
     if not execution.holds_claim(token):
         raise lease_lost()
@@ -432,8 +441,14 @@ def reserve_batch(
             "months": list(months),
         },
     )
-    scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
-    return Reservation("new", execution, scope)
+    if not body.is_final:
+        return Reservation("new", execution)
+    return Reservation(
+        "new",
+        execution,
+        collect_final_scope(conn, execution_id, months),
+        tuple(dead_batches(conn, execution_id, token)),
+    )
 
 
 def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -52,6 +52,7 @@ from app.search.asset_sort import (
 )
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     MERGE_SCRIPT,
     STATUS_MAPPING,
@@ -73,6 +74,7 @@ from app.search.port import (
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
+    BatchKey,
     BulkItemResult,
     BulkResult,
     ExecutionCounts,
@@ -115,6 +117,7 @@ class ElasticsearchStore:
         )
         self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
+        self._removals = ElasticsearchRemovals(self)
 
     # -- schema ---------------------------------------------------------------------
 
@@ -331,6 +334,9 @@ class ElasticsearchStore:
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         return self._final_requests(scope).plan
 
+    def fact_indices(self, scope: StorageScope) -> list[str]:
+        return self._fact_indices(scope)
+
     def _fact_indices(self, scope: StorageScope) -> list[str]:
         if scope.legacy_full_history:
             return [self.names.facts_pattern]
@@ -433,6 +439,40 @@ class ElasticsearchStore:
             if len(buckets) < COMPOSITE_PAGE:
                 return endpoints, ips, kept
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
+
+    # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
+
+    @property
+    def settings(self) -> ElasticsearchSettings:
+        return self._settings
+
+    @property
+    def bulk(self) -> BulkSender:
+        return self._bulk
+
+    def search(
+        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
+    ) -> dict[str, Any]:
+        self._ensure_ready()
+        return self._search(index, body, what=what)
+
+    def batch_facts(
+        self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
+    ) -> list[FactDocument]:
+        return self._removals.batch_facts(scope, execution_id, batches)
+
+    def endpoint_facts(
+        self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
+    ) -> list[FactDocument]:
+        return self._removals.endpoint_facts(scope, execution_id, endpoints)
+
+    def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        self._ensure_ready()
+        return self._removals.delete_facts(facts)
+
+    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+        self._ensure_ready()
+        return self._removals.delete_execution_endpoints(ids)
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
         position = decode_cursor("results", cursor)
