@@ -51,6 +51,7 @@ from sqlalchemy.engine import Connection
 
 from app.observability import emit
 from app.result_ingest.enrichment import UploadContext, endpoint_documents
+from app.scan_control.executions import succeeded_claim
 from app.search.ids import execution_endpoint_id
 from app.search.port import BatchKey, SearchStore, StorageScope
 
@@ -91,15 +92,22 @@ def batch_is_dead(conn: Connection, execution_id: int, key: BatchKey) -> DeadBat
     execution succeeded with; ``None`` otherwise (confirmed, taken over by the live claim,
     or the execution not finished: its final purges the batch then, with no writer of
     the execution left to race with)."""
+    token = succeeded_claim(conn, execution_id)
+    if token is None:
+        return None
     row = conn.execute(
         sa.text(
-            "SELECT r.storage_references FROM scan_upload_receipts r "
-            "JOIN scan_executions x ON x.id = r.execution_id "
-            "WHERE r.execution_id = :e AND r.upload_id = :u AND r.stream = :s "
-            "AND r.batch_index = :b AND r.status = 'pending' AND x.status = 'succeeded' "
-            "AND r.claim_token IS DISTINCT FROM x.claim_token"
+            "SELECT storage_references FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b "
+            "AND status = 'pending' AND claim_token IS DISTINCT FROM :t"
         ),
-        {"e": execution_id, "u": key.upload_id, "s": key.stream, "b": key.batch_index},
+        {
+            "e": execution_id,
+            "u": key.upload_id,
+            "s": key.stream,
+            "b": key.batch_index,
+            "t": token,
+        },
     ).one_or_none()
     if row is None:
         return None

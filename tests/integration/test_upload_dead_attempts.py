@@ -59,10 +59,19 @@ def _expire_and_requeue() -> None:
         assert recover_expired_leases(conn, retry_backoff_seconds=0).requeued == 1
 
 
+# Attempt 1's confirmed view of the endpoint its dead batch also sees.
+_CONFIRMED = observation("192.0.2.1", 443, service={"name": "https", "product": "confirmed"})
+
+
 def _dead_batch() -> list[dict]:
     """Newer than the confirmed view of 192.0.2.1:443, plus an endpoint only it saw."""
     return [
-        observation("192.0.2.1", 443, observed_at=now_iso(-30), service={"name": "https", "product": "dead-attempt"}),
+        observation(
+            "192.0.2.1",
+            443,
+            observed_at=now_iso(-30),
+            service={"name": "https", "product": "dead-attempt"},
+        ),
         observation("192.0.2.9", 22, observed_at=now_iso(-30)),
     ]
 
@@ -110,7 +119,7 @@ def test_a_batch_whose_lease_expired_before_its_confirm_is_not_counted(store_api
     task = make_task(user)
     first = claim(scanner)
     store = install(api.app)
-    confirmed = first.batch(0, [observation("192.0.2.1", 443, service={"name": "https", "product": "confirmed"})])
+    confirmed = first.batch(0, [_CONFIRMED])
     assert confirmed.status_code == 200, confirmed.get_json()
 
     # Between the dead batch's store writes and its confirm, the lease expires.
@@ -140,7 +149,7 @@ def test_a_dead_write_landing_after_the_final_removes_itself(store_api):
     task = make_task(user)
     first = claim(scanner)
     store = install(api.app)
-    assert first.batch(0, [observation("192.0.2.1", 443, service={"name": "https", "product": "confirmed"})]).status_code == 200
+    assert first.batch(0, [_CONFIRMED]).status_code == 200
     finished = []
 
     def attempt_2_finishes_first(*_a, **_k) -> None:
@@ -176,7 +185,7 @@ def test_a_dead_write_landing_between_purge_and_count_is_counted_out(store_api):
     task = make_task(user)
     first = claim(scanner)
     store = install(api.app)
-    assert first.batch(0, [observation("192.0.2.1", 443, service={"name": "https", "product": "confirmed"})]).status_code == 200
+    assert first.batch(0, [_CONFIRMED]).status_code == 200
 
     # The dead batch is reserved (its receipt pending) but its write has not landed yet.
     def lease_expires_before_the_write(*_a, **_k):
