@@ -320,12 +320,16 @@ class SearchStore(Protocol):
     def batch_facts(
         self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
     ) -> list[FactDocument]:
-        """Every fact of the execution stored under one of ``batches`` (within ``scope``)."""
+        """Every fact of the execution stored under one of ``batches``.
+
+        ``scope`` names the months to look in; an adapter keeping every month in one
+        place (PostgreSQL) may find facts of other months too."""
 
     def endpoint_facts(
         self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
     ) -> list[FactDocument]:
-        """The execution's observation facts of the given (ip, port, transport) endpoints."""
+        """The execution's observation facts of the given (ip, port, transport) endpoints
+        (``scope`` as for ``batch_facts``)."""
 
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         """Delete facts by id; a fact already gone is a success (200), not a failure."""
