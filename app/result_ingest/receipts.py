@@ -290,6 +290,33 @@ def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -
         )
 
 
+def check_takeover(conn: Connection, execution_id: int, body: UploadBody) -> None:
+    """409 ``final_already_reserved`` for the retry of a batch another claim left pending
+    once this claim has reserved a final: that final counts without the batch and removes
+    what the dead attempt wrote of it (ING-18), so the batch cannot join any more."""
+    final = conn.execute(
+        sa.text(
+            "SELECT upload_id, batch_index FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND (status = 'pending' OR is_final) AND is_final "
+            "AND claim_token = :t AND NOT (upload_id = :u AND stream = :s AND batch_index = :b) "
+            "LIMIT 1"
+        ),
+        {
+            "e": execution_id,
+            "t": body.claim_token,
+            "u": body.upload_id,
+            "s": body.stream,
+            "b": body.batch_index,
+        },
+    ).one_or_none()
+    if final is not None:
+        raise Conflict(
+            f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
+            code="final_already_reserved",
+            details={"upload_id": final.upload_id, "final_batch": final.batch_index},
+        )
+
+
 def earlier_aliases(conn: Connection, execution_id: int) -> list[str]:
     """CNAME targets this DNS execution already confirmed (names it may now report)."""
     return list(
@@ -395,6 +422,7 @@ def reserve_batch(
         if not execution.holds_claim(token):
             raise lease_lost()
         if existing.claim_token != token:
+            check_takeover(conn, execution_id, body)
             conn.execute(
                 sa.text(
                     "UPDATE scan_upload_receipts SET claim_token = :t WHERE execution_id = :e "

@@ -235,3 +235,35 @@ def _owner(execution_id: int) -> int:
         e=execution_id,
     )
     return row[0]
+
+
+def test_a_dead_batch_cannot_be_taken_over_once_the_final_is_reserved(store_api):
+    """The retry of a dead batch under the new claim would complete it (ING-18's retry
+    rule), but not while that claim's final runs: the final counts without the batch
+    and removes what the dead attempt wrote of it."""
+    api, settings = store_api
+    user, scanner = api.user(), api.scanner()
+    task = make_task(user)
+    first = claim(scanner)
+    store = install(api.app)
+    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    store.after["write_execution_endpoints"] = lambda *_a, **_k: _expire_and_requeue()
+    assert first.batch(1, _dead_batch()).status_code == 409
+    del store.after["write_execution_endpoints"]
+    dead_body = first.sent[-1]
+    second = claim(scanner)
+    assert second.batch(0, [observation("192.0.2.2", 443)], upload_id="a2").status_code == 200
+    taken_over = []
+
+    def retry_the_dead_batch_meanwhile(*_a, **_k) -> None:
+        del store.before["write_facts"]
+        taken_over.append(second.post({**dead_body, "claim_token": second.token}))
+
+    store.before["write_facts"] = retry_the_dead_batch_meanwhile
+    final = second.final(1, [observation("192.0.2.3", 443)], upload_id="a2")
+    assert final.status_code == 200, final.get_json()
+    (refused,) = taken_over
+    assert refused.status_code == 409, refused.get_json()
+    assert refused.get_json()["error"]["code"] == "final_already_reserved"
+
+    _assert_only_confirmed(user, settings, task["id"], first.id)
