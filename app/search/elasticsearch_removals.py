@@ -3,10 +3,10 @@
 ``app.result_ingest.abandoned`` removes what a dead attempt wrote (ING-18). Facts
 are found by their batch fields (``upload_id``, ``stream``, ``batch_index``: indexed
 keywords) in the scope's monthly indices, paged with ``search_after`` over the
-batch identity and position (unique within an execution). A fact's ``body`` is not
-indexed, so the facts of given endpoints are found by walking the execution's
-observation facts and keeping those whose body names one of them: this runs only
-when a dead attempt left facts behind, never on the normal path. Deletes are bulk
+batch identity and position (unique within an execution). The facts of given endpoints
+are found by the ``endpoint`` keyword observation facts carry (their ``body`` is
+not indexed); facts written before that field existed lack it and are read too,
+then matched by their body. Deletes are bulk
 ``delete`` operations; a document already gone (404) counts as deleted, so a
 removal that is repeated after a failure converges.
 """
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.search.documents import FactDocument
 from app.search.elasticsearch_bulk import operation, shard_operations
+from app.search.elasticsearch_schema import fact_endpoint
 from app.search.encoding import parse_utc
 from app.search.port import BatchKey, BulkItemResult, BulkResult, StorageScope
 
@@ -120,9 +121,22 @@ class ElasticsearchRemovals:
         wanted = set(endpoints)
         if not wanted:
             return []
+        # Facts carry their endpoint as an indexed keyword; those written before it existed
+        # do not, and are read and matched by their body.
+        of_endpoint = {
+            "bool": {
+                "should": [
+                    {"terms": {"endpoint": sorted(fact_endpoint(*e) for e in wanted)}},
+                    {"bool": {"must_not": [{"exists": {"field": "endpoint"}}]}},
+                ],
+                "minimum_should_match": 1,
+            }
+        }
         return [
             fact
-            for fact in self._walk(scope, execution_id, [{"term": {"kind": "observation"}}])
+            for fact in self._walk(
+                scope, execution_id, [{"term": {"kind": "observation"}}, of_endpoint]
+            )
             if (fact.body.get("ip"), fact.body.get("port"), fact.body.get("transport")) in wanted
         ]
 

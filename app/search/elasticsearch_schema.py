@@ -107,8 +107,20 @@ FACT_MAPPING: dict[str, Any] = {
         "position": {"type": "integer"},
         "observed_at": _TIME,
         "body": {"type": "object", "enabled": False},
+        # An observation's endpoint ("ip port transport"): finds the facts of an endpoint
+        # when a dead attempt's batch is removed (ING-18), since ``body`` is not indexed.
+        "endpoint": {"type": "keyword"},
     },
 }
+
+# The field added to fact indices created before it existed.
+FACT_ENDPOINT_MAPPING: dict[str, Any] = {"properties": {"endpoint": {"type": "keyword"}}}
+
+
+def fact_endpoint(ip: str, port: int, transport: str) -> str:
+    """The ``endpoint`` keyword of an observation fact."""
+    return f"{ip} {port} {transport}"
+
 
 ENDPOINT_MAPPING: dict[str, Any] = {
     "dynamic": "strict",

@@ -54,9 +54,11 @@ from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
+    FACT_ENDPOINT_MAPPING,
     MERGE_SCRIPT,
     STATUS_MAPPING,
     IndexNames,
+    fact_endpoint,
     index_templates,
 )
 from app.search.encoding import (
@@ -159,6 +161,15 @@ class ElasticsearchStore:
         # Asset indices created before the change analysis lack its status fields.
         for index in self.names.assets.values():
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
+        # Fact indices created before facts carried their endpoint lack that field.
+        self._call(
+            lambda: self._client.indices.put_mapping(
+                index=self.names.facts_pattern,
+                allow_no_indices=True,
+                ignore_unavailable=True,
+                **FACT_ENDPOINT_MAPPING,
+            )
+        )
         self._ready = True
 
     def _ensure_ready(self) -> None:
@@ -179,6 +190,12 @@ class ElasticsearchStore:
             index = self.names.facts(month)
             if index not in self._known_fact_indices:
                 self._create_index(index)
+                # An index made from a template an older process put back lacks the field.
+                self._call(
+                    lambda i=index: self._client.indices.put_mapping(
+                        index=i, **FACT_ENDPOINT_MAPPING
+                    )
+                )
                 self._known_fact_indices.add(index)
 
     # -- writes ---------------------------------------------------------------------
@@ -195,7 +212,11 @@ class ElasticsearchStore:
             if problem is not None:
                 rejected[id(doc)] = BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem)
                 continue
-            operations.append(operation("index", index, doc.id, fact_source(doc)))
+            source = fact_source(doc)
+            endpoint = _endpoint_of(doc)
+            if endpoint is not None:
+                source["endpoint"] = endpoint
+            operations.append(operation("index", index, doc.id, source))
         self._ensure_fact_indices([doc.month for doc in facts if id(doc) not in rejected])
         shards = shard_operations(
             operations,
@@ -636,6 +657,14 @@ def _in_input_order(
         request_bytes=sent.request_bytes,
         attempts=sent.attempts,
     )
+
+
+def _endpoint_of(fact: FactDocument) -> str | None:
+    """The indexed endpoint of an observation fact (None for a DNS record)."""
+    body = fact.body
+    if fact.kind != "observation" or not all(k in body for k in ("ip", "port", "transport")):
+        return None
+    return fact_endpoint(body["ip"], body["port"], body["transport"])
 
 
 def _document(hit: dict[str, Any]) -> EndpointDocument:
