@@ -9,7 +9,10 @@ receipt. Retries of the same identity are recognised here:
 
 * confirmed with the same checksum → nothing to do (``saved=0``);
 * pending with the same checksum → the store writes are redone (ids are
-  deterministic) and the receipt confirmed;
+  deterministic) and the receipt confirmed — also under a new claim (a batch a
+  dead attempt left pending), except once that claim has reserved its final
+  (409 ``final_already_reserved``: the final counts without the batch and removes
+  what the dead attempt wrote of it, ``abandoned``);
 * another checksum → 409 ``checksum_mismatch``.
 
 The main stream's final batch is accepted only when batches ``0..final-1`` are
