@@ -192,15 +192,15 @@ def _remove_if_dead(
     if exc.code != "lease_lost":
         return
     key = BatchKey(body.upload_id, body.stream, body.batch_index)
-    with transaction("dead_batch_check") as conn:
-        dead = abandoned.batch_is_dead(conn, context.execution_id, key)
-        live_scope = collect_final_scope(conn, context.execution_id, ()) if dead else None
-    if dead is None or live_scope is None:
-        return
     try:
+        with transaction("dead_batch_check") as conn:
+            dead = abandoned.batch_is_dead(conn, context.execution_id, key)
+            live_scope = collect_final_scope(conn, context.execution_id, ()) if dead else None
+        if dead is None or live_scope is None:
+            return
         with stage("purge_unconfirmed"):
             abandoned.purge(store, context, [dead], live_scope)
-    except StoreError as error:
+    except (StoreError, Unavailable) as error:  # the store, or a busy database pool
         emit(
             "ScanUnconfirmedBatchPurgeFailed",
             level=logging.WARNING,

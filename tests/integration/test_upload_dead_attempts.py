@@ -267,3 +267,33 @@ def test_a_dead_batch_cannot_be_taken_over_once_the_final_is_reserved(store_api)
     assert refused.get_json()["error"]["code"] == "final_already_reserved"
 
     _assert_only_confirmed(user, settings, task["id"], first.id)
+
+
+def test_a_dead_request_that_cannot_remove_its_write_still_answers_lease_lost(store_api, caplog):
+    from app.search.port import StoreUnavailable
+
+    api, _settings = store_api
+    user, scanner = api.user(), api.scanner()
+    make_task(user)
+    first = claim(scanner)
+    store = install(api.app)
+    assert first.batch(0, [_CONFIRMED]).status_code == 200
+
+    def attempt_2_finishes_first(*_a, **_k) -> None:
+        del store.before["write_facts"]
+        _expire_and_requeue()
+        second = claim(scanner)
+        assert second.final(0, [observation("192.0.2.3", 443)], upload_id="a2").status_code == 200
+
+        def store_down(*_a, **_k):
+            raise StoreUnavailable("cluster unreachable")
+
+        store.before["batch_facts"] = store_down  # the dead request's removal fails
+
+    store.before["write_facts"] = attempt_2_finishes_first
+    dead = first.batch(1, _dead_batch())
+    assert dead.status_code == 409 and dead.get_json()["error"]["code"] == "lease_lost"
+    assert any(
+        getattr(r, "netmap_event", None) == "ScanUnconfirmedBatchPurgeFailed"
+        for r in caplog.records
+    )
