@@ -297,3 +297,30 @@ def test_a_dead_request_that_cannot_remove_its_write_still_answers_lease_lost(st
         getattr(r, "netmap_event", None) == "ScanUnconfirmedBatchPurgeFailed"
         for r in caplog.records
     )
+
+
+def test_a_final_whose_lease_expired_before_its_commit_is_not_counted(store_api):
+    """Attempt 1's final stored its batch, then its lease expired before the commit: the
+    final of attempt 2 counts without it."""
+    api, settings = store_api
+    user, scanner = api.user(), api.scanner()
+    task = make_task(user)
+    first = claim(scanner)
+    store = install(api.app)
+    assert first.batch(0, [_CONFIRMED]).status_code == 200
+
+    def lease_expires(*_a, **_k) -> None:
+        del store.before["count"]
+        _expire_and_requeue()
+
+    store.before["count"] = lease_expires
+    dead_final = first.final(1, _dead_batch())
+    # Requeued, the execution is no longer this scanner's: not found (or lease_lost).
+    assert dead_final.status_code in (404, 409), dead_final.get_json()
+
+    second = claim(scanner)
+    assert second.batch(0, [observation("192.0.2.2", 443)], upload_id="a2").status_code == 200
+    final = second.final(1, [observation("192.0.2.3", 443)], upload_id="a2")
+    assert final.status_code == 200, final.get_json()
+
+    _assert_only_confirmed(user, settings, task["id"], first.id)
