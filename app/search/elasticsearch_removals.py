@@ -13,17 +13,18 @@ removal that is repeated after a failure converges.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
 
+from app.config import ElasticsearchSettings
 from app.search.documents import FactDocument
-from app.search.elasticsearch_bulk import operation, shard_operations
-from app.search.elasticsearch_schema import fact_endpoint
+from app.search.elasticsearch_bulk import BulkSender, operation, shard_operations
+from app.search.elasticsearch_schema import IndexNames, fact_endpoint
 from app.search.encoding import parse_utc
 from app.search.port import BatchKey, BulkItemResult, BulkResult, StorageScope
 
-if TYPE_CHECKING:
-    from app.search.elasticsearch_store import ElasticsearchStore
+# ``ElasticsearchStore._search``: search(indices, body, what=...) → the answer.
+Search = Callable[..., dict[str, Any]]
 
 PAGE = 1_000
 _ORDER = [{"upload_id": "asc"}, {"stream": "asc"}, {"batch_index": "asc"}, {"position": "asc"}]
@@ -62,17 +63,29 @@ def _as_deleted(result: BulkResult) -> BulkResult:
 
 
 class ElasticsearchRemovals:
-    """The removal half of ``ElasticsearchStore`` (it uses the store's search and bulk)."""
+    """The removal half of ``ElasticsearchStore``: its settings, index names, bulk
+    sender, search (``search``) and the fact indices of a scope (``fact_indices``)."""
 
-    def __init__(self, store: ElasticsearchStore):
-        self._store = store
+    def __init__(
+        self,
+        settings: ElasticsearchSettings,
+        names: IndexNames,
+        bulk: BulkSender,
+        search: Search,
+        fact_indices: Callable[[StorageScope], list[str]],
+    ):
+        self._settings = settings
+        self._names = names
+        self._bulk = bulk
+        self._search = search
+        self._fact_indices = fact_indices
 
     def _walk(
         self, scope: StorageScope, execution_id: int, filters: list[dict[str, Any]]
     ) -> Iterator[FactDocument]:
         if scope.empty:
             return
-        indices = self._store.fact_indices(scope)
+        indices = self._fact_indices(scope)
         query = {"bool": {"filter": [{"term": {"execution_id": execution_id}}, *filters]}}
         after: list[Any] | None = None
         while True:
@@ -84,7 +97,7 @@ class ElasticsearchRemovals:
             }
             if after is not None:
                 body["search_after"] = after
-            hits = self._store.search(indices, body, what="fact removal")["hits"]["hits"]
+            hits = self._search(indices, body, what="fact removal")["hits"]["hits"]
             for hit in hits:
                 yield _fact(hit)
             if len(hits) < PAGE:
@@ -143,20 +156,20 @@ class ElasticsearchRemovals:
     def _delete(self, operations: list[Any], kind: str) -> BulkResult:
         if not operations:
             return BulkResult()
-        settings = self._store.settings
+        settings = self._settings
         shards = shard_operations(
             operations, max_operations=settings.bulk_batch_size, max_bytes=settings.bulk_max_bytes
         )
-        return _as_deleted(self._store.bulk.send(shards, kind=kind))
+        return _as_deleted(self._bulk.send(shards, kind=kind))
 
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
-        names = self._store.names
+        names = self._names
         return self._delete(
             [operation("delete", names.facts(f.month), f.id, None) for f in facts], "facts"
         )
 
     def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
-        index = self._store.names.execution_endpoints
+        index = self._names.execution_endpoints
         return self._delete(
             [operation("delete", index, i, None) for i in dict.fromkeys(ids)],
             "execution_endpoints",

@@ -119,7 +119,9 @@ class ElasticsearchStore:
         )
         self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
-        self._removals = ElasticsearchRemovals(self)
+        self._removals = ElasticsearchRemovals(
+            settings, self.names, self._bulk, self._ready_search, self._fact_indices
+        )
 
     # -- schema ---------------------------------------------------------------------
 
@@ -355,9 +357,6 @@ class ElasticsearchStore:
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         return self._final_requests(scope).plan
 
-    def fact_indices(self, scope: StorageScope) -> list[str]:
-        return self._fact_indices(scope)
-
     def _fact_indices(self, scope: StorageScope) -> list[str]:
         if scope.legacy_full_history:
             return [self.names.facts_pattern]
@@ -463,15 +462,7 @@ class ElasticsearchStore:
 
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
 
-    @property
-    def settings(self) -> ElasticsearchSettings:
-        return self._settings
-
-    @property
-    def bulk(self) -> BulkSender:
-        return self._bulk
-
-    def search(
+    def _ready_search(
         self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
     ) -> dict[str, Any]:
         self._ensure_ready()
