@@ -9,7 +9,10 @@ receipt. Retries of the same identity are recognised here:
 
 * confirmed with the same checksum → nothing to do (``saved=0``);
 * pending with the same checksum → the store writes are redone (ids are
-  deterministic) and the receipt confirmed;
+  deterministic) and the receipt confirmed — also under a new claim (a batch a
+  dead attempt left pending), except once that claim has reserved its final
+  (409 ``final_already_reserved``: the final counts without the batch and removes
+  what the dead attempt wrote of it, ``abandoned``);
 * another checksum → 409 ``checksum_mismatch``.
 
 The main stream's final batch is accepted only when batches ``0..final-1`` are
@@ -40,6 +43,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, ValidationError
 from app.observability import emit
+from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
 from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
@@ -82,6 +86,8 @@ class Reservation:
     outcome: str  # "new" | "retry_pending" | "already_confirmed" | "rejected"
     execution: ExecutionRow
     scope: StorageScope | None = None  # final batches only
+    # Final batches only: batches pending under a dead claim, purged before the count.
+    dead: tuple[DeadBatch, ...] = ()
     # "rejected": the batch is refused, but a stream repair made in the same
     # transaction must still commit; the caller raises this after commit.
     error: Conflict | None = None
@@ -287,6 +293,33 @@ def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -
         )
 
 
+def check_takeover(conn: Connection, execution_id: int, body: UploadBody) -> None:
+    """409 ``final_already_reserved`` for the retry of a batch another claim left pending
+    once this claim has reserved a final: that final counts without the batch and removes
+    what the dead attempt wrote of it (ING-18), so the batch cannot join any more."""
+    final = conn.execute(
+        sa.text(
+            "SELECT upload_id, batch_index FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND (status = 'pending' OR is_final) AND is_final "
+            "AND claim_token = :t AND NOT (upload_id = :u AND stream = :s AND batch_index = :b) "
+            "LIMIT 1"
+        ),
+        {
+            "e": execution_id,
+            "t": body.claim_token,
+            "u": body.upload_id,
+            "s": body.stream,
+            "b": body.batch_index,
+        },
+    ).one_or_none()
+    if final is not None:
+        raise Conflict(
+            f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
+            code="final_already_reserved",
+            details={"upload_id": final.upload_id, "final_batch": final.batch_index},
+        )
+
+
 def earlier_aliases(conn: Connection, execution_id: int) -> list[str]:
     """CNAME targets this DNS execution already confirmed (names it may now report)."""
     return list(
@@ -392,6 +425,7 @@ def reserve_batch(
         if not execution.holds_claim(token):
             raise lease_lost()
         if existing.claim_token != token:
+            check_takeover(conn, execution_id, body)
             conn.execute(
                 sa.text(
                     "UPDATE scan_upload_receipts SET claim_token = :t WHERE execution_id = :e "
@@ -399,8 +433,14 @@ def reserve_batch(
                 ),
                 {**key, "t": token},
             )
-        scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
-        return Reservation("retry_pending", execution, scope)
+        if not body.is_final:
+            return Reservation("retry_pending", execution)
+        return Reservation(
+            "retry_pending",
+            execution,
+            collect_final_scope(conn, execution_id, months),
+            tuple(dead_batches(conn, execution_id, token)),
+        )
 
     if not execution.holds_claim(token):
         raise lease_lost()
@@ -432,8 +472,14 @@ def reserve_batch(
             "months": list(months),
         },
     )
-    scope = collect_final_scope(conn, execution_id, months) if body.is_final else None
-    return Reservation("new", execution, scope)
+    if not body.is_final:
+        return Reservation("new", execution)
+    return Reservation(
+        "new",
+        execution,
+        collect_final_scope(conn, execution_id, months),
+        tuple(dead_batches(conn, execution_id, token)),
+    )
 
 
 def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> bool:

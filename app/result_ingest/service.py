@@ -25,6 +25,7 @@ upload span, and a stage left by an error logs ``success=false``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +33,9 @@ from typing import Any
 
 from app.config import Settings
 from app.db import transaction
-from app.errors import PayloadTooLarge, Unavailable, Unprocessable, ValidationError
+from app.errors import Conflict, PayloadTooLarge, Unavailable, Unprocessable, ValidationError
 from app.observability import UPLOAD_SECONDS, add_span_attrs, emit, span, stage
-from app.result_ingest import dns
+from app.result_ingest import abandoned, dns
 from app.result_ingest.enrichment import (
     UploadContext,
     apply_tags,
@@ -44,9 +45,10 @@ from app.result_ingest.enrichment import (
 )
 from app.result_ingest.final import commit_final
 from app.result_ingest.model import UploadBody, parse_upload
-from app.result_ingest.receipts import confirm_batch, reserve_batch
+from app.result_ingest.receipts import collect_final_scope, confirm_batch, reserve_batch
 from app.search.documents import month_of
 from app.search.port import (
+    BatchKey,
     BulkWriteError,
     ExecutionCounts,
     OperationTooLarge,
@@ -146,6 +148,67 @@ def _unavailable(name: str, exc: StoreError) -> Unavailable:
     )
 
 
+# Rounds of "count, then look for a dead attempt's late write" before the final gives up
+# with a 503 (the scanner retries the final; ING-18, app.result_ingest.abandoned).
+COUNT_ROUNDS = 3
+
+
+def _final_counts(
+    store: SearchStore,
+    context: UploadContext,
+    dead: tuple[abandoned.DeadBatch, ...],
+    scope: StorageScope,
+) -> ExecutionCounts:
+    """Purge the batches of dead attempts, count, and count again if a late write of
+    theirs landed meanwhile: no count includes a batch that was never confirmed."""
+
+    def purge() -> int:
+        return abandoned.purge(store, context, dead, scope)
+
+    if dead:
+        _store_call("purge_unconfirmed", purge)
+    for _ in range(COUNT_ROUNDS):
+        _store_call("refresh", lambda: store.refresh(scope))
+        if scope.empty:
+            counts = ExecutionCounts(observations=0, endpoints=0, ips=0)  # no count request
+        else:
+            counts = _store_call("count", lambda: store.count(scope, context.execution_id))
+        if not dead or not _store_call("purge_unconfirmed", purge):
+            return counts
+    raise Unavailable(
+        "a previous attempt of this execution is still writing; retry the final",
+        code="store_unavailable",
+        retry_after=5,
+    )
+
+
+def _remove_if_dead(
+    store: SearchStore, context: UploadContext, body: UploadBody, exc: Conflict
+) -> None:
+    """After ``lease_lost`` following this batch's store write: when the execution has
+    succeeded under another claim, remove what this batch wrote (the final purged the
+    batch before counting, but this write may have landed after). Best effort: the
+    scanner gets its ``lease_lost`` whatever happens here."""
+    if exc.code != "lease_lost":
+        return
+    key = BatchKey(body.upload_id, body.stream, body.batch_index)
+    try:
+        with transaction("dead_batch_check") as conn:
+            dead = abandoned.batch_is_dead(conn, context.execution_id, key)
+            live_scope = collect_final_scope(conn, context.execution_id, ()) if dead else None
+        if dead is None or live_scope is None:
+            return
+        with stage("purge_unconfirmed"):
+            abandoned.purge(store, context, [dead], live_scope)
+    except (StoreError, Unavailable) as error:  # the store, or a busy database pool
+        emit(
+            "ScanUnconfirmedBatchPurgeFailed",
+            level=logging.WARNING,
+            error=type(error).__name__,
+            message=str(error)[:300],
+        )
+
+
 def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
     """Fact positions run over the observations, then the DNS records."""
     if position < len(body.observations):
@@ -230,10 +293,14 @@ def _handle(
 
     kind = upload_kind(body, execution.kind)
     if not body.is_final:
-        with stage("receipt_confirm"), transaction("receipt_confirm") as conn:
-            confirmed = confirm_batch(conn, execution_id=execution_id, body=body)
-            if confirmed:
-                dns.record_answers(conn, execution_id, list(body.dns_records))
+        try:
+            with stage("receipt_confirm"), transaction("receipt_confirm") as conn:
+                confirmed = confirm_batch(conn, execution_id=execution_id, body=body)
+                if confirmed:
+                    dns.record_answers(conn, execution_id, list(body.dns_records))
+        except Conflict as exc:
+            _remove_if_dead(store, context, body, exc)
+            raise
         return UploadResult(saved=body.item_count if confirmed else 0, kind=kind)
 
     scope = reservation.scope or StorageScope(months=months)
@@ -246,22 +313,20 @@ def _handle(
         months=len(scope.months),
         legacy_full_history=scope.legacy_full_history,
     )
-    _store_call("refresh", lambda: store.refresh(scope))
-    if scope.empty:
-        counts = ExecutionCounts(
-            observations=0, endpoints=0, ips=0
-        )  # an empty execution sends no count
-    else:
-        counts = _store_call("count", lambda: store.count(scope, execution_id))
-    with stage("final_commit"), transaction("final_commit") as conn:
-        finished = commit_final(
-            conn,
-            execution_id=execution_id,
-            scanner_id=scanner_id,
-            body=body,
-            counts=counts,
-            limits=settings.scan,
-        )
+    counts = _final_counts(store, context, reservation.dead, scope)
+    try:
+        with stage("final_commit"), transaction("final_commit") as conn:
+            finished = commit_final(
+                conn,
+                execution_id=execution_id,
+                scanner_id=scanner_id,
+                body=body,
+                counts=counts,
+                limits=settings.scan,
+            )
+    except Conflict as exc:
+        _remove_if_dead(store, context, body, exc)
+        raise
     if finished is None:
         emit("ScanUploadAlreadyConfirmed")
         return UploadResult(saved=0, kind="confirmed_retry")

@@ -147,6 +147,17 @@ def lock_for_upload(conn: Connection, execution_id: int, scanner_id: int | None)
     return execution_from_row(row)
 
 
+def succeeded_claim(conn: Connection, execution_id: int) -> UUID | None:
+    """The claim token an execution succeeded with; None while it has not succeeded.
+
+    Upload receipts pending under any other token belong to a dead attempt (ING-18).
+    """
+    return conn.execute(
+        sa.text("SELECT claim_token FROM scan_executions WHERE id = :id AND status = 'succeeded'"),
+        {"id": execution_id},
+    ).scalar()
+
+
 def claim_held_sql(execution_id: str, token: str) -> str:
     """SQL condition: the execution ``execution_id`` (a column or a bind parameter) is
     running under claim ``token`` (a bind parameter) with an unexpired lease.

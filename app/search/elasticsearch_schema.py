@@ -10,7 +10,9 @@ Mappings are explicit and strict (an unknown field is a bug, reported per item):
 ``ip`` for addresses, ``keyword`` for exact-match fields, ``wildcard`` for banner
 text (substring search), ``date_nanos`` for times (microsecond instants, as the
 merge compares them), ``long``/``integer`` for ids and ports. ``details`` and a
-fact's ``body`` are kept in ``_source`` but not indexed.
+fact's ``body`` are kept in ``_source`` but not indexed; an observation fact also
+carries its ``endpoint`` (``ip port transport``) as a keyword, to find the facts
+of an endpoint (ING-18).
 
 ``MERGE_SCRIPT`` is the Painless form of ``app.search.documents.merge_endpoints``
 used by scripted upserts: the oldest (first_seen, first_execution_id) pair and
@@ -107,8 +109,20 @@ FACT_MAPPING: dict[str, Any] = {
         "position": {"type": "integer"},
         "observed_at": _TIME,
         "body": {"type": "object", "enabled": False},
+        # An observation's endpoint ("ip port transport"): finds the facts of an endpoint
+        # when a dead attempt's batch is removed (ING-18), since ``body`` is not indexed.
+        "endpoint": {"type": "keyword"},
     },
 }
+
+# The field added to fact indices created before it existed.
+FACT_ENDPOINT_MAPPING: dict[str, Any] = {"properties": {"endpoint": {"type": "keyword"}}}
+
+
+def fact_endpoint(ip: str, port: int, transport: str) -> str:
+    """The ``endpoint`` keyword of an observation fact."""
+    return f"{ip} {port} {transport}"
+
 
 ENDPOINT_MAPPING: dict[str, Any] = {
     "dynamic": "strict",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -52,10 +52,13 @@ from app.search.asset_sort import (
 )
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
+    FACT_ENDPOINT_MAPPING,
     MERGE_SCRIPT,
     STATUS_MAPPING,
     IndexNames,
+    fact_endpoint,
     index_templates,
 )
 from app.search.encoding import (
@@ -73,6 +76,7 @@ from app.search.port import (
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
+    BatchKey,
     BulkItemResult,
     BulkResult,
     ExecutionCounts,
@@ -115,6 +119,9 @@ class ElasticsearchStore:
         )
         self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
+        self._removals = ElasticsearchRemovals(
+            settings, self.names, self._bulk, self._ready_search, self._fact_indices
+        )
 
     # -- schema ---------------------------------------------------------------------
 
@@ -156,6 +163,15 @@ class ElasticsearchStore:
         # Asset indices created before the change analysis lack its status fields.
         for index in self.names.assets.values():
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
+        # Fact indices created before facts carried their endpoint lack that field.
+        self._call(
+            lambda: self._client.indices.put_mapping(
+                index=self.names.facts_pattern,
+                allow_no_indices=True,
+                ignore_unavailable=True,
+                **FACT_ENDPOINT_MAPPING,
+            )
+        )
         self._ready = True
 
     def _ensure_ready(self) -> None:
@@ -176,6 +192,12 @@ class ElasticsearchStore:
             index = self.names.facts(month)
             if index not in self._known_fact_indices:
                 self._create_index(index)
+                # An index made from a template an older process put back lacks the field.
+                self._call(
+                    lambda i=index: self._client.indices.put_mapping(
+                        index=i, **FACT_ENDPOINT_MAPPING
+                    )
+                )
                 self._known_fact_indices.add(index)
 
     # -- writes ---------------------------------------------------------------------
@@ -192,7 +214,11 @@ class ElasticsearchStore:
             if problem is not None:
                 rejected[id(doc)] = BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem)
                 continue
-            operations.append(operation("index", index, doc.id, fact_source(doc)))
+            source = fact_source(doc)
+            endpoint = _endpoint_of(doc)
+            if endpoint is not None:
+                source["endpoint"] = endpoint
+            operations.append(operation("index", index, doc.id, source))
         self._ensure_fact_indices([doc.month for doc in facts if id(doc) not in rejected])
         shards = shard_operations(
             operations,
@@ -434,6 +460,32 @@ class ElasticsearchStore:
                 return endpoints, ips, kept
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
 
+    # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
+
+    def _ready_search(
+        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
+    ) -> dict[str, Any]:
+        self._ensure_ready()
+        return self._search(index, body, what=what)
+
+    def batch_facts(
+        self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
+    ) -> list[FactDocument]:
+        return self._removals.batch_facts(scope, execution_id, batches)
+
+    def endpoint_facts(
+        self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
+    ) -> list[FactDocument]:
+        return self._removals.endpoint_facts(scope, execution_id, endpoints)
+
+    def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        self._ensure_ready()
+        return self._removals.delete_facts(facts)
+
+    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+        self._ensure_ready()
+        return self._removals.delete_execution_endpoints(ids)
+
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
         position = decode_cursor("results", cursor)
         query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
@@ -596,6 +648,14 @@ def _in_input_order(
         request_bytes=sent.request_bytes,
         attempts=sent.attempts,
     )
+
+
+def _endpoint_of(fact: FactDocument) -> str | None:
+    """The indexed endpoint of an observation fact (None for a DNS record)."""
+    body = fact.body
+    if fact.kind != "observation" or not all(k in body for k in ("ip", "port", "transport")):
+        return None
+    return fact_endpoint(body["ip"], body["port"], body["transport"])
 
 
 def _document(hit: dict[str, Any]) -> EndpointDocument:

@@ -23,7 +23,7 @@ Failure contract:
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, cast
@@ -205,6 +205,15 @@ class ExecutionCounts:
     dns_records: int = 0  # facts of kind "dns_record"
 
 
+@dataclass(frozen=True, slots=True)
+class BatchKey:
+    """One upload batch of an execution, as its facts carry it (``FactDocument`` fields)."""
+
+    upload_id: str
+    stream: str
+    batch_index: int
+
+
 @dataclass(frozen=True)
 class ResultsPage:
     items: list[EndpointDocument]
@@ -304,6 +313,29 @@ class SearchStore(Protocol):
 
     def refresh_current(self) -> None:
         """Make current-asset documents searchable (PRJ-5)."""
+
+    # Removing the facts of batches that were never confirmed (ING-18,
+    # ``app.result_ingest.abandoned``). Reads see what ``refresh(scope)`` made searchable.
+
+    def batch_facts(
+        self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
+    ) -> list[FactDocument]:
+        """Every fact of the execution stored under one of ``batches``.
+
+        ``scope`` names the months to look in; an adapter keeping every month in one
+        place (PostgreSQL) may find facts of other months too."""
+
+    def endpoint_facts(
+        self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
+    ) -> list[FactDocument]:
+        """The execution's observation facts of the given (ip, port, transport) endpoints
+        (``scope`` as for ``batch_facts``)."""
+
+    def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        """Delete facts by id; a fact already gone is a success (200), not a failure."""
+
+    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+        """Delete execution-scope endpoint documents by id; one already gone is a success."""
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
         """A task's execution-scope endpoints paged by IP (ING-10).

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,6 +54,7 @@ from app.search.port import (
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
+    BatchKey,
     BulkResult,
     ExecutionCounts,
     FinalRequestPlan,
@@ -65,6 +66,7 @@ from app.search.port import (
 )
 from app.search.postgres_pages import ServerPages
 from app.search.postgres_queries import PostgresQueries
+from app.search.postgres_removals import PostgresRemovals
 from app.search.postgres_schema import (
     EXECUTION_SIGHTINGS_SQL,
     check_tables,
@@ -95,6 +97,7 @@ class PostgresStore:
             ensure_partitions=self.ensure_partitions,
         )
         self._queries = PostgresQueries(self._run)
+        self._removals = PostgresRemovals(self._run)
         self._server_pages: ServerPages | None = None
 
     # -- plumbing --------------------------------------------------------------
@@ -266,6 +269,25 @@ class PostgresStore:
 
     def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
         return self._queries.count(scope, execution_id)
+
+    # -- removals (facts of batches never confirmed) ---------------------------------
+    # One table holds every month, so the scope is not needed to find them.
+
+    def batch_facts(
+        self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
+    ) -> list[FactDocument]:
+        return self._removals.batch_facts(execution_id, batches)
+
+    def endpoint_facts(
+        self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
+    ) -> list[FactDocument]:
+        return self._removals.endpoint_facts(execution_id, endpoints)
+
+    def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
+        return self._removals.delete_facts(facts)
+
+    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+        return self._removals.delete_execution_endpoints(ids)
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
         return self._queries.execution_results(task_id, cursor=cursor, limit=limit)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from app.errors import ValidationError
 from app.search.documents import merge_all
-from app.search.port import AssetQuery, OperationTooLarge, StorageScope
+from app.search.port import AssetQuery, BatchKey, OperationTooLarge, StorageScope
 from tests.support.search_documents import (
     BASE_TIME,
     at,
@@ -268,6 +268,78 @@ def test_rewriting_facts_does_not_duplicate_them(store):
     assert first.ok and again.ok
     assert {i.id for i in again.items} == {f.id for f in facts}
     assert store.count(NOVEMBER, 31).observations == 7
+
+
+# -- removing the batches of a dead attempt (ING-18) --------------------------------
+
+
+def _body(ip: str, port: int) -> dict:
+    return {"ip": ip, "port": port, "transport": "tcp", "state": "open"}
+
+
+def test_facts_are_found_by_batch_and_by_endpoint(store):
+    october = BASE_TIME - timedelta(days=40)
+    kept = [fact(41, n, batch_index=0, body=_body("192.0.2.1", 80)) for n in range(2)]
+    dead = [fact(41, 0, batch_index=1, body=_body("192.0.2.1", 80))]
+    dead += [fact(41, 1, batch_index=1, body=_body("192.0.2.9", 22), observed_at=october)]
+    dead += [fact(41, 2, batch_index=1, kind="dns_record", body={"name": "a.example"})]
+    other_upload = [fact(41, 0, upload_id="u-2", batch_index=1, body=_body("192.0.2.1", 80))]
+    other_execution = [fact(42, 0, batch_index=1, body=_body("192.0.2.1", 80))]
+    assert store.write_facts(kept + dead + other_upload + other_execution).ok
+    both = StorageScope(months=("2026.10", "2026.11"))
+    store.refresh(both)
+
+    found = store.batch_facts(both, 41, [BatchKey("u-1", "main", 1)])
+    assert sorted(f.id for f in found) == sorted(f.id for f in dead)
+    by_fact = {f.id: f for f in found}
+    for written in dead:  # read back as written
+        assert by_fact[written.id].body == written.body
+        assert by_fact[written.id].observed_at == written.observed_at
+        assert (by_fact[written.id].kind, by_fact[written.id].position) == (
+            written.kind,
+            written.position,
+        )
+    assert store.batch_facts(both, 41, []) == []
+
+    seen = store.endpoint_facts(both, 41, {("192.0.2.1", 80, "tcp")})
+    assert sorted(f.id for f in seen) == sorted(f.id for f in kept + dead[:1] + other_upload)
+    assert store.endpoint_facts(both, 41, {("192.0.2.1", 81, "tcp")}) == []
+
+
+def test_deleting_facts_and_endpoints_keeps_the_counts_exact(store):
+    facts = [fact(43, n, body=_body("192.0.2.1", 80)) for n in range(4)]
+    assert store.write_facts(facts).ok
+    endpoints = [
+        execution_endpoint(43, "192.0.2.1", 80),
+        execution_endpoint(43, "192.0.2.1", 81),  # keeps 192.0.2.1 in the address set
+        execution_endpoint(43, "192.0.2.2", 80),  # its address's only endpoint
+        execution_endpoint(44, "192.0.2.2", 80),  # another execution's
+    ]
+    assert store.write_execution_endpoints(endpoints).ok
+    store.refresh(NOVEMBER)
+    before = store.count(NOVEMBER, 43)
+    assert (before.observations, before.endpoints, before.ips) == (4, 3, 2)
+
+    gone = [endpoints[0].id, endpoints[2].id]
+    assert store.delete_facts(facts[:3]).ok
+    assert store.delete_execution_endpoints(gone).ok
+    store.refresh(NOVEMBER)
+    after = store.count(NOVEMBER, 43)
+    assert (after.observations, after.endpoints, after.ips) == (1, 1, 1)
+    assert [d.id for d in all_execution_endpoints(store, 43)] == [endpoints[1].id]
+    assert len(all_execution_endpoints(store, 44)) == 1
+    assert [f.id for f in store.batch_facts(NOVEMBER, 43, [BatchKey("u-1", "main", 0)])] == [
+        facts[3].id
+    ]
+
+    # Deleting what is gone already succeeds and changes nothing (a repeated removal).
+    assert store.delete_facts(facts[:3]).ok
+    assert store.delete_execution_endpoints(gone).ok
+    # An endpoint written again after its removal counts again, once.
+    assert store.write_execution_endpoints([endpoints[2]]).ok
+    store.refresh(NOVEMBER)
+    again = store.count(NOVEMBER, 43)
+    assert (again.observations, again.endpoints, again.ips) == (1, 2, 2)
 
 
 def test_final_request_plan_counts_nothing_for_an_empty_execution(store):
