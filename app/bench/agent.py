@@ -188,7 +188,9 @@ def _process_tree_cpu_seconds(root: int) -> float | None:
     return total
 
 
-def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> dict[str, Any]:
+def _end_to_end(
+    path: Path, expected: int, batch_size: int, agent_log: bool, upload_concurrency: int | None
+) -> dict[str, Any]:
     import os
     import re
 
@@ -207,7 +209,8 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
     max_batch = max(5000, batch_size)
     overrides: dict[str, dict[str, object]] = {
         "ingest": {"max_observations_per_batch": max_batch},
-        "agent": {"batch_size": batch_size},
+        "agent": {"batch_size": batch_size}
+        | ({} if upload_concurrency is None else {"upload_concurrency": upload_concurrency}),
         # One execution covers every generated host (10.0.0.0/16), since uploads must stay
         # inside their execution's targets.
         "scan": {"execution_lease_seconds": 600, "execution_max_addresses": 65536},
@@ -328,10 +331,21 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
 @click.option("--hosts", type=click.IntRange(1, 65536), default=1000, show_default=True)
 @click.option("--ports-per-host", type=click.IntRange(1, 65535), default=100, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=5000, show_default=True)
+@click.option(
+    "--upload-concurrency",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="batches in flight at once end to end  [default: the agent's, 2]",
+)
 @click.option("--no-end-to-end", is_flag=True, help="parse rates only (no scratch server)")
 @click.option("--agent-log", is_flag=True, help="the agent's JSON events (per batch) on stderr")
 def command(
-    hosts: int, ports_per_host: int, batch_size: int, no_end_to_end: bool, agent_log: bool
+    hosts: int,
+    ports_per_host: int,
+    batch_size: int,
+    upload_concurrency: int | None,
+    no_end_to_end: bool,
+    agent_log: bool,
 ) -> None:
     """Parse rate of nmap XML / masscan JSON and end-to-end observations/s to confirmed receipts."""
     total = hosts * ports_per_host
@@ -362,5 +376,7 @@ def command(
                 "rss_ratio_full_vs_tenth": round(full["max_rss_kb"] / part["max_rss_kb"], 3),
             }
         if not no_end_to_end:
-            output["end_to_end"] = _end_to_end(root / "scan.xml", total, batch_size, agent_log)
+            output["end_to_end"] = _end_to_end(
+                root / "scan.xml", total, batch_size, agent_log, upload_concurrency
+            )
     click.echo(json.dumps(output))
