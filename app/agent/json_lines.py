@@ -5,7 +5,8 @@ masscan writes a JSON array with one record per line (``[``, ``{…},`` …,
 formats are read a line at a time: memory stays flat, and a bad record is
 reported with its line number and byte offset. masscan records carry either a
 port state (``status``) or a banner (``service``); naabu lines carry one open
-port each.
+port each. masscan lines, a scan's worth of them, are decoded by orjson; json
+reads what orjson refuses or might read differently, so the result is json's.
 """
 
 from __future__ import annotations
