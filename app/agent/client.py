@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import requests
 
 from app.upload_protocol import PROTOCOL_VERSION, canonical_checksum
@@ -60,6 +61,17 @@ def upload_body(
         "observations": observations,
         "dns_records": dns_records,
     }
+
+
+def encode_body(body: Any) -> bytes:
+    """A request body as compact UTF-8 JSON. orjson writes a batch of thousands of
+    observations about ten times faster than json; what it refuses (an integer beyond
+    64 bits) json writes. The checksum is not taken from these bytes: the server decodes
+    them and checks the canonical form (app.upload_protocol)."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -111,11 +123,15 @@ class ScannerClient:
     def close(self) -> None:
         self._session.close()
 
-    def _post(self, path: str, body: dict[str, Any] | None) -> requests.Response:
-        data = None
+    def _post(
+        self, path: str, body: dict[str, Any] | None, data: bytes | None = None
+    ) -> requests.Response:
+        """``data``: the body already encoded (an upload batch is encoded once, for the spool
+        and every sending)."""
         headers = {}
-        if body is not None:
-            data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if data is None and body is not None:
+            data = encode_body(body)
+        if data is not None:
             headers["Content-Type"] = "application/json"
         try:
             response = self._session.post(
@@ -159,6 +175,6 @@ class ScannerClient:
             {"claim_token": claim_token, "reason": reason[:2000]},
         )
 
-    def upload(self, execution_id: int, body: dict[str, Any]) -> int:
-        response = self._post(f"/api/scanner/executions/{execution_id}/uploads", body)
+    def upload(self, execution_id: int, body: dict[str, Any], data: bytes | None = None) -> int:
+        response = self._post(f"/api/scanner/executions/{execution_id}/uploads", body, data)
         return int(response.json().get("saved", 0))

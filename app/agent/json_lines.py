@@ -5,7 +5,8 @@ masscan writes a JSON array with one record per line (``[``, ``{…},`` …,
 formats are read a line at a time: memory stays flat, and a bad record is
 reported with its line number and byte offset. masscan records carry either a
 port state (``status``) or a banner (``service``); naabu lines carry one open
-port each.
+port each. masscan lines, a scan's worth of them, are decoded by orjson; json
+reads what orjson refuses or might read differently, so the result is json's.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from app.agent.formats import ResultFormatError, epoch_to_iso, iso_utc, make_observation
+import orjson
 
-_MASSCAN_STATES = {"open": "open", "closed": "closed", "filtered": "filtered"}
+from app.agent.formats import ResultFormatError, epoch_to_iso, iso_utc, make_observation
 
 
 def _lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, int, bytes]]:
@@ -27,6 +28,22 @@ def _lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, int, byte
     for number, line in enumerate(source, start=1):
         yield number, offset, line
         offset += len(line)
+
+
+class _NeedsJson(Exception):
+    """A record orjson read may differ from json's reading: read it again with json."""
+
+
+def _decode_fast(line: bytes, number: int, offset: int) -> tuple[Any, bool]:
+    """(record, exact): orjson reads a line several times faster than json. What it refuses
+    is read by json, which accepts a little more (NaN, a byte-order mark) and words the
+    errors. orjson reads an integer beyond 64 bits as a float where json keeps the integer,
+    so a record read by orjson is not ``exact``: its user re-reads it with json on meeting
+    a float where it matters (_NeedsJson)."""
+    try:
+        return orjson.loads(line), False
+    except orjson.JSONDecodeError:
+        return _decode(line, number, offset), True
 
 
 def _decode(line: bytes, number: int, offset: int) -> Any:
@@ -51,13 +68,16 @@ _IP_CACHE: dict[Any, str] = {}
 
 def _ip(value: Any, number: int, offset: int) -> str:
     # masscan writes one record per port, so the same address repeats: parse it once.
-    cached = _IP_CACHE.get(value)
+    hashable = isinstance(value, str | int | float | None)  # a list or object is no address
+    cached = _IP_CACHE.get(value) if hashable else None
     if cached is not None:
         return cached
     try:
         compressed = ipaddress.ip_address(str(value)).compressed
     except ValueError:
         raise _field_error(f"ip {value!r} is not an IP address", "ip", number, offset) from None
+    if not hashable:
+        return compressed
     if len(_IP_CACHE) >= 4096:
         _IP_CACHE.clear()
     _IP_CACHE[value] = compressed
@@ -72,7 +92,25 @@ def _port(value: Any, number: int, offset: int) -> int:
     return value
 
 
+_TIMESTAMP_CACHE: dict[str, str | None] = {}
+
+
 def _timestamp(value: Any) -> str | None:
+    # Every record of one second carries the same timestamp text: convert it once.
+    if type(value) is str:
+        try:
+            return _TIMESTAMP_CACHE[value]
+        except KeyError:
+            pass
+        converted = _convert_timestamp(value)
+        if len(_TIMESTAMP_CACHE) >= 4096:
+            _TIMESTAMP_CACHE.clear()
+        _TIMESTAMP_CACHE[value] = converted
+        return converted
+    return _convert_timestamp(value)
+
+
+def _convert_timestamp(value: Any) -> str | None:
     if value in (None, ""):
         return None
     if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
@@ -92,14 +130,20 @@ def read_masscan_json(
     """Observations of a masscan ``-oJ`` file: port states and banners, in file order."""
     fallback = default_observed_at or iso_utc(datetime.now(UTC))
     opened = closed = False
-    for number, offset, raw in _lines(source):
+    offset = 0
+    number = 0
+    # The lines are counted here rather than by _lines: this loop runs once per port.
+    for raw in source:
+        number += 1
+        line_offset = offset
+        offset += len(raw)
         line = raw.strip()
         if not opened:
             if not line:
                 continue
             if not line.startswith(b"["):
                 raise ResultFormatError(
-                    "not a masscan JSON file (expected '[')", line=number, byte_offset=offset
+                    "not a masscan JSON file (expected '[')", line=number, byte_offset=line_offset
                 )
             opened = True
             line = line[1:].strip()
@@ -110,32 +154,74 @@ def read_masscan_json(
             closed = True
             continue
         if closed:
-            raise ResultFormatError("data after the closing ']'", line=number, byte_offset=offset)
-        record = _decode(line, number, offset)
-        if not isinstance(record, dict):
             raise ResultFormatError(
-                "a record must be a JSON object", line=number, byte_offset=offset
+                "data after the closing ']'", line=number, byte_offset=line_offset
             )
-        ip = _ip(record.get("ip"), number, offset)
-        observed_at = _timestamp(record.get("timestamp")) or fallback
-        ports = record.get("ports")
-        if not isinstance(ports, list):
-            raise _field_error("ports must be a list", "ports", number, offset)
-        for entry in ports:
-            if not isinstance(entry, dict):
-                raise _field_error("each port must be an object", "ports", number, offset)
-            transport = entry.get("proto", "tcp")
-            if transport not in ("tcp", "udp"):
-                continue  # masscan also reports icmp/sctp; the protocol carries tcp and udp
-            port = _port(entry.get("port"), number, offset)
-            service = entry.get("service") if isinstance(entry.get("service"), dict) else None
-            details: dict[str, Any] = {}
-            if entry.get("reason"):
-                details["reason"] = str(entry["reason"])
-            if isinstance(entry.get("ttl"), int):
-                details["ttl"] = entry["ttl"]
-            if service is not None:
-                yield make_observation(
+        record, exact = _decode_fast(line, number, line_offset)
+        found: list[dict[str, Any]] = []
+        try:
+            try:
+                _masscan_record(record, exact, number, line_offset, fallback, found)
+            except _NeedsJson:
+                found.clear()
+                record = _decode(line, number, line_offset)
+                _masscan_record(record, True, number, line_offset, fallback, found)
+        except ResultFormatError:
+            yield from found  # the record's ports before the bad one, as they come
+            raise
+        yield from found
+    if not opened:
+        raise ResultFormatError("empty file: no masscan records", line=1, byte_offset=0)
+
+
+_MASSCAN_STATES = {"open": "open", "closed": "closed", "filtered": "filtered"}
+
+
+def _masscan_record(
+    record: Any, exact: bool, number: int, offset: int, fallback: str, found: list[Any]
+) -> None:
+    """The observations of one masscan record (one line), appended to ``found``."""
+    if type(record) is not dict:
+        raise ResultFormatError("a record must be a JSON object", line=number, byte_offset=offset)
+    ip = record.get("ip")
+    if not exact and type(ip) is float:
+        raise _NeedsJson
+    ip = _ip(ip, number, offset)
+    observed_at = _timestamp(record.get("timestamp")) or fallback
+    ports = record.get("ports")
+    if type(ports) is not list:
+        raise _field_error("ports must be a list", "ports", number, offset)
+    for entry in ports:
+        if type(entry) is not dict:
+            raise _field_error("each port must be an object", "ports", number, offset)
+        get = entry.get
+        transport = get("proto", "tcp")
+        if transport != "tcp" and transport != "udp":
+            continue  # masscan also reports icmp/sctp; the protocol carries tcp and udp
+        port = get("port")
+        if type(port) is not int or not 1 <= port <= 65535:
+            if not exact and type(port) is float:
+                raise _NeedsJson
+            port = _port(port, number, offset)
+        service = get("service")
+        reason = get("reason")
+        ttl = get("ttl")
+        status = get("status", "open")
+        if not exact and (
+            type(reason) is float
+            or type(ttl) is float
+            or type(status) is float
+            or (type(service) is dict and type(service.get("banner")) is float)
+        ):
+            raise _NeedsJson
+        details: dict[str, Any] = {}
+        if reason:
+            details["reason"] = str(reason)
+        if isinstance(ttl, int):
+            details["ttl"] = ttl
+        if type(service) is dict:
+            found.append(
+                make_observation(
                     observed_at=observed_at,
                     ip=ip,
                     port=port,
@@ -145,22 +231,24 @@ def read_masscan_json(
                     banner=str(service.get("banner") or "") or None,
                     details=details or None,
                 )
-                continue
-            state = _MASSCAN_STATES.get(str(entry.get("status", "open")))
-            if state is None:
-                raise _field_error(
-                    f"status {entry.get('status')!r} is not a port state", "status", number, offset
-                )
-            yield make_observation(
-                observed_at=observed_at,
-                ip=ip,
-                port=port,
-                transport=transport,
-                state=state,
-                details=details or None,
             )
-    if not opened:
-        raise ResultFormatError("empty file: no masscan records", line=1, byte_offset=0)
+            continue
+        state = _MASSCAN_STATES.get(str(status))
+        if state is None:
+            raise _field_error(
+                f"status {get('status')!r} is not a port state", "status", number, offset
+            )
+        # formats.make_observation's shape for a port state without service or name.
+        observation = {
+            "observed_at": observed_at,
+            "ip": ip,
+            "port": port,
+            "transport": transport,
+            "state": state,
+        }
+        if details:
+            observation["details"] = details
+        found.append(observation)
 
 
 def _service_name(name: Any) -> str | None:

@@ -33,6 +33,7 @@ from app.agent.client import (
     Rejected,
     RetryLater,
     ScannerClient,
+    encode_body,
     upload_body,
 )
 from app.agent.events import EventLog
@@ -264,6 +265,9 @@ class _ExecutionRun:
         self.sent_observations = 0
         self.saved = 0
         self.batches = 0
+        # Time this thread waited for the server's answers (the window of batches in flight
+        # full, or the final): how much of the execution the server's ingest took.
+        self.upload_wait = 0.0
         self.started = time.monotonic()
         self.lease_lost = threading.Event()
         # Non-final batches may be in flight together ([agent] upload_concurrency): the
@@ -338,6 +342,7 @@ class _ExecutionRun:
             items=self.sent_observations,
             saved=self.saved,
             seconds=round(elapsed, 3),
+            upload_wait_seconds=round(self.upload_wait, 3),
         )
         self.spool.remove()
         return EXIT_OK
@@ -394,7 +399,9 @@ class _ExecutionRun:
             self._clients.append(client)
         return client
 
-    def _send(self, body: dict[str, Any], client: ScannerClient | None = None) -> int:
+    def _send(
+        self, body: dict[str, Any], client: ScannerClient | None = None, data: bytes | None = None
+    ) -> int:
         delay = 0.5
         client = client or self.agent.client
         while True:
@@ -403,7 +410,7 @@ class _ExecutionRun:
             if self._abort.is_set():
                 raise _Stopped("upload abandoned: the execution ended")
             try:
-                return client.upload(self.execution.id, body)
+                return client.upload(self.execution.id, body, data)
             except RetryLater as exc:
                 stopped_at = self.agent.stopped_at
                 if (
@@ -431,30 +438,37 @@ class _ExecutionRun:
                 ):
                     time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
-    def _timed_send(self, body: dict[str, Any]) -> tuple[int, float]:
+    def _timed_send(self, body: dict[str, Any], data: bytes | None) -> tuple[int, float]:
         started = time.monotonic()
-        saved = self._send(body, self._thread_client())
+        saved = self._send(body, self._thread_client(), data)
         return saved, time.monotonic() - started
 
-    def _deliver(self, index: int, body: dict[str, Any]) -> None:
+    def _deliver(self, index: int, body: dict[str, Any], data: bytes | None = None) -> None:
         """Send a batch: at once for the final (after every batch in flight was answered),
-        else into the window of ``upload_concurrency`` batches in flight."""
+        else into the window of ``upload_concurrency`` batches in flight. ``data``: the
+        body already encoded."""
         concurrency = self.settings.upload_concurrency
         if body["is_final"] or concurrency <= 1:
             self._drain()
             started = time.monotonic()
-            saved = self._send(body)
-            self._record(index, body, saved, time.monotonic() - started)
+            saved = self._send(body, data=data)
+            seconds = time.monotonic() - started
+            self.upload_wait += seconds
+            self._record(index, body, saved, seconds)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="upload")
-        self._in_flight.append((index, body, self._pool.submit(self._timed_send, body)))
+        self._in_flight.append((index, body, self._pool.submit(self._timed_send, body, data)))
         while len(self._in_flight) >= concurrency:
             self._collect_oldest()
 
     def _collect_oldest(self) -> None:
         index, body, future = self._in_flight.popleft()
-        saved, seconds = future.result()  # re-raises LeaseLost / Rejected of that batch
+        waiting = time.monotonic()
+        try:
+            saved, seconds = future.result()  # re-raises LeaseLost / Rejected of that batch
+        finally:
+            self.upload_wait += time.monotonic() - waiting
         self._record(index, body, saved, seconds)
 
     def _drain(self) -> None:
@@ -488,8 +502,9 @@ class _ExecutionRun:
             observations=[] if dns else items,
             dns_records=items if dns else [],
         )
-        self.spool.write_batch(self.next_index, body)  # before sending: a crash resends it
-        self._deliver(self.next_index, body)
+        data = encode_body(body)  # once, for the spool and the request
+        self.spool.write_batch(self.next_index, body, data)  # before sending: a crash resends it
+        self._deliver(self.next_index, body, data)
         self.next_index += 1
 
     def _resend_spooled(self) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from app.agent.client import Execution
+from app.agent.client import Execution, encode_body
 
 
 def default_spool_root() -> Path:
@@ -58,9 +58,9 @@ class ExecutionSpool:
     def batch_path(self, index: int) -> Path:
         return self.directory / f"batch-{index:08d}.json"
 
-    def write_batch(self, index: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        _write_atomically(self.batch_path(index), data)
+    def write_batch(self, index: int, body: dict[str, Any], data: bytes | None = None) -> None:
+        """One write and one fsync per batch; ``data``: the body already encoded."""
+        _write_atomically(self.batch_path(index), encode_body(body) if data is None else data)
 
     def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
         for path in sorted(self.directory.glob("batch-*.json")):

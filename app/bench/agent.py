@@ -2,13 +2,16 @@
 
 1. Generated files of ``--hosts`` x ``--ports-per-host`` open ports: nmap XML
    shaped like ``-sV`` output (service, CPE, a script) and masscan ``-oJ``.
-2. Parse rate: each file is parsed in a fresh process (observations/s and that
-   process's peak RSS); a tenth of the hosts is parsed too, so the RSS ratio
-   shows whether memory grows with the file (it should stay flat).
+2. Parse rate: each file is parsed in a fresh process (observations per second of
+   wall time and of CPU time, and that process's peak RSS); a tenth of the hosts
+   is parsed too, so the RSS ratio shows whether memory grows with the file (it
+   should stay flat).
 3. End to end (unless ``--no-end-to-end``): the nmap file is replayed by the
    real agent loop (batches, spool writes with fsync, HTTP uploads) against
    ``netmap up --no-runner`` (gunicorn) on a scratch database, until the final
-   batch is confirmed.
+   batch is confirmed. The agent's CPU time, the time it waited for the server's
+   answers (its share of the wall time) and the CPU time of the server's processes
+   say which side the rate is bound by.
 """
 
 from __future__ import annotations
@@ -26,9 +29,21 @@ import click
 
 from app.bench.progress import Progress
 
+# Peak RSS from /proc/self/status (VmHWM): ru_maxrss of a process started by fork and exec
+# still holds the peak of the process it was forked from (this one, with its generated
+# files), so it said nothing about the parser.
 _PARSE_PROBE = r"""
 import json, resource, sys, time
 from app.agent.json_lines import reader_for
+def peak_rss_kb():
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 path, fmt = sys.argv[1], sys.argv[2]
 reader = reader_for(fmt)
 started = time.perf_counter()
@@ -40,7 +55,7 @@ with open(path, "rb") as handle:
 seconds = time.perf_counter() - started
 cpu = time.process_time() - cpu_started
 print(json.dumps({"observations": count, "seconds": seconds, "cpu_seconds": cpu,
-                  "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "max_rss_kb": peak_rss_kb()}))
 """
 
 
@@ -115,7 +130,67 @@ def _parse(path: Path, fmt: str) -> dict[str, Any]:
     return result
 
 
-def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> dict[str, Any]:
+class _EventTee:
+    """The agent's JSON events, kept for the report and echoed with ``--agent-log``."""
+
+    def __init__(self, echo: Any | None):
+        self.lines: list[str] = []
+        self.echo = echo
+
+    def write(self, text: str) -> None:
+        self.lines.append(text)
+        if self.echo is not None:
+            self.echo.write(text)
+
+    def flush(self) -> None:
+        if self.echo is not None:
+            self.echo.flush()
+
+    def last(self, event: str) -> dict[str, Any]:
+        for line in reversed("".join(self.lines).splitlines()):
+            if line.strip():
+                record = json.loads(line)
+                if record.get("event") == event:
+                    return record
+        return {}
+
+
+def _process_tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds of a process and its live descendants (with their reaped children), from
+    /proc; None where there is no /proc."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command name: state, ppid, … utime (12th), stime, cutime, cstime.
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(value) for value in fields[11:15]) / ticks
+    if root not in cpu:
+        return None
+    total = 0.0
+    for pid, seconds in cpu.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            total += seconds
+    return total
+
+
+def _end_to_end(
+    path: Path, expected: int, batch_size: int, agent_log: bool, upload_concurrency: int | None
+) -> dict[str, Any]:
     import os
     import re
 
@@ -134,7 +209,8 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
     max_batch = max(5000, batch_size)
     overrides: dict[str, dict[str, object]] = {
         "ingest": {"max_observations_per_batch": max_batch},
-        "agent": {"batch_size": batch_size},
+        "agent": {"batch_size": batch_size}
+        | ({} if upload_concurrency is None else {"upload_concurrency": upload_concurrency}),
         # One execution covers every generated host (10.0.0.0/16), since uploads must stay
         # inside their execution's targets.
         "scan": {"execution_lease_seconds": 600, "execution_max_addresses": 65536},
@@ -192,23 +268,25 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
                         progress.advance()
                         yield item
 
-            with (
-                tempfile.TemporaryDirectory(prefix="netmap-bench-spool-") as spool,
-                open(os.devnull, "w") as devnull,
-            ):
+            events = _EventTee(sys.stderr if agent_log else None)
+            with tempfile.TemporaryDirectory(prefix="netmap-bench-spool-") as spool:
                 agent = Agent(
                     server=url,
                     token=token,
                     settings=settings.agent,
                     kinds=["ports"],
                     spool_root=Path(spool),
-                    log=EventLog("json", stream=sys.stderr if agent_log else devnull),
+                    log=EventLog("json", stream=events),  # type: ignore[arg-type]
                     once=True,
                     observation_source=replay,
                 )
+                server_cpu_before = _process_tree_cpu_seconds(server.pid)
                 started = time.perf_counter()
+                cpu_started = time.process_time()
                 status = agent.run()
                 seconds = time.perf_counter() - started
+                agent_cpu = time.process_time() - cpu_started
+                server_cpu_after = _process_tree_cpu_seconds(server.pid)
             progress.finish()
             if status != 0:
                 raise click.ClickException(f"the agent ended with status {status}")
@@ -225,13 +303,27 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
                 server.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 server.kill()
+    wait = events.last("AgentExecutionSucceeded").get("upload_wait_seconds")
+    server_cpu = (
+        round(server_cpu_after - server_cpu_before, 3)
+        if server_cpu_before is not None and server_cpu_after is not None
+        else None
+    )
     return {
         "observations": expected,
         "confirmed_observations": int(confirmed),
         "batch_size": batch_size,
+        "upload_concurrency": settings.agent.upload_concurrency,
         "server": "netmap up --no-runner (gunicorn) on a scratch database",
         "seconds": round(seconds, 3),
         "observations_per_second": round(expected / seconds),
+        # The agent process: parse, batch encoding, checksum, spool and HTTP client.
+        "agent_cpu_seconds": round(agent_cpu, 3),
+        # Time the agent waited for the server's answers, and its share of the wall time.
+        "upload_wait_seconds": wait,
+        "server_share_of_seconds": round(wait / seconds, 3) if wait is not None else None,
+        # gunicorn's processes (PostgreSQL's work for them not included).
+        "server_cpu_seconds": server_cpu,
     }
 
 
@@ -239,10 +331,21 @@ def _end_to_end(path: Path, expected: int, batch_size: int, agent_log: bool) -> 
 @click.option("--hosts", type=click.IntRange(1, 65536), default=1000, show_default=True)
 @click.option("--ports-per-host", type=click.IntRange(1, 65535), default=100, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=5000, show_default=True)
+@click.option(
+    "--upload-concurrency",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="batches in flight at once end to end  [default: the agent's, 2]",
+)
 @click.option("--no-end-to-end", is_flag=True, help="parse rates only (no scratch server)")
 @click.option("--agent-log", is_flag=True, help="the agent's JSON events (per batch) on stderr")
 def command(
-    hosts: int, ports_per_host: int, batch_size: int, no_end_to_end: bool, agent_log: bool
+    hosts: int,
+    ports_per_host: int,
+    batch_size: int,
+    upload_concurrency: int | None,
+    no_end_to_end: bool,
+    agent_log: bool,
 ) -> None:
     """Parse rate of nmap XML / masscan JSON and end-to-end observations/s to confirmed receipts."""
     total = hosts * ports_per_host
@@ -273,5 +376,7 @@ def command(
                 "rss_ratio_full_vs_tenth": round(full["max_rss_kb"] / part["max_rss_kb"], 3),
             }
         if not no_end_to_end:
-            output["end_to_end"] = _end_to_end(root / "scan.xml", total, batch_size, agent_log)
+            output["end_to_end"] = _end_to_end(
+                root / "scan.xml", total, batch_size, agent_log, upload_concurrency
+            )
     click.echo(json.dumps(output))

@@ -186,3 +186,57 @@ def test_naabu_lines():
             )
         )
     assert (caught.value.line, caught.value.byte_offset) == (2, 29)
+
+
+def _masscan(*records: str) -> list[dict]:
+    return list(read_masscan_json(io.BytesIO(("[\n" + ",\n".join(records) + "\n]\n").encode())))
+
+
+def test_masscan_numbers_beyond_64_bits_and_json_extensions_read_as_json_reads_them():
+    big = 123456789012345678901234567890
+    (found,) = _masscan(f'{{"ip":"10.0.0.1","ports":[{{"port":80,"reason":{big},"ttl":{big}}}]}}')
+    assert found["details"] == {"reason": str(big), "ttl": big}  # integers, not floats
+    (found,) = _masscan('{"ip":"10.0.0.1","ports":[{"port":80,"ttl":64}],"x":NaN}')
+    assert found["details"] == {"ttl": 64}
+    with pytest.raises(ResultFormatError) as caught:
+        _masscan(f'{{"ip":"10.0.0.1","ports":[{{"port":{big}}}]}}')
+    assert str(big) in caught.value.message
+    bom = read_masscan_json(
+        io.BytesIO(b'[\n\xef\xbb\xbf{"ip":"10.0.0.1","ports":[{"port":81}]}\n]')
+    )
+    assert [o["port"] for o in bom] == [81]
+
+
+def test_masscan_ports_of_a_record_before_a_bad_one_are_still_returned():
+    reader = read_masscan_json(
+        io.BytesIO(
+            b'[\n{"ip":"10.0.0.1","ports":[{"port":80,"ttl":64},{"port":81,"status":"up"}]}\n]\n'
+        )
+    )
+    assert next(reader)["port"] == 80
+    with pytest.raises(ResultFormatError) as caught:
+        next(reader)
+    assert caught.value.element == "field status" and caught.value.line == 2
+
+
+def test_masscan_an_address_that_is_a_list_is_a_format_error():
+    with pytest.raises(ResultFormatError) as caught:
+        _masscan('{"ip":["10.0.0.1"],"ports":[{"port":80}]}')
+    assert caught.value.element == "field ip"
+
+
+def test_nmap_cpe_text_split_by_a_comment_or_entity_is_joined_and_other_text_ignored():
+    document = (
+        b'<nmaprun start="1796058252"><host><address addr="10.0.0.1" addrtype="ipv4"/>'
+        b'<ports>text <port protocol="tcp" portid="80">more<state state="open"/>'
+        b'<service name="http"><cpe> cpe:/a:x<!-- c -->&amp;y </cpe></service>'
+        b"</port></ports></host></nmaprun>"
+    )
+    for chunk in (None, 3):
+        source = (
+            io.BytesIO(document)
+            if chunk is None
+            else [document[i : i + chunk] for i in range(0, len(document), chunk)]
+        )
+        (found,) = read_nmap_xml(source)
+        assert found["details"] == {"cpe": ["cpe:/a:x&y"]}
