@@ -233,6 +233,19 @@ def _measure_size(
 )
 @click.option("--es-url", help="Elasticsearch (or simulator) URL for --backend elasticsearch.")
 @click.option(
+    "--http",
+    is_flag=True,
+    help="Upload over HTTP to a real gunicorn (`netmap up --no-runner`, the configured web "
+    "workers) instead of the in-process test client; --sizes are observations per client.",
+)
+@click.option(
+    "--clients",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="With --http: concurrent scanner clients, each its own scanner and execution.",
+)
+@click.option(
     "--shared-buffers",
     default="1GB",
     show_default=True,
@@ -247,6 +260,8 @@ def command(
     latency_batches: str,
     backend: str,
     es_url: str | None,
+    http: bool,
+    clients: int,
     shared_buffers: str,
 ):
     """Upload latency (p50/p95/p99) by kind for executions of growing size."""
@@ -275,6 +290,12 @@ def command(
     if es_url:
         overrides["elasticsearch"] = {"url": es_url, "index_prefix": prefix}
     tuning = {"shared_buffers": shared_buffers}
+    if http:
+        _http_command(
+            size_list, samples, fill_batch, latency_sizes or [500, 5000], backend, es_url,
+            clients, overrides, tuning, prefix,
+        )  # fmt: skip
+        return
     with scratch_database(overrides=overrides, server_tuning=tuning) as scratch:
         from app import db
 
@@ -311,3 +332,71 @@ def command(
         ),
     }
     click.echo(json.dumps(output))
+
+
+def _http_command(
+    size_list: list[int],
+    samples: int,
+    fill_batch: int,
+    latency_sizes: list[int],
+    backend: str,
+    es_url: str | None,
+    clients: int,
+    overrides: dict[str, dict[str, object]],
+    tuning: dict[str, str],
+    prefix: str,
+) -> None:
+    from app.bench import upload_http
+    from app.db import transaction
+    from app.identity.scanners import create_scanner
+    from app.identity.users import create_user
+    from app.search import open_store
+
+    overrides["ingest"]["max_observations_per_batch"] = max(fill_batch, *latency_sizes)
+    with scratch_database(overrides=overrides, server_tuning=tuning) as scratch:
+        try:
+            store = open_store(scratch.settings)
+            store.ensure_schema()
+            store.close()
+            with transaction() as conn:
+                # Nobody logs in as this owner; a random password passes the policy.
+                owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
+                tokens = [create_scanner(conn, f"bench-scanner-{n}")[1] for n in range(clients)]
+            server, url, workers, threads = upload_http.start_server(
+                scratch, es_url, prefix, overrides["ingest"]["max_observations_per_batch"]
+            )
+            try:
+                results = {
+                    str(size): upload_http.measure_http(
+                        scratch=scratch,
+                        url=url,
+                        server_pid=server.pid,
+                        owner_id=owner.id,
+                        tokens=tokens,
+                        size=size,
+                        fill_batch=fill_batch,
+                        samples=samples,
+                        latency_sizes=latency_sizes,
+                    )
+                    for size in size_list
+                }
+            finally:
+                upload_http.stop_server(server)
+        finally:
+            if es_url:
+                drop_elasticsearch_prefix(es_url, prefix)  # only what this run created
+    click.echo(
+        json.dumps(
+            {
+                "benchmark": "upload",
+                "mode": "http",
+                "backend": backend,
+                "clients": clients,
+                "web_workers": workers,
+                "web_threads": threads,
+                "fill_batch": fill_batch,
+                "samples": samples,
+                "sizes": results,
+            }
+        )
+    )
