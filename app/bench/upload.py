@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
+from app.bench.upload_http import postmaster_pid, tree_cpu_seconds
 from app.upload_protocol import canonical_checksum
 
 
@@ -94,7 +95,7 @@ class _Scanner:
 
 
 def _measure_size(
-    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=()
+    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=(), postgres=None
 ) -> dict[str, Any]:
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
@@ -124,6 +125,9 @@ def _measure_size(
     # CPU seconds of this process (client encoding + the whole server path): on a shared
     # machine wall time measures the neighbours too, CPU time mostly us.
     fill_cpu_started = time.process_time()
+    # PostgreSQL's share too (its processes, not ours): the writes are set-based, so
+    # their cost lands there.
+    postgres_cpu_started = tree_cpu_seconds(postgres) if postgres else None
     while filled < size:
         count = min(fill_batch, size - filled)
         scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
@@ -135,6 +139,11 @@ def _measure_size(
     progress.finish()
     fill_seconds = time.perf_counter() - fill_started
     fill_cpu_seconds = time.process_time() - fill_cpu_started
+    postgres_cpu = (
+        tree_cpu_seconds(postgres) - postgres_cpu_started
+        if postgres_cpu_started is not None
+        else None
+    )
 
     normal, retries, dns = [], [], []
     sent = []
@@ -194,6 +203,7 @@ def _measure_size(
         "fill_endpoints_per_s": round(size / fill_seconds, 1),
         "fill_cpu_seconds": round(fill_cpu_seconds, 3),
         "fill_endpoints_per_cpu_s": round(size / fill_cpu_seconds, 1) if fill_cpu_seconds else None,
+        "fill_postgres_cpu_seconds": round(postgres_cpu, 3) if postgres_cpu is not None else None,
         "normal": summary_ms(normal),
         "final": summary_ms([final]),
         "final_counts": counted,
@@ -311,7 +321,15 @@ def command(
                 _, token = create_scanner(conn, "bench-scanner")
             results = {
                 str(size): _measure_size(
-                    app, owner.id, token, size, samples, batch, fill_batch, latency_sizes
+                    app,
+                    owner.id,
+                    token,
+                    size,
+                    samples,
+                    batch,
+                    fill_batch,
+                    latency_sizes,
+                    postmaster_pid(scratch.directory),
                 )
                 for size in size_list
             }
