@@ -58,7 +58,7 @@ def decode_json(data: bytes) -> Any:
     malformed) and what it would change (long integers) is decoded by ``json`` below,
     so every refusal keeps its exact message.
     """
-    if data and not _may_hold_long_integer(data):
+    if data and isinstance(data, bytes | bytearray) and not _may_hold_long_integer(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
