@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from app.errors import ValidationError
 
 MAX_JSON_DEPTH = 32
@@ -33,8 +35,34 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# A run of 19 digits may be an integer beyond 64 bits, which orjson turns into a float
+# (``json`` keeps it exact): such a body takes the ``json`` path. Shorter integers fit
+# 64 bits. The run may sit inside a string too; that only costs the slower decoder.
+# (Every digit becomes "0", then one substring search: a regex scan for the run costs
+# more than decoding.)
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
+
+
+def _may_hold_long_integer(data: bytes) -> bool:
+    return _LONG_DIGITS in data.translate(_DIGITS_TO_ZERO)
+
+
 def decode_json(data: bytes) -> Any:
-    """The decoded body; a 400 ``invalid_json`` for anything that is not strict JSON."""
+    """The decoded body; a 400 ``invalid_json`` for anything that is not strict JSON.
+
+    orjson decodes several times faster than ``json`` (an upload of 5,000 observations
+    is megabytes) and yields the same values for what it accepts: the same strings,
+    integers up to 64 bits, correctly rounded floats, the last of duplicate keys. What
+    it refuses (NaN, 1e999, lone surrogates, a BOM, UTF-16, deep nesting, anything
+    malformed) and what it would change (long integers) is decoded by ``json`` below,
+    so every refusal keeps its exact message.
+    """
+    if data and isinstance(data, bytes | bytearray) and not _may_hold_long_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # decided, with the precise message, by json below
     try:
         return json.loads(
             data or b"null", parse_constant=_refuse_constant, parse_float=_finite_float

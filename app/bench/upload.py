@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
+from app.bench.upload_http import postmaster_pid, tree_cpu_seconds
 from app.upload_protocol import canonical_checksum
 
 
@@ -94,7 +95,7 @@ class _Scanner:
 
 
 def _measure_size(
-    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=()
+    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=(), postgres=None
 ) -> dict[str, Any]:
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
@@ -124,6 +125,9 @@ def _measure_size(
     # CPU seconds of this process (client encoding + the whole server path): on a shared
     # machine wall time measures the neighbours too, CPU time mostly us.
     fill_cpu_started = time.process_time()
+    # PostgreSQL's share too (its processes, not ours): the writes are set-based, so
+    # their cost lands there.
+    postgres_cpu_started = tree_cpu_seconds(postgres) if postgres else None
     while filled < size:
         count = min(fill_batch, size - filled)
         scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
@@ -135,6 +139,11 @@ def _measure_size(
     progress.finish()
     fill_seconds = time.perf_counter() - fill_started
     fill_cpu_seconds = time.process_time() - fill_cpu_started
+    postgres_cpu = (
+        tree_cpu_seconds(postgres) - postgres_cpu_started
+        if postgres_cpu_started is not None
+        else None
+    )
 
     normal, retries, dns = [], [], []
     sent = []
@@ -194,6 +203,7 @@ def _measure_size(
         "fill_endpoints_per_s": round(size / fill_seconds, 1),
         "fill_cpu_seconds": round(fill_cpu_seconds, 3),
         "fill_endpoints_per_cpu_s": round(size / fill_cpu_seconds, 1) if fill_cpu_seconds else None,
+        "fill_postgres_cpu_seconds": round(postgres_cpu, 3) if postgres_cpu is not None else None,
         "normal": summary_ms(normal),
         "final": summary_ms([final]),
         "final_counts": counted,
@@ -233,6 +243,19 @@ def _measure_size(
 )
 @click.option("--es-url", help="Elasticsearch (or simulator) URL for --backend elasticsearch.")
 @click.option(
+    "--http",
+    is_flag=True,
+    help="Upload over HTTP to a real gunicorn (`netmap up --no-runner`, the configured web "
+    "workers) instead of the in-process test client; --sizes are observations per client.",
+)
+@click.option(
+    "--clients",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="With --http: concurrent scanner clients, each its own scanner and execution.",
+)
+@click.option(
     "--shared-buffers",
     default="1GB",
     show_default=True,
@@ -247,6 +270,8 @@ def command(
     latency_batches: str,
     backend: str,
     es_url: str | None,
+    http: bool,
+    clients: int,
     shared_buffers: str,
 ):
     """Upload latency (p50/p95/p99) by kind for executions of growing size."""
@@ -275,6 +300,12 @@ def command(
     if es_url:
         overrides["elasticsearch"] = {"url": es_url, "index_prefix": prefix}
     tuning = {"shared_buffers": shared_buffers}
+    if http:
+        _http_command(
+            size_list, samples, fill_batch, latency_sizes or [500, 5000], backend, es_url,
+            clients, overrides, tuning, prefix,
+        )  # fmt: skip
+        return
     with scratch_database(overrides=overrides, server_tuning=tuning) as scratch:
         from app import db
 
@@ -290,7 +321,15 @@ def command(
                 _, token = create_scanner(conn, "bench-scanner")
             results = {
                 str(size): _measure_size(
-                    app, owner.id, token, size, samples, batch, fill_batch, latency_sizes
+                    app,
+                    owner.id,
+                    token,
+                    size,
+                    samples,
+                    batch,
+                    fill_batch,
+                    latency_sizes,
+                    postmaster_pid(scratch.directory),
                 )
                 for size in size_list
             }
@@ -311,3 +350,71 @@ def command(
         ),
     }
     click.echo(json.dumps(output))
+
+
+def _http_command(
+    size_list: list[int],
+    samples: int,
+    fill_batch: int,
+    latency_sizes: list[int],
+    backend: str,
+    es_url: str | None,
+    clients: int,
+    overrides: dict[str, dict[str, object]],
+    tuning: dict[str, str],
+    prefix: str,
+) -> None:
+    from app.bench import upload_http
+    from app.db import transaction
+    from app.identity.scanners import create_scanner
+    from app.identity.users import create_user
+    from app.search import open_store
+
+    overrides["ingest"]["max_observations_per_batch"] = max(fill_batch, *latency_sizes)
+    with scratch_database(overrides=overrides, server_tuning=tuning) as scratch:
+        try:
+            store = open_store(scratch.settings)
+            store.ensure_schema()
+            store.close()
+            with transaction() as conn:
+                # Nobody logs in as this owner; a random password passes the policy.
+                owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
+                tokens = [create_scanner(conn, f"bench-scanner-{n}")[1] for n in range(clients)]
+            server, url, workers, threads = upload_http.start_server(
+                scratch, es_url, prefix, overrides["ingest"]["max_observations_per_batch"]
+            )
+            try:
+                results = {
+                    str(size): upload_http.measure_http(
+                        scratch=scratch,
+                        url=url,
+                        server_pid=server.pid,
+                        owner_id=owner.id,
+                        tokens=tokens,
+                        size=size,
+                        fill_batch=fill_batch,
+                        samples=samples,
+                        latency_sizes=latency_sizes,
+                    )
+                    for size in size_list
+                }
+            finally:
+                upload_http.stop_server(server)
+        finally:
+            if es_url:
+                drop_elasticsearch_prefix(es_url, prefix)  # only what this run created
+    click.echo(
+        json.dumps(
+            {
+                "benchmark": "upload",
+                "mode": "http",
+                "backend": backend,
+                "clients": clients,
+                "web_workers": workers,
+                "web_threads": threads,
+                "fill_batch": fill_batch,
+                "samples": samples,
+                "sizes": results,
+            }
+        )
+    )

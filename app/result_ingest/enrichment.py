@@ -10,6 +10,7 @@ execution-endpoint documents keep the newest-wins fields.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import ipaddress
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from typing import Any
 
 from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
 from app.search.documents import EndpointDocument, FactDocument, merge_all, observation_key
-from app.search.ids import execution_endpoint_id, fact_id, parsed_address
+from app.search.ids import CANONICAL_IPV4, execution_endpoint_ids, fact_ids, parsed_address
 
 # Well-known ports; used only when the scanner did not name the service.
 DEFAULT_SERVICES: dict[tuple[str, int], str] = {
@@ -88,12 +89,54 @@ def address_scope(ip: str) -> str:
     return _family_and_scope(ip)[1]
 
 
-@functools.lru_cache(maxsize=65536)
 def _family_and_scope(ip: str) -> tuple[int, str]:
+    if CANONICAL_IPV4.fullmatch(ip):
+        return 4, _ipv4_scope(ip)
+    return _family_and_scope_parsed(ip)
+
+
+@functools.lru_cache(maxsize=65536)
+def _family_and_scope_parsed(ip: str) -> tuple[int, str]:
     # Remembered per address: the ``is_*`` properties each test network membership, and
     # an address usually carries several ports.
     address = parsed_address(ip)
     return address.version, _scope_of(address)
+
+
+# IPv4 scopes without parsing or the ``is_*`` properties (a scan of a /16 brings
+# thousands of distinct addresses per batch, and those cost more than the rest of the
+# enrichment): the scope can only change where one of the networks those properties
+# consult (all held in ``ipaddress._IPv4Constants``) starts or ends, so it is computed
+# once, by ``_scope_of`` itself, for each stretch between such boundaries, and an
+# address finds its stretch by bisection. A unit test compares it with ``_scope_of``.
+
+
+def _ipv4_constant_networks() -> list[ipaddress.IPv4Network]:
+    networks = []
+    for value in vars(ipaddress._IPv4Constants).values():
+        for item in value if isinstance(value, list | tuple | frozenset | set) else (value,):
+            if isinstance(item, ipaddress.IPv4Network):
+                networks.append(item)
+            elif isinstance(item, ipaddress.IPv4Address):
+                networks.append(ipaddress.IPv4Network(item))
+    return networks
+
+
+def _ipv4_scope_table() -> tuple[list[int], list[str]]:
+    bounds = {0}
+    for network in _ipv4_constant_networks():
+        bounds.add(int(network.network_address))
+        if int(network.broadcast_address) < 2**32 - 1:
+            bounds.add(int(network.broadcast_address) + 1)
+    starts = sorted(bounds)
+    return starts, [_scope_of(ipaddress.IPv4Address(start)) for start in starts]
+
+
+def _ipv4_scope(ip: str) -> str:
+    """Scope of a canonical dotted quad (``CANONICAL_IPV4``)."""
+    a, b, c, d = ip.split(".")
+    value = (int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d)
+    return _IPV4_SCOPES[bisect.bisect_right(_IPV4_STARTS, value) - 1]
 
 
 def _scope_of(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
@@ -108,6 +151,9 @@ def _scope_of(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         if flag:
             return scope
     return "other"
+
+
+_IPV4_STARTS, _IPV4_SCOPES = _ipv4_scope_table()
 
 
 @dataclass(frozen=True)
@@ -192,46 +238,49 @@ def normalise_dns_record(record: DnsRecordIn) -> dict[str, Any]:
 def fact_documents(
     context: UploadContext, body: UploadBody, normalised: list[dict[str, Any]]
 ) -> list[FactDocument]:
-    documents: list[FactDocument] = []
-    for position, (observation, values) in enumerate(
-        zip(body.observations, normalised, strict=True)
-    ):
-        documents.append(_fact(context, "observation", position, observation.observed_at, values))
-    offset = len(body.observations)
-    for i, record in enumerate(body.dns_records):
-        documents.append(
-            _fact(
-                context, "dns_record", offset + i, record.observed_at, normalise_dns_record(record)
-            )
-        )
-    return documents
-
-
-def _fact(context: UploadContext, kind: str, position: int, observed_at, body: dict[str, Any]):
-    return FactDocument(
-        id=fact_id(
-            context.execution_id, context.upload_id, context.stream, context.batch_index, position
-        ),
-        kind=kind,
-        execution_id=context.execution_id,
-        task_id=context.task_id,
-        owner_id=context.owner_id,
-        scanner_id=context.scanner_id,
-        upload_id=context.upload_id,
-        stream=context.stream,
-        batch_index=context.batch_index,
-        position=position,
-        observed_at=observed_at,
-        body=body,
+    items: list[tuple[str, Any, dict[str, Any]]] = [
+        ("observation", observation.observed_at, values)
+        for observation, values in zip(body.observations, normalised, strict=True)
+    ]
+    items.extend(
+        ("dns_record", record.observed_at, normalise_dns_record(record))
+        for record in body.dns_records
     )
+    ids = fact_ids(
+        context.execution_id, context.upload_id, context.stream, context.batch_index, len(items)
+    )
+    return [
+        FactDocument(
+            id=ids[position],
+            kind=kind,
+            execution_id=context.execution_id,
+            task_id=context.task_id,
+            owner_id=context.owner_id,
+            scanner_id=context.scanner_id,
+            upload_id=context.upload_id,
+            stream=context.stream,
+            batch_index=context.batch_index,
+            position=position,
+            observed_at=observed_at,
+            body=body,
+        )
+        for position, (kind, observed_at, body) in enumerate(items)
+    ]
 
 
 def endpoint_documents(
     context: UploadContext, normalised: Iterable[dict[str, Any]], observed: Iterable[Any]
 ) -> list[EndpointDocument]:
-    """Execution-scope endpoint documents, merged within the batch by id."""
+    """Execution-scope endpoint documents, merged within the batch by id.
+
+    ``normalised`` holds validated observations: addresses normalised, transports
+    lower-case (their ids are computed without normalising again)."""
+    normalised = list(normalised)
+    ids = execution_endpoint_ids(
+        context.execution_id, ((v["ip"], v["port"], v["transport"]) for v in normalised)
+    )
     documents = []
-    for values, observed_at in zip(normalised, observed, strict=True):
+    for document_id, values, observed_at in zip(ids, normalised, observed, strict=True):
         newest = {
             "state": values["state"],
             "service": values["service"],
@@ -248,9 +297,7 @@ def endpoint_documents(
         }
         documents.append(
             EndpointDocument(
-                id=execution_endpoint_id(
-                    context.execution_id, values["ip"], values["port"], values["transport"]
-                ),
+                id=document_id,
                 scope="execution",
                 ip=values["ip"],
                 port=values["port"],

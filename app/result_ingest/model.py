@@ -220,9 +220,14 @@ def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = Non
     """Validate a decoded JSON body; raises ValidationError listing every problem found."""
     if not isinstance(raw, dict):
         raise _fail([{"field": None, "message": "body must be a JSON object"}])
-    values = check_json_values(raw, allow_nul=True)
-    if values:
-        raise _fail([{**_location(p["path"]), "message": p["message"]} for p in values])
+    # Imported here: the fast path builds this module's models.
+    from app.result_ingest.fast_body import fast_upload
+
+    fast = fast_upload(raw)
+    if fast is None:
+        values = check_json_values(raw, allow_nul=True)
+        if values:
+            raise _fail([{**_location(p["path"]), "message": p["message"]} for p in values])
     observations = raw.get("observations", [])
     dns_records = raw.get("dns_records", [])
     problems: list[dict[str, Any]] = []
@@ -244,12 +249,16 @@ def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = Non
         )
     if problems:
         raise _fail(problems, "batch too large")
-    try:
-        body = UploadBody.model_validate(raw)
-    except PydanticValidationError as exc:
-        raise _fail(
-            [{**_location(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
-        ) from None
+    if fast is not None:
+        body, float_free = fast
+    else:
+        float_free = False
+        try:
+            body = UploadBody.model_validate(raw)
+        except PydanticValidationError as exc:
+            raise _fail(
+                [{**_location(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+            ) from None
 
     now = now or datetime.now(UTC)
     oldest = now - timedelta(days=limits.observed_at_max_age_days)
@@ -314,7 +323,7 @@ def parse_upload(raw: Any, limits: IngestSettings, *, now: datetime | None = Non
                 )
     if problems:
         raise _fail(problems)
-    expected = canonical_checksum(observations, dns_records)
+    expected = canonical_checksum(observations, dns_records, float_free=float_free)
     if expected != body.checksum.lower():
         raise ValidationError(
             "checksum does not match the canonical JSON of observations and dns_records",

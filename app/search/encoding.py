@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from app.search.documents import ENDPOINT_SCOPES, FACT_KINDS, EndpointDocument, FactDocument
-from app.search.ids import parsed_address
+from app.search.ids import CANONICAL_IPV4, parsed_address
 
 # date_nanos (Elasticsearch) holds 1970-01-01 .. 2262-04-11; keep both stores inside it.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -146,8 +146,14 @@ def fact_source(doc: FactDocument) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=65536)
 def _ip_problem(ip: str) -> str | None:
+    if CANONICAL_IPV4.fullmatch(ip):
+        return None
+    return _parsed_ip_problem(ip)
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed_ip_problem(ip: str) -> str | None:
     # Cached: an address usually carries several endpoints, and parsing dominates the check.
     try:
         if str(parsed_address(ip)) != ip:

@@ -16,8 +16,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import re
+from collections.abc import Iterable
 
 ID_HEX_CHARS = 32
+# A dotted quad without leading zeros: its own normalised text (``normalise_ip`` would
+# parse it only to print it back the same; a scan brings thousands of distinct ones).
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+CANONICAL_IPV4 = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -38,23 +44,61 @@ def parsed_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(text)
 
 
-def _digest(kind: str, *parts: object) -> str:
-    # One update of the joined bytes: the same digest as one update per piece, with less
-    # interpreter work (every fact and endpoint of an upload gets an id here).
-    pieces = [kind.encode()]
+def _encoded(parts: tuple[object, ...]) -> bytes:
+    pieces = []
     for part in parts:
         raw = b"\x00" if part is None else str(part).encode("utf-8")
         pieces.append(len(raw).to_bytes(4, "big"))
         pieces.append(raw)
-    return hashlib.sha256(b"".join(pieces)).hexdigest()[:ID_HEX_CHARS]
+    return b"".join(pieces)
+
+
+def _digest(kind: str, *parts: object) -> str:
+    # One update of the joined bytes: the same digest as one update per piece, with less
+    # interpreter work (every fact and endpoint of an upload gets an id here).
+    return hashlib.sha256(kind.encode() + _encoded(parts)).hexdigest()[:ID_HEX_CHARS]
+
+
+def _prefix(kind: str, *parts: object) -> hashlib._Hash:
+    """The hash state after ``kind`` and the leading ``parts`` an upload's ids share: each
+    id then hashes only its own parts (SHA-256 is a stream, so the digest is the same)."""
+    return hashlib.sha256(kind.encode() + _encoded(parts))
 
 
 def fact_id(execution_id: int, upload_id: str, stream: str, batch_index: int, position: int) -> str:
     return _digest("fact", execution_id, upload_id, stream, batch_index, position)
 
 
+def fact_ids(
+    execution_id: int, upload_id: str, stream: str, batch_index: int, count: int
+) -> list[str]:
+    """``fact_id`` of positions ``0..count-1`` of one batch."""
+    prefix = _prefix("fact", execution_id, upload_id, stream, batch_index)
+    ids = []
+    for position in range(count):
+        state = prefix.copy()
+        state.update(_encoded((position,)))
+        ids.append(state.hexdigest()[:ID_HEX_CHARS])
+    return ids
+
+
 def execution_endpoint_id(execution_id: int, ip: str, port: int, transport: str) -> str:
     return _digest("xep", execution_id, normalise_ip(ip), port, transport.lower())
+
+
+def execution_endpoint_ids(
+    execution_id: int, endpoints: Iterable[tuple[str, int, str]]
+) -> list[str]:
+    """``execution_endpoint_id`` of each (ip, port, transport) of one execution; the
+    addresses must already be normalised and transports lower-case (validated
+    observations are), since normalising again is what this saves."""
+    prefix = _prefix("xep", execution_id)
+    ids = []
+    for ip, port, transport in endpoints:
+        state = prefix.copy()
+        state.update(_encoded((ip, port, transport)))
+        ids.append(state.hexdigest()[:ID_HEX_CHARS])
+    return ids
 
 
 def current_asset_id(scope: str, owner_id: int | None, ip: str, port: int, transport: str) -> str:

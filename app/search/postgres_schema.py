@@ -236,6 +236,7 @@ def fact_statements() -> tuple[str, str, str, str]:
         f"(SELECT execution_id, {MONTH_OF_OBSERVED_AT} AS month, kind, 1 AS delta "  # noqa: S608 - table and column names are module constants; values are bound
         "FROM inserted WHERE (SELECT count(*) FROM inserted) = (SELECT count(*) FROM r)) d"
     )
+    # Ids come back as text: the driver would build a uuid.UUID for each returned row.
     insert = f"""
         WITH r AS MATERIALIZED (
             SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
@@ -245,7 +246,7 @@ def fact_statements() -> tuple[str, str, str, str]:
             ON CONFLICT (id, observed_at) DO NOTHING
             RETURNING id, execution_id, kind, observed_at
         ), counted AS ({add_counts.format(deltas=all_new)})
-        SELECT id, execution_id, kind, observed_at FROM inserted
+        SELECT id::text AS id, execution_id, kind, observed_at FROM inserted
     """  # noqa: S608 - table and column names are module constants; values are bound
     stored = ", ".join(f"f.{c}" for c in FACT_COLUMNS[2:])
     incoming = ", ".join(f"r.{c}" for c in FACT_COLUMNS[2:])

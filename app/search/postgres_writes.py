@@ -105,7 +105,7 @@ class PostgresWrites:
             payload = "[" + ",".join(text for _doc, text in shard) + "]"
             requests += 1
             request_bytes += len(payload.encode("utf-8"))
-            write = partial(self._write_fact_shard, payload, len(shard))
+            write = partial(self._write_fact_shard, payload, [doc.id for doc, _text in shard])
             created.update(self._run(write, relaxed_commit=True))
         items = []
         for doc in facts:
@@ -119,14 +119,14 @@ class PostgresWrites:
             items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
         )
 
-    def _write_fact_shard(self, payload: str, size: int, conn: Connection) -> set[str]:
-        """Write one shard (``payload``: its JSON array of ``size`` distinct facts) with
+    def _write_fact_shard(self, payload: str, ids: list[str], conn: Connection) -> set[str]:
+        """Write one shard (``payload``: its JSON array of the distinct facts ``ids``) with
         exact counters; returns the ids it created. ``fact_statements`` says why so."""
         params = {"rows": payload}
         inserted = conn.execute(self._fact_insert_sql, params).all()
+        if len(inserted) == len(ids):
+            return set(ids)  # all new (the usual batch): already counted by the insert
         created = {str(r.id).replace("-", "") for r in inserted}
-        if len(inserted) == size:
-            return created  # all new: already counted by the insert
         deltas = [
             count_delta(r.execution_id, month_start(r.observed_at), r.kind, 1) for r in inserted
         ]

@@ -69,3 +69,51 @@ def test_bad_sizes_are_a_usage_error():
     process = run("--sizes", "10,ten")
     assert process.returncode == 2
     assert "sizes must be integers" in process.stderr
+
+
+def _check_http_report(report, clients, per_client, latency_sizes, samples):
+    assert report["mode"] == "http" and report["clients"] == clients
+    assert report["web_workers"] >= 1 and report["web_threads"] >= 1
+    result = report["sizes"][str(per_client)]
+    assert result["fill_observations"] == clients * per_client
+    assert result["fill_endpoints_per_s"] > 0 and result["fill_seconds"] > 0
+    assert result["fill_batch_latency"]["count"] == clients * -(-per_client // 20)
+    for key in ("server_cpu_seconds", "postgres_cpu_seconds", "client_cpu_seconds"):
+        assert result[key] >= 0
+    assert result["server_cpu_seconds"] > 0  # the web workers did the work
+    assert set(result["normal_by_batch_size"]) == {str(s) for s in latency_sizes}
+    for summary in result["normal_by_batch_size"].values():
+        assert STATS <= set(summary) and summary["count"] == samples
+    # The first client also sent the latency batches; every final counted exactly.
+    first = per_client + samples * sum(latency_sizes)
+    expected = [first] + [per_client] * (clients - 1)
+    assert result["final_counts"] == [
+        {"observations": n, "endpoints": n, "ips": n} for n in expected
+    ]
+
+
+@pytest.mark.slow
+def test_bench_upload_over_http_with_concurrent_clients():
+    process = run(
+        "--http", "--clients", "2", "--sizes", "50", "--fill-batch", "20", "--samples", "2",
+        "--latency-batches", "5,10", "--shared-buffers", "64MB",
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-2000:]
+    report = json.loads(process.stdout)
+    assert report["backend"] == "postgres"
+    _check_http_report(report, clients=2, per_client=50, latency_sizes=(5, 10), samples=2)
+
+
+@pytest.mark.slow
+def test_bench_upload_over_http_on_the_simulator_cleans_up_after_itself():
+    with EsSimulator() as simulator:
+        process = run(
+            "--http", "--backend", "elasticsearch", "--es-url", simulator.url, "--clients", "2",
+            "--sizes", "40", "--fill-batch", "20", "--samples", "1", "--latency-batches", "5",
+            "--shared-buffers", "64MB",
+        )  # fmt: skip
+        assert process.returncode == 0, process.stderr[-2000:]
+        report = json.loads(process.stdout)
+        assert report["backend"] == "elasticsearch"
+        _check_http_report(report, clients=2, per_client=40, latency_sizes=(5,), samples=1)
+        assert simulator.index_names() == []  # only its own prefix, all deleted

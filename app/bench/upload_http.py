@@ -1,0 +1,314 @@
+"""`netmap bench upload --http --clients N`: ingest through a real gunicorn (PRF-1).
+
+The server is ``netmap up --no-runner`` (gunicorn, the configured web workers and
+threads) on the bench's scratch database, in its own processes, as in production.
+N scanner clients (threads here, each with its own scanner token and its own
+execution) post their batches concurrently; every body is generated, checksummed
+and encoded before the clock starts, so the clients' own work is not what is
+timed. Reported per size (observations per client):
+
+* ``fill_endpoints_per_s``: all clients' observations over the wall time of the
+  concurrent fill (every observation is a distinct endpoint);
+* CPU seconds of the fill, on a shared machine the fair comparison: the web
+  server's process tree (``server_cpu_seconds``), PostgreSQL's
+  (``postgres_cpu_seconds``) and this process (the HTTP clients);
+* ``normal_by_batch_size``: latency of single batches of each size, one client
+  sending while the others are idle;
+* the finals' exact counts, checked per execution (a wrong count fails the bench).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+import sqlalchemy as sa
+
+from app.bench.stats import summary_ms
+from app.upload_protocol import canonical_checksum
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
+    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
+    return [
+        {
+            "observed_at": observed_at,
+            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+            "port": 443 + (i >> 24),
+            "transport": "tcp",
+            "state": "open",
+            "service": {"name": "https", "product": "nginx", "version": "1.26"},
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and every live descendant, plus what the
+    processes of the tree have reaped of their exited children (from /proc)."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = text[text.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        # utime, stime, cutime, cstime (fields 14-17 of stat(5))
+        cpu[pid] = sum(int(value) for value in fields[11:15])
+    tree, frontier = set(), [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in tree or pid not in cpu:
+            continue
+        tree.add(pid)
+        frontier.extend(child for child, parent in parents.items() if parent == pid)
+    return sum(cpu[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def postmaster_pid(directory: Path) -> int | None:
+    for path in directory.rglob("postmaster.pid"):
+        return int(path.read_text().split("\n", 1)[0])
+    return None
+
+
+class _Client:
+    """One scanner: its token, its claimed execution, its pre-encoded batches."""
+
+    def __init__(self, url: str, token: str):
+        import requests
+
+        self.url, self.session = url, requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+        claimed = self.session.post(f"{url}/api/scanner/claim", timeout=60)
+        if claimed.status_code != 200 or not claimed.json().get("execution"):
+            raise click.ClickException(f"claim failed: {claimed.status_code} {claimed.text}")
+        self.execution = claimed.json()["execution"]
+        self.index = 0
+        self.latencies: list[float] = []
+        self.error: str | None = None
+
+    def body(self, items: list[dict[str, Any]], *, final: bool = False) -> bytes:
+        body = {
+            "protocol_version": 1,
+            "claim_token": self.execution["claim_token"],
+            "upload_id": "bench-http",
+            "stream": "main",
+            "batch_index": self.index,
+            "is_final": final,
+            "checksum": canonical_checksum(items, [], float_free=True),
+            "observations": items,
+        }
+        self.index += 1
+        return orjson.dumps(body)
+
+    def send(self, data: bytes) -> float:
+        started = time.perf_counter()
+        response = self.session.post(
+            f"{self.url}/api/scanner/executions/{self.execution['id']}/uploads",
+            data=data,
+            headers={"Content-Type": "application/json"},
+            timeout=600,
+        )
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            raise click.ClickException(
+                f"upload failed: {response.status_code} {response.text[:500]}"
+            )
+        return elapsed
+
+    def send_all(self, bodies: list[bytes], start: threading.Barrier) -> None:
+        import requests
+
+        start.wait()
+        try:
+            for data in bodies:
+                self.latencies.append(self.send(data))
+        except (click.ClickException, requests.RequestException) as exc:
+            self.error = str(exc)  # reported by the main thread
+
+
+def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
+    """``netmap up --no-runner`` on the scratch database: (process, url, its web workers
+    and threads as configured by the environment it runs in)."""
+    from app.config import load_settings
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+    env.update(
+        NETMAP_DATABASE_URL=scratch.database_url,
+        NETMAP_SECRET_KEY="bench-only-secret-key",  # noqa: S106 - a throwaway server
+        NETMAP_INGEST_MAX_OBSERVATIONS_PER_BATCH=str(max_batch),
+        NETMAP_INGEST_MAX_BODY_BYTES=str(MAX_BODY_BYTES),
+        NETMAP_SCAN_EXECUTION_LEASE_SECONDS="3600",
+    )
+    if es_url:
+        env.update(NETMAP_ELASTICSEARCH_URL=es_url, NETMAP_ELASTICSEARCH_INDEX_PREFIX=prefix)
+    configured = load_settings(env=env)[0].server
+    log_path = scratch.directory / "netmap-up.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "app", "--data-dir", str(scratch.directory / "var"), "up",
+             "--no-runner", "--host", "127.0.0.1", "--port", "0"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )  # fmt: skip
+    url = None
+    assert server.stdout is not None
+    deadline = time.monotonic() + 180
+    while url is None and time.monotonic() < deadline:
+        line = server.stdout.readline().decode()
+        if not line:
+            break
+        found = re.search(r"netmap is up: (\S+)", line)
+        url = found.group(1) if found else None
+    if url is None:
+        stop_server(server)
+        raise click.ClickException(
+            "netmap up did not start: " + log_path.read_text(errors="replace")[-2000:]
+        )
+    return server, url, configured.web_workers, configured.web_threads
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _executions(owner_id: int, count: int, settings, size: int) -> None:
+    """``count`` pending executions whose targets cover the bench's addresses."""
+    from app.db import transaction
+    from app.scan_control.creation import create_task, validate_task_request
+
+    with transaction() as conn:
+        for n in range(count):
+            request = validate_task_request(
+                {"name": f"bench http {size} {n}", "targets": ["10.0.0.1"], "ports": "443-700"},
+                settings.scan,
+            )
+            task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
+            conn.execute(
+                sa.text(
+                    "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
+                    "WHERE task_id = :t"
+                ),
+                {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
+            )
+
+
+def measure_http(
+    *,
+    scratch,
+    url: str,
+    server_pid: int,
+    owner_id: int,
+    tokens: list[str],
+    size: int,
+    fill_batch: int,
+    samples: int,
+    latency_sizes: list[int],
+) -> dict[str, Any]:
+    from app.db import transaction
+
+    _executions(owner_id, len(tokens), scratch.settings, size)
+    clients = [_Client(url, token) for token in tokens]
+    observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    # Each client its own addresses: every observation of the run is a distinct endpoint.
+    span = size + samples * sum(latency_sizes)
+    work = []
+    for n, client in enumerate(clients):
+        base = n * span
+        work.append(
+            [
+                client.body(observations(base + start, min(fill_batch, size - start), observed_at))
+                for start in range(0, size, fill_batch)
+            ]
+        )
+    postgres = postmaster_pid(scratch.directory)
+    barrier = threading.Barrier(len(clients) + 1)
+    threads = [
+        threading.Thread(target=client.send_all, args=(bodies, barrier), daemon=True)
+        for client, bodies in zip(clients, work, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    server_cpu = tree_cpu_seconds(server_pid)
+    postgres_cpu = tree_cpu_seconds(postgres) if postgres else 0.0
+    own_cpu = time.process_time()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    own_cpu = time.process_time() - own_cpu
+    server_cpu = tree_cpu_seconds(server_pid) - server_cpu
+    postgres_cpu = (tree_cpu_seconds(postgres) - postgres_cpu) if postgres else None
+    errors = [client.error for client in clients if client.error]
+    if errors:
+        raise click.ClickException(f"a client failed: {errors[0]}")
+
+    by_batch_size: dict[str, Any] = {}
+    first = clients[0]
+    filled = size
+    for latency_size in latency_sizes:
+        wall = []
+        for _ in range(samples):
+            data = first.body(observations(filled, latency_size, observed_at))
+            wall.append(first.send(data))
+            filled += latency_size
+        by_batch_size[str(latency_size)] = summary_ms(wall)
+    counts = []
+    for n, client in enumerate(clients):
+        client.send(client.body([], final=True))
+        expected = size + (filled - size if n == 0 else 0)
+        with transaction() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT observation_count AS observations, endpoint_count AS endpoints, "
+                    "ip_count AS ips FROM scan_executions WHERE id = :id"
+                ),
+                {"id": client.execution["id"]},
+            ).one()
+        counted = dict(row._mapping)
+        wanted = {"observations": expected, "endpoints": expected, "ips": expected}
+        if counted != wanted:
+            raise click.ClickException(f"final counted {counted}, expected {wanted}")
+        counts.append(counted)
+    total = size * len(clients)
+    fill_cpu = own_cpu + server_cpu + (postgres_cpu or 0.0)
+    return {
+        "clients": len(clients),
+        "observations_per_client": size,
+        "fill_observations": total,
+        "fill_seconds": round(seconds, 2),
+        "fill_endpoints_per_s": round(total / seconds, 1),
+        "fill_batch_latency": summary_ms([s for c in clients for s in c.latencies]),
+        "fill_cpu_seconds": round(fill_cpu, 3),
+        "fill_endpoints_per_cpu_s": round(total / fill_cpu, 1) if fill_cpu else None,
+        "server_cpu_seconds": round(server_cpu, 3),
+        "postgres_cpu_seconds": round(postgres_cpu, 3) if postgres_cpu is not None else None,
+        "client_cpu_seconds": round(own_cpu, 3),
+        "normal_by_batch_size": by_batch_size,
+        "final_counts": counts,
+    }
