@@ -30,7 +30,12 @@ def server_cpu_seconds(pgdata: Path) -> float:
         except OSError:
             continue
         pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster or ppid == postmaster:
+        if pid == postmaster:
+            # Its own time, plus that of the children it has reaped (autovacuum workers,
+            # closed connections): without it a process that ends mid-phase would take
+            # its time with it.
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        elif ppid == postmaster:
             total += int(fields[11]) + int(fields[12])  # utime + stime
     return total / ticks
 
