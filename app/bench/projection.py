@@ -13,7 +13,11 @@ Printed (one JSON object): ``endpoints_per_s`` over the whole drain,
 ``heartbeat_late_max_ms`` (renewal committed minus its scheduled time; the
 benchmark uses a 1 s heartbeat and long slices so renewals happen under load),
 ``pool_wait_p95_ms`` (pool waits of the worker's outbox writes:
-renewals, checkpoints, release), and with ``--republish`` the same execution
+renewals, checkpoints, release), ``cpu_seconds`` (this process plus, for the
+PostgreSQL store, the scratch server: ``process_cpu_seconds`` and
+``server_cpu_seconds``) with ``endpoints_per_cpu_s`` — the measure to compare on
+a shared machine, where wall time depends on the neighbours (hence also
+``load_average_1m``) — and with ``--republish`` the same execution
 sizes published again as newer sightings (updates instead of inserts).
 
 ``--backend elasticsearch`` needs ``--es-url`` (a test cluster, or
@@ -26,16 +30,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
 import sqlalchemy as sa
 
+from app.bench.cpu import CpuClock
 from app.bench.progress import Progress
 from app.bench.stats import percentile
 from app.config import Settings
@@ -175,7 +182,14 @@ def _queue(execution_ids: list[int]) -> None:
             )
 
 
-def _drain(settings: Settings, store: SearchStore, workers: int, total: int, label: str) -> dict:
+def _drain(
+    settings: Settings,
+    store: SearchStore,
+    workers: int,
+    total: int,
+    label: str,
+    pgdata: Path | None,
+) -> dict:
     from app.projection.slices import ProjectionWorker
 
     waits = _PoolWaits()
@@ -216,6 +230,7 @@ def _drain(settings: Settings, store: SearchStore, workers: int, total: int, lab
                 late.extend(outcome.heartbeat_late_seconds)
             progress.advance(outcome.endpoints)
 
+    cpu = CpuClock(pgdata).start()
     started = time.perf_counter()
     threads = [threading.Thread(target=work, name=f"bench-worker-{n}") for n in range(workers)]
     try:
@@ -228,10 +243,16 @@ def _drain(settings: Settings, store: SearchStore, workers: int, total: int, lab
         events.setLevel(previous_level)
         events.propagate = True
     elapsed = time.perf_counter() - started
+    spent = cpu.read()
     progress.finish()
     return {
         "endpoints_per_s": round(total / elapsed, 1),
         "seconds": round(elapsed, 3),
+        **spent,
+        "endpoints_per_cpu_s": (
+            round(total / spent["cpu_seconds"], 1) if spent["cpu_seconds"] else None
+        ),
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "page_p50_ms": round(percentile(pages, 50) * 1000, 3),
         "page_p95_ms": round(percentile(pages, 95) * 1000, 3),
         "page_p99_ms": round(percentile(pages, 99) * 1000, 3),
@@ -255,11 +276,12 @@ def run_benchmark(
     executions: int,
     workers: int,
     republish: bool,
+    pgdata: Path | None = None,
 ) -> dict[str, Any]:
     store.ensure_schema()
     execution_ids = _seed(store, endpoints, executions, BASE_TIME)
     _queue(execution_ids)
-    first = _drain(settings, store, workers, endpoints, "publish")
+    first = _drain(settings, store, workers, endpoints, "publish", pgdata)
     es = settings.elasticsearch
     result: dict[str, Any] = {
         "benchmark": "projection",
@@ -282,7 +304,7 @@ def run_benchmark(
     if republish:
         later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1))
         _queue(later)
-        again = _drain(settings, store, workers, endpoints, "republish")
+        again = _drain(settings, store, workers, endpoints, "republish", pgdata)
         result["republish"] = again
         result["republish_endpoints_per_s"] = again["endpoints_per_s"]
     return result
@@ -304,8 +326,11 @@ def _opened(
         overrides=overrides, server_tuning={"shared_buffers": shared_buffers}
     ) as scratch:
         store = open_store(scratch.settings)
+        # The server's CPU counts only for the PostgreSQL store (an Elasticsearch
+        # cluster's is out of reach; the scratch server then only holds the outbox).
+        pgdata = scratch.directory / "pgdata" if backend == "postgres" else None
         try:
-            yield scratch.settings, store
+            yield scratch.settings, store, pgdata
         finally:
             store.close()
             if prefix is not None:
@@ -360,7 +385,7 @@ def command(
         "projection_heartbeat_seconds": heartbeat_seconds,
         "projection_lease_seconds": lease_seconds,
     }
-    with _opened(backend, es_url, tuning, shared_buffers) as (settings, store):
+    with _opened(backend, es_url, tuning, shared_buffers) as (settings, store, pgdata):
         result = run_benchmark(
             settings,
             store,
@@ -368,6 +393,7 @@ def command(
             executions=executions,
             workers=workers,
             republish=republish,
+            pgdata=pgdata,
         )
     result["settings"]["postgres_shared_buffers"] = shared_buffers
     click.echo(json.dumps(result))

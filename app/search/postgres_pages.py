@@ -183,30 +183,43 @@ def _size_estimate(alias: str) -> str:
 
 
 def page_statement() -> str:
+    """One part of a page: the page's bounds, this part's endpoints, both merges, verdicts.
+
+    ``bounds`` reads only the ``(execution_id, id)`` index: the keyset page (``ORDER BY
+    id LIMIT n`` after the cursor) reduced to its size and last id. The part then fetches
+    just its own endpoints (key modulo the number of parts) of that id range, so parts
+    running at once do not each read every row of the page. The transaction commits
+    without waiting for its WAL flush (``synchronous_commit`` off, set here rather than
+    in a statement of its own): the page is replayable — a crash that loses it also
+    loses the checkpoint after it, so the page is merged again, and merges are
+    idempotent.
+    """
     merge_clause = merge_on_conflict()
     columns = ", ".join(_DOCUMENT_COLUMNS)
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
-    global_digest, user_digest = _digests("x.parts", "p.owner_id")
+    global_digest, user_digest = _digests("x.parts", "t.owner_id")
+    after = "(CAST(:after AS uuid) IS NULL OR {column} > CAST(:after AS uuid))"
     return f"""
-        WITH page AS MATERIALIZED (
-            SELECT t.id AS source_id, t.key AS source_key, {selected}, t.owner_id
-              FROM {EXECUTION_TABLE} t
-             WHERE t.execution_id = :execution_id
-               AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
-             ORDER BY t.id
-             LIMIT :limit
+        WITH bounds AS MATERIALIZED (
+            SELECT count(*) AS endpoints, (array_agg(r.id ORDER BY r.id DESC))[1] AS last_id
+              FROM (SELECT e.id FROM {EXECUTION_TABLE} e
+                     WHERE e.execution_id = :execution_id AND {after.format(column="e.id")}
+                     ORDER BY e.id
+                     LIMIT :limit) AS r
         ), hashed AS MATERIALIZED (
             SELECT {_key("d.g")} AS g_key, {_uuid("d.g")} AS g_id,
                    {_key("d.u")} AS u_key, {_uuid("d.u")} AS u_id,
-                   {_size_estimate("p")} AS size_estimate, p.*
-              FROM page p
+                   {_size_estimate("t")} AS size_estimate, {selected}, t.owner_id
+              FROM {EXECUTION_TABLE} t
              CROSS JOIN LATERAL (
-                   SELECT {_endpoint_parts(ip_text_sql("p.ip"), "p.port", "p.transport")} AS parts
+                   SELECT {_endpoint_parts(ip_text_sql("t.ip"), "t.port", "t.transport")} AS parts
              ) AS x
              CROSS JOIN LATERAL (SELECT {global_digest} AS g, {user_digest} AS u) AS d
-             WHERE ((p.source_key % :parts) + :parts) % :parts = :part
+             WHERE t.execution_id = :execution_id AND {after.format(column="t.id")}
+               AND t.id <= (SELECT last_id FROM bounds)
+               AND ((t.key % :parts) + :parts) % :parts = :part
         ), verdict AS MATERIALIZED (
-            SELECT (SELECT count(*) FROM page) AS endpoints,
+            SELECT (SELECT endpoints FROM bounds) AS endpoints,
                    count(*) AS part_endpoints,
                    count(*) FILTER (WHERE size_estimate > :max_bytes) AS oversized,
                    count(u_key) AS owned
@@ -227,14 +240,15 @@ def page_statement() -> str:
             RETURNING t.key
         )
         SELECT v.endpoints, v.part_endpoints, v.oversized, v.owned,
-               (SELECT {_hex("source_id")} FROM page ORDER BY source_id DESC LIMIT 1) AS last_id,
+               (SELECT {_hex("last_id")} FROM bounds) AS last_id,
                (SELECT count(*) FROM g) AS global_confirmed,
                (SELECT count(*) FROM u) AS user_confirmed,
                ARRAY(SELECT {_hex("g_id")} FROM hashed
                       WHERE v.oversized = 0 AND g_key NOT IN (SELECT key FROM g)) AS global_missing,
                ARRAY(SELECT {_hex("u_id")} FROM hashed
                       WHERE v.oversized = 0 AND u_key IS NOT NULL
-                        AND u_key NOT IN (SELECT key FROM u)) AS user_missing
+                        AND u_key NOT IN (SELECT key FROM u)) AS user_missing,
+               set_config('synchronous_commit', 'off', true) AS commit_mode
           FROM verdict v
     """  # noqa: S608 - constant column lists and expressions; values are bound
 
@@ -386,7 +400,7 @@ class ServerPages:
             "user_prefix": USER_PREFIX,
         }
         try:
-            row = self._run(lambda conn: conn.execute(self._sql, params).one(), relaxed_commit=True)
+            row = self._run(lambda conn: conn.execute(self._sql, params).one())
         except sa_exc.DBAPIError as exc:
             if getattr(exc.orig, "pgcode", None) == "21000":
                 # Two endpoints of this page share a 64-bit key: the generic path reports it.
