@@ -80,7 +80,7 @@ class PostgresQueries:
         )
         params = {"execution_id": execution_id, "after": after_id, "limit": limit}
         rows = self._run(lambda conn: conn.execute(sql, params).all())
-        return [endpoint_from_row(row, "execution") for row in rows]
+        return endpoints_from_rows(rows, "execution")
 
     def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
         """Exact counts read from the counters the writes keep (O(months), not O(rows)).
@@ -163,7 +163,7 @@ class PostgresQueries:
                 )
             )
         return ResultsPage(
-            items=[endpoint_from_row(r, "execution") for r in rows],
+            items=endpoints_from_rows(rows, "execution"),
             next_cursor=next_cursor,
             total_endpoints=total_endpoints,
             total_ips=total_ips,
@@ -186,9 +186,7 @@ class PostgresQueries:
                     transport=last.transport,
                 ),
             )
-        return AssetPage(
-            items=[endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
-        )
+        return AssetPage(items=endpoints_from_rows(rows, query.scope), next_cursor=next_cursor)
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
@@ -341,34 +339,54 @@ def order_by(columns: tuple[str, ...], descending: bool) -> str:
     return ", ".join(column + direction for column in columns)
 
 
-def endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
-    mapping = row._mapping
-    return EndpointDocument(
-        id=row.id,
-        scope=scope,
-        ip=normalise_ip(row.ip),
-        port=row.port,
-        transport=row.transport,
-        first_seen=row.first_seen,
-        first_execution_id=row.first_execution_id,
-        last_seen=row.last_seen,
-        last_execution_id=row.last_execution_id,
-        owner_id=mapping.get("owner_id"),
-        execution_id=mapping.get("execution_id"),
-        task_id=mapping.get("task_id"),
-        state=row.state,
-        service=row.service,
-        product=row.product,
-        version=row.version,
-        banner=row.banner,
-        hostname=row.hostname,
-        tags=tuple(row.tags or ()),
-        details=row.details or {},
-        observation_key=row.observation_key,
-        status=mapping.get("status") or "open",
-        gone_since=mapping.get("gone_since"),
-        gone_execution_id=mapping.get("gone_execution_id"),
+_OPTIONAL_COLUMNS = (
+    "owner_id",
+    "execution_id",
+    "task_id",
+    "status",
+    "gone_since",
+    "gone_execution_id",
+)
+
+
+def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
+    """Documents of one result set. Which optional columns it has is looked up once, not
+    per row: a 500-row page paid more for ``row._mapping.get`` than for its query."""
+    if not rows:
+        return []
+    fields = set(rows[0]._fields)
+    owner, execution, task, status, gone_since, gone_execution = (
+        name in fields for name in _OPTIONAL_COLUMNS
     )
+    return [
+        EndpointDocument(
+            id=row.id,
+            scope=scope,
+            ip=normalise_ip(row.ip),
+            port=row.port,
+            transport=row.transport,
+            first_seen=row.first_seen,
+            first_execution_id=row.first_execution_id,
+            last_seen=row.last_seen,
+            last_execution_id=row.last_execution_id,
+            owner_id=row.owner_id if owner else None,
+            execution_id=row.execution_id if execution else None,
+            task_id=row.task_id if task else None,
+            state=row.state,
+            service=row.service,
+            product=row.product,
+            version=row.version,
+            banner=row.banner,
+            hostname=row.hostname,
+            tags=tuple(row.tags or ()),
+            details=row.details or {},
+            observation_key=row.observation_key,
+            status=(row.status if status else None) or "open",
+            gone_since=row.gone_since if gone_since else None,
+            gone_execution_id=row.gone_execution_id if gone_execution else None,
+        )
+        for row in rows
+    ]
 
 
 def like_pattern(text: str) -> str:
