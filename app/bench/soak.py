@@ -15,8 +15,9 @@ Clients are separate processes so the timing of a read is not the wait for a wri
 JSON encoding in the same interpreter. After the window every writer sends its final
 batch, and the bench checks that every uploaded observation was confirmed (receipts,
 the execution's counts and the task's first results page all exact) before it prints
-one JSON object: per minute the ingest rate (observations confirmed per second) and the
-p50/p95/max latency of each read route, and whether the goals hold — results and asset
+one JSON object: per minute the ingest rate (observations confirmed per second), the
+CPU seconds of the server and of PostgreSQL, and the p50/p95/max latency of each read
+route, and whether the goals hold — results and asset
 search p95 ≤ 250 ms in every minute, and no minute's ingest rate below 80 % of the
 first minute's. Progress goes to stderr.
 """
@@ -283,8 +284,48 @@ def _claim(url: str, token: str) -> dict[str, Any]:
     return answer.json()["execution"]
 
 
-def _minutes(uploads, reads, started: float, ended: float) -> list[dict[str, Any]]:
-    """Per-minute ingest rate and read latencies (the last minute may be partial)."""
+def _cpu_sample(server_pid: int, postmaster_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the server (gunicorn and its workers) and of PostgreSQL (this
+    process's embedded server), and the machine's load: on a shared machine wall-clock
+    rates measure the neighbours too, CPU seconds mostly the work."""
+    import psutil
+
+    def cpu(processes) -> float:
+        total = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # ended meanwhile
+            total += times.user + times.system
+        return total
+
+    def tree(pid: int | None) -> list[Any]:
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except (psutil.Error, ValueError, TypeError):
+            return []
+
+    return {
+        "server": cpu(tree(server_pid)),
+        "postgres": cpu(tree(postmaster_pid)),
+        "load": os.getloadavg()[0],
+    }
+
+
+def _postmaster_pid(scratch) -> int | None:
+    """The scratch PostgreSQL's postmaster (first line of ``postmaster.pid``), whose
+    children are the backends serving the server."""
+    try:
+        return int((scratch.directory / "pgdata" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _minutes(uploads, reads, started: float, ended: float, cpu_samples) -> list[dict[str, Any]]:
+    """Per-minute ingest rate, read latencies and CPU seconds (the last minute may be
+    partial); ``cpu_samples`` were taken at the minute boundaries and the window's end."""
     count = max(1, int((ended - started - 1e-9) // 60) + 1)
     out = []
     for m in range(count):
@@ -298,6 +339,15 @@ def _minutes(uploads, reads, started: float, ended: float) -> list[dict[str, Any
             "observations": observations,
             "ingest_observations_per_s": round(observations / max(high - low, 1e-9), 1),
         }
+        if m + 1 < len(cpu_samples):
+            before, after = cpu_samples[m], cpu_samples[m + 1]
+            server_cpu = after["server"] - before["server"]
+            minute["server_cpu_seconds"] = round(server_cpu, 2)
+            minute["postgres_cpu_seconds"] = round(after["postgres"] - before["postgres"], 2)
+            minute["observations_per_server_cpu_s"] = (
+                round(observations / server_cpu, 1) if server_cpu > 0 else None
+            )
+            minute["load_average_1m"] = round(after["load"], 2)
         for route in ("results", "assets"):
             ms = [s * 1000 for t, s, r in reads if r == route and low <= t < high]
             minute[route] = {
@@ -395,7 +445,14 @@ def command(minutes: float, writers: int, readers: int, batch: int, assets: int)
                 process.start()
             uploads, reads, done, errors = [], [], {}, []
             next_report = started + 10
+            minutes_count = max(1, int((deadline - started - 1e-9) // 60) + 1)
+            boundaries = [started + 60 * m for m in range(minutes_count)] + [deadline]
+            cpu_samples: list[dict[str, float]] = []
+            postmaster = _postmaster_pid(scratch)
             while len(done) < writers and not errors:
+                if boundaries and time.time() >= boundaries[0]:
+                    boundaries.pop(0)
+                    cpu_samples.append(_cpu_sample(server.pid, postmaster))
                 try:
                     event = events.get(timeout=1.0)
                 except queue.Empty:
@@ -434,7 +491,7 @@ def command(minutes: float, writers: int, readers: int, batch: int, assets: int)
             checks = _verify(url, username, done)
         finally:
             _stop(server)
-    per_minute = _minutes(uploads, reads, started, deadline)
+    per_minute = _minutes(uploads, reads, started, deadline, cpu_samples)
     first_rate = per_minute[0]["ingest_observations_per_s"]
     reads_ok = all(
         m[route]["p95_ms"] is not None and m[route]["p95_ms"] <= READ_P95_GOAL_MS

@@ -24,6 +24,8 @@ def test_bench_soak_reports_minutes_goals_and_exact_counts():
     [minute] = report["per_minute"]
     assert minute["minute"] == 1 and minute["seconds"] == pytest.approx(6.0, abs=0.1)
     assert minute["observations"] > 0 and minute["ingest_observations_per_s"] > 0
+    assert minute["server_cpu_seconds"] > 0 and minute["postgres_cpu_seconds"] > 0
+    assert minute["observations_per_server_cpu_s"] > 0 and minute["load_average_1m"] >= 0
     for route in ("results", "assets"):
         latency = minute[route]
         assert latency["count"] > 0
