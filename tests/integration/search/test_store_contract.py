@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.cursors import encode_cursor
 from app.errors import ValidationError
 from app.search.documents import merge_all
 from app.search.port import AssetQuery, BatchKey, OperationTooLarge, StorageScope
@@ -466,6 +467,20 @@ def test_execution_results_of_an_unknown_task_are_empty(store):
 def test_execution_results_reject_foreign_cursors(store):
     with pytest.raises(ValidationError):
         store.execution_results(1, cursor="not-a-cursor", limit=10)
+
+
+def test_execution_results_refuse_cursors_of_the_earlier_format(store):
+    # Pages of whole addresses carried {"after": ip, "ips": n} signed as kind "results";
+    # read as a position they would mean something else, so they are invalid_cursor.
+    store.write_execution_endpoints([execution_endpoint(81, "192.0.2.1", 22, task_id=80)])
+    store.refresh(NOVEMBER)
+    for old in (
+        encode_cursor("results", {"after": "192.0.2.1", "ips": 1}),
+        encode_cursor("results.endpoints", {"after": "192.0.2.1", "ips": 1}),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            store.execution_results(80, cursor=old, limit=10)
+        assert refused.value.code == "invalid_cursor"
 
 
 # -- asset search -----------------------------------------------------------------
