@@ -20,7 +20,9 @@ retries, item checks and the ``ElasticsearchBulkCompleted`` event are in
   ``count_execution_observation_chunk`` stage (``ScanWriteStageCompleted``);
 * endpoint and IP totals come from a composite aggregation over ``ip``: the
   exact endpoint total from the first page (``track_total_hits``), later pages
-  without it, IPs counted bucket by bucket (exact, ING-10);
+  without it, IPs counted bucket by bucket (exact, ING-10); a task's results
+  page is one sorted search (ip, port, transport, execution) of at most
+  ``limit`` hits, ``search_after`` the cursor (``results_cursor``);
 * asset search sorts by one of the orders of ``asset_sort`` (WEB-12; by default
   ip, port, transport) and pages with ``search_after``, in the same order and
   cursor format as the PostgreSQL adapter.
@@ -33,14 +35,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch import __versionstr__ as client_version
 
 from app.config import ElasticsearchSettings
-from app.cursors import bad_cursor, cursor_int, decode_cursor, encode_cursor
+from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
 from app.search.asset_sort import (
@@ -89,9 +91,13 @@ from app.search.port import (
 )
 from app.search.query_values import query_cidr, query_ip
 from app.search.request_plan import FinalRequests, plan_final_requests, url_path_prefix
+from app.search.results_cursor import (
+    ResultsPosition,
+    decode_results_cursor,
+    encode_results_cursor,
+)
 
 COMPOSITE_PAGE = 10_000  # buckets per composite request when walking every IP
-HITS_PAGE = 10_000  # documents per search request (index.max_result_window)
 RETRY_ON_CONFLICT = 3
 MAX_COUNT = 2**63 - 1
 # A month index that does not exist holds no facts of anyone: refresh and count skip it
@@ -487,57 +493,55 @@ class ElasticsearchStore:
         return self._removals.delete_execution_endpoints(ids)
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        position = decode_cursor("results", cursor)
+        """At most ``limit`` endpoints of a task sorted by (ip, port, transport, execution),
+        ``search_after`` the cursor's position; the first page also walks the IP
+        composite aggregation once for the exact totals (ING-10)."""
+        position = decode_results_cursor(cursor)
         query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
+        total: int | None = None
         if position is None:
-            total_endpoints, total_ips, page = self._walk_ips(query, keep=limit + 1)
-            total: int | None = total_endpoints
+            total, total_ips, _ = self._walk_ips(query, keep=0)
         else:
-            total = None
-            total_ips = cursor_int(position, "ips")
-            answer = self._ip_buckets(
-                query, size=limit + 1, after=_cursor_ip(position, "after"), track_total=False
-            )
-            page = [
-                (b["key"]["ip"], int(b["doc_count"]))
-                for b in answer["aggregations"]["ips"]["buckets"]
+            total_ips = position.total_ips
+        body: dict[str, Any] = {
+            "size": limit + 1,
+            "track_total_hits": False,
+            "query": query,
+            "sort": [
+                {"ip": "asc"},
+                {"port": "asc"},
+                {"transport": "asc"},
+                {"execution_id": "asc"},
+            ],
+        }
+        if position is not None:
+            body["search_after"] = [
+                position.ip,
+                position.port,
+                position.transport,
+                position.execution_id,
             ]
+        hits = self._search(self.names.execution_endpoints, body)["hits"]["hits"]
         next_cursor = None
-        if len(page) > limit:
-            page = page[:limit]
-            next_cursor = encode_cursor("results", {"after": page[-1][0], "ips": total_ips})
-        items: list[EndpointDocument] = []
-        if page:
-            wanted = sum(count for _ip, count in page)
-            filters = [{"term": {"task_id": task_id}}, {"terms": {"ip": [ip for ip, _ in page]}}]
-            body = {
-                "query": {"bool": {"filter": filters}},
-                "sort": [
-                    {"ip": "asc"},
-                    {"port": "asc"},
-                    {"transport": "asc"},
-                    {"execution_id": "asc"},
-                ],
-            }
-            items = [_document(hit) for hit in self._search_all(body, wanted)]
+        if len(hits) > limit:
+            # One hit more than the page holds, only to learn that another page exists.
+            hits = hits[:limit]
+            ip, port, transport, execution_id = hits[-1]["sort"]
+            next_cursor = encode_results_cursor(
+                ResultsPosition(
+                    ip=normalise_ip(str(ip)),
+                    port=int(port),
+                    transport=str(transport),
+                    execution_id=int(execution_id),
+                    total_ips=total_ips,
+                )
+            )
         return ResultsPage(
-            items=items, next_cursor=next_cursor, total_endpoints=total, total_ips=total_ips
+            items=[_document(hit) for hit in hits],
+            next_cursor=next_cursor,
+            total_endpoints=total,
+            total_ips=total_ips,
         )
-
-    def _search_all(self, body: dict[str, Any], wanted: int) -> Iterator[dict[str, Any]]:
-        """Every hit of a sorted search, paged with search_after."""
-        after = None
-        remaining = wanted
-        while remaining > 0:
-            page = dict(body, size=min(remaining, HITS_PAGE), track_total_hits=False)
-            if after is not None:
-                page["search_after"] = after
-            hits = self._search(self.names.execution_endpoints, page)["hits"]["hits"]
-            if not hits:
-                return
-            yield from hits
-            remaining -= len(hits)
-            after = hits[-1]["sort"]
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         index = self.names.assets.get(query.scope)

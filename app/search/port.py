@@ -338,13 +338,14 @@ class SearchStore(Protocol):
         """Delete execution-scope endpoint documents by id; one already gone is a success."""
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        """A task's execution-scope endpoints paged by IP (ING-10).
+        """A task's execution-scope endpoints, grouped by IP (ING-10).
 
-        ``limit`` counts IPs: a page holds every endpoint of up to ``limit``
-        addresses, in address order (IPv4 as IPv4-mapped IPv6, like the ES
-        ``ip`` type), then port, transport, execution. ``total_endpoints`` is
-        exact on the first page only; ``total_ips`` is exact on every page
-        (computed on the first page and carried in the cursor).
+        ``limit`` counts endpoints: a page holds at most ``limit`` of them, in
+        address order (IPv4 as IPv4-mapped IPv6, like the ES ``ip`` type), then
+        port, transport, execution, so one address's endpoints are adjacent and
+        may continue on the next page (``app.search.results_cursor``).
+        ``total_endpoints`` is exact on the first page only; ``total_ips`` is
+        exact on every page (computed on the first page and carried in the cursor).
         """
 
     def search_assets(self, query: AssetQuery) -> AssetPage:

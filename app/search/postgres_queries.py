@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.cursors import bad_cursor, cursor_int, decode_cursor, encode_cursor
+from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import stage
 from app.search.asset_sort import (
@@ -43,6 +43,7 @@ from app.search.port import (
 from app.search.postgres_schema import (
     ASSET_TABLES,
     ENDPOINT_COUNTS_TABLE,
+    EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
     FACT_COUNTS_TABLE,
     SELECT_ENDPOINT,
@@ -51,6 +52,11 @@ from app.search.postgres_schema import (
     month_bounds,
 )
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
+from app.search.results_cursor import (
+    ResultsPosition,
+    decode_results_cursor,
+    encode_results_cursor,
+)
 from app.sql_filters import Filters
 
 # ``PostgresStore._run``: ``run(work)`` runs ``work(conn)`` in one short transaction.
@@ -74,7 +80,7 @@ class PostgresQueries:
         )
         params = {"execution_id": execution_id, "after": after_id, "limit": limit}
         rows = self._run(lambda conn: conn.execute(sql, params).all())
-        return [endpoint_from_row(row, "execution") for row in rows]
+        return endpoints_from_rows(rows, "execution")
 
     def count(self, scope: StorageScope, execution_id: int) -> ExecutionCounts:
         """Exact counts read from the counters the writes keep (O(months), not O(rows)).
@@ -112,55 +118,52 @@ class PostgresQueries:
         )
 
     def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        position = decode_cursor("results", cursor)
-        after = cursor_ip_order(position, "after") if position else None
+        """One page of at most ``limit`` endpoints of a task, by (ip_order, port,
+        transport, execution_id) after the cursor's position.
+
+        The page is one range of ``ix_search_execution_endpoints_task_order`` read up to
+        ``limit + 1`` entries, whatever the planner believes about the task: a running
+        task is newer than the last ANALYZE, estimated at one row, and a plan that
+        depends on that estimate (the earlier IP-page subquery) re-ran per row.
+        """
+        position = decode_results_cursor(cursor)
 
         def page(conn: Connection) -> tuple[list[Any], int | None, int]:
             total_endpoints = None
             if position is None:
-                totals = conn.execute(
-                    sa.text(
-                        f"SELECT count(*) AS endpoints, count(DISTINCT ip) AS ips "  # noqa: S608 - table and column names are module constants; values are bound
-                        f"FROM {EXECUTION_TABLE} WHERE task_id = :task_id"
-                    ),
-                    {"task_id": task_id},
-                ).one()
-                total_endpoints, total_ips = totals.endpoints, totals.ips
+                total_endpoints, total_ips = task_result_totals(conn, task_id)
             else:
-                total_ips = cursor_int(position, "ips")
-            rows = conn.execute(
-                sa.text(
-                    f"""
-                    WITH page_ips AS (
-                        SELECT DISTINCT ip_order FROM {EXECUTION_TABLE}
-                        WHERE task_id = :task_id
-                          AND (CAST(:after AS inet) IS NULL OR ip_order > CAST(:after AS inet))
-                        ORDER BY ip_order LIMIT :limit
-                    )
-                    SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id,
-                           host(t.ip_order) AS ip_order
-                    FROM {EXECUTION_TABLE} t
-                    WHERE t.task_id = :task_id AND t.ip_order IN (SELECT ip_order FROM page_ips)
-                    ORDER BY t.ip_order, t.port, t.transport, t.execution_id
-                    """  # noqa: S608 - table and column names are module constants; values are bound
-                ),
-                {"task_id": task_id, "after": after, "limit": limit + 1},
-            ).all()
+                total_ips = position.total_ips
+            params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1}
+            after = ""
+            if position is not None:
+                after = RESULTS_AFTER
+                params.update(
+                    c_ip=ip_order_text(position.ip),
+                    c_port=position.port,
+                    c_transport=position.transport,
+                    c_execution=position.execution_id,
+                )
+            rows = conn.execute(sa.text(RESULTS_PAGE.format(after=after)), params).all()
             return rows, total_endpoints, total_ips
 
         rows, total_endpoints, total_ips = self._run(page)
-        ips_in_page: list[str] = []
-        for row in rows:
-            if not ips_in_page or ips_in_page[-1] != row.ip_order:
-                ips_in_page.append(row.ip_order)
         next_cursor = None
-        if len(ips_in_page) > limit:
-            # We fetched one IP more than the page holds, only to learn that another page exists.
-            last = ips_in_page[limit - 1]
-            rows = [r for r in rows if r.ip_order != ips_in_page[limit]]
-            next_cursor = encode_cursor("results", {"after": last, "ips": total_ips})
+        if len(rows) > limit:
+            # One row more than the page holds, only to learn that another page exists.
+            rows = rows[:limit]
+            last = rows[-1]
+            next_cursor = encode_results_cursor(
+                ResultsPosition(
+                    ip=normalise_ip(last.ip),
+                    port=last.port,
+                    transport=last.transport,
+                    execution_id=last.execution_id,
+                    total_ips=total_ips,
+                )
+            )
         return ResultsPage(
-            items=[endpoint_from_row(r, "execution") for r in rows],
+            items=endpoints_from_rows(rows, "execution"),
             next_cursor=next_cursor,
             total_endpoints=total_endpoints,
             total_ips=total_ips,
@@ -183,9 +186,7 @@ class PostgresQueries:
                     transport=last.transport,
                 ),
             )
-        return AssetPage(
-            items=[endpoint_from_row(r, query.scope) for r in rows], next_cursor=next_cursor
-        )
+        return AssetPage(items=endpoints_from_rows(rows, query.scope), next_cursor=next_cursor)
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
@@ -207,6 +208,48 @@ class PostgresQueries:
             )
             params = {"cap": cap + 1, "owner_id": owner_id}
         return int(self._run(lambda conn: conn.execute(sa.text(sql), params).scalar_one()))
+
+
+# One page of a task's results: a range of ix_search_execution_endpoints_task_order
+# (task_id, ip_order, port, transport, execution_id) read in index order and cut by
+# LIMIT. No subquery, DISTINCT or sort, so the plan is the same at one row or millions
+# (the planner's estimate for a task newer than the last ANALYZE is one row). ``after``
+# is RESULTS_AFTER on every page but the first: one row comparison over the index's
+# columns, so the page starts inside the index.
+RESULTS_PAGE = f"""
+    SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id
+      FROM {EXECUTION_TABLE} t
+     WHERE t.task_id = :task_id{{after}}
+     ORDER BY t.ip_order, t.port, t.transport, t.execution_id
+     LIMIT :limit
+"""  # noqa: S608 - table and column names are module constants; values are bound
+RESULTS_AFTER = (
+    " AND (t.ip_order, t.port, t.transport, t.execution_id)"
+    " > (CAST(:c_ip AS inet), :c_port, :c_transport, :c_execution)"
+)
+
+# A task's exact totals from the counters every execution-endpoint merge keeps in the
+# same statement as its rows (so one snapshot sees rows and counters agree):
+# endpoints are the sum over the task's executions; addresses are the single
+# execution's count, or distinct over the (execution, ip) set when several executions
+# may have seen the same address. Neither reads the task's endpoint rows.
+RESULT_TOTALS = f"""
+    WITH executions AS (
+        SELECT execution_id, endpoints, ips FROM {ENDPOINT_COUNTS_TABLE} WHERE task_id = :task_id
+    )
+    SELECT coalesce(sum(endpoints), 0) AS endpoints,
+           CASE WHEN count(*) <= 1 THEN coalesce(sum(ips), 0)
+                ELSE (SELECT count(DISTINCT i.ip) FROM {EXECUTION_IPS_TABLE} i
+                       WHERE i.execution_id IN (SELECT execution_id FROM executions))
+           END AS ips
+      FROM executions
+"""  # noqa: S608 - table and column names are module constants; values are bound
+
+
+def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
+    """(endpoints, distinct addresses) of a task's execution endpoints (ING-10)."""
+    row = conn.execute(sa.text(RESULT_TOTALS), {"task_id": task_id}).one()
+    return int(row.endpoints), int(row.ips)
 
 
 def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
@@ -296,45 +339,60 @@ def order_by(columns: tuple[str, ...], descending: bool) -> str:
     return ", ".join(column + direction for column in columns)
 
 
-def endpoint_from_row(row: Any, scope: str) -> EndpointDocument:
-    mapping = row._mapping
-    return EndpointDocument(
-        id=row.id,
-        scope=scope,
-        ip=normalise_ip(row.ip),
-        port=row.port,
-        transport=row.transport,
-        first_seen=row.first_seen,
-        first_execution_id=row.first_execution_id,
-        last_seen=row.last_seen,
-        last_execution_id=row.last_execution_id,
-        owner_id=mapping.get("owner_id"),
-        execution_id=mapping.get("execution_id"),
-        task_id=mapping.get("task_id"),
-        state=row.state,
-        service=row.service,
-        product=row.product,
-        version=row.version,
-        banner=row.banner,
-        hostname=row.hostname,
-        tags=tuple(row.tags or ()),
-        details=row.details or {},
-        observation_key=row.observation_key,
-        status=mapping.get("status") or "open",
-        gone_since=mapping.get("gone_since"),
-        gone_execution_id=mapping.get("gone_execution_id"),
+_OPTIONAL_COLUMNS = (
+    "owner_id",
+    "execution_id",
+    "task_id",
+    "status",
+    "gone_since",
+    "gone_execution_id",
+)
+
+
+def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
+    """Documents of one result set. Which optional columns it has is looked up once, not
+    per row: a 500-row page paid more for ``row._mapping.get`` than for its query."""
+    if not rows:
+        return []
+    fields = set(rows[0]._fields)
+    owner, execution, task, status, gone_since, gone_execution = (
+        name in fields for name in _OPTIONAL_COLUMNS
     )
+    return [
+        EndpointDocument(
+            id=row.id,
+            scope=scope,
+            ip=normalise_ip(row.ip),
+            port=row.port,
+            transport=row.transport,
+            first_seen=row.first_seen,
+            first_execution_id=row.first_execution_id,
+            last_seen=row.last_seen,
+            last_execution_id=row.last_execution_id,
+            owner_id=row.owner_id if owner else None,
+            execution_id=row.execution_id if execution else None,
+            task_id=row.task_id if task else None,
+            state=row.state,
+            service=row.service,
+            product=row.product,
+            version=row.version,
+            banner=row.banner,
+            hostname=row.hostname,
+            tags=tuple(row.tags or ()),
+            details=row.details or {},
+            observation_key=row.observation_key,
+            status=(row.status if status else None) or "open",
+            gone_since=row.gone_since if gone_since else None,
+            gone_execution_id=row.gone_execution_id if gone_execution else None,
+        )
+        for row in rows
+    ]
 
 
 def like_pattern(text: str) -> str:
     cleaned = "".join(ch for ch in text if ch >= " ")
     escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def cursor_ip_order(position: dict[str, Any], key: str) -> str:
-    """The cursor's address in ``ip_order`` form (IPv4 as IPv4-mapped IPv6)."""
-    return ip_order_text(position.get(key))
 
 
 def ip_order_text(value: Any) -> str:

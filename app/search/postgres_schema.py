@@ -148,20 +148,22 @@ def merge_statement(table: str) -> str:
     # this statement created count, and an address counts once per execution because
     # the primary key of search_execution_ips decides which writer saw it first. Rows
     # are locked in (execution, ip) order so concurrent shards cannot deadlock.
+    # The counter row names its task, so a task's results totals are read from the
+    # counters (``postgres_queries.RESULT_TOTALS``), not from its rows.
     return f"""
         WITH merged AS (
             {merge}
-            RETURNING key, (xmax = 0) AS created, execution_id, ip
+            RETURNING key, (xmax = 0) AS created, execution_id, task_id, ip
         ), new_ips AS (
             INSERT INTO {EXECUTION_IPS_TABLE} (execution_id, ip)
             SELECT DISTINCT execution_id, ip FROM merged WHERE created ORDER BY 1, 2
             ON CONFLICT DO NOTHING
             RETURNING execution_id
         ), counted AS (
-            INSERT INTO {ENDPOINT_COUNTS_TABLE} AS c (execution_id, endpoints, ips)
-            SELECT e.execution_id, e.n, coalesce(i.n, 0)
-              FROM (SELECT execution_id, count(*) AS n FROM merged WHERE created
-                     GROUP BY execution_id) e
+            INSERT INTO {ENDPOINT_COUNTS_TABLE} AS c (execution_id, task_id, endpoints, ips)
+            SELECT e.execution_id, e.task_id, e.n, coalesce(i.n, 0)
+              FROM (SELECT execution_id, task_id, count(*) AS n FROM merged WHERE created
+                     GROUP BY execution_id, task_id) e
               LEFT JOIN (SELECT execution_id, count(*) AS n FROM new_ips
                           GROUP BY execution_id) i USING (execution_id)
              ORDER BY 1

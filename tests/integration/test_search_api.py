@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.cursors import encode_cursor
 from app.projection.pages import current_asset_documents
 from app.search.documents import merge_all
 from tests.support.scanner_protocol import claim, observation
@@ -30,23 +31,41 @@ def _publish(app, execution_id):
     ).raise_for_failures()
 
 
-def test_results_page_by_ip_with_totals_on_the_first_page(api):
+def test_results_page_counts_endpoints_and_keeps_an_ip_together(api):
     user, scanner = api.user(), api.scanner()
     observations = [observation(f"192.0.2.{i}", port) for i in range(1, 6) for port in (22, 443)]
+    observations.append(observation("192.0.2.1", 80))  # three ports on one address
     task, _ = _scan(user, scanner, ["192.0.2.0/28"], observations)
     first = user.get(f"/api/tasks/{task['id']}/results?limit=2").get_json()
-    assert first["total_endpoints"] == 10 and first["total_ips"] == 5
-    assert [i["ip"] for i in first["items"]] == ["192.0.2.1", "192.0.2.1", "192.0.2.2", "192.0.2.2"]
+    assert first["total_endpoints"] == 11 and first["total_ips"] == 5
+    assert [(i["ip"], i["port"]) for i in first["items"]] == [("192.0.2.1", 22), ("192.0.2.1", 80)]
     seen = [(i["ip"], i["port"]) for i in first["items"]]
     cursor = first["next_cursor"]
     while cursor:
         page = user.get(f"/api/tasks/{task['id']}/results?limit=2&cursor={cursor}").get_json()
         assert "total_endpoints" not in page and page["total_ips"] == 5
+        assert len(page["items"]) <= 2
         seen.extend((i["ip"], i["port"]) for i in page["items"])
         cursor = page["next_cursor"]
+    # The third port of 192.0.2.1 opens the second page; nothing is lost or repeated and
+    # each address's endpoints stay adjacent.
+    assert seen[2] == ("192.0.2.1", 443)
+    assert seen == sorted(seen, key=lambda s: (int(s[0].rsplit(".", 1)[1]), s[1]))
     assert sorted(seen) == sorted((o["ip"], o["port"]) for o in observations)
     assert api.user().get(f"/api/tasks/{task['id']}/results").status_code == 404
     assert user.get(f"/api/tasks/{task['id']}/results?cursor=bogus").status_code == 400
+
+
+def test_a_results_cursor_of_the_earlier_format_is_a_clear_400(api):
+    # Earlier cursors named the last address of a page of whole addresses, signed as
+    # kind "results"; they are refused, not read as a position with another meaning.
+    user, scanner = api.user(), api.scanner()
+    task, _ = _scan(user, scanner, ["192.0.2.0/28"], [observation("192.0.2.1", 22)])
+    with api.app.app_context():
+        old = encode_cursor("results", {"after": "192.0.2.1", "ips": 1})
+    answer = user.get(f"/api/tasks/{task['id']}/results?cursor={old}")
+    assert answer.status_code == 400
+    assert answer.get_json()["error"]["code"] == "invalid_cursor"
 
 
 def test_asset_search_filters_and_ownership(api):

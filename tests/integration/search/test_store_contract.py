@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.cursors import encode_cursor
 from app.errors import ValidationError
 from app.search.documents import merge_all
 from app.search.port import AssetQuery, BatchKey, OperationTooLarge, StorageScope
@@ -347,10 +348,28 @@ def test_final_request_plan_counts_nothing_for_an_empty_execution(store):
     assert store.final_request_plan(NOVEMBER).count_requests >= 1
 
 
-# -- execution results paged by IP ------------------------------------------------
+# -- execution results paged by endpoint, grouped by IP ------------------------------
 
 
-def test_execution_results_page_by_ip_with_totals_on_the_first_page(store):
+def all_results(store, task_id: int, limit: int):
+    pages, cursor = [], None
+    while True:
+        page = store.execution_results(task_id, cursor=cursor, limit=limit)
+        pages.append(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            return pages
+
+
+def result_order(doc):
+    """The results order: address as IPv6 (IPv4 mapped), port, transport, execution."""
+    address = ipaddress.ip_address(doc.ip)
+    if address.version == 4:
+        address = ipaddress.IPv6Address(f"::ffff:{address}")
+    return (int(address), doc.port, doc.transport, doc.execution_id)
+
+
+def test_execution_results_page_by_endpoint_with_totals_on_the_first_page(store):
     ips = ["192.0.2.10", "192.0.2.2", "10.0.0.1", "2001:db8::1", "192.0.2.100"]
     docs = [
         execution_endpoint(execution, ip, port, task_id=40)
@@ -362,27 +381,82 @@ def test_execution_results_page_by_ip_with_totals_on_the_first_page(store):
     store.write_execution_endpoints(docs)
     store.refresh(NOVEMBER)
 
-    pages, cursor = [], None
-    while True:
-        page = store.execution_results(40, cursor=cursor, limit=2)
-        pages.append(page)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    assert len(pages) == 3
+    pages = all_results(store, 40, limit=2)
+    assert [len(p.items) for p in pages] == [2, 2, 2, 2, 2, 1]
     assert pages[0].total_endpoints == 11
     assert all(p.total_endpoints is None for p in pages[1:])
     assert all(p.total_ips == 5 for p in pages)
-    seen_ips = [[d.ip for d in p.items] for p in pages]
-    assert [sorted(set(ips)) for ips in seen_ips] == [
-        ["10.0.0.1", "192.0.2.2"],
-        ["192.0.2.10", "192.0.2.100"],
-        ["2001:db8::1"],
+    items = [(d.ip, d.port, d.transport, d.execution_id) for p in pages for d in p.items]
+    # Address order (IPv4 before IPv6), then port, transport, execution; the three
+    # endpoints of 192.0.2.2 are adjacent and continue across a page boundary.
+    assert items == [
+        ("10.0.0.1", 22, "tcp", 41),
+        ("10.0.0.1", 443, "tcp", 41),
+        ("192.0.2.2", 22, "tcp", 42),
+        ("192.0.2.2", 22, "tcp", 43),
+        ("192.0.2.2", 443, "tcp", 42),
+        ("192.0.2.10", 22, "tcp", 41),
+        ("192.0.2.10", 443, "tcp", 41),
+        ("192.0.2.100", 22, "tcp", 41),
+        ("192.0.2.100", 443, "tcp", 41),
+        ("2001:db8::1", 22, "tcp", 42),
+        ("2001:db8::1", 443, "tcp", 42),
     ]
+    assert all(d.task_id == 40 for p in pages for d in p.items)
+
+
+def test_an_address_with_more_ports_than_the_limit_spans_pages_without_loss(store):
+    # One address with 7 endpoints (two transports, two executions) among smaller ones:
+    # every page holds at most ``limit`` endpoints and together they hold each once.
+    docs = [execution_endpoint(61, "198.51.100.7", p, task_id=60) for p in (1, 80, 443, 8080)]
+    docs += [execution_endpoint(61, "198.51.100.7", 53, "udp", task_id=60)]
+    docs += [execution_endpoint(62, "198.51.100.7", p, task_id=60) for p in (80, 443)]
+    docs += [execution_endpoint(61, ip, 22, task_id=60) for ip in ("198.51.100.1", "::1")]
+    store.write_execution_endpoints(docs)
+    store.refresh(NOVEMBER)
+    expected = sorted(docs, key=result_order)
+    for limit in (1, 2, 3, 6, 9, 10):
+        pages = all_results(store, 60, limit=limit)
+        assert all(len(p.items) <= limit for p in pages)
+        assert all(p.total_ips == 3 for p in pages) and pages[0].total_endpoints == 9
+        assert [d.id for p in pages for d in p.items] == [d.id for d in expected], limit
+        assert pages[-1].next_cursor is None and all(len(p.items) == limit for p in pages[:-1])
+
+
+_results_tasks = itertools.count(70_000)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    endpoints=st.sets(
+        st.tuples(
+            st.sampled_from(["10.0.0.1", "10.0.0.2", "::ffff:10.0.0.3", "2001:db8::9"]),
+            st.integers(1, 6),
+            st.sampled_from(["tcp", "udp"]),
+            st.integers(1, 3),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    limit=st.integers(1, 7),
+)
+def test_results_pages_cover_any_task_exactly_once_in_order(store, endpoints, limit):
+    task_id = next(_results_tasks)
+    docs = [
+        execution_endpoint(task_id * 10 + execution, ip, port, transport, task_id=task_id)
+        for ip, port, transport, execution in endpoints
+    ]
+    store.write_execution_endpoints(docs)
+    store.refresh(NOVEMBER)
+    pages = all_results(store, task_id, limit=limit)
     items = [d for p in pages for d in p.items]
-    assert len(items) == 11 and len({d.id for d in items}) == 11
-    first_ip = [(d.port, d.execution_id) for d in pages[0].items if d.ip == "192.0.2.2"]
-    assert first_ip == [(22, 42), (22, 43), (443, 42)]
+    addresses = {d.ip for d in docs}
+    assert len({d.id for d in docs}) == len(items) == pages[0].total_endpoints
+    assert {d.id for d in items} == {d.id for d in docs}
+    assert all(len(p.items) <= limit for p in pages) and pages[0].total_ips == len(addresses)
+    assert [result_order(d) for d in items] == sorted(result_order(d) for d in docs)
 
 
 def test_execution_results_of_an_unknown_task_are_empty(store):
@@ -393,6 +467,20 @@ def test_execution_results_of_an_unknown_task_are_empty(store):
 def test_execution_results_reject_foreign_cursors(store):
     with pytest.raises(ValidationError):
         store.execution_results(1, cursor="not-a-cursor", limit=10)
+
+
+def test_execution_results_refuse_cursors_of_the_earlier_format(store):
+    # Pages of whole addresses carried {"after": ip, "ips": n} signed as kind "results";
+    # read as a position they would mean something else, so they are invalid_cursor.
+    store.write_execution_endpoints([execution_endpoint(81, "192.0.2.1", 22, task_id=80)])
+    store.refresh(NOVEMBER)
+    for old in (
+        encode_cursor("results", {"after": "192.0.2.1", "ips": 1}),
+        encode_cursor("results.endpoints", {"after": "192.0.2.1", "ips": 1}),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            store.execution_results(80, cursor=old, limit=10)
+        assert refused.value.code == "invalid_cursor"
 
 
 # -- asset search -----------------------------------------------------------------
