@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.config import TrafficSettings
 from app.observability import emit
@@ -73,6 +74,9 @@ from app.traffic.scan import (
     split_ranges,
 )
 from app.traffic.sinks import RowSink, SinkError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 SCAN_MODES = ("full", "incremental", "mixed", "cached")
 
@@ -589,11 +593,33 @@ class RollupRun:
                 if self.on_bytes is not None:
                     self.on_bytes(0)
             return
+        from concurrent.futures import ThreadPoolExecutor  # only this path needs a thread
+
         renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
-        for batch in self.store.pending(domain, options.granularity, until, batch_size):
-            rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]
-            summary.accepted += self.sink.write(rows)
-            summary.rows += len(rows)
-            self.store.mark_published(domain, options.granularity, batch)
-            if self.on_bytes is not None:
-                self.on_bytes(0)  # long publishes keep leases alive and honour cancels
+        # One batch is delivered (a POST, on a thread) while the next is summed and
+        # rendered here. Batches still go one at a time and in order, a mark is cleared
+        # only after its batch was accepted, and after a failed batch nothing more is sent.
+        with ThreadPoolExecutor(1, thread_name_prefix="rollup-publish") as delivery:
+            sending: tuple[Future[int], list] | None = None
+            for batch in self.store.pending(domain, options.granularity, until, batch_size):
+                rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]
+                if sending is not None:
+                    self._delivered(domain, options, summary, *sending)
+                sending = (delivery.submit(self.sink.write, rows), batch)
+            if sending is not None:
+                self._delivered(domain, options, summary, *sending)
+
+    def _delivered(
+        self,
+        domain: str,
+        options: RollupOptions,
+        summary: RollupSummary,
+        sent: Future[int],
+        batch: list,
+    ) -> None:
+        """Wait for a batch's delivery (its SinkError propagates), then clear its marks."""
+        summary.accepted += sent.result()
+        summary.rows += len(batch)
+        self.store.mark_published(domain, options.granularity, batch)
+        if self.on_bytes is not None:
+            self.on_bytes(0)  # long publishes keep leases alive and honour cancels
