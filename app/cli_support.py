@@ -61,6 +61,41 @@ def database_for_command(
 
 
 @contextlib.contextmanager
+def direct_connection_for_command(
+    settings: Any, *, check_schema: bool = True, application_name: str = "netmap-cli"
+) -> Iterator[Any]:
+    """Like ``database_for_command``, but yield one psycopg2 connection
+    (``app.dbapi.DirectConnection``) and never import SQLAlchemy: for a cron command
+    whose SQL is written for psycopg2, started every few minutes (PRF-3). Closed at exit."""
+    with _database_url(settings) as url:
+        import psycopg2
+
+        from app.dbapi import DirectConnection
+
+        try:
+            connection = DirectConnection(url, settings.database, application_name=application_name)
+        except psycopg2.OperationalError as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise click.ClickException(f"database is not reachable: {reason}") from None
+        try:
+            if check_schema:
+                from app.migrations import (
+                    current_revisions_on_cursor,
+                    head_revisions,
+                    schema_problem,
+                )
+
+                with connection.cursor() as cursor:
+                    current = current_revisions_on_cursor(cursor)
+                problem = schema_problem(current, head_revisions())
+                if problem:
+                    raise click.ClickException(problem)
+            yield connection
+        finally:
+            connection.close()
+
+
+@contextlib.contextmanager
 def _database_url(settings: Any) -> Iterator[str]:
     if settings.database.url:
         yield settings.database.url

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from app import observability
 from app.config import DatabaseSettings
+from app.dbapi import connect_options
 from app.errors import PoolTimeout, Unavailable
 from app.observability import emit
 
@@ -56,19 +57,16 @@ def create_engine(
 ) -> Engine:
     """A pooled engine with server-side timeouts so no transaction can hang forever."""
     settings = settings or DatabaseSettings()
-    options = [
-        f"-c statement_timeout={settings.statement_timeout_ms}",
-        f"-c lock_timeout={settings.lock_timeout_ms}",
-        f"-c idle_in_transaction_session_timeout={settings.idle_in_transaction_timeout_ms}",
-        "-c timezone=UTC",
-    ]
     kwargs: dict[str, Any] = {
         "pool_size": settings.pool_size,
         "max_overflow": settings.max_overflow,
         "pool_timeout": settings.pool_timeout_seconds,
         "pool_recycle": settings.pool_recycle_seconds,
         "pool_pre_ping": True,
-        "connect_args": {"application_name": application_name, "options": " ".join(options)},
+        "connect_args": {
+            "application_name": application_name,
+            "options": connect_options(settings),
+        },
     }
     kwargs.update(overrides)
     if kwargs.get("poolclass") is sa.pool.NullPool:

@@ -122,56 +122,63 @@ def start(
     )
 
 
+def _autocommit(url: str):
+    """A psycopg2 connection outside transactions (CREATE DATABASE, ALTER SYSTEM); plain
+    psycopg2 so a cron command on the embedded server does not import SQLAlchemy."""
+    import psycopg2
+
+    from app.dbapi import libpq_url
+
+    connection = psycopg2.connect(libpq_url(url))
+    connection.autocommit = True
+    return connection
+
+
 def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> bool:
     """Create the database if missing and apply tuning; True if a restart is pending."""
-    import sqlalchemy as sa
     from psycopg2 import sql
 
-    from app.db import normalise_url
-
-    engine = sa.create_engine(normalise_url(admin_url), isolation_level="AUTOCOMMIT")
+    connection = _autocommit(admin_url)
     try:
-        with engine.connect() as conn:
-            exists = conn.execute(
-                sa.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": database}
-            ).scalar()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+            exists = cursor.fetchone() is not None
             # Names and ALTER SYSTEM values cannot be bind parameters: psycopg2 quotes them
             # (a database name or a --shared-buffers value from the command line is text).
-            with conn.connection.dbapi_connection.cursor() as cursor:
-                if not exists:
-                    cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-                for key, value in tuning.items():
-                    cursor.execute(
-                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                            sql.Identifier(key), sql.Literal(str(value))
-                        )
+            if not exists:
+                cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            for key, value in tuning.items():
+                cursor.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(key), sql.Literal(str(value))
                     )
-            if tuning:
-                conn.execute(sa.text("SELECT pg_reload_conf()"))
-                rows = conn.execute(
-                    sa.text(
-                        "SELECT name, setting FROM pg_settings "
-                        "WHERE context = 'postmaster' AND name = ANY(:names)"
-                    ),
-                    {"names": list(tuning)},
-                ).all()
-                return any(str(tuning[r.name]) != r.setting for r in rows)
-            return False
+                )
+            if not tuning:
+                return False
+            cursor.execute("SELECT pg_reload_conf()")
+            cursor.execute(
+                "SELECT name, setting FROM pg_settings "
+                "WHERE context = 'postmaster' AND name = ANY(%s)",
+                (list(tuning),),
+            )
+            return any(str(tuning[name]) != setting for name, setting in cursor.fetchall())
     finally:
-        engine.dispose()
+        connection.close()
 
 
 def _create_stat_statements(url: str) -> None:
-    import sqlalchemy as sa
+    import psycopg2
 
-    from app.db import normalise_url
-
-    engine = sa.create_engine(normalise_url(url), isolation_level="AUTOCOMMIT")
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
-    except sa.exc.DBAPIError as exc:
+        connection = _autocommit(url)
+    except psycopg2.Error as exc:
+        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc).__name__)
+        return
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    except psycopg2.Error as exc:
         # The slow-SQL monitor reports "extension missing"; the server itself is fine.
-        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc.orig).__name__)
+        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc).__name__)
     finally:
-        engine.dispose()
+        connection.close()

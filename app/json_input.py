@@ -84,14 +84,20 @@ def _path_text(path: tuple[Any, ...]) -> str:
 
 
 def check_json_values(
-    value: Any, *, allow_nul: bool = False, max_depth: int = MAX_JSON_DEPTH
+    value: Any,
+    *,
+    allow_nul: bool = False,
+    max_depth: int = MAX_JSON_DEPTH,
+    raw: bytes | None = None,
 ) -> list[dict[str, Any]]:
     """Problems (``{"path": (...), "message"}``) with depth, numbers and strings in ``value``.
 
     Iterative on purpose: a recursive walk is what fails on deep input.
     ``allow_nul`` is for callers that escape NUL themselves (uploads).
+    ``raw``: the bytes ``value`` was decoded from by :func:`decode_json`, when known
+    (lets a body that cannot hold a bad string skip looking at its strings).
     """
-    if _surely_clean(value, allow_nul, max_depth):
+    if _surely_clean(value, allow_nul, max_depth, raw):
         return []
     problems: list[dict[str, Any]] = []
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
@@ -120,7 +126,15 @@ def check_json_values(
     return problems
 
 
-def _surely_clean(value: Any, allow_nul: bool, max_depth: int) -> bool:
+def _strings_surely_clean(raw: bytes) -> bool:
+    """Whether text decoded by :func:`decode_json` from ``raw`` surely has no NUL and no lone
+    surrogate: in UTF-8 (no NUL byte, so not UTF-16/32) a NUL can only be written as a
+    ``\\u`` escape (a raw control character is refused), and a surrogate only as such an
+    escape or as the bytes ED A0..ED BF (which ``json.loads`` lets through)."""
+    return b"\\u" not in raw and b"\xed" not in raw and b"\x00" not in raw
+
+
+def _surely_clean(value: Any, allow_nul: bool, max_depth: int, raw: bytes | None = None) -> bool:
     """True when ``value`` has none of the problems :func:`check_json_values` looks for;
     False means "maybe", and the exact walk (which names every place) decides.
 
@@ -129,13 +143,15 @@ def _surely_clean(value: Any, allow_nul: bool, max_depth: int) -> bool:
     non-finite numbers, UTF-8 refuses lone surrogates (keys included) and only the
     containers are walked, for the depth.
     """
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
-        text.encode("utf-8")
-    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
-        return False
-    if not allow_nul and "\\u0000" in text:
-        return False
+    # decode_json already refused non-finite numbers; strings are the expensive part.
+    if raw is None or not _strings_surely_clean(raw):
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+            text.encode("utf-8")
+        except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+            return False
+        if not allow_nul and "\\u0000" in text:
+            return False
     stack: list[tuple[Any, int]] = [(value, 0)] if isinstance(value, dict | list) else []
     while stack:
         item, depth = stack.pop()
@@ -158,9 +174,9 @@ def _string_problem(text: str, allow_nul: bool) -> str | None:
     return None
 
 
-def require_clean_json(value: Any, *, allow_nul: bool = False) -> None:
+def require_clean_json(value: Any, *, allow_nul: bool = False, raw: bytes | None = None) -> None:
     """Raise the 400 for the first problems :func:`check_json_values` finds."""
-    problems = check_json_values(value, allow_nul=allow_nul)
+    problems = check_json_values(value, allow_nul=allow_nul, raw=raw)
     if problems:
         first = problems[0]
         raise ValidationError(

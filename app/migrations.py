@@ -21,14 +21,14 @@ import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import sqlalchemy as sa
-
-from app.db import normalise_url
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from alembic.config import Config
+
+# SQLAlchemy (and app.db, which needs it) is imported inside the functions that use it:
+# a command on psycopg2 alone checks its schema with ``current_revisions_on_cursor``.
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = PROJECT_ROOT / "alembic" / "versions"
@@ -60,6 +60,8 @@ def alembic_config(url: str | None = None, timeouts: MigrationTimeouts | None = 
     config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
     if url:
         # ConfigParser interpolation treats % specially.
+        from app.db import normalise_url
+
         config.set_main_option("sqlalchemy.url", normalise_url(url).replace("%", "%%"))
     config.attributes["netmap.migration_timeouts"] = timeouts or MigrationTimeouts()
     return config
@@ -95,9 +97,20 @@ def head_revisions() -> set[str]:
 
 
 def current_revisions(conn: sa.Connection) -> set[str]:
+    import sqlalchemy as sa
+
     if conn.execute(sa.text("SELECT to_regclass('alembic_version')")).scalar() is None:
         return set()
     return set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
+
+
+def current_revisions_on_cursor(cursor: Any) -> set[str]:
+    """``current_revisions`` through a plain DB-API (psycopg2) cursor."""
+    cursor.execute("SELECT to_regclass('alembic_version')")
+    if cursor.fetchone()[0] is None:
+        return set()
+    cursor.execute("SELECT version_num FROM alembic_version")
+    return {row[0] for row in cursor.fetchall()}
 
 
 def is_at_head(conn: sa.Connection) -> bool:
@@ -123,6 +136,10 @@ def require_schema_at_head(url: str) -> None:
     The runner and the web process call this before they start, so a deploy that skipped
     the release phase fails with a sentence naming the command instead of SQL errors later.
     """
+    import sqlalchemy as sa
+
+    from app.db import normalise_url
+
     engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:

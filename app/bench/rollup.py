@@ -16,7 +16,10 @@ Measured: ``parse_lines_per_s`` (the parser and aggregator alone, in this
 process, one core); ``full_run_seconds`` and ``end_to_end_lines_per_s`` (first
 run, command start to exit, rows committed) with the split the command reports
 (``split_seconds``: start-up and exit, reading, parsing, aggregating,
-checkpoints and partial sums, row writes) and its peak RSS; then five more
+checkpoints and partial sums, row writes), its peak RSS and its CPU seconds
+(``*_cpu_seconds``: the command and its worker processes, user + system; the
+database server's work is not in it; in standalone mode
+``full_run_server_cpu_seconds`` is the ingest endpoint's, served from this process); then five more
 minutes of traffic (``--append-lines``) are appended and
 ``incremental_run_seconds`` is the next run, again start to exit.
 ``help_start_seconds`` is ``netmap traffic rollup --help``: the command's start
@@ -34,6 +37,7 @@ import logging
 import math
 import os
 import random
+import resource
 import secrets
 import shutil
 import subprocess
@@ -193,8 +197,9 @@ def _rollup_server(settings, token: str):
         server.shutdown()
 
 
-def _run_command(args: list[str], env: dict[str, str]) -> tuple[float, dict, float, str]:
-    """Runs ``netmap ARGS``; (seconds start to exit, JSON summary, peak RSS MB, stderr)."""
+def _run_command(args: list[str], env: dict[str, str]) -> tuple[float, dict, float, float]:
+    """Runs ``netmap ARGS``; (seconds start to exit, JSON summary, peak RSS MB, CPU seconds
+    of the command and its worker processes: a figure a busy machine disturbs less)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         process = subprocess.Popen(
@@ -217,7 +222,12 @@ def _run_command(args: list[str], env: dict[str, str]) -> tuple[float, dict, flo
         raise click.ClickException(
             f"netmap {' '.join(args[:2])} failed ({process.returncode}): {stderr[-2000:]}"
         )
-    return seconds, summary, usage.ru_maxrss / 1024, stderr
+    return seconds, summary, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _split(seconds: float, summary: dict) -> dict[str, float]:
@@ -318,10 +328,14 @@ def command(line_count: int, append_lines: int, log_file: str | None, mode: str)
             )
             help_seconds = time.perf_counter() - started
             _progress(f"full run ({mode} mode): netmap {' '.join(args)}")
-            full_seconds, full, full_rss, _ = _run_command(args, env)
+            server_cpu = _own_cpu_seconds()
+            full_seconds, full, full_rss, full_cpu = _run_command(args, env)
+            # Standalone: this process serves the ingest endpoint (werkzeug threads) while
+            # the command runs, so its CPU time is the server's share of the run.
+            server_cpu = _own_cpu_seconds() - server_cpu
             _write(log, writer.lines(append_start, 300, append_lines))
             _progress(f"appended {append_lines:,} lines (five minutes); incremental run")
-            inc_seconds, incremental, inc_rss, _ = _run_command(args, env)
+            inc_seconds, incremental, inc_rss, inc_cpu = _run_command(args, env)
         result = {
             "mode": mode,
             "log_file": log_file,
@@ -333,12 +347,15 @@ def command(line_count: int, append_lines: int, log_file: str | None, mode: str)
             "end_to_end_lines_per_s": round(lines_written / full_seconds),
             "full_run_split_seconds": _split(full_seconds, full),
             "full_run_peak_rss_mb": round(full_rss, 1),
+            "full_run_cpu_seconds": round(full_cpu, 3),
+            "full_run_server_cpu_seconds": round(server_cpu, 3) if mode == "standalone" else None,
             "full_run_scan_mode": full.get("scanMode"),
             "incremental_lines": incremental.get("scannedLines"),
             "incremental_rows": incremental.get("rows"),
             "incremental_run_seconds": round(inc_seconds, 3),
             "incremental_run_split_seconds": _split(inc_seconds, incremental),
             "incremental_run_peak_rss_mb": round(inc_rss, 1),
+            "incremental_run_cpu_seconds": round(inc_cpu, 3),
             "incremental_scan_mode": incremental.get("scanMode"),
             "help_start_seconds": round(help_seconds, 3),
             "ok": bool(full.get("ok") and incremental.get("ok")),

@@ -50,10 +50,11 @@ def json_body(*, allow_nul: bool = False) -> dict[str, Any]:
         raise ValidationError(
             "request body must be JSON (Content-Type: application/json)", code="invalid_json"
         )
-    body = decode_json(request_body())
+    data = request_body()
+    body = decode_json(data)
     # NUL and lone surrogates in names, passwords or reasons are refused here, once for
     # every JSON route, rather than failing later in the database driver.
-    require_clean_json(body, allow_nul=allow_nul)
+    require_clean_json(body, allow_nul=allow_nul, raw=data)
     if not isinstance(body, dict):
         raise ValidationError("request body must be a JSON object", code="invalid_json")
     return body

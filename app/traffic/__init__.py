@@ -59,5 +59,10 @@ probes, bounded line reader), ``file_identity`` (matching and read plans),
 ``scan`` (reading ranges of files on every core), ``partials`` (sums and row
 shape), ``checkpoints`` (store contract),
 ``store_postgres``, ``store_directory``, ``rollup`` (the run), ``sinks``,
-``remote``, ``rows`` (validation, upsert, queries), ``chart``, ``cli``.
+``remote``, ``rows`` (validation, upsert, queries), ``rollup_sql`` (the row upsert's
+SQL text, shared by ``rows`` and ``store_postgres``), ``chart``, ``cli``.
+
+``store_postgres`` runs on any ``app.dbapi`` cursor factory: the runner's pooled
+engine, or the one psycopg2 connection of ``netmap traffic rollup``, which thus
+never imports SQLAlchemy (PRF-3).
 """

@@ -138,12 +138,12 @@ def rollup_command(
                 )
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
-        else:
+        elif state_dir:
             from app.cli_support import database_for_command
             from app.traffic.sinks import DatabaseRowSink
 
-            # One pooled connection serves the run's few short transactions (a cron job
-            # every five minutes should not pay a connection set-up for each of them).
+            # Rows go through the row sink's upsert: one pooled connection serves the
+            # run's few short transactions.
             stack.enter_context(
                 database_for_command(
                     settings,
@@ -154,6 +154,17 @@ def rollup_command(
                 )
             )
             sink = DatabaseRowSink()
+        else:
+            from app.cli_support import direct_connection_for_command
+            from app.traffic.sinks import DatabaseRowSink
+
+            # Checkpoints and rows in the database, all in SQL through one psycopg2
+            # connection: a cron job every five minutes does not import SQLAlchemy or
+            # pay a connection set-up per transaction.
+            connection = stack.enter_context(
+                direct_connection_for_command(settings, application_name="netmap-traffic")
+            )
+            sink = DatabaseRowSink()
         if endpoint or state_dir:
             try:
                 store = DirectoryCheckpointStore(state_path)
@@ -162,7 +173,7 @@ def rollup_command(
         else:
             from app.traffic.store_postgres import PostgresCheckpointStore
 
-            store = PostgresCheckpointStore()
+            store = PostgresCheckpointStore(connection.cursor)
         stack.callback(store.close)
         run = RollupRun(
             traffic_settings, store, sink, on_bytes=progress.read, report=progress.message

@@ -30,6 +30,7 @@ property test keeps the two in agreement.
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import dataclass
 
 from app.traffic.business_time import FIVE_MINUTES, parse_nginx_time
@@ -49,6 +50,9 @@ _INVALID = b"-"
 # does not grow with the size of the file.
 _TIME_CACHE_LIMIT = 8192
 _MINUTE_CACHE_LIMIT = 50_000
+# Request lines without a query string → (method, path); bounded like the time cache.
+_REQUEST_CACHE_LIMIT = 20_000
+_STANDARD_TAIL = re.compile(rb" request_length=([0-9]+) bytes_sent=([0-9]+)").fullmatch
 _SECONDS = frozenset(f"{second:02d}".encode() for second in range(60))
 
 
@@ -153,6 +157,7 @@ class LineAggregator:
         self._minutes: dict[bytes, int] = {}
         self._statuses: dict[bytes, int] = {}
         self._methods: dict[bytes, bytes] = {}
+        self._requests: dict[bytes, tuple[bytes, bytes]] = {}
 
     def feed(self, lines: list[bytes]) -> None:
         # The cyclic collector would rescan the hundreds of thousands of small sums
@@ -173,6 +178,7 @@ class LineAggregator:
         minutes = self._minutes
         statuses = self._statuses
         methods = self._methods
+        requests = self._requests
         max_line = self.max_line_bytes
         max_path = self.max_path_bytes
         malformed = oversized = 0
@@ -180,6 +186,8 @@ class LineAggregator:
             times.clear()
         if len(minutes) > _MINUTE_CACHE_LIMIT:
             minutes.clear()
+        if len(requests) > _REQUEST_CACHE_LIMIT:
+            requests.clear()
         for line in lines:
             if len(line) > max_line:
                 oversized += 1
@@ -222,24 +230,48 @@ class LineAggregator:
                     continue
                 if len(statuses) < 2048:
                     statuses[status_fields[0]] = slot
-            request = pieces[1].split(b" ")
-            if len(request) >= 2:
-                method = methods.get(request[0])
-                if method is None:
-                    method = normalise_method(request[0])
-                    if len(methods) < 1024:
-                        methods[request[0]] = method
-                path = request[1]
-                query = path.find(b"?")
-                if query >= 0:
-                    path = path[:query]
-                if len(path) > max_path:
-                    path = path[:max_path] + b"..."
-                elif not path:
-                    path = _INVALID
-            else:
-                method = path = _INVALID
+            request_line = pieces[1]
+            target = requests.get(request_line)
+            if target is None:
+                request = request_line.split(b" ")
+                if len(request) >= 2:
+                    method = methods.get(request[0])
+                    if method is None:
+                        method = normalise_method(request[0])
+                        if len(methods) < 1024:
+                            methods[request[0]] = method
+                    path = request[1]
+                    query = path.find(b"?")
+                    if query >= 0:
+                        path = path[:query]
+                    if len(path) > max_path:
+                        path = path[:max_path] + b"..."
+                    elif not path:
+                        path = _INVALID
+                else:
+                    method = path = _INVALID
+                    query = -1
+                target = (method, path)
+                # Popular request lines repeat all day; one with a query string (often a
+                # signed URL) rarely does, so only the others are remembered.
+                if query < 0:
+                    requests[request_line] = target
             tail = pieces[6]
+            standard = _STANDARD_TAIL(tail)
+            key = (bucket, *target)
+            sums = buckets.get(key)
+            if sums is None:
+                sums = buckets[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            if standard is not None:
+                # `` request_length=N bytes_sent=N`` exactly, as the default log format
+                # writes it: the general rules below would find the same two numbers.
+                request_bytes, response = standard.groups()
+                sums[0] += int(response)
+                sums[1] += int(request_bytes)
+                sums[2] += 1
+                sums[3] += 1
+                sums[slot] += 1
+                continue
             found = tail.find(b" bytes_sent=")
             response = -1
             if found >= 0:
@@ -250,10 +282,6 @@ class LineAggregator:
             if response < 0:
                 value = status_fields[1]
                 response = int(value) if value.isdigit() else 0
-            key = (bucket, method, path)
-            sums = buckets.get(key)
-            if sums is None:
-                sums = buckets[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
             sums[0] += response
             sums[3] += 1
             sums[slot] += 1

@@ -19,6 +19,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+import orjson
+
 from app.traffic.sinks import SinkError
 
 ROLLUPS_PATH = "/api/traffic/rollups"
@@ -66,7 +68,9 @@ class RemoteRowSink:
         self.requests = 0
 
     def write(self, rows: list[dict]) -> int:
-        body = json.dumps({"rows": rows}, separators=(",", ":"), ensure_ascii=False).encode()
+        # orjson: compact UTF-8 like json.dumps(separators=(",", ":"), ensure_ascii=False),
+        # several times faster on a batch of thousands of rows.
+        body = orjson.dumps({"rows": rows})
         attempt = 0
         while True:
             request = urllib.request.Request(  # noqa: S310 - scheme checked in rollups_url

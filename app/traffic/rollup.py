@@ -33,6 +33,7 @@ published too: nothing else would ever send them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -176,6 +177,32 @@ class DomainPlanned:
     before: dict[str, tuple[int, int, int]]
     plan: DomainPlan
     due_days: list[date]
+
+
+class _Delivery:
+    """``sink.write(rows)`` on a thread of its own. A daemon thread: an interrupted run
+    exits at once instead of waiting for a post that is retrying."""
+
+    def __init__(self, sink: RowSink, rows: list[dict]):
+        self._accepted = 0
+        self._error: Exception | None = None
+        self._thread = threading.Thread(
+            target=self._write, args=(sink, rows), name="rollup-delivery", daemon=True
+        )
+        self._thread.start()
+
+    def _write(self, sink: RowSink, rows: list[dict]) -> None:
+        try:
+            self._accepted = sink.write(rows)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller by result()
+            self._error = exc
+
+    def result(self) -> int:
+        """Rows accepted; re-raises what ``write`` raised (SinkError)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._accepted
 
 
 def day_seen_complete(day_end: int, newest_line: int | None, files: list[LogCandidate]) -> bool:
@@ -590,10 +617,29 @@ class RollupRun:
                     self.on_bytes(0)
             return
         renderer = RowRenderer(self.calendar, source_server=options.source_server, generated_at=now)
+        # One batch is delivered (a POST, on a thread) while the next is summed and
+        # rendered here. Batches still go one at a time and in order, a mark is cleared
+        # only after its batch was accepted, and after a failed batch nothing more is sent.
+        sending: tuple[_Delivery, list] | None = None
         for batch in self.store.pending(domain, options.granularity, until, batch_size):
             rows = [renderer.row(domain, pending.key, pending.sums) for pending in batch]
-            summary.accepted += self.sink.write(rows)
-            summary.rows += len(rows)
-            self.store.mark_published(domain, options.granularity, batch)
-            if self.on_bytes is not None:
-                self.on_bytes(0)  # long publishes keep leases alive and honour cancels
+            if sending is not None:
+                self._delivered(domain, options, summary, *sending)
+            sending = (_Delivery(self.sink, rows), batch)
+        if sending is not None:
+            self._delivered(domain, options, summary, *sending)
+
+    def _delivered(
+        self,
+        domain: str,
+        options: RollupOptions,
+        summary: RollupSummary,
+        delivery: _Delivery,
+        batch: list,
+    ) -> None:
+        """Wait for a batch's delivery (its SinkError propagates), then clear its marks."""
+        summary.accepted += delivery.result()
+        summary.rows += len(batch)
+        self.store.mark_published(domain, options.granularity, batch)
+        if self.on_bytes is not None:
+            self.on_bytes(0)  # long publishes keep leases alive and honour cancels

@@ -30,11 +30,9 @@ import io
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from app.db import transaction
+from app.dbapi import CursorFactory, engine_cursor, pyformat
 from app.traffic.checkpoints import (
     CheckpointConflict,
     DatabasePublish,
@@ -44,7 +42,7 @@ from app.traffic.checkpoints import (
     PendingRow,
 )
 from app.traffic.partials import PartialKey, Sums
-from app.traffic.rows import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
+from app.traffic.rollup_sql import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
 
 CHUNK = 5000
 _SUM_COLUMNS = (
@@ -96,7 +94,7 @@ _UPSERT_SUMMED = f"""
       FROM summed x JOIN meta m ON m.b = {_epoch("x.bucket_start")}
     {ON_CONFLICT_UPDATE}
 """  # noqa: S608 - table names and column lists are module constants; values are bound
-_PUBLISH_KEYS = sa.text(
+_PUBLISH_KEYS = pyformat(
     f"""
     WITH {_META},
     batch AS (
@@ -147,14 +145,53 @@ _PUBLISH_DIRTY = f"""
 """  # noqa: S608 - table names and column lists are module constants; values are bound
 
 
+class _Result:
+    """What a statement returned, read the few ways this store needs (rows are tuples)."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Any):
+        self._cursor = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def all(self) -> list[tuple]:
+        return self._cursor.fetchall()
+
+    def one_or_none(self) -> tuple | None:
+        return self._cursor.fetchone()
+
+    def scalar(self) -> Any:
+        row = self._cursor.fetchone()
+        return None if row is None else row[0]
+
+    def scalars(self) -> list[Any]:
+        return [row[0] for row in self._cursor.fetchall()]
+
+
+def _execute(cur: Any, sql: str, params: dict[str, Any] | None = None) -> _Result:
+    cur.execute(sql, params)
+    return _Result(cur)
+
+
 class PostgresCheckpointStore:
+    """Checkpoints in PostgreSQL, through any ``app.dbapi`` cursor factory: by default the
+    installed engine's transactions (the runner), or a command's own psycopg2 connection
+    (``netmap traffic rollup``, which then never imports SQLAlchemy)."""
+
     # Checkpoints live next to traffic_rollups: rows can be computed and written in SQL.
     publishes_in_database = True
 
+    def __init__(self, cursors: CursorFactory | None = None):
+        self._cursors = cursors or engine_cursor
+
     def load(self, domain: str) -> DomainState:
-        with transaction() as conn:
-            files = conn.execute(
-                sa.text(
+        with self._cursors() as cur:
+            files = _execute(
+                cur,
+                pyformat(
                     f"""
                     SELECT id, domain, device, inode, fingerprint_length, fingerprint,
                            offset_bytes, lines, compressed, path, version,
@@ -165,12 +202,14 @@ class PostgresCheckpointStore:
                 ),
                 {"domain": domain},
             ).all()
-            version = conn.execute(
-                sa.text("SELECT version FROM traffic_domains WHERE domain = :domain"),
+            version = _execute(
+                cur,
+                pyformat("SELECT version FROM traffic_domains WHERE domain = :domain"),
                 {"domain": domain},
             ).scalar()
-            days = conn.execute(
-                sa.text(
+            days = _execute(
+                cur,
+                pyformat(
                     "SELECT business_date, extract(epoch FROM verified_at) AS at "
                     "FROM traffic_verified_days WHERE domain = :domain"
                 ),
@@ -180,30 +219,45 @@ class PostgresCheckpointStore:
             domain=domain,
             files=[
                 FileCheckpoint(
-                    id=r.id,
-                    domain=r.domain,
-                    device=int(r.device),
-                    inode=int(r.inode),
-                    fingerprint_length=r.fingerprint_length,
-                    fingerprint=r.fingerprint,
-                    offset=r.offset_bytes,
-                    lines=r.lines,
-                    compressed=r.compressed,
-                    path=r.path,
-                    version=r.version,
-                    vanished=r.vanished,
-                    newest_bucket=r.newest_bucket,
+                    id=file_id,
+                    domain=file_domain,
+                    device=int(device),
+                    inode=int(inode),
+                    fingerprint_length=fingerprint_length,
+                    fingerprint=fingerprint,
+                    offset=offset,
+                    lines=lines,
+                    compressed=compressed,
+                    path=path,
+                    version=file_version,
+                    vanished=vanished,
+                    newest_bucket=newest_bucket,
                 )
-                for r in files
+                for (
+                    file_id,
+                    file_domain,
+                    device,
+                    inode,
+                    fingerprint_length,
+                    fingerprint,
+                    offset,
+                    lines,
+                    compressed,
+                    path,
+                    file_version,
+                    vanished,
+                    newest_bucket,
+                ) in files
             ],
-            verified_days={r.business_date: float(r.at) for r in days},
+            verified_days={day: float(at) for day, at in days},
             version=version or 0,
         )
 
     def files_holding_day(self, domain: str, day_start: int) -> set[str]:
-        with transaction() as conn:
-            rows = conn.execute(
-                sa.text(
+        with self._cursors() as cur:
+            rows = _execute(
+                cur,
+                pyformat(
                     """
                     SELECT DISTINCT file_id FROM traffic_file_partials
                      WHERE domain = :domain AND granularity = 'day'
@@ -216,20 +270,21 @@ class PostgresCheckpointStore:
 
     # -- commit ----------------------------------------------------------------------
     def commit(self, commit: DomainCommit, now: float) -> None:
-        with transaction() as conn:
-            self._claim_domain_version(conn, commit)
-            generation = conn.execute(
-                sa.text("SELECT nextval('traffic_dirty_generation')")
+        with self._cursors() as cur:
+            self._claim_domain_version(cur, commit)
+            generation = _execute(
+                cur, pyformat("SELECT nextval('traffic_dirty_generation')")
             ).scalar()
             dirty: set[PartialKey] = set()
             for change in commit.changes:
-                self._save_checkpoint(conn, change.checkpoint, now)
+                self._save_checkpoint(cur, change.checkpoint, now)
                 # A file read for the first time, or re-read whole, has no partial sums
                 # stored (any old ones are deleted below): they are copied in, not merged.
                 fresh = change.replace or change.checkpoint.version == 0
                 if change.replace:
-                    removed = conn.execute(
-                        sa.text(
+                    removed = _execute(
+                        cur,
+                        pyformat(
                             f"""
                             DELETE FROM traffic_file_partials WHERE file_id = :id
                             RETURNING granularity, {_epoch("bucket_start")} AS bucket, method,
@@ -245,12 +300,13 @@ class PostgresCheckpointStore:
                 else:
                     dirty.update(change.deltas)
                 if change.deltas and fresh:
-                    self._copy_partials(conn, commit.domain, change.checkpoint.id, change.deltas)
+                    self._copy_partials(cur, commit.domain, change.checkpoint.id, change.deltas)
                 elif change.deltas:
-                    self._add_partials(conn, commit.domain, change.checkpoint.id, change.deltas)
+                    self._add_partials(cur, commit.domain, change.checkpoint.id, change.deltas)
             for checkpoint in commit.vanished:
-                updated = conn.execute(
-                    sa.text(
+                updated = _execute(
+                    cur,
+                    pyformat(
                         """
                         UPDATE traffic_files SET vanished_at = to_timestamp(:now),
                                version = version + 1
@@ -270,12 +326,13 @@ class PostgresCheckpointStore:
                 ]
                 dirty.difference_update(now_keys)
                 publishing = time.perf_counter()
-                commit.published = self._publish_keys(conn, commit.domain, now_keys, publish)
+                commit.published = self._publish_keys(cur, commit.domain, now_keys, publish)
                 commit.published_seconds = time.perf_counter() - publishing
-            self._mark_dirty(conn, commit.domain, dirty, generation)
+            self._mark_dirty(cur, commit.domain, dirty, generation)
             for granularity, start, end in commit.republish:
-                conn.execute(
-                    sa.text(
+                _execute(
+                    cur,
+                    pyformat(
                         """
                         INSERT INTO traffic_dirty_keys
                                (domain, granularity, bucket_start, method, path, generation)
@@ -297,8 +354,9 @@ class PostgresCheckpointStore:
                     },
                 )
             for day, at in commit.verified_days.items():
-                conn.execute(
-                    sa.text(
+                _execute(
+                    cur,
+                    pyformat(
                         """
                         INSERT INTO traffic_verified_days (domain, business_date, verified_at)
                         VALUES (:domain, :day, to_timestamp(:at))
@@ -309,20 +367,22 @@ class PostgresCheckpointStore:
                     {"domain": commit.domain, "day": day, "at": at},
                 )
 
-    def _claim_domain_version(self, conn: Connection, commit: DomainCommit) -> None:
+    def _claim_domain_version(self, cur: Any, commit: DomainCommit) -> None:
         # A concurrent commit holds the row lock until it ends; this statement then
         # sees the new version and matches nothing.
         if commit.expected_version == 0:
-            claimed = conn.execute(
-                sa.text(
+            claimed = _execute(
+                cur,
+                pyformat(
                     "INSERT INTO traffic_domains (domain, version) VALUES (:domain, 1) "
                     "ON CONFLICT (domain) DO NOTHING"
                 ),
                 {"domain": commit.domain},
             ).rowcount
         else:
-            claimed = conn.execute(
-                sa.text(
+            claimed = _execute(
+                cur,
+                pyformat(
                     "UPDATE traffic_domains SET version = version + 1, updated_at = now() "
                     "WHERE domain = :domain AND version = :version"
                 ),
@@ -331,7 +391,7 @@ class PostgresCheckpointStore:
         if claimed != 1:
             raise CheckpointConflict(f"another run committed {commit.domain} meanwhile")
 
-    def _save_checkpoint(self, conn: Connection, ck: FileCheckpoint, now: float) -> None:
+    def _save_checkpoint(self, cur: Any, ck: FileCheckpoint, now: float) -> None:
         values = {
             "id": ck.id,
             "domain": ck.domain,
@@ -348,8 +408,9 @@ class PostgresCheckpointStore:
             "now": now,
         }
         if ck.version == 0:
-            conn.execute(
-                sa.text(
+            _execute(
+                cur,
+                pyformat(
                     """
                     INSERT INTO traffic_files
                         (id, domain, device, inode, fingerprint_length, fingerprint, offset_bytes,
@@ -363,8 +424,9 @@ class PostgresCheckpointStore:
                 values,
             )
             return
-        updated = conn.execute(
-            sa.text(
+        updated = _execute(
+            cur,
+            pyformat(
                 """
                 UPDATE traffic_files
                    SET device = :device, inode = :inode, fingerprint_length = :fingerprint_length,
@@ -381,10 +443,10 @@ class PostgresCheckpointStore:
             raise CheckpointConflict(f"checkpoint {ck.id} changed meanwhile")
 
     def _add_partials(
-        self, conn: Connection, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
+        self, cur: Any, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
     ) -> None:
         items = list(deltas.items())
-        statement = sa.text(
+        statement = pyformat(
             f"""
             INSERT INTO traffic_file_partials AS p
                    (domain, granularity, bucket_start, method, path, file_id, {_SUM_COLUMNS})
@@ -421,10 +483,10 @@ class PostgresCheckpointStore:
             }
             for index in range(10):
                 params[f"s{index}"] = [sums[index] for _, sums in chunk]
-            conn.execute(statement, params)
+            cur.execute(statement, params)
 
     def _copy_partials(
-        self, conn: Connection, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
+        self, cur: Any, domain: str, file_id: str, deltas: dict[PartialKey, Sums]
     ) -> None:
         """``COPY`` a file's sums into ``traffic_file_partials``: one statement, no merging."""
         stamps: dict[int, str] = {}
@@ -442,18 +504,14 @@ class PostgresCheckpointStore:
                 f"\t{sums[6]}\t{sums[7]}\t{sums[8]}\t{sums[9]}\n"
             )
         buffer.seek(0)
-        cursor = conn.connection.cursor()  # the DBAPI cursor, inside this transaction
-        try:
-            cursor.copy_expert(
-                "COPY traffic_file_partials (domain, granularity, bucket_start, method, path,"
-                f" file_id, {_SUM_COLUMNS}) FROM STDIN",
-                buffer,
-            )
-        finally:
-            cursor.close()
+        cur.copy_expert(
+            "COPY traffic_file_partials (domain, granularity, bucket_start, method, path,"
+            f" file_id, {_SUM_COLUMNS}) FROM STDIN",
+            buffer,
+        )
 
     def _publish_keys(
-        self, conn: Connection, domain: str, keys: list[PartialKey], publish: DatabasePublish
+        self, cur: Any, domain: str, keys: list[PartialKey], publish: DatabasePublish
     ) -> int:
         """Rows of ``keys`` (one granularity) from all files' partial sums, upserted."""
         published = 0
@@ -468,7 +526,7 @@ class PostgresCheckpointStore:
                 "p": [k[3] for k in chunk],
                 **_row_params(publish, {k[1] for k in chunk}),
             }
-            conn.execute(_PUBLISH_KEYS, params)
+            cur.execute(_PUBLISH_KEYS, params)
             published += len(chunk)
         return published
 
@@ -480,9 +538,10 @@ class PostgresCheckpointStore:
         Yields the number of rows of each batch. A mark is cleared in the statement that
         wrote its row, and only if no newer commit dirtied the key again meanwhile.
         """
-        with transaction() as conn:
-            starts = conn.execute(
-                sa.text(
+        with self._cursors() as cur:
+            starts = _execute(
+                cur,
+                pyformat(
                     f"""
                     SELECT DISTINCT {_epoch("bucket_start")} FROM traffic_dirty_keys
                      WHERE domain = :domain AND granularity = :granularity
@@ -507,25 +566,25 @@ class PostgresCheckpointStore:
             if after is not None:
                 keyset = "AND (d.bucket_start, d.method, d.path) > (to_timestamp(:ab), :am, :ap)"
                 params.update(ab=after[0], am=after[1], ap=after[2])
-            with transaction() as conn:
-                result = conn.execute(
-                    sa.text(_PUBLISH_DIRTY.replace("{keyset}", keyset)), params
+            with self._cursors() as cur:
+                result = _execute(
+                    cur, pyformat(_PUBLISH_DIRTY.replace("{keyset}", keyset)), params
                 ).one_or_none()
             if result is None:
                 return
-            yield result.n
-            after = (result.bucket, result.method, result.path)
-            if result.n < batch_size:
+            count, _written, *after_key = result
+            yield count
+            after = tuple(after_key)
+            if count < batch_size:
                 return
 
-    def _mark_dirty(
-        self, conn: Connection, domain: str, keys: set[PartialKey], generation: int
-    ) -> None:
+    def _mark_dirty(self, cur: Any, domain: str, keys: set[PartialKey], generation: int) -> None:
         items = sorted(keys)
         for offset in range(0, len(items), CHUNK):
             chunk = items[offset : offset + CHUNK]
-            conn.execute(
-                sa.text(
+            _execute(
+                cur,
+                pyformat(
                     """
                     INSERT INTO traffic_dirty_keys
                            (domain, granularity, bucket_start, method, path, generation)
@@ -562,9 +621,10 @@ class PostgresCheckpointStore:
             if after is not None:
                 keyset = "AND (d.bucket_start, d.method, d.path) > (to_timestamp(:ab), :am, :ap)"
                 params.update(ab=after[0], am=after[1], ap=after[2])
-            with transaction() as conn:
-                rows = conn.execute(
-                    sa.text(
+            with self._cursors() as cur:
+                rows = _execute(
+                    cur,
+                    pyformat(
                         f"""
                         WITH batch AS (
                             SELECT d.domain, d.granularity, d.bucket_start, d.method, d.path,
@@ -603,23 +663,24 @@ class PostgresCheckpointStore:
                 return
             yield [
                 PendingRow(
-                    key=(granularity, r.bucket, r.method, r.path),
+                    key=(granularity, r[0], r[1], r[2]),
                     sums=tuple(int(value) for value in r[4:14]),
-                    token=r.generation,
+                    token=r[3],
                 )
                 for r in rows
             ]
             last = rows[-1]
-            after = (last.bucket, last.method, last.path)
+            after = (last[0], last[1], last[2])
             if len(rows) < batch_size:
                 return
 
     def mark_published(self, domain: str, granularity: str, rows: list[PendingRow]) -> None:
         if not rows:
             return
-        with transaction() as conn:
-            conn.execute(
-                sa.text(
+        with self._cursors() as cur:
+            _execute(
+                cur,
+                pyformat(
                     """
                     DELETE FROM traffic_dirty_keys d
                      USING unnest(CAST(:b AS bigint[]), CAST(:m AS text[]), CAST(:p AS text[]),
@@ -647,9 +708,10 @@ class PostgresCheckpointStore:
         for its key: publishing it would send zeros, not the traffic that happened.
         """
         params = {"domain": domain, "cutoff": cutoff}
-        with transaction() as conn:
-            gone = conn.execute(
-                sa.text(
+        with self._cursors() as cur:
+            gone = _execute(
+                cur,
+                pyformat(
                     f"""
                     DELETE FROM traffic_file_partials p USING traffic_files f
                      WHERE p.file_id = f.id AND f.domain = :domain AND p.domain = :domain
@@ -659,8 +721,9 @@ class PostgresCheckpointStore:
                 ),
                 params,
             ).all()
-            conn.execute(
-                sa.text(
+            _execute(
+                cur,
+                pyformat(
                     "DELETE FROM traffic_files "
                     "WHERE domain = :domain AND vanished_at < to_timestamp(:cutoff)"
                 ),
@@ -669,8 +732,9 @@ class PostgresCheckpointStore:
             keys = sorted({tuple(r) for r in gone})
             for offset in range(0, len(keys), CHUNK):
                 chunk = keys[offset : offset + CHUNK]
-                conn.execute(
-                    sa.text(
+                _execute(
+                    cur,
+                    pyformat(
                         """
                         DELETE FROM traffic_dirty_keys d
                          USING unnest(CAST(:g AS text[]), CAST(:b AS bigint[]),
@@ -693,8 +757,9 @@ class PostgresCheckpointStore:
                         "p": [k[3] for k in chunk],
                     },
                 )
-            conn.execute(
-                sa.text(
+            _execute(
+                cur,
+                pyformat(
                     "DELETE FROM traffic_verified_days WHERE domain = :domain "
                     "AND verified_at < to_timestamp(:cutoff)"
                 ),

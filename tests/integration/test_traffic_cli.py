@@ -237,6 +237,23 @@ def test_cli_writes_to_the_database_and_draws_a_chart(database_url, tmp_path):
     assert out.stat().st_size > 10_000
 
 
+def test_cli_with_a_state_dir_writes_rows_to_the_database(database_url, tmp_path):
+    # Checkpoints in a directory, rows through the row sink's upsert into the database.
+    logs = LogDir(tmp_path / "nginx", DOMAIN)
+    start = datetime(2026, 8, 1, 9, 0, tzinfo=CST)
+    logs.write_lines([nginx_line(start + timedelta(seconds=53 * i)) for i in range(30)])
+    env = {"NETMAP_DATABASE_URL": database_url, "NETMAP_DATA_DIR": str(tmp_path / "var")}
+    args = ["traffic", "rollup", "--log-dir", str(logs.root), "--domains", DOMAIN]
+    args += ["--state-dir", str(tmp_path / "state")]
+    args += ["--start-date", "2026-08-01", "--end-date", "2026-08-01"]
+    result = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["ok"] is True and summary["matchedLines"] == 30
+    assert sums_only(stored(database_url, "5m")) == expected(logs, "5m")
+    assert (tmp_path / "state").is_dir()
+
+
 def test_cli_usage_errors(tmp_path):
     runner = CliRunner()
     env = {"NETMAP_DATA_DIR": str(tmp_path / "var")}

@@ -74,3 +74,39 @@ def test_dumps_writes_what_json_writes():
     # orjson refuses integers beyond 64 bits and non-text keys; json writes them.
     for awkward in ({"big": 2**70}, {1: "one"}):
         assert dumps(awkward) == _ENCODER.encode(awkward)
+
+
+def _bodies(value) -> list[bytes]:
+    """The ways a client may write ``value``: escaped, raw UTF-8 (surrogates as ED xx xx,
+    which json.loads lets through) and UTF-16."""
+    escaped = json.dumps(value).encode()
+    raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return [escaped, raw, json.dumps(value).encode("utf-16")]
+
+
+def _finite(value) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(values.filter(_finite))
+def test_check_given_the_raw_body_answers_like_the_exact_walk(value):
+    # decode_json refuses non-finite numbers, so only finite values reach the check.
+    for body in _bodies(value):
+        decoded = json_input.decode_json(body)
+        for allow_nul in (False, True):
+            assert check_json_values(decoded, allow_nul=allow_nul, raw=body) == _exact(
+                decoded, allow_nul=allow_nul
+            )
+
+
+def test_raw_bodies_that_may_hide_a_bad_string_take_the_exact_check():
+    for body in (b'{"x": "a\\u0000"}', b'{"x": "\\ud800"}', b'{"x": "\xed\xa0\x80"}'):
+        decoded = json_input.decode_json(body)
+        assert check_json_values(decoded, raw=body) == _exact(decoded) != []
+    plain = b'{"rows": [{"path": "/a", "n": 1}]}'
+    assert check_json_values(json_input.decode_json(plain), raw=plain) == []

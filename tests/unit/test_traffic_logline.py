@@ -162,3 +162,43 @@ def test_seconds_of_a_cached_minute_are_still_checked_like_the_reference():
     assert aggregator.buckets == expected
     assert (aggregator.malformed, aggregator.oversized) == (malformed, oversized)
     assert malformed >= 2  # "60" and "ab" are not seconds
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(log_lines(), min_size=1, max_size=20), st.integers(4, 80), st.integers(1, 5))
+def test_cached_request_lines_across_batches_agree_with_reference_parser(lines, max_path, parts):
+    # Every line three times, in several batches: the second and third sighting of a
+    # request line come from the aggregator's request cache, in later feeds as well.
+    repeated = lines * 3
+    aggregator = LineAggregator(max_line_bytes=400, max_path_bytes=max_path)
+    size = -(-len(repeated) // parts)
+    for start in range(0, len(repeated), size):
+        aggregator.feed(repeated[start : start + size])
+    expected, malformed, oversized = _aggregate_reference(repeated, 400, max_path)
+    assert aggregator.buckets == expected
+    assert (aggregator.malformed, aggregator.oversized) == (malformed, oversized)
+
+
+def test_default_tail_shortcut_reads_the_numbers_the_general_rules_read():
+    base = nginx_line(WHEN, request_length=420, bytes_sent=1580).rstrip("\n")
+    tail = " request_length=420 bytes_sent=1580"
+    assert base.endswith(tail)
+    variants = [
+        tail,
+        " request_length=0420 bytes_sent=001580",
+        " request_length=- bytes_sent=1580",
+        " request_length=420 bytes_sent=-",
+        " request_length=420 bytes_sent=1580\r",
+        " request_length=420 bytes_sent=1580 upstream=1",
+        " bytes_sent=1580 request_length=420",
+        " request_length=420  bytes_sent=1580",
+        " request_length=420 bytes_sent=1580 bytes_sent=7",
+        " request_length=4\t20 bytes_sent=15 80",
+        "",
+    ]
+    lines = [(base[: -len(tail)] + variant).encode() for variant in variants]
+    aggregator = LineAggregator()
+    aggregator.feed(lines)
+    expected, malformed, oversized = _aggregate_reference(lines, 16384, 1024)
+    assert aggregator.buckets == expected
+    assert (aggregator.malformed, aggregator.oversized) == (malformed, oversized)

@@ -511,6 +511,35 @@ def test_rows_survive_a_failed_delivery(tmp_path):
     h.assert_exact()
 
 
+class SecondBatchFails(MemorySink):
+    """Accepts the first batch, refuses the second, records every batch it was handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: list[int] = []
+
+    def write(self, rows: list[dict]) -> int:
+        self.handed.append(len(rows))
+        self.fail_next = 1 if len(self.handed) == 2 else 0
+        return super().write(rows)
+
+
+def test_batches_are_delivered_in_order_and_stop_at_the_first_failure(tmp_path):
+    # Rows of 12 five-minute buckets in batches of 5: the next batch is prepared while
+    # one is delivered, but none is sent after a refused one, and its marks stay.
+    h = Harness(tmp_path, batch_size=5)
+    h.sink = SecondBatchFails()
+    h.logs[DOMAIN].write_lines(lines(at(10), 180))
+    failed = h.run()
+    assert failed["ok"] is False and "publish" in failed["errors"]
+    assert h.sink.handed == [5, 5]  # the third batch was never handed over
+    assert failed["rows"] == 5 and len(h.sink.rows) == 5
+    again = h.run()
+    assert again["ok"] is True and again["rows"] == 7  # only the undelivered rows
+    assert h.sink.handed == [5, 5, 5, 2]
+    h.assert_exact()
+
+
 def test_state_directory_is_atomic_and_locked(tmp_path):
     h = Harness(tmp_path)
     h.logs[DOMAIN].write_lines(lines(at(10), 5))
