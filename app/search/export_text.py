@@ -125,8 +125,8 @@ _CSV_LINE = (
             *(_csv_field(f"p.{column}") for column in _TEXT_COLUMNS),
             _csv_field("p.banner", plain=False),
             _csv_field("p.tags_text"),
-            _iso("p.first_seen_text"),
-            _iso("p.last_seen_text"),
+            "p.first_seen_iso",
+            "p.last_seen_iso",
         ]
     )
     + ", E'\\n')"
@@ -156,9 +156,9 @@ _JSON_LINE = (
             "',\"tags\":'",
             _JSON_TAGS,
             '\',"first_seen":"\'',
-            _iso("p.first_seen_text"),
+            "p.first_seen_iso",
             '\'","last_seen":"\'',
-            _iso("p.last_seen_text"),
+            "p.last_seen_iso",
             '\'","details":\'',
             _compact_json("p.details_text"),
             "E'}\\n'",
@@ -180,7 +180,8 @@ _NOT_EXACT = (
 
 def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
     # string_agg's ORDER BY matches the keyset subquery's order, so PostgreSQL (16+)
-    # aggregates the sorted rows without sorting them again.
+    # aggregates the sorted rows without sorting them again. The times' ISO text is
+    # built once per row in the middle query, for both lines.
     csv_agg = f"string_agg({_CSV_LINE}, '' ORDER BY p.id)" if csv else "NULL::text"
     jsonl_agg = f"string_agg({_JSON_LINE}, '' ORDER BY p.id)" if jsonl else "NULL::text"
     return f"""
@@ -190,18 +191,21 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
                coalesce(bool_or({_NOT_EXACT}), false)
                    OR current_setting('DateStyle') NOT LIKE 'ISO%' AS not_exact,
                max(replace(p.id::text, '-', '') COLLATE "C") AS last_id
-          FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet, host(t.ip) AS ip,
-                       t.port, t.transport, t.state, t.service, t.product, t.version,
-                       t.hostname, t.banner, t.tags, t.details,
-                       array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
-                       t.details::text AS details_text,
-                       {_utc_text("t.first_seen")} AS first_seen_text,
-                       {_utc_text("t.last_seen")} AS last_seen_text
-                  FROM {TABLE} t
-                 WHERE t.execution_id = :execution_id
-                   AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
-                 ORDER BY t.id
-                 LIMIT :limit) p
+          FROM (SELECT k.*, {_iso("k.first_seen_text")} AS first_seen_iso,
+                       {_iso("k.last_seen_text")} AS last_seen_iso
+                  FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet,
+                               host(t.ip) AS ip, t.port, t.transport, t.state, t.service,
+                               t.product, t.version, t.hostname, t.banner, t.tags, t.details,
+                               array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
+                               t.details::text AS details_text,
+                               {_utc_text("t.first_seen")} AS first_seen_text,
+                               {_utc_text("t.last_seen")} AS last_seen_text
+                          FROM {TABLE} t
+                         WHERE t.execution_id = :execution_id
+                           AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+                           AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
+                         ORDER BY t.id
+                         LIMIT CAST(:limit AS bigint)) k) p
     """  # noqa: S608 - table, columns and expressions are module constants; values are bound
 
 
@@ -227,14 +231,16 @@ def read_export_text(
     execution_id: int,
     *,
     after_id: str | None,
-    limit: int,
+    limit: int | None,
     csv: bool = True,
     jsonl: bool = True,
+    upto_id: str | None = None,
 ) -> ExportTextChunk:
-    """The next ``limit`` endpoints of the execution after ``after_id``, as export text."""
+    """The execution's endpoints after ``after_id`` (up to ``upto_id`` inclusive, when
+    given), at most ``limit`` of them (None: no limit), as export text."""
     row: Any = conn.execute(
         _STATEMENTS[(csv, jsonl)],
-        {"execution_id": execution_id, "after": after_id, "limit": limit},
+        {"execution_id": execution_id, "after": after_id, "upto": upto_id, "limit": limit},
     ).one()
     return ExportTextChunk(
         rows=int(row.rows),
@@ -242,4 +248,40 @@ def read_export_text(
         jsonl=(row.jsonl or "").encode("utf-8"),
         last_id=row.last_id,
         exact=not row.not_exact,
+    )
+
+
+# The id ending every ``chunk_rows``-th endpoint after ``after``: the keyset ranges that
+# readers on several connections can write at the same time. The ids come from the
+# (execution_id, id) index; no row is read.
+_BOUNDS = sa.text(
+    f"""
+    SELECT replace(s.id::text, '-', '') AS id
+      FROM (SELECT t.id, row_number() OVER (ORDER BY t.id) AS n
+              FROM {TABLE} t
+             WHERE t.execution_id = :execution_id
+               AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+             ORDER BY t.id
+             LIMIT :rows) s
+     WHERE s.n % :chunk_rows = 0
+     ORDER BY s.n
+    """  # noqa: S608 - the table is a module constant; values are bound
+)
+
+
+def read_export_bounds(
+    conn: Connection, execution_id: int, *, after_id: str | None, chunk_rows: int, chunks: int
+) -> list[str]:
+    """Up to ``chunks`` keyset bounds: the last id of each full chunk of ``chunk_rows``
+    endpoints after ``after_id`` (``EndpointDocument.id`` form, ascending)."""
+    return list(
+        conn.execute(
+            _BOUNDS,
+            {
+                "execution_id": execution_id,
+                "after": after_id,
+                "rows": chunk_rows * chunks,
+                "chunk_rows": chunk_rows,
+            },
+        ).scalars()
     )
