@@ -32,13 +32,13 @@ import os
 import resource
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import click
 import sqlalchemy as sa
 
 from app.bench.progress import Progress
+from app.bench.scratch import server_cpu_seconds
 from app.db import transaction
 from app.search.documents import EndpointDocument, observation_key
 
@@ -152,31 +152,6 @@ def _gone_assets(owner_id: int, endpoints: int) -> list[EndpointDocument]:
     return docs
 
 
-def _server_cpu_seconds(pgdata: Path) -> float:
-    """CPU time used so far by the scratch PostgreSQL server's processes (Linux /proc).
-
-    The machine may be shared, so wall time alone says little; CPU seconds spent by
-    the server and by this process measure the analysis's own work.
-    """
-    try:
-        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster or ppid == postmaster:
-            total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / ticks
-
-
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -227,7 +202,7 @@ def command(endpoints: int) -> None:
             ).scalar_one()
 
         pgdata = scratch.directory / "pgdata"
-        server_cpu = _server_cpu_seconds(pgdata)
+        server_cpu = server_cpu_seconds(pgdata)
         own_cpu = time.process_time()
         tracemalloc.start()
         started = time.perf_counter()
@@ -237,7 +212,7 @@ def command(endpoints: int) -> None:
         seconds = time.perf_counter() - started
         _current, python_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        cpu = (_server_cpu_seconds(pgdata) - server_cpu) + (time.process_time() - own_cpu)
+        cpu = (server_cpu_seconds(pgdata) - server_cpu) + (time.process_time() - own_cpu)
         store.close()
         if outcome.result != "completed" or outcome.counts is None:
             raise click.ClickException(f"analysis did not complete: {outcome.result}")
