@@ -67,8 +67,8 @@ def _json_text(expr: str, *, plain: bool = True) -> str:
 # JSON escapes, so both take them as they are (one test instead of one per column and
 # format). Banners, often multi-line, are always checked on their own.
 _PLAIN = (
-    "concat(t.transport, t.state, t.service, t.product, t.version, t.hostname, "
-    "array_to_string(t.tags, ';')) !~ '[\\x01-\\x1f,\"\\\\]'"
+    "concat(k.transport, k.state, k.service, k.product, k.version, k.hostname, k.tags_text)"
+    " !~ '[\\x01-\\x1f,\"\\\\]'"
 )
 
 _JSON_TAGS = (
@@ -181,8 +181,9 @@ _NOT_EXACT = (
 
 def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
     # string_agg's ORDER BY matches the keyset subquery's order, so PostgreSQL (16+)
-    # aggregates the sorted rows without sorting them again. The times' ISO text is
-    # built once per row in the middle query, for both lines.
+    # aggregates the sorted rows without sorting them again. The times' ISO text and
+    # ``plain`` are computed once per row in the middle query, for both lines; the
+    # uuid text of the last id is the largest (fixed width), its dashes removed once.
     csv_agg = f"string_agg({_CSV_LINE}, '' ORDER BY p.id)" if csv else "NULL::text"
     jsonl_agg = f"string_agg({_JSON_LINE}, '' ORDER BY p.id)" if jsonl else "NULL::text"
     return f"""
@@ -191,13 +192,13 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
                {jsonl_agg} AS jsonl,
                coalesce(bool_or({_NOT_EXACT}), false)
                    OR current_setting('DateStyle') NOT LIKE 'ISO%' AS not_exact,
-               max(replace(p.id::text, '-', '') COLLATE "C") AS last_id
+               replace(max(p.id::text COLLATE "C"), '-', '') AS last_id
           FROM (SELECT k.*, {_iso("k.first_seen_text")} AS first_seen_iso,
-                       {_iso("k.last_seen_text")} AS last_seen_iso
+                       {_iso("k.last_seen_text")} AS last_seen_iso, {_PLAIN} AS plain
                   FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet,
                                host(t.ip) AS ip, t.port, t.transport, t.state, t.service,
                                t.product, t.version, t.hostname, t.banner, t.tags, t.details,
-                               array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
+                               array_to_string(t.tags, ';') AS tags_text,
                                t.details::text AS details_text,
                                {_utc_text("t.first_seen")} AS first_seen_text,
                                {_utc_text("t.last_seen")} AS last_seen_text
@@ -206,7 +207,8 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
                            AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
                            AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
                          ORDER BY t.id
-                         LIMIT CAST(:limit AS bigint)) k) p
+                         LIMIT CAST(:limit AS bigint)) k
+                OFFSET 0) p
     """  # noqa: S608 - table, columns and expressions are module constants; values are bound
 
 
