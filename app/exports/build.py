@@ -54,15 +54,16 @@ from app.search.port import SearchStore
 RENEW_RETRY_SECONDS = 0.5
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
 # DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
-# and a transaction, so few rows each would be mostly overhead, while memory holds up to
-# three chunks' text (prefetch), a few MB each at typical row sizes.
+# and a transaction, so few rows each would be mostly overhead, while memory holds the
+# text of the chunks read ahead (DATABASE_READERS + 2), a few MB each at typical row sizes.
 DATABASE_CHUNK_PAGES = 10
 DATABASE_CHUNK_MAX_ROWS = 5000
 # Connections writing export text at once for one build: writing the text is most of an
 # export's CPU, and two keep two cores busy (with the compression threads) on the
 # smallest supported host; [exports] concurrency builds per host hold twice as many.
 DATABASE_READERS = 2
-# Keyset range bounds read per statement (an index-only walk over as many chunks).
+# Keyset range bounds read per statement (a walk of the (execution_id, id) index over as
+# many chunks).
 BOUNDS_PER_STATEMENT = 16
 
 
