@@ -24,17 +24,20 @@ import json
 import multiprocessing
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 
-from app.bench.progress import Progress
 from app.config import Settings
 
 DELETE_CONCURRENCIES = (1, 3, 8)
@@ -46,8 +49,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class _Server:
+    url: str
+    pid: int | None  # a server started here (its CPU time is measured), else None
+
+
 @contextlib.contextmanager
-def _moto_server() -> Iterator[str]:
+def _moto_server() -> Iterator[_Server]:
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -64,7 +73,7 @@ def _moto_server() -> Iterator[str]:
                     "moto's S3 server did not start (pip install moto[server])"
                 )
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield _Server(f"http://127.0.0.1:{port}", process.pid)
     finally:
         process.terminate()
         try:
@@ -150,51 +159,123 @@ def _queue_export(fmt: str, task_id: int, execution_ids: list[int]) -> int:
     return row.id
 
 
-def _delete_throughput(settings: Settings, objects: int) -> dict[str, Any]:
+def _process_cpu(pid: int | None) -> Callable[[], float]:
+    """CPU seconds used so far by a process (None: this one, all its threads)."""
+    import psutil
+
+    process = psutil.Process(pid)
+    return lambda: sum(process.cpu_times()[:2])
+
+
+def _put_objects(store: Any, keys: list[str]) -> None:
+    # Setting up is not measured: several puts at once keep it short.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in pool.map(lambda key: store.put(key, b"x" * 256, "application/octet-stream"), keys):
+            pass
+
+
+def _delete_throughput(
+    settings: Settings, objects: int, repeats: int, server_pid: int | None
+) -> dict[str, Any]:
+    """Objects deleted per second at each concurrency: the median of ``repeats`` rounds,
+    each round deleting ``objects`` fresh objects at every concurrency in turn (so drift
+    in the machine's load touches all of them alike).
+
+    With a store server started here (moto) the CPU time of this process and of the
+    server per delete are measured too: on a machine with few cores, a request costs
+    CPU on both sides, and ``cpu_bound_max_speedup`` (the best any concurrency could
+    do over c1 given those costs: per-process and all-cores limits) says how much of
+    a small speed-up is the machine rather than the deleter.
+    """
     from app.object_store import open_object_store
     from app.object_store.deleter import delete_objects
 
     store = open_object_store(settings)
+    own_cpu = _process_cpu(None)
+    server_cpu = _process_cpu(server_pid) if server_pid else None
+    cores = os.cpu_count() or 1
+    rounds: dict[int, list[dict[str, float]]] = {c: [] for c in DELETE_CONCURRENCIES}
+    for repeat in range(repeats):
+        for concurrency in DELETE_CONCURRENCIES:
+            keys = [f"bench/r{repeat}/c{concurrency}/object-{i:05d}" for i in range(objects)]
+            _put_objects(store, keys)
+            client_before = own_cpu()
+            server_before = server_cpu() if server_cpu else 0.0
+            started = time.perf_counter()
+            results = delete_objects(
+                store, keys, concurrency=concurrency, origin="bench", record_failures=False
+            )
+            elapsed = time.perf_counter() - started
+            rounds[concurrency].append(
+                {
+                    "seconds": elapsed,
+                    "client_cpu": own_cpu() - client_before,
+                    "server_cpu": (server_cpu() - server_before) if server_cpu else 0.0,
+                    "deleted": sum(r.status == "deleted" for r in results),
+                    "failed": sum(r.status == "failed" for r in results),
+                }
+            )
+            print(
+                f"[delete round {repeat + 1}/{repeats} c={concurrency}] "
+                f"{objects} in {elapsed:.2f}s",
+                file=sys.stderr,
+                flush=True,
+            )
     measured: dict[str, Any] = {}
-    for concurrency in DELETE_CONCURRENCIES:
-        keys = [f"bench/c{concurrency}/object-{i:05d}" for i in range(objects)]
-        progress = Progress(f"put for delete c={concurrency}", total=objects)
-        for key in keys:
-            store.put(key, b"x" * 256, "application/octet-stream")
-            progress.advance()
-        progress.finish()
-        started = time.perf_counter()
-        results = delete_objects(
-            store, keys, concurrency=concurrency, origin="bench", record_failures=False
-        )
-        elapsed = time.perf_counter() - started
-        measured[f"c{concurrency}"] = {
-            "objects_per_s": round(objects / elapsed, 1),
-            "seconds": round(elapsed, 3),
-            "deleted": sum(r.status == "deleted" for r in results),
-            "failed": sum(r.status == "failed" for r in results),
+    for concurrency, runs in rounds.items():
+        rates = [objects / run["seconds"] for run in runs]
+        entry: dict[str, Any] = {
+            "objects_per_s": round(statistics.median(rates), 1),
+            "objects_per_s_runs": [round(rate, 1) for rate in rates],
+            "seconds": round(statistics.median(run["seconds"] for run in runs), 3),
+            "deleted": sum(int(run["deleted"]) for run in runs),
+            "failed": sum(int(run["failed"]) for run in runs),
+            "client_cpu_ms_per_delete": round(
+                statistics.median(run["client_cpu"] for run in runs) / objects * 1000, 3
+            ),
         }
-        print(
-            f"[delete c={concurrency}] {objects} in {elapsed:.2f}s",
-            file=sys.stderr,
-            flush=True,
-        )
-    base = measured["c1"]["objects_per_s"]
+        if server_cpu:
+            entry["server_cpu_ms_per_delete"] = round(
+                statistics.median(run["server_cpu"] for run in runs) / objects * 1000, 3
+            )
+        measured[f"c{concurrency}"] = entry
+    base = measured["c1"]
     for concurrency in DELETE_CONCURRENCIES[1:]:
-        measured[f"c{concurrency}"]["speedup_vs_c1"] = round(
-            measured[f"c{concurrency}"]["objects_per_s"] / base, 2
-        )
+        entry = measured[f"c{concurrency}"]
+        entry["speedup_vs_c1"] = round(entry["objects_per_s"] / base["objects_per_s"], 2)
+        entry["speedup_vs_c1_runs"] = [
+            round(rate / base_rate, 2)
+            for rate, base_rate in zip(
+                entry["objects_per_s_runs"], base["objects_per_s_runs"], strict=True
+            )
+        ]
+    if server_cpu:
+        client = base["client_cpu_ms_per_delete"]
+        server = base["server_cpu_ms_per_delete"]
+        c1_ms = 1000 / base["objects_per_s"]
+        # Each side is one Python process (one core at most for its request handling);
+        # together they cannot use more than every core.
+        floor_ms = max(client, server, (client + server) / cores)
+        measured["cpu_bound_max_speedup"] = round(c1_ms / floor_ms, 2) if floor_ms else None
     store.close()
     return measured
 
 
 def run_benchmark(
-    settings: Settings, *, endpoints: int, formats: list[str], delete_objects_count: int
+    settings: Settings,
+    *,
+    endpoints: int,
+    formats: list[str],
+    delete_objects_count: int,
+    delete_repeats: int = 5,
+    pgdata: Path | None = None,
+    store_server_pid: int | None = None,
 ) -> dict[str, Any]:
     import sqlalchemy as sa
 
     from app.bench.projection import BASE_TIME
     from app.bench.projection import _seed as seed_execution_endpoints
+    from app.bench.scratch import server_cpu_seconds
     from app.db import transaction
     from app.object_store import open_object_store
     from app.search import open_store
@@ -218,9 +299,12 @@ def run_benchmark(
         print(f"[build {fmt}] {endpoints} endpoints …", file=sys.stderr, flush=True)
         queue = spawn.Queue()
         child = spawn.Process(target=_build_in_child, args=(settings, export_id, queue))
+        database_before = server_cpu_seconds(pgdata) if pgdata else 0.0
         child.start()
         measured = queue.get()
         child.join()
+        # Includes the claim and the child's connecting: a few milliseconds.
+        database_cpu = server_cpu_seconds(pgdata) - database_before if pgdata else None
         if measured["result"] != "ready":
             raise click.ClickException(f"export build {fmt} ended {measured}")
         seconds = measured["seconds"]
@@ -234,13 +318,15 @@ def run_benchmark(
             # other load on a shared machine than the wall-clock rate.
             "cpu_seconds": round(measured["cpu_seconds"], 2),
             "rows_per_cpu_s": round(measured["rows"] / max(measured["cpu_seconds"], 1e-9), 1),
+            # The database server's CPU time during the build (it writes the export text).
+            "database_cpu_seconds": None if database_cpu is None else round(database_cpu, 2),
             "rss_growth_mib": round(measured["rss_growth_mib"], 1),
             "rss_baseline_mib": round(measured["rss_baseline_mib"], 1),
         }
         print(f"[build {fmt}] {builds[fmt]}", file=sys.stderr, flush=True)
         # Make room for the next build's measurements (and the disk).
         objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
-    deletes = _delete_throughput(settings, delete_objects_count)
+    deletes = _delete_throughput(settings, delete_objects_count, delete_repeats, store_server_pid)
     objects.close()
     return {
         "benchmark": "export",
@@ -249,6 +335,7 @@ def run_benchmark(
         "page_size": settings.exports.page_size,
         "builds": builds,
         "delete_objects": delete_objects_count,
+        "delete_repeats": delete_repeats,
         "delete_throughput": deletes,
         "cpu_count": os.cpu_count(),
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -270,7 +357,20 @@ def run_benchmark(
     help="comma-separated: csv,jsonl,zip",
 )
 @click.option("--page-size", type=click.IntRange(10, 10000), default=1000, show_default=True)
-@click.option("--delete-objects", type=click.IntRange(1, 100_000), default=300, show_default=True)
+@click.option(
+    "--delete-objects",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="objects deleted at each concurrency in each round",
+)
+@click.option(
+    "--delete-repeats",
+    type=click.IntRange(1, 50),
+    default=5,
+    show_default=True,
+    help="rounds of deletes; each concurrency's figure is the median",
+)
 def command(
     endpoints: int,
     backend: str,
@@ -280,6 +380,7 @@ def command(
     formats: str,
     page_size: int,
     delete_objects: int,
+    delete_repeats: int,
 ) -> None:
     """Export build rows/s, MB/s and RSS growth; bounded delete throughput at 1, 3, 8."""
     from app.bench.scratch import scratch_database
@@ -290,8 +391,13 @@ def command(
         raise click.BadParameter(f"unknown format(s) {unknown}", param_hint="--formats")
     with contextlib.ExitStack() as stack:
         overrides: dict[str, dict[str, object]] = {"exports": {"page_size": page_size}}
+        server = None
         if backend == "s3":
-            url = s3_url or stack.enter_context(_moto_server())
+            if s3_url:
+                url = s3_url
+            else:
+                server = stack.enter_context(_moto_server())
+                url = server.url
             store: dict[str, object] = {
                 "backend": "s3",
                 "endpoint_url": url,
@@ -311,5 +417,8 @@ def command(
             endpoints=endpoints,
             formats=chosen,
             delete_objects_count=delete_objects,
+            delete_repeats=delete_repeats,
+            pgdata=scratch.directory / "pgdata",
+            store_server_pid=server.pid if server else None,
         )
     click.echo(json.dumps(result))

@@ -4,7 +4,8 @@
 store in keyset pages (by id) through the format's chunk generator straight
 into ``ObjectStore.put``. On the PostgreSQL store the database writes the CSV
 and JSON text of each chunk itself (``read_execution_export_text``, one short
-transaction per chunk, nothing held while the chunk goes to the object store);
+transaction per chunk, two chunks at a time on two connections, nothing held
+while the chunk goes to the object store);
 other stores' pages (``read_execution_endpoints``) are encoded here. Both give
 the same bytes (tests/integration/exports/test_export_text.py). A heartbeat thread
 renews the lease every ``[exports] heartbeat_seconds``; the guard (the same
@@ -23,10 +24,11 @@ rebuilt it, the key is the same and belongs to that runner now.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +54,17 @@ from app.search.port import SearchStore
 RENEW_RETRY_SECONDS = 0.5
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
 # DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
-# and a transaction, so few rows each would be mostly overhead, while memory holds up to
-# three chunks' text (prefetch), a few MB each at typical row sizes.
+# and a transaction, so few rows each would be mostly overhead, while memory holds the
+# text of the chunks read ahead (DATABASE_READERS + 2), a few MB each at typical row sizes.
 DATABASE_CHUNK_PAGES = 10
 DATABASE_CHUNK_MAX_ROWS = 5000
+# Connections writing export text at once for one build: writing the text is most of an
+# export's CPU, and two keep two cores busy (with the compression threads) on the
+# smallest supported host; [exports] concurrency builds per host hold twice as many.
+DATABASE_READERS = 2
+# Keyset range bounds read per statement (a walk of the (execution_id, id) index over as
+# many chunks).
+BOUNDS_PER_STATEMENT = 16
 
 
 def database_chunk_rows(page_size: int) -> int:
@@ -131,6 +140,89 @@ def endpoint_pages(
             after = page[-1].id
 
 
+def _raise_if_lost(guard: threading.Event | None) -> None:
+    if isinstance(guard, LeaseGuard):
+        guard.raise_if_lost()
+
+
+def _keyset_ranges(
+    store: Any, execution_id: int, *, chunk_rows: int, guard: threading.Event | None
+) -> Iterator[tuple[str | None, str | None]]:
+    """``(after, upto)`` ranges of ``chunk_rows`` endpoints each, then the open rest
+    ``(after, None)`` (fewer than ``chunk_rows`` endpoints, or none)."""
+    after: str | None = None
+    while True:
+        _raise_if_lost(guard)
+        bounds = store.read_execution_export_bounds(
+            execution_id, after_id=after, chunk_rows=chunk_rows, chunks=BOUNDS_PER_STATEMENT
+        )
+        for upto in bounds:
+            yield after, upto
+            after = upto
+        if len(bounds) < BOUNDS_PER_STATEMENT:
+            yield after, None
+            return
+
+
+def _documents_in_range(
+    store: Any, execution_id: int, after: str | None, upto: str | None, *, chunk_rows: int
+) -> list[EndpointDocument]:
+    """The range's endpoints as documents (the open rest: its next ``chunk_rows``)."""
+    if upto is None:
+        return store.read_execution_endpoints(execution_id, after_id=after, limit=chunk_rows)
+    documents: list[EndpointDocument] = []
+    while True:
+        page = store.read_execution_endpoints(execution_id, after_id=after, limit=chunk_rows)
+        inside = [doc for doc in page if doc.id <= upto]  # hex ids sort like the uuids
+        documents.extend(inside)
+        if len(inside) < chunk_rows:
+            return documents
+        after = inside[-1].id
+
+
+def _range_pages(
+    store: Any,
+    execution_id: int,
+    after: str | None,
+    upto: str | None,
+    *,
+    chunk_rows: int,
+    csv: bool,
+    jsonl: bool,
+    guard: threading.Event | None,
+) -> list[EncodedPage]:
+    """One keyset range as export text: one short transaction, its connection given back
+    before the text is handed on. A chunk the database cannot write byte for byte like
+    the generic encoder (``exact`` false: rare values, see app.search.export_text) is read
+    again as documents and encoded in Python. The open rest is read on by keyset until a
+    chunk comes back short (more than one chunk only if rows were added meanwhile)."""
+    pages: list[EncodedPage] = []
+    while True:
+        _raise_if_lost(guard)
+        chunk = store.read_execution_export_text(
+            execution_id,
+            after_id=after,
+            upto_id=upto,
+            limit=chunk_rows if upto is None else None,
+            csv=csv,
+            jsonl=jsonl,
+        )
+        if chunk.rows == 0:
+            return pages
+        if chunk.exact:
+            pages.append(EncodedPage(rows=chunk.rows, csv=chunk.csv, jsonl=chunk.jsonl))
+            last_id, rows = chunk.last_id, chunk.rows
+        else:
+            docs = _documents_in_range(store, execution_id, after, upto, chunk_rows=chunk_rows)
+            if not docs:
+                return pages
+            pages.extend(encode_pages([docs], csv=csv, jsonl=jsonl))
+            last_id, rows = docs[-1].id, len(docs)
+        if upto is not None or rows < chunk_rows:
+            return pages
+        after = last_id
+
+
 def database_text_pages(
     store: Any,
     execution_ids: tuple[int, ...],
@@ -139,96 +231,48 @@ def database_text_pages(
     csv: bool,
     jsonl: bool,
     guard: threading.Event | None = None,
+    readers: int = 1,
+    name: str = "export-text",
 ) -> Iterator[EncodedPage]:
-    """Every endpoint of the executions as export text written by PostgreSQL, one chunk at a time.
+    """Every endpoint of the executions as export text written by PostgreSQL, in order.
 
-    One short transaction per keyset chunk (``read_execution_export_text``); the
-    connection is back in the pool before the chunk goes on to the object store
-    (docs/architecture.md, rule: short transactions), and the chunk is all the
-    memory held. A chunk the database cannot write byte for byte like the
-    generic encoder (``exact`` false: rare values, see app.search.export_text)
-    is read again as documents and encoded in Python.
+    The endpoints are cut into keyset ranges of ``chunk_rows`` (their bounds come from
+    the index, a few dozen ranges per statement), and ``readers`` threads each have the
+    database write one range at a time, on its own connection, in one short transaction
+    (docs/architecture.md, rule: short transactions): PostgreSQL writes text on as many
+    cores while the caller compresses and stores. At most ``readers + 1`` ranges are read
+    ahead, so memory holds a few chunks whatever the export's size. An exception in a
+    reader (``LeaseLost`` included) is raised here; a caller that stops early stops the
+    readers, and every reader thread has ended when this generator has.
     """
-    for execution_id in execution_ids:
-        after: str | None = None
-        while True:
-            if isinstance(guard, LeaseGuard):
-                guard.raise_if_lost()
-            chunk = store.read_execution_export_text(
-                execution_id, after_id=after, limit=chunk_rows, csv=csv, jsonl=jsonl
-            )
-            if chunk.rows == 0:
-                break
-            if chunk.exact:
-                yield EncodedPage(rows=chunk.rows, csv=chunk.csv, jsonl=chunk.jsonl)
-                last_id, rows = chunk.last_id, chunk.rows
-            else:
-                docs = store.read_execution_endpoints(
-                    execution_id, after_id=after, limit=chunk_rows
-                )
-                if not docs:
-                    break
-                yield from encode_pages([docs], csv=csv, jsonl=jsonl)
-                last_id, rows = docs[-1].id, len(docs)
-            if rows < chunk_rows:
-                break
-            after = last_id
-
-
-class _Done:
-    """Ends a prefetch queue; carries the producer's exception, if any."""
-
-    def __init__(self, error: BaseException | None = None):
-        self.error = error
-
-
-def prefetched(pages: Iterator[EncodedPage], *, name: str) -> Iterator[EncodedPage]:
-    """``pages`` produced by a helper thread one page ahead of the consumer.
-
-    While the consumer compresses and stores one chunk, PostgreSQL writes the
-    next (two cores instead of one). The producer holds a connection only inside
-    each chunk's statement, never while waiting for the consumer; memory holds at
-    most three chunks. An exception in the producer (``LeaseLost`` included) is
-    raised here; a consumer that stops early stops the producer.
-    """
-    ready: queue.Queue[EncodedPage | _Done] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def offer(item: EncodedPage | _Done) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for page in pages:
-                if not offer(page):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            offer(_Done(exc))
-            return
-        offer(_Done())
-
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
+    pool = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix=name)
+    pending: deque[Future[list[EncodedPage]]] = deque()
     try:
-        while True:
-            item = ready.get()
-            if isinstance(item, _Done):
-                if item.error is not None:
-                    raise item.error
-                return
-            yield item
+        for execution_id in execution_ids:
+            for after, upto in _keyset_ranges(
+                store, execution_id, chunk_rows=chunk_rows, guard=guard
+            ):
+                pending.append(
+                    pool.submit(
+                        _range_pages,
+                        store,
+                        execution_id,
+                        after,
+                        upto,
+                        chunk_rows=chunk_rows,
+                        csv=csv,
+                        jsonl=jsonl,
+                        guard=guard,
+                    )
+                )
+                if len(pending) > readers:
+                    yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
     finally:
-        stop.set()
-        thread.join()
-        close = getattr(pages, "close", None)
-        if close is not None:
-            close()
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True)
 
 
 def writes_text_in_database(store: SearchStore) -> bool:
@@ -257,15 +301,16 @@ def export_chunks(
 
     def pages() -> Iterator[EncodedPage]:
         if database_text:
-            chunks = database_text_pages(
+            return database_text_pages(
                 store,
                 claim.execution_ids,
                 chunk_rows=database_chunk_rows(page_size),
                 csv=csv,
                 jsonl=jsonl,
                 guard=guard,
+                readers=DATABASE_READERS,
+                name=f"export-text-{claim.id}",
             )
-            return prefetched(chunks, name=f"export-text-{claim.id}")
         documents = endpoint_pages(store, claim.execution_ids, page_size=page_size, guard=guard)
         return encode_pages(documents, csv=csv, jsonl=jsonl)
 

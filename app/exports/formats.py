@@ -8,7 +8,8 @@ The zip holds ``endpoints.csv``, ``endpoints.jsonl`` and ``manifest.json``
 (the task, its executions, row counts and the SHA-256 of each member). It is
 written by ``zipfile`` into a sink that the generator drains after every page,
 with data descriptors, so the archive never needs seeking; one pass over the
-pages feeds both members (the JSON lines wait in an unnamed temporary file).
+pages feeds both members, each deflated on its own thread (the JSON lines wait,
+compressed, in an unnamed temporary file).
 
 The generators take pages already encoded (``EncodedPage``: the page's CSV rows
 and JSON lines as bytes). ``encode_pages`` encodes endpoint documents here, in
@@ -22,8 +23,12 @@ import csv
 import hashlib
 import io
 import json
+import queue
 import tempfile
+import threading
+import time
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,41 +205,125 @@ class _DrainSink:
         return data
 
 
+# Deflate level of both members: level 1 is several times faster than zlib's default 6 on
+# export text and the archive only a little larger (docs/operations.md, "Exports").
+ZIP_LEVEL = 1
+_SPOOL_QUEUE_CHUNKS = 4
+
+
+class _DeflatedSpool:
+    """A zip member deflated by its own thread into an unnamed temporary file.
+
+    zlib, crc32 and sha256 release the GIL on large buffers, so while the caller
+    compresses one member this thread compresses the other on the second core.
+    The queue is bounded (a few chunks), so memory stays flat; the compressed
+    bytes wait on disk until the member is copied into the archive as is.
+    """
+
+    def __init__(self, stats: MemberStats, *, name: str):
+        self.stats = stats
+        self.file = tempfile.TemporaryFile(prefix="netmap-export-")
+        self.size = self.compressed_size = self.crc = 0
+        self._queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue(_SPOOL_QUEUE_CHUNKS)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        compressor = zlib.compressobj(ZIP_LEVEL, zlib.DEFLATED, -15)
+        try:
+            while (item := self._queue.get()) is not None:
+                data, rows = item
+                self.stats.add(data, rows)
+                self.crc = zlib.crc32(data, self.crc)
+                self.size += len(data)
+                self._write(compressor.compress(data))
+            self._write(compressor.flush())
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller by finish()
+            self._error = exc
+            while self._queue.get() is not None:  # let the caller's puts and finish() go on
+                pass
+
+    def _write(self, data: bytes) -> None:
+        if data:
+            self.file.write(data)
+            self.compressed_size += len(data)
+
+    def add(self, data: bytes, rows: int) -> None:
+        self._queue.put((data, rows))
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        self.file.seek(0)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self.file.close()
+
+
+def _copy_deflated_member(
+    archive: zipfile.ZipFile, sink: _DrainSink, name: str, spool: _DeflatedSpool
+) -> Iterator[bytes]:
+    """Append an already deflated member (sizes and CRC known) to a streamed archive.
+
+    ``zipfile`` has no call for data compressed elsewhere, so this writes what
+    ``ZipFile.open(name, "w")`` would: the local header (zip64 sizes), the data,
+    and the member's entry for the central directory ``ZipFile.close`` writes.
+    """
+    info = zipfile.ZipInfo(name, date_time=time.localtime(time.time())[:6])
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o600 << 16
+    info.file_size, info.compress_size, info.CRC = spool.size, spool.compressed_size, spool.crc
+    info.header_offset = archive.fp.tell()  # type: ignore[union-attr]
+    archive.fp.write(info.FileHeader(zip64=True))  # type: ignore[union-attr]
+    while chunk := spool.file.read(1024 * 1024):
+        archive.fp.write(chunk)  # type: ignore[union-attr]
+        yield sink.drain()
+    archive.start_dir = archive.fp.tell()  # type: ignore[union-attr]
+    archive.filelist.append(info)
+    archive.NameToInfo[name] = info
+
+
 def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) -> Iterator[bytes]:
     """The zip archive, from one pass over the pages.
 
     The CSV member is compressed into the archive as the pages arrive; the JSON
-    lines of the same pages go to an unnamed temporary file meanwhile (disk,
-    not memory) and are copied in as the second member. ``members`` is filled
-    with each member's stats; ``manifest`` gets them too.
+    lines of the same pages are compressed at the same time by a second thread
+    into an unnamed temporary file (disk, not memory) and copied in as the
+    second member. ``members`` is filled with each member's stats; ``manifest``
+    gets them too.
     """
     sink = _DrainSink()
     csv_stats, jsonl_stats = MemberStats(), MemberStats()
-    with (
-        tempfile.TemporaryFile(prefix="netmap-export-") as spool,
-        zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
-    ):
-        with archive.open("endpoints.csv", "w", force_zip64=True) as member:
-            header = csv_header()
-            csv_stats.add(header, 0)
-            member.write(header)
-            for page in pages():
-                csv_stats.add(page.csv, page.rows)
-                member.write(page.csv)
-                if page.jsonl:
-                    jsonl_stats.add(page.jsonl, page.rows)
-                    spool.write(page.jsonl)
-                data = sink.drain()
-                if data:
-                    yield data
-        spool.seek(0)
-        with archive.open("endpoints.jsonl", "w", force_zip64=True) as member:
-            while chunk := spool.read(1024 * 1024):
-                member.write(chunk)
-                yield sink.drain()
-        members["endpoints.csv"] = csv_stats.as_dict()
-        members["endpoints.jsonl"] = jsonl_stats.as_dict()
-        manifest["members"] = dict(members)
-        body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
-        archive.writestr("manifest.json", body)
-    yield sink.drain()
+    spool = _DeflatedSpool(jsonl_stats, name="export-zip-jsonl")
+    try:
+        with zipfile.ZipFile(
+            sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=ZIP_LEVEL
+        ) as archive:
+            with archive.open("endpoints.csv", "w", force_zip64=True) as member:
+                header = csv_header()
+                csv_stats.add(header, 0)
+                member.write(header)
+                for page in pages():
+                    if page.jsonl:
+                        spool.add(page.jsonl, page.rows)
+                    csv_stats.add(page.csv, page.rows)
+                    member.write(page.csv)
+                    data = sink.drain()
+                    if data:
+                        yield data
+            spool.finish()
+            yield from _copy_deflated_member(archive, sink, "endpoints.jsonl", spool)
+            members["endpoints.csv"] = csv_stats.as_dict()
+            members["endpoints.jsonl"] = jsonl_stats.as_dict()
+            manifest["members"] = dict(members)
+            body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+            archive.writestr("manifest.json", body)
+        yield sink.drain()
+    finally:
+        spool.close()

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2.extensions
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -66,8 +67,8 @@ def _json_text(expr: str, *, plain: bool = True) -> str:
 # JSON escapes, so both take them as they are (one test instead of one per column and
 # format). Banners, often multi-line, are always checked on their own.
 _PLAIN = (
-    "concat(t.transport, t.state, t.service, t.product, t.version, t.hostname, "
-    "array_to_string(t.tags, ';')) !~ '[\\x01-\\x1f,\"\\\\]'"
+    "concat(k.transport, k.state, k.service, k.product, k.version, k.hostname, k.tags_text)"
+    " !~ '[\\x01-\\x1f,\"\\\\]'"
 )
 
 _JSON_TAGS = (
@@ -125,8 +126,8 @@ _CSV_LINE = (
             *(_csv_field(f"p.{column}") for column in _TEXT_COLUMNS),
             _csv_field("p.banner", plain=False),
             _csv_field("p.tags_text"),
-            _iso("p.first_seen_text"),
-            _iso("p.last_seen_text"),
+            "p.first_seen_iso",
+            "p.last_seen_iso",
         ]
     )
     + ", E'\\n')"
@@ -156,9 +157,9 @@ _JSON_LINE = (
             "',\"tags\":'",
             _JSON_TAGS,
             '\',"first_seen":"\'',
-            _iso("p.first_seen_text"),
+            "p.first_seen_iso",
             '\'","last_seen":"\'',
-            _iso("p.last_seen_text"),
+            "p.last_seen_iso",
             '\'","details":\'',
             _compact_json("p.details_text"),
             "E'}\\n'",
@@ -180,7 +181,9 @@ _NOT_EXACT = (
 
 def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
     # string_agg's ORDER BY matches the keyset subquery's order, so PostgreSQL (16+)
-    # aggregates the sorted rows without sorting them again.
+    # aggregates the sorted rows without sorting them again. The times' ISO text and
+    # ``plain`` are computed once per row in the middle query, for both lines; the
+    # uuid text of the last id is the largest (fixed width), its dashes removed once.
     csv_agg = f"string_agg({_CSV_LINE}, '' ORDER BY p.id)" if csv else "NULL::text"
     jsonl_agg = f"string_agg({_JSON_LINE}, '' ORDER BY p.id)" if jsonl else "NULL::text"
     return f"""
@@ -189,19 +192,23 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
                {jsonl_agg} AS jsonl,
                coalesce(bool_or({_NOT_EXACT}), false)
                    OR current_setting('DateStyle') NOT LIKE 'ISO%' AS not_exact,
-               max(replace(p.id::text, '-', '') COLLATE "C") AS last_id
-          FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet, host(t.ip) AS ip,
-                       t.port, t.transport, t.state, t.service, t.product, t.version,
-                       t.hostname, t.banner, t.tags, t.details,
-                       array_to_string(t.tags, ';') AS tags_text, {_PLAIN} AS plain,
-                       t.details::text AS details_text,
-                       {_utc_text("t.first_seen")} AS first_seen_text,
-                       {_utc_text("t.last_seen")} AS last_seen_text
-                  FROM {TABLE} t
-                 WHERE t.execution_id = :execution_id
-                   AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
-                 ORDER BY t.id
-                 LIMIT :limit) p
+               replace(max(p.id::text COLLATE "C"), '-', '') AS last_id
+          FROM (SELECT k.*, {_iso("k.first_seen_text")} AS first_seen_iso,
+                       {_iso("k.last_seen_text")} AS last_seen_iso, {_PLAIN} AS plain
+                  FROM (SELECT t.id, t.task_id, t.execution_id, t.ip AS ip_inet,
+                               host(t.ip) AS ip, t.port, t.transport, t.state, t.service,
+                               t.product, t.version, t.hostname, t.banner, t.tags, t.details,
+                               array_to_string(t.tags, ';') AS tags_text,
+                               t.details::text AS details_text,
+                               {_utc_text("t.first_seen")} AS first_seen_text,
+                               {_utc_text("t.last_seen")} AS last_seen_text
+                          FROM {TABLE} t
+                         WHERE t.execution_id = :execution_id
+                           AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+                           AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
+                         ORDER BY t.id
+                         LIMIT CAST(:limit AS bigint)) k
+                OFFSET 0) p
     """  # noqa: S608 - table, columns and expressions are module constants; values are bound
 
 
@@ -227,19 +234,93 @@ def read_export_text(
     execution_id: int,
     *,
     after_id: str | None,
-    limit: int,
+    limit: int | None,
     csv: bool = True,
     jsonl: bool = True,
+    upto_id: str | None = None,
 ) -> ExportTextChunk:
-    """The next ``limit`` endpoints of the execution after ``after_id``, as export text."""
-    row: Any = conn.execute(
-        _STATEMENTS[(csv, jsonl)],
-        {"execution_id": execution_id, "after": after_id, "limit": limit},
-    ).one()
+    """The execution's endpoints after ``after_id`` (up to ``upto_id`` inclusive, when
+    given), at most ``limit`` of them (None: no limit), as export text."""
+    params = {"execution_id": execution_id, "after": after_id, "upto": upto_id, "limit": limit}
+    raw = _raw_utf8_connection(conn)
+    if raw is None:
+        row: Any = conn.execute(_STATEMENTS[(csv, jsonl)], params).one()
+        return ExportTextChunk(
+            rows=int(row.rows),
+            csv=(row.csv or "").encode("utf-8"),
+            jsonl=(row.jsonl or "").encode("utf-8"),
+            last_id=row.last_id,
+            exact=not row.not_exact,
+        )
+    compiled = _compiled(conn, csv, jsonl)
+    with raw.cursor() as cursor:
+        psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
+        cursor.execute(compiled.string, compiled.construct_params(params))
+        rows, csv_text, jsonl_text, not_exact, last_id = cursor.fetchone()
     return ExportTextChunk(
-        rows=int(row.rows),
-        csv=(row.csv or "").encode("utf-8"),
-        jsonl=(row.jsonl or "").encode("utf-8"),
-        last_id=row.last_id,
-        exact=not row.not_exact,
+        rows=int(rows),
+        csv=csv_text or b"",
+        jsonl=jsonl_text or b"",
+        last_id=last_id.decode("utf-8") if last_id is not None else None,
+        exact=not not_exact,
+    )
+
+
+def _raw_utf8_connection(conn: Connection) -> Any | None:
+    """The psycopg2 connection under ``conn`` when it talks UTF-8, else None.
+
+    The chunk's text is read as the bytes the server sends (psycopg2's BYTES caster,
+    on this statement's cursor only): decoding about 470 bytes a row into ``str`` only
+    to encode them again was a fifth of the builder's CPU. Another driver, or a
+    client encoding other than UTF-8, takes the decoding path.
+    """
+    raw = getattr(conn.connection, "dbapi_connection", None)
+    if isinstance(raw, psycopg2.extensions.connection) and raw.encoding == "UTF8":
+        return raw
+    return None
+
+
+_COMPILED: dict[tuple[str, bool, bool], Any] = {}
+
+
+def _compiled(conn: Connection, csv: bool, jsonl: bool) -> Any:
+    key = (conn.dialect.name, csv, jsonl)
+    if key not in _COMPILED:
+        _COMPILED[key] = _STATEMENTS[(csv, jsonl)].compile(dialect=conn.dialect)
+    return _COMPILED[key]
+
+
+# The id ending every ``chunk_rows``-th endpoint after ``after``: the keyset ranges that
+# readers on several connections can write at the same time. The ids come from the
+# (execution_id, id) index; no row is read.
+_BOUNDS = sa.text(
+    f"""
+    SELECT replace(s.id::text, '-', '') AS id
+      FROM (SELECT t.id, row_number() OVER (ORDER BY t.id) AS n
+              FROM {TABLE} t
+             WHERE t.execution_id = :execution_id
+               AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+             ORDER BY t.id
+             LIMIT :rows) s
+     WHERE s.n % :chunk_rows = 0
+     ORDER BY s.n
+    """  # noqa: S608 - the table is a module constant; values are bound
+)
+
+
+def read_export_bounds(
+    conn: Connection, execution_id: int, *, after_id: str | None, chunk_rows: int, chunks: int
+) -> list[str]:
+    """Up to ``chunks`` keyset bounds: the last id of each full chunk of ``chunk_rows``
+    endpoints after ``after_id`` (``EndpointDocument.id`` form, ascending)."""
+    return list(
+        conn.execute(
+            _BOUNDS,
+            {
+                "execution_id": execution_id,
+                "after": after_id,
+                "rows": chunk_rows * chunks,
+                "chunk_rows": chunk_rows,
+            },
+        ).scalars()
     )

@@ -49,7 +49,7 @@ from app.config import Settings
 from app.errors import Unavailable
 from app.observability import emit
 from app.search.documents import EndpointDocument, FactDocument
-from app.search.export_text import ExportTextChunk, read_export_text
+from app.search.export_text import ExportTextChunk, read_export_bounds, read_export_text
 from app.search.port import (
     AssetPage,
     AssetQuery,
@@ -246,12 +246,35 @@ class PostgresStore:
         return self._queries.read_execution_endpoints(execution_id, after_id=after_id, limit=limit)
 
     def read_execution_export_text(
-        self, execution_id: int, *, after_id: str | None, limit: int, csv: bool, jsonl: bool
+        self,
+        execution_id: int,
+        *,
+        after_id: str | None,
+        limit: int | None,
+        csv: bool,
+        jsonl: bool,
+        upto_id: str | None = None,
     ) -> ExportTextChunk:
         """The next keyset chunk as CSV and JSON-lines text written by PostgreSQL (EXP-7)."""
         return self._run(
             lambda conn: read_export_text(
-                conn, execution_id, after_id=after_id, limit=limit, csv=csv, jsonl=jsonl
+                conn,
+                execution_id,
+                after_id=after_id,
+                limit=limit,
+                csv=csv,
+                jsonl=jsonl,
+                upto_id=upto_id,
+            )
+        )
+
+    def read_execution_export_bounds(
+        self, execution_id: int, *, after_id: str | None, chunk_rows: int, chunks: int
+    ) -> list[str]:
+        """Keyset bounds of the next ``chunks`` full export chunks (EXP-7)."""
+        return self._run(
+            lambda conn: read_export_bounds(
+                conn, execution_id, after_id=after_id, chunk_rows=chunk_rows, chunks=chunks
             )
         )
 
