@@ -39,7 +39,6 @@ import sqlalchemy as sa
 
 from app.bench.cpu import server_cpu_seconds
 from app.bench.progress import Progress
-from app.bench.scratch import server_cpu_seconds
 from app.db import transaction
 from app.search.documents import EndpointDocument, observation_key
 

@@ -273,9 +273,9 @@ def run_benchmark(
 ) -> dict[str, Any]:
     import sqlalchemy as sa
 
+    from app.bench.cpu import server_cpu_seconds
     from app.bench.projection import BASE_TIME
     from app.bench.projection import _seed as seed_execution_endpoints
-    from app.bench.scratch import server_cpu_seconds
     from app.db import transaction
     from app.object_store import open_object_store
     from app.search import open_store

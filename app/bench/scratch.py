@@ -11,7 +11,6 @@ cannot start itself (a real Elasticsearch cluster) takes its URL explicitly.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -61,35 +60,6 @@ def scratch_database(
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def server_cpu_seconds(pgdata: Path) -> float:
-    """CPU time used so far by a scratch PostgreSQL server's processes (Linux /proc).
-
-    The machine may be shared, so wall time alone says little; CPU seconds spent by
-    the server and by the measured process measure the work itself. Backends that
-    have ended count too (the postmaster's reaped children), so a difference taken
-    around work done on connections of another process is whole.
-    """
-    try:
-        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster:
-            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-        elif ppid == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
 
 
 def drop_elasticsearch_prefix(url: str, prefix: str) -> None:
