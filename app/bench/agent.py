@@ -27,6 +27,8 @@ from typing import Any
 
 import click
 
+from app.bench import local_server
+from app.bench.cpu import process_tree_cpu_seconds
 from app.bench.progress import Progress
 
 # Peak RSS from /proc/self/status (VmHWM): ru_maxrss of a process started by fork and exec
@@ -155,44 +157,9 @@ class _EventTee:
         return {}
 
 
-def _process_tree_cpu_seconds(root: int) -> float | None:
-    """CPU seconds of a process and its live descendants (with their reaped children), from
-    /proc; None where there is no /proc."""
-    import os
-
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    try:
-        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return None
-    for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        # After the command name: state, ppid, … utime (12th), stime, cutime, cstime.
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(value) for value in fields[11:15]) / ticks
-    if root not in cpu:
-        return None
-    total = 0.0
-    for pid, seconds in cpu.items():
-        ancestor = pid
-        while ancestor not in (root, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor == root:
-            total += seconds
-    return total
-
-
 def _end_to_end(
     path: Path, expected: int, batch_size: int, agent_log: bool, upload_concurrency: int | None
 ) -> dict[str, Any]:
-    import os
-    import re
 
     import sqlalchemy as sa
 
@@ -229,37 +196,11 @@ def _end_to_end(
             create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
         # The server is `netmap up` (gunicorn) in its own processes, as in production: the
         # agent's parse and the server's ingest do not share one interpreter.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-        env.update(
-            NETMAP_DATABASE_URL=scratch.database_url,
-            NETMAP_SECRET_KEY="bench-only-secret-key",  # noqa: S106 - a throwaway server
-            NETMAP_INGEST_MAX_OBSERVATIONS_PER_BATCH=str(max_batch),
-            NETMAP_INGEST_MAX_BODY_BYTES=str(64 * 1024 * 1024),
-            NETMAP_SCAN_EXECUTION_LEASE_SECONDS="600",
+        env = local_server.server_environment(
+            scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=600
         )
-        log_path = scratch.directory / "netmap-up.log"
-        with open(log_path, "wb") as log:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "app", "--data-dir", str(scratch.directory / "var"), "up",
-                 "--no-runner", "--host", "127.0.0.1", "--port", "0"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=log,
-            )  # fmt: skip
+        server, url = local_server.start_server(scratch, env, timeout=120)
         try:
-            url = None
-            assert server.stdout is not None
-            deadline = time.monotonic() + 120
-            while url is None and time.monotonic() < deadline:
-                line = server.stdout.readline().decode()
-                if not line:
-                    break
-                found = re.search(r"netmap is up: (\S+)", line)
-                url = found.group(1) if found else None
-            if url is None:
-                raise click.ClickException(
-                    "netmap up did not start: " + log_path.read_text(errors="replace")[-2000:]
-                )
             progress = Progress("agent end-to-end", expected)
 
             def replay(_execution):
@@ -280,13 +221,13 @@ def _end_to_end(
                     once=True,
                     observation_source=replay,
                 )
-                server_cpu_before = _process_tree_cpu_seconds(server.pid)
+                server_cpu_before = process_tree_cpu_seconds(server.pid)
                 started = time.perf_counter()
                 cpu_started = time.process_time()
                 status = agent.run()
                 seconds = time.perf_counter() - started
                 agent_cpu = time.process_time() - cpu_started
-                server_cpu_after = _process_tree_cpu_seconds(server.pid)
+                server_cpu_after = process_tree_cpu_seconds(server.pid)
             progress.finish()
             if status != 0:
                 raise click.ClickException(f"the agent ended with status {status}")
@@ -298,11 +239,7 @@ def _end_to_end(
                     )
                 ).scalar()
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            local_server.stop_server(server)
     wait = events.last("AgentExecutionSucceeded").get("upload_wait_seconds")
     server_cpu = (
         round(server_cpu_after - server_cpu_before, 3)

@@ -1,9 +1,9 @@
-"""CPU seconds of a benchmark's own work: this process and its scratch PostgreSQL server.
+"""CPU seconds of a benchmark's own work: this process, a server it started, and its
+scratch PostgreSQL server.
 
 The benchmark machine may be shared, so wall time alone says little about a
-change; the CPU time the scratch server's processes and this process spent over
-a timed phase measures the work itself (Linux ``/proc``; elsewhere the server's
-share reads as 0).
+change; the CPU time the measured processes spent over a timed phase measures the
+work itself (Linux ``/proc``; elsewhere the figures read as 0 or None).
 """
 
 from __future__ import annotations
@@ -14,30 +14,55 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def process_tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds (user + system) of ``root`` and every live descendant, plus what the
+    processes of the tree have reaped of their exited children (gunicorn workers that
+    were replaced, PostgreSQL backends that closed): without the reaped share, a process
+    that ends mid-phase would take its time with it. None when ``root`` is not running
+    or there is no ``/proc``."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = text[text.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        # utime, stime, cutime, cstime (fields 14-17 of stat(5))
+        ticks[pid] = sum(int(value) for value in fields[11:15])
+    if root not in ticks:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    tree, frontier = set(), [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid not in tree:
+            tree.add(pid)
+            frontier.extend(children.get(pid, ()))
+    return sum(ticks[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The PostgreSQL server of ``pgdata`` (first line of ``postmaster.pid``)."""
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def server_cpu_seconds(pgdata: Path) -> float:
     """CPU time used so far by the PostgreSQL server of ``pgdata`` (postmaster and children)."""
-    try:
-        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster:
-            # Its own time, plus that of the children it has reaped (autovacuum workers,
-            # closed connections): without it a process that ends mid-phase would take
-            # its time with it.
-            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-        elif ppid == postmaster:
-            total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / ticks
+    postmaster = postmaster_pid(pgdata)
+    return (process_tree_cpu_seconds(postmaster) or 0.0) if postmaster else 0.0
 
 
 @dataclass

@@ -28,7 +28,6 @@ import json
 import multiprocessing
 import os
 import queue
-import re
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from typing import Any
 
 import click
 
+from app.bench import local_server
+from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
 from app.bench.stats import percentile
 
 READ_P95_GOAL_MS = 250.0
@@ -169,45 +170,11 @@ def _reader(url, reader, username, task_ids, window, events) -> None:
 
 
 def _start_server(scratch, max_batch: int) -> tuple[subprocess.Popen, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-    env.update(
-        NETMAP_DATABASE_URL=scratch.database_url,
-        NETMAP_SECRET_KEY="bench-only-secret-key",  # noqa: S106 - a throwaway server
-        NETMAP_INGEST_MAX_OBSERVATIONS_PER_BATCH=str(max_batch),
-        NETMAP_INGEST_MAX_BODY_BYTES=str(64 * 1024 * 1024),
-        NETMAP_SCAN_EXECUTION_LEASE_SECONDS="3600",
+    env = local_server.server_environment(
+        scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=3600
     )
-    log_path = scratch.directory / "netmap-up.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app", "--data-dir", str(scratch.directory / "var"), "up",
-             "--no-runner", "--host", "127.0.0.1", "--port", "0"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )  # fmt: skip
-    assert server.stdout is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = server.stdout.readline().decode()
-        if not line:
-            break
-        found = re.search(r"netmap is up: (\S+)", line)
-        if found:
-            return server, found.group(1).rstrip("/")
-    server.terminate()
-    raise click.ClickException(
-        "netmap up did not start: " + log_path.read_text(errors="replace")[-2000:]
-    )
-
-
-def _stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+    server, url = local_server.start_server(scratch, env, timeout=120)
+    return server, url.rstrip("/")
 
 
 def _prepare(scratch, writers: int, assets: int) -> tuple[str, list[int], list[str]]:
@@ -284,43 +251,15 @@ def _claim(url: str, token: str) -> dict[str, Any]:
     return answer.json()["execution"]
 
 
-def _cpu_sample(server_pid: int, postmaster_pid: int | None) -> dict[str, float]:
+def _cpu_sample(server_pid: int, postmaster: int | None) -> dict[str, float]:
     """CPU seconds so far of the server (gunicorn and its workers) and of PostgreSQL (this
     process's embedded server), and the machine's load: on a shared machine wall-clock
     rates measure the neighbours too, CPU seconds mostly the work."""
-    import psutil
-
-    def cpu(processes) -> float:
-        total = 0.0
-        for process in processes:
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue  # ended meanwhile
-            total += times.user + times.system
-        return total
-
-    def tree(pid: int | None) -> list[Any]:
-        try:
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
-        except (psutil.Error, ValueError, TypeError):
-            return []
-
     return {
-        "server": cpu(tree(server_pid)),
-        "postgres": cpu(tree(postmaster_pid)),
+        "server": process_tree_cpu_seconds(server_pid) or 0.0,
+        "postgres": (process_tree_cpu_seconds(postmaster) or 0.0) if postmaster else 0.0,
         "load": os.getloadavg()[0],
     }
-
-
-def _postmaster_pid(scratch) -> int | None:
-    """The scratch PostgreSQL's postmaster (first line of ``postmaster.pid``), whose
-    children are the backends serving the server."""
-    try:
-        return int((scratch.directory / "pgdata" / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _minutes(uploads, reads, started: float, ended: float, cpu_samples) -> list[dict[str, Any]]:
@@ -448,7 +387,7 @@ def command(minutes: float, writers: int, readers: int, batch: int, assets: int)
             minutes_count = max(1, int((deadline - started - 1e-9) // 60) + 1)
             boundaries = [started + 60 * m for m in range(minutes_count)] + [deadline]
             cpu_samples: list[dict[str, float]] = []
-            postmaster = _postmaster_pid(scratch)
+            postmaster = postmaster_pid(scratch.directory / "pgdata")
             while len(done) < writers and not errors:
                 if boundaries and time.time() >= boundaries[0]:
                     boundaries.pop(0)
@@ -490,7 +429,7 @@ def command(minutes: float, writers: int, readers: int, batch: int, assets: int)
                     reads.append(event[1:])
             checks = _verify(url, username, done)
         finally:
-            _stop(server)
+            local_server.stop_server(server)
     per_minute = _minutes(uploads, reads, started, deadline, cpu_samples)
     first_rate = per_minute[0]["ingest_observations_per_s"]
     reads_ok = all(

@@ -20,20 +20,17 @@ timed. Reported per size (observations per client):
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import click
 import orjson
 import sqlalchemy as sa
 
+from app.bench import local_server
+from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
 from app.bench.stats import summary_ms
 from app.upload_protocol import canonical_checksum
 
@@ -53,40 +50,6 @@ def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any
         }
         for i in range(start, start + count)
     ]
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds (user + system) of ``root`` and every live descendant, plus what the
-    processes of the tree have reaped of their exited children (from /proc)."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                text = handle.read()
-        except OSError:
-            continue  # exited meanwhile
-        fields = text[text.rindex(")") + 2 :].split()
-        pid = int(entry)
-        parents[pid] = int(fields[1])
-        # utime, stime, cutime, cstime (fields 14-17 of stat(5))
-        cpu[pid] = sum(int(value) for value in fields[11:15])
-    tree, frontier = set(), [root]
-    while frontier:
-        pid = frontier.pop()
-        if pid in tree or pid not in cpu:
-            continue
-        tree.add(pid)
-        frontier.extend(child for child, parent in parents.items() if parent == pid)
-    return sum(cpu[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
-
-
-def postmaster_pid(directory: Path) -> int | None:
-    for path in directory.rglob("postmaster.pid"):
-        return int(path.read_text().split("\n", 1)[0])
-    return None
 
 
 class _Client:
@@ -150,50 +113,17 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     and threads as configured by the environment it runs in)."""
     from app.config import load_settings
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-    env.update(
-        NETMAP_DATABASE_URL=scratch.database_url,
-        NETMAP_SECRET_KEY="bench-only-secret-key",  # noqa: S106 - a throwaway server
-        NETMAP_INGEST_MAX_OBSERVATIONS_PER_BATCH=str(max_batch),
-        NETMAP_INGEST_MAX_BODY_BYTES=str(MAX_BODY_BYTES),
-        NETMAP_SCAN_EXECUTION_LEASE_SECONDS="3600",
+    env = local_server.server_environment(
+        scratch, max_batch=max_batch, max_body_bytes=MAX_BODY_BYTES, lease_seconds=3600
     )
     if es_url:
         env.update(NETMAP_ELASTICSEARCH_URL=es_url, NETMAP_ELASTICSEARCH_INDEX_PREFIX=prefix)
     configured = load_settings(env=env)[0].server
-    log_path = scratch.directory / "netmap-up.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app", "--data-dir", str(scratch.directory / "var"), "up",
-             "--no-runner", "--host", "127.0.0.1", "--port", "0"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )  # fmt: skip
-    url = None
-    assert server.stdout is not None
-    deadline = time.monotonic() + 180
-    while url is None and time.monotonic() < deadline:
-        line = server.stdout.readline().decode()
-        if not line:
-            break
-        found = re.search(r"netmap is up: (\S+)", line)
-        url = found.group(1) if found else None
-    if url is None:
-        stop_server(server)
-        raise click.ClickException(
-            "netmap up did not start: " + log_path.read_text(errors="replace")[-2000:]
-        )
+    server, url = local_server.start_server(scratch, env)
     return server, url, configured.web_workers, configured.web_threads
 
 
-def stop_server(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+stop_server = local_server.stop_server
 
 
 def _executions(owner_id: int, count: int, settings, size: int) -> None:
@@ -245,7 +175,7 @@ def measure_http(
                 for start in range(0, size, fill_batch)
             ]
         )
-    postgres = postmaster_pid(scratch.directory)
+    postgres = postmaster_pid(scratch.directory / "pgdata")
     barrier = threading.Barrier(len(clients) + 1)
     threads = [
         threading.Thread(target=client.send_all, args=(bodies, barrier), daemon=True)
@@ -253,8 +183,8 @@ def measure_http(
     ]
     for thread in threads:
         thread.start()
-    server_cpu = tree_cpu_seconds(server_pid)
-    postgres_cpu = tree_cpu_seconds(postgres) if postgres else 0.0
+    server_cpu = _cpu(server_pid)
+    postgres_cpu = _cpu(postgres) if postgres else 0.0
     own_cpu = time.process_time()
     barrier.wait()
     started = time.perf_counter()
@@ -262,8 +192,8 @@ def measure_http(
         thread.join()
     seconds = time.perf_counter() - started
     own_cpu = time.process_time() - own_cpu
-    server_cpu = tree_cpu_seconds(server_pid) - server_cpu
-    postgres_cpu = (tree_cpu_seconds(postgres) - postgres_cpu) if postgres else None
+    server_cpu = _cpu(server_pid) - server_cpu
+    postgres_cpu = (_cpu(postgres) - postgres_cpu) if postgres else None
     errors = [client.error for client in clients if client.error]
     if errors:
         raise click.ClickException(f"a client failed: {errors[0]}")
@@ -312,3 +242,7 @@ def measure_http(
         "normal_by_batch_size": by_batch_size,
         "final_counts": counts,
     }
+
+
+def _cpu(pid: int) -> float:
+    return process_tree_cpu_seconds(pid) or 0.0
