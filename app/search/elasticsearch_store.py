@@ -415,7 +415,7 @@ class ElasticsearchStore:
             for bucket in buckets:
                 if bucket["key"] in by_kind:
                     by_kind[bucket["key"]] = _add_count(by_kind[bucket["key"]], bucket["doc_count"])
-        endpoints, ips, _ = self._walk_ips({"term": {"execution_id": execution_id}}, keep=0)
+        endpoints, ips = self._walk_ips({"term": {"execution_id": execution_id}})
         return ExecutionCounts(
             observations=by_kind["observation"],
             endpoints=endpoints,
@@ -424,10 +424,13 @@ class ElasticsearchStore:
         )
 
     def _ip_buckets(
-        self, query: dict[str, Any], *, size: int, after: str | None, track_total: bool
+        self, query: dict[str, Any], *, after: str | None, track_total: bool
     ) -> dict[str, Any]:
         """One page of the IP composite aggregation (the answer as Elasticsearch gave it)."""
-        composite: dict[str, Any] = {"size": size, "sources": [{"ip": {"terms": {"field": "ip"}}}]}
+        composite: dict[str, Any] = {
+            "size": COMPOSITE_PAGE,
+            "sources": [{"ip": {"terms": {"field": "ip"}}}],
+        }
         if after is not None:
             composite["after"] = {"ip": after}
         body = {
@@ -438,32 +441,22 @@ class ElasticsearchStore:
         }
         return self._search(self.names.execution_endpoints, body)
 
-    def _walk_ips(
-        self, query: dict[str, Any], *, keep: int
-    ) -> tuple[int, int, list[tuple[str, int]]]:
-        """Walk the IP composite aggregation to its end.
-
-        Returns the exact endpoint total (first page, ``track_total_hits``), the
-        exact number of IPs, and the first ``keep`` (ip, doc_count) buckets.
-        """
+    def _walk_ips(self, query: dict[str, Any]) -> tuple[int, int]:
+        """Walk the IP composite aggregation to its end: the exact endpoint total (first
+        page, ``track_total_hits``) and the exact number of IPs."""
         endpoints = 0
         ips = 0
-        kept: list[tuple[str, int]] = []
         after: str | None = None
         first = True
         while True:
-            answer = self._ip_buckets(query, size=COMPOSITE_PAGE, after=after, track_total=first)
+            answer = self._ip_buckets(query, after=after, track_total=first)
             if first:
                 endpoints = _count_value(answer["hits"]["total"]["value"])
                 first = False
             buckets = answer["aggregations"]["ips"]["buckets"]
             ips = _add_count(ips, len(buckets))
-            for bucket in buckets:
-                if len(kept) >= keep:
-                    break
-                kept.append((bucket["key"]["ip"], int(bucket["doc_count"])))
             if len(buckets) < COMPOSITE_PAGE:
-                return endpoints, ips, kept
+                return endpoints, ips
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
 
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
@@ -500,7 +493,7 @@ class ElasticsearchStore:
         query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
         total: int | None = None
         if position is None:
-            total, total_ips, _ = self._walk_ips(query, keep=0)
+            total, total_ips = self._walk_ips(query)
         else:
             total_ips = position.total_ips
         body: dict[str, Any] = {
