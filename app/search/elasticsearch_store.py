@@ -659,9 +659,10 @@ def _document(hit: dict[str, Any]) -> EndpointDocument:
     return endpoint_from_source(hit["_id"], hit["_source"])
 
 
-def _cursor_ip(position: dict[str, Any], key: str) -> str:
+def _cursor_ip(value: str) -> str:
+    """A cursor's address in canonical form; anything else is ``bad_cursor``."""
     try:
-        return normalise_ip(str(position.get(key)))
+        return normalise_ip(str(value))
     except ValueError:
         raise bad_cursor() from None
 
@@ -759,7 +760,7 @@ def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _search_after(sort: str, position: AssetPosition) -> list[Any]:
-    ip = _cursor_ip({"ip": position.ip}, "ip")
+    ip = _cursor_ip(position.ip)
     if sort == "ip":
         return [ip, position.port, position.transport]
     if sort == "port":
