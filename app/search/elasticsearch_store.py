@@ -126,7 +126,7 @@ class ElasticsearchStore:
         self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
         self._removals = ElasticsearchRemovals(
-            settings, self.names, self._bulk, self._ready_search, self._fact_indices
+            settings, self.names, self._bulk, self._search, self._fact_indices
         )
 
     # -- schema ---------------------------------------------------------------------
@@ -461,20 +461,16 @@ class ElasticsearchStore:
 
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
 
-    def _ready_search(
-        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
-    ) -> dict[str, Any]:
-        self._ensure_ready()
-        return self._search(index, body, what=what)
-
     def batch_facts(
         self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
     ) -> list[FactDocument]:
+        self._ensure_ready()
         return self._removals.batch_facts(scope, execution_id, batches)
 
     def endpoint_facts(
         self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
     ) -> list[FactDocument]:
+        self._ensure_ready()
         return self._removals.endpoint_facts(scope, execution_id, endpoints)
 
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
