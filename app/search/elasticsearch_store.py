@@ -126,7 +126,7 @@ class ElasticsearchStore:
         self._ready = False  # set once ensure_schema succeeded (a bool store is atomic)
         self._known_fact_indices: set[str] = set()
         self._removals = ElasticsearchRemovals(
-            settings, self.names, self._bulk, self._ready_search, self._fact_indices
+            settings, self.names, self._bulk, self._search, self._fact_indices
         )
 
     # -- schema ---------------------------------------------------------------------
@@ -415,7 +415,7 @@ class ElasticsearchStore:
             for bucket in buckets:
                 if bucket["key"] in by_kind:
                     by_kind[bucket["key"]] = _add_count(by_kind[bucket["key"]], bucket["doc_count"])
-        endpoints, ips, _ = self._walk_ips({"term": {"execution_id": execution_id}}, keep=0)
+        endpoints, ips = self._walk_ips({"term": {"execution_id": execution_id}})
         return ExecutionCounts(
             observations=by_kind["observation"],
             endpoints=endpoints,
@@ -424,10 +424,13 @@ class ElasticsearchStore:
         )
 
     def _ip_buckets(
-        self, query: dict[str, Any], *, size: int, after: str | None, track_total: bool
+        self, query: dict[str, Any], *, after: str | None, track_total: bool
     ) -> dict[str, Any]:
         """One page of the IP composite aggregation (the answer as Elasticsearch gave it)."""
-        composite: dict[str, Any] = {"size": size, "sources": [{"ip": {"terms": {"field": "ip"}}}]}
+        composite: dict[str, Any] = {
+            "size": COMPOSITE_PAGE,
+            "sources": [{"ip": {"terms": {"field": "ip"}}}],
+        }
         if after is not None:
             composite["after"] = {"ip": after}
         body = {
@@ -438,50 +441,36 @@ class ElasticsearchStore:
         }
         return self._search(self.names.execution_endpoints, body)
 
-    def _walk_ips(
-        self, query: dict[str, Any], *, keep: int
-    ) -> tuple[int, int, list[tuple[str, int]]]:
-        """Walk the IP composite aggregation to its end.
-
-        Returns the exact endpoint total (first page, ``track_total_hits``), the
-        exact number of IPs, and the first ``keep`` (ip, doc_count) buckets.
-        """
+    def _walk_ips(self, query: dict[str, Any]) -> tuple[int, int]:
+        """Walk the IP composite aggregation to its end: the exact endpoint total (first
+        page, ``track_total_hits``) and the exact number of IPs."""
         endpoints = 0
         ips = 0
-        kept: list[tuple[str, int]] = []
         after: str | None = None
         first = True
         while True:
-            answer = self._ip_buckets(query, size=COMPOSITE_PAGE, after=after, track_total=first)
+            answer = self._ip_buckets(query, after=after, track_total=first)
             if first:
                 endpoints = _count_value(answer["hits"]["total"]["value"])
                 first = False
             buckets = answer["aggregations"]["ips"]["buckets"]
             ips = _add_count(ips, len(buckets))
-            for bucket in buckets:
-                if len(kept) >= keep:
-                    break
-                kept.append((bucket["key"]["ip"], int(bucket["doc_count"])))
             if len(buckets) < COMPOSITE_PAGE:
-                return endpoints, ips, kept
+                return endpoints, ips
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
 
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
 
-    def _ready_search(
-        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
-    ) -> dict[str, Any]:
-        self._ensure_ready()
-        return self._search(index, body, what=what)
-
     def batch_facts(
         self, scope: StorageScope, execution_id: int, batches: Sequence[BatchKey]
     ) -> list[FactDocument]:
+        self._ensure_ready()
         return self._removals.batch_facts(scope, execution_id, batches)
 
     def endpoint_facts(
         self, scope: StorageScope, execution_id: int, endpoints: Collection[tuple[str, int, str]]
     ) -> list[FactDocument]:
+        self._ensure_ready()
         return self._removals.endpoint_facts(scope, execution_id, endpoints)
 
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
@@ -500,7 +489,7 @@ class ElasticsearchStore:
         query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
         total: int | None = None
         if position is None:
-            total, total_ips, _ = self._walk_ips(query, keep=0)
+            total, total_ips = self._walk_ips(query)
         else:
             total_ips = position.total_ips
         body: dict[str, Any] = {
@@ -666,9 +655,10 @@ def _document(hit: dict[str, Any]) -> EndpointDocument:
     return endpoint_from_source(hit["_id"], hit["_source"])
 
 
-def _cursor_ip(position: dict[str, Any], key: str) -> str:
+def _cursor_ip(value: str) -> str:
+    """A cursor's address in canonical form; anything else is ``bad_cursor``."""
     try:
-        return normalise_ip(str(position.get(key)))
+        return normalise_ip(str(value))
     except ValueError:
         raise bad_cursor() from None
 
@@ -766,7 +756,7 @@ def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _search_after(sort: str, position: AssetPosition) -> list[Any]:
-    ip = _cursor_ip({"ip": position.ip}, "ip")
+    ip = _cursor_ip(position.ip)
     if sort == "ip":
         return [ip, position.port, position.transport]
     if sort == "port":

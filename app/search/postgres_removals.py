@@ -103,20 +103,8 @@ _DELETE_ENDPOINTS = f"""
 
 
 def _fact(row: Any) -> FactDocument:
-    return FactDocument(
-        id=row.id,
-        kind=row.kind,
-        execution_id=row.execution_id,
-        task_id=row.task_id,
-        owner_id=row.owner_id,
-        scanner_id=row.scanner_id,
-        upload_id=row.upload_id,
-        stream=row.stream,
-        batch_index=row.batch_index,
-        position=row.position,
-        observed_at=row.observed_at,
-        body=row.body,
-    )
+    # _FACT_FIELDS names exactly the document's fields.
+    return FactDocument(**row._mapping)
 
 
 class PostgresRemovals:
