@@ -433,14 +433,7 @@ def reserve_batch(
                 ),
                 {**key, "t": token},
             )
-        if not body.is_final:
-            return Reservation("retry_pending", execution)
-        return Reservation(
-            "retry_pending",
-            execution,
-            collect_final_scope(conn, execution_id, months),
-            tuple(dead_batches(conn, execution_id, token)),
-        )
+        return _reserved(conn, "retry_pending", execution, body, months)
 
     if not execution.holds_claim(token):
         raise lease_lost()
@@ -472,13 +465,25 @@ def reserve_batch(
             "months": list(months),
         },
     )
+    return _reserved(conn, "new", execution, body, months)
+
+
+def _reserved(
+    conn: Connection,
+    outcome: str,
+    execution: ExecutionRow,
+    body: UploadBody,
+    months: tuple[str, ...],
+) -> Reservation:
+    """The reservation of a batch to store; a final also gets the scope it counts and
+    the dead attempts' batches it removes first."""
     if not body.is_final:
-        return Reservation("new", execution)
+        return Reservation(outcome, execution)
     return Reservation(
-        "new",
+        outcome,
         execution,
-        collect_final_scope(conn, execution_id, months),
-        tuple(dead_batches(conn, execution_id, token)),
+        collect_final_scope(conn, execution.id, months),
+        tuple(dead_batches(conn, execution.id, body.claim_token)),
     )
 
 
