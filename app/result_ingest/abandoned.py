@@ -142,7 +142,8 @@ def purge(
         return 0
     execution_id = context.execution_id
     dead_scope = scope_of(batches)
-    store.refresh(scope_of(batches, live_scope))
+    whole_scope = scope_of(batches, live_scope)
+    store.refresh(whole_scope)
     facts = store.batch_facts(dead_scope, execution_id, [b.key for b in batches])
     if not facts:
         return 0
@@ -155,7 +156,7 @@ def purge(
     if touched:
         kept = [
             fact
-            for fact in store.endpoint_facts(scope_of(batches, live_scope), execution_id, touched)
+            for fact in store.endpoint_facts(whole_scope, execution_id, touched)
             if BatchKey(fact.upload_id, fact.stream, fact.batch_index) not in dead_keys
         ]
         rebuilt = endpoint_documents(
@@ -167,7 +168,7 @@ def purge(
         if rebuilt:
             store.write_execution_endpoints(rebuilt).raise_for_failures()
     store.delete_facts(facts).raise_for_failures()
-    store.refresh(scope_of(batches, live_scope))  # readers see the removal at once
+    store.refresh(whole_scope)  # readers see the removal at once
     emit(
         "ScanUnconfirmedBatchesPurged",
         execution_id=execution_id,
