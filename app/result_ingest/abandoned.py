@@ -79,10 +79,7 @@ def dead_batches(conn: Connection, execution_id: int, claim_token: UUID) -> list
         {"e": execution_id, "t": claim_token},
     ).all()
     return [
-        DeadBatch(
-            BatchKey(r.upload_id, r.stream, r.batch_index),
-            None if r.storage_references is None else tuple(r.storage_references),
-        )
+        _dead_batch(BatchKey(r.upload_id, r.stream, r.batch_index), r.storage_references)
         for r in rows
     ]
 
@@ -109,10 +106,11 @@ def batch_is_dead(conn: Connection, execution_id: int, key: BatchKey) -> DeadBat
             "t": token,
         },
     ).one_or_none()
-    if row is None:
-        return None
-    refs = row.storage_references
-    return DeadBatch(key, None if refs is None else tuple(refs))
+    return None if row is None else _dead_batch(key, row.storage_references)
+
+
+def _dead_batch(key: BatchKey, storage_references: Sequence[str] | None) -> DeadBatch:
+    return DeadBatch(key, None if storage_references is None else tuple(storage_references))
 
 
 def scope_of(batches: Iterable[DeadBatch], base: StorageScope | None = None) -> StorageScope:
