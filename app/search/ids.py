@@ -26,6 +26,13 @@ _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 CANONICAL_IPV4 = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
 
 
+def ipv4_value(text: str) -> int:
+    """The 32-bit value of a dotted quad matching ``CANONICAL_IPV4``, without parsing it
+    into an address object."""
+    a, b, c, d = text.split(".")
+    return (int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d)
+
+
 @functools.lru_cache(maxsize=65536)
 def normalise_ip(value: str) -> str:
     """Canonical text of an address: ``2001:DB8::0:1%eth0`` → ``2001:db8::1`` (remembered:
