@@ -79,10 +79,7 @@ def dead_batches(conn: Connection, execution_id: int, claim_token: UUID) -> list
         {"e": execution_id, "t": claim_token},
     ).all()
     return [
-        DeadBatch(
-            BatchKey(r.upload_id, r.stream, r.batch_index),
-            None if r.storage_references is None else tuple(r.storage_references),
-        )
+        _dead_batch(BatchKey(r.upload_id, r.stream, r.batch_index), r.storage_references)
         for r in rows
     ]
 
@@ -109,10 +106,11 @@ def batch_is_dead(conn: Connection, execution_id: int, key: BatchKey) -> DeadBat
             "t": token,
         },
     ).one_or_none()
-    if row is None:
-        return None
-    refs = row.storage_references
-    return DeadBatch(key, None if refs is None else tuple(refs))
+    return None if row is None else _dead_batch(key, row.storage_references)
+
+
+def _dead_batch(key: BatchKey, storage_references: Sequence[str] | None) -> DeadBatch:
+    return DeadBatch(key, None if storage_references is None else tuple(storage_references))
 
 
 def scope_of(batches: Iterable[DeadBatch], base: StorageScope | None = None) -> StorageScope:
@@ -142,7 +140,8 @@ def purge(
         return 0
     execution_id = context.execution_id
     dead_scope = scope_of(batches)
-    store.refresh(scope_of(batches, live_scope))
+    whole_scope = scope_of(batches, live_scope)
+    store.refresh(whole_scope)
     facts = store.batch_facts(dead_scope, execution_id, [b.key for b in batches])
     if not facts:
         return 0
@@ -155,7 +154,7 @@ def purge(
     if touched:
         kept = [
             fact
-            for fact in store.endpoint_facts(scope_of(batches, live_scope), execution_id, touched)
+            for fact in store.endpoint_facts(whole_scope, execution_id, touched)
             if BatchKey(fact.upload_id, fact.stream, fact.batch_index) not in dead_keys
         ]
         rebuilt = endpoint_documents(
@@ -167,7 +166,7 @@ def purge(
         if rebuilt:
             store.write_execution_endpoints(rebuilt).raise_for_failures()
     store.delete_facts(facts).raise_for_failures()
-    store.refresh(scope_of(batches, live_scope))  # readers see the removal at once
+    store.refresh(whole_scope)  # readers see the removal at once
     emit(
         "ScanUnconfirmedBatchesPurged",
         execution_id=execution_id,

@@ -19,7 +19,13 @@ from typing import Any
 
 from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
 from app.search.documents import EndpointDocument, FactDocument, merge_all, observation_key
-from app.search.ids import CANONICAL_IPV4, execution_endpoint_ids, fact_ids, parsed_address
+from app.search.ids import (
+    CANONICAL_IPV4,
+    execution_endpoint_ids,
+    fact_ids,
+    ipv4_value,
+    parsed_address,
+)
 
 # Well-known ports; used only when the scanner did not name the service.
 DEFAULT_SERVICES: dict[tuple[str, int], str] = {
@@ -134,9 +140,7 @@ def _ipv4_scope_table() -> tuple[list[int], list[str]]:
 
 def _ipv4_scope(ip: str) -> str:
     """Scope of a canonical dotted quad (``CANONICAL_IPV4``)."""
-    a, b, c, d = ip.split(".")
-    value = (int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d)
-    return _IPV4_SCOPES[bisect.bisect_right(_IPV4_STARTS, value) - 1]
+    return _IPV4_SCOPES[bisect.bisect_right(_IPV4_STARTS, ipv4_value(ip)) - 1]
 
 
 def _scope_of(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:

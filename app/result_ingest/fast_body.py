@@ -86,11 +86,12 @@ def _document(value: Any) -> tuple[bool, bool]:
         item, depth = stack.pop()
         if depth > _MAX_DOCUMENT_DEPTH:
             return False, floats
-        children = item.values() if type(item) is dict else item
         if type(item) is dict:
-            for key in item:
-                if type(key) is not str or not _clean(key):
-                    return False, floats
+            if not all(type(key) is str and _clean(key) for key in item):
+                return False, floats
+            children = item.values()
+        else:
+            children = item
         for child in children:
             kind = type(child)
             if kind is dict or kind is list:

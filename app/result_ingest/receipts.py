@@ -255,6 +255,15 @@ def _check_new_batch(
             )
 
 
+def _final_already_reserved(final: Any) -> Conflict:
+    """409 naming the upload whose final (a receipt row) is reserved."""
+    return Conflict(
+        f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
+        code="final_already_reserved",
+        details={"upload_id": final.upload_id, "final_batch": final.batch_index},
+    )
+
+
 def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -> None:
     """409 when another upload of this claim has reserved its final (for any new batch)
     or, for a final, still has a pending batch.
@@ -273,11 +282,7 @@ def check_other_uploads(conn: Connection, execution_id: int, body: UploadBody) -
     ).all()
     final = next((r for r in rows if r.is_final), None)
     if final is not None:
-        raise Conflict(
-            f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
-            code="final_already_reserved",
-            details={"upload_id": final.upload_id, "final_batch": final.batch_index},
-        )
+        raise _final_already_reserved(final)
     pending = [r for r in rows if r.status == "pending"]
     if body.is_final and pending:
         raise Conflict(
@@ -313,11 +318,7 @@ def check_takeover(conn: Connection, execution_id: int, body: UploadBody) -> Non
         },
     ).one_or_none()
     if final is not None:
-        raise Conflict(
-            f"the final batch of upload {final.upload_id!r} is already reserved for this execution",
-            code="final_already_reserved",
-            details={"upload_id": final.upload_id, "final_batch": final.batch_index},
-        )
+        raise _final_already_reserved(final)
 
 
 def earlier_aliases(conn: Connection, execution_id: int) -> list[str]:
@@ -433,14 +434,7 @@ def reserve_batch(
                 ),
                 {**key, "t": token},
             )
-        if not body.is_final:
-            return Reservation("retry_pending", execution)
-        return Reservation(
-            "retry_pending",
-            execution,
-            collect_final_scope(conn, execution_id, months),
-            tuple(dead_batches(conn, execution_id, token)),
-        )
+        return _reserved(conn, "retry_pending", execution, body, months)
 
     if not execution.holds_claim(token):
         raise lease_lost()
@@ -472,13 +466,25 @@ def reserve_batch(
             "months": list(months),
         },
     )
+    return _reserved(conn, "new", execution, body, months)
+
+
+def _reserved(
+    conn: Connection,
+    outcome: str,
+    execution: ExecutionRow,
+    body: UploadBody,
+    months: tuple[str, ...],
+) -> Reservation:
+    """The reservation of a batch to store; a final also gets the scope it counts and
+    the dead attempts' batches it removes first."""
     if not body.is_final:
-        return Reservation("new", execution)
+        return Reservation(outcome, execution)
     return Reservation(
-        "new",
+        outcome,
         execution,
-        collect_final_scope(conn, execution_id, months),
-        tuple(dead_batches(conn, execution_id, token)),
+        collect_final_scope(conn, execution.id, months),
+        tuple(dead_batches(conn, execution.id, body.claim_token)),
     )
 
 

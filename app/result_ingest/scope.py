@@ -28,7 +28,7 @@ from typing import Any
 
 from app.errors import ValidationError
 from app.result_ingest.model import DnsRecordIn, UploadBody
-from app.search.ids import CANONICAL_IPV4, parsed_address
+from app.search.ids import CANONICAL_IPV4, ipv4_value, parsed_address
 
 
 def port_ranges(ports: str) -> list[tuple[int, int]]:
@@ -82,8 +82,7 @@ class _AddressCheck:
     def __call__(self, address: str) -> bool:
         if CANONICAL_IPV4.fullmatch(address) is None:
             return _inside(address, self._networks)
-        a, b, c, d = address.split(".")
-        value = (int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d)
+        value = ipv4_value(address)
         return any(first <= value <= last for first, last in self._v4)
 
 

@@ -195,9 +195,9 @@ def _remove_if_dead(
     try:
         with transaction("dead_batch_check") as conn:
             dead = abandoned.batch_is_dead(conn, context.execution_id, key)
-            live_scope = collect_final_scope(conn, context.execution_id, ()) if dead else None
-        if dead is None or live_scope is None:
-            return
+            if dead is None:
+                return
+            live_scope = collect_final_scope(conn, context.execution_id, ())
         with stage("purge_unconfirmed"):
             abandoned.purge(store, context, [dead], live_scope)
     except (StoreError, Unavailable) as error:  # the store, or a busy database pool

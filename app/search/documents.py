@@ -128,6 +128,8 @@ _KEY_ENCODER = json.JSONEncoder(
 
 
 _FLAT = (str, int, bool, type(None))
+# The newest-wins fields that hold one value (tags and details are containers).
+_SCALAR_FIELDS = tuple(k for k in NEWEST_FIELDS if k not in ("tags", "details"))
 
 
 def observation_key(values: Mapping[str, Any]) -> str:
@@ -145,7 +147,7 @@ def observation_key(values: Mapping[str, Any]) -> str:
     )
     if (
         flat_details
-        and all(type(fields[k]) in _FLAT for k in NEWEST_FIELDS[:6])
+        and all(type(fields[k]) in _FLAT for k in _SCALAR_FIELDS)
         and all(type(t) is str for t in fields["tags"])
     ):
         try:

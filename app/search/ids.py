@@ -26,6 +26,13 @@ _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 CANONICAL_IPV4 = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
 
 
+def ipv4_value(text: str) -> int:
+    """The 32-bit value of a dotted quad matching ``CANONICAL_IPV4``, without parsing it
+    into an address object."""
+    a, b, c, d = text.split(".")
+    return (int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d)
+
+
 @functools.lru_cache(maxsize=65536)
 def normalise_ip(value: str) -> str:
     """Canonical text of an address: ``2001:DB8::0:1%eth0`` → ``2001:db8::1`` (remembered:
@@ -53,16 +60,23 @@ def _encoded(parts: tuple[object, ...]) -> bytes:
     return b"".join(pieces)
 
 
-def _digest(kind: str, *parts: object) -> str:
-    # One update of the joined bytes: the same digest as one update per piece, with less
-    # interpreter work (every fact and endpoint of an upload gets an id here).
-    return hashlib.sha256(kind.encode() + _encoded(parts)).hexdigest()[:ID_HEX_CHARS]
-
-
 def _prefix(kind: str, *parts: object) -> hashlib._Hash:
     """The hash state after ``kind`` and the leading ``parts`` an upload's ids share: each
-    id then hashes only its own parts (SHA-256 is a stream, so the digest is the same)."""
+    id then hashes only its own parts (SHA-256 is a stream, so the digest is the same).
+    One update of the joined bytes: the same digest as one update per piece, with less
+    interpreter work (every fact and endpoint of an upload gets an id here)."""
     return hashlib.sha256(kind.encode() + _encoded(parts))
+
+
+def _digest(kind: str, *parts: object) -> str:
+    return _prefix(kind, *parts).hexdigest()[:ID_HEX_CHARS]
+
+
+def _digest_after(prefix: hashlib._Hash, *parts: object) -> str:
+    """``_digest`` of the prefix's kind and parts followed by ``parts``."""
+    state = prefix.copy()
+    state.update(_encoded(parts))
+    return state.hexdigest()[:ID_HEX_CHARS]
 
 
 def fact_id(execution_id: int, upload_id: str, stream: str, batch_index: int, position: int) -> str:
@@ -74,12 +88,7 @@ def fact_ids(
 ) -> list[str]:
     """``fact_id`` of positions ``0..count-1`` of one batch."""
     prefix = _prefix("fact", execution_id, upload_id, stream, batch_index)
-    ids = []
-    for position in range(count):
-        state = prefix.copy()
-        state.update(_encoded((position,)))
-        ids.append(state.hexdigest()[:ID_HEX_CHARS])
-    return ids
+    return [_digest_after(prefix, position) for position in range(count)]
 
 
 def execution_endpoint_id(execution_id: int, ip: str, port: int, transport: str) -> str:
@@ -93,12 +102,7 @@ def execution_endpoint_ids(
     addresses must already be normalised and transports lower-case (validated
     observations are), since normalising again is what this saves."""
     prefix = _prefix("xep", execution_id)
-    ids = []
-    for ip, port, transport in endpoints:
-        state = prefix.copy()
-        state.update(_encoded((ip, port, transport)))
-        ids.append(state.hexdigest()[:ID_HEX_CHARS])
-    return ids
+    return [_digest_after(prefix, ip, port, transport) for ip, port, transport in endpoints]
 
 
 def current_asset_id(scope: str, owner_id: int | None, ip: str, port: int, transport: str) -> str:

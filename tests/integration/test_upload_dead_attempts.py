@@ -13,6 +13,7 @@ newer view of the shared one, while attempt 1's confirmed batch still counts
 from __future__ import annotations
 
 import uuid
+from typing import Any, NamedTuple
 
 import pytest
 import sqlalchemy as sa
@@ -61,6 +62,29 @@ def _expire_and_requeue() -> None:
 
 # Attempt 1's confirmed view of the endpoint its dead batch also sees.
 _CONFIRMED = observation("192.0.2.1", 443, service={"name": "https", "product": "confirmed"})
+
+
+class Scene(NamedTuple):
+    """Attempt 1 has claimed the execution and confirmed batch 0 (``_CONFIRMED``)."""
+
+    settings: Any
+    user: Any
+    scanner: Any
+    task: dict
+    first: Any
+    store: Any
+
+
+@pytest.fixture
+def scene(store_api) -> Scene:
+    api, settings = store_api
+    user, scanner = api.user(), api.scanner()
+    task = make_task(user)
+    first = claim(scanner)
+    store = install(api.app)
+    confirmed = first.batch(0, [_CONFIRMED])
+    assert confirmed.status_code == 200, confirmed.get_json()
+    return Scene(settings, user, scanner, task, first, store)
 
 
 def _dead_batch() -> list[dict]:
@@ -113,14 +137,8 @@ def _assert_only_confirmed(user, settings, task_id: int, execution_id: int) -> N
     assert published[("192.0.2.1", 443)]["last_execution_id"] == execution_id
 
 
-def test_a_batch_whose_lease_expired_before_its_confirm_is_not_counted(store_api):
-    api, settings = store_api
-    user, scanner = api.user(), api.scanner()
-    task = make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    confirmed = first.batch(0, [_CONFIRMED])
-    assert confirmed.status_code == 200, confirmed.get_json()
+def test_a_batch_whose_lease_expired_before_its_confirm_is_not_counted(scene):
+    settings, user, scanner, task, first, store = scene
 
     # Between the dead batch's store writes and its confirm, the lease expires.
     store.after["write_execution_endpoints"] = lambda *_a, **_k: _expire_and_requeue()
@@ -141,15 +159,10 @@ def test_a_batch_whose_lease_expired_before_its_confirm_is_not_counted(store_api
     assert names.index("batch_facts") < names.index("delete_facts") < names.index("count")
 
 
-def test_a_dead_write_landing_after_the_final_removes_itself(store_api):
+def test_a_dead_write_landing_after_the_final_removes_itself(scene):
     """The dead request's store write is still under way while attempt 2 finishes the
     execution; its confirm then gets lease_lost and it removes what it wrote."""
-    api, settings = store_api
-    user, scanner = api.user(), api.scanner()
-    task = make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    settings, user, scanner, task, first, store = scene
     finished = []
 
     def attempt_2_finishes_first(*_a, **_k) -> None:
@@ -168,7 +181,7 @@ def test_a_dead_write_landing_after_the_final_removes_itself(store_api):
     _assert_only_confirmed(user, settings, task["id"], first.id)
 
 
-def test_a_dead_write_landing_between_purge_and_count_is_counted_out(store_api):
+def test_a_dead_write_landing_between_purge_and_count_is_counted_out(scene):
     """The final's purge ran, then the dead request's write landed before the count:
     the final finds it after counting, removes it and counts again."""
     from app.result_ingest.enrichment import (
@@ -180,12 +193,7 @@ def test_a_dead_write_landing_between_purge_and_count_is_counted_out(store_api):
     )
     from app.result_ingest.model import parse_upload
 
-    api, settings = store_api
-    user, scanner = api.user(), api.scanner()
-    task = make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    settings, user, scanner, task, first, store = scene
 
     # The dead batch is reserved (its receipt pending) but its write has not landed yet.
     def lease_expires_before_the_write(*_a, **_k):
@@ -237,16 +245,11 @@ def _owner(execution_id: int) -> int:
     return row[0]
 
 
-def test_a_dead_batch_cannot_be_taken_over_once_the_final_is_reserved(store_api):
+def test_a_dead_batch_cannot_be_taken_over_once_the_final_is_reserved(scene):
     """The retry of a dead batch under the new claim would complete it (ING-18's retry
     rule), but not while that claim's final runs: the final counts without the batch
     and removes what the dead attempt wrote of it."""
-    api, settings = store_api
-    user, scanner = api.user(), api.scanner()
-    task = make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    settings, user, scanner, task, first, store = scene
     store.after["write_execution_endpoints"] = lambda *_a, **_k: _expire_and_requeue()
     assert first.batch(1, _dead_batch()).status_code == 409
     del store.after["write_execution_endpoints"]
@@ -269,15 +272,10 @@ def test_a_dead_batch_cannot_be_taken_over_once_the_final_is_reserved(store_api)
     _assert_only_confirmed(user, settings, task["id"], first.id)
 
 
-def test_a_dead_request_that_cannot_remove_its_write_still_answers_lease_lost(store_api, caplog):
+def test_a_dead_request_that_cannot_remove_its_write_still_answers_lease_lost(scene, caplog):
     from app.search.port import StoreUnavailable
 
-    api, _settings = store_api
-    user, scanner = api.user(), api.scanner()
-    make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    scanner, first, store = scene.scanner, scene.first, scene.store
 
     def attempt_2_finishes_first(*_a, **_k) -> None:
         del store.before["write_facts"]
@@ -299,15 +297,10 @@ def test_a_dead_request_that_cannot_remove_its_write_still_answers_lease_lost(st
     )
 
 
-def test_a_final_whose_lease_expired_before_its_commit_is_not_counted(store_api):
+def test_a_final_whose_lease_expired_before_its_commit_is_not_counted(scene):
     """Attempt 1's final stored its batch, then its lease expired before the commit: the
     final of attempt 2 counts without it."""
-    api, settings = store_api
-    user, scanner = api.user(), api.scanner()
-    task = make_task(user)
-    first = claim(scanner)
-    store = install(api.app)
-    assert first.batch(0, [_CONFIRMED]).status_code == 200
+    settings, user, scanner, task, first, store = scene
 
     def lease_expires(*_a, **_k) -> None:
         del store.before["count"]

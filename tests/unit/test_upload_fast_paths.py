@@ -8,6 +8,7 @@ compared with the path they shortcut, on ordinary and on awkward input.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import random
@@ -294,8 +295,6 @@ def _encoder_key(values):
     canonical = _KEY_ENCODER.encode(
         {k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS}
     )
-    import hashlib
-
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
