@@ -79,17 +79,12 @@ def direct_connection_for_command(
             raise click.ClickException(f"database is not reachable: {reason}") from None
         try:
             if check_schema:
-                from app.migrations import (
-                    current_revisions_on_cursor,
-                    head_revisions,
-                    schema_problem,
-                )
+                from app.migrations import current_revisions_on_cursor
 
                 with connection.cursor() as cursor:
                     current = current_revisions_on_cursor(cursor)
-                problem = schema_problem(current, head_revisions())
-                if problem:
-                    raise click.ClickException(problem)
+                # Outside the transaction: the heads are read from the migration files.
+                _refuse_unless_at_head(current)
             yield connection
         finally:
             connection.close()
@@ -120,10 +115,17 @@ def _require_schema(url: str) -> None:
 
 
 def _require_schema_on(engine: Any) -> None:
-    from app.migrations import current_revisions, head_revisions, schema_problem
+    from app.migrations import current_revisions
 
     with engine.connect() as conn:
         current = current_revisions(conn)
+    _refuse_unless_at_head(current)
+
+
+def _refuse_unless_at_head(current: set[str]) -> None:
+    """A sentence naming ``netmap db upgrade`` unless ``current`` is the schema's head."""
+    from app.migrations import head_revisions, schema_problem
+
     problem = schema_problem(current, head_revisions())
     if problem:
         raise click.ClickException(problem)

@@ -118,6 +118,11 @@ class ExportHeartbeat:
             due = max(due + self.interval, time.monotonic())
 
 
+def _raise_if_lost(guard: threading.Event | None) -> None:
+    if isinstance(guard, LeaseGuard):
+        guard.raise_if_lost()
+
+
 def endpoint_pages(
     store: SearchStore,
     execution_ids: tuple[int, ...],
@@ -129,8 +134,7 @@ def endpoint_pages(
     for execution_id in execution_ids:
         after: str | None = None
         while True:
-            if isinstance(guard, LeaseGuard):
-                guard.raise_if_lost()
+            _raise_if_lost(guard)
             page = store.read_execution_endpoints(execution_id, after_id=after, limit=page_size)
             if not page:
                 break
@@ -138,11 +142,6 @@ def endpoint_pages(
             if len(page) < page_size:
                 break
             after = page[-1].id
-
-
-def _raise_if_lost(guard: threading.Event | None) -> None:
-    if isinstance(guard, LeaseGuard):
-        guard.raise_if_lost()
 
 
 def _keyset_ranges(

@@ -244,26 +244,26 @@ def read_export_text(
     params = {"execution_id": execution_id, "after": after_id, "upto": upto_id, "limit": limit}
     raw = _raw_utf8_connection(conn)
     if raw is None:
-        row: Any = conn.execute(_STATEMENTS[(csv, jsonl)], params).one()
-        return ExportTextChunk(
-            rows=int(row.rows),
-            csv=(row.csv or "").encode("utf-8"),
-            jsonl=(row.jsonl or "").encode("utf-8"),
-            last_id=row.last_id,
-            exact=not row.not_exact,
-        )
-    compiled = _compiled(conn, csv, jsonl)
-    with raw.cursor() as cursor:
-        psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
-        cursor.execute(compiled.string, compiled.construct_params(params))
-        rows, csv_text, jsonl_text, not_exact, last_id = cursor.fetchone()
+        row: Any = tuple(conn.execute(_STATEMENTS[(csv, jsonl)], params).one())
+    else:
+        compiled = _compiled(conn, csv, jsonl)
+        with raw.cursor() as cursor:
+            psycopg2.extensions.register_type(psycopg2.extensions.BYTES, cursor)
+            cursor.execute(compiled.string, compiled.construct_params(params))
+            row = cursor.fetchone()
+    rows, csv_text, jsonl_text, not_exact, last_id = row
     return ExportTextChunk(
         rows=int(rows),
-        csv=csv_text or b"",
-        jsonl=jsonl_text or b"",
-        last_id=last_id.decode("utf-8") if last_id is not None else None,
+        csv=_utf8(csv_text or b""),
+        jsonl=_utf8(jsonl_text or b""),
+        last_id=last_id.decode("utf-8") if isinstance(last_id, bytes) else last_id,
         exact=not not_exact,
     )
+
+
+def _utf8(text: str | bytes) -> bytes:
+    """Text as UTF-8 bytes: the raw path reads bytes already, the decoding path ``str``."""
+    return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
 def _raw_utf8_connection(conn: Connection) -> Any | None:

@@ -24,8 +24,12 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from app.traffic.store_directory import DirectoryCheckpointStore
 
 _DATE = click.DateTime(formats=["%Y-%m-%d"])
 
@@ -71,6 +75,16 @@ def _domains(raw: str | None, configured: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(domains))
 
 
+def _directory_store(state_path: Path) -> DirectoryCheckpointStore:
+    """Checkpoints in the state directory (the standalone and ``--state-dir`` runs)."""
+    from app.traffic.store_directory import DirectoryCheckpointStore, StateLocked
+
+    try:
+        return DirectoryCheckpointStore(state_path)
+    except StateLocked as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @traffic.command("rollup")
 @click.option("--granularity", type=click.Choice(["5m", "day"]), default="5m", show_default=True)
 @click.option("--start-date", type=_DATE, help="First business date (5m: today, day: yesterday).")
@@ -103,7 +117,6 @@ def rollup_command(
 ) -> None:
     """Run one rollup; prints one JSON summary line."""
     from app.traffic.rollup import RollupOptions, RollupRun
-    from app.traffic.store_directory import DirectoryCheckpointStore, StateLocked
 
     settings = state.settings()
     traffic_settings = settings.traffic
@@ -138,6 +151,7 @@ def rollup_command(
                 )
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
+            store = _directory_store(state_path)
         elif state_dir:
             from app.cli_support import database_for_command
             from app.traffic.sinks import DatabaseRowSink
@@ -154,9 +168,11 @@ def rollup_command(
                 )
             )
             sink = DatabaseRowSink()
+            store = _directory_store(state_path)
         else:
             from app.cli_support import direct_connection_for_command
             from app.traffic.sinks import DatabaseRowSink
+            from app.traffic.store_postgres import PostgresCheckpointStore
 
             # Checkpoints and rows in the database, all in SQL through one psycopg2
             # connection: a cron job every five minutes does not import SQLAlchemy or
@@ -165,14 +181,6 @@ def rollup_command(
                 direct_connection_for_command(settings, application_name="netmap-traffic")
             )
             sink = DatabaseRowSink()
-        if endpoint or state_dir:
-            try:
-                store = DirectoryCheckpointStore(state_path)
-            except StateLocked as exc:
-                raise click.ClickException(str(exc)) from None
-        else:
-            from app.traffic.store_postgres import PostgresCheckpointStore
-
             store = PostgresCheckpointStore(connection.cursor)
         stack.callback(store.close)
         run = RollupRun(

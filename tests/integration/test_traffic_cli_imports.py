@@ -30,22 +30,25 @@ import json, sys
 from app.cli import main
 try:
     main(sys.argv[1:], prog_name="netmap")
-except SystemExit as exc:
-    code = exc.code
+except SystemExit:
+    pass
 heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads(HEAVY)))
 print("LOADED " + json.dumps(heavy))
 """
 
 
-def _rollup(args: list[str], tmp_path: Path, database_url: str) -> tuple[list[str], str, str]:
+def _env(tmp_path: Path, database_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-    env["NETMAP_DATA_DIR"] = str(tmp_path / "var")
-    env["NETMAP_DATABASE_URL"] = database_url
+    env.update(NETMAP_DATA_DIR=str(tmp_path / "var"), NETMAP_DATABASE_URL=database_url)
+    return env
+
+
+def _rollup(args: list[str], tmp_path: Path, database_url: str) -> tuple[list[str], str, str]:
     code = _PROBE.replace("HEAVY", repr(json.dumps(HEAVY)))
     done = subprocess.run(
         [sys.executable, "-c", code, "traffic", "rollup", *args],
         cwd=PROJECT,
-        env=env,
+        env=_env(tmp_path, database_url),
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,6 +57,23 @@ def _rollup(args: list[str], tmp_path: Path, database_url: str) -> tuple[list[st
     marker = [line for line in done.stdout.splitlines() if line.startswith("LOADED ")]
     assert marker, done.stdout + done.stderr
     return json.loads(marker[-1][len("LOADED ") :]), done.stdout, done.stderr
+
+
+def _failed_rollup(
+    args: list[str], tmp_path: Path, database_url: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m app traffic rollup`` as cron starts it, expected to exit 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "traffic", "rollup", *args],
+        cwd=PROJECT,
+        env=_env(tmp_path, database_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return done
 
 
 def _args(logs: LogDir) -> list[str]:
@@ -121,37 +141,13 @@ def test_database_rollup_on_an_unmigrated_database_names_the_upgrade_command(
 ):
     logs = LogDir(tmp_path / "nginx", DOMAIN)
     logs.write_lines([nginx_line(datetime(2026, 8, 1, 9, tzinfo=CST))])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-    env.update(NETMAP_DATA_DIR=str(tmp_path / "var"), NETMAP_DATABASE_URL=empty_database_url)
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "traffic", "rollup", *_args(logs)],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1
+    done = _failed_rollup(_args(logs), tmp_path, empty_database_url)
     assert "netmap db upgrade" in done.stderr
-    assert "Traceback" not in done.stderr
 
 
 def test_database_rollup_with_an_unreachable_database_says_so(tmp_path):
     logs = LogDir(tmp_path / "nginx", DOMAIN)
     logs.write_lines([nginx_line(datetime(2026, 8, 1, 9, tzinfo=CST))])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
-    env.update(
-        NETMAP_DATA_DIR=str(tmp_path / "var"),
-        NETMAP_DATABASE_URL="postgresql://netmap@127.0.0.1:9/netmap?connect_timeout=2",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "traffic", "rollup", *_args(logs)],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1
+    unreachable = "postgresql://netmap@127.0.0.1:9/netmap?connect_timeout=2"
+    done = _failed_rollup(_args(logs), tmp_path, unreachable)
     assert "database is not reachable" in done.stderr
-    assert "Traceback" not in done.stderr
