@@ -37,7 +37,7 @@ from typing import Any
 import click
 
 from app.bench import local_server
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import percentile
 
 READ_P95_GOAL_MS = 250.0
@@ -256,8 +256,8 @@ def _cpu_sample(server_pid: int, postmaster: int | None) -> dict[str, float]:
     process's embedded server), and the machine's load: on a shared machine wall-clock
     rates measure the neighbours too, CPU seconds mostly the work."""
     return {
-        "server": process_tree_cpu_seconds(server_pid) or 0.0,
-        "postgres": (process_tree_cpu_seconds(postmaster) or 0.0) if postmaster else 0.0,
+        "server": tree_cpu_seconds(server_pid),
+        "postgres": tree_cpu_seconds(postmaster),
         "load": os.getloadavg()[0],
     }
 

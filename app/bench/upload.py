@@ -21,7 +21,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
@@ -127,7 +127,7 @@ def _measure_size(
     fill_cpu_started = time.process_time()
     # PostgreSQL's share too (its processes, not ours): the writes are set-based, so
     # their cost lands there.
-    postgres_cpu_started = (process_tree_cpu_seconds(postgres) or 0.0) if postgres else None
+    postgres_cpu_started = tree_cpu_seconds(postgres) if postgres else None
     while filled < size:
         count = min(fill_batch, size - filled)
         scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
@@ -140,7 +140,7 @@ def _measure_size(
     fill_seconds = time.perf_counter() - fill_started
     fill_cpu_seconds = time.process_time() - fill_cpu_started
     postgres_cpu = (
-        (process_tree_cpu_seconds(postgres) or 0.0) - postgres_cpu_started
+        tree_cpu_seconds(postgres) - postgres_cpu_started
         if postgres_cpu_started is not None
         else None
     )

@@ -30,7 +30,7 @@ import orjson
 import sqlalchemy as sa
 
 from app.bench import local_server
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
 from app.upload_protocol import canonical_checksum
 
@@ -183,8 +183,8 @@ def measure_http(
     ]
     for thread in threads:
         thread.start()
-    server_cpu = _cpu(server_pid)
-    postgres_cpu = _cpu(postgres) if postgres else 0.0
+    server_cpu = tree_cpu_seconds(server_pid)
+    postgres_cpu = tree_cpu_seconds(postgres)
     own_cpu = time.process_time()
     barrier.wait()
     started = time.perf_counter()
@@ -192,8 +192,8 @@ def measure_http(
         thread.join()
     seconds = time.perf_counter() - started
     own_cpu = time.process_time() - own_cpu
-    server_cpu = _cpu(server_pid) - server_cpu
-    postgres_cpu = (_cpu(postgres) - postgres_cpu) if postgres else None
+    server_cpu = tree_cpu_seconds(server_pid) - server_cpu
+    postgres_cpu = (tree_cpu_seconds(postgres) - postgres_cpu) if postgres else None
     errors = [client.error for client in clients if client.error]
     if errors:
         raise click.ClickException(f"a client failed: {errors[0]}")
@@ -242,7 +242,3 @@ def measure_http(
         "normal_by_batch_size": by_batch_size,
         "final_counts": counts,
     }
-
-
-def _cpu(pid: int) -> float:
-    return process_tree_cpu_seconds(pid) or 0.0
