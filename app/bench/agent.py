@@ -161,11 +161,10 @@ def _end_to_end(
     path: Path, expected: int, batch_size: int, agent_log: bool, upload_concurrency: int | None
 ) -> dict[str, Any]:
 
-    import sqlalchemy as sa
-
     from app.agent.events import EventLog
     from app.agent.loop import Agent
     from app.agent.nmap_xml import read_nmap_xml
+    from app.bench.counts import confirmed_observations
     from app.bench.scratch import scratch_database
     from app.db import transaction
     from app.identity.scanners import create_scanner
@@ -232,12 +231,7 @@ def _end_to_end(
             if status != 0:
                 raise click.ClickException(f"the agent ended with status {status}")
             with transaction() as conn:
-                confirmed = conn.execute(
-                    sa.text(
-                        "SELECT coalesce(sum(observation_count), 0) FROM scan_upload_receipts "
-                        "WHERE status = 'confirmed'"
-                    )
-                ).scalar()
+                confirmed = confirmed_observations(conn)
         finally:
             local_server.stop_server(server)
     wait = events.last("AgentExecutionSucceeded").get("upload_wait_seconds")
@@ -248,7 +242,7 @@ def _end_to_end(
     )
     return {
         "observations": expected,
-        "confirmed_observations": int(confirmed),
+        "confirmed_observations": confirmed,
         "batch_size": batch_size,
         "upload_concurrency": settings.agent.upload_concurrency,
         "server": "netmap up --no-runner (gunicorn) on a scratch database",

@@ -304,16 +304,12 @@ def _verify(url: str, username: str, done: dict[int, tuple[int, int]]) -> dict[s
     import requests
     import sqlalchemy as sa
 
+    from app.bench.counts import confirmed_observations
     from app.db import transaction
 
     uploaded = sum(sent for _, sent in done.values())
     with transaction() as conn:
-        confirmed = conn.execute(
-            sa.text(
-                "SELECT coalesce(sum(observation_count), 0) FROM scan_upload_receipts "
-                "WHERE status = 'confirmed'"
-            )
-        ).scalar_one()
+        confirmed = confirmed_observations(conn)
         counted = dict(
             conn.execute(
                 sa.text("SELECT id, observation_count FROM scan_executions WHERE id = ANY(:ids)"),
@@ -331,10 +327,10 @@ def _verify(url: str, username: str, done: dict[int, tuple[int, int]]) -> dict[s
     executions_exact = all(counted.get(e) == sent for e, sent in done.values())
     return {
         "uploaded_observations": uploaded,
-        "confirmed_observations": int(confirmed),
+        "confirmed_observations": confirmed,
         "execution_counts_exact": executions_exact,
         "results_total_endpoints": results_totals,
-        "exact": int(confirmed) == uploaded == results_totals and executions_exact,
+        "exact": confirmed == uploaded == results_totals and executions_exact,
     }
 
 

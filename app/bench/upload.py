@@ -21,6 +21,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
+from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
@@ -187,14 +188,7 @@ def _measure_size(
     # above would time a wrong answer.
     expected = {"observations": filled + samples * 50, "endpoints": filled, "ips": filled}
     with transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                "SELECT observation_count AS observations, endpoint_count AS endpoints, "
-                "ip_count AS ips FROM scan_executions WHERE id = :id"
-            ),
-            {"id": scanner.execution["id"]},
-        ).one()
-    counted = dict(row._mapping)
+        counted = execution_counts(conn, scanner.execution["id"])
     if counted != expected:
         raise click.ClickException(f"final counted {counted}, expected {expected}")
     return {

@@ -30,6 +30,7 @@ import orjson
 import sqlalchemy as sa
 
 from app.bench import local_server
+from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
 from app.upload_protocol import canonical_checksum
@@ -213,14 +214,7 @@ def measure_http(
         client.send(client.body([], final=True))
         expected = size + (filled - size if n == 0 else 0)
         with transaction() as conn:
-            row = conn.execute(
-                sa.text(
-                    "SELECT observation_count AS observations, endpoint_count AS endpoints, "
-                    "ip_count AS ips FROM scan_executions WHERE id = :id"
-                ),
-                {"id": client.execution["id"]},
-            ).one()
-        counted = dict(row._mapping)
+            counted = execution_counts(conn, client.execution["id"])
         wanted = {"observations": expected, "endpoints": expected, "ips": expected}
         if counted != wanted:
             raise click.ClickException(f"final counted {counted}, expected {wanted}")
