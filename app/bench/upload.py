@@ -29,20 +29,19 @@ from app.bench.stats import summary_ms
 from app.upload_protocol import canonical_checksum
 
 
-def _observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
-    out = []
-    for i in range(start, start + count):
-        out.append(
-            {
-                "observed_at": observed_at,
-                "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-                "port": 443 + (i >> 24),
-                "transport": "tcp",
-                "state": "open",
-                "service": {"name": "https", "product": "nginx", "version": "1.26"},
-            }
-        )
-    return out
+def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
+    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
+    return [
+        {
+            "observed_at": observed_at,
+            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+            "port": 443 + (i >> 24),
+            "transport": "tcp",
+            "state": "open",
+            "service": {"name": "https", "product": "nginx", "version": "1.26"},
+        }
+        for i in range(start, start + count)
+    ]
 
 
 class _Scanner:
@@ -131,7 +130,7 @@ def _measure_size(
     postgres_cpu_started = tree_cpu_seconds(postgres) if postgres else None
     while filled < size:
         count = min(fill_batch, size - filled)
-        scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
+        scanner.send(scanner.body(index, observations(filled, count, observed_at)))
         filled += count
         index += 1
         progress.advance(count)
@@ -149,7 +148,7 @@ def _measure_size(
     normal, retries, dns = [], [], []
     sent = []
     for _ in range(samples):
-        body = scanner.body(index, _observations(filled, batch, observed_at))
+        body = scanner.body(index, observations(filled, batch, observed_at))
         normal.append(scanner.send(body))
         sent.append(body)
         filled += batch
@@ -158,7 +157,7 @@ def _measure_size(
     for latency_size in latency_batches:
         wall, cpu = [], []
         for _ in range(samples):
-            body = scanner.body(index, _observations(filled, latency_size, observed_at))
+            body = scanner.body(index, observations(filled, latency_size, observed_at))
             cpu_started = time.process_time()
             wall.append(scanner.send(body))
             cpu.append(time.process_time() - cpu_started)

@@ -33,24 +33,10 @@ from app.bench import local_server
 from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
+from app.bench.upload import observations
 from app.upload_protocol import canonical_checksum
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
-    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
-    return [
-        {
-            "observed_at": observed_at,
-            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-            "port": 443 + (i >> 24),
-            "transport": "tcp",
-            "state": "open",
-            "service": {"name": "https", "product": "nginx", "version": "1.26"},
-        }
-        for i in range(start, start + count)
-    ]
 
 
 class _Client:
