@@ -357,7 +357,7 @@ def _http_command(
     tuning: dict[str, str],
     prefix: str,
 ) -> None:
-    from app.bench import upload_http
+    from app.bench import local_server, upload_http
     from app.db import transaction
     from app.identity.scanners import create_scanner
     from app.identity.users import create_user
@@ -392,7 +392,7 @@ def _http_command(
                     for size in size_list
                 }
             finally:
-                upload_http.stop_server(server)
+                local_server.stop_server(server)
         finally:
             if es_url:
                 drop_elasticsearch_prefix(es_url, prefix)  # only what this run created

@@ -110,9 +110,6 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     return server, url, configured.web_workers, configured.web_threads
 
 
-stop_server = local_server.stop_server
-
-
 def _executions(owner_id: int, count: int, settings, size: int) -> None:
     """``count`` pending executions whose targets cover the bench's addresses."""
     from app.db import transaction
