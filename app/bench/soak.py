@@ -69,25 +69,24 @@ def _observation(writer: int, i: int, observed_at: str) -> dict[str, Any]:
     }
 
 
-def _upload_body(execution: dict[str, Any], upload_id: str, index: int, observations, final):
-    from app.upload_protocol import canonical_checksum
-
-    return {
-        "protocol_version": 1,
-        "claim_token": execution["claim_token"],
-        "upload_id": upload_id,
-        "stream": "main",
-        "batch_index": index,
-        "is_final": final,
-        "checksum": canonical_checksum(observations, []),
-        "observations": observations,
-    }
-
-
 def _writer(url, writer, token, execution, batch, window, events) -> None:
     """Upload batches during ``window`` (start, end), then the final; every answer must be
     a 200."""
     import requests
+
+    from app.agent.client import upload_body
+
+    def body(index: int, observations: list[dict[str, Any]], final: bool) -> str:
+        return json.dumps(
+            upload_body(
+                claim_token=execution["claim_token"],
+                upload_id=upload_id,
+                batch_index=index,
+                is_final=final,
+                observations=observations,
+                dns_records=[],
+            )
+        )
 
     session = requests.Session()
     start_at, deadline = window
@@ -99,7 +98,7 @@ def _writer(url, writer, token, execution, batch, window, events) -> None:
     time.sleep(max(0.0, start_at - time.time()))
     while time.time() < deadline:
         observations = [_observation(writer, sent + n, observed_at) for n in range(batch)]
-        data = json.dumps(_upload_body(execution, upload_id, index, observations, False))
+        data = body(index, observations, False)
         started = time.perf_counter()
         answer = session.post(uploads, data=data, headers=headers, timeout=600)
         elapsed = time.perf_counter() - started
@@ -116,7 +115,7 @@ def _writer(url, writer, token, execution, batch, window, events) -> None:
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=60,
             )
-    data = json.dumps(_upload_body(execution, upload_id, index, [], True))
+    data = body(index, [], True)
     answer = session.post(uploads, data=data, headers=headers, timeout=600)
     if answer.status_code != 200:
         events.put(("error", f"final: {answer.status_code} {answer.text[:300]}"))
