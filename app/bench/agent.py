@@ -195,9 +195,7 @@ def _end_to_end(
             create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
         # The server is `netmap up` (gunicorn) in its own processes, as in production: the
         # agent's parse and the server's ingest do not share one interpreter.
-        env = local_server.server_environment(
-            scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=600
-        )
+        env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=600)
         server, url = local_server.start_server(scratch, env, timeout=120)
         try:
             progress = Progress("agent end-to-end", expected)

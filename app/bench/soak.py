@@ -169,9 +169,7 @@ def _reader(url, reader, username, task_ids, window, events) -> None:
 
 
 def _start_server(scratch, max_batch: int) -> tuple[subprocess.Popen, str]:
-    env = local_server.server_environment(
-        scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=3600
-    )
+    env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=3600)
     server, url = local_server.start_server(scratch, env, timeout=120)
     return server, url.rstrip("/")
 

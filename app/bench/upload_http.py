@@ -36,8 +36,6 @@ from app.bench.stats import summary_ms
 from app.bench.upload import observations
 from app.upload_protocol import canonical_checksum
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-
 
 class _Client:
     """One scanner: its token, its claimed execution, its pre-encoded batches."""
@@ -100,9 +98,7 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     and threads as configured by the environment it runs in)."""
     from app.config import load_settings
 
-    env = local_server.server_environment(
-        scratch, max_batch=max_batch, max_body_bytes=MAX_BODY_BYTES, lease_seconds=3600
-    )
+    env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=3600)
     if es_url:
         env.update(NETMAP_ELASTICSEARCH_URL=es_url, NETMAP_ELASTICSEARCH_INDEX_PREFIX=prefix)
     configured = load_settings(env=env)[0].server
