@@ -161,11 +161,10 @@ def _end_to_end(
     path: Path, expected: int, batch_size: int, agent_log: bool, upload_concurrency: int | None
 ) -> dict[str, Any]:
 
-    import sqlalchemy as sa
-
     from app.agent.events import EventLog
     from app.agent.loop import Agent
     from app.agent.nmap_xml import read_nmap_xml
+    from app.bench.counts import confirmed_observations
     from app.bench.scratch import scratch_database
     from app.db import transaction
     from app.identity.scanners import create_scanner
@@ -196,9 +195,7 @@ def _end_to_end(
             create_task(conn, owner_id=owner.id, request=request, limits=settings.scan)
         # The server is `netmap up` (gunicorn) in its own processes, as in production: the
         # agent's parse and the server's ingest do not share one interpreter.
-        env = local_server.server_environment(
-            scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=600
-        )
+        env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=600)
         server, url = local_server.start_server(scratch, env, timeout=120)
         try:
             progress = Progress("agent end-to-end", expected)
@@ -232,12 +229,7 @@ def _end_to_end(
             if status != 0:
                 raise click.ClickException(f"the agent ended with status {status}")
             with transaction() as conn:
-                confirmed = conn.execute(
-                    sa.text(
-                        "SELECT coalesce(sum(observation_count), 0) FROM scan_upload_receipts "
-                        "WHERE status = 'confirmed'"
-                    )
-                ).scalar()
+                confirmed = confirmed_observations(conn)
         finally:
             local_server.stop_server(server)
     wait = events.last("AgentExecutionSucceeded").get("upload_wait_seconds")
@@ -248,7 +240,7 @@ def _end_to_end(
     )
     return {
         "observations": expected,
-        "confirmed_observations": int(confirmed),
+        "confirmed_observations": confirmed,
         "batch_size": batch_size,
         "upload_concurrency": settings.agent.upload_concurrency,
         "server": "netmap up --no-runner (gunicorn) on a scratch database",

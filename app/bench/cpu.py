@@ -59,10 +59,14 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return None
 
 
+def tree_cpu_seconds(root: int | None) -> float:
+    """``process_tree_cpu_seconds`` as a reading to subtract: 0 with no process to read."""
+    return (process_tree_cpu_seconds(root) or 0.0) if root else 0.0
+
+
 def server_cpu_seconds(pgdata: Path) -> float:
     """CPU time used so far by the PostgreSQL server of ``pgdata`` (postmaster and children)."""
-    postmaster = postmaster_pid(pgdata)
-    return (process_tree_cpu_seconds(postmaster) or 0.0) if postmaster else 0.0
+    return tree_cpu_seconds(postmaster_pid(pgdata))
 
 
 @dataclass

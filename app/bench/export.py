@@ -20,6 +20,7 @@ on stdout; progress on stderr.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 import click
 
+from app.bench.cpu import server_cpu_seconds, tree_cpu_seconds
 from app.config import Settings
 
 DELETE_CONCURRENCIES = (1, 3, 8)
@@ -111,13 +113,13 @@ def _build_in_child(settings: Settings, export_id: int, results: Any) -> None:
         host="bench", concurrency=64, lease_seconds=600, max_attempts=3
     )
     assert claim is not None and claim.id == export_id
-    cpu_before = sum(process.cpu_times()[:2])
+    cpu_before = time.process_time()
     started = time.perf_counter()
     outcome = build_export(
         settings, claim, search_store=search, object_store=objects, runner_cancel=threading.Event()
     )
     elapsed = time.perf_counter() - started
-    cpu_seconds = sum(process.cpu_times()[:2]) - cpu_before
+    cpu_seconds = time.process_time() - cpu_before
     done.set()
     sampler.join()
     peak = max(peak, process.memory_info().rss)
@@ -159,14 +161,6 @@ def _queue_export(fmt: str, task_id: int, execution_ids: list[int]) -> int:
     return row.id
 
 
-def _process_cpu(pid: int | None) -> Callable[[], float]:
-    """CPU seconds used so far by a process (None: this one, all its threads)."""
-    import psutil
-
-    process = psutil.Process(pid)
-    return lambda: sum(process.cpu_times()[:2])
-
-
 def _put_objects(store: Any, keys: list[str]) -> None:
     # Setting up is not measured: several puts at once keep it short.
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -191,8 +185,8 @@ def _delete_throughput(
     from app.object_store.deleter import delete_objects
 
     store = open_object_store(settings)
-    own_cpu = _process_cpu(None)
-    server_cpu = _process_cpu(server_pid) if server_pid else None
+    own_cpu = time.process_time
+    server_cpu = functools.partial(tree_cpu_seconds, server_pid) if server_pid else None
     cores = os.cpu_count() or 1
     rounds: dict[int, list[dict[str, float]]] = {c: [] for c in DELETE_CONCURRENCIES}
     for repeat in range(repeats):
@@ -273,7 +267,6 @@ def run_benchmark(
 ) -> dict[str, Any]:
     import sqlalchemy as sa
 
-    from app.bench.cpu import server_cpu_seconds
     from app.bench.projection import BASE_TIME
     from app.bench.projection import _seed as seed_execution_endpoints
     from app.db import transaction

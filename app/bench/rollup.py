@@ -37,7 +37,6 @@ import logging
 import math
 import os
 import random
-import resource
 import secrets
 import shutil
 import subprocess
@@ -225,11 +224,6 @@ def _run_command(args: list[str], env: dict[str, str]) -> tuple[float, dict, flo
     return seconds, summary, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _split(seconds: float, summary: dict) -> dict[str, float]:
     """Where a run's time went: the command's own phases, and start-up + exit around them."""
     split = {name: round(ms / 1000, 3) for name, ms in summary.get("phaseMs", {}).items()}
@@ -328,11 +322,11 @@ def command(line_count: int, append_lines: int, log_file: str | None, mode: str)
             )
             help_seconds = time.perf_counter() - started
             _progress(f"full run ({mode} mode): netmap {' '.join(args)}")
-            server_cpu = _own_cpu_seconds()
+            server_cpu = time.process_time()
             full_seconds, full, full_rss, full_cpu = _run_command(args, env)
             # Standalone: this process serves the ingest endpoint (werkzeug threads) while
             # the command runs, so its CPU time is the server's share of the run.
-            server_cpu = _own_cpu_seconds() - server_cpu
+            server_cpu = time.process_time() - server_cpu
             _write(log, writer.lines(append_start, 300, append_lines))
             _progress(f"appended {append_lines:,} lines (five minutes); incremental run")
             inc_seconds, incremental, inc_rss, inc_cpu = _run_command(args, env)

@@ -37,7 +37,7 @@ from typing import Any
 import click
 
 from app.bench import local_server
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import percentile
 
 READ_P95_GOAL_MS = 250.0
@@ -69,25 +69,24 @@ def _observation(writer: int, i: int, observed_at: str) -> dict[str, Any]:
     }
 
 
-def _upload_body(execution: dict[str, Any], upload_id: str, index: int, observations, final):
-    from app.upload_protocol import canonical_checksum
-
-    return {
-        "protocol_version": 1,
-        "claim_token": execution["claim_token"],
-        "upload_id": upload_id,
-        "stream": "main",
-        "batch_index": index,
-        "is_final": final,
-        "checksum": canonical_checksum(observations, []),
-        "observations": observations,
-    }
-
-
 def _writer(url, writer, token, execution, batch, window, events) -> None:
     """Upload batches during ``window`` (start, end), then the final; every answer must be
     a 200."""
     import requests
+
+    from app.agent.client import upload_body
+
+    def body(index: int, observations: list[dict[str, Any]], final: bool) -> str:
+        return json.dumps(
+            upload_body(
+                claim_token=execution["claim_token"],
+                upload_id=upload_id,
+                batch_index=index,
+                is_final=final,
+                observations=observations,
+                dns_records=[],
+            )
+        )
 
     session = requests.Session()
     start_at, deadline = window
@@ -99,7 +98,7 @@ def _writer(url, writer, token, execution, batch, window, events) -> None:
     time.sleep(max(0.0, start_at - time.time()))
     while time.time() < deadline:
         observations = [_observation(writer, sent + n, observed_at) for n in range(batch)]
-        data = json.dumps(_upload_body(execution, upload_id, index, observations, False))
+        data = body(index, observations, False)
         started = time.perf_counter()
         answer = session.post(uploads, data=data, headers=headers, timeout=600)
         elapsed = time.perf_counter() - started
@@ -116,7 +115,7 @@ def _writer(url, writer, token, execution, batch, window, events) -> None:
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=60,
             )
-    data = json.dumps(_upload_body(execution, upload_id, index, [], True))
+    data = body(index, [], True)
     answer = session.post(uploads, data=data, headers=headers, timeout=600)
     if answer.status_code != 200:
         events.put(("error", f"final: {answer.status_code} {answer.text[:300]}"))
@@ -170,9 +169,7 @@ def _reader(url, reader, username, task_ids, window, events) -> None:
 
 
 def _start_server(scratch, max_batch: int) -> tuple[subprocess.Popen, str]:
-    env = local_server.server_environment(
-        scratch, max_batch=max_batch, max_body_bytes=64 * 1024 * 1024, lease_seconds=3600
-    )
+    env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=3600)
     server, url = local_server.start_server(scratch, env, timeout=120)
     return server, url.rstrip("/")
 
@@ -256,8 +253,8 @@ def _cpu_sample(server_pid: int, postmaster: int | None) -> dict[str, float]:
     process's embedded server), and the machine's load: on a shared machine wall-clock
     rates measure the neighbours too, CPU seconds mostly the work."""
     return {
-        "server": process_tree_cpu_seconds(server_pid) or 0.0,
-        "postgres": (process_tree_cpu_seconds(postmaster) or 0.0) if postmaster else 0.0,
+        "server": tree_cpu_seconds(server_pid),
+        "postgres": tree_cpu_seconds(postmaster),
         "load": os.getloadavg()[0],
     }
 
@@ -304,16 +301,12 @@ def _verify(url: str, username: str, done: dict[int, tuple[int, int]]) -> dict[s
     import requests
     import sqlalchemy as sa
 
+    from app.bench.counts import confirmed_observations
     from app.db import transaction
 
     uploaded = sum(sent for _, sent in done.values())
     with transaction() as conn:
-        confirmed = conn.execute(
-            sa.text(
-                "SELECT coalesce(sum(observation_count), 0) FROM scan_upload_receipts "
-                "WHERE status = 'confirmed'"
-            )
-        ).scalar_one()
+        confirmed = confirmed_observations(conn)
         counted = dict(
             conn.execute(
                 sa.text("SELECT id, observation_count FROM scan_executions WHERE id = ANY(:ids)"),
@@ -331,10 +324,10 @@ def _verify(url: str, username: str, done: dict[int, tuple[int, int]]) -> dict[s
     executions_exact = all(counted.get(e) == sent for e, sent in done.values())
     return {
         "uploaded_observations": uploaded,
-        "confirmed_observations": int(confirmed),
+        "confirmed_observations": confirmed,
         "execution_counts_exact": executions_exact,
         "results_total_endpoints": results_totals,
-        "exact": int(confirmed) == uploaded == results_totals and executions_exact,
+        "exact": confirmed == uploaded == results_totals and executions_exact,
     }
 
 

@@ -21,27 +21,27 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.counts import execution_counts
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
 from app.upload_protocol import canonical_checksum
 
 
-def _observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
-    out = []
-    for i in range(start, start + count):
-        out.append(
-            {
-                "observed_at": observed_at,
-                "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-                "port": 443 + (i >> 24),
-                "transport": "tcp",
-                "state": "open",
-                "service": {"name": "https", "product": "nginx", "version": "1.26"},
-            }
-        )
-    return out
+def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
+    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
+    return [
+        {
+            "observed_at": observed_at,
+            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+            "port": 443 + (i >> 24),
+            "transport": "tcp",
+            "state": "open",
+            "service": {"name": "https", "product": "nginx", "version": "1.26"},
+        }
+        for i in range(start, start + count)
+    ]
 
 
 class _Scanner:
@@ -127,10 +127,10 @@ def _measure_size(
     fill_cpu_started = time.process_time()
     # PostgreSQL's share too (its processes, not ours): the writes are set-based, so
     # their cost lands there.
-    postgres_cpu_started = (process_tree_cpu_seconds(postgres) or 0.0) if postgres else None
+    postgres_cpu_started = tree_cpu_seconds(postgres) if postgres else None
     while filled < size:
         count = min(fill_batch, size - filled)
-        scanner.send(scanner.body(index, _observations(filled, count, observed_at)))
+        scanner.send(scanner.body(index, observations(filled, count, observed_at)))
         filled += count
         index += 1
         progress.advance(count)
@@ -140,7 +140,7 @@ def _measure_size(
     fill_seconds = time.perf_counter() - fill_started
     fill_cpu_seconds = time.process_time() - fill_cpu_started
     postgres_cpu = (
-        (process_tree_cpu_seconds(postgres) or 0.0) - postgres_cpu_started
+        tree_cpu_seconds(postgres) - postgres_cpu_started
         if postgres_cpu_started is not None
         else None
     )
@@ -148,7 +148,7 @@ def _measure_size(
     normal, retries, dns = [], [], []
     sent = []
     for _ in range(samples):
-        body = scanner.body(index, _observations(filled, batch, observed_at))
+        body = scanner.body(index, observations(filled, batch, observed_at))
         normal.append(scanner.send(body))
         sent.append(body)
         filled += batch
@@ -157,7 +157,7 @@ def _measure_size(
     for latency_size in latency_batches:
         wall, cpu = [], []
         for _ in range(samples):
-            body = scanner.body(index, _observations(filled, latency_size, observed_at))
+            body = scanner.body(index, observations(filled, latency_size, observed_at))
             cpu_started = time.process_time()
             wall.append(scanner.send(body))
             cpu.append(time.process_time() - cpu_started)
@@ -187,14 +187,7 @@ def _measure_size(
     # above would time a wrong answer.
     expected = {"observations": filled + samples * 50, "endpoints": filled, "ips": filled}
     with transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                "SELECT observation_count AS observations, endpoint_count AS endpoints, "
-                "ip_count AS ips FROM scan_executions WHERE id = :id"
-            ),
-            {"id": scanner.execution["id"]},
-        ).one()
-    counted = dict(row._mapping)
+        counted = execution_counts(conn, scanner.execution["id"])
     if counted != expected:
         raise click.ClickException(f"final counted {counted}, expected {expected}")
     return {
@@ -364,7 +357,7 @@ def _http_command(
     tuning: dict[str, str],
     prefix: str,
 ) -> None:
-    from app.bench import upload_http
+    from app.bench import local_server, upload_http
     from app.db import transaction
     from app.identity.scanners import create_scanner
     from app.identity.users import create_user
@@ -399,7 +392,7 @@ def _http_command(
                     for size in size_list
                 }
             finally:
-                upload_http.stop_server(server)
+                local_server.stop_server(server)
         finally:
             if es_url:
                 drop_elasticsearch_prefix(es_url, prefix)  # only what this run created

@@ -30,26 +30,11 @@ import orjson
 import sqlalchemy as sa
 
 from app.bench import local_server
-from app.bench.cpu import postmaster_pid, process_tree_cpu_seconds
+from app.bench.counts import execution_counts
+from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
+from app.bench.upload import observations
 from app.upload_protocol import canonical_checksum
-
-MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
-    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
-    return [
-        {
-            "observed_at": observed_at,
-            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-            "port": 443 + (i >> 24),
-            "transport": "tcp",
-            "state": "open",
-            "service": {"name": "https", "product": "nginx", "version": "1.26"},
-        }
-        for i in range(start, start + count)
-    ]
 
 
 class _Client:
@@ -113,17 +98,12 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     and threads as configured by the environment it runs in)."""
     from app.config import load_settings
 
-    env = local_server.server_environment(
-        scratch, max_batch=max_batch, max_body_bytes=MAX_BODY_BYTES, lease_seconds=3600
-    )
+    env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=3600)
     if es_url:
         env.update(NETMAP_ELASTICSEARCH_URL=es_url, NETMAP_ELASTICSEARCH_INDEX_PREFIX=prefix)
     configured = load_settings(env=env)[0].server
     server, url = local_server.start_server(scratch, env)
     return server, url, configured.web_workers, configured.web_threads
-
-
-stop_server = local_server.stop_server
 
 
 def _executions(owner_id: int, count: int, settings, size: int) -> None:
@@ -183,8 +163,8 @@ def measure_http(
     ]
     for thread in threads:
         thread.start()
-    server_cpu = _cpu(server_pid)
-    postgres_cpu = _cpu(postgres) if postgres else 0.0
+    server_cpu = tree_cpu_seconds(server_pid)
+    postgres_cpu = tree_cpu_seconds(postgres)
     own_cpu = time.process_time()
     barrier.wait()
     started = time.perf_counter()
@@ -192,8 +172,8 @@ def measure_http(
         thread.join()
     seconds = time.perf_counter() - started
     own_cpu = time.process_time() - own_cpu
-    server_cpu = _cpu(server_pid) - server_cpu
-    postgres_cpu = (_cpu(postgres) - postgres_cpu) if postgres else None
+    server_cpu = tree_cpu_seconds(server_pid) - server_cpu
+    postgres_cpu = (tree_cpu_seconds(postgres) - postgres_cpu) if postgres else None
     errors = [client.error for client in clients if client.error]
     if errors:
         raise click.ClickException(f"a client failed: {errors[0]}")
@@ -213,14 +193,7 @@ def measure_http(
         client.send(client.body([], final=True))
         expected = size + (filled - size if n == 0 else 0)
         with transaction() as conn:
-            row = conn.execute(
-                sa.text(
-                    "SELECT observation_count AS observations, endpoint_count AS endpoints, "
-                    "ip_count AS ips FROM scan_executions WHERE id = :id"
-                ),
-                {"id": client.execution["id"]},
-            ).one()
-        counted = dict(row._mapping)
+            counted = execution_counts(conn, client.execution["id"])
         wanted = {"observations": expected, "endpoints": expected, "ips": expected}
         if counted != wanted:
             raise click.ClickException(f"final counted {counted}, expected {wanted}")
@@ -242,7 +215,3 @@ def measure_http(
         "normal_by_batch_size": by_batch_size,
         "final_counts": counts,
     }
-
-
-def _cpu(pid: int) -> float:
-    return process_tree_cpu_seconds(pid) or 0.0
