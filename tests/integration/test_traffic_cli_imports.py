@@ -19,22 +19,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from tests.support.import_probe import heavy_imports_after
 from tests.support.nginx_logs import CST, LogDir, nginx_line, reference_sums
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOMAIN = "imports.example.com"
 HEAVY = ("sqlalchemy", "alembic", "flask", "werkzeug", "matplotlib", "elasticsearch", "pydantic")
-
-_PROBE = """
-import json, sys
-from app.cli import main
-try:
-    main(sys.argv[1:], prog_name="netmap")
-except SystemExit:
-    pass
-heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads(HEAVY)))
-print("LOADED " + json.dumps(heavy))
-"""
 
 
 def _env(tmp_path: Path, database_url: str) -> dict[str, str]:
@@ -44,19 +34,10 @@ def _env(tmp_path: Path, database_url: str) -> dict[str, str]:
 
 
 def _rollup(args: list[str], tmp_path: Path, database_url: str) -> tuple[list[str], str, str]:
-    code = _PROBE.replace("HEAVY", repr(json.dumps(HEAVY)))
-    done = subprocess.run(
-        [sys.executable, "-c", code, "traffic", "rollup", *args],
-        cwd=PROJECT,
-        env=_env(tmp_path, database_url),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+    loaded, done = heavy_imports_after(
+        ["traffic", "rollup", *args], heavy=HEAVY, env=_env(tmp_path, database_url), timeout=120
     )
-    marker = [line for line in done.stdout.splitlines() if line.startswith("LOADED ")]
-    assert marker, done.stdout + done.stderr
-    return json.loads(marker[-1][len("LOADED ") :]), done.stdout, done.stderr
+    return loaded, done.stdout, done.stderr
 
 
 def _failed_rollup(

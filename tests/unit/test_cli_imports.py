@@ -8,9 +8,7 @@ group attached by object at the bottom of ``app/cli.py``, a module-level
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -20,40 +18,18 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import LazyGroup
+from tests.support.import_probe import heavy_imports_after
 from tests.support.nginx_logs import CST, LogDir, nginx_line
 
-PROJECT = Path(__file__).resolve().parents[2]
 HEAVY = ("flask", "werkzeug", "matplotlib", "elasticsearch", "pydantic", "jinja2")
-
-_PROBE = """
-import json, sys
-from app.cli import main
-try:
-    main(sys.argv[1:], prog_name="netmap")
-except SystemExit:
-    pass
-heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads(HEAVY)))
-print("LOADED " + json.dumps(heavy))
-"""
 
 
 def _loaded_after(args: list[str], tmp_path: Path, **extra_env: str) -> tuple[list[str], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
     env["NETMAP_DATA_DIR"] = str(tmp_path / "var")
     env.update(extra_env)
-    code = _PROBE.replace("HEAVY", repr(json.dumps(HEAVY)))
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    marker = [line for line in done.stdout.splitlines() if line.startswith("LOADED ")]
-    assert marker, done.stdout + done.stderr
-    return json.loads(marker[-1][len("LOADED ") :]), done.stdout
+    loaded, done = heavy_imports_after(args, heavy=HEAVY, env=env)
+    return loaded, done.stdout
 
 
 def test_traffic_rollup_help_imports_no_web_chart_or_search_stack(tmp_path):
