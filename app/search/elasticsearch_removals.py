@@ -20,7 +20,7 @@ from app.config import ElasticsearchSettings
 from app.search.documents import FactDocument
 from app.search.elasticsearch_bulk import BulkSender, operation, shard_operations
 from app.search.elasticsearch_schema import IndexNames, fact_endpoint
-from app.search.encoding import parse_utc
+from app.search.encoding import fact_from_source
 from app.search.port import BatchKey, BulkItemResult, BulkResult, StorageScope
 
 # ``ElasticsearchStore._search``: search(indices, body, what=...) → the answer.
@@ -28,24 +28,6 @@ Search = Callable[..., dict[str, Any]]
 
 PAGE = 1_000
 _ORDER = [{"upload_id": "asc"}, {"stream": "asc"}, {"batch_index": "asc"}, {"position": "asc"}]
-
-
-def _fact(hit: dict[str, Any]) -> FactDocument:
-    source = hit["_source"]
-    return FactDocument(
-        id=hit["_id"],
-        kind=source["kind"],
-        execution_id=int(source["execution_id"]),
-        task_id=int(source["task_id"]),
-        owner_id=int(source["owner_id"]),
-        scanner_id=source.get("scanner_id"),
-        upload_id=source["upload_id"],
-        stream=source["stream"],
-        batch_index=int(source["batch_index"]),
-        position=int(source["position"]),
-        observed_at=parse_utc(source["observed_at"]),
-        body=source.get("body") or {},
-    )
 
 
 def _as_deleted(result: BulkResult) -> BulkResult:
@@ -99,7 +81,7 @@ class ElasticsearchRemovals:
                 body["search_after"] = after
             hits = self._search(indices, body, what="fact removal")["hits"]["hits"]
             for hit in hits:
-                yield _fact(hit)
+                yield fact_from_source(hit["_id"], hit["_source"])
             if len(hits) < PAGE:
                 return
             after = hits[-1]["sort"]

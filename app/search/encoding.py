@@ -146,6 +146,24 @@ def fact_source(doc: FactDocument) -> dict[str, Any]:
     }
 
 
+def fact_from_source(document_id: str, source: Mapping[str, Any]) -> FactDocument:
+    """The inverse of ``fact_source``: a stored fact read back (a dead batch's removal)."""
+    return FactDocument(
+        id=document_id,
+        kind=source["kind"],
+        execution_id=int(source["execution_id"]),
+        task_id=int(source["task_id"]),
+        owner_id=int(source["owner_id"]),
+        scanner_id=source.get("scanner_id"),
+        upload_id=source["upload_id"],
+        stream=source["stream"],
+        batch_index=int(source["batch_index"]),
+        position=int(source["position"]),
+        observed_at=parse_utc(source["observed_at"]),
+        body=source.get("body") or {},
+    )
+
+
 def _ip_problem(ip: str) -> str | None:
     if CANONICAL_IPV4.fullmatch(ip):
         return None
