@@ -10,38 +10,25 @@ runs in its own thread on its own schedule and is not part of a page's cost.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
 
-from app.db import get_engine
 from app.projection.slices import ProjectionWorker
 from app.search.postgres_pages import MIN_PART
 from app.search.postgres_store import PostgresStore
 from tests.support.projection import drain, outbox_row, run_one_slice, seed_execution
 from tests.support.projection_setup import PROJECTION_DEFAULTS
+from tests.support.sql import counted_statements
 
 
-@contextlib.contextmanager
-def counted_statements() -> Iterator[list[str]]:
-    statements: list[str] = []
-    lock = threading.Lock()
+def _not_the_heartbeat() -> bool:
+    # The page's parts run on pool threads, so every thread counts but the heartbeat's.
+    return not threading.current_thread().name.startswith("projection-heartbeat")
 
-    def count(conn, cursor, statement, parameters, context, executemany):
-        # The page's parts run on pool threads, so every thread counts but the heartbeat's.
-        if not threading.current_thread().name.startswith("projection-heartbeat"):
-            with lock:
-                statements.append(" ".join(statement.split())[:80])
 
-    engine = get_engine()
-    sa.event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", count)
+def _shape(statement: str) -> str:
+    return " ".join(statement.split())[:80]
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
@@ -66,7 +53,7 @@ def test_a_page_costs_the_same_statements_for_small_and_large_pages(settings, en
                 ),
                 store,
             )
-            with counted_statements() as statements:
+            with counted_statements(counts=_not_the_heartbeat, shape=_shape) as statements:
                 outcome = run_one_slice(worker)
             assert outcome is not None and outcome.result == "released", outcome
             assert outcome.endpoints == size
