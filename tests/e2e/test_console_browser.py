@@ -32,7 +32,11 @@ XSS_BANNER = '<script>window.__xss=2</script><svg onload="window.__xss=3">'
 selenium = pytest.importorskip("selenium")
 
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -76,14 +80,21 @@ def evidence_on_failure(driver: webdriver.Chrome, directory: Path) -> Iterator[N
         raise
 
 
+# While a click's navigation is under way, an element found on the old page goes stale
+# between its look-up and its use: a wait tries again, as it does for a missing element.
+_NOT_YET = (NoSuchElementException, StaleElementReferenceException)
+
+
 def wait_for(driver, condition, seconds: float = 60):
-    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: condition())
+    return WebDriverWait(driver, seconds, poll_frequency=0.2, ignored_exceptions=_NOT_YET).until(
+        lambda d: condition()
+    )
 
 
 def present(driver, by: str, selector: str, seconds: float = 30):
     """The element once it is there: a click on a submit button may return before the next
     page has loaded, so every look-up after a navigation waits for its element."""
-    return WebDriverWait(driver, seconds, poll_frequency=0.2).until(
+    return WebDriverWait(driver, seconds, poll_frequency=0.2, ignored_exceptions=_NOT_YET).until(
         lambda d: d.find_element(by, selector)
     )
 
