@@ -109,7 +109,15 @@ def sign_in(driver, url: str, username: str, password: str) -> None:
     driver.find_element(By.ID, "username").send_keys(username)
     driver.find_element(By.ID, "password").send_keys(password)
     driver.find_element(By.ID, "sign-in").click()
-    wait_for(driver, lambda: driver.current_url.rstrip("/").endswith("/console"))
+    # The address changes when the next page starts to load: wait for it to be loaded too,
+    # so the caller's look-ups see the console page, not a document still being built.
+    wait_for(
+        driver,
+        lambda: (
+            driver.current_url.rstrip("/").endswith("/console")
+            and driver.execute_script("return document.readyState") == "complete"
+        ),
+    )
 
 
 def fill(driver, element_id: str, value: str) -> None:
