@@ -91,6 +91,13 @@ def on_starting(server):
             raise RuntimeError(str(exc)) from None
 
 
+def post_worker_init(worker):
+    # The app is loaded: what is alive now lives as long as the worker (app.heap says why).
+    from app.heap import settle_heap
+
+    settle_heap()
+
+
 def child_exit(server, worker):
     # Drop the dead worker's metric files so gauges do not linger (prometheus multiprocess mode).
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

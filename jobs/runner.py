@@ -150,6 +150,7 @@ def worker_main(
     signal.signal(CANCEL_SIGNAL, _request_cancel)
 
     from app import db
+    from app.heap import settle_heap
     from jobs.base import JobContext
     from jobs.registry import job_kinds, worker_services
 
@@ -172,6 +173,7 @@ def worker_main(
     for service in services:
         service.start(ctx)
     kinds = job_kinds(settings)
+    settle_heap()  # booted: keep the collector off what lives as long as the worker
     if heartbeat_path:
         heartbeat.ready()
     emit("RunnerWorkerStarted", worker_id=worker_id, job_kinds=[k.name for k in kinds])

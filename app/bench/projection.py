@@ -278,9 +278,12 @@ def run_benchmark(
     republish: bool,
     pgdata: Path | None = None,
 ) -> dict[str, Any]:
+    from app.heap import settle_heap
+
     store.ensure_schema()
     execution_ids = _seed(store, endpoints, executions, BASE_TIME)
     _queue(execution_ids)
+    settle_heap()  # as a runner worker does once booted (jobs.runner.worker_main)
     first = _drain(settings, store, workers, endpoints, "publish", pgdata)
     es = settings.elasticsearch
     result: dict[str, Any] = {

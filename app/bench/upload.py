@@ -304,8 +304,10 @@ def command(
 
         app = create_app(scratch.settings, engine=db.get_engine(), modules="off")
         try:
+            from app.heap import settle_heap
             from app.http import context
 
+            settle_heap()  # as a web worker does once booted (gunicorn_conf.post_worker_init)
             with app.app_context():
                 context.store().ensure_schema()
             with transaction() as conn:
