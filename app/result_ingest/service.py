@@ -35,7 +35,7 @@ from app.config import Settings
 from app.db import transaction
 from app.errors import Conflict, PayloadTooLarge, Unavailable, Unprocessable, ValidationError
 from app.observability import UPLOAD_SECONDS, add_span_attrs, emit, span, stage
-from app.result_ingest import abandoned, dns
+from app.result_ingest import abandoned, dns, overlap
 from app.result_ingest.enrichment import (
     UploadContext,
     apply_tags,
@@ -216,6 +216,49 @@ def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
     return {"list": "dns_records", "index": position - len(body.observations)}
 
 
+# Items (observations and DNS records) from which a batch's fact write runs beside its
+# endpoint write (``overlap.background``): about two store shards.
+OVERLAP_MIN_ITEMS = 2000
+
+
+def _write_facts(store: SearchStore, body: UploadBody, facts: list[Any]) -> None:
+    if facts:
+        _store_call(
+            "store_facts",
+            lambda: store.write_facts(facts).raise_for_failures(),
+            lambda: {doc.id: _item_of_position(body, p) for p, doc in enumerate(facts)},
+        )
+
+
+def _write_endpoints(
+    store: SearchStore,
+    context: UploadContext,
+    normalised: list[dict[str, Any]],
+    body: UploadBody,
+) -> None:
+    endpoints = endpoint_documents(context, normalised, (o.observed_at for o in body.observations))
+    if not endpoints:
+        return
+
+    def endpoint_items() -> dict[str, dict[str, Any]]:
+        first_index: dict[tuple[str, int, str], int] = {}
+        for index, values in enumerate(normalised):
+            first_index.setdefault((values["ip"], values["port"], values["transport"]), index)
+        return {
+            doc.id: {
+                "list": "observations",
+                "index": first_index.get((doc.ip, doc.port, doc.transport)),
+            }
+            for doc in endpoints
+        }
+
+    _store_call(
+        "store_execution_endpoints",
+        lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
+        endpoint_items,
+    )
+
+
 def _handle(
     settings: Settings, store: SearchStore, execution_id: int, scanner_id: int | None, raw: Any
 ) -> UploadResult:
@@ -264,32 +307,23 @@ def _handle(
     with stage("tags"):
         normalised = [apply_tags(values) for values in normalised]
     facts = fact_documents(context, body, normalised)
-    endpoints = endpoint_documents(context, normalised, (o.observed_at for o in body.observations))
-    if facts:
-        _store_call(
-            "store_facts",
-            lambda: store.write_facts(facts).raise_for_failures(),
-            lambda: {doc.id: _item_of_position(body, p) for p, doc in enumerate(facts)},
+    # A large batch writes its facts on a second pooled connection while this thread
+    # builds and writes the endpoint documents: the two writes are independent (each is
+    # idempotent, and the receipt is confirmed only once both succeeded), so the
+    # database's half of the work overlaps ours. A small batch's writes take a few
+    # milliseconds: not worth a second connection.
+    if len(facts) >= OVERLAP_MIN_ITEMS:
+        facts_written = overlap.background(
+            lambda: _write_facts(store, body, facts), name="netmap-upload-facts"
         )
-    if endpoints:
-
-        def endpoint_items() -> dict[str, dict[str, Any]]:
-            first_index: dict[tuple[str, int, str], int] = {}
-            for index, values in enumerate(normalised):
-                first_index.setdefault((values["ip"], values["port"], values["transport"]), index)
-            return {
-                doc.id: {
-                    "list": "observations",
-                    "index": first_index.get((doc.ip, doc.port, doc.transport)),
-                }
-                for doc in endpoints
-            }
-
-        _store_call(
-            "store_execution_endpoints",
-            lambda: store.write_execution_endpoints(endpoints).raise_for_failures(),
-            endpoint_items,
-        )
+    else:
+        facts_written = overlap.inline(lambda: _write_facts(store, body, facts))
+    try:
+        _write_endpoints(store, context, normalised, body)
+    except BaseException:
+        facts_written()  # never leave a write running; its own failure is reported first
+        raise
+    facts_written()
 
     kind = upload_kind(body, execution.kind)
     if not body.is_final:
