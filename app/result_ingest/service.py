@@ -217,8 +217,8 @@ def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
 
 
 # Items (observations and DNS records) from which a batch's fact write runs beside its
-# endpoint write (``overlap.background``): about two store shards.
-OVERLAP_MIN_ITEMS = 2000
+# endpoint write (``overlap.background``): one store shard, and the agent's default batch.
+OVERLAP_MIN_ITEMS = 1000
 
 
 def _write_facts(store: SearchStore, body: UploadBody, facts: list[Any]) -> None:

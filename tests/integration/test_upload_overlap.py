@@ -16,11 +16,12 @@ from tests.support.sql import scalar
 from tests.support.stores import install
 
 WAIT = 20
+REFUSED = OVERLAP_MIN_ITEMS * 3 // 4  # the position of the fact the store refuses
 
 
 def _large(start: int = 0) -> list[dict]:
     return [
-        observation(f"10.20.0.{i & 255}", 1 + (i >> 8))  # 256 addresses, 8 ports
+        observation(f"10.20.0.{i & 255}", 1 + (i >> 8))  # 256 addresses, then the next port
         for i in range(start, start + OVERLAP_MIN_ITEMS)
     ]
 
@@ -130,8 +131,8 @@ def test_when_both_writes_fail_the_refused_fact_is_the_answer(api):
     def refuse_one(facts):
         result = real_write(facts)
         items = list(result.items)
-        items[1500] = BulkItemResult(
-            items[1500].id, items[1500].index, 400, "mapper_parsing_exception"
+        items[REFUSED] = BulkItemResult(
+            items[REFUSED].id, items[REFUSED].index, 400, "mapper_parsing_exception"
         )
         return BulkResult(items=tuple(items))
 
@@ -144,5 +145,5 @@ def test_when_both_writes_fail_the_refused_fact_is_the_answer(api):
     assert response.status_code == 422, response.get_json()
     error = response.get_json()["error"]
     assert error["code"] == "store_refused"
-    assert [(i["list"], i["index"]) for i in error["details"]["items"]] == [("observations", 1500)]
+    assert [(i["list"], i["index"]) for i in error["details"]["items"]] == [("observations", REFUSED)]
     assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
