@@ -7,7 +7,7 @@ batch triggers hundreds of collections, and every full collection walks the whol
 heap the process built at start-up (modules, Flask, SQLAlchemy, the settings) even
 though none of it is ever garbage. Measured on a 5,000-observation batch's
 validation, enrichment and row encoding in a process holding a web worker's
-modules, these settings take 7–11 % less CPU; in the in-process ``netmap bench
+modules, these settings take 7-11 % less CPU; in the in-process ``netmap bench
 upload``, whose heap is larger, about a quarter.
 
 ``settle_heap`` is called once a process has finished booting:

@@ -145,5 +145,7 @@ def test_when_both_writes_fail_the_refused_fact_is_the_answer(api):
     assert response.status_code == 422, response.get_json()
     error = response.get_json()["error"]
     assert error["code"] == "store_refused"
-    assert [(i["list"], i["index"]) for i in error["details"]["items"]] == [("observations", REFUSED)]
+    assert [(i["list"], i["index"]) for i in error["details"]["items"]] == [
+        ("observations", REFUSED)
+    ]
     assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
