@@ -3,7 +3,8 @@
 The document is fed to expat in chunks and every ``<port>`` becomes an
 observation when its end tag arrives, so a scan of thousands of hosts with
 hundreds of ports each never sits in memory; nothing is built but the current
-host's address and names. Expat gives exact line numbers and byte offsets, so
+host's address and names (and two bounded caches: the services and port
+numbers read before). Expat gives exact line numbers and byte offsets, so
 a malformed or truncated document (a killed scan) is reported precisely.
 
 Mapping: ``<state>`` → state (``closed|filtered`` counts as filtered,
@@ -94,6 +95,68 @@ class _Host:
 # list costs one allocation. Its slots:
 _TRANSPORT, _NUMBER, _LINE, _STATE, _REASON, _SERVICE, _CPES, _SCRIPTS = range(8)
 
+# Services read before are looked up by their attributes, not derived again: an -sV scan
+# repeats a few services over many ports. The cap keeps a scan of many distinct ones flat,
+# and long attribute lists (most with a service fingerprint) are not kept at all.
+_SERVICE_CACHE_ENTRIES = 512
+_SERVICE_CACHE_CHARS = 2048
+# portid texts read before, with their numbers (a dictionary look-up is cheaper than int());
+# only short texts, and as many as the ports a scan usually asks for, so memory stays flat.
+_PORT_NUMBER_CACHE_ENTRIES = 4096
+
+
+def _attributes(pairs: list[str]) -> dict[str, str]:
+    """Expat's ``ordered_attributes`` list as a dictionary (names are unique: expat
+    rejects a repeated attribute)."""
+    return dict(zip(pairs[::2], pairs[1::2], strict=True))
+
+
+def _attribute(pairs: list[str], name: str) -> str | None:
+    """One attribute of an ordered list; names sit at even positions, values may be
+    equal to a name."""
+    position = 0
+    try:
+        while True:
+            position = pairs.index(name, position)
+            if not position & 1:
+                return pairs[position + 1]
+            position += 1
+    except ValueError:
+        return None
+
+
+def _service_fields(
+    service_attrs: dict[str, str],
+) -> tuple[dict[str, str], dict[str, Any], str | None]:
+    """What a <service> gives an observation: its service fields, its details and the
+    fingerprint a banner may come from."""
+    get = service_attrs.get
+    service: dict[str, str] = {}
+    details: dict[str, Any] = {}
+    name = get("name")
+    if name:
+        if name == "unknown" or name == "tcpwrapped" or get("method") == "table":
+            name = None  # a guess from the port table, or nothing: the server's default
+        elif get("tunnel") == "ssl":
+            name = "https" if name == "http" else f"ssl/{name}"
+        # formats.clip(value, 1024), inline: a slice of a shorter text is the text
+        if name and (name := name.strip()):
+            service["name"] = name[:1024]
+    product = get("product")
+    if product and (product := product.strip()):
+        service["product"] = product[:1024]
+    version = get("version")
+    if version and (version := version.strip()):
+        service["version"] = version[:1024]
+    for key in _DETAIL_KEYS:
+        value = get(key)
+        if value:
+            details[key] = value
+    conf = get("conf")
+    if conf and conf.isdigit():
+        details["conf"] = int(conf)
+    return service, details, get("servicefp")
+
 
 class NmapXmlReader:
     """Push-style reader: ``feed(chunk)`` returns the observations completed by that chunk."""
@@ -101,6 +164,10 @@ class NmapXmlReader:
     def __init__(self, *, default_observed_at: str | None = None):
         self._parser = expat.ParserCreate()
         self._parser.buffer_text = True
+        # Attributes as a flat [name, value, ...] list: expat builds a list faster than a
+        # dictionary, and a port's elements are read by position (nmap writes their
+        # attributes in a fixed order) with a look-up by name when the order differs.
+        self._parser.ordered_attributes = True
         self._parser.StartElementHandler = self._start
         self._parser.EndElementHandler = self._end
         # Text matters only inside <cpe>: the handler is set there and removed after, so
@@ -112,9 +179,13 @@ class NmapXmlReader:
         self._host: _Host | None = None
         self._port: list[Any] | None = None
         self._in_cpe = False
+        # One list for every <cpe>, emptied when one starts (a nested one starts afresh).
         self._cpe_text: list[str] = []
+        self._cpe_append = self._cpe_text.append
         self._nmapruns = 0  # open <nmaprun> elements: the document ends when the root closes
         self._ready: list[dict[str, Any]] = []
+        self._services: dict[str, tuple[dict[str, str], dict[str, Any], str | None]] = {}
+        self._port_numbers: dict[str, int] = {}
         self.hosts = 0
         self.bytes_read = 0
         self.finished = False  # saw </nmaprun>
@@ -129,30 +200,77 @@ class NmapXmlReader:
             byte_offset=self._parser.CurrentByteIndex,
         )
 
-    def _start(self, name: str, attrs: dict[str, str]) -> None:
+    def _start(self, name: str, pairs: list[str]) -> None:
         port = self._port
         # The elements inside a <port> come first: they are most of a scan's elements.
         if port is not None and name != "host" and self._host is not None:
             if name == "state":
-                port[_STATE] = _STATE_MAP.get(attrs.get("state", ""))
-                port[_REASON] = attrs.get("reason")
+                # nmap writes state="…" reason="…" first
+                if pairs and pairs[0] == "state":
+                    port[_STATE] = _STATE_MAP.get(pairs[1])
+                    port[_REASON] = (
+                        pairs[3]
+                        if len(pairs) > 3 and pairs[2] == "reason"
+                        else _attribute(pairs, "reason")
+                    )
+                else:
+                    port[_STATE] = _STATE_MAP.get(_attribute(pairs, "state") or "")
+                    port[_REASON] = _attribute(pairs, "reason")
             elif name == "service":
-                port[_SERVICE] = attrs
+                port[_SERVICE] = pairs
             elif name == "cpe":
                 self._in_cpe = True
-                self._cpe_text = []
-                self._parser.CharacterDataHandler = self._cpe_text.append
+                self._cpe_text.clear()
+                self._parser.CharacterDataHandler = self._cpe_append
             elif name == "script":
                 scripts = port[_SCRIPTS]
                 if scripts is None:
                     scripts = port[_SCRIPTS] = {}
                 if len(scripts) < MAX_SCRIPTS:
-                    script_id = attrs.get("id")
+                    # nmap writes id="…" output="…" first
+                    if len(pairs) > 3 and pairs[0] == "id" and pairs[2] == "output":
+                        script_id = pairs[1]
+                        output = pairs[3]
+                    else:
+                        script_id = _attribute(pairs, "id")
+                        output = _attribute(pairs, "output")
+                        if output is None:
+                            output = ""
                     if script_id:
-                        scripts[script_id] = attrs.get("output", "")
+                        # Clipped here, so the dictionary can go into the observation as it
+                        # is; a banner is clipped after its escapes are read.
+                        scripts[script_id] = (
+                            output if script_id == "banner" else output[:MAX_SCRIPT_CHARS]
+                        )
             elif name == "nmaprun":
                 self._nmapruns += 1
             return
+        if name == "port" and self._host is not None and self._root_seen:
+            # nmap writes protocol="…" portid="…"
+            if len(pairs) == 4 and pairs[0] == "protocol" and pairs[2] == "portid":
+                transport = pairs[1]
+                portid = pairs[3]
+            else:
+                transport = _attribute(pairs, "protocol")
+                if transport is None:
+                    transport = ""
+                portid = _attribute(pairs, "portid")
+            number = self._port_numbers.get(portid)  # type: ignore[arg-type]
+            if number is None:
+                try:
+                    number = int(portid if portid is not None else "")
+                except ValueError:
+                    number = 0
+                if not 1 <= number <= 65535:
+                    raise self._error(f"portid {portid!r} is not a port number", name)
+                numbers = self._port_numbers
+                if len(portid) <= 5 and len(numbers) < _PORT_NUMBER_CACHE_ENTRIES:  # type: ignore[arg-type]
+                    numbers[portid] = number  # type: ignore[index]
+            self._port = [
+                transport, number, self._parser.CurrentLineNumber, None, None, None, None, None
+            ]  # fmt: skip
+            return
+        attrs = _attributes(pairs)
         if not self._root_seen:
             if name != "nmaprun":
                 raise self._error("not an nmap XML document (root element is not nmaprun)", name)
@@ -174,18 +292,7 @@ class NmapXmlReader:
         host = self._host
         if host is None:
             return
-        if name == "port":
-            transport = attrs.get("protocol", "")
-            try:
-                number = int(attrs.get("portid", ""))
-            except ValueError:
-                number = 0
-            if not 1 <= number <= 65535:
-                raise self._error(f"portid {attrs.get('portid')!r} is not a port number", name)
-            self._port = [
-                transport, number, self._parser.CurrentLineNumber, None, None, None, None, None
-            ]  # fmt: skip
-        elif name == "address":
+        if name == "address":
             kind = attrs.get("addrtype")
             if kind in ("ipv4", "ipv6"):
                 try:
@@ -244,45 +351,27 @@ class NmapXmlReader:
                 element="port",
                 byte_offset=self._parser.CurrentByteIndex,
             )
-        # The observation is built here rather than by formats.make_observation (same shape,
-        # same key order): this runs once per port of every scan.
-        observation: dict[str, Any] = {
-            "observed_at": host.observed_at,
-            "ip": ip,
-            "port": port[_NUMBER],
-            "transport": transport,
-            "state": state,
-        }
         scripts = port[_SCRIPTS]
-        service_attrs = port[_SERVICE]
-        details: dict[str, Any] = {}
-        service: dict[str, str] = {}
-        if service_attrs:
-            get = service_attrs.get
-            name = get("name")
-            if name:
-                if name == "unknown" or name == "tcpwrapped" or get("method") == "table":
-                    name = None  # a guess from the port table, or nothing: the server's default
-                elif get("tunnel") == "ssl":
-                    name = "https" if name == "http" else f"ssl/{name}"
-                # formats.clip(value, 1024), inline: a slice of a shorter text is the text
-                if name and (name := name.strip()):
-                    service["name"] = name[:1024]
-            product = get("product")
-            if product and (product := product.strip()):
-                service["product"] = product[:1024]
-            version = get("version")
-            if version and (version := version.strip()):
-                service["version"] = version[:1024]
-            for key in _DETAIL_KEYS:
-                value = get(key)
-                if value:
-                    details[key] = value
-            conf = get("conf")
-            if conf and conf.isdigit():
-                details["conf"] = int(conf)
-            fingerprint = get("servicefp")
+        pairs = port[_SERVICE]
+        if pairs:
+            # XML text cannot hold a NUL, so the joined attributes name the list exactly;
+            # one string hashes faster than a tuple of them.
+            key = "\0".join(pairs)
+            fields = self._services.get(key)
+            if fields is None:
+                fields = _service_fields(_attributes(pairs))
+                services = self._services
+                if len(key) <= _SERVICE_CACHE_CHARS:
+                    if len(services) >= _SERVICE_CACHE_ENTRIES:
+                        services.clear()
+                    services[key] = fields
+            # Copies: each observation owns its dictionaries.
+            service = fields[0].copy()
+            details = fields[1].copy()
+            fingerprint = fields[2]
         else:
+            service = {}
+            details = {}
             fingerprint = None
         banner = None
         if scripts:
@@ -293,22 +382,45 @@ class NmapXmlReader:
             banner = banner_from_fingerprint(fingerprint)
         if banner and (banner := clip(banner, MAX_BANNER_CHARS)):
             service["banner"] = banner
-        if service:
-            observation["service"] = service
-        hostname = host.hostname or host.ptr
-        if hostname:
-            observation["hostname"] = hostname.rstrip(".")[:253]
         if port[_REASON]:
             details["reason"] = port[_REASON]
-        if port[_CPES]:
-            details["cpe"] = port[_CPES][:8]
+        # The port's own CPE list and script dictionary go into the observation when
+        # nothing is to be left out: no other observation holds them.
+        cpes = port[_CPES]
+        if cpes:
+            details["cpe"] = cpes if len(cpes) <= 8 else cpes[:8]
         if scripts:
-            shown = {}
-            for key, value in scripts.items():
-                if key != "banner":
-                    shown[key] = value[:MAX_SCRIPT_CHARS]
-            if shown:
-                details["scripts"] = shown
+            if "banner" not in scripts:
+                details["scripts"] = scripts
+            else:
+                shown = {key: value for key, value in scripts.items() if key != "banner"}
+                if shown:
+                    details["scripts"] = shown
+        hostname = host.hostname or host.ptr
+        # The observation is built here rather than by formats.make_observation (same shape,
+        # same key order): this runs once per port of every scan, and a dictionary made
+        # whole is not grown (and resized) key by key.
+        if service and details and not hostname:
+            return {
+                "observed_at": host.observed_at,
+                "ip": ip,
+                "port": port[_NUMBER],
+                "transport": transport,
+                "state": state,
+                "service": service,
+                "details": details,
+            }
+        observation: dict[str, Any] = {
+            "observed_at": host.observed_at,
+            "ip": ip,
+            "port": port[_NUMBER],
+            "transport": transport,
+            "state": state,
+        }
+        if service:
+            observation["service"] = service
+        if hostname:
+            observation["hostname"] = hostname.rstrip(".")[:253]
         if details:
             observation["details"] = details
         return observation

@@ -240,3 +240,44 @@ def test_nmap_cpe_text_split_by_a_comment_or_entity_is_joined_and_other_text_ign
         )
         (found,) = read_nmap_xml(source)
         assert found["details"] == {"cpe": ["cpe:/a:x&y"]}
+
+
+def test_nmap_attributes_in_another_order_read_the_same_and_repeated_services_are_not_shared():
+    # The reader takes nmap's attribute order by position and any other order by name.
+    def document(port: str, state: str, script: str) -> bytes:
+        ports = "".join(
+            f"<port {port.format(number)}><state {state}/>"
+            '<service name="http" product="nginx" method="probed" conf="10">'
+            f"<cpe>cpe:/a:nginx</cpe></service><script {script}/></port>"
+            for number in (80, 8080)
+        )
+        return (
+            '<nmaprun start="1796058252"><host><address addr="10.0.0.1" addrtype="ipv4"/>'
+            f"<ports>{ports}</ports></host></nmaprun>"
+        ).encode()
+
+    nmap_order = document(
+        'protocol="tcp" portid="{}"',
+        'state="open" reason="syn-ack" reason_ttl="64"',
+        'id="http-title" output="Welcome"',
+    )
+    other_order = document(
+        'portid="{}" protocol="tcp"',
+        'reason_ttl="64" reason="syn-ack" state="open"',
+        'output="Welcome" id="http-title"',
+    )
+    found = list(read_nmap_xml(io.BytesIO(nmap_order)))
+    assert list(read_nmap_xml(io.BytesIO(other_order))) == found
+    assert [o["port"] for o in found] == [80, 8080]
+    assert found[0]["details"] == {
+        "method": "probed",
+        "conf": 10,
+        "reason": "syn-ack",
+        "cpe": ["cpe:/a:nginx"],
+        "scripts": {"http-title": "Welcome"},
+    }
+    # Both ports have the same <service>: each observation still owns its dictionaries.
+    found[0]["service"]["banner"] = "changed"
+    found[0]["details"]["conf"] = 1
+    assert found[1]["service"] == {"name": "http", "product": "nginx"}
+    assert found[1]["details"]["conf"] == 10
