@@ -167,14 +167,16 @@ def test_execution_endpoint_writes_are_one_statement_per_shard(postgres_store, e
 @pytest.mark.parametrize(
     ("query", "index"),
     [
-        (AssetQuery(scope="global", cidr="10.1.2.0/28"), "ix_search_assets_global_ip_gist"),
+        (AssetQuery(scope="global", cidr="10.1.2.0/28"), "ix_search_assets_global_order"),
+        (AssetQuery(scope="global", ip="10.1.2.3"), "ix_search_assets_global_order"),
         (AssetQuery(scope="global", port=443), "ix_search_assets_global_port"),
         (AssetQuery(scope="global", service="HTTPS"), "ix_search_assets_global_service"),
         (AssetQuery(scope="global", product="nginx"), "ix_search_assets_global_product"),
         (AssetQuery(scope="global", text="nginx/1"), "ix_search_assets_global_text_trgm"),
         (AssetQuery(scope="global", last_seen_from=at(5000)), "ix_search_assets_global_last_seen"),
         (AssetQuery(scope="global", first_seen_to=at(-5)), "ix_search_assets_global_first_seen"),
-        (AssetQuery(scope="user", owner_id=3, cidr="10.1.2.0/28"), "ix_search_assets_user"),
+        (AssetQuery(scope="user", owner_id=3, cidr="10.1.2.0/28"), "ix_search_assets_user_order"),
+        (AssetQuery(scope="user", owner_id=3, ip="10.1.2.3"), "ix_search_assets_user_order"),
         (AssetQuery(scope="user", owner_id=3, port=443), "ix_search_assets_user_port"),
     ],
 )
