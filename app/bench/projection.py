@@ -45,19 +45,13 @@ import sqlalchemy as sa
 from app.bench.cpu import CpuClock
 from app.bench.progress import Progress
 from app.bench.stats import percentile
+from app.bench.store import SERVICES
 from app.config import Settings
 from app.db import transaction
 from app.search.documents import EndpointDocument, observation_key
 from app.search.ids import execution_endpoint_id
 from app.search.port import SearchStore, StorageScope, server_side_pages
 
-SERVICES = (
-    (22, "ssh", "OpenSSH", "9.6p1", "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13"),
-    (80, "http", "nginx", "1.24.0", "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0"),
-    (443, "https", "nginx", "1.24.0", "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0"),
-    (3306, "mysql", "MySQL", "8.0.36", "8.0.36-0ubuntu0.22.04.1"),
-    (8080, "http-proxy", "Apache Tomcat", "10.1", "HTTP/1.1 404\r\nServer: Apache-Coyote"),
-)
 BASE_TIME = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 SEED_BATCH = 2000
 
