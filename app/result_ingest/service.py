@@ -320,10 +320,8 @@ def _handle(
         facts_written = overlap.inline(lambda: _write_facts(store, body, facts))
     try:
         _write_endpoints(store, context, normalised, body)
-    except BaseException:
+    finally:
         facts_written()  # never leave a write running; its own failure is reported first
-        raise
-    facts_written()
 
     kind = upload_kind(body, execution.kind)
     if not body.is_final:
