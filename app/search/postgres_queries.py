@@ -424,12 +424,10 @@ def ip_order_range(cidr: str) -> tuple[str, str]:
     condition that decides, so the answer is exactly the one of ``ip <<= cidr`` alone.
     """
     network = ipaddress.ip_network(cidr, strict=False)
+    last = ip_order_text(network.broadcast_address)
     if network.version == 4:
-        return (
-            f"::ffff:{network.network_address}/{96 + network.prefixlen}",
-            f"::ffff:{network.broadcast_address}",
-        )
-    return str(network), str(network.broadcast_address)
+        return f"{ip_order_text(network.network_address)}/{96 + network.prefixlen}", last
+    return str(network), last
 
 
 def ip_order_text(value: Any) -> str:
