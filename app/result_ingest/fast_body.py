@@ -78,17 +78,19 @@ def _short(value: Any, max_length: int | None) -> bool:
     return type(value) is str and (max_length is None or len(value) <= max_length) and _clean(value)
 
 
-def _document(value: Any) -> tuple[bool, bool]:
-    """(acceptable, holds a float) for a ``tls``/``http``/``details`` document."""
-    floats = False
+def _document(value: Any) -> tuple[bool, bool, bool]:
+    """(acceptable, holds a float, holds a NUL) for a ``tls``/``http``/``details`` document."""
+    floats = nul = False
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > _MAX_DOCUMENT_DEPTH:
-            return False, floats
+            return False, floats, nul
         if type(item) is dict:
-            if not all(type(key) is str and _clean(key) for key in item):
-                return False, floats
+            for key in item:
+                if type(key) is not str or not _clean(key):
+                    return False, floats, nul
+                nul = nul or "\x00" in key
             children = item.values()
         else:
             children = item
@@ -98,14 +100,15 @@ def _document(value: Any) -> tuple[bool, bool]:
                 stack.append((child, depth + 1))
             elif kind is str:
                 if not _clean(child):
-                    return False, floats
+                    return False, floats, nul
+                nul = nul or "\x00" in child
             elif kind is float:
                 if not math.isfinite(child):
-                    return False, floats
+                    return False, floats, nul
                 floats = True
             elif kind not in _JSON_SCALARS:
-                return False, floats
-    return True, floats
+                return False, floats, nul
+    return True, floats, nul
 
 
 def _service(value: Any) -> tuple[bool, ServiceIn | None]:
@@ -202,11 +205,12 @@ def _observation(
         if document is not None:
             if type(document) is not dict:
                 return None, False
-            ok, has_float = _document(document)
+            ok, has_float, has_nul = _document(document)
             if not ok:
                 return None, False
             floats = floats or has_float
-            document = escape_nul_deep(document)
+            if has_nul:  # else the decoded document is kept as it is: nothing to escape
+                document = escape_nul_deep(document)
         documents.append(document)
     values = {
         "observed_at": moment,

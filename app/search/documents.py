@@ -132,27 +132,44 @@ _FLAT = (str, int, bool, type(None))
 _SCALAR_FIELDS = tuple(k for k in NEWEST_FIELDS if k not in ("tags", "details"))
 
 
+_FLAT_TYPES = frozenset(_FLAT)
+
+
+def _plain(value: Any) -> bool:
+    """Text, integers, booleans and null, also nested in dicts with text keys and lists:
+    what orjson writes exactly as the key encoder does. Floats are written differently
+    (``1e16`` against ``1e+16``), and an int key would be sorted as an integer. (Loops
+    rather than ``all()`` over generators: this runs for every endpoint of a batch.)"""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _FLAT_TYPES and not _plain(item)):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if type(item) not in _FLAT_TYPES and not _plain(item):
+                return False
+        return True
+    return kind in _FLAT_TYPES
+
+
 def observation_key(values: Mapping[str, Any]) -> str:
     """Tie-breaker hash over the newest-wins fields (hex, compared as bytes/"C" collation)."""
     fields = {
         k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS
     }
-    # orjson writes the same bytes as the encoder for text, integers, booleans and null
-    # (keys sorted alike), several times faster; floats (written differently), nested
-    # or other values in details take the encoder. The usual details are flat: the
-    # address family and scope.
-    details = fields["details"]
-    flat_details = details is None or (
-        type(details) is dict and all(type(v) in _FLAT for v in details.values())
-    )
+    # orjson writes the same bytes as the encoder for plain values (keys sorted alike, at
+    # every depth), several times faster; floats or other values anywhere take the
+    # encoder. Scanners' details nest (CPE lists, script outputs), so the check recurses.
     if (
-        flat_details
-        and all(type(fields[k]) in _FLAT for k in _SCALAR_FIELDS)
+        all(type(fields[k]) in _FLAT for k in _SCALAR_FIELDS)
         and all(type(t) is str for t in fields["tags"])
+        and _plain(fields["details"])
     ):
         try:
             return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
-        except TypeError:  # an integer beyond 64 bits
+        except TypeError:  # an integer beyond 64 bits, a lone surrogate
             pass
     canonical = _KEY_ENCODER.encode(fields)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

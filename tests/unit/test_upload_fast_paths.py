@@ -25,7 +25,7 @@ from app.errors import ValidationError
 from app.json_input import decode_json
 from app.result_ingest import enrichment
 from app.result_ingest.fast_body import fast_upload
-from app.result_ingest.model import UploadBody, parse_upload
+from app.result_ingest.model import UploadBody, _larger_than, parse_upload
 from app.result_ingest.scope import _AddressCheck, _inside, _networks
 from app.search import ids
 from app.search.documents import _KEY_ENCODER, NEWEST_FIELDS, observation_key
@@ -312,6 +312,27 @@ def _encoder_key(values):
 )
 def test_observation_keys_are_the_encoders(values):
     assert observation_key(values) == _encoder_key(values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.text(max_size=6), json_values, max_size=4)
+    | st.dictionaries(st.text(max_size=3), st.text(max_size=40), min_size=1, max_size=30),
+    st.integers(min_value=0, max_value=400),
+)
+def test_the_document_size_limit_is_the_encoders(document, limit):
+    # Whatever the quick bound, the answer is exactly what json.dumps's length says,
+    # right at the edges too (limits near the document's own size).
+    size = len(json.dumps(document, default=str))
+    for edge in (limit, size - 1, size, size // 3, size // 4):
+        assert _larger_than(document, edge) == (size > edge)
+
+
+def test_the_document_size_limit_measures_what_orjson_refuses():
+    huge = {"n": 2**70, "pad": "x" * 100}
+    assert _larger_than(huge, 50) is True
+    assert _larger_than(huge, 1000) is False
+    assert _larger_than({"é": "é" * 1000}, 4000) is True  # ASCII escapes: 6 characters each
 
 
 def test_the_scope_check_of_dotted_quads_is_the_parsed_one():
