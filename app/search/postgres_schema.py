@@ -18,6 +18,7 @@ share one text of every rule:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 
@@ -301,8 +302,9 @@ EXECUTION_SIGHTINGS_SQL = f"""
 STATUS_RECORD = "key bigint, id uuid, status text, gone_since timestamptz, gone_execution_id bigint"
 
 
+@functools.lru_cache(maxsize=1024)
 def partition_name(month: str) -> str:
-    """``2026.11`` → ``search_facts_y2026m11``."""
+    """``2026.11`` → ``search_facts_y2026m11`` (cached: every fact of a batch asks)."""
     year, mon = month.split(".")
     return f"{FACTS_TABLE}_y{int(year):04d}m{int(mon):02d}"
 

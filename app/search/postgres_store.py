@@ -182,7 +182,7 @@ class PostgresStore:
 
     def ensure_partitions(self, months: Sequence[str]) -> None:
         """Create the monthly fact partitions that do not exist yet (safe under concurrency)."""
-        wanted = sorted({partition_name(m): m for m in months}.items())
+        wanted = sorted({partition_name(m): m for m in set(months)}.items())
         with self._partition_lock:
             missing = [(name, m) for name, m in wanted if name not in self._known_partitions]
         if not missing:

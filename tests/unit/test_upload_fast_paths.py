@@ -210,7 +210,27 @@ def test_a_wrong_checksum_is_refused_on_the_fast_path_too():
 )
 def test_the_float_free_checksum_is_the_canonical_one(value):
     # Integers beyond 64 bits included: orjson refuses them, json writes them.
-    assert canonical_checksum([value], [], float_free=True) == canonical_checksum([value], [])
+    assert canonical_checksum([value], [], float_free=True) == _json_checksum([value], [])
+
+
+def _json_checksum(observations, dns_records):
+    canonical = json.dumps(
+        {"dns_records": dns_records, "observations": observations},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, json_values)
+def test_the_checksum_finds_floats_itself(observation, record):
+    # Without float_free, a float anywhere (floats written as json writes them: 1e+16)
+    # still gives the canonical checksum; so do tuples, which both encoders write as lists.
+    assert canonical_checksum([observation], [record]) == _json_checksum([observation], [record])
+    nested = {"t": (observation, [1e16])}
+    assert canonical_checksum([nested], []) == _json_checksum([nested], [])
 
 
 @settings(max_examples=200, deadline=None)
