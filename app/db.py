@@ -20,6 +20,7 @@ it (docs/architecture.md, rule: explicit SQL).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import time
@@ -155,6 +156,28 @@ def transaction(
         observability.CONNECTION_HOLD_SECONDS.observe(hold_s)
         if stage:
             emit("ScanWriteConnectionReleased", stage=stage, hold_ms=round(hold_s * 1000, 3))
+
+
+# SQLSTATE of a duplicate key.
+UNIQUE_VIOLATION = "23505"
+
+
+def copy_in(conn: Connection, statement: str, data: bytes) -> None:
+    """Run ``COPY … FROM STDIN`` with ``data`` on ``conn``, inside its transaction.
+
+    SQLAlchemy has no COPY, so this goes to the driver's cursor; a driver error is
+    raised as SQLAlchemy would have raised it (``DBAPIError`` and its subclasses, the
+    driver's error as ``orig``), so callers map failures as for any other statement.
+    SQLAlchemy's cursor events do not see this statement."""
+    import psycopg2  # the pinned driver (``normalise_url``)
+
+    cursor = conn.connection.cursor()
+    try:
+        cursor.copy_expert(statement, io.BytesIO(data), size=1 << 20)
+    except psycopg2.Error as exc:
+        raise sa_exc.DBAPIError.instance(statement, None, exc, psycopg2.Error) from exc
+    finally:
+        cursor.close()
 
 
 def is_pool_timeout(exc: BaseException) -> bool:

@@ -15,14 +15,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import date
 from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
+from app import db
+from app.dbapi import copy_text
 from app.observability import emit
 from app.search.documents import EndpointDocument, FactDocument, merge_all
 from app.search.encoding import (
@@ -34,6 +38,7 @@ from app.search.encoding import (
     fact_problem,
     fact_source,
     has_nul,
+    utc_text,
 )
 from app.search.ids import current_asset_id, pg_key
 from app.search.port import (
@@ -46,6 +51,7 @@ from app.search.port import (
 from app.search.postgres_schema import (
     ASSET_TABLES,
     EXECUTION_TABLE,
+    FACT_COLUMNS,
     FACTS_TABLE,
     STATUS_RECORD,
     TABLE_COLUMNS,
@@ -79,6 +85,7 @@ class PostgresWrites:
             self._fact_overwrite_sql,
             self._fact_count_sql,
         ) = (sa.text(sql) for sql in fact_statements())
+        self._fact_copy_sql = f"COPY {FACTS_TABLE} ({', '.join(FACT_COLUMNS)}) FROM STDIN"
 
     def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         if not facts:
@@ -88,24 +95,22 @@ class PostgresWrites:
         for doc in facts:
             problem = fact_problem(doc)
             if problem is None:
-                row = fact_source(doc)
-                row["id"] = doc.id
-                text = dumps(row)
-                if has_nul(text):
+                line = fact_copy_line(doc)
+                if line is None:
                     problem = NUL_PROBLEM
                 else:
-                    valid[doc.id] = (doc, text)  # the last version of an id wins, like index ops
+                    valid[doc.id] = (doc, line)  # the last version of an id wins, like index ops
             problems[id(doc)] = problem
-        self._ensure_partitions([doc.month for doc, _text in valid.values()])
+        self._ensure_partitions([doc.month for doc, _line in valid.values()])
         created: set[str] = set()
         requests = 0
         request_bytes = 0
         ordered = sorted(valid.values(), key=lambda pair: (pair[0].id, pair[0].observed_at))
         for shard in shards(ordered, self._batch_size):
-            payload = "[" + ",".join(text for _doc, text in shard) + "]"
+            data = "".join(line for _doc, line in shard).encode("utf-8")
             requests += 1
-            request_bytes += len(payload.encode("utf-8"))
-            write = partial(self._write_fact_shard, payload, [doc.id for doc, _text in shard])
+            request_bytes += len(data)
+            write = partial(self._write_fact_shard, [doc for doc, _line in shard], data)
             created.update(self._run(write, relaxed_commit=True))
         items = []
         for doc in facts:
@@ -119,13 +124,39 @@ class PostgresWrites:
             items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
         )
 
-    def _write_fact_shard(self, payload: str, ids: list[str], conn: Connection) -> set[str]:
+    def _write_fact_shard(
+        self, docs: list[FactDocument], data: bytes, conn: Connection
+    ) -> set[str]:
+        """Write one shard of distinct facts (``data``: their COPY lines) with exact
+        counters; returns the ids it created.
+
+        The usual shard is all new (a batch's first delivery): COPY loads it, which costs
+        PostgreSQL about half of what the same rows cost through ``json_to_recordset``
+        (no JSON document to take apart, each body parsed once), and the counters get
+        the shard's counts. COPY cannot skip rows that exist, so a shard holding one
+        stored fact (a retry, a rewrite, a racing writer) fails with a unique violation;
+        the savepoint undoes it and the shard takes the statements that compare each
+        fact with the stored one (``_merge_fact_shard``), in the same transaction."""
+        try:
+            with conn.begin_nested():
+                db.copy_in(conn, self._fact_copy_sql, data)
+        except sa_exc.IntegrityError as exc:
+            if getattr(exc.orig, "pgcode", None) != db.UNIQUE_VIOLATION:
+                raise
+            payload = "[" + ",".join(fact_row(doc) for doc in docs) + "]"
+            return self._merge_fact_shard(payload, [doc.id for doc in docs], conn)
+        counts = Counter((doc.execution_id, month_start(doc.observed_at), doc.kind) for doc in docs)
+        deltas = [count_delta(e, month, kind, n) for (e, month, kind), n in sorted(counts.items())]
+        conn.execute(self._fact_count_sql, {"deltas": json.dumps(deltas)})
+        return {doc.id for doc in docs}
+
+    def _merge_fact_shard(self, payload: str, ids: list[str], conn: Connection) -> set[str]:
         """Write one shard (``payload``: its JSON array of the distinct facts ``ids``) with
         exact counters; returns the ids it created. ``fact_statements`` says why so."""
         params = {"rows": payload}
         inserted = conn.execute(self._fact_insert_sql, params).all()
         if len(inserted) == len(ids):
-            return set(ids)  # all new (the usual batch): already counted by the insert
+            return set(ids)  # all new: already counted by the insert
         created = {str(r.id).replace("-", "") for r in inserted}
         deltas = [
             count_delta(r.execution_id, month_start(r.observed_at), r.kind, 1) for r in inserted
@@ -306,6 +337,30 @@ def count_delta(execution_id: int, month: date, kind: str, delta: int) -> dict[s
 def shards(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def fact_row(doc: FactDocument) -> str:
+    """A fact as a ``json_to_recordset`` row of the fact statements."""
+    row = fact_source(doc)
+    row["id"] = doc.id
+    return dumps(row)
+
+
+_NULL = "\\N"
+
+
+def fact_copy_line(doc: FactDocument) -> str | None:
+    """A fact as a line of ``COPY`` text in ``FACT_COLUMNS`` order, or None when it holds
+    a NUL, which PostgreSQL text and jsonb refuse. The values are ``fact_source``'s."""
+    body = dumps(doc.body if type(doc.body) is dict else dict(doc.body))
+    if has_nul(body) or "\x00" in doc.upload_id or "\x00" in doc.stream:
+        return None
+    scanner = _NULL if doc.scanner_id is None else doc.scanner_id
+    return (
+        f"{doc.id}\t{utc_text(doc.observed_at)}\t{copy_text(doc.kind)}\t{doc.execution_id}\t"
+        f"{doc.task_id}\t{doc.owner_id}\t{scanner}\t{copy_text(doc.upload_id)}\t"
+        f"{copy_text(doc.stream)}\t{doc.batch_index}\t{doc.position}\t{copy_text(body)}\n"
+    )
 
 
 def endpoint_row(doc: EndpointDocument, key: int) -> str:

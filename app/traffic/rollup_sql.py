@@ -35,11 +35,3 @@ ON_CONFLICT_UPDATE = """
            EXCLUDED.status_1xx, EXCLUDED.status_2xx, EXCLUDED.status_3xx, EXCLUDED.status_4xx,
            EXCLUDED.status_5xx, EXCLUDED.status_other, EXCLUDED.source_server, EXCLUDED.frozen)
 """
-
-
-def copy_text(value: str) -> str:
-    """A value in PostgreSQL ``COPY`` text format (backslash, tab and line breaks escaped)."""
-    return value.translate(_COPY_ESCAPES)
-
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})

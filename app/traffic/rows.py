@@ -23,10 +23,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.config import DOMAIN_NAME
+from app.dbapi import copy_text
 from app.errors import ValidationError
 from app.sql_filters import Filters
 from app.traffic.logline import STATUS_NAMES
-from app.traffic.rollup_sql import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
+from app.traffic.rollup_sql import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS
 
 MAX_BIGINT = (1 << 63) - 1
 MAX_PATH_BYTES = 2100

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from app.dbapi import CursorFactory, engine_cursor, pyformat
+from app.dbapi import CursorFactory, copy_text, engine_cursor, pyformat
 from app.traffic.checkpoints import (
     CheckpointConflict,
     DatabasePublish,
@@ -42,7 +42,7 @@ from app.traffic.checkpoints import (
     PendingRow,
 )
 from app.traffic.partials import PartialKey, Sums
-from app.traffic.rollup_sql import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS, copy_text
+from app.traffic.rollup_sql import ON_CONFLICT_UPDATE, ROLLUP_COLUMNS
 
 CHUNK = 5000
 _SUM_COLUMNS = (
