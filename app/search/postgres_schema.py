@@ -175,6 +175,36 @@ def merge_statement(table: str) -> str:
     """  # noqa: S608 - table and column names are module constants; values are bound
 
 
+def execution_copy_counts_statement() -> str:
+    """The counters of a shard of execution endpoints that COPY loaded (all of them new).
+
+    ``:groups`` is a JSON array of ``{execution_id, task_id, endpoints, ips}``, ``ips``
+    the group's distinct addresses joined by commas. The same bookkeeping as the merge
+    statement's (``merge_statement``): an address counts once per execution, decided by
+    the primary key of search_execution_ips, and locks are taken in (execution, ip)
+    order, then the counters' in execution order, as the merge takes them."""
+    return f"""
+        WITH g AS (
+            SELECT * FROM json_to_recordset(CAST(:groups AS json))
+                AS g(execution_id bigint, task_id bigint, endpoints bigint, ips text)
+        ), new_ips AS (
+            INSERT INTO {EXECUTION_IPS_TABLE} (execution_id, ip)
+            SELECT g.execution_id, CAST(a.ip AS inet)
+              FROM g, unnest(string_to_array(g.ips, ',')) AS a(ip)
+             ORDER BY 1, 2
+            ON CONFLICT DO NOTHING
+            RETURNING execution_id
+        )
+        INSERT INTO {ENDPOINT_COUNTS_TABLE} AS c (execution_id, task_id, endpoints, ips)
+        SELECT g.execution_id, g.task_id, g.endpoints, coalesce(i.n, 0)
+          FROM g LEFT JOIN (SELECT execution_id, count(*) AS n FROM new_ips
+                             GROUP BY execution_id) i USING (execution_id)
+         ORDER BY 1
+        ON CONFLICT (execution_id) DO UPDATE
+           SET endpoints = c.endpoints + excluded.endpoints, ips = c.ips + excluded.ips
+    """  # noqa: S608 - table and column names are module constants; values are bound
+
+
 FACT_COLUMNS = (
     "id",
     "observed_at",

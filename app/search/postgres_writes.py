@@ -55,6 +55,7 @@ from app.search.postgres_schema import (
     FACTS_TABLE,
     STATUS_RECORD,
     TABLE_COLUMNS,
+    execution_copy_counts_statement,
     fact_statements,
     merge_statement,
     month_start,
@@ -86,6 +87,10 @@ class PostgresWrites:
             self._fact_count_sql,
         ) = (sa.text(sql) for sql in fact_statements())
         self._fact_copy_sql = f"COPY {FACTS_TABLE} ({', '.join(FACT_COLUMNS)}) FROM STDIN"
+        self._execution_copy_sql = (
+            f"COPY {EXECUTION_TABLE} ({', '.join(TABLE_COLUMNS[EXECUTION_TABLE])}) FROM STDIN"
+        )
+        self._execution_copy_counts_sql = sa.text(execution_copy_counts_statement())
 
     def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         if not facts:
@@ -180,7 +185,9 @@ class PostgresWrites:
         wrong = [d.id for d in docs if d.scope != "execution"]
         if wrong:
             raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
-        return self.merge(docs, max_operations=self._batch_size, max_bytes=None, cancel=None)
+        return self.merge(
+            docs, max_operations=self._batch_size, max_bytes=None, cancel=None, copy=True
+        )
 
     def publish_current(
         self,
@@ -205,9 +212,16 @@ class PostgresWrites:
         max_operations: int,
         max_bytes: int | None,
         cancel: threading.Event | None,
+        copy: bool = False,
     ) -> BulkResult:
+        """Merge ``docs`` into their tables, shard by shard.
+
+        ``copy`` (execution endpoints, whose shards are usually all new): shards are
+        encoded as COPY lines and loaded by ``_copy_execution_shard``, which falls back
+        to the merge statement for a shard holding a stored row."""
         if not docs:
             return BulkResult()
+        encode = execution_copy_line if copy else endpoint_row
         outcome: dict[str, BulkItemResult] = {}
         rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
         encoded: dict[int, str] = {}
@@ -216,9 +230,11 @@ class PostgresWrites:
         for doc in docs:
             problem = endpoint_problem(doc)
             if problem is None:
-                encoded[id(doc)] = text = endpoint_row(doc, keys.setdefault(doc.id, pg_key(doc.id)))
-                if has_nul(text):
+                encoded_text = encode(doc, keys.setdefault(doc.id, pg_key(doc.id)))
+                if encoded_text is None or has_nul(encoded_text):
                     problem = NUL_PROBLEM
+                else:
+                    encoded[id(doc)] = encoded_text
             if problem is None:
                 valid.append(doc)
             else:
@@ -230,7 +246,8 @@ class PostgresWrites:
         for doc in merge_all(valid):
             # merge_all hands back the very object when an id came once (the usual case).
             key = keys[doc.id]
-            text = encoded.get(id(doc)) or endpoint_row(doc, key)
+            text = encoded.get(id(doc)) or encode(doc, key)
+            assert text is not None  # a merged version of checked documents
             if max_bytes is not None:
                 size = len(text.encode("utf-8"))
                 if size > max_bytes:
@@ -251,15 +268,18 @@ class PostgresWrites:
             for shard in byte_shards(unique, max_operations, max_bytes):
                 if cancel is not None and cancel.is_set():
                     raise StoreUnavailable("publish cancelled")
-                payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
+                body = "".join(text for _key, _doc, text in shard)
                 requests += 1
-                request_bytes += len(payload.encode("utf-8"))
                 statement = self._merge_sql[table]
-                returned = self._run(
-                    lambda conn, p=payload, s=statement: conn.execute(s, {"rows": p}).all(),
-                    relaxed_commit=True,
-                )
-                written = {r.key: r.created for r in returned}
+                if copy:
+                    data = body.encode("utf-8")
+                    request_bytes += len(data)
+                    write = partial(self._copy_execution_shard, shard, data, statement)
+                else:
+                    payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
+                    request_bytes += len(payload.encode("utf-8"))
+                    write = partial(_merge_shard, payload, statement)
+                written = dict(self._run(write, relaxed_commit=True))
                 for key, doc, _text in shard:
                     if key in written:
                         outcome[doc.id] = BulkItemResult(
@@ -272,6 +292,41 @@ class PostgresWrites:
         return BulkResult(
             items=items, requests=requests, request_bytes=request_bytes, attempts=requests
         )
+
+    def _copy_execution_shard(
+        self,
+        shard: Sequence[tuple[int, EndpointDocument, str]],
+        data: bytes,
+        statement: sa.TextClause,
+        conn: Connection,
+    ) -> list[tuple[int, bool]]:
+        """Load a shard of execution endpoints (``data``: their COPY lines) with COPY and
+        count them; returns (key, created) per row written.
+
+        A scan sees each endpoint once, so a shard is usually all new, and COPY costs
+        PostgreSQL much less than the merge statement's ``json_to_recordset``. A shard
+        holding one stored key (a retry, a second sighting, a key collision, a racing
+        writer) fails with a unique violation, is undone to the savepoint and goes
+        through the merge statement, which decides row by row, in the same transaction."""
+        try:
+            with conn.begin_nested():
+                db.copy_in(conn, self._execution_copy_sql, data)
+        except sa_exc.IntegrityError as exc:
+            if getattr(exc.orig, "pgcode", None) != db.UNIQUE_VIOLATION:
+                raise
+            payload = "[" + ",".join(endpoint_row(doc, key) for key, doc, _text in shard) + "]"
+            return _merge_shard(payload, statement, conn)
+        groups: dict[tuple[int, int], tuple[list[int], set[str]]] = {}
+        for _key, doc, _text in shard:
+            count, ips = groups.setdefault((doc.execution_id, doc.task_id), ([0], set()))
+            count[0] += 1
+            ips.add(doc.ip)
+        rows = [
+            {"execution_id": e, "task_id": t, "endpoints": n[0], "ips": ",".join(sorted(ips))}
+            for (e, t), (n, ips) in sorted(groups.items())
+        ]
+        conn.execute(self._execution_copy_counts_sql, {"groups": dumps(rows)})
+        return [(key, True) for key, _doc, _text in shard]
 
     def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
         """One set-based UPDATE per scope and shard; only the status fields change."""
@@ -361,6 +416,42 @@ def fact_copy_line(doc: FactDocument) -> str | None:
         f"{doc.task_id}\t{doc.owner_id}\t{scanner}\t{copy_text(doc.upload_id)}\t"
         f"{copy_text(doc.stream)}\t{doc.batch_index}\t{doc.position}\t{copy_text(body)}\n"
     )
+
+
+def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> list[Any]:
+    """Run a merge statement over ``payload`` (a JSON array of rows): (key, created) rows."""
+    return [tuple(row) for row in conn.execute(statement, {"rows": payload}).all()]
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A PostgreSQL array literal of texts (each element quoted, ``\\`` and ``"`` escaped)."""
+    return (
+        "{"
+        + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+        + "}"
+    )
+
+
+def _copy_value(value: str | None) -> str:
+    return _NULL if value is None else copy_text(value)
+
+
+def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
+    """An execution endpoint as a line of ``COPY`` text in the execution table's column
+    order, or None when a value holds a NUL. The values are ``endpoint_source``'s."""
+    details = dumps(dict(doc.details))
+    if has_nul(details):
+        return None
+    line = (
+        f"{key}\t{doc.id}\t{copy_text(doc.ip)}\t{doc.port}\t{copy_text(doc.transport)}\t"
+        f"{utc_text(doc.first_seen)}\t{doc.first_execution_id}\t{utc_text(doc.last_seen)}\t"
+        f"{doc.last_execution_id}\t{copy_text(doc.observation_key)}\t{_copy_value(doc.state)}\t"
+        f"{_copy_value(doc.service)}\t{_copy_value(doc.product)}\t{_copy_value(doc.version)}\t"
+        f"{_copy_value(doc.banner)}\t{_copy_value(doc.hostname)}\t"
+        f"{copy_text(_text_array(doc.tags))}\t{copy_text(details)}\t"
+        f"{_NULL if doc.owner_id is None else doc.owner_id}\t{doc.execution_id}\t{doc.task_id}\n"
+    )
+    return None if "\x00" in line else line
 
 
 def endpoint_row(doc: EndpointDocument, key: int) -> str:

@@ -23,6 +23,7 @@ from tests.support.search_documents import (
     forge_key_collision,
 )
 from tests.support.settings import make_settings
+from tests.support.sql import counted_statements
 
 
 def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):
@@ -147,21 +148,26 @@ def test_pool_timeout_becomes_store_unavailable(database_url, tmp_path):
 
 
 def test_execution_endpoint_writes_are_one_statement_per_shard(postgres_store, engine):
-    statements: list[str] = []
+    def endpoint_statements() -> list[str]:
+        return [s for s in statements if "search_execution_endpoints" in s]
 
-    def record(conn, cursor, statement, parameters, context, executemany):
-        if "search_execution_endpoints" in statement:
-            statements.append(statement)
-
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
-        docs = [execution_endpoint(90, f"192.0.2.{n}", 80) for n in range(1, 201)]
+    docs = [execution_endpoint(90, f"192.0.2.{n}", 80) for n in range(1, 201)]
+    with counted_statements(counts=lambda: True) as statements:
         result = postgres_store.write_execution_endpoints(docs)
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
     assert result.ok and len(result.items) == 200
-    # bulk_batch_size is 1000 by default: 200 endpoints are one statement.
-    assert len(statements) == 1 and result.requests == 1
+    # bulk_batch_size is 1000 by default: 200 new endpoints are one COPY.
+    assert [s.split(" (")[0] for s in endpoint_statements()] == ["COPY search_execution_endpoints"]
+    assert result.requests == 1
+    # Seen again, the shard's COPY is refused by the stored keys and undone, and one merge
+    # statement writes it.
+    with counted_statements(counts=lambda: True) as statements:
+        again = postgres_store.write_execution_endpoints(docs)
+    assert again.ok and {i.status for i in again.items} == {200}
+    shapes = [" ".join(s.split())[:34] for s in endpoint_statements()]
+    assert shapes == [
+        "COPY search_execution_endpoints (k",
+        "WITH merged AS ( INSERT INTO searc",
+    ]
 
 
 @pytest.mark.parametrize(

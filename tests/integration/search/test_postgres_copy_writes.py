@@ -1,8 +1,9 @@
-"""New facts are loaded with COPY; a shard holding a stored fact takes the merge statements.
+"""New facts and execution endpoints are loaded with COPY; a shard holding a stored row
+takes the statements that compare (facts) or merge (endpoints) row by row.
 
-COPY costs PostgreSQL about half of what ``json_to_recordset`` costs for a new fact
+COPY costs PostgreSQL about half of what ``json_to_recordset`` costs for a new row
 (issue 21), but it cannot skip a stored row. These tests hold the two paths to one
-result: which path a shard took, that a shard with one stored fact falls back whole
+result: which path a shard took, that a shard with one stored row falls back whole
 inside the same transaction, that the counters stay exact either way, that the COPY
 text keeps every value as given, and that COPY's failures are mapped like any other
 statement's (a refusal is 422-worthy ``StoreRefused``, a timeout a logged 503).
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from app import db
 from app.search import postgres_writes
 from app.search.port import StorageScope, StoreRefused, StoreUnavailable
-from tests.support.search_documents import fact
+from tests.support.search_documents import execution_endpoint, fact
 
 ALL = StorageScope(months=("2026.10", "2026.11", "2026.12"))
 
@@ -147,3 +148,117 @@ def test_a_copy_past_the_statement_timeout_is_a_logged_outage(postgres_store, en
     assert [r.netmap_fields["sqlstate"] for r in timeouts] == ["57014"]
     assert postgres_store.write_facts(facts).ok  # and the same write goes through afterwards
     assert postgres_store.count(ALL, 45).observations == 3
+
+
+def _endpoint_counts(execution_id: int) -> tuple[int, int]:
+    with db.transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT endpoints, ips FROM search_execution_endpoint_counts "
+                "WHERE execution_id = :e"
+            ),
+            {"e": execution_id},
+        ).one()
+    return row.endpoints, row.ips
+
+
+def test_new_execution_endpoints_are_copied_and_counted(postgres_store, settings, monkeypatch):
+    taken = {"copy": 0, "merge": 0}
+    copy_in, merge = db.copy_in, postgres_writes._merge_shard
+
+    def counted_copy(*args):
+        taken["copy"] += 1
+        return copy_in(*args)
+
+    def counted_merge(*args):
+        taken["merge"] += 1
+        return merge(*args)
+
+    monkeypatch.setattr(db, "copy_in", counted_copy)
+    monkeypatch.setattr(postgres_writes, "_merge_shard", counted_merge)
+    store = type(postgres_store)(settings.replace(elasticsearch={"bulk_batch_size": 4}))
+    try:
+        # Shards of 4: two addresses span shards, and an IPv6 address is among them.
+        docs = [
+            execution_endpoint(46, ip, port)
+            for ip in ("192.0.2.1", "192.0.2.2", "2001:db8::1")
+            for port in (22, 80, 443)
+        ]
+        result = store.write_execution_endpoints(docs)
+        assert [i.status for i in result.items] == [201] * 9
+        assert result.requests == 3
+        assert taken == {"copy": 3, "merge": 0}
+        assert _endpoint_counts(46) == (9, 3)
+        # A second batch: one shard all new (copied), one holding a stored endpoint (merged).
+        more = [
+            execution_endpoint(46, "192.0.2.3", 22),
+            execution_endpoint(46, "192.0.2.3", 80),
+            execution_endpoint(46, "192.0.2.4", 22),
+            execution_endpoint(46, "192.0.2.1", 8080),
+            execution_endpoint(46, "192.0.2.5", 22),
+            execution_endpoint(46, "192.0.2.2", 22, banner="newer", seen=docs[0].last_seen),
+        ]
+        result = store.write_execution_endpoints(more)
+        assert sorted(i.status for i in result.items) == [200] + [201] * 5
+        assert taken == {"copy": 5, "merge": 1}
+        assert _endpoint_counts(46) == (14, 6)
+        with db.transaction() as conn:
+            stored = conn.execute(
+                sa.text(
+                    "SELECT count(*), count(DISTINCT ip) FROM search_execution_endpoints "
+                    "WHERE execution_id = 46"
+                )
+            ).one()
+        assert tuple(stored) == (14, 6)
+    finally:
+        store.close()
+
+
+def test_endpoint_copy_text_keeps_every_value_as_given(postgres_store):
+    odd = execution_endpoint(
+        47,
+        "192.0.2.9",
+        8443,
+        "udp",
+        service=None,
+        product="tab\there",
+        version="\\N",
+        banner='new\nline\r "quoted" \\back é 🙂',
+        hostname="h\\x",
+        tags=('a"b', "c\\d", "e,f", "{g}", "NULL", " "),
+        details={"nested": {"list": ["\t", "\\", None], "n": 2**62}, "flag": True},
+        owner_id=None,
+    )
+    assert postgres_store.write_execution_endpoints([odd]).ok
+    with db.transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT host(ip) AS ip, port, transport, first_seen, last_seen, observation_key, "
+                "state, service, product, version, banner, hostname, tags, details, owner_id "
+                "FROM search_execution_endpoints WHERE execution_id = 47"
+            )
+        ).one()
+    assert row.ip == "192.0.2.9" and (row.port, row.transport) == (8443, "udp")
+    assert (row.first_seen, row.last_seen) == (odd.first_seen, odd.last_seen)
+    assert row.observation_key == odd.observation_key
+    assert (row.state, row.service, row.product, row.version) == (
+        "open",
+        None,
+        "tab\there",
+        "\\N",
+    )
+    assert (row.banner, row.hostname) == (odd.banner, odd.hostname)
+    assert tuple(row.tags) == odd.tags
+    assert row.details == odd.details
+    assert row.owner_id is None
+
+
+def test_an_endpoint_with_a_nul_is_refused_alone(postgres_store):
+    bad = execution_endpoint(48, "192.0.2.1", 80, banner="nul\x00here")
+    good = execution_endpoint(48, "192.0.2.1", 81)
+    result = postgres_store.write_execution_endpoints([bad, good])
+    assert [(i.status, i.error_type) for i in result.items] == [
+        (400, "invalid_document"),
+        (201, None),
+    ]
+    assert _endpoint_counts(48) == (1, 1)
