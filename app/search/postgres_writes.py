@@ -423,35 +423,56 @@ def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> li
     return [tuple(row) for row in conn.execute(statement, {"rows": payload}).all()]
 
 
+_COPY_SPECIAL = ("\\", "\t", "\n", "\r")
+
+
 def _text_array(values: Sequence[str]) -> str:
     """A PostgreSQL array literal of texts (each element quoted, ``\\`` and ``"`` escaped)."""
-    return (
-        "{"
-        + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-        + "}"
-    )
-
-
-def _copy_value(value: str | None) -> str:
-    return _NULL if value is None else copy_text(value)
+    if not values:
+        return "{}"
+    joined = '","'.join(values)
+    if "\\" in joined or '"' in joined:
+        joined = '","'.join(v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return '{"' + joined + '"}'
 
 
 def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
     """An execution endpoint as a line of ``COPY`` text in the execution table's column
-    order, or None when a value holds a NUL. The values are ``endpoint_source``'s."""
+    order, or None when a value holds a NUL. The values are ``endpoint_source``'s.
+
+    The texts are escaped for COPY only when one of them needs it (most hold no
+    backslash, tab or line break): one scan of them all instead of a call per field."""
     details = dumps(dict(doc.details))
     if has_nul(details):
         return None
-    line = (
-        f"{key}\t{doc.id}\t{copy_text(doc.ip)}\t{doc.port}\t{copy_text(doc.transport)}\t"
-        f"{utc_text(doc.first_seen)}\t{doc.first_execution_id}\t{utc_text(doc.last_seen)}\t"
-        f"{doc.last_execution_id}\t{copy_text(doc.observation_key)}\t{_copy_value(doc.state)}\t"
-        f"{_copy_value(doc.service)}\t{_copy_value(doc.product)}\t{_copy_value(doc.version)}\t"
-        f"{_copy_value(doc.banner)}\t{_copy_value(doc.hostname)}\t"
-        f"{copy_text(_text_array(doc.tags))}\t{copy_text(details)}\t"
-        f"{_NULL if doc.owner_id is None else doc.owner_id}\t{doc.execution_id}\t{doc.task_id}\n"
+    texts = (
+        doc.ip,
+        doc.transport,
+        doc.observation_key,
+        doc.state,
+        doc.service,
+        doc.product,
+        doc.version,
+        doc.banner,
+        doc.hostname,
+        _text_array(doc.tags),
+        details,
     )
-    return None if "\x00" in line else line
+    scanned = "".join(t for t in texts if t is not None)
+    if "\x00" in scanned:
+        return None
+    if any(c in scanned for c in _COPY_SPECIAL):
+        texts = tuple(None if t is None else copy_text(t) for t in texts)
+    ip, transport, key_text, state, service, product, version, banner, hostname, tags, details = (
+        _NULL if t is None else t for t in texts
+    )
+    return (
+        f"{key}\t{doc.id}\t{ip}\t{doc.port}\t{transport}\t{utc_text(doc.first_seen)}\t"
+        f"{doc.first_execution_id}\t{utc_text(doc.last_seen)}\t{doc.last_execution_id}\t"
+        f"{key_text}\t{state}\t{service}\t{product}\t{version}\t{banner}\t{hostname}\t"
+        f"{tags}\t{details}\t{_NULL if doc.owner_id is None else doc.owner_id}\t"
+        f"{doc.execution_id}\t{doc.task_id}\n"
+    )
 
 
 def endpoint_row(doc: EndpointDocument, key: int) -> str:
