@@ -142,12 +142,7 @@ class PostgresWrites:
         stored fact (a retry, a rewrite, a racing writer) fails with a unique violation;
         the savepoint undoes it and the shard takes the statements that compare each
         fact with the stored one (``_merge_fact_shard``), in the same transaction."""
-        try:
-            with conn.begin_nested():
-                db.copy_in(conn, self._fact_copy_sql, data)
-        except sa_exc.IntegrityError as exc:
-            if getattr(exc.orig, "pgcode", None) != db.UNIQUE_VIOLATION:
-                raise
+        if not _copied_all_new(conn, self._fact_copy_sql, data):
             payload = "[" + ",".join(fact_row(doc) for doc in docs) + "]"
             return self._merge_fact_shard(payload, [doc.id for doc in docs], conn)
         counts = Counter((doc.execution_id, month_start(doc.observed_at), doc.kind) for doc in docs)
@@ -308,12 +303,7 @@ class PostgresWrites:
         holding one stored key (a retry, a second sighting, a key collision, a racing
         writer) fails with a unique violation, is undone to the savepoint and goes
         through the merge statement, which decides row by row, in the same transaction."""
-        try:
-            with conn.begin_nested():
-                db.copy_in(conn, self._execution_copy_sql, data)
-        except sa_exc.IntegrityError as exc:
-            if getattr(exc.orig, "pgcode", None) != db.UNIQUE_VIOLATION:
-                raise
+        if not _copied_all_new(conn, self._execution_copy_sql, data):
             payload = "[" + ",".join(endpoint_row(doc, key) for key, doc, _text in shard) + "]"
             return _merge_shard(payload, statement, conn)
         groups: dict[tuple[int, int], tuple[list[int], set[str]]] = {}
@@ -416,6 +406,20 @@ def fact_copy_line(doc: FactDocument) -> str | None:
         f"{doc.task_id}\t{doc.owner_id}\t{scanner}\t{copy_text(doc.upload_id)}\t"
         f"{copy_text(doc.stream)}\t{doc.batch_index}\t{doc.position}\t{copy_text(body)}\n"
     )
+
+
+def _copied_all_new(conn: Connection, statement: str, data: bytes) -> bool:
+    """COPY ``data`` inside a savepoint: True when it loaded every row; False, with nothing
+    written, when a row's key was stored already (a unique violation; the savepoint is
+    rolled back and the transaction goes on). Any other failure is raised."""
+    try:
+        with conn.begin_nested():
+            db.copy_in(conn, statement, data)
+    except sa_exc.IntegrityError as exc:
+        if getattr(exc.orig, "pgcode", None) != db.UNIQUE_VIOLATION:
+            raise
+        return False
+    return True
 
 
 def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> list[Any]:

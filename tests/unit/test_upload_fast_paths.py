@@ -30,6 +30,7 @@ from app.result_ingest.scope import _AddressCheck, _inside, _networks
 from app.search import ids
 from app.search.documents import _KEY_ENCODER, NEWEST_FIELDS, observation_key
 from app.upload_protocol import canonical_checksum
+from tests.support.scanner_protocol import checksum as protocol_checksum
 
 NOW = datetime.now(UTC)
 AT = (NOW - timedelta(minutes=3)).isoformat()
@@ -210,17 +211,7 @@ def test_a_wrong_checksum_is_refused_on_the_fast_path_too():
 )
 def test_the_float_free_checksum_is_the_canonical_one(value):
     # Integers beyond 64 bits included: orjson refuses them, json writes them.
-    assert canonical_checksum([value], [], float_free=True) == _json_checksum([value], [])
-
-
-def _json_checksum(observations, dns_records):
-    canonical = json.dumps(
-        {"dns_records": dns_records, "observations": observations},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    assert canonical_checksum([value], [], float_free=True) == protocol_checksum([value], [])
 
 
 @settings(max_examples=300, deadline=None)
@@ -228,9 +219,9 @@ def _json_checksum(observations, dns_records):
 def test_the_checksum_finds_floats_itself(observation, record):
     # Without float_free, a float anywhere (floats written as json writes them: 1e+16)
     # still gives the canonical checksum; so do tuples, which both encoders write as lists.
-    assert canonical_checksum([observation], [record]) == _json_checksum([observation], [record])
+    assert canonical_checksum([observation], [record]) == protocol_checksum([observation], [record])
     nested = {"t": (observation, [1e16])}
-    assert canonical_checksum([nested], []) == _json_checksum([nested], [])
+    assert canonical_checksum([nested], []) == protocol_checksum([nested], [])
 
 
 @settings(max_examples=200, deadline=None)
