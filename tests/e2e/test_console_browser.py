@@ -359,7 +359,7 @@ def test_admin_publishes_a_renderer_release_and_rolls_back(
     ):
         url = server.url
         sign_in(browser, url, "admin", ADMIN_PASSWORD)
-        browser.find_element(By.LINK_TEXT, "Renderer").click()
+        present(browser, By.LINK_TEXT, "Renderer").click()
         start = _renderer_state(browser)
         base = int(start["desired-revision"])
         history = _revisions(browser)
@@ -433,7 +433,7 @@ def test_traffic_chart_renders_under_the_strict_policy(database_url, tmp_path, b
         )
         assert posted.status_code == 200, posted.text
         sign_in(browser, url, "admin", ADMIN_PASSWORD)
-        browser.find_element(By.LINK_TEXT, "Traffic").click()
+        present(browser, By.LINK_TEXT, "Traffic").click()
         chart = present(browser, By.ID, "traffic-chart")
         assert chart.size["width"] > 600 and chart.size["height"] > 300
         assert chart.get_attribute("role") == "img"
