@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -110,11 +111,14 @@ def sign_in(driver, url: str, username: str, password: str) -> None:
     driver.find_element(By.ID, "password").send_keys(password)
     driver.find_element(By.ID, "sign-in").click()
     # The address changes when the next page starts to load: wait for it to be loaded too,
-    # so the caller's look-ups see the console page, not a document still being built.
+    # so the caller's look-ups see the console page, not a document still being built. The
+    # path is compared, not the address's end: the sign-in page's own address ends with
+    # ``?next=/console/``, and a wait satisfied by it let the caller's next navigation race
+    # the sign-in's redirect (and lose to it).
     wait_for(
         driver,
         lambda: (
-            driver.current_url.rstrip("/").endswith("/console")
+            urlsplit(driver.current_url).path.rstrip("/") == "/console"
             and driver.execute_script("return document.readyState") == "complete"
         ),
     )
