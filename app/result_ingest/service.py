@@ -221,7 +221,10 @@ def _item_of_position(body: UploadBody, position: int) -> dict[str, Any]:
 OVERLAP_MIN_ITEMS = 1000
 
 
-def _write_facts(store: SearchStore, body: UploadBody, facts: list[Any]) -> None:
+def _write_facts(
+    store: SearchStore, context: UploadContext, body: UploadBody, normalised: list[dict[str, Any]]
+) -> None:
+    facts = fact_documents(context, body, normalised)
     if facts:
         _store_call(
             "store_facts",
@@ -306,18 +309,19 @@ def _handle(
         normalised = [normalise_observation(o) for o in body.observations]
     with stage("tags"):
         normalised = [apply_tags(values) for values in normalised]
-    facts = fact_documents(context, body, normalised)
     # A large batch writes its facts on a second pooled connection while this thread
     # builds and writes the endpoint documents: the two writes are independent (each is
     # idempotent, and the receipt is confirmed only once both succeeded), so the
     # database's half of the work overlaps ours. A small batch's writes take a few
     # milliseconds: not worth a second connection.
-    if len(facts) >= OVERLAP_MIN_ITEMS:
+    # The fact documents are built on that thread too, so this one starts on the endpoints
+    # at once.
+    if body.item_count >= OVERLAP_MIN_ITEMS:
         facts_written = overlap.background(
-            lambda: _write_facts(store, body, facts), name="netmap-upload-facts"
+            lambda: _write_facts(store, context, body, normalised), name="netmap-upload-facts"
         )
     else:
-        facts_written = overlap.inline(lambda: _write_facts(store, body, facts))
+        facts_written = overlap.inline(lambda: _write_facts(store, context, body, normalised))
     try:
         _write_endpoints(store, context, normalised, body)
     finally:
