@@ -104,7 +104,7 @@ def test_two_instances_keep_their_control_sockets_under_their_data_directories(
 
 def test_login_limits_hold_across_two_gunicorn_instances(database_url, engine, short_dir):
     limits = {
-        "NETMAP_SECURITY_LOGIN_RATE_LIMIT": "3/minute",
+        "NETMAP_SECURITY_LOGIN_RATE_LIMIT": "3/hour",
         "NETMAP_SECURITY_LOGIN_USERNAME_RATE_LIMIT": "100/minute",
     }
     first = GunicornServer(database_url, short_dir / "a", short_dir / "a.log", **limits)

@@ -730,7 +730,7 @@ def test_login_rate_limit_answers_429_with_retry_after(tmp_path, database_url, e
     from app import create_app
     from tests.support.settings import make_settings
 
-    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3 per minute"})
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3 per hour"})
     client = create_app(settings, engine=engine, modules="off").test_client()
     statuses = [
         client.post("/api/auth/login", json={"username": "x", "password": "y"}).status_code
@@ -748,7 +748,7 @@ def test_admin_routes_are_rate_limited_per_user(tmp_path, database_url, engine):
     from tests.support.api import Api
     from tests.support.settings import make_settings
 
-    settings = make_settings(database_url, tmp_path, security={"admin_rate_limit": "2 per minute"})
+    settings = make_settings(database_url, tmp_path, security={"admin_rate_limit": "2 per hour"})
     api = Api(create_app(settings, engine=engine, modules="off"))
     admin = api.admin()
     statuses = [admin.post("/api/scanners", json={"name": f"rl-{i}"}).status_code for i in range(3)]
@@ -833,7 +833,7 @@ def test_login_limits_are_shared_between_processes_through_redis(tmp_path, datab
     settings = make_settings(
         database_url,
         tmp_path,
-        security={"login_rate_limit": "3 per minute", "ratelimit_storage_uri": REDIS_URL},
+        security={"login_rate_limit": "3 per hour", "ratelimit_storage_uri": REDIS_URL},
     )
     first = create_app(settings, engine=engine, modules="off").test_client()
     second = create_app(settings, engine=engine, modules="off").test_client()

@@ -171,7 +171,7 @@ def test_only_admins_with_csrf_may_publish(make_app):
 
 
 def test_admin_rate_limit_applies(make_app):
-    application = make_app(security={"admin_rate_limit": "3 per minute"})
+    application = make_app(security={"admin_rate_limit": "3 per hour"})
     admin = Api(application).admin()
     codes = [admin.get(URL).status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]

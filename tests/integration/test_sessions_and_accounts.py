@@ -196,7 +196,7 @@ def test_login_throttle_is_per_username_across_addresses(tmp_path, database_url,
     settings = make_settings(
         database_url,
         tmp_path,
-        security={"login_rate_limit": "100 per minute", "login_username_rate_limit": "3/minute"},
+        security={"login_rate_limit": "100 per minute", "login_username_rate_limit": "3/hour"},
     )
     client = create_app(settings, engine=engine, modules="off").test_client()
     statuses = [_login(client, "Victim", f"10.0.0.{i}").status_code for i in range(1, 5)]
@@ -210,7 +210,7 @@ def test_login_throttle_is_per_username_across_addresses(tmp_path, database_url,
 
 
 def test_login_throttle_is_per_address_across_usernames(tmp_path, database_url, engine):
-    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3/minute"})
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3/hour"})
     client = create_app(settings, engine=engine, modules="off").test_client()
     statuses = [_login(client, f"name{i}", "10.1.1.1").status_code for i in range(4)]
     assert statuses == [401, 401, 401, 429]
@@ -221,7 +221,7 @@ def test_login_throttle_counts_in_the_database(tmp_path, database_url, engine):
     """Two apps with their own engines (nothing shared in memory) share one budget."""
     from app import db
 
-    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3/minute"})
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "3/hour"})
     other_engine = db.create_engine(database_url, settings.database)
     try:
         first = create_app(settings, engine=engine, modules="off").test_client()
@@ -427,7 +427,7 @@ def test_login_throttle_uses_a_configured_shared_store(tmp_path, database_url, e
         tmp_path,
         security={
             "login_rate_limit": "100/minute",
-            "login_username_rate_limit": "3/minute",
+            "login_username_rate_limit": "3/hour",
             "ratelimit_storage_uri": redis_url,
         },
     )

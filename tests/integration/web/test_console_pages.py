@@ -101,7 +101,7 @@ def test_wrong_password_and_the_rate_limit_message(tmp_path, database_url, engin
     from tests.support.api import Api
     from tests.support.settings import make_settings
 
-    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "2 per minute"})
+    settings = make_settings(database_url, tmp_path, security={"login_rate_limit": "2 per hour"})
     api = Api(create_app(settings, engine=engine, modules="off"))
     client = api.app.test_client()
     page = client.get("/console/sign-in")
@@ -109,7 +109,7 @@ def test_wrong_password_and_the_rate_limit_message(tmp_path, database_url, engin
     form = {"username": "nobody", "password": "wrong password", "csrf_token": token}
     first = client.post("/console/sign-in", data=form)
     assert first.status_code == 401 and "Wrong username or password" in first.text
-    # Fixed one-minute windows: the third attempt is refused, unless the attempts straddle
+    # Fixed one-hour windows: the third attempt is refused, unless the attempts straddle
     # a window's end, which can happen once in this short span; then the new window's
     # third is.
     answers = [client.post("/console/sign-in", data=form) for _ in range(2)]
