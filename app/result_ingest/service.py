@@ -309,13 +309,11 @@ def _handle(
         normalised = [normalise_observation(o) for o in body.observations]
     with stage("tags"):
         normalised = [apply_tags(values) for values in normalised]
-    # A large batch writes its facts on a second pooled connection while this thread
-    # builds and writes the endpoint documents: the two writes are independent (each is
-    # idempotent, and the receipt is confirmed only once both succeeded), so the
-    # database's half of the work overlaps ours. A small batch's writes take a few
-    # milliseconds: not worth a second connection.
-    # The fact documents are built on that thread too, so this one starts on the endpoints
-    # at once.
+    # A large batch builds and writes its facts on a second thread (and pooled connection)
+    # while this one builds and writes the endpoint documents: the two writes are
+    # independent (each is idempotent, and the receipt is confirmed only once both
+    # succeeded), so the database's half of the work overlaps ours. A small batch's writes
+    # take a few milliseconds: not worth a second connection.
     if body.item_count >= OVERLAP_MIN_ITEMS:
         facts_written = overlap.background(
             lambda: _write_facts(store, context, body, normalised), name="netmap-upload-facts"

@@ -180,9 +180,7 @@ class PostgresWrites:
         wrong = [d.id for d in docs if d.scope != "execution"]
         if wrong:
             raise ValueError(f"write_execution_endpoints got non-execution documents: {wrong[:3]}")
-        return self.merge(
-            docs, max_operations=self._batch_size, max_bytes=None, cancel=None, copy=True
-        )
+        return self.merge(docs, max_operations=self._batch_size, max_bytes=None, cancel=None)
 
     def publish_current(
         self,
@@ -207,16 +205,15 @@ class PostgresWrites:
         max_operations: int,
         max_bytes: int | None,
         cancel: threading.Event | None,
-        copy: bool = False,
     ) -> BulkResult:
         """Merge ``docs`` into their tables, shard by shard.
 
-        ``copy`` (execution endpoints, whose shards are usually all new): shards are
-        encoded as COPY lines and loaded by ``_copy_execution_shard``, which falls back
-        to the merge statement for a shard holding a stored row."""
+        Execution endpoints (a scan sees each once, so their shards are usually all new)
+        are encoded as COPY lines and loaded by ``_copy_execution_shard``, which falls
+        back to the merge statement for a shard holding a stored row; current assets are
+        encoded as JSON rows for the merge statement."""
         if not docs:
             return BulkResult()
-        encode = execution_copy_line if copy else endpoint_row
         outcome: dict[str, BulkItemResult] = {}
         rejected: dict[int, BulkItemResult] = {}  # by object: other versions of the id still go
         encoded: dict[int, str] = {}
@@ -225,7 +222,7 @@ class PostgresWrites:
         for doc in docs:
             problem = endpoint_problem(doc)
             if problem is None:
-                encoded_text = encode(doc, keys.setdefault(doc.id, pg_key(doc.id)))
+                encoded_text = _encode(doc, keys.setdefault(doc.id, pg_key(doc.id)))
                 if encoded_text is None or has_nul(encoded_text):
                     problem = NUL_PROBLEM
                 else:
@@ -241,7 +238,7 @@ class PostgresWrites:
         for doc in merge_all(valid):
             # merge_all hands back the very object when an id came once (the usual case).
             key = keys[doc.id]
-            text = encoded.get(id(doc)) or encode(doc, key)
+            text = encoded.get(id(doc)) or _encode(doc, key)
             assert text is not None  # a merged version of checked documents
             if max_bytes is not None:
                 size = len(text.encode("utf-8"))
@@ -263,11 +260,10 @@ class PostgresWrites:
             for shard in byte_shards(unique, max_operations, max_bytes):
                 if cancel is not None and cancel.is_set():
                     raise StoreUnavailable("publish cancelled")
-                body = "".join(text for _key, _doc, text in shard)
                 requests += 1
                 statement = self._merge_sql[table]
-                if copy:
-                    data = body.encode("utf-8")
+                if table == EXECUTION_TABLE:
+                    data = "".join(text for _key, _doc, text in shard).encode("utf-8")
                     request_bytes += len(data)
                     write = partial(self._copy_execution_shard, shard, data, statement)
                 else:
@@ -306,14 +302,15 @@ class PostgresWrites:
         if not _copied_all_new(conn, self._execution_copy_sql, data):
             payload = "[" + ",".join(endpoint_row(doc, key) for key, doc, _text in shard) + "]"
             return _merge_shard(payload, statement, conn)
-        groups: dict[tuple[int, int], tuple[list[int], set[str]]] = {}
+        endpoints: Counter[tuple[int, int]] = Counter()
+        ips: dict[tuple[int, int], set[str]] = {}
         for _key, doc, _text in shard:
-            count, ips = groups.setdefault((doc.execution_id, doc.task_id), ([0], set()))
-            count[0] += 1
-            ips.add(doc.ip)
+            group = (doc.execution_id, doc.task_id)
+            endpoints[group] += 1
+            ips.setdefault(group, set()).add(doc.ip)
         rows = [
-            {"execution_id": e, "task_id": t, "endpoints": n[0], "ips": ",".join(sorted(ips))}
-            for (e, t), (n, ips) in sorted(groups.items())
+            {"execution_id": e, "task_id": t, "endpoints": n, "ips": ",".join(sorted(ips[e, t]))}
+            for (e, t), n in sorted(endpoints.items())
         ]
         conn.execute(self._execution_copy_counts_sql, {"groups": dumps(rows)})
         return [(key, True) for key, _doc, _text in shard]
@@ -477,6 +474,11 @@ def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
         f"{tags}\t{details}\t{_NULL if doc.owner_id is None else doc.owner_id}\t"
         f"{doc.execution_id}\t{doc.task_id}\n"
     )
+
+
+def _encode(doc: EndpointDocument, key: int) -> str | None:
+    """A document as its table's write takes it (see ``PostgresWrites.merge``)."""
+    return execution_copy_line(doc, key) if doc.scope == "execution" else endpoint_row(doc, key)
 
 
 def endpoint_row(doc: EndpointDocument, key: int) -> str:
