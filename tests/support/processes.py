@@ -47,6 +47,23 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_python(script: str, env: dict[str, str], timeout: float = 60) -> str:
+    """Run ``script`` in a fresh interpreter at the project root with exactly ``env``
+    (process-wide settings such as gc or a config module's import-time state start
+    clean); its stdout, once it exited 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 class LoggedProcess:
     """A child process whose stdout/stderr go to files we can read while it runs."""
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from tests.support.processes import PROJECT_ROOT
+from tests.support.processes import run_python
 
 _REPORT = (
     "import gc, json\n"
@@ -16,17 +14,8 @@ _REPORT = (
 
 def _run(script: str, tmp_path) -> dict:
     # A fresh interpreter: gc settings are process-wide, the test process keeps its own.
-    done = subprocess.run(
-        [sys.executable, "-c", script + _REPORT],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    stdout = run_python(script + _REPORT, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    return json.loads(stdout.splitlines()[-1])
 
 
 def test_settle_heap_freezes_what_is_alive_and_raises_the_young_threshold(tmp_path):

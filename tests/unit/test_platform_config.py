@@ -7,13 +7,12 @@ settings leave them unset, and the check records where each value came from.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from app.config import ConfigError, load_settings
-from tests.support.processes import PROJECT_ROOT
+from tests.support.processes import run_python
 
 PLATFORM = {
     "PORT": "5123",
@@ -116,17 +115,7 @@ def test_gunicorn_config_binds_the_platform_port_and_sets_up_multiprocess_metric
         "print(os.path.exists(conf._created_metrics_dir))\n"
     )
     env = {"PATH": "/usr/bin:/bin", "PORT": "5123", "WEB_CONCURRENCY": "3", "HOME": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, removed = done.stdout.splitlines()[-2:]
+    first, removed = run_python(script, env).splitlines()[-2:]
     report = json.loads(first)
     assert report["bind"] == "0.0.0.0:5123"
     assert report["workers"] == 3
@@ -143,17 +132,7 @@ def test_gunicorn_config_keeps_an_operator_metrics_directory(tmp_path):
         "print(conf._created_metrics_dir, os.environ['PROMETHEUS_MULTIPROC_DIR'])\n"
     )
     env = {"PATH": "/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(metrics)}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["None", str(metrics)]
+    assert run_python(script, env).split() == ["None", str(metrics)]
 
 
 def test_a_redis_store_without_the_redis_extra_names_the_pip_command(monkeypatch):

@@ -21,39 +21,41 @@ from app import db
 from app.search import postgres_writes
 from app.search.port import StorageScope, StoreRefused, StoreUnavailable
 from tests.support.search_documents import execution_endpoint, fact
+from tests.support.sql import rows
 
 ALL = StorageScope(months=("2026.10", "2026.11", "2026.12"))
 
 
 @pytest.fixture
 def paths(monkeypatch):
-    """Counts the shards each path wrote."""
-    taken = {"copy": 0, "merge": 0}
-    copy_in, merge = db.copy_in, postgres_writes.PostgresWrites._merge_fact_shard
+    """Counts the COPYs tried and the shards the merge statements wrote."""
+    taken = {"copy": 0, "fact_merge": 0, "endpoint_merge": 0}
 
-    def counted_copy(*args, **kwargs):
-        taken["copy"] += 1
-        return copy_in(*args, **kwargs)
+    def counting(name, function):
+        def counted(*args):
+            taken[name] += 1
+            return function(*args)
 
-    def counted_merge(self, *args, **kwargs):
-        taken["merge"] += 1
-        return merge(self, *args, **kwargs)
+        return counted
 
-    monkeypatch.setattr(db, "copy_in", counted_copy)
-    monkeypatch.setattr(postgres_writes.PostgresWrites, "_merge_fact_shard", counted_merge)
+    monkeypatch.setattr(db, "copy_in", counting("copy", db.copy_in))
+    facts = postgres_writes.PostgresWrites._merge_fact_shard
+    monkeypatch.setattr(
+        postgres_writes.PostgresWrites, "_merge_fact_shard", counting("fact_merge", facts)
+    )
+    monkeypatch.setattr(
+        postgres_writes, "_merge_shard", counting("endpoint_merge", postgres_writes._merge_shard)
+    )
     return taken
 
 
 def _stored(execution_id: int) -> list:
-    with db.transaction() as conn:
-        return conn.execute(
-            sa.text(
-                "SELECT replace(id::text, '-', '') AS id, observed_at, kind, upload_id, stream, "
-                "batch_index, position, scanner_id, body FROM search_facts "
-                "WHERE execution_id = :e ORDER BY position"
-            ),
-            {"e": execution_id},
-        ).all()
+    return rows(
+        "SELECT replace(id::text, '-', '') AS id, observed_at, kind, upload_id, stream, "
+        "batch_index, position, scanner_id, body FROM search_facts "
+        "WHERE execution_id = :e ORDER BY position",
+        e=execution_id,
+    )
 
 
 def test_a_new_shard_is_copied_and_counted(postgres_store, paths):
@@ -68,7 +70,7 @@ def test_a_new_shard_is_copied_and_counted(postgres_store, paths):
     ]
     result = postgres_store.write_facts(facts)
     assert [i.status for i in result.items] == [201] * 30
-    assert paths == {"copy": 1, "merge": 0}
+    assert (paths["copy"], paths["fact_merge"]) == (1, 0)
     rows = _stored(41)
     assert [(r.id, r.observed_at, r.kind) for r in rows] == [
         (f.id, f.observed_at, f.kind) for f in facts
@@ -89,7 +91,7 @@ def test_a_shard_with_one_stored_fact_takes_the_merge_statements(postgres_store,
     result = postgres_store.write_facts(second)
     assert [i.status for i in result.items] == [200] * 10 + [201] * 10
     # The COPY was tried, refused by the stored ids, and undone: the merge wrote the shard.
-    assert paths == {"copy": 2, "merge": 1}
+    assert (paths["copy"], paths["fact_merge"]) == (2, 1)
     rows = _stored(42)
     assert len(rows) == 20
     assert rows[3].body["state"] == "x"
@@ -151,31 +153,14 @@ def test_a_copy_past_the_statement_timeout_is_a_logged_outage(postgres_store, en
 
 
 def _endpoint_counts(execution_id: int) -> tuple[int, int]:
-    with db.transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                "SELECT endpoints, ips FROM search_execution_endpoint_counts "
-                "WHERE execution_id = :e"
-            ),
-            {"e": execution_id},
-        ).one()
+    [row] = rows(
+        "SELECT endpoints, ips FROM search_execution_endpoint_counts WHERE execution_id = :e",
+        e=execution_id,
+    )
     return row.endpoints, row.ips
 
 
-def test_new_execution_endpoints_are_copied_and_counted(postgres_store, settings, monkeypatch):
-    taken = {"copy": 0, "merge": 0}
-    copy_in, merge = db.copy_in, postgres_writes._merge_shard
-
-    def counted_copy(*args):
-        taken["copy"] += 1
-        return copy_in(*args)
-
-    def counted_merge(*args):
-        taken["merge"] += 1
-        return merge(*args)
-
-    monkeypatch.setattr(db, "copy_in", counted_copy)
-    monkeypatch.setattr(postgres_writes, "_merge_shard", counted_merge)
+def test_new_execution_endpoints_are_copied_and_counted(postgres_store, settings, paths):
     store = type(postgres_store)(settings.replace(elasticsearch={"bulk_batch_size": 4}))
     try:
         # Shards of 4: two addresses span shards, and an IPv6 address is among them.
@@ -187,7 +172,7 @@ def test_new_execution_endpoints_are_copied_and_counted(postgres_store, settings
         result = store.write_execution_endpoints(docs)
         assert [i.status for i in result.items] == [201] * 9
         assert result.requests == 3
-        assert taken == {"copy": 3, "merge": 0}
+        assert (paths["copy"], paths["endpoint_merge"]) == (3, 0)
         assert _endpoint_counts(46) == (9, 3)
         # A second batch: one shard all new (copied), one holding a stored endpoint (merged).
         more = [
@@ -200,15 +185,12 @@ def test_new_execution_endpoints_are_copied_and_counted(postgres_store, settings
         ]
         result = store.write_execution_endpoints(more)
         assert sorted(i.status for i in result.items) == [200] + [201] * 5
-        assert taken == {"copy": 5, "merge": 1}
+        assert (paths["copy"], paths["endpoint_merge"]) == (5, 1)
         assert _endpoint_counts(46) == (14, 6)
-        with db.transaction() as conn:
-            stored = conn.execute(
-                sa.text(
-                    "SELECT count(*), count(DISTINCT ip) FROM search_execution_endpoints "
-                    "WHERE execution_id = 46"
-                )
-            ).one()
+        [stored] = rows(
+            "SELECT count(*), count(DISTINCT ip) FROM search_execution_endpoints "
+            "WHERE execution_id = 46"
+        )
         assert tuple(stored) == (14, 6)
     finally:
         store.close()
@@ -230,14 +212,11 @@ def test_endpoint_copy_text_keeps_every_value_as_given(postgres_store):
         owner_id=None,
     )
     assert postgres_store.write_execution_endpoints([odd]).ok
-    with db.transaction() as conn:
-        row = conn.execute(
-            sa.text(
-                "SELECT host(ip) AS ip, port, transport, first_seen, last_seen, observation_key, "
-                "state, service, product, version, banner, hostname, tags, details, owner_id "
-                "FROM search_execution_endpoints WHERE execution_id = 47"
-            )
-        ).one()
+    [row] = rows(
+        "SELECT host(ip) AS ip, port, transport, first_seen, last_seen, observation_key, "
+        "state, service, product, version, banner, hostname, tags, details, owner_id "
+        "FROM search_execution_endpoints WHERE execution_id = 47"
+    )
     assert row.ip == "192.0.2.9" and (row.port, row.transport) == (8443, "udp")
     assert (row.first_seen, row.last_seen) == (odd.first_seen, odd.last_seen)
     assert row.observation_key == odd.observation_key
