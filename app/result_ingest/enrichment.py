@@ -15,10 +15,11 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
-from app.search.documents import EndpointDocument, FactDocument, merge_all, observation_key
+from app.search.documents import EndpointDocument, FactDocument, merge_all, newest_fields_key
 from app.search.ids import (
     CANONICAL_IPV4,
     execution_endpoint_ids,
@@ -95,16 +96,12 @@ def address_scope(ip: str) -> str:
     return _family_and_scope(ip)[1]
 
 
+@functools.lru_cache(maxsize=65536)
 def _family_and_scope(ip: str) -> tuple[int, str]:
+    # Remembered per address: an address usually carries several ports of a batch, and
+    # for IPv6 the ``is_*`` properties each test network membership.
     if CANONICAL_IPV4.fullmatch(ip):
         return 4, _ipv4_scope(ip)
-    return _family_and_scope_parsed(ip)
-
-
-@functools.lru_cache(maxsize=65536)
-def _family_and_scope_parsed(ip: str) -> tuple[int, str]:
-    # Remembered per address: the ``is_*`` properties each test network membership, and
-    # an address usually carries several ports.
     address = parsed_address(ip)
     return address.version, _scope_of(address)
 
@@ -171,6 +168,13 @@ class UploadContext:
     batch_index: int
 
 
+@functools.lru_cache(maxsize=4096)
+def _iso(moment: datetime) -> str:
+    # A batch's observations share few timestamps (a scanner stamps a host's ports alike).
+    # Validated timestamps are all in UTC, so equal instants have equal text.
+    return moment.isoformat()
+
+
 def normalise_observation(observation: ObservationIn) -> dict[str, Any]:
     """Normalised and enriched observation; ``tags`` holds the scanner's until ``apply_tags``."""
     service = observation.service
@@ -178,8 +182,9 @@ def normalise_observation(observation: ObservationIn) -> dict[str, Any]:
     default_service = DEFAULT_SERVICES.get((observation.transport, observation.port))
     family, scope = _family_and_scope(observation.ip)
     effective_service = name or default_service
+    scanner_tags = sorted(set(observation.tags)) if observation.tags else []
     return {
-        "observed_at": observation.observed_at.isoformat(),
+        "observed_at": _iso(observation.observed_at),
         "ip": observation.ip,
         "port": observation.port,
         "transport": observation.transport,
@@ -190,8 +195,8 @@ def normalise_observation(observation: ObservationIn) -> dict[str, Any]:
         "version": service.version if service else None,
         "banner": service.banner if service else None,
         "hostname": observation.hostname.rstrip(".").lower() if observation.hostname else None,
-        "tags": sorted(set(observation.tags)),
-        "scanner_tags": sorted(set(observation.tags)),
+        "tags": list(scanner_tags),
+        "scanner_tags": scanner_tags,
         "tls": observation.tls,
         "http": observation.http,
         "scanner_details": observation.details,
@@ -321,7 +326,7 @@ def endpoint_documents(
                 hostname=newest["hostname"],
                 tags=tuple(newest["tags"]),
                 details=newest["details"],
-                observation_key=observation_key(newest),
+                observation_key=newest_fields_key(newest),
             )
         )
     return merge_all(documents)

@@ -124,17 +124,31 @@ def check_scope(
     networks = _networks(targets)
     ranges = port_ranges(ports)
     inside = _AddressCheck(networks)
+    # Verdicts per address and per port: a batch repeats both (a host's many ports, one
+    # port on many hosts), and this runs while the execution row is locked.
+    addresses: dict[str, bool] = {}
+    ports_in: dict[int, bool] = {}
     for index, observation in enumerate(body.observations):
+        ip, port = observation.ip, observation.port
+        ip_ok = addresses.get(ip)
+        if ip_ok is None:
+            ip_ok = addresses[ip] = inside(ip)
+        port_ok = ports_in.get(port)
+        if port_ok is None:
+            port_ok = ports_in[port] = any(low <= port <= high for low, high in ranges)
+        transport_ok = not transports or observation.transport in transports
+        if ip_ok and port_ok and transport_ok:
+            continue
         item = {"list": "observations", "index": index}
-        if not inside(observation.ip):
+        if not ip_ok:
             problems.append(
                 {**item, "field": "ip", "message": "address is not among the execution's targets"}
             )
-        if not any(low <= observation.port <= high for low, high in ranges):
+        if not port_ok:
             problems.append(
                 {**item, "field": "port", "message": "port is not among the execution's ports"}
             )
-        if transports and observation.transport not in transports:
+        if not transport_ok:
             problems.append(
                 {
                     **item,

@@ -156,17 +156,30 @@ def _plain(value: Any) -> bool:
 
 def observation_key(values: Mapping[str, Any]) -> str:
     """Tie-breaker hash over the newest-wins fields (hex, compared as bytes/"C" collation)."""
-    fields = {
-        k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS
-    }
+    return newest_fields_key(
+        {k: (list(values.get(k) or ()) if k == "tags" else values.get(k)) for k in NEWEST_FIELDS}
+    )
+
+
+def newest_fields_key(fields: dict[str, Any]) -> str:
+    """``observation_key`` of a dict already in the hashed shape: exactly the newest-wins
+    fields, tags a list (ingest builds its documents' fields so, and saves the copy)."""
     # orjson writes the same bytes as the encoder for plain values (keys sorted alike, at
     # every depth), several times faster; floats or other values anywhere take the
     # encoder. Scanners' details nest (CPE lists, script outputs), so the check recurses.
-    if (
-        all(type(fields[k]) in _FLAT for k in _SCALAR_FIELDS)
-        and all(type(t) is str for t in fields["tags"])
-        and _plain(fields["details"])
-    ):
+    # (Loops rather than ``all()`` over generators: this runs for every endpoint.)
+    plain = _plain(fields["details"])
+    if plain:
+        for name in _SCALAR_FIELDS:
+            if type(fields[name]) not in _FLAT_TYPES:
+                plain = False
+                break
+    if plain:
+        for tag in fields["tags"]:
+            if type(tag) is not str:
+                plain = False
+                break
+    if plain:
         try:
             return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
         except TypeError:  # an integer beyond 64 bits, a lone surrogate

@@ -102,7 +102,22 @@ def execution_endpoint_ids(
     addresses must already be normalised and transports lower-case (validated
     observations are), since normalising again is what this saves."""
     prefix = _prefix("xep", execution_id)
-    return [_digest_after(prefix, ip, port, transport) for ip, port, transport in endpoints]
+    # The encoded parts repeat across a batch (a host's many ports, a port on many hosts):
+    # each address and each (port, transport) is encoded once.
+    addresses: dict[str, bytes] = {}
+    services: dict[tuple[int, str], bytes] = {}
+    ids = []
+    for ip, port, transport in endpoints:
+        head = addresses.get(ip)
+        if head is None:
+            head = addresses[ip] = _encoded((ip,))
+        tail = services.get((port, transport))
+        if tail is None:
+            tail = services[(port, transport)] = _encoded((port, transport))
+        state = prefix.copy()
+        state.update(head + tail)
+        ids.append(state.hexdigest()[:ID_HEX_CHARS])
+    return ids
 
 
 def current_asset_id(scope: str, owner_id: int | None, ip: str, port: int, transport: str) -> str:
