@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import date
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,7 +30,7 @@ from sqlalchemy.engine import Connection
 from app import db
 from app.dbapi import copy_text
 from app.observability import emit
-from app.search.documents import EndpointDocument, FactDocument, merge_all
+from app.search.documents import EndpointDocument, FactDocument, merge_all, month_of
 from app.search.encoding import (
     INVALID_DOCUMENT,
     NUL_PROBLEM,
@@ -95,36 +97,42 @@ class PostgresWrites:
     def write_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         if not facts:
             return BulkResult()
-        problems: dict[int, str | None] = {}
+        refused: dict[int, str] = {}  # by object: another version of the id may still go
         valid: dict[str, tuple[FactDocument, str]] = {}
         for doc in facts:
             problem = fact_problem(doc)
             if problem is None:
                 line = fact_copy_line(doc)
-                if line is None:
-                    problem = NUL_PROBLEM
-                else:
+                if line is not None:
                     valid[doc.id] = (doc, line)  # the last version of an id wins, like index ops
-            problems[id(doc)] = problem
-        self._ensure_partitions([doc.month for doc, _line in valid.values()])
+                    continue
+                problem = NUL_PROBLEM
+            refused[id(doc)] = problem
+        # A batch's facts share a few timestamps: each is named once.
+        moments = {doc.observed_at for doc, _line in valid.values()}
+        self._ensure_partitions(sorted({month_of(moment) for moment in moments}))
         created: set[str] = set()
         requests = 0
         request_bytes = 0
-        ordered = sorted(valid.values(), key=lambda pair: (pair[0].id, pair[0].observed_at))
+        # By id, which is unique here, so also by (id, observed_at): the key's lock order.
+        ordered = [pair for _id, pair in sorted(valid.items())]
         for shard in shards(ordered, self._batch_size):
-            data = "".join(line for _doc, line in shard).encode("utf-8")
+            data = "".join([line for _doc, line in shard]).encode("utf-8")
             requests += 1
             request_bytes += len(data)
             write = partial(self._write_fact_shard, [doc for doc, _line in shard], data)
             created.update(self._run(write, relaxed_commit=True))
+        partitions: dict[Any, str] = {}
         items = []
         for doc in facts:
-            problem = problems[id(doc)]
-            index = partition_name(doc.month) if problem is None else FACTS_TABLE
+            problem = refused.get(id(doc)) if refused else None
             if problem is not None:
-                items.append(BulkItemResult(doc.id, index, 400, INVALID_DOCUMENT, problem))
-            else:
-                items.append(BulkItemResult(doc.id, index, 201 if doc.id in created else 200))
+                items.append(BulkItemResult(doc.id, FACTS_TABLE, 400, INVALID_DOCUMENT, problem))
+                continue
+            partition = partitions.get(doc.observed_at)
+            if partition is None:
+                partition = partitions[doc.observed_at] = partition_name(month_of(doc.observed_at))
+            items.append(BulkItemResult(doc.id, partition, 201 if doc.id in created else 200))
         return BulkResult(
             items=tuple(items), requests=requests, request_bytes=request_bytes, attempts=requests
         )
@@ -145,7 +153,12 @@ class PostgresWrites:
         if not _copied_all_new(conn, self._fact_copy_sql, data):
             payload = "[" + ",".join(fact_row(doc) for doc in docs) + "]"
             return self._merge_fact_shard(payload, [doc.id for doc in docs], conn)
-        counts = Counter((doc.execution_id, month_start(doc.observed_at), doc.kind) for doc in docs)
+        counts: Counter[tuple[int, date, str]] = Counter()
+        # Counted by timestamp first: a shard's facts share a few, and each month once.
+        for (execution_id, moment, kind), n in Counter(
+            (doc.execution_id, doc.observed_at, doc.kind) for doc in docs
+        ).items():
+            counts[execution_id, month_start(moment), kind] += n
         deltas = [count_delta(e, month, kind, n) for (e, month, kind), n in sorted(counts.items())]
         conn.execute(self._fact_count_sql, {"deltas": json.dumps(deltas)})
         return {doc.id for doc in docs}
@@ -222,7 +235,10 @@ class PostgresWrites:
         for doc in docs:
             problem = endpoint_problem(doc)
             if problem is None:
-                encoded_text = _encode(doc, keys.setdefault(doc.id, pg_key(doc.id)))
+                key = keys.get(doc.id)
+                if key is None:
+                    key = keys[doc.id] = pg_key(doc.id)
+                encoded_text = _encode(doc, key)
                 if encoded_text is None or has_nul(encoded_text):
                     problem = NUL_PROBLEM
                 else:
@@ -249,7 +265,7 @@ class PostgresWrites:
         requests = 0
         request_bytes = 0
         for table, rows in by_table.items():
-            rows.sort(key=lambda r: r[0])  # lock order: concurrent shards never deadlock
+            rows.sort(key=itemgetter(0))  # lock order: concurrent shards never deadlock
             unique: list[tuple[int, EndpointDocument, str]] = []
             for row in rows:
                 if unique and unique[-1][0] == row[0]:
@@ -257,7 +273,12 @@ class PostgresWrites:
                     outcome[row[1].id] = id_collision(row[1].id, table)
                 else:
                     unique.append(row)
-            for shard in byte_shards(unique, max_operations, max_bytes):
+            sharded = (
+                shards(unique, max_operations)
+                if max_bytes is None
+                else byte_shards(unique, max_operations, max_bytes)
+            )
+            for shard in sharded:
                 if cancel is not None and cancel.is_set():
                     raise StoreUnavailable("publish cancelled")
                 requests += 1
@@ -424,17 +445,18 @@ def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> li
     return [tuple(row) for row in conn.execute(statement, {"rows": payload}).all()]
 
 
-_COPY_SPECIAL = ("\\", "\t", "\n", "\r")
+# What COPY text must escape (backslash, tab, line breaks): found with one search.
+_COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
 
 
 def _text_array(values: Sequence[str]) -> str:
     """A PostgreSQL array literal of texts (each element quoted, ``\\`` and ``"`` escaped)."""
     if not values:
         return "{}"
-    joined = '","'.join(values)
-    if "\\" in joined or '"' in joined:
-        joined = '","'.join(v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
-    return '{"' + joined + '"}'
+    scanned = "".join(values)  # the values alone: the separators hold quotes themselves
+    if "\\" in scanned or '"' in scanned:
+        values = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]
+    return '{"' + '","'.join(values) + '"}'
 
 
 def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
@@ -443,10 +465,10 @@ def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
 
     The texts are escaped for COPY only when one of them needs it (most hold no
     backslash, tab or line break): one scan of them all instead of a call per field."""
-    details = dumps(dict(doc.details))
+    details = dumps(doc.details if type(doc.details) is dict else dict(doc.details))
     if has_nul(details):
         return None
-    texts = (
+    texts = [
         doc.ip,
         doc.transport,
         doc.observation_key,
@@ -458,14 +480,16 @@ def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
         doc.hostname,
         _text_array(doc.tags),
         details,
-    )
-    scanned = "".join(t for t in texts if t is not None)
+    ]
+    scanned = "".join(filter(None, texts))
     if "\x00" in scanned:
         return None
-    if any(c in scanned for c in _COPY_SPECIAL):
-        texts = tuple(None if t is None else copy_text(t) for t in texts)
+    if _COPY_SPECIAL.search(scanned) is None:
+        texts = [_NULL if t is None else t for t in texts]
+    else:
+        texts = [_NULL if t is None else copy_text(t) for t in texts]
     ip, transport, key_text, state, service, product, version, banner, hostname, tags, details = (
-        _NULL if t is None else t for t in texts
+        texts
     )
     return (
         f"{key}\t{doc.id}\t{ip}\t{doc.port}\t{transport}\t{utc_text(doc.first_seen)}\t"
