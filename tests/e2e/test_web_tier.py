@@ -158,3 +158,53 @@ def test_the_nginx_example_is_a_valid_configuration(tmp_path):
         timeout=30,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+def _exchange(sock: socket.socket, request: bytes) -> bytes:
+    """Send ``request`` and read one whole response (head and ``Content-Length`` body)."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside a response body"
+        body += chunk
+    return head
+
+
+def _post(size: int) -> bytes:
+    body = b'{"padding": "' + b"x" * size + b'"}'
+    return (
+        b"POST /api/scanner/claim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+def test_a_large_request_ends_its_connection_and_a_small_one_keeps_it(database_url, short_dir):
+    # A scanner's batch must not pin the scanner's connection to one worker (see
+    # app.gunicorn_worker): its response closes the connection; small requests keep it.
+    from app.gunicorn_worker import LARGE_BODY_BYTES
+
+    server = GunicornServer(database_url, short_dir / "var", short_dir / "gunicorn.log")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            for _ in range(3):  # the same connection serves request after request
+                head = _exchange(sock, _post(100))
+                assert head.startswith(b"HTTP/1.1 401")
+                assert b"connection: close" not in head.lower()
+            head = _exchange(sock, _post(LARGE_BODY_BYTES))
+            assert head.startswith(b"HTTP/1.1 401")
+            assert b"connection: close" in head.lower()
+            assert sock.recv(1) == b""  # closed by the server once answered
+    finally:
+        server.stop()
