@@ -319,6 +319,10 @@ def test_observations_outside_the_targets_or_ports_are_a_400_naming_them(api):
             observation("198.51.100.1", 443),
             observation("192.0.2.2", 80),
             observation("192.0.2.3", 22, transport="udp"),
+            # Verdicts are remembered per address and port: repeats are named again.
+            observation("198.51.100.1", 22),
+            observation("192.0.2.1", 80),
+            observation("192.0.2.1", 22),
         ],
     )
     assert response.status_code == 400
@@ -327,6 +331,8 @@ def test_observations_outside_the_targets_or_ports_are_a_400_naming_them(api):
         (1, "ip"),
         (2, "port"),
         (3, "transport"),
+        (4, "ip"),
+        (5, "port"),
     }
     _nothing_written()
 

@@ -28,7 +28,7 @@ from app.result_ingest.fast_body import fast_upload
 from app.result_ingest.model import UploadBody, _larger_than, parse_upload
 from app.result_ingest.scope import _AddressCheck, _inside, _networks
 from app.search import ids
-from app.search.documents import _KEY_ENCODER, NEWEST_FIELDS, observation_key
+from app.search.documents import _KEY_ENCODER, NEWEST_FIELDS, newest_fields_key, observation_key
 from app.upload_protocol import canonical_checksum
 from tests.support.scanner_protocol import checksum as protocol_checksum
 
@@ -296,7 +296,15 @@ def test_batch_ids_are_the_single_ids():
     assert ids.fact_ids(5, "u:1", "dns", 7, 3) == [
         ids.fact_id(5, "u:1", "dns", 7, p) for p in range(3)
     ]
-    endpoints = [("10.0.0.1", 443, "tcp"), ("2001:db8::1", 53, "udp")]
+    # Addresses and ports repeat (each is encoded once per batch), in every combination.
+    endpoints = [
+        ("10.0.0.1", 443, "tcp"),
+        ("2001:db8::1", 53, "udp"),
+        ("10.0.0.1", 80, "tcp"),
+        ("10.0.0.2", 443, "tcp"),
+        ("10.0.0.1", 443, "udp"),
+        ("10.0.0.1", 443, "tcp"),
+    ]
     assert ids.execution_endpoint_ids(9, endpoints) == [
         ids.execution_endpoint_id(9, *endpoint) for endpoint in endpoints
     ]
@@ -323,6 +331,26 @@ def _encoder_key(values):
 )
 def test_observation_keys_are_the_encoders(values):
     assert observation_key(values) == _encoder_key(values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "state": st.none() | st.text(),
+            "service": st.none() | st.text(max_size=5),
+            "product": st.none() | st.text(max_size=5),
+            "version": st.none() | st.text(max_size=5),
+            "banner": st.none() | st.text(),
+            "hostname": st.none() | st.text(max_size=5),
+            "tags": st.lists(st.text(max_size=5), max_size=3),
+            "details": st.dictionaries(st.text(max_size=5), json_values, max_size=3),
+        }
+    )
+)
+def test_keys_of_fields_in_the_hashed_shape_are_the_encoders(fields):
+    # Ingest hands its documents' fields over as built (newest_fields_key), not copied.
+    assert newest_fields_key(fields) == _encoder_key(fields) == observation_key(fields)
 
 
 @settings(max_examples=300, deadline=None)
