@@ -70,16 +70,24 @@ def _inside(address: str, networks: list[Any]) -> bool:
 
 class _AddressCheck:
     """``_inside`` for many addresses: a canonical dotted quad (most of what scanners
-    send) is compared as an integer with the IPv4 targets' bounds, without parsing
-    (this runs while the execution row is locked)."""
+    send) is compared as an integer with the IPv4 targets' bounds, without parsing,
+    and each address is decided once (a host's many ports repeat it; this runs while
+    the execution row is locked)."""
 
     def __init__(self, networks: list[Any]):
         self._networks = networks
         self._v4 = [
             (int(n.network_address), int(n.broadcast_address)) for n in networks if n.version == 4
         ]
+        self._verdicts: dict[str, bool] = {}
 
     def __call__(self, address: str) -> bool:
+        verdict = self._verdicts.get(address)
+        if verdict is None:
+            verdict = self._verdicts[address] = self._decide(address)
+        return verdict
+
+    def _decide(self, address: str) -> bool:
         if CANONICAL_IPV4.fullmatch(address) is None:
             return _inside(address, self._networks)
         value = ipv4_value(address)
@@ -124,15 +132,10 @@ def check_scope(
     networks = _networks(targets)
     ranges = port_ranges(ports)
     inside = _AddressCheck(networks)
-    # Verdicts per address and per port: a batch repeats both (a host's many ports, one
-    # port on many hosts), and this runs while the execution row is locked.
-    addresses: dict[str, bool] = {}
-    ports_in: dict[int, bool] = {}
+    ports_in: dict[int, bool] = {}  # each port decided once: one port recurs on many hosts
     for index, observation in enumerate(body.observations):
-        ip, port = observation.ip, observation.port
-        ip_ok = addresses.get(ip)
-        if ip_ok is None:
-            ip_ok = addresses[ip] = inside(ip)
+        ip_ok = inside(observation.ip)
+        port = observation.port
         port_ok = ports_in.get(port)
         if port_ok is None:
             port_ok = ports_in[port] = any(low <= port <= high for low, high in ranges)

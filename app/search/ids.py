@@ -74,8 +74,13 @@ def _digest(kind: str, *parts: object) -> str:
 
 def _digest_after(prefix: hashlib._Hash, *parts: object) -> str:
     """``_digest`` of the prefix's kind and parts followed by ``parts``."""
+    return _digest_after_encoded(prefix, _encoded(parts))
+
+
+def _digest_after_encoded(prefix: hashlib._Hash, encoded: bytes) -> str:
+    """``_digest_after`` of parts already encoded (``_encoded``)."""
     state = prefix.copy()
-    state.update(_encoded(parts))
+    state.update(encoded)
     return state.hexdigest()[:ID_HEX_CHARS]
 
 
@@ -114,9 +119,7 @@ def execution_endpoint_ids(
         tail = services.get((port, transport))
         if tail is None:
             tail = services[(port, transport)] = _encoded((port, transport))
-        state = prefix.copy()
-        state.update(head + tail)
-        ids.append(state.hexdigest()[:ID_HEX_CHARS])
+        ids.append(_digest_after_encoded(prefix, head + tail))
     return ids
 
 
