@@ -36,7 +36,13 @@ def month_of(moment: datetime) -> str:
     return f"{moment.year:04d}.{moment.month:02d}"
 
 
-@dataclass(frozen=True, slots=True)
+# Documents are values: nothing assigns to a field after construction (``dataclasses.replace``
+# makes a changed copy). They are not declared ``frozen`` because a frozen dataclass sets every
+# field through ``object.__setattr__`` in its ``__init__``: an upload builds one or two of each
+# per observation, and frozen construction cost 4.1 µs for an endpoint document and 2.1 µs for a
+# fact against 0.9 and 0.6 µs (this machine), some 6-9 µs of a worker's ~80 µs per observation.
+# Neither was ever hashable (``body`` and ``details`` are dicts), so nothing else changes.
+@dataclass(slots=True)
 class FactDocument:
     id: str
     kind: str  # "observation" | "dns_record"
@@ -56,7 +62,7 @@ class FactDocument:
         return month_of(self.observed_at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value, not frozen: see FactDocument
 class EndpointDocument:
     id: str
     scope: str  # "execution" | "global" | "user"

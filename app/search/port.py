@@ -68,7 +68,9 @@ class RequestLineTooLong(StoreError):
         self.index, self.size, self.limit = index, size, limit
 
 
-@dataclass(frozen=True, slots=True)
+# A value like the documents (app.search.documents): not ``frozen``, because a store write
+# builds one per item and frozen construction costs about three times as much.
+@dataclass(slots=True)
 class BulkItemResult:
     id: str
     index: str
