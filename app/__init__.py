@@ -92,6 +92,9 @@ def create_app(
     db.set_engine(engine)
 
     app = Flask("netmap")
+    from app.http.json_provider import OrjsonProvider
+
+    app.json = OrjsonProvider(app)
     app.config.update(
         SECRET_KEY=settings.security.secret_key,
         SESSION_COOKIE_NAME="netmap_session",
@@ -100,7 +103,6 @@ def create_app(
         SESSION_COOKIE_SECURE=settings.security.session_cookie_secure,
         PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.security.session_lifetime_hours),
         MAX_CONTENT_LENGTH=settings.ingest.max_body_bytes,
-        JSON_SORT_KEYS=False,
         RATELIMIT_STORAGE_URI=settings.security.ratelimit_storage_uri,
         RATELIMIT_HEADERS_ENABLED=True,
     )

@@ -362,46 +362,79 @@ _OPTIONAL_COLUMNS = (
     "gone_since",
     "gone_execution_id",
 )
+_REQUIRED_COLUMNS = (
+    "id",
+    "ip",
+    "port",
+    "transport",
+    "first_seen",
+    "first_execution_id",
+    "last_seen",
+    "last_execution_id",
+    "state",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "hostname",
+    "tags",
+    "details",
+    "observation_key",
+)
 
 
 def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
-    """Documents of one result set. Which optional columns it has is looked up once, not
-    per row: a 500-row page paid more for ``row._mapping.get`` than for its query."""
+    """Documents of one result set.
+
+    Values are read by position, with the positions looked up once from the first row's
+    column names: a ``Row``'s attribute access goes through ``__getattr__`` after a failed
+    normal lookup, about 0.6 µs a column against 0.03 by index, and a 500-row page of 24
+    columns spent some 7 ms of a request's CPU on it. A column the statement does not
+    select (``_OPTIONAL_COLUMNS``) reads as the ``None`` appended to each row."""
     if not rows:
         return []
-    fields = set(rows[0]._fields)
-    owner, execution, task, status, gone_since, gone_execution = (
-        name in fields for name in _OPTIONAL_COLUMNS
+    position = {name: index for index, name in enumerate(rows[0]._fields)}
+    missing = len(position)  # the index of the appended None
+    (
+        i_id, i_ip, i_port, i_transport, i_first, i_first_execution, i_last, i_last_execution,
+        i_state, i_service, i_product, i_version, i_banner, i_hostname, i_tags, i_details,
+        i_key,
+    ) = (position[name] for name in _REQUIRED_COLUMNS)  # fmt: skip
+    i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution = (
+        position.get(name, missing) for name in _OPTIONAL_COLUMNS
     )
-    return [
-        EndpointDocument(
-            id=row.id,
-            scope=scope,
-            ip=normalise_ip(row.ip),
-            port=row.port,
-            transport=row.transport,
-            first_seen=row.first_seen,
-            first_execution_id=row.first_execution_id,
-            last_seen=row.last_seen,
-            last_execution_id=row.last_execution_id,
-            owner_id=row.owner_id if owner else None,
-            execution_id=row.execution_id if execution else None,
-            task_id=row.task_id if task else None,
-            state=row.state,
-            service=row.service,
-            product=row.product,
-            version=row.version,
-            banner=row.banner,
-            hostname=row.hostname,
-            tags=tuple(row.tags or ()),
-            details=row.details or {},
-            observation_key=row.observation_key,
-            status=(row.status if status else None) or "open",
-            gone_since=row.gone_since if gone_since else None,
-            gone_execution_id=row.gone_execution_id if gone_execution else None,
+    documents = []
+    for row in rows:
+        v = (*row, None)
+        documents.append(
+            EndpointDocument(
+                v[i_id],
+                scope,
+                normalise_ip(v[i_ip]),
+                v[i_port],
+                v[i_transport],
+                v[i_first],
+                v[i_first_execution],
+                v[i_last],
+                v[i_last_execution],
+                v[i_owner],
+                v[i_execution],
+                v[i_task],
+                v[i_state],
+                v[i_service],
+                v[i_product],
+                v[i_version],
+                v[i_banner],
+                v[i_hostname],
+                tuple(v[i_tags] or ()),
+                v[i_details] or {},
+                v[i_key],
+                v[i_status] or "open",
+                v[i_gone_since],
+                v[i_gone_execution],
+            )
         )
-        for row in rows
-    ]
+    return documents
 
 
 def like_pattern(text: str) -> str:

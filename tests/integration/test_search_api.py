@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from app.cursors import encode_cursor
 from app.projection.pages import current_asset_documents
 from app.search.documents import merge_all
@@ -224,3 +226,22 @@ def test_assets_appear_after_the_projection_and_status_becomes_ready(api):
     items = user.get("/api/assets").get_json()["items"]
     assert sorted((i["ip"], i["port"]) for i in items) == [("192.0.2.1", 22), ("192.0.2.2", 80)]
     assert {i["last_execution_id"] for i in items} == {upload.id}
+
+
+def test_a_results_page_is_utf8_json_holding_exactly_what_was_uploaded(api):
+    # Responses are encoded by orjson (app.http.json_provider): text outside ASCII is
+    # written as UTF-8, keys sorted, and the values read back as uploaded.
+    user, scanner = api.user(), api.scanner()
+    banner = "Añejo — 日本語 \U0001f600 \"quoted\" \\ back\nslash"
+    service = {"name": "http", "product": "Ünïcode", "version": "1.0", "banner": banner}
+    task, _ = _scan(
+        user, scanner, ["192.0.2.0/28"], [observation("192.0.2.3", 80, service=service)]
+    )
+    answer = user.get(f"/api/tasks/{task['id']}/results")
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    assert "Añejo — 日本語".encode() in answer.data  # not \u escapes
+    body = json.loads(answer.data)
+    assert list(body) == sorted(body)
+    [item] = body["items"]
+    assert (item["banner"], item["product"], item["service"]) == (banner, "Ünïcode", "http")
+    assert list(item) == sorted(item)
