@@ -9,7 +9,9 @@ every console page ``--repeats`` times through the real Flask app in process
 (routing, session check, queries, template rendering; no network) and prints
 p50/p95 per page in one JSON object. The console's pages promise keyset queries
 and bounded counts only, so their times should not grow with ``--assets``
-(WEB-3, WEB-4, WEB-5), sorted asset lists included (WEB-12). Progress goes to stderr.
+(WEB-3, WEB-4, WEB-5), sorted asset lists included (WEB-12). Under ``api`` it also
+times the JSON results and asset pages at 500 items, with the process CPU each request
+cost (``cpu_p50_ms``). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -214,6 +216,30 @@ def command(assets: int, results: int, repeats: int) -> None:
                     raise click.ClickException(f"{path} answered {response.status_code}")
             timings[name] = summary_ms(samples)
             print(f"[pages] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
+        # The JSON pages scanners' users and scripts read, at their largest page: wall
+        # time as above, and the process CPU a request costs (what it takes from a web
+        # worker's interpreter, shared with uploads under write load).
+        api_pages = {
+            "results_500": f"/api/tasks/{task_id}/results?limit=500",
+            "assets_500": "/api/assets?limit=500",
+        }
+        api: dict[str, dict[str, float]] = {}
+        for name, path in api_pages.items():
+            samples, cpu = [], []
+            client.get(path)
+            for _ in range(repeats):
+                started, cpu_started = time.perf_counter(), time.process_time()
+                response = client.get(path)
+                samples.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - cpu_started)
+                if response.status_code != 200:
+                    raise click.ClickException(f"{path} answered {response.status_code}")
+            api[name] = {
+                **summary_ms(samples),
+                "cpu_p50_ms": summary_ms(cpu)["p50_ms"],
+                "items": len(response.get_json()["items"]),
+            }
+            print(f"[pages] {name}: p95 {api[name]['p95_ms']} ms", file=sys.stderr)
         worst = max(t["p95_ms"] for t in timings.values())
         print(
             json.dumps(
@@ -224,6 +250,7 @@ def command(assets: int, results: int, repeats: int) -> None:
                     "results": results,
                     "repeats": repeats,
                     "pages": timings,
+                    "api": api,
                     "max_p95_ms": worst,
                     "target_p95_ms": TARGET_P95_MS,
                     "within_target": worst <= TARGET_P95_MS,

@@ -35,3 +35,9 @@ def test_bench_pages_times_every_page():
     for timing in report["pages"].values():
         assert timing["count"] == 2 and timing["p95_ms"] > 0
     assert report["max_p95_ms"] == max(t["p95_ms"] for t in report["pages"].values())
+    assert set(report["api"]) == {"results_500", "assets_500"}
+    for timing in report["api"].values():
+        assert timing["count"] == 2 and timing["p95_ms"] > 0 and timing["cpu_p50_ms"] >= 0
+    # The results page holds at most 500 of the task's 600 endpoints; the assets page 500.
+    assert report["api"]["results_500"]["items"] == 500
+    assert report["api"]["assets_500"]["items"] == 500
