@@ -42,6 +42,7 @@ from app.search.port import (
 )
 from app.search.postgres_schema import (
     ASSET_TABLES,
+    ENDPOINT_COLUMNS,
     ENDPOINT_COUNTS_TABLE,
     EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
@@ -362,25 +363,8 @@ _OPTIONAL_COLUMNS = (
     "gone_since",
     "gone_execution_id",
 )
-_REQUIRED_COLUMNS = (
-    "id",
-    "ip",
-    "port",
-    "transport",
-    "first_seen",
-    "first_execution_id",
-    "last_seen",
-    "last_execution_id",
-    "state",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "hostname",
-    "tags",
-    "details",
-    "observation_key",
-)
+# Every column of an endpoint document but its 64-bit key, in the table's order.
+_REQUIRED_COLUMNS = ENDPOINT_COLUMNS[1:]
 
 
 def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
@@ -397,8 +381,8 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
     missing = len(position)  # the index of the appended None
     (
         i_id, i_ip, i_port, i_transport, i_first, i_first_execution, i_last, i_last_execution,
-        i_state, i_service, i_product, i_version, i_banner, i_hostname, i_tags, i_details,
-        i_key,
+        i_key, i_state, i_service, i_product, i_version, i_banner, i_hostname, i_tags,
+        i_details,
     ) = (position[name] for name in _REQUIRED_COLUMNS)  # fmt: skip
     i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution = (
         position.get(name, missing) for name in _OPTIONAL_COLUMNS
