@@ -391,7 +391,7 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
     for row in rows:
         v = (*row, None)
         documents.append(
-            EndpointDocument(
+            EndpointDocument(  # positional, in the dataclass's field order
                 v[i_id],
                 scope,
                 normalise_ip(v[i_ip]),
