@@ -42,7 +42,6 @@ from app.search.port import (
 )
 from app.search.postgres_schema import (
     ASSET_TABLES,
-    ENDPOINT_COLUMNS,
     ENDPOINT_COUNTS_TABLE,
     EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
@@ -363,8 +362,6 @@ _OPTIONAL_COLUMNS = (
     "gone_since",
     "gone_execution_id",
 )
-# Every column of an endpoint document but its 64-bit key, in the table's order.
-_REQUIRED_COLUMNS = ENDPOINT_COLUMNS[1:]
 
 
 def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
@@ -379,11 +376,18 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
         return []
     position = {name: index for index, name in enumerate(rows[0]._fields)}
     missing = len(position)  # the index of the appended None
-    (
-        i_id, i_ip, i_port, i_transport, i_first, i_first_execution, i_last, i_last_execution,
-        i_key, i_state, i_service, i_product, i_version, i_banner, i_hostname, i_tags,
-        i_details,
-    ) = (position[name] for name in _REQUIRED_COLUMNS)  # fmt: skip
+    # Each position is looked up by the name written beside it, so no column order is assumed.
+    i_id, i_ip, i_port, i_transport, i_key, i_tags, i_details = (
+        position[name]
+        for name in ("id", "ip", "port", "transport", "observation_key", "tags", "details")
+    )
+    i_first, i_first_execution, i_last, i_last_execution = (
+        position[name]
+        for name in ("first_seen", "first_execution_id", "last_seen", "last_execution_id")
+    )
+    i_state, i_service, i_product, i_version, i_banner, i_hostname = (
+        position[name] for name in ("state", "service", "product", "version", "banner", "hostname")
+    )
     i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution = (
         position.get(name, missing) for name in _OPTIONAL_COLUMNS
     )
