@@ -61,13 +61,17 @@ def task_changes(
     if kind is not None:
         where += " AND c.kind = :kind"
         params["kind"] = kind
-    rows = conn.execute(
-        sa.text(
-            f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
-            "ORDER BY c.id LIMIT :limit"
-        ),
-        params,
-    ).mappings().all()
+    rows = (
+        conn.execute(
+            sa.text(
+                f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
+                "ORDER BY c.id LIMIT :limit"
+            ),
+            params,
+        )
+        .mappings()
+        .all()
+    )
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
@@ -154,17 +158,21 @@ def endpoint_history(
     ).one_or_none()
     position = decode_cursor("history", cursor)
     after = cursor_int(position, "id") if position is not None else 0
-    rows = conn.execute(
-        sa.text(
-            f"""
+    rows = (
+        conn.execute(
+            sa.text(
+                f"""
             SELECT {_CHANGE_COLUMNS} FROM analysis_changes c
              WHERE c.owner_id = :owner_id AND c.ip = CAST(:ip AS inet) AND c.port = :port
                AND c.transport = :transport AND c.id > :after
              ORDER BY c.id LIMIT :limit
             """  # noqa: S608 - fragments are module constants; values are bound
-        ),
-        {**key, "after": after, "limit": limit + 1},
-    ).mappings().all()
+            ),
+            {**key, "after": after, "limit": limit + 1},
+        )
+        .mappings()
+        .all()
+    )
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]

@@ -232,7 +232,7 @@ def test_a_results_page_is_utf8_json_holding_exactly_what_was_uploaded(api):
     # Responses are encoded by orjson (app.http.json_provider): text outside ASCII is
     # written as UTF-8, keys sorted, and the values read back as uploaded.
     user, scanner = api.user(), api.scanner()
-    banner = "Añejo — 日本語 \U0001f600 \"quoted\" \\ back\nslash"
+    banner = 'Añejo — 日本語 \U0001f600 "quoted" \\ back\nslash'
     service = {"name": "http", "product": "Ünïcode", "version": "1.0", "banner": banner}
     task, _ = _scan(
         user, scanner, ["192.0.2.0/28"], [observation("192.0.2.3", 80, service=service)]

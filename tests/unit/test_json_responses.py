@@ -24,7 +24,7 @@ class Point:
     seen: datetime
 
 
-class Colour(str, enum.Enum):
+class Colour(str, enum.Enum):  # noqa: UP042 - the (str, Enum) mix-in as older code writes it
     RED = "red"
 
 
@@ -51,7 +51,9 @@ _JSON = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -89,4 +91,3 @@ def test_values_orjson_would_write_differently_are_written_as_flask_writes_them(
 def test_debug_mode_keeps_flasks_indented_output():
     ours, flasks = _bodies({"b": 1, "a": 2}, debug=True)
     assert ours == flasks and b"\n  " in ours
-
