@@ -12,7 +12,7 @@ lists may put another sort key first (``SORT_COLUMNS``, WEB-12).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -42,13 +42,14 @@ from app.search.port import (
 )
 from app.search.postgres_schema import (
     ASSET_TABLES,
+    ASSET_TEXTS_TABLE,
     ENDPOINT_COUNTS_TABLE,
     EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
     FACT_COUNTS_TABLE,
     SELECT_ENDPOINT,
     SELECT_STATUS,
-    TEXT_EXPRESSION,
+    TEXT_ID_EXPRESSION,
     month_bounds,
 )
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
@@ -170,9 +171,16 @@ class PostgresQueries:
         )
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
-        sql, params = asset_search_statement(query)
         order = asset_sort(query.sort, query.order)
-        rows = self._run(lambda conn: conn.execute(sa.text(sql), params).all())
+
+        def page(conn: Connection) -> list[Any]:
+            text_ids = matching_text_ids(conn, query.text) if query.text else None
+            if text_ids == ():
+                return []  # no text in either view matches: nothing to read
+            sql, params = asset_search_statement(query, text_ids=text_ids)
+            return conn.execute(sa.text(sql), params).all()
+
+        rows = self._run(page)
         next_cursor = None
         if len(rows) > query.limit:
             rows = rows[: query.limit]
@@ -252,8 +260,37 @@ def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
     return int(row.endpoints), int(row.ips)
 
 
-def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
-    """The SQL (and parameters) of one asset-search page; one row more than the page."""
+# Matching texts a search names outright (see matching_text_ids); beyond this many it
+# leaves the texts to a subquery.
+TEXT_IDS_CAP = 1000
+MATCHING_TEXT_IDS = sa.text(
+    f"SELECT CAST(id AS text) FROM {ASSET_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
+    "WHERE text ILIKE :text LIMIT :cap"
+)
+
+
+def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
+    """The keys of the asset texts that ``text`` matches; ``None``: more than the cap.
+
+    A text search reads the distinct texts first (their trigram index, migration 0170)
+    and then asks the view for rows with one of those keys. Naming the keys outright
+    lets the planner weigh each one by the view's statistics of its text index: a text
+    on a handful of rows is read through that index, a text on half the view by walking
+    the page's order and filtering. A join to the texts table would be planned with the
+    average rows per text instead, the same for a rare text and a common one.
+    """
+    ids = conn.execute(MATCHING_TEXT_IDS, {"text": like_pattern(text), "cap": TEXT_IDS_CAP + 1})
+    found = tuple(ids.scalars())
+    return None if len(found) > TEXT_IDS_CAP else found
+
+
+def asset_search_statement(
+    query: AssetQuery, *, text_ids: Sequence[str] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The SQL (and parameters) of one asset-search page; one row more than the page.
+
+    ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
+    ``None`` to match the texts in a subquery instead."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -290,7 +327,19 @@ def asset_search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
     if query.product:
         where.add("lower(t.product) = lower(:product)", product=query.product)
     if query.text:
-        where.add(f"{TEXT_EXPRESSION} ILIKE :text", text=like_pattern(query.text))
+        # Rows whose text is one of the matching distinct texts (migration 0170): the
+        # key is the md5 of the row's own text, so a row matches exactly when its text
+        # does, without testing the text again (which the planner would count twice).
+        if text_ids is not None:
+            where.add(
+                f"{TEXT_ID_EXPRESSION} = ANY(CAST(:text_ids AS uuid[]))", text_ids=list(text_ids)
+            )
+        else:
+            where.add(
+                f"{TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; values are bound
+                "WHERE x.text ILIKE :text)",
+                text=like_pattern(query.text),
+            )
     for name, condition in (
         ("first_seen_from", "t.first_seen >= :first_seen_from"),
         ("first_seen_to", "t.first_seen < :first_seen_to"),

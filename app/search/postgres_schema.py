@@ -31,6 +31,8 @@ from app.search.port import StoreUnavailable
 FACTS_TABLE = "search_facts"
 EXECUTION_TABLE = "search_execution_endpoints"
 ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
+# The distinct texts of the asset views, filled by triggers (migration 0170).
+ASSET_TEXTS_TABLE = "search_asset_texts"
 # Exact per-execution counters maintained by the write statements (migration 0060).
 FACT_COUNTS_TABLE = "search_execution_fact_counts"
 EXECUTION_IPS_TABLE = "search_execution_ips"
@@ -42,6 +44,9 @@ TEXT_EXPRESSION = (
     "(coalesce(banner, '') || E'\\x1f' || coalesce(product, '') || E'\\x1f' "
     "|| coalesce(hostname, ''))"
 )
+# A view row's key into search_asset_texts; the views' text indexes are on exactly this
+# expression (migration 0170), so a query must spell it the same way to use them.
+TEXT_ID_EXPRESSION = f"(md5({TEXT_EXPRESSION})::uuid)"
 
 ENDPOINT_COLUMNS = (
     "key",
@@ -356,6 +361,7 @@ STORE_TABLES = (
     FACTS_TABLE,
     EXECUTION_TABLE,
     *ASSET_TABLES.values(),
+    ASSET_TEXTS_TABLE,
     FACT_COUNTS_TABLE,
     EXECUTION_IPS_TABLE,
     ENDPOINT_COUNTS_TABLE,

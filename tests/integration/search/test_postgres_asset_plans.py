@@ -22,7 +22,12 @@ import sqlalchemy as sa
 from app import db
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
-from app.search.postgres_queries import asset_search_statement, ip_order_range
+from app.search.postgres_queries import (
+    MATCHING_TEXT_IDS,
+    asset_search_statement,
+    ip_order_range,
+    matching_text_ids,
+)
 from app.search.seed import seed_current_assets
 from tests.support.search_documents import at, current_asset
 
@@ -49,8 +54,10 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _plan(query: AssetQuery) -> dict[str, Any]:
-    sql, params = asset_search_statement(query)
     with db.transaction() as conn:
+        # As the store asks: the matching texts first, then the view (matching_text_ids).
+        text_ids = matching_text_ids(conn, query.text) if query.text else None
+        sql, params = asset_search_statement(query, text_ids=text_ids)
         answer = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
     document = answer if isinstance(answer, list) else json.loads(answer)
     return document[0]["Plan"]
@@ -81,6 +88,7 @@ def realistic(postgres_store) -> None:
     with db.transaction() as conn:
         conn.execute(sa.text("ANALYZE search_assets_global"))
         conn.execute(sa.text("ANALYZE search_assets_user"))
+        conn.execute(sa.text("ANALYZE search_asset_texts"))
 
 
 def _queries(**filters: Any) -> list[AssetQuery]:
@@ -194,7 +202,117 @@ def test_the_ipv4_mapped_twins_share_an_order_range_but_not_an_answer(postgres_s
     )
 
 
-def test_a_text_search_uses_the_trigram_index(realistic):
-    plan = _plan(AssetQuery(scope="global", text="quokka-httpd"))
+@pytest.mark.parametrize(
+    ("query", "view_index"),
+    [
+        (AssetQuery(scope="global", text="quokka-httpd"), "ix_search_assets_global_text"),
+        (
+            AssetQuery(scope="user", owner_id=SEEDED_OWNER, text="quokka-httpd"),
+            "ix_search_assets_user_text",
+        ),
+    ],
+)
+def test_a_rare_text_is_found_through_the_texts_then_the_view_index(realistic, query, view_index):
+    # Migration 0170: the matching texts come from search_asset_texts (six distinct texts
+    # here, so the planner may read them whole; with many, the trigram index serves them,
+    # see test_postgres_store), and the view is reached by its text key, never walked.
+    plan = _plan(query)
     indexes = {node.get("Index Name") for node in _nodes(plan)}
-    assert "ix_search_assets_global_text_trgm" in indexes, plan
+    assert view_index in indexes, plan
+    scanned = {
+        node.get("Relation Name") for node in _nodes(plan) if "Seq Scan" in node["Node Type"]
+    }
+    assert scanned <= {"search_asset_texts"}, plan
+
+
+def test_among_many_texts_the_matching_ones_come_from_the_trigram_index(postgres_store, realistic):
+    # Texts accumulate over the views' history (a text whose assets changed stays); the
+    # ones a search matches must still be found through ix_search_asset_texts_trgm.
+    with db.transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO search_asset_texts (id, text) "
+                "SELECT md5(t)::uuid, t FROM (SELECT 'HTTP/1.1 200 OK Server: app-' || n || "
+                "E'\\x1fproduct ' || n % 97 || E'\\x1fhost-' || n || '.example' AS t "
+                "FROM generate_series(1, 200000) AS n) AS s ON CONFLICT (id) DO NOTHING"
+            )
+        )
+        conn.execute(sa.text("ANALYZE search_asset_texts"))
+        texts_plan = conn.execute(
+            sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS)),
+            {"text": "%quokka-httpd%", "cap": 1001},
+        ).scalar_one()
+    document = texts_plan if isinstance(texts_plan, list) else json.loads(texts_plan)
+    indexes = {node.get("Index Name") for node in _nodes(document[0]["Plan"])}
+    assert "ix_search_asset_texts_trgm" in indexes, document
+    for query in _queries(text="quokka-httpd"):
+        view = f"ix_search_assets_{query.scope}_text"
+        assert view in {node.get("Index Name") for node in _nodes(_plan(query))}, query
+    found = _all_pages(postgres_store, AssetQuery(scope="global", text="quokka-httpd"))
+    assert len(found) == len(MAPPED) + len(IPV6)  # the global rows with the rare banner
+
+
+def _ilike_without_indexes(query: AssetQuery, pattern: str) -> list[tuple[str, int, str]]:
+    """The rows whose own text matches, read without any index or the texts table."""
+    table = f"search_assets_{query.scope}"
+    owner = "AND owner_id = :owner_id" if query.scope == "user" else ""
+    text = (
+        "coalesce(banner, '') || E'\\x1f' || coalesce(product, '') || E'\\x1f' "
+        "|| coalesce(hostname, '')"
+    )
+    with db.transaction() as conn:
+        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
+            conn.execute(sa.text(f"SET LOCAL {setting} = off"))
+        rows = conn.execute(
+            sa.text(
+                f"SELECT host(ip), port, transport FROM {table} "
+                f"WHERE ({text}) ILIKE :pattern AND status = 'open' {owner} "
+                "ORDER BY ip_order, port, transport"
+            ),
+            {"pattern": pattern, "owner_id": query.owner_id},
+        ).all()
+    return [(normalise_ip(ip), port, transport) for ip, port, transport in rows]
+
+
+TEXT_SEARCHES = {
+    "quokka": "%quokka%",
+    "NGINX/1.24": "%NGINX/1.24%",
+    "openssh_9": "%openssh\\_9%",
+    "200 OK": "%200 OK%",
+    "Tomcat": "%Tomcat%",
+    "zz-none": "%zz-none%",
+}
+
+
+def test_a_text_search_answers_exactly_the_ilike_of_the_rows_as_texts_change(
+    postgres_store, realistic
+):
+    # Migration 0170 moved the trigram index to the distinct texts: the answers must stay
+    # the rows' own ILIKE, in both views, also after sightings changed their texts (the
+    # update triggers add the new texts; the old ones stay in the table, matching nothing).
+    def check() -> int:
+        answered = 0
+        for text, pattern in TEXT_SEARCHES.items():
+            for query in _queries(text=text, limit=500):
+                expected = _ilike_without_indexes(query, pattern)
+                assert _all_pages(postgres_store, query) == expected, query
+                answered += len(expected)
+        return answered
+
+    assert check() > SEEDED_ENDPOINTS
+    later = []
+    for n, ip in enumerate(f"10.0.1.{n}" for n in range(1, 200)):
+        banner = "Server: quokka-httpd/1.0" if n % 3 == 0 else "Server: wombat/2"
+        later.append(
+            current_asset("user", ip, 443, owner_id=OTHER_OWNER, seen=at(9), banner=banner)
+        )
+    for ip in IPV6[:10]:
+        later.append(current_asset("global", ip, 443, seen=at(9), banner="Server: wombat/2"))
+    assert postgres_store.publish_current(later, max_operations=1000, max_bytes=1 << 22).ok
+    TEXT_SEARCHES["wombat"] = "%wombat%"
+    try:
+        assert check() > SEEDED_ENDPOINTS
+        wombats = _all_pages(postgres_store, AssetQuery(scope="global", text="wombat"))
+        assert len(wombats) == 10
+    finally:
+        del TEXT_SEARCHES["wombat"]

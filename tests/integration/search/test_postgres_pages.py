@@ -13,6 +13,7 @@ from app import db
 from app.search.documents import merge_all
 from app.search.ids import current_asset_id, normalise_ip, pg_key
 from app.search.postgres_pages import SELF_CHECK_ADDRESSES
+from app.search.postgres_schema import TEXT_EXPRESSION, TEXT_ID_EXPRESSION
 from tests.support.search_documents import (
     at,
     current_asset,
@@ -104,8 +105,11 @@ def test_a_server_page_merges_exactly_like_publish_current(postgres_store, setti
         current = [as_current(d, s) for d in docs for s in ("global", "user")]
         postgres_store.publish_current(current, max_operations=5, max_bytes=1 << 20)
     expected = {t: _current_rows(t) for t in ("search_assets_global", "search_assets_user")}
+    assert _texts_without_entry() == 0
     with db.transaction() as conn:
-        conn.execute(sa.text("TRUNCATE search_assets_global, search_assets_user"))
+        conn.execute(
+            sa.text("TRUNCATE search_assets_global, search_assets_user, search_asset_texts")
+        )
 
     # Server path, pages of 4 in cursor order, executions in the same order.
     for execution_id in (1, 2):
@@ -120,11 +124,28 @@ def test_a_server_page_merges_exactly_like_publish_current(postgres_store, setti
                 break
             after = page.last_id
     assert {t: _current_rows(t) for t in expected} == expected
+    # The views' texts reached search_asset_texts through the server pages too.
+    assert _texts_without_entry() == 0
     # And both equal the documents' own merge rule.
     merged = merge_all(as_current(d, "global") for d in older + newer)
     assert {d.id: d.last_seen for d in merged} == {
         i: r["last_seen"] for i, r in expected["search_assets_global"].items()
     }
+
+
+def _texts_without_entry() -> int:
+    """View rows whose text is missing from search_asset_texts (migration 0170)."""
+    with db.transaction() as conn:
+        return sum(
+            conn.execute(
+                sa.text(
+                    f"SELECT count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM "
+                    f"search_asset_texts x WHERE x.id = {TEXT_ID_EXPRESSION} "
+                    f"AND x.text = {TEXT_EXPRESSION})"
+                )
+            ).scalar_one()
+            for table in ("search_assets_global", "search_assets_user")
+        )
 
 
 def test_server_page_keyset_and_collisions(postgres_store, engine):

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from app import db
 from app.search.documents import merge_all
 from app.search.port import AssetQuery, StorageScope, StoreUnavailable
-from app.search.postgres_queries import asset_search_statement
+from app.search.postgres_queries import asset_search_statement, matching_text_ids
 from app.search.postgres_schema import partition_name
 from app.search.postgres_store import PostgresStore
 from tests.support.search_documents import (
@@ -179,7 +179,7 @@ def test_execution_endpoint_writes_are_one_statement_per_shard(postgres_store, e
         (AssetQuery(scope="global", port=443), "ix_search_assets_global_port"),
         (AssetQuery(scope="global", service="HTTPS"), "ix_search_assets_global_service"),
         (AssetQuery(scope="global", product="nginx"), "ix_search_assets_global_product"),
-        (AssetQuery(scope="global", text="nginx/1"), "ix_search_assets_global_text_trgm"),
+        (AssetQuery(scope="global", text="nginx/1"), "ix_search_assets_global_text"),
         (AssetQuery(scope="global", last_seen_from=at(5000)), "ix_search_assets_global_last_seen"),
         (AssetQuery(scope="global", first_seen_to=at(-5)), "ix_search_assets_global_first_seen"),
         (
@@ -209,13 +209,15 @@ def test_asset_filters_are_served_by_indexes(postgres_store, query, index):
                 current_asset(scope, ip, 443 if rare else 80, owner_id=3 if n % 2 else 4, **fields)
             )
     assert postgres_store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
-    sql, params = asset_search_statement(query)
     with db.transaction() as conn:
+        text_ids = matching_text_ids(conn, query.text) if query.text else None
+        sql, params = asset_search_statement(query, text_ids=text_ids)
         # Small tables are cheaper to scan whole; the question here is whether an index
         # can serve the filter at all.
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         conn.execute(sa.text("ANALYZE search_assets_global"))
         conn.execute(sa.text("ANALYZE search_assets_user"))
+        conn.execute(sa.text("ANALYZE search_asset_texts"))
         plan = "\n".join(conn.execute(sa.text("EXPLAIN " + sql), params).scalars())
     if index.startswith("ip_order"):
         conditions = [line for line in plan.splitlines() if "Index Cond:" in line]
