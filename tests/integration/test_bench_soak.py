@@ -17,9 +17,10 @@ from tests.support.processes import run_bench
 def test_bench_soak_reports_minutes_goals_and_exact_counts():
     report = run_bench(
         "soak", "--minutes", "0.1", "--writers", "2", "--readers", "1", "--batch", "200",
-        "--assets", "2000",
+        "--assets", "2000", "--shared-buffers", "48MB",
     )  # fmt: skip
     assert report["benchmark"] == "soak"
+    assert report["postgres_shared_buffers"] == "48MB"  # as the scratch server reports it
     assert (report["writers"], report["readers"], report["batch"]) == (2, 1, 200)
     [minute] = report["per_minute"]
     assert minute["minute"] == 1 and minute["seconds"] == pytest.approx(6.0, abs=0.1)
