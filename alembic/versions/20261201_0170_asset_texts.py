@@ -15,8 +15,8 @@ stands on thousands of endpoints, a hostname on every port of its address.
 ``search_asset_texts`` holds each distinct text once, keyed by ``md5(text)`` as a uuid,
 and carries the trigram index. Each view gets a B-tree on that key (after ``owner_id``
 in the user view), an expression index, so the rows themselves do not change. A text
-search asks for the views' rows whose key is one of the matching texts' keys, and
-still tests the row's own text, so the answer is exactly the ``ILIKE`` of before
+search asks for the views' rows whose key is one of the matching texts' keys; a row's
+key is the md5 of its own text, so the answer is the ``ILIKE`` of before
 (``postgres_queries.asset_search_statement``).
 
 Statement-level triggers fill the texts table from every statement that inserts or
@@ -27,9 +27,9 @@ order (so two writers never wait on each other's new texts in opposite orders),
 table; it only costs its row (the table holds distinct texts, far fewer than assets),
 and it cannot make a search return anything, because the answer comes from the views.
 
-md5 here is a 128-bit key, not a security measure: a collision can only hide a row from
-a text search (the row's own text is tested again), and two different real texts
-colliding by chance is out of reach.
+md5 here is a 128-bit key, not a security measure: two different texts sharing a key
+would answer for each other in a text search, but two real texts colliding by chance is
+out of reach, and a deliberate collision needs control of both texts.
 
 The upgrade fills the texts table from the existing rows and builds the indexes
 (``CREATE INDEX`` holds off writes to each table while it builds, as in migration
