@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -127,6 +128,22 @@ def _next_link(html: str) -> str | None:
     return html_module.unescape(found.group(1)) if found else None
 
 
+def _timed(client, path: str, repeats: int) -> tuple[list[float], list[float], Any]:
+    """Wall and process-CPU seconds of ``repeats`` GETs of ``path`` (after one that warms
+    the template cache and the page's index pages), and the last response."""
+    samples: list[float] = []
+    cpu: list[float] = []
+    client.get(path)
+    for _ in range(repeats):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        response = client.get(path)
+        samples.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
+        if response.status_code != 200:
+            raise click.ClickException(f"{path} answered {response.status_code}")
+    return samples, cpu, response
+
+
 @click.command("pages")
 @click.option("--assets", default=100_000, show_default=True, help="current assets of the user")
 @click.option("--results", default=10_000, show_default=True, help="endpoints of the task")
@@ -206,14 +223,7 @@ def command(assets: int, results: int, repeats: int) -> None:
                 pages[name] = following
         timings: dict[str, dict[str, float]] = {}
         for name, path in pages.items():
-            samples = []
-            client.get(path)  # warm the template cache and the page's index pages
-            for _ in range(repeats):
-                started = time.perf_counter()
-                response = client.get(path)
-                samples.append(time.perf_counter() - started)
-                if response.status_code != 200:
-                    raise click.ClickException(f"{path} answered {response.status_code}")
+            samples, _cpu, _response = _timed(client, path, repeats)
             timings[name] = summary_ms(samples)
             print(f"[pages] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
         # The JSON pages scanners' users and scripts read, at their largest page: wall
@@ -225,15 +235,7 @@ def command(assets: int, results: int, repeats: int) -> None:
         }
         api: dict[str, dict[str, float]] = {}
         for name, path in api_pages.items():
-            samples, cpu = [], []
-            client.get(path)
-            for _ in range(repeats):
-                started, cpu_started = time.perf_counter(), time.process_time()
-                response = client.get(path)
-                samples.append(time.perf_counter() - started)
-                cpu.append(time.process_time() - cpu_started)
-                if response.status_code != 200:
-                    raise click.ClickException(f"{path} answered {response.status_code}")
+            samples, cpu, response = _timed(client, path, repeats)
             api[name] = {
                 **summary_ms(samples),
                 "cpu_p50_ms": summary_ms(cpu)["p50_ms"],

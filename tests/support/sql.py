@@ -23,6 +23,19 @@ def scalar(sql: str, **params: Any) -> Any:
         return conn.execute(sa.text(sql), params).scalar()
 
 
+def valid_indexes(conn: sa.Connection, *tables: str) -> set[str]:
+    """Names of the valid indexes of ``tables`` (on ``conn``: migration tests use their own)."""
+    return set(
+        conn.execute(
+            sa.text(
+                "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                "WHERE x.indrelid = ANY(CAST(:tables AS regclass[])) AND x.indisvalid"
+            ),
+            {"tables": list(tables)},
+        ).scalars()
+    )
+
+
 @contextlib.contextmanager
 def counted_statements(
     *, counts: Callable[[], bool], shape: Callable[[str], str] = lambda statement: statement

@@ -10,6 +10,7 @@ from app import migrations
 from app.db import normalise_url
 from app.search.seed import seed_current_assets
 from tests.support.search_documents import at
+from tests.support.sql import valid_indexes
 
 BEFORE, REVISION = "20261130_0160", "20261201_0170"
 TRGM = {"ix_search_assets_global_text_trgm", "ix_search_assets_user_text_trgm"}
@@ -27,15 +28,7 @@ VIEW_TEXTS = """
 
 
 def _indexes(conn: sa.Connection) -> set[str]:
-    return set(
-        conn.execute(
-            sa.text(
-                "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-                "WHERE x.indrelid IN ('search_assets_global'::regclass, "
-                "'search_assets_user'::regclass) AND x.indisvalid"
-            )
-        ).scalars()
-    )
+    return valid_indexes(conn, "search_assets_global", "search_assets_user")
 
 
 def _texts(conn: sa.Connection) -> dict[str, str]:

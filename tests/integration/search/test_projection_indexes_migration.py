@@ -9,6 +9,7 @@ from app import migrations
 from app.db import normalise_url
 from app.search.seed import seed_current_assets
 from tests.support.search_documents import at
+from tests.support.sql import valid_indexes
 
 BEFORE, REVISION = "20261130_0150", "20261130_0160"
 GIST = {"ix_search_assets_global_ip_gist", "ix_search_assets_user_ip_gist"}
@@ -16,15 +17,7 @@ SERVICES = ((443, "https", "nginx", "1.24.0", "HTTP/1.1 200 OK\r\nServer: nginx/
 
 
 def _state(conn: sa.Connection) -> tuple[set[str], dict[str, int]]:
-    indexes = set(
-        conn.execute(
-            sa.text(
-                "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-                "WHERE x.indrelid IN ('search_assets_global'::regclass, "
-                "'search_assets_user'::regclass) AND x.indisvalid"
-            )
-        ).scalars()
-    )
+    indexes = valid_indexes(conn, "search_assets_global", "search_assets_user")
     rows = {
         table: conn.execute(
             sa.text(f"SELECT count(*) FROM {table} WHERE ip <<= '10.0.0.0/24'")
