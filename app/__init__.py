@@ -135,6 +135,11 @@ def create_app(
 
     app.extensions[context.STORE] = open_store(settings)
     app.extensions[context.OBJECT_STORE] = open_object_store(settings)
+    from app.http.upload_gate import UploadGate
+
+    app.extensions[context.UPLOAD_GATE] = UploadGate(
+        settings.server.upload_concurrency, settings.server.upload_wait_seconds
+    )
     register_error_handlers(app)
     register_blueprints(app)
     _install_request_hooks(app)

@@ -82,6 +82,18 @@ class ServerSettings:
     web_workers: int = spec(2, min=1, max=64)
     web_threads: int = spec(4, min=1, max=64)
     request_timeout_seconds: int = spec(60, min=5, max=3600)
+    upload_concurrency: int = spec(
+        1,
+        min=1,
+        max=64,
+        doc="scanner uploads one web worker runs at once; the others wait (reads stay fast)",
+    )
+    upload_wait_seconds: float = spec(
+        2.0,
+        min=0.0,
+        max=600,
+        doc="an upload waits at most this long for a slot, then runs without one",
+    )
     header_timeout_seconds: float = spec(
         10.0,
         min=0.5,

@@ -35,6 +35,7 @@ from app import observability
 from app.config import DatabaseSettings
 from app.dbapi import connect_options
 from app.errors import PoolTimeout, Unavailable
+from app.json_input import load_stored_json
 from app.observability import emit
 
 _engine: Engine | None = None
@@ -64,6 +65,8 @@ def create_engine(
         "pool_timeout": settings.pool_timeout_seconds,
         "pool_recycle": settings.pool_recycle_seconds,
         "pool_pre_ping": True,
+        # json/jsonb columns come back decoded by orjson (same values as json.loads).
+        "json_deserializer": load_stored_json,
         "connect_args": {
             "application_name": application_name,
             "options": connect_options(settings),

@@ -48,6 +48,27 @@ def _may_hold_long_integer(data: bytes) -> bool:
     return _LONG_DIGITS in data.translate(_DIGITS_TO_ZERO)
 
 
+def load_stored_json(text: str | bytes) -> Any:
+    """A ``json``/``jsonb`` value PostgreSQL returns, decoded as ``json.loads`` decodes it.
+
+    The database engine reads every such column through this (``app.db.create_engine``):
+    a results or asset page decodes each row's ``details`` (500 of them at most), and a
+    web worker's CPU is shared with the uploads under write load. orjson takes 0.8 µs
+    for a small object where ``json.loads`` takes 2.3 µs, and 2.6 against 4.9 for a
+    200-byte one. It gives the same values for what it reads; a possible integer
+    beyond 64 bits (which it would turn into a float) and whatever it refuses (a
+    lone surrogate escape, deep nesting) are read by ``json``, as before.
+    """
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    # (bytes.translate is a table lookup in C; str.translate costs more than json itself.)
+    if not _may_hold_long_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def decode_json(data: bytes) -> Any:
     """The decoded body; a 400 ``invalid_json`` for anything that is not strict JSON.
 

@@ -274,6 +274,7 @@ _METRIC_NAMES = (
     "REGISTRY",
     "HTTP_REQUEST_SECONDS",
     "UPLOAD_SECONDS",
+    "UPLOAD_ADMISSION_SECONDS",
     "POOL_WAIT_SECONDS",
     "CONNECTION_HOLD_SECONDS",
 )
@@ -282,7 +283,8 @@ _METRIC_NAMES = (
 def _build_metrics() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    global REGISTRY, HTTP_REQUEST_SECONDS, UPLOAD_SECONDS, POOL_WAIT_SECONDS
+    global REGISTRY, HTTP_REQUEST_SECONDS, UPLOAD_SECONDS, UPLOAD_ADMISSION_SECONDS
+    global POOL_WAIT_SECONDS
     global CONNECTION_HOLD_SECONDS
     REGISTRY = CollectorRegistry(auto_describe=True)
     _LATENCY_BUCKETS = (
@@ -313,6 +315,13 @@ def _build_metrics() -> None:
         "netmap_upload_duration_seconds",
         "Scanner upload latency by kind (normal, final, confirmed_retry, dns)",
         ["kind"],
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    UPLOAD_ADMISSION_SECONDS = Histogram(
+        "netmap_upload_admission_wait_seconds",
+        "Time a scanner upload waited for a slot of its web worker (outcome: slot or no_slot)",
+        ["outcome"],
         buckets=_LATENCY_BUCKETS,
         registry=REGISTRY,
     )

@@ -20,6 +20,7 @@ from app.search.port import SearchStore
 
 if TYPE_CHECKING:
     from app.config import ConfigCheck
+    from app.http.upload_gate import UploadGate
     from app.identity.login_throttle import LoginThrottle
     from app.modules.service import ReportRenderService
     from app.object_store.events import InstrumentedObjectStore
@@ -30,6 +31,7 @@ OBJECT_STORE = "netmap.object_store"
 LOGIN_THROTTLE = "netmap.login_throttle"
 CONFIG_CHECK = "netmap.config_check"
 REPORT_RENDER = "netmap.report_render"
+UPLOAD_GATE = "netmap.upload_gate"
 
 
 def settings() -> Settings:
@@ -45,6 +47,11 @@ def store() -> SearchStore:
 def object_store() -> InstrumentedObjectStore:
     """The configured object store (exports, report files), opened by ``create_app``."""
     return current_app.extensions[OBJECT_STORE]
+
+
+def upload_gate() -> UploadGate:
+    """This worker's upload slots (``[server] upload_concurrency``), made by ``create_app``."""
+    return current_app.extensions[UPLOAD_GATE]
 
 
 def login_throttle() -> LoginThrottle:

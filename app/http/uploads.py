@@ -16,13 +16,15 @@ blueprint = Blueprint("uploads", __name__, url_prefix="/api/scanner")
 @blueprint.post("/executions/<int:execution_id>/uploads")
 @require_scanner
 def upload(execution_id: int):
-    raw = decode_json(request_body(cache=False))
-    result = handle_upload(
-        settings=context.settings(),
-        store=context.store(),
-        execution_id=execution_id,
-        scanner_id=current_scanner().id,
-        raw=raw,
-        request_id=g.get("request_id"),
-    )
+    # The body is read and decoded inside the slot too: that is CPU work as well.
+    with context.upload_gate().slot():
+        raw = decode_json(request_body(cache=False))
+        result = handle_upload(
+            settings=context.settings(),
+            store=context.store(),
+            execution_id=execution_id,
+            scanner_id=current_scanner().id,
+            raw=raw,
+            request_id=g.get("request_id"),
+        )
     return jsonify({"success": True, "saved": result.saved})
