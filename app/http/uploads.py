@@ -16,9 +16,11 @@ blueprint = Blueprint("uploads", __name__, url_prefix="/api/scanner")
 @blueprint.post("/executions/<int:execution_id>/uploads")
 @require_scanner
 def upload(execution_id: int):
-    # The body is read and decoded inside the slot too: that is CPU work as well.
+    # The body is read before the slot (a slow client's bytes are I/O, not CPU) and
+    # decoded inside it (decoding is CPU work like the rest).
+    body = request_body(cache=False)
     with context.upload_gate().slot():
-        raw = decode_json(request_body(cache=False))
+        raw = decode_json(body)
         result = handle_upload(
             settings=context.settings(),
             store=context.store(),
