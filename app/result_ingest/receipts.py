@@ -29,7 +29,10 @@ index), never the execution's history.
 A DNS sidecar batch is accepted when its index lies inside the main stream's
 contiguously confirmed range 0..n (ING-7), also while later main batches are
 still pending: then n is just below the lowest pending main batch, read from
-the same partial index.
+the same partial index. When the main stream has a gap (0..1 confirmed, 2 not
+yet sent, 3 confirmed) the counters cannot say where the prefix ends; then the
+batch's own prefix 0..index is counted through the primary key (bounded by the
+index, never the upload's whole history).
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ def sidecar_limit(
     batch is refused and its retry succeeds once the gap is filled.
     """
     if not main.contiguous:
-        return None
+        return None  # a gap: prefix_confirmed() decides for the batch's own index
     if not main.pending_count:
         return main.max_batch
     pending = conn.execute(
@@ -199,6 +202,25 @@ def sidecar_limit(
     if lowest is None:  # confirmed meanwhile: the counters were read before
         return main.max_batch
     return lowest - 1 if lowest > 0 else None
+
+
+# Main batches 0..:i of one upload that are confirmed: a primary-key range scan of
+# at most i + 1 entries (the sidecar batch's own index bounds it, not the history).
+CONFIRMED_MAIN_PREFIX = (
+    "SELECT count(*) FROM scan_upload_receipts "
+    "WHERE execution_id = :e AND upload_id = :u AND stream = 'main' "
+    "AND batch_index BETWEEN 0 AND :i AND status = 'confirmed'"
+)
+
+
+def prefix_confirmed(conn: Connection, execution_id: int, upload_id: str, index: int) -> bool:
+    """ING-7 with a gap in the main stream (0..1 confirmed, 2 not sent, 3 confirmed):
+    the sidecar batch ``index`` is inside the confirmed prefix when main batches
+    0..index are all there and confirmed, whatever lies beyond the gap."""
+    count = conn.execute(
+        sa.text(CONFIRMED_MAIN_PREFIX), {"e": execution_id, "u": upload_id, "i": index}
+    ).scalar_one()
+    return count == index + 1
 
 
 def _check_new_batch(
@@ -215,6 +237,9 @@ def _check_new_batch(
         limit = main.contiguous_confirmed_max
         if limit is None or body.batch_index > limit:
             limit = sidecar_limit(conn, execution_id, body.upload_id, main)
+        if limit is None and main.batch_count and not main.contiguous:
+            if prefix_confirmed(conn, execution_id, body.upload_id, body.batch_index):
+                return
         if limit is None or body.batch_index > limit:
             raise Conflict(
                 "a DNS sidecar batch must fall inside the main upload's confirmed, "
