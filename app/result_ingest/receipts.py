@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, ValidationError
-from app.observability import emit
+from app.observability import emit, stage
 from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
@@ -397,6 +397,42 @@ def collect_final_scope(
     return StorageScope(months=months, legacy_full_history=bool(row.legacy))
 
 
+def _existing_receipt(
+    conn: Connection, key: dict[str, Any], body: UploadBody, execution: ExecutionRow
+) -> Any:
+    """The upload identity: the receipt this batch's identity already has, if any.
+
+    The same identity with another checksum is 409; a confirmed one is a retry
+    for the claim that confirmed it (or the current one), else ``lease_lost``."""
+    existing = conn.execute(
+        sa.text(
+            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
+        ),
+        key,
+    ).one_or_none()
+    if existing is None:
+        return None
+    if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
+        raise Conflict(
+            "a batch with this identity was received with other content",
+            code="checksum_mismatch",
+            details={
+                "upload_id": body.upload_id,
+                "stream": body.stream,
+                "batch_index": body.batch_index,
+            },
+        )
+    token = body.claim_token
+    if (
+        existing.status == "confirmed"
+        and existing.claim_token != token
+        and not execution.holds_claim(token)
+    ):
+        raise lease_lost()
+    return existing
+
+
 def reserve_batch(
     conn: Connection,
     *,
@@ -405,8 +441,11 @@ def reserve_batch(
     body: UploadBody,
     months: tuple[str, ...],
 ) -> Reservation:
-    execution = lock_for_upload(conn, execution_id, scanner_id)
-    check_stream_rules(execution, body)
+    # OBS-2: the seed's stages inside the reservation — auth (the execution lock and
+    # the scanner's hold on it), upload identity, final continuity.
+    with stage("auth"):
+        execution = lock_for_upload(conn, execution_id, scanner_id)
+        check_stream_rules(execution, body)
     check_scope(
         kind=execution.kind,
         targets=execution.targets,
@@ -425,28 +464,11 @@ def reserve_batch(
         "s": body.stream,
         "b": body.batch_index,
     }
-    existing = conn.execute(
-        sa.text(
-            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
-            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
-        ),
-        key,
-    ).one_or_none()
+    with stage("upload_identity"):
+        existing = _existing_receipt(conn, key, body, execution)
     token = body.claim_token
     if existing is not None:
-        if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
-            raise Conflict(
-                "a batch with this identity was received with other content",
-                code="checksum_mismatch",
-                details={
-                    "upload_id": body.upload_id,
-                    "stream": body.stream,
-                    "batch_index": body.batch_index,
-                },
-            )
         if existing.status == "confirmed":
-            if existing.claim_token != token and not execution.holds_claim(token):
-                raise lease_lost()
             return Reservation("already_confirmed", execution)
         if not execution.holds_claim(token):
             raise lease_lost()
@@ -463,16 +485,17 @@ def reserve_batch(
 
     if not execution.holds_claim(token):
         raise lease_lost()
-    streams, repaired = read_streams(conn, execution_id, body.upload_id)
-    try:
-        # Another upload's reserved final first: "nothing more to send" must not read as
-        # a gap the scanner could fill (a sidecar batch of a new upload id, say).
-        check_other_uploads(conn, execution_id, body)
-        _check_new_batch(conn, execution_id, body, streams)
-    except Conflict as exc:
-        if repaired:
-            return Reservation("rejected", execution, error=exc)
-        raise
+    with stage("final_continuity"):
+        streams, repaired = read_streams(conn, execution_id, body.upload_id)
+        try:
+            # Another upload's reserved final first: "nothing more to send" must not read
+            # as a gap the scanner could fill (a sidecar batch of a new upload id, say).
+            check_other_uploads(conn, execution_id, body)
+            _check_new_batch(conn, execution_id, body, streams)
+        except Conflict as exc:
+            if repaired:
+                return Reservation("rejected", execution, error=exc)
+            raise
     conn.execute(
         sa.text(
             """
