@@ -318,3 +318,76 @@ def test_cidr_freshness_uses_the_gist_index(api):
             ).scalars()
         )
     assert "ix_search_targets_cidr_gist" in plan
+
+
+def test_single_address_freshness_inside_a_network_uses_the_primary_key(api):
+    """ING-12 (seed 000): single-IP targets inside a scanned network are found by
+    the primary key — listed keys for a small network, the owner's (owner, 'ip')
+    prefix for a larger one — never a sequential scan of everyone's targets."""
+    from app.scan_control import freshness
+
+    user = api.user()
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO users (username, password_hash) "
+                "SELECT 'bulk' || i, 'x' FROM generate_series(1, 200) i"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO search_targets (owner_id, kind, key) "
+                "SELECT u.id, 'ip', format('10.%s.%s.%s', a, b, u.id % 250) "
+                "FROM users u, generate_series(0, 9) a, generate_series(0, 49) b; "
+                "ANALYZE search_targets"
+            )
+        )
+        params = {"owner": user.id, "execution": 1, "at": now_iso()}
+        plans = {}
+        for name, sql, extra in (
+            ("keys", freshness.IP_TARGETS_BY_KEY, {"keys": ["10.1.1.1", "10.1.1.2"]}),
+            ("prefix", freshness.IP_TARGETS_INSIDE, {"net": "10.1.0.0/16"}),
+        ):
+            plans[name] = "\n".join(
+                conn.execute(sa.text(f"EXPLAIN {sql}"), {**params, **extra}).scalars()
+            )
+    for name, plan in plans.items():
+        assert "search_targets_pkey" in plan, (name, plan)
+        assert "Seq Scan" not in plan, (name, plan)
+    assert "key = ANY" in plans["keys"], plans["keys"]
+
+
+def test_single_addresses_inside_small_and_large_networks_become_fresh(api):
+    from datetime import UTC, datetime
+
+    from app.scan_control import freshness
+
+    user, scanner = api.user(), api.scanner()
+    user.post(
+        "/api/tasks",
+        json={"name": "a", "targets": ["10.9.0.7", "10.9.200.9", "2001:db8::5"], "ports": "80"},
+    )
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE scan_executions SET status = 'failed'"))
+    user.post("/api/tasks", json={"name": "b", "targets": ["10.9.0.0/24"], "ports": "80"})
+    user.post("/api/tasks", json={"name": "c", "targets": ["2001:db8::/120"], "ports": "80"})
+    for _ in range(2):
+        assert claim(scanner).final(0, []).status_code == 200
+    mine = targets_of(user.id)
+    assert mine[("ip", "10.9.0.7")] is not None  # listed keys (a /24)
+    assert mine[("ip", "2001:db8::5")] is not None  # IPv6 keys in their compressed form
+    assert mine[("ip", "10.9.200.9")] is None
+    # A piece larger than ENUMERATE_MAX_ADDRESSES (execution_max_addresses raised): the
+    # owner's primary-key prefix, filtered by the network.
+    with transaction() as conn:
+        freshness.update_after_success(
+            conn,
+            execution_id=1,
+            task_id=1,
+            owner_id=user.id,
+            kind="ports",
+            targets=["10.9.128.0/17"],
+            started_at=datetime.now(UTC),
+            parent_task_id=None,
+        )
+    assert targets_of(user.id)[("ip", "10.9.200.9")] is not None
