@@ -143,8 +143,8 @@ class ElasticsearchSettings:
         0,
         min=0,
         max=4096,
-        doc="bulk requests the cluster takes at once from the whole deployment; a start-up "
-        "warning names a bulk_max_concurrency that fits (0: not checked)",
+        doc="bulk requests the cluster takes at once from the whole deployment; required "
+        "with elasticsearch.url: start-up refuses processes x bulk_max_concurrency above it",
     )
     bulk_processes: int = spec(
         0,
