@@ -4,8 +4,8 @@ Every ``interval_seconds`` (5 minutes) one runner claims the ``traffic-rollup``
 lease and runs the 5-minute rollup for today into PostgreSQL; when the
 ``traffic-rollup-day`` period is due it also runs the day rollup for
 yesterday, inside the same lease, so the two never read the same new bytes at
-the same time (commits are compare-and-set on the checkpoints as well). As in
-the seed (TRF-5), a past day the log has not yet shown complete is read again
+the same time (commits are compare-and-set on the checkpoints as well). TRF-5:
+a past day the log has not yet shown complete is read again
 on every five-minute run until it is verified: such a day run (or a failed one)
 leaves the day period due at once; only a run that verified every day waits
 ``day_interval_seconds`` (verified days are then cached for ``day_cache_hours``,

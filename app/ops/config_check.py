@@ -110,7 +110,7 @@ def _bulk_budget_problems(settings: Settings) -> list[ConfigProblem]:
     ``bulk_max_concurrency`` is enforced per process (a semaphore in each store);
     processes never hold a database connection while talking to the search store,
     so there is no shared lock across them, and the deployment-wide bound is
-    senders x cap. So, as the seed asks, the total is a required setting whenever
+    senders x cap. So the total is a required setting whenever
     Elasticsearch is configured, and a start-up (web or runner) refuses a budget
     senders x cap cannot honour.
     """

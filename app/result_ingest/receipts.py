@@ -50,6 +50,7 @@ from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
 from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
+from app.search.migrate import has_migrated_history
 from app.search.port import StorageScope
 
 
@@ -387,14 +388,24 @@ def collect_final_scope(
         {"e": execution_id},
     ).one()
     months = tuple(sorted(set(row.months) | set(current_months)))
-    if row.legacy:
+    legacy = bool(row.legacy)
+    if legacy:
         emit(
             "ScanSummaryLegacyIndexScope",
             level=logging.WARNING,
             execution_id=execution_id,
             reason="confirmed receipts without storage references",
         )
-    return StorageScope(months=months, legacy_full_history=bool(row.legacy))
+    elif has_migrated_history(conn, execution_id):
+        # ING-11: history moved from PostgreSQL to Elasticsearch reads every month.
+        legacy = True
+        emit(
+            "ScanSummaryLegacyIndexScope",
+            level=logging.WARNING,
+            execution_id=execution_id,
+            reason="confirmed receipts stored before the history was migrated",
+        )
+    return StorageScope(months=months, legacy_full_history=legacy)
 
 
 def _existing_receipt(
@@ -441,7 +452,7 @@ def reserve_batch(
     body: UploadBody,
     months: tuple[str, ...],
 ) -> Reservation:
-    # OBS-2: the seed's stages inside the reservation — auth (the execution lock and
+    # OBS-2: the upload's stages inside the reservation — auth (the execution lock and
     # the scanner's hold on it), upload identity, final continuity.
     with stage("auth"):
         execution = lock_for_upload(conn, execution_id, scanner_id)

@@ -11,7 +11,7 @@ finishing late never moves a newer time backwards. Only the task owner's rows
 are touched.
 
 * Single addresses are updated by primary key (owner, 'ip', key), also those
-  inside a scanned network (seed 000): a network of up to
+  inside a scanned network: a network of up to
   ``ENUMERATE_MAX_ADDRESSES`` addresses is listed as keys, one primary-key probe
   each; a larger one (up to 65,536 addresses) reads the owner's own ``ip`` rows
   through the primary key's (owner, kind) prefix and filters them by network —

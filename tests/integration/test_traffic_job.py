@@ -132,7 +132,7 @@ def test_cancel_deadline_abandons_the_run(traffic_settings, tmp_path):
 
 
 def test_an_unverified_yesterday_is_read_again_on_every_five_minute_run(traffic_settings, tmp_path):
-    """TRF-5 as in the seed: while the log has not passed yesterday's end, every
+    """TRF-5: while the log has not passed yesterday's end, every
     five-minute run reads the day again; once verified, the day period waits."""
     calendar = BusinessCalendar("+08:00")
     midnight = datetime.fromtimestamp(calendar.midnight(calendar.today(time.time())), CST)

@@ -321,7 +321,7 @@ def test_cidr_freshness_uses_the_gist_index(api):
 
 
 def test_single_address_freshness_inside_a_network_uses_the_primary_key(api):
-    """ING-12 (seed 000): single-IP targets inside a scanned network are found by
+    """ING-12: single-IP targets inside a scanned network are found by
     the primary key — listed keys for a small network, the owner's (owner, 'ip')
     prefix for a larger one — never a sequential scan of everyone's targets."""
     from app.scan_control import freshness

@@ -244,7 +244,7 @@ def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
     ):
         assert key in ok, key
     assert any(f["stage"] == "receipt_reserve" and f["success"] is False for f in stages)
-    # OBS-2 (seed 000): the last batch (same identity, other content) failed in the
+    # OBS-2: the last batch (same identity, other content) failed in the
     # upload-identity stage, inside the reservation, after auth had succeeded; the final
     # passed final continuity.
     last = [f for f in stages if f.get("request_id") == stages[-1].get("request_id")]

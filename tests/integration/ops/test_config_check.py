@@ -218,7 +218,7 @@ def test_bulk_concurrency_above_the_deployment_total_refuses_start_up(caplog):
 
 
 def test_the_deployment_total_is_required_with_elasticsearch():
-    """STO-4 (seed 000): with Elasticsearch configured the total must be declared."""
+    """STO-4: with Elasticsearch configured the total must be declared."""
     (problem,) = bulk_check(bulk_max_concurrency=2)
     assert problem.key == "elasticsearch.bulk_max_concurrency_total"
     assert "required with elasticsearch.url" in problem.message

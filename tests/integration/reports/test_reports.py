@@ -633,7 +633,7 @@ def _reopen_the_scope(task_id: int, status: str) -> None:
 def test_a_report_whose_input_became_incomplete_is_neither_archived_nor_delivered(
     api, settings, status
 ):
-    """REP-3 (seed 002): the commit re-checks input completeness. An execution of
+    """REP-3: the commit re-checks input completeness. An execution of
     the scope queued again, or a newer one that replaced the captured numbers,
     between capture and commit: nothing is archived, no delivery is created, the
     images are deleted and the job goes back to capture without spending an attempt."""
