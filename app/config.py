@@ -273,7 +273,7 @@ class TrafficSettings:
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)
     enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
     batch_size: int = spec(
-        5000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
+        1000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
     )
     file_patterns: tuple[str, ...] = spec(
         ("{domain}.access.log*",),
