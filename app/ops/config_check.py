@@ -190,6 +190,18 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
             )
         )
     errors.extend(_bulk_budget_problems(settings))
+    renderer = settings.report_renderer
+    if renderer.drain_timeout_seconds <= renderer.ipc_timeout_seconds:
+        # MOD-2: work in flight ends by its IPC timeout at the latest (the worker is
+        # killed); a generation is "stuck" only when it still holds work after that.
+        errors.append(
+            ConfigProblem(
+                "report_renderer.drain_timeout_seconds",
+                renderer.drain_timeout_seconds,
+                "must be above report_renderer.ipc_timeout_seconds "
+                f"({renderer.ipc_timeout_seconds:g}): a call within its IPC timeout is not stuck",
+            )
+        )
     smtp = settings.smtp
     if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
         warnings.append(

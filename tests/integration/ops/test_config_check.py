@@ -281,3 +281,18 @@ def test_declared_deployment_processes_are_what_counts():
     assert "15 processes (elasticsearch.bulk_processes) x 2 = 30" in problem.message
     assert "even 1 per process is too many" in problem.message
     assert bulk_check(bulk_max_concurrency=2, bulk_max_concurrency_total=12, bulk_processes=6) == []
+
+
+def test_the_drain_timeout_must_exceed_the_ipc_timeout():
+    """MOD-2: start-up checks the drain settings against the IPC timeout."""
+    settings, loaded = load_settings(
+        env={},
+        overrides={"report_renderer": {"drain_timeout_seconds": 10, "ipc_timeout_seconds": 10}},
+    )
+    check = full_check(settings, loaded)
+    (problem,) = [p for p in check.errors if p.key == "report_renderer.drain_timeout_seconds"]
+    assert "above report_renderer.ipc_timeout_seconds (10)" in problem.message
+    assert not check.ok
+    settings, loaded = load_settings(env={})  # the defaults: 30 s against 10 s
+    keys = {p.key for p in full_check(settings, loaded).errors}
+    assert "report_renderer.drain_timeout_seconds" not in keys
