@@ -325,6 +325,7 @@ main.add_command("app.ops.cli:backup")
 main.add_command("app.ops.cli:restore")
 main.add_command("app.result_ingest.cli:import_command", name="import")
 main.add_command("app.reports.cli:reports")
+main.add_command("app.search.cli:search")
 
 
 @main.command(

@@ -143,8 +143,8 @@ class ElasticsearchSettings:
         0,
         min=0,
         max=4096,
-        doc="bulk requests the cluster takes at once from the whole deployment; a start-up "
-        "warning names a bulk_max_concurrency that fits (0: not checked)",
+        doc="bulk requests the cluster takes at once from the whole deployment; required "
+        "with elasticsearch.url: start-up refuses processes x bulk_max_concurrency above it",
     )
     bulk_processes: int = spec(
         0,
@@ -273,7 +273,7 @@ class TrafficSettings:
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)
     enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
     batch_size: int = spec(
-        5000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
+        1000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
     )
     file_patterns: tuple[str, ...] = spec(
         ("{domain}.access.log*",),

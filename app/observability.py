@@ -281,11 +281,12 @@ _METRIC_NAMES = (
 
 
 def _build_metrics() -> None:
-    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client import CollectorRegistry, Counter, Histogram
 
     global REGISTRY, HTTP_REQUEST_SECONDS, UPLOAD_SECONDS, UPLOAD_ADMISSION_SECONDS
     global POOL_WAIT_SECONDS
     global CONNECTION_HOLD_SECONDS
+    global MODULE_GENERATIONS_STUCK
     REGISTRY = CollectorRegistry(auto_describe=True)
     _LATENCY_BUCKETS = (
         0.001,
@@ -335,6 +336,12 @@ def _build_metrics() -> None:
         "netmap_db_connection_hold_seconds",
         "Time a pooled connection was held by one transaction",
         buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    MODULE_GENERATIONS_STUCK = Counter(
+        "netmap_module_generations_stuck_total",
+        "Replaced module generations still holding work after the drain timeout (MOD-2)",
+        ["slot"],
         registry=REGISTRY,
     )
 

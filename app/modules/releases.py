@@ -38,6 +38,9 @@ class Release:
     directory: Path
     artifact: Path
     artifact_sha256: str
+    # MOD-9: the release carries its native dependencies in lib/ (run without
+    # site-packages); False for a release built before, which used the host's.
+    self_contained: bool = False
 
 
 def check_release_id(release_id: object) -> str:
@@ -113,4 +116,23 @@ def locate_release(releases_directory: Path | None, release_id: str) -> Release:
     actual = sha256_file(artifact)
     if not hmac.compare_digest(actual, expected):
         raise CandidateRejected(release_id, "artifact SHA-256 does not match the manifest")
-    return Release(release_id=release_id, directory=real, artifact=artifact, artifact_sha256=actual)
+    lib_expected = manifest.get("lib_sha256")
+    if lib_expected is not None:
+        from app.modules.build import LIB_DIR, lib_digest
+
+        if not isinstance(lib_expected, str) or not SHA256_RE.match(lib_expected):
+            raise CandidateRejected(release_id, "manifest lib_sha256 must be 64 lowercase hex")
+        lib = real / LIB_DIR
+        if lib.is_symlink() or not lib.is_dir() or lib.resolve().parent != real:
+            raise CandidateRejected(release_id, "lib/ is missing or not inside the release")
+        if any(p.is_symlink() for p in lib.rglob("*")):
+            raise CandidateRejected(release_id, "lib/ must not contain symbolic links")
+        if not hmac.compare_digest(lib_digest(lib), lib_expected):
+            raise CandidateRejected(release_id, "lib/ SHA-256 does not match the manifest")
+    return Release(
+        release_id=release_id,
+        directory=real,
+        artifact=artifact,
+        artifact_sha256=actual,
+        self_contained=lib_expected is not None,
+    )

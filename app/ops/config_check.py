@@ -105,16 +105,29 @@ def bulk_senders(settings: Settings) -> int:
 
 
 def _bulk_budget_problems(settings: Settings) -> list[ConfigProblem]:
-    """The deployment's bulk concurrency against the cluster's budget (STO-4).
+    """The deployment's bulk concurrency against the cluster's budget (STO-4): errors.
 
     ``bulk_max_concurrency`` is enforced per process (a semaphore in each store);
     processes never hold a database connection while talking to the search store,
     so there is no shared lock across them, and the deployment-wide bound is
-    senders x cap: it must be sized, and this check says when it is not.
+    senders x cap. So the total is a required setting whenever
+    Elasticsearch is configured, and a start-up (web or runner) refuses a budget
+    senders x cap cannot honour.
     """
     es = settings.elasticsearch
-    if not es.url or not es.bulk_max_concurrency_total:
+    if not es.url:
         return []
+    if not es.bulk_max_concurrency_total:
+        senders = bulk_senders(settings)
+        return [
+            ConfigProblem(
+                "elasticsearch.bulk_max_concurrency_total",
+                0,
+                "required with elasticsearch.url: the bulk requests the cluster takes at once "
+                f"from the whole deployment (this host alone sends up to {senders} processes x "
+                f"{es.bulk_max_concurrency} = {senders * es.bulk_max_concurrency})",
+            )
+        ]
     senders = bulk_senders(settings)
     at_once = senders * es.bulk_max_concurrency
     if at_once <= es.bulk_max_concurrency_total:
@@ -176,7 +189,19 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
                 f"recommended at most {es.projection_lease_seconds / 4:g}",
             )
         )
-    warnings.extend(_bulk_budget_problems(settings))
+    errors.extend(_bulk_budget_problems(settings))
+    renderer = settings.report_renderer
+    if renderer.drain_timeout_seconds <= renderer.ipc_timeout_seconds:
+        # MOD-2: work in flight ends by its IPC timeout at the latest (the worker is
+        # killed); a generation is "stuck" only when it still holds work after that.
+        errors.append(
+            ConfigProblem(
+                "report_renderer.drain_timeout_seconds",
+                renderer.drain_timeout_seconds,
+                "must be above report_renderer.ipc_timeout_seconds "
+                f"({renderer.ipc_timeout_seconds:g}): a call within its IPC timeout is not stuck",
+            )
+        )
     smtp = settings.smtp
     if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
         warnings.append(

@@ -215,3 +215,17 @@ def complete(claim: OutboxClaim) -> bool:
 def backlog() -> Backlog:
     """Unprocessed rows, the age of the oldest, live claims and rows holding an error."""
     return QUEUE.backlog()
+
+
+def requeue_processed() -> int:
+    """Project every processed execution again from its first page (a search store
+    filled by ``netmap search migrate``: its current view is built by the projection)."""
+    with transaction() as conn:
+        return conn.execute(
+            sa.text(
+                "UPDATE scan_projection_outbox SET processed_at = NULL, attempts = 0, "
+                "last_error = NULL, available_at = now(), cursor = NULL, phase = 'pages', "
+                "processed_endpoints = 0, updated_at = now() "
+                "WHERE processed_at IS NOT NULL AND claim_token IS NULL"
+            )
+        ).rowcount

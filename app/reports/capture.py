@@ -141,6 +141,40 @@ def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
     ).all()
 
 
+def _pending_executions(conn: Connection, task_ids: list[int]) -> int:
+    return conn.execute(
+        sa.text(
+            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
+            "AND status IN ('queued', 'running')"
+        ),
+        {"tasks": task_ids},
+    ).scalar_one()
+
+
+def _is_complete(pending: int, latest: list[Any]) -> bool:
+    projection = aggregate_projection_status([row.projection for row in latest])
+    return pending == 0 and projection in {"ready", "not_applicable"}
+
+
+def input_still_complete(conn: Connection, report_id: int, statistics: dict[str, Any]) -> bool:
+    """REP-3, in the commit transaction: is the captured input still whole?
+
+    The executions the statistics were computed from must still be the scope's
+    latest succeeded ones (none deleted, purged or superseded since capture), and a
+    snapshot that was complete must still be complete (no execution of the scope
+    queued or running again, every projection still ready). A report made with an
+    incomplete snapshot after its bounded wait says so in its statistics; for it
+    only the first rule applies.
+    """
+    task_ids = _scope_task_ids(conn, report_id)
+    latest = _latest_executions(conn, task_ids)
+    if sorted(row.id for row in latest) != sorted(statistics["latest_executions"]):
+        return False
+    if not statistics["complete"]:
+        return True
+    return _is_complete(_pending_executions(conn, task_ids), latest)
+
+
 def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
     return list(
         conn.execute(
@@ -235,13 +269,7 @@ def _statistics(
             {"tasks": task_ids, "start": start, "end": end},
         ).all()
     )
-    pending = conn.execute(
-        sa.text(
-            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
-            "AND status IN ('queued', 'running')"
-        ),
-        {"tasks": task_ids},
-    ).scalar_one()
+    pending = _pending_executions(conn, task_ids)
     aggregates = _aggregates(conn, latest_ids)
     per_day: dict[str, int] = {}
     for row in aggregates:
@@ -251,7 +279,7 @@ def _statistics(
                 day = hour.date().isoformat()
                 per_day[day] = per_day.get(day, 0) + entry["count"]
     projection = aggregate_projection_status([row.projection for row in latest])
-    complete = pending == 0 and projection in {"ready", "not_applicable"}
+    complete = _is_complete(pending, latest)
     return {
         "tasks": len(task_ids),
         "endpoints": sum(row.endpoint_count for row in latest),

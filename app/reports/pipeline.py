@@ -9,8 +9,11 @@ used are put into the object store, under keys that include the claim token,
 so a refused commit can delete its own images without touching a winner's.
 
 Commit is one short transaction that locks the job row, then the report row,
-and re-checks the claim token, the lease and the report revision read by
-capture; it archives statistics, the rendered mail and the image list, marks
+and re-checks the claim token, the lease, the report revision read by
+capture and that the captured input is still complete (``input_still_complete``:
+an execution deleted, superseded or running again since capture refuses the
+commit; the job goes back to capture without spending an attempt and nothing is
+archived or delivered); it archives statistics, the rendered mail and the image list, marks
 the job done and creates the delivery rows. When it is refused or fails, the
 images are deleted through the bounded compensation deleter.
 
@@ -44,6 +47,7 @@ from app.reports.capture import (
     LeaseLostError,
     capture,
     input_checksum,
+    input_still_complete,
     prepare_aggregates,
 )
 from app.reports.charts import ChartError, report_charts
@@ -180,8 +184,9 @@ def commit(
     stored_images: list[dict[str, str]],
     *,
     mail_domain: str,
-) -> bool:
-    """Archive the report under the claim; False when the claim or revision no longer holds."""
+) -> str:
+    """Archive the report under the claim: ``committed``, ``refused`` (the claim or
+    revision no longer holds) or ``input_incomplete`` (REP-3)."""
     with transaction() as conn:
         job = conn.execute(
             sa.text(
@@ -191,13 +196,15 @@ def commit(
             {"id": claim.report_id, "token": claim.claim_token},
         ).scalar()
         if not job:
-            return False
+            return "refused"
         report = conn.execute(
             sa.text("SELECT revision, status FROM reports WHERE id = :id FOR UPDATE"),
             {"id": claim.report_id},
         ).one_or_none()
         if report is None or report.revision != snapshot.revision or report.status != "generating":
-            return False
+            return "refused"
+        if not input_still_complete(conn, claim.report_id, snapshot.statistics):
+            return "input_incomplete"
         quality: dict[str, Any] = {
             "renderer": rendered.renderer if rendered else None,
             "mail_error": mail_error,
@@ -248,7 +255,7 @@ def commit(
                         "mid": make_msgid(f"report{claim.report_id}", domain=mail_domain),
                     },
                 )
-    return True
+    return "committed"
 
 
 def _json(value: Any) -> str:
@@ -313,7 +320,15 @@ def run_report(
         except Exception:
             _compensate(object_store, stored, delete_concurrency)
             raise
-        if not committed:
+        if committed == "input_incomplete":
+            _compensate(object_store, stored, delete_concurrency)
+            emit("ReportInputIncomplete", level=logging.WARNING, report_id=claim.report_id)
+            if not records.postpone(
+                claim, seconds=DATA_WAIT_RETRY_SECONDS, reason="input incomplete at commit"
+            ):
+                return ReportOutcome("lease_lost", "commit refused")
+            return ReportOutcome("waiting", "input incomplete at commit")
+        if committed != "committed":
             _compensate(object_store, stored, delete_concurrency)
             emit("ReportCommitRefused", level=logging.WARNING, report_id=claim.report_id)
             return ReportOutcome("lease_lost", "commit refused")
