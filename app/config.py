@@ -23,6 +23,7 @@ platform or override) without the values themselves.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -447,6 +448,9 @@ class AgentSettings:
     import_max_bytes: int = spec(
         512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
     )
+    allowed_networks: tuple[str, ...] = spec(
+        (), doc="CIDRs the agent may scan; when set nothing outside them is ever scanned"
+    )
 
 
 _SECURITY_DEFAULTS = {
@@ -737,6 +741,11 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                     "must be one of " + ", ".join(SPECIAL_USE_CLASSES),
                 )
             )
+    for network in settings.agent.allowed_networks:
+        try:
+            ipaddress.ip_network(network.strip(), strict=False)
+        except ValueError as exc:
+            errors.append(ConfigProblem("agent.allowed_networks", network, str(exc)))
     errors.extend(_object_store_checks(settings))
     tz = settings.traffic.timezone
     try:

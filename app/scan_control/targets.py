@@ -14,6 +14,12 @@ and link-local (where cloud metadata services live, 169.254.169.254),
 multicast, broadcast and unspecified addresses are refused. A network is
 refused when it overlaps a refused range; an IPv4-mapped IPv6 address is
 judged by its IPv4 address.
+
+This module is shared with the scanner agent (``app.agent.targets``), which
+applies the same rules to what a server hands it; it must stay importable
+without the server stack (no Flask, SQLAlchemy, psycopg2, Elasticsearch).
+Control characters and whitespace inside a target are refused (a newline in a
+target file is one more target for nmap).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from app.errors import ValidationError
 TRANSPORTS = ("tcp", "udp")
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _PORT_ITEM = re.compile(r"^\s*(\d{1,5})\s*(?:-\s*(\d{1,5})\s*)?$")
+_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -202,6 +209,16 @@ def parse_targets(raw: Any, limits: ScanSettings) -> tuple[ParsedTargets, list[P
             problems.append(Problem("targets", index, item, "must be a non-empty string"))
             continue
         text = item.strip()
+        if _CONTROL_OR_SPACE.search(text):
+            problems.append(
+                Problem(
+                    "targets",
+                    index,
+                    text[:64],
+                    "control characters or whitespace inside a target",
+                )
+            )
+            continue
         if len(text) > 300:
             problems.append(
                 Problem("targets", index, text[:64] + "…", "longer than 300 characters")
