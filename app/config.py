@@ -214,12 +214,13 @@ class ScanSettings:
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
     max_domain_length: int = spec(253, min=1, max=253)
-    # Special-use address classes a task (or a DNS follow-up task) may target; the others
-    # (by default link_local, multicast, broadcast, unspecified) are refused (SCN-7).
+    # Special-use address classes a task (or a DNS follow-up task, or the agent) may target;
+    # the others (by default metadata, loopback, link_local, multicast, broadcast,
+    # unspecified) are refused (SCN-7, docs/security.md).
     special_use_targets: tuple[str, ...] = spec(
-        ("loopback", "private"),
-        doc="allowed classes among loopback, private, link_local, multicast, broadcast, "
-        "unspecified",
+        ("private",),
+        doc="allowed classes among metadata, loopback, private, link_local, multicast, "
+        "broadcast, unspecified",
     )
 
 

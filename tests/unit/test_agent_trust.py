@@ -293,3 +293,12 @@ def test_claim_parsing_accepts_the_documented_example():
     assert execution.id == 41 and execution.claim_token == TOKEN
     with pytest.raises(MalformedClaim):
         Execution.from_claim(claim(claim_token=TOKEN.upper()))
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1", "::1", "169.254.169.254", "fd00:ec2::254", "fe80::1", "0.0.0.0/0"]
+)
+def test_the_agent_applies_the_special_use_policy_of_its_own_settings(target):
+    with pytest.raises(TargetRefused, match="special_use_targets"):
+        check_execution("ports", [target], "80", ScanSettings())
+    assert check_execution("ports", ["10.0.0.1"], "80", ScanSettings()).targets == ["10.0.0.1"]
