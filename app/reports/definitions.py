@@ -23,6 +23,7 @@ from app.identity.users import User
 from app.reports import records
 from app.reports.templates import TEMPLATE_NAME, template_exists
 from app.scan_control.query import get_task
+from app.timezones import is_iana_zone
 
 PERIODS = ("daily", "weekly", "on_demand")
 MAX_RECIPIENTS = 50
@@ -77,7 +78,7 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
     if "timezone" in body or not partial:
         zone = body.get("timezone", "UTC")
         try:
-            if not isinstance(zone, str) or not zone:
+            if not is_iana_zone(zone):  # not "localtime", "Factory", "posixrules"
                 raise ValueError(zone)
             ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError):
