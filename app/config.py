@@ -381,6 +381,9 @@ class ExportSettings:
     retry_backoff_seconds: float = spec(30.0, min=0, max=86400)
     download_url_seconds: int = spec(900, min=10, max=7 * 86400, doc="signed link lifetime")
     expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
+    max_queued_per_user: int = spec(
+        4, min=1, max=1000, doc="exports one user may have queued or building (429 beyond)"
+    )
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,10 @@ class ReportSettings:
     delivery_max_attempts: int = spec(8, min=1, max=50)
     delivery_lease_seconds: int = spec(120, min=10, max=3600)
     outbox_dir: str = spec("", doc="where mail goes without SMTP; default <data_dir>/outbox")
+    run_now_cooldown_seconds: float = spec(
+        60.0, min=0, max=86400, doc="least time between two run-now of one definition (429)"
+    )
+    max_recipients: int = spec(50, min=1, max=1000, doc="recipients of one report definition")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ def make_settings(database_url: str, tmp_path, **sections) -> Settings:
         "runner": {"idle_backoff_max_seconds": 0.2, "shutdown_timeout_seconds": 10.0},
         # The suite scans 127.0.0.0/8 with real nmap: loopback is allowed here (SCN-7).
         "scan": {"special_use_targets": TEST_SPECIAL_USE_TARGETS},
+        # Tests run a definition several times in a row; the cooldown has its own tests.
+        "reports": {"run_now_cooldown_seconds": 0.0},
     }
     for name, values in sections.items():
         overrides.setdefault(name, {}).update(values)
