@@ -101,6 +101,19 @@ class ServerSettings:
         max=300,
         doc="a client must send its whole request head within this time (slow clients)",
     )
+    body_timeout_seconds: float = spec(
+        60.0,
+        min=0.5,
+        max=3600,
+        doc="a buffered request body must arrive within this time after its head",
+    )
+    body_buffer_max_bytes: int = spec(
+        16 * 1024 * 1024,
+        min=0,
+        max=1024**3,
+        doc="bodies up to this size are read by the worker's event loop before a thread "
+        "takes the request (0: off); larger ones (imports) are read by the thread",
+    )
 
 
 @dataclass(frozen=True)
