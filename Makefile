@@ -25,6 +25,9 @@ $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# Local trials scan this machine too: `make up` allows loopback targets, which the default
+# policy refuses (docs/security.md); an explicit NETMAP_SCAN_SPECIAL_USE_TARGETS wins.
+up: export NETMAP_SCAN_SPECIAL_USE_TARGETS ?= loopback,private
 up: $(STAMP)
 	$(BIN)/netmap up $(ARGS)
 

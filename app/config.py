@@ -23,6 +23,7 @@ platform or override) without the values themselves.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -99,6 +100,19 @@ class ServerSettings:
         min=0.5,
         max=300,
         doc="a client must send its whole request head within this time (slow clients)",
+    )
+    body_timeout_seconds: float = spec(
+        60.0,
+        min=0.5,
+        max=3600,
+        doc="a buffered request body must arrive within this time after its head",
+    )
+    body_buffer_max_bytes: int = spec(
+        16 * 1024 * 1024,
+        min=0,
+        max=1024**3,
+        doc="bodies up to this size are read by the worker's event loop before a thread "
+        "takes the request (0: off); larger ones (imports) are read by the thread",
     )
 
 
@@ -213,12 +227,13 @@ class ScanSettings:
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
     max_domain_length: int = spec(253, min=1, max=253)
-    # Special-use address classes a task (or a DNS follow-up task) may target; the others
-    # (by default link_local, multicast, broadcast, unspecified) are refused (SCN-7).
+    # Special-use address classes a task (or a DNS follow-up task, or the agent) may target;
+    # the others (by default metadata, loopback, link_local, multicast, broadcast,
+    # unspecified) are refused (SCN-7, docs/security.md).
     special_use_targets: tuple[str, ...] = spec(
-        ("loopback", "private"),
-        doc="allowed classes among loopback, private, link_local, multicast, broadcast, "
-        "unspecified",
+        ("private",),
+        doc="allowed classes among metadata, loopback, private, link_local, multicast, "
+        "broadcast, unspecified",
     )
 
 
@@ -379,6 +394,9 @@ class ExportSettings:
     retry_backoff_seconds: float = spec(30.0, min=0, max=86400)
     download_url_seconds: int = spec(900, min=10, max=7 * 86400, doc="signed link lifetime")
     expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
+    max_queued_per_user: int = spec(
+        4, min=1, max=1000, doc="exports one user may have queued or building (429 beyond)"
+    )
 
 
 @dataclass(frozen=True)
@@ -393,6 +411,10 @@ class ReportSettings:
     delivery_max_attempts: int = spec(8, min=1, max=50)
     delivery_lease_seconds: int = spec(120, min=10, max=3600)
     outbox_dir: str = spec("", doc="where mail goes without SMTP; default <data_dir>/outbox")
+    run_now_cooldown_seconds: float = spec(
+        60.0, min=0, max=86400, doc="least time between two run-now of one definition (429)"
+    )
+    max_recipients: int = spec(50, min=1, max=1000, doc="recipients of one report definition")
 
 
 @dataclass(frozen=True)
@@ -446,6 +468,9 @@ class AgentSettings:
     )
     import_max_bytes: int = spec(
         512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
+    )
+    allowed_networks: tuple[str, ...] = spec(
+        (), doc="CIDRs the agent may scan; when set nothing outside them is ever scanned"
     )
 
 
@@ -737,6 +762,11 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                     "must be one of " + ", ".join(SPECIAL_USE_CLASSES),
                 )
             )
+    for network in settings.agent.allowed_networks:
+        try:
+            ipaddress.ip_network(network.strip(), strict=False)
+        except ValueError as exc:
+            errors.append(ConfigProblem("agent.allowed_networks", network, str(exc)))
     errors.extend(_object_store_checks(settings))
     tz = settings.traffic.timezone
     try:

@@ -111,12 +111,25 @@ def ensure_secret_key(settings: Settings) -> str:
     return key
 
 
+class AdminPasswordRejected(Exception):
+    """``NETMAP_ADMIN_PASSWORD`` does not meet the password policy; says which rule."""
+
+
 def ensure_first_admin(url: str) -> str | None:
     """Create user ``admin`` on first start; returns the password to print once."""
     import sqlalchemy as sa
 
     from app import db
-    from app.identity.users import create_user_audited
+    from app.identity.users import create_user_audited, password_problem_for
+
+    chosen = os.environ.get("NETMAP_ADMIN_PASSWORD")
+    if chosen:
+        problem = password_problem_for(chosen, ADMIN_USERNAME)
+        if problem:
+            raise AdminPasswordRejected(
+                f"NETMAP_ADMIN_PASSWORD does not meet the password policy ({problem}); "
+                "set another, or unset it to have a password generated"
+            )
 
     engine = db.create_engine(url, poolclass=sa.pool.NullPool, application_name="netmap-up")
     try:
@@ -192,7 +205,12 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     exit_code = 0
     try:
         migrations.upgrade(url)
-        admin_password = ensure_first_admin(url)
+        try:
+            admin_password = ensure_first_admin(url)
+        except AdminPasswordRejected as exc:
+            click.echo(f"netmap: {exc}", err=True)
+            exit_code = 1
+            return exit_code
 
         host = settings.server.host
         port = settings.server.port or _free_port(host)

@@ -31,6 +31,7 @@ from app.agent.formats import (
     MAX_SCRIPT_CHARS,
     MAX_SCRIPTS,
     ResultFormatError,
+    TimeOutOfRange,
     clip,
     epoch_to_iso,
     iso_utc,
@@ -276,12 +277,12 @@ class NmapXmlReader:
                 raise self._error("not an nmap XML document (root element is not nmaprun)", name)
             self._root_seen = True
             self._nmapruns = 1
-            self._run_time = epoch_to_iso(attrs.get("start"))
+            self._run_time = self._epoch(attrs, "start", name)
             return
         if name == "host":
             self._host = _Host(
-                epoch_to_iso(attrs.get("endtime"))
-                or epoch_to_iso(attrs.get("starttime"))
+                self._epoch(attrs, "endtime", name)
+                or self._epoch(attrs, "starttime", name)
                 or self._run_time
                 or self._default_time
             )
@@ -425,6 +426,12 @@ class NmapXmlReader:
             observation["details"] = details
         return observation
 
+    def _epoch(self, attrs: dict[str, str], key: str, element: str) -> str | None:
+        try:
+            return epoch_to_iso(attrs.get(key))
+        except TimeOutOfRange as exc:
+            raise self._error(f"{key}: {exc}", element) from None
+
     # -- feeding ---------------------------------------------------------
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         self.bytes_read += len(chunk)
@@ -432,6 +439,10 @@ class NmapXmlReader:
             self._parser.Parse(chunk, False)
         except expat.ExpatError as exc:
             raise self._expat_error(exc) from None
+        except (LookupError, ValueError) as exc:
+            if isinstance(exc, ResultFormatError):
+                raise
+            raise self._encoding_error(exc) from None
         return self._take()
 
     def close(self) -> list[dict[str, Any]]:
@@ -441,9 +452,20 @@ class NmapXmlReader:
             self._parser.Parse(b"", True)
         except expat.ExpatError as exc:
             raise self._expat_error(exc) from None
+        except (LookupError, ValueError) as exc:
+            if isinstance(exc, ResultFormatError):
+                raise
+            raise self._encoding_error(exc) from None
         if not self._root_seen:
             raise ResultFormatError("empty document: no nmaprun element", line=1, byte_offset=0)
         return self._take()
+
+    def _encoding_error(self, exc: Exception) -> ResultFormatError:
+        # expat asks Python for an encoding it does not know itself: an unknown name
+        # (LookupError) or one expat cannot use (multi-byte, ValueError).
+        return ResultFormatError(
+            f"unsupported XML encoding declaration: {exc}", line=1, byte_offset=0
+        )
 
     def _expat_error(self, exc: expat.ExpatError) -> ResultFormatError:
         element = "port" if self._port is not None else ("host" if self._host else None)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.config import Settings
 from app.db import transaction
-from app.errors import Conflict, NotFound, ValidationError
+from app.errors import Conflict, NotFound, TooManyQueued, ValidationError
 from app.exports import records
 from app.identity.users import User
 from app.object_store.deleter import DeleteResult, delete_objects
@@ -41,12 +43,41 @@ def validate_export_request(body: Any) -> str:
     return fmt
 
 
-def request_export(user: User, task_id: int, body: Any) -> dict[str, Any]:
+# When a user at the queued-exports cap may try again: builds take seconds to minutes.
+EXPORT_RETRY_AFTER_SECONDS = 30
+
+
+def request_export(
+    user: User, task_id: int, body: Any, *, max_queued: int | None = None
+) -> dict[str, Any]:
+    """``max_queued`` ([exports] max_queued_per_user): a user with that many exports queued
+    or building gets 429 with Retry-After rather than one more build (the user's advisory
+    lock makes the count and the insert one step for concurrent requests)."""
     fmt = validate_export_request(body)
     with transaction() as conn:
         task = get_task(conn, user, task_id)
         if task is None:
             raise NotFound("task not found", code="task_not_found")
+        if max_queued is not None:
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-export-queue'), :u)"),
+                {"u": user.id % 2**31},
+            )
+            pending = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM exports "
+                    "WHERE owner_id = :u AND status IN ('queued', 'building')"
+                ),
+                {"u": user.id},
+            ).scalar_one()
+            if pending >= max_queued:
+                raise TooManyQueued(
+                    f"{pending} of your exports are queued or building; request more when "
+                    f"they are done ([exports] max_queued_per_user = {max_queued})",
+                    code="too_many_exports",
+                    retry_after=EXPORT_RETRY_AFTER_SECONDS,
+                    details={"queued": pending, "limit": max_queued},
+                )
         executions = succeeded_execution_ids(conn, task_id)
         if not executions:
             raise Conflict(

@@ -25,7 +25,15 @@ blueprint = Blueprint("reports", __name__)
 @blueprint.post("/api/reports/definitions")
 @require_user
 def create_definition_route():
-    return jsonify({"definition": definitions.create_definition(current_user(), json_body())}), 201
+    return jsonify(
+        {
+            "definition": definitions.create_definition(
+                current_user(),
+                json_body(),
+                max_recipients=context.settings().reports.max_recipients,
+            )
+        }
+    ), 201
 
 
 @blueprint.get("/api/reports/definitions")
@@ -43,7 +51,12 @@ def get_definition_route(definition_id: int):
 @blueprint.route("/api/reports/definitions/<int:definition_id>", methods=["PUT", "PATCH"])
 @require_user
 def update_definition_route(definition_id: int):
-    updated = definitions.update_definition(current_user(), definition_id, json_body())
+    updated = definitions.update_definition(
+        current_user(),
+        definition_id,
+        json_body(),
+        max_recipients=context.settings().reports.max_recipients,
+    )
     return jsonify({"definition": updated})
 
 
@@ -57,7 +70,12 @@ def delete_definition_route(definition_id: int):
 @blueprint.post("/api/reports/definitions/<int:definition_id>/run")
 @require_user
 def run_definition_route(definition_id: int):
-    return jsonify({"report": definitions.run_now(current_user(), definition_id)}), 202
+    report = definitions.run_now(
+        current_user(),
+        definition_id,
+        cooldown_seconds=context.settings().reports.run_now_cooldown_seconds,
+    )
+    return jsonify({"report": report}), 202
 
 
 def _visible_report(report_id: int):

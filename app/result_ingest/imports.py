@@ -175,6 +175,15 @@ def validate_file(
             batches += 1
     except ResultFormatError as exc:
         raise _format_error(exc, format_name) from None
+    except (RecursionError, OverflowError, UnicodeError, LookupError) as exc:
+        # The readers name what they know to be wrong; anything else a file can provoke
+        # is still the file's fault: a 400 saying how far the file was read, not a 500.
+        raise ValidationError(
+            f"the {format_name} file cannot be read after observation {total}: "
+            f"{type(exc).__name__}: {str(exc)[:200]}",
+            code="invalid_import_file",
+            details={"format": format_name, "observation": total + 1},
+        ) from None
     return total, batches
 
 

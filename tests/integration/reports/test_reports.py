@@ -108,6 +108,11 @@ def test_definition_validation_names_the_field_and_writes_nothing(api):
         ({**base, "template": "nope"}, 400, "template"),
         ({**base, "period": "hourly"}, 400, "period"),
         ({**base, "timezone": "Mars/Base"}, 400, "timezone"),
+        # Files of the zone database that are not zones: refused (only real IANA names).
+        ({**base, "timezone": "localtime"}, 400, "timezone"),
+        ({**base, "timezone": "Factory"}, 400, "timezone"),
+        ({**base, "timezone": "posixrules"}, 400, "timezone"),
+        ({**base, "timezone": "../zoneinfo/UTC"}, 400, "timezone"),
         ({**base, "scope": "all"}, 400, "task_id"),
     ]
     for body, status, field in cases:
