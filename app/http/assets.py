@@ -20,6 +20,7 @@ from app.http.requests import datetime_arg, int_arg, page_limit
 from app.scan_control.query import task_visible
 from app.search.asset_sort import asset_sort
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
+from app.search.query_language import MAX_QUERY_CHARS, parse_query
 
 blueprint = Blueprint("assets", __name__, url_prefix="/api")
 
@@ -52,13 +53,13 @@ def _result_item(doc) -> dict:
     return item
 
 
-def _text_arg(name: str) -> str | None:
+def _text_arg(name: str, maximum: int = _MAX_TEXT) -> str | None:
     value = request.args.get(name)
     if value is None or value == "":
         return None
-    if len(value) > _MAX_TEXT:
+    if len(value) > maximum:
         raise ValidationError(
-            f"{name} is longer than {_MAX_TEXT} characters",
+            f"{name} is longer than {maximum} characters",
             code="invalid_parameter",
             details={"parameter": name},
         )
@@ -123,6 +124,9 @@ def asset_query_from_request(user) -> AssetQuery:
             code="invalid_parameter",
             details={"parameter": "status"},
         )
+    text, where, names_status = search_language_arg()
+    if names_status and not request.args.get("status"):
+        status = "all"  # the query's own status clause decides
     # Unknown values are a 400 naming the parameter (WEB-12); the order defaults per sort.
     order = asset_sort(_text_arg("sort"), _text_arg("order"))
     return AssetQuery(
@@ -134,7 +138,8 @@ def asset_query_from_request(user) -> AssetQuery:
         transport=transport,
         service=_text_arg("service"),
         product=_text_arg("product"),
-        text=_text_arg("q"),
+        text=text,
+        where=where,
         first_seen_from=datetime_arg("first_seen_from"),
         first_seen_to=datetime_arg("first_seen_to"),
         last_seen_from=datetime_arg("last_seen_from"),
@@ -145,6 +150,27 @@ def asset_query_from_request(user) -> AssetQuery:
         sort=order.sort,
         order=order.order,
     )
+
+
+def search_language_arg() -> tuple[str | None, object | None, bool]:
+    """``q`` read as the search language (docs/search-language.md): (free text, parsed
+    tree, whether it names a status). Bare words alone stay one free-text substring,
+    as ``q`` always meant; anything else is the parsed tree. A query that does not
+    parse is a 400 naming the column and what was expected there."""
+    raw = _text_arg("q", MAX_QUERY_CHARS)
+    if raw is None:
+        return None, None, False
+    parsed = parse_query(raw)
+    plain = parsed.plain_text
+    if plain is not None:
+        if len(plain) > _MAX_TEXT:
+            raise ValidationError(
+                f"q is longer than {_MAX_TEXT} characters",
+                code="invalid_parameter",
+                details={"parameter": "q"},
+            )
+        return plain, None, False
+    return None, parsed.node, parsed.names_status
 
 
 @blueprint.get("/assets")

@@ -54,9 +54,11 @@ from app.search.asset_sort import (
 )
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_language import query as language_query
 from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
+    FACTS_MAPPING,
     MERGE_SCRIPT,
     STATUS_MAPPING,
     IndexNames,
@@ -72,6 +74,7 @@ from app.search.encoding import (
     fact_source,
     utc_text,
 )
+from app.search.endpoint_facts import searchable_facts
 from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
@@ -169,6 +172,9 @@ class ElasticsearchStore:
         # Asset indices created before the change analysis lack its status fields.
         for index in self.names.assets.values():
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
+        # Endpoint indices created before the search language lack its ``facts`` fields.
+        for index in (self.names.execution_endpoints, *self.names.assets.values()):
+            self._call(lambda i=index: self._client.indices.put_mapping(index=i, **FACTS_MAPPING))
         # Fact indices created before facts carried their endpoint lack that field.
         self._call(
             lambda: self._client.indices.put_mapping(
@@ -279,6 +285,9 @@ class ElasticsearchStore:
         for doc in merge_all(valid):
             source = endpoint_source(doc)
             source["doc_id"] = doc.id
+            # The certificate and HTTP facts of ``details``, typed for search (the
+            # search language's ``cert.*``, ``title`` and ``server``).
+            source["facts"] = searchable_facts(doc.details)
             body = {
                 "script": {"id": self.names.merge_script, "params": {"doc": source}},
                 "scripted_upsert": True,
@@ -701,6 +710,8 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
                 }
             }
         )
+    if query.where is not None:
+        filters.append(language_query(query.where))
     if query.status not in ASSET_STATUS_FILTERS:
         raise ValidationError(
             "status must be one of " + ", ".join(ASSET_STATUS_FILTERS),

@@ -244,6 +244,9 @@ class AssetQuery:
     cursor: str | None = None
     sort: str = "ip"  # "ip" | "port" | "last_seen" | "service" (WEB-12, app.search.asset_sort)
     order: str | None = None  # "asc" | "desc"; None: the sort's default
+    # A parsed search-language query (app.search.query_language.parse_query(...).node),
+    # ANDed with the filters above; each adapter translates it.
+    where: object | None = None
 
 
 ASSET_STATUS_FILTERS = ("open", "gone", "all")

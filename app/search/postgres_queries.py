@@ -340,6 +340,12 @@ def asset_search_statement(
                 "WHERE x.text ILIKE :text)",
                 text=like_pattern(query.text),
             )
+    if query.where is not None:
+        # Imported here: the language's SQL module reads this module's helpers.
+        from app.search.postgres_language import condition as language_condition
+
+        language_sql, language_params = language_condition(query.where)  # type: ignore[arg-type]
+        where.add(language_sql, **language_params)
     for name, condition in (
         ("first_seen_from", "t.first_seen >= :first_seen_from"),
         ("first_seen_to", "t.first_seen < :first_seen_to"),
