@@ -85,6 +85,7 @@ class Execution:
     ports: str
     transports: list[str]
     attempt: int
+    profile: str = "standard"  # quick | standard | deep (app.agent.profiles)
 
     @classmethod
     def from_claim(cls, data: dict[str, Any]) -> Execution:
@@ -98,6 +99,7 @@ class Execution:
             ports=str(data.get("ports") or ""),
             transports=list(data.get("transports") or ["tcp"]),
             attempt=int(data.get("attempt") or 1),
+            profile=str(data.get("profile") or "standard"),
         )
 
     def as_dict(self) -> dict[str, Any]:

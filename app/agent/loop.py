@@ -38,6 +38,7 @@ from app.agent.client import (
 )
 from app.agent.events import EventLog
 from app.agent.formats import STATES, ResultFormatError
+from app.agent.profiles import effective_profile
 from app.agent.scanners import ScanProcess, masscan_command, nmap_command, split_targets_by_family
 from app.agent.spool import ExecutionSpool, Spool
 from app.config import AgentSettings
@@ -566,6 +567,7 @@ class _ExecutionRun:
                     family,
                     self.execution.ports,
                     self.execution.transports,
+                    effective_profile(self.execution.profile, self.settings),
                 )
                 yield from self._run_scanner(command, read_nmap_xml)
 

@@ -10,6 +10,7 @@ objects of exports older than ``[exports] retention_hours`` the same way.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from app.config import Settings
@@ -21,6 +22,7 @@ from app.object_store.deleter import DeleteResult, delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.scan_control.query import get_task, succeeded_execution_ids
+from app.search.query_language import parse_query
 
 
 def validate_export_request(body: Any) -> str:
@@ -39,6 +41,39 @@ def validate_export_request(body: Any) -> str:
             details={"field": "format", "allowed": list(records.FORMATS)},
         )
     return fmt
+
+
+def request_query_export(user: User, body: Any) -> dict[str, Any]:
+    """Queue an export of the caller's current assets a search-language query finds
+    (``POST /api/exports {"query": …, "format": …}``); a query that does not parse is
+    a 400 naming its column, and nothing is written."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object", details={"field": "body"})
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise ValidationError(
+            "query must be a search-language string (docs/search-language.md)",
+            code="invalid_query",
+            details={"field": "query"},
+        )
+    fmt = validate_export_request({k: v for k, v in body.items() if k != "query"})
+    query_at = datetime.now(UTC)
+    parsed = parse_query(query, now=query_at)
+    if parsed.plain_text is not None and len(parsed.plain_text) > 200:
+        raise ValidationError("free text is longer than 200 characters", details={"field": "query"})
+    with transaction() as conn:
+        row = records.insert_export(
+            conn,
+            owner_id=user.id,
+            task_id=None,
+            task_name="assets",
+            fmt=fmt,
+            execution_ids=[],
+            query=query,
+            query_at=query_at,
+        )
+    emit("ExportRequested", export_id=row.id, user_id=user.id, format=fmt, query=True)
+    return records.export_dict(row)
 
 
 def request_export(user: User, task_id: int, body: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -74,10 +75,12 @@ from app.search.encoding import (
     fact_source,
     utc_text,
 )
-from app.search.endpoint_facts import searchable_facts
+from app.search.endpoint_facts import FACT_INDEX_NAMES, searchable_facts
 from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
+    FACET_FIELDS,
+    AssetFacets,
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
@@ -555,6 +558,36 @@ class ElasticsearchStore:
             next_cursor = encode_asset_cursor(order, _position(order.sort, hits[-1]["sort"]))
         return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
 
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Facets over at most ``sample`` matching assets: ``terminate_after`` stops each
+        shard's collection there, so the cost does not grow with the index."""
+        index = self.names.assets.get(query.scope)
+        if index is None:
+            raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+        search = asset_search_body(replace(query, cursor=None, sort="ip", order="asc"))
+        body: dict[str, Any] = {
+            "size": 0,
+            "query": search["query"],
+            "terminate_after": sample,
+            "track_total_hits": True,
+            "aggs": {
+                name: {"terms": {"field": _FACET_INDEX_FIELDS[name], "size": size}}
+                for name in FACET_FIELDS
+            },
+        }
+        answer = self._search(index, body, what="asset_facets")
+        total = int(answer["hits"]["total"]["value"])
+        aggregations = answer.get("aggregations") or {}
+        facets = {
+            name: [
+                (bucket["key"], int(bucket["doc_count"]))
+                for bucket in (aggregations.get(name) or {}).get("buckets", [])
+            ]
+            for name in FACET_FIELDS
+        }
+        capped = bool(answer.get("terminated_early")) or total > sample
+        return AssetFacets(sampled=min(total, sample), capped=capped, facets=facets)
+
     def close(self) -> None:
         self._bulk.close()
         self._client.close()
@@ -746,6 +779,14 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     if position is not None:
         body["search_after"] = _search_after(order.sort, position)
     return body
+
+
+_FACET_INDEX_FIELDS = {
+    "service": "service",
+    "product": "product",
+    "port": "port",
+    "cert.issuer": "facts." + FACT_INDEX_NAMES["cert.issuer"],
+}
 
 
 def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:

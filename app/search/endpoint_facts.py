@@ -138,3 +138,15 @@ def _fact_sql(section: str, key: str, kind: str) -> str:
 FACT_SQL: dict[str, str] = {
     name: _fact_sql(section, key, kind) for name, (section, key, kind) in FACT_FIELDS.items()
 }
+
+
+# The certificate fingerprint the change analysis compares (a new one is a change).
+CERT_SHA256_SQL = FACT_SQL["cert.fingerprint"]
+
+
+def certificate_fingerprint(details: Mapping[str, Any] | None) -> str | None:
+    """``details.tls.sha256`` read as ``CERT_SHA256_SQL`` reads it (staged sightings)."""
+    tls = details.get("tls") if details else None
+    if not isinstance(tls, Mapping):
+        return None
+    return _read("fingerprint", tls.get("sha256"))

@@ -266,6 +266,24 @@ class AssetStatusUpdate:
     gone_execution_id: int | None = None
 
 
+# The facets of an asset search (language field names) and what each counts.
+FACET_FIELDS = ("service", "product", "port", "cert.issuer")
+
+
+@dataclass(frozen=True)
+class AssetFacets:
+    """Top values of ``FACET_FIELDS`` among the first ``sampled`` assets a search finds.
+
+    Counts are over at most ``sample`` matching assets (``capped``: more matched), so a
+    facet request costs the same whatever the number of assets; each field lists at
+    most ``size`` values, by count (descending) then value.
+    """
+
+    sampled: int
+    capped: bool
+    facets: dict[str, list[tuple[object, int]]]
+
+
 @dataclass(frozen=True)
 class AssetPage:
     items: list[EndpointDocument]
@@ -355,6 +373,10 @@ class SearchStore(Protocol):
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         """Current assets matching the query (STO-3); ``query.status`` filters by status."""
+
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Top values of ``FACET_FIELDS`` among at most ``sample`` assets matching ``query``
+        (its filters and status; its sort, cursor and limit are ignored)."""
 
     def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
         """Set status / gone_since / gone_execution_id of existing current assets (ANA-4).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,9 +32,12 @@ from app.search.asset_sort import (
     sort_key,
 )
 from app.search.documents import EndpointDocument
+from app.search.endpoint_facts import FACT_SQL
 from app.search.ids import normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
+    FACET_FIELDS,
+    AssetFacets,
     AssetPage,
     AssetQuery,
     ExecutionCounts,
@@ -196,6 +200,31 @@ class PostgresQueries:
             )
         return AssetPage(items=endpoints_from_rows(rows, query.scope), next_cursor=next_cursor)
 
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Facets over the first ``sample`` matching assets in address order (one range of
+        the ordering index, then a sort of at most ``sample`` rows per field)."""
+        sampled_query = replace(query, cursor=None, sort="ip", order="asc", limit=sample)
+
+        def facets(conn: Connection) -> list[Any]:
+            text_ids = matching_text_ids(conn, query.text) if query.text else None
+            if text_ids == ():
+                return []
+            sql, params = asset_search_statement(sampled_query, text_ids=text_ids)
+            params["facet_size"] = size
+            return conn.execute(sa.text(FACETS.replace("@sample@", sql)), params).all()
+
+        rows = self._run(facets)
+        found: dict[str, list[tuple[object, int]]] = {name: [] for name in FACET_FIELDS}
+        sampled = 0
+        for row in rows:
+            if row.facet == "":
+                sampled = int(row.count)
+            else:
+                found[row.facet].append(
+                    (row.number if row.facet == "port" else row.value, int(row.count))
+                )
+        return AssetFacets(sampled=min(sampled, sample), capped=sampled > sample, facets=found)
+
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
 
@@ -259,6 +288,26 @@ def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
     row = conn.execute(sa.text(RESULT_TOTALS), {"task_id": task_id}).one()
     return int(row.endpoints), int(row.ips)
 
+
+# Facets of one search: the sampled rows (the search's own page statement, ``sample + 1``
+# rows, so one more than the sample tells that more matched) grouped per field. Values
+# order by count, then byte order ("C"), as Elasticsearch orders terms buckets.
+_ISSUER = FACT_SQL["cert.issuer"]
+FACETS = (
+    "WITH s AS MATERIALIZED (@sample@), "  # noqa: S608 - module constants; values are bound
+    "c AS (SELECT * FROM s t "
+    "ORDER BY CAST(t.ip_order AS inet), t.port, t.transport LIMIT :limit - 1) "
+    "SELECT '' AS facet, NULL AS value, NULL::integer AS number, (SELECT count(*) FROM s) AS count "
+    "UNION ALL (SELECT 'service', t.service, NULL, count(*) FROM c t WHERE t.service IS NOT NULL "
+    'GROUP BY t.service ORDER BY count(*) DESC, t.service COLLATE "C" LIMIT :facet_size) '
+    "UNION ALL (SELECT 'product', t.product, NULL, count(*) FROM c t WHERE t.product IS NOT NULL "
+    'GROUP BY t.product ORDER BY count(*) DESC, t.product COLLATE "C" LIMIT :facet_size) '
+    "UNION ALL (SELECT 'port', NULL, t.port, count(*) FROM c t "
+    "GROUP BY t.port ORDER BY count(*) DESC, t.port LIMIT :facet_size) "
+    f"UNION ALL (SELECT 'cert.issuer', {_ISSUER}, NULL, count(*) FROM c t "
+    f"WHERE {_ISSUER} IS NOT NULL "
+    f'GROUP BY 2 ORDER BY count(*) DESC, {_ISSUER} COLLATE "C" LIMIT :facet_size)'
+)
 
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
 # leaves the texts to a subquery.

@@ -181,6 +181,12 @@ class ParsedQuery:
         return any(isinstance(c, Clause) and c.field == "status" for c in walk(self.node))
 
 
+def quoted(value: object) -> str:
+    """``value`` as a quoted phrase of the language (for links built from stored values)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
 def walk(node: Node | None):
     """Every node of a tree, depth first."""
     if node is None:

@@ -41,6 +41,10 @@ def _seed(api):
                 },
                 http={"title": "Shop login", "server": "nginx"},
                 tags=["dmz"],
+                details={
+                    "cpe": ["cpe:/a:igor_sysoev:nginx"],
+                    "scripts": {"ssl-cert": "Subject: x"},
+                },
             ),
             observation(
                 "192.0.2.3",
@@ -79,6 +83,19 @@ def test_the_language_searches_assets_and_keeps_the_filters(api):
     assert _ips(user, "status:gone") == []
     assert len(_ips(user, "-status:gone")) == 4
     assert _ips(user, "status:open", "&status=gone") == []
+
+
+def test_the_console_searches_with_the_language_and_shows_the_facts(api):
+    user = _seed(api)
+    page = user.get("/console/assets", query_string={"q": 'cert.issuer:"let\'s encrypt"'})
+    assert page.status_code == 200
+    html = page.data.decode()
+    assert "192.0.2.2" in html and "192.0.2.3" not in html
+    for shown in ("Shop login", "CN=R3,O=Let&#39;s Encrypt,C=US", "cpe:/a:igor_sysoev:nginx"):
+        assert shown in html, shown
+    assert 'class="script-output">Subject: x' in html
+    bad = user.get("/console/assets", query_string={"q": "port:abc"})
+    assert bad.status_code == 400 and "column 6" in bad.data.decode()
 
 
 def test_bare_words_stay_one_free_text_search(api):

@@ -282,3 +282,40 @@ def _both_owner(pg, es) -> int:
             store.refresh_current()
         _written[key] = owner
     return _written[key]
+
+
+# -- facets -----------------------------------------------------------------------------
+
+
+def test_facets_count_the_same_on_every_store(store, language_assets):
+    query = AssetQuery(scope="user", owner_id=language_assets, status="all")
+    facets = store.asset_facets(query, size=10, sample=1000)
+    assert (facets.sampled, facets.capped) == (6, False)
+    assert facets.facets["service"] == [("https", 2), ("domain", 1), ("http", 1), ("ssh", 1)]
+    assert facets.facets["product"] == [("nginx", 2), ("Jetty", 1), ("OpenSSH", 1)]
+    assert facets.facets["port"] == [(443, 2), (22, 1), (53, 1), (80, 1), (8443, 1)]
+    assert facets.facets["cert.issuer"] == [("CN=R3,O=Let's Encrypt,C=US", 1), ("CN=localhost", 1)]
+
+    narrowed = AssetQuery(
+        scope="user",
+        owner_id=language_assets,
+        status="all",
+        where=parse_query("net:10.0.0.0/8", now=NOW).node,
+    )
+    few = store.asset_facets(narrowed, size=1, sample=1000)
+    assert few.sampled == 3 and few.facets["service"] == [("https", 2)]
+    assert few.facets["port"] == [(22, 1)]
+
+
+def test_facets_count_at_most_the_sample(store, language_assets):
+    query = AssetQuery(scope="user", owner_id=language_assets, status="all")
+    facets = store.asset_facets(query, size=10, sample=4)
+    assert (facets.sampled, facets.capped) == (4, True)
+    assert sum(count for _value, count in facets.facets["port"]) == 4
+    empty = store.asset_facets(
+        AssetQuery(scope="user", owner_id=language_assets, where=parse_query("port:1").node),
+        size=10,
+        sample=4,
+    )
+    assert (empty.sampled, empty.capped) == (0, False)
+    assert empty.facets == {"service": [], "product": [], "port": [], "cert.issuer": []}
