@@ -159,8 +159,10 @@ ENDPOINT_MAPPING: dict[str, Any] = {
     },
 }
 
+# Text facts are keywords (substring search by wildcard query, like product and hostname):
+# few distinct values (issuers, titles), and the facets aggregate on them.
 _FACT_TYPES = {
-    "text": {"type": "wildcard"},
+    "text": _KEYWORD,
     "keyword": _KEYWORD,
     "list": _KEYWORD,
     "fingerprint": _KEYWORD,

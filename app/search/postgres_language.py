@@ -14,8 +14,8 @@ import itertools
 from typing import Any
 
 from app.search.endpoint_facts import FACT_FIELDS, FACT_SQL, MAX_TEXT
-from app.search.postgres_queries import ip_order_range, ip_order_text, like_pattern
 from app.search.postgres_schema import ASSET_TEXTS_TABLE, TEXT_ID_EXPRESSION
+from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
 from app.search.query_language import And, Clause, Node, Not, Or, Text
 
 _COMPARISONS = {"=": "=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}

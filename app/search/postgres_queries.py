@@ -11,7 +11,6 @@ lists may put another sort key first (``SORT_COLUMNS``, WEB-12).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import stage
 from app.search.asset_sort import (
@@ -44,6 +42,7 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
 )
+from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
     ASSET_TEXTS_TABLE,
@@ -56,6 +55,7 @@ from app.search.postgres_schema import (
     TEXT_ID_EXPRESSION,
     month_bounds,
 )
+from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -209,7 +209,11 @@ class PostgresQueries:
             text_ids = matching_text_ids(conn, query.text) if query.text else None
             if text_ids == ():
                 return []
-            sql, params = asset_search_statement(sampled_query, text_ids=text_ids)
+            # Only the columns the facets read: a sample of thousands of rows would
+            # otherwise carry every banner and document along.
+            sql, params = asset_search_statement(
+                sampled_query, text_ids=text_ids, select=FACET_COLUMNS
+            )
             params["facet_size"] = size
             return conn.execute(sa.text(FACETS.replace("@sample@", sql)), params).all()
 
@@ -293,10 +297,10 @@ def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
 # rows, so one more than the sample tells that more matched) grouped per field. Values
 # order by count, then byte order ("C"), as Elasticsearch orders terms buckets.
 _ISSUER = FACT_SQL["cert.issuer"]
+FACET_COLUMNS = f"t.service, t.product, t.port, t.transport, {_ISSUER} AS issuer, t.ip_order"
 FACETS = (
-    "WITH s AS MATERIALIZED (@sample@), "  # noqa: S608 - module constants; values are bound
-    "c AS (SELECT * FROM s t "
-    "ORDER BY CAST(t.ip_order AS inet), t.port, t.transport LIMIT :limit - 1) "
+    "WITH s AS MATERIALIZED (@sample@), "
+    "c AS (SELECT * FROM s t ORDER BY t.ip_order, t.port, t.transport LIMIT :limit - 1) "
     "SELECT '' AS facet, NULL AS value, NULL::integer AS number, (SELECT count(*) FROM s) AS count "
     "UNION ALL (SELECT 'service', t.service, NULL, count(*) FROM c t WHERE t.service IS NOT NULL "
     'GROUP BY t.service ORDER BY count(*) DESC, t.service COLLATE "C" LIMIT :facet_size) '
@@ -304,9 +308,9 @@ FACETS = (
     'GROUP BY t.product ORDER BY count(*) DESC, t.product COLLATE "C" LIMIT :facet_size) '
     "UNION ALL (SELECT 'port', NULL, t.port, count(*) FROM c t "
     "GROUP BY t.port ORDER BY count(*) DESC, t.port LIMIT :facet_size) "
-    f"UNION ALL (SELECT 'cert.issuer', {_ISSUER}, NULL, count(*) FROM c t "
-    f"WHERE {_ISSUER} IS NOT NULL "
-    f'GROUP BY 2 ORDER BY count(*) DESC, {_ISSUER} COLLATE "C" LIMIT :facet_size)'
+    "UNION ALL (SELECT 'cert.issuer', t.issuer, NULL, count(*) FROM c t "
+    "WHERE t.issuer IS NOT NULL "
+    'GROUP BY t.issuer ORDER BY count(*) DESC, t.issuer COLLATE "C" LIMIT :facet_size)'
 )
 
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
@@ -334,12 +338,13 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
 
 
 def asset_search_statement(
-    query: AssetQuery, *, text_ids: Sequence[str] | None = None
+    query: AssetQuery, *, text_ids: Sequence[str] | None = None, select: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
-    ``None`` to match the texts in a subquery instead."""
+    ``None`` to match the texts in a subquery instead. ``select``: the columns to read
+    instead of whole documents (the facets read a few)."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -390,9 +395,6 @@ def asset_search_statement(
                 text=like_pattern(query.text),
             )
     if query.where is not None:
-        # Imported here: the language's SQL module reads this module's helpers.
-        from app.search.postgres_language import condition as language_condition
-
         language_sql, language_params = language_condition(query.where)  # type: ignore[arg-type]
         where.add(language_sql, **language_params)
     for name, condition in (
@@ -425,8 +427,9 @@ def asset_search_statement(
     if query.status != "all":
         where.add("t.status = :status", status=query.status)
     owner = ", t.owner_id" if query.scope == "user" else ""
+    selected = select or f"{SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order"
     sql = (
-        f"SELECT {SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
+        f"SELECT {selected} "  # noqa: S608 - fragments are module constants; values are bound
         f"FROM {table} t "
         f"WHERE {where.sql()} ORDER BY {order_by(columns, order.descending)} LIMIT :limit"
     )
@@ -527,40 +530,3 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
             )
         )
     return documents
-
-
-def like_pattern(text: str) -> str:
-    cleaned = "".join(ch for ch in text if ch >= " ")
-    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def ip_order_range(cidr: str) -> tuple[str, str]:
-    """The ``ip_order`` bounds of every address ``ip <<= cidr`` accepts.
-
-    The asset search asks for ``ip <<= cidr`` and also for ``ip_order`` between these
-    bounds, so a CIDR search is a range of the ordering index (``owner_id`` first in
-    the user view), or of the second column of a sort index, instead of needing an
-    index on ``ip`` that every projection write would maintain (migration 0160). The
-    bounds are the ones PostgreSQL itself derives for ``<<=`` on a B-tree (the
-    network, then its last address as a host); an IPv4 block becomes the same block
-    of IPv4-mapped IPv6, as ``ip_order`` spells IPv4. The range may hold
-    more (an IPv6 ``::ffff:a.b.c.d`` beside IPv4 ``a.b.c.d``); ``ip <<= cidr`` stays the
-    condition that decides, so the answer is exactly the one of ``ip <<= cidr`` alone.
-    """
-    network = ipaddress.ip_network(cidr, strict=False)
-    last = ip_order_text(network.broadcast_address)
-    if network.version == 4:
-        return f"{ip_order_text(network.network_address)}/{96 + network.prefixlen}", last
-    return str(network), last
-
-
-def ip_order_text(value: Any) -> str:
-    """A cursor's address in ``ip_order`` form; anything else is ``bad_cursor``."""
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        raise bad_cursor() from None
-    if address.version == 4:
-        return f"::ffff:{address}"
-    return str(address)
