@@ -449,6 +449,11 @@ class AgentSettings:
     nmap_scripts: tuple[str, ...] = spec(
         ("banner",), doc="NSE scripts run with service detection (their output goes to details)"
     )
+    max_profile: str = spec(
+        "deep",
+        choices=("quick", "standard", "deep"),
+        doc="the deepest scan profile this agent runs; a task asking for more runs at this one",
+    )
     masscan_rate: int = spec(1000, min=1, max=10_000_000, doc="masscan --rate (packets/s)")
     report_states: tuple[str, ...] = spec(
         ("open",), doc="port states uploaded (open, closed, filtered, open|filtered)"

@@ -1,7 +1,7 @@
 """History moved from the PostgreSQL search store to Elasticsearch (ING-11).
 
 Revision ID: 20261202_0700
-Revises: 20261201_0170
+Revises: 20261202_0620
 Create Date: 2026-12-02
 
 ``search_store_migrations`` is the checkpoint of ``netmap search migrate --to
@@ -14,7 +14,7 @@ legacy scope of ING-11).
 from alembic import op
 
 revision = "20261202_0700"
-down_revision = "20261201_0170"
+down_revision = "20261202_0620"
 branch_labels = None
 depends_on = None
 

@@ -62,6 +62,21 @@ def _identifier(data: dict[str, Any], key: str, *, default: int | None = None) -
     return value
 
 
+_PROFILE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _profile(data: dict[str, Any]) -> str:
+    """The scan profile the server asks for (``app.agent.profiles``); a name the agent does
+    not know falls back to its default there, but a value that is not a short name at all
+    is a malformed claim."""
+    value = data.get("profile")
+    if value is None or value == "":
+        return "standard"
+    if not isinstance(value, str) or not _PROFILE_NAME.match(value):
+        raise MalformedClaim(f"claim field 'profile' must be a profile name, got {value!r:.80}")
+    return value
+
+
 def _string_list(data: dict[str, Any], key: str, default: list[str]) -> list[str]:
     value = data.get(key)
     if value is None:
@@ -115,6 +130,7 @@ class Execution:
     ports: str
     transports: list[str]
     attempt: int
+    profile: str = "standard"  # quick | standard | deep (app.agent.profiles)
 
     @classmethod
     def from_claim(cls, data: Any) -> Execution:
@@ -149,6 +165,7 @@ class Execution:
             ports=ports,
             transports=transports,
             attempt=_identifier(data, "attempt", default=1),
+            profile=_profile(data),
         )
 
     def as_dict(self) -> dict[str, Any]:

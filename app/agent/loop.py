@@ -40,6 +40,7 @@ from app.agent.client import (
 )
 from app.agent.events import EventLog
 from app.agent.formats import STATES, ResultFormatError
+from app.agent.profiles import effective_profile
 from app.agent.scanners import ScanProcess, masscan_command, nmap_command, split_targets_by_family
 from app.agent.spool import ExecutionSpool, Spool, SpoolPathError
 from app.agent.targets import TargetRefused, check_execution
@@ -631,6 +632,7 @@ class _ExecutionRun:
                     family,
                     self.execution.ports,
                     self.execution.transports,
+                    effective_profile(self.execution.profile, self.settings),
                 )
                 yield from self._run_scanner(command, read_nmap_xml)
 

@@ -49,12 +49,23 @@ from app.search.port import SearchStore
 CHANGE_KINDS = ("new", "changed", "gone", "reappeared")
 
 STAGED_SIGHTINGS_SQL = """
-    SELECT ip, port, transport, state, service, product, version, banner_hash
+    SELECT ip, port, transport, state, service, product, version, banner_hash, cert_sha256
       FROM analysis_sightings
      WHERE execution_id = :execution_id
 """
 
-_VALUES = ("state", "service", "product", "version", "banner_hash")
+_VALUES = ("state", "service", "product", "version", "banner_hash", "cert_sha256")
+# Values a sighting may lack because its run did not probe them (a ``quick`` profile reads
+# no certificate): a missing one keeps the recorded value, so it is never a change; a
+# different one is (a new certificate fingerprint, issue 37).
+_STICKY = frozenset({"cert_sha256"})
+
+
+def _sighted(v: str, sighting: str, recorded: str) -> str:
+    """A sighting's value as compared and recorded (sticky values fall back)."""
+    if v in _STICKY:
+        return f"coalesce({sighting}.{v}, {recorded}.{v})"
+    return f"{sighting}.{v}"
 
 
 def _analysis_sql(sightings_sql: str) -> str:
@@ -68,9 +79,13 @@ def _analysis_sql(sightings_sql: str) -> str:
     )
     nulls = ", ".join("NULL" for _ in _VALUES)
     gone_values = ", ".join(f"g.{v}" for v in _VALUES)
-    s_values = ", ".join(f"s.{v}" for v in _VALUES)
+    s_values = ", ".join(f"{_sighted(v, 's', 'a')} AS {v}" for v in _VALUES)
+    s_compared = ", ".join(_sighted(v, "s", "a") for v in _VALUES)
+    a_compared = ", ".join(f"a.{v}" for v in _VALUES)
+    j_values = ", ".join(f"{_sighted(v, 'c', 'o')} AS {v}" for v in _VALUES)
+    j_compared = ", ".join(_sighted(v, "c", "o") for v in _VALUES)
+    o_compared = ", ".join(f"o.{v}" for v in _VALUES)
     a_old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
-    c_values = ", ".join(f"c.{v}" for v in _VALUES)
     picked_old = ", ".join(
         f"CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END AS old_{v}" for v in _VALUES
     )
@@ -103,12 +118,10 @@ def _analysis_sql(sightings_sql: str) -> str:
          WHERE (s.ip IS NULL AND a.status = 'open')
             OR (s.ip IS NOT NULL
                 AND (a.ip IS NULL OR a.status = 'gone'
-                     OR (s.state, s.service, s.product, s.version, s.banner_hash)
-                        IS DISTINCT FROM (a.state, a.service, a.product, a.version,
-                                          a.banner_hash)))
+                     OR ({s_compared}) IS DISTINCT FROM ({a_compared})))
     ),
     j AS MATERIALIZED (
-        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {c_values},
+        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {j_values},
                c.a_ip IS NULL AND o.owner_id IS NULL AS is_new,
                CASE WHEN c.a_ip IS NOT NULL THEN c.a_status ELSE o.status END AS old_status,
                {picked_old}
@@ -122,8 +135,7 @@ def _analysis_sql(sightings_sql: str) -> str:
           ) o ON true
          WHERE c.s_ip IS NOT NULL
            AND (c.a_ip IS NOT NULL OR o.owner_id IS NULL OR o.status = 'gone'
-                OR ({c_values}) IS DISTINCT FROM (o.state, o.service, o.product, o.version,
-                                                  o.banner_hash))
+                OR ({j_compared}) IS DISTINCT FROM ({o_compared}))
     ),
     inserted AS (
         INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
@@ -252,6 +264,7 @@ def stage_sightings(
     set-based statement each; a restaged execution starts from an empty set.
     """
     from app.search.encoding import dumps
+    from app.search.endpoint_facts import certificate_fingerprint
 
     with transaction() as conn:
         conn.execute(
@@ -275,6 +288,7 @@ def stage_sightings(
                     "product": d.product,
                     "version": d.version,
                     "banner": d.banner,
+                    "cert_sha256": certificate_fingerprint(d.details),
                 }
                 for d in docs
             ]
@@ -284,11 +298,13 @@ def stage_sightings(
                 sa.text(
                     """
                     INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
-                                                    service, product, version, banner_hash)
-                    SELECT :e, ip, port, transport, state, service, product, version, md5(banner)
+                                                    service, product, version, banner_hash,
+                                                    cert_sha256)
+                    SELECT :e, ip, port, transport, state, service, product, version, md5(banner),
+                           cert_sha256
                       FROM json_to_recordset(CAST(:rows AS json))
                         AS r(ip inet, port integer, transport text, state text, service text,
-                             product text, version text, banner text)
+                             product text, version text, banner text, cert_sha256 text)
                     ON CONFLICT DO NOTHING
                     """
                 ),

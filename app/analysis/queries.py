@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from app.analysis.changes import CHANGE_KINDS
 from app.cursors import cursor_int, decode_cursor, encode_cursor
 
-_VALUES = ("state", "service", "product", "version", "banner_hash")
+_VALUES = ("state", "service", "product", "version", "banner_hash", "cert_sha256")
 _CHANGE_COLUMNS = (
     "c.id, c.execution_id, c.task_id, c.finished_at, c.kind, host(c.ip) AS ip, c.port, "
     "c.transport, " + ", ".join(f"c.old_{v}, c.new_{v}" for v in _VALUES)

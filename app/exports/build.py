@@ -49,7 +49,8 @@ from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.projection.lease import LeaseGuard, LeaseLost
 from app.search.documents import EndpointDocument
-from app.search.port import SearchStore
+from app.search.port import AssetQuery, SearchStore
+from app.search.query_language import parse_query
 
 RENEW_RETRY_SECONDS = 0.5
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
@@ -142,6 +143,40 @@ def endpoint_pages(
             if len(page) < page_size:
                 break
             after = page[-1].id
+
+
+def asset_query_pages(
+    store: SearchStore,
+    claim: ExportClaim,
+    *,
+    page_size: int,
+    guard: threading.Event | None = None,
+) -> Iterator[list[EndpointDocument]]:
+    """The owner's current assets the claim's search-language query finds, keyset page by
+    page. Durations in the query are relative to ``claim.query_at`` (when the export was
+    requested), so a rebuild exports the same set; like ``GET /api/assets``, only open
+    assets unless the query names a status."""
+    parsed = parse_query(claim.query or "", now=claim.query_at)
+    plain = parsed.plain_text
+    cursor: str | None = None
+    while True:
+        _raise_if_lost(guard)
+        page = store.search_assets(
+            AssetQuery(
+                scope="user",
+                owner_id=claim.owner_id,
+                text=plain,
+                where=None if plain is not None else parsed.node,
+                status="all" if parsed.names_status else "open",
+                limit=page_size,
+                cursor=cursor,
+            )
+        )
+        if page.items:
+            yield page.items
+        cursor = page.next_cursor
+        if cursor is None:
+            return
 
 
 def _keyset_ranges(
@@ -299,6 +334,9 @@ def export_chunks(
     jsonl = claim.format in ("jsonl", "zip")
 
     def pages() -> Iterator[EncodedPage]:
+        if claim.query is not None:
+            found = asset_query_pages(store, claim, page_size=page_size, guard=guard)
+            return encode_pages(found, csv=csv, jsonl=jsonl)
         if database_text:
             return database_text_pages(
                 store,
@@ -327,6 +365,12 @@ def export_chunks(
             "task": {"id": claim.task_id, "name": claim.task_name},
             "executions": list(claim.execution_ids),
         }
+        if claim.query is not None:
+            manifest = {
+                "export_id": claim.id,
+                "query": claim.query,
+                "query_at": claim.query_at.isoformat() if claim.query_at else None,
+            }
         members: dict[str, Any] = {}
         yield from zip_chunks(pages, manifest, members)
         stats["rows"] = members["endpoints.csv"]["rows"]

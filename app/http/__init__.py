@@ -40,6 +40,10 @@ def register_blueprints(app: Flask) -> None:
         reports,
     ):
         app.register_blueprint(module.blueprint)
+    from app.http import hosts, searches  # saved searches and host pages (issue 37)
+
+    app.register_blueprint(searches.blueprint)
+    app.register_blueprint(hosts.blueprint)
     from app import web
 
     app.register_blueprint(web.blueprint)

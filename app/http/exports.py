@@ -38,6 +38,19 @@ def create_export_route(task_id: int):
     return jsonify({"export": export}), 202
 
 
+@blueprint.post("/api/exports")
+@require_user
+def create_query_export_route():
+    """An export of the caller's current assets found by a search-language query."""
+    export = service.request_query_export(
+        current_user(),
+        json_body(),
+        max_queued=context.settings().exports.max_queued_per_user,
+    )
+    export["download_url"] = None
+    return jsonify({"export": export}), 202
+
+
 @blueprint.get("/api/exports")
 @require_user
 def list_exports_route():

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -54,9 +55,11 @@ from app.search.asset_sort import (
 )
 from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_language import query as language_query
 from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
+    FACTS_MAPPING,
     MERGE_SCRIPT,
     STATUS_MAPPING,
     IndexNames,
@@ -72,9 +75,12 @@ from app.search.encoding import (
     fact_source,
     utc_text,
 )
+from app.search.endpoint_facts import FACT_INDEX_NAMES, searchable_facts
 from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
+    FACET_FIELDS,
+    AssetFacets,
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
@@ -169,6 +175,9 @@ class ElasticsearchStore:
         # Asset indices created before the change analysis lack its status fields.
         for index in self.names.assets.values():
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
+        # Endpoint indices created before the search language lack its ``facts`` fields.
+        for index in (self.names.execution_endpoints, *self.names.assets.values()):
+            self._call(lambda i=index: self._client.indices.put_mapping(index=i, **FACTS_MAPPING))
         # Fact indices created before facts carried their endpoint lack that field.
         self._call(
             lambda: self._client.indices.put_mapping(
@@ -279,6 +288,9 @@ class ElasticsearchStore:
         for doc in merge_all(valid):
             source = endpoint_source(doc)
             source["doc_id"] = doc.id
+            # The certificate and HTTP facts of ``details``, typed for search (the
+            # search language's ``cert.*``, ``title`` and ``server``).
+            source["facts"] = searchable_facts(doc.details)
             body = {
                 "script": {"id": self.names.merge_script, "params": {"doc": source}},
                 "scripted_upsert": True,
@@ -546,6 +558,36 @@ class ElasticsearchStore:
             next_cursor = encode_asset_cursor(order, _position(order.sort, hits[-1]["sort"]))
         return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
 
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Facets over at most ``sample`` matching assets: ``terminate_after`` stops each
+        shard's collection there, so the cost does not grow with the index."""
+        index = self.names.assets.get(query.scope)
+        if index is None:
+            raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+        search = asset_search_body(replace(query, cursor=None, sort="ip", order="asc"))
+        body: dict[str, Any] = {
+            "size": 0,
+            "query": search["query"],
+            "terminate_after": sample,
+            "track_total_hits": True,
+            "aggs": {
+                name: {"terms": {"field": _FACET_INDEX_FIELDS[name], "size": size}}
+                for name in FACET_FIELDS
+            },
+        }
+        answer = self._search(index, body, what="asset_facets")
+        total = int(answer["hits"]["total"]["value"])
+        aggregations = answer.get("aggregations") or {}
+        facets = {
+            name: [
+                (bucket["key"], int(bucket["doc_count"]))
+                for bucket in (aggregations.get(name) or {}).get("buckets", [])
+            ]
+            for name in FACET_FIELDS
+        }
+        capped = bool(answer.get("terminated_early")) or total > sample
+        return AssetFacets(sampled=min(total, sample), capped=capped, facets=facets)
+
     def close(self) -> None:
         self._bulk.close()
         self._client.close()
@@ -701,6 +743,8 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
                 }
             }
         )
+    if query.where is not None:
+        filters.append(language_query(query.where))
     if query.status not in ASSET_STATUS_FILTERS:
         raise ValidationError(
             "status must be one of " + ", ".join(ASSET_STATUS_FILTERS),
@@ -735,6 +779,14 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     if position is not None:
         body["search_after"] = _search_after(order.sort, position)
     return body
+
+
+_FACET_INDEX_FIELDS = {
+    "service": "service",
+    "product": "product",
+    "port": "port",
+    "cert.issuer": "facts." + FACT_INDEX_NAMES["cert.issuer"],
+}
 
 
 def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:

@@ -244,6 +244,9 @@ class AssetQuery:
     cursor: str | None = None
     sort: str = "ip"  # "ip" | "port" | "last_seen" | "service" (WEB-12, app.search.asset_sort)
     order: str | None = None  # "asc" | "desc"; None: the sort's default
+    # A parsed search-language query (app.search.query_language.parse_query(...).node),
+    # ANDed with the filters above; each adapter translates it.
+    where: object | None = None
 
 
 ASSET_STATUS_FILTERS = ("open", "gone", "all")
@@ -261,6 +264,24 @@ class AssetStatusUpdate:
     status: str  # "open" | "gone"
     gone_since: datetime | None = None
     gone_execution_id: int | None = None
+
+
+# The facets of an asset search (language field names) and what each counts.
+FACET_FIELDS = ("service", "product", "port", "cert.issuer")
+
+
+@dataclass(frozen=True)
+class AssetFacets:
+    """Top values of ``FACET_FIELDS`` among the first ``sampled`` assets a search finds.
+
+    Counts are over at most ``sample`` matching assets (``capped``: more matched), so a
+    facet request costs the same whatever the number of assets; each field lists at
+    most ``size`` values, by count (descending) then value.
+    """
+
+    sampled: int
+    capped: bool
+    facets: dict[str, list[tuple[object, int]]]
 
 
 @dataclass(frozen=True)
@@ -352,6 +373,10 @@ class SearchStore(Protocol):
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         """Current assets matching the query (STO-3); ``query.status`` filters by status."""
+
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Top values of ``FACET_FIELDS`` among at most ``sample`` assets matching ``query``
+        (its filters and status; its sort, cursor and limit are ignored)."""
 
     def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
         """Set status / gone_since / gone_execution_id of existing current assets (ANA-4).

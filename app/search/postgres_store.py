@@ -51,6 +51,7 @@ from app.observability import emit
 from app.search.documents import EndpointDocument, FactDocument
 from app.search.export_text import ExportTextChunk, read_export_bounds, read_export_text
 from app.search.port import (
+    AssetFacets,
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
@@ -317,6 +318,9 @@ class PostgresStore:
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         return self._queries.search_assets(query)
+
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        return self._queries.asset_facets(query, size=size, sample=sample)
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)

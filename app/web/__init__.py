@@ -64,6 +64,7 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     asset_pages,
     change_pages,
     export_pages,
+    host_pages,
     ops_pages,
     report_pages,
     session_pages,
