@@ -12,6 +12,7 @@ def register_blueprints(app: Flask) -> None:
         auth,
         changes,
         exports,
+        front_door,
         health,
         imports,
         modules,
@@ -24,6 +25,7 @@ def register_blueprints(app: Flask) -> None:
     )
 
     for module in (
+        front_door,
         health,
         auth,
         admin,

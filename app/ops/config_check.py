@@ -264,6 +264,18 @@ def render_text(check: ConfigCheck) -> str:
     return "\n".join(lines)
 
 
+# Set by `netmap up` for its web server and runner: it has printed the check's warnings once
+# already, so each child (and each gunicorn worker) logs them at debug level only.
+STARTUP_CHECKED_ENV = "NETMAP_STARTUP_CHECKED"
+
+
+def startup_event_level(level: int) -> int:
+    """``level``, or debug when `netmap up` already showed the start-up check."""
+    import logging
+
+    return logging.DEBUG if os.environ.get(STARTUP_CHECKED_ENV) == "1" else level
+
+
 def emit_check(check: ConfigCheck, process: str) -> None:
     """Start-up output of web and runner processes: one event per problem, redacted."""
     import logging
@@ -274,10 +286,14 @@ def emit_check(check: ConfigCheck, process: str) -> None:
         emit("ConfigError", level=logging.ERROR, process=process, problem=scrub(problem.render()))
     for problem in check.warnings:
         emit(
-            "ConfigWarning", level=logging.WARNING, process=process, problem=scrub(problem.render())
+            "ConfigWarning",
+            level=startup_event_level(logging.WARNING),
+            process=process,
+            problem=scrub(problem.render()),
         )
     emit(
         "ConfigChecked",
+        level=startup_event_level(logging.INFO),
         process=process,
         errors=len(check.errors),
         warnings=len(check.warnings),
