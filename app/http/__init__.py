@@ -8,6 +8,7 @@ from flask import Flask
 def register_blueprints(app: Flask) -> None:
     from app.http import (
         admin,
+        api_reference,
         assets,
         auth,
         changes,
@@ -26,6 +27,7 @@ def register_blueprints(app: Flask) -> None:
 
     for module in (
         front_door,
+        api_reference,
         health,
         auth,
         admin,
