@@ -134,6 +134,7 @@ def print_banner(
         _say(json.dumps({"url": base_url, "runner": runner}))
         return
     _say(f"  console:  {base_url}/  (sign in as admin)")
+    _say(f"  API:      {base_url}/api/openapi.json  (reference: {base_url}/console/api)")
     _say(f"  logs:     this terminal (stderr); data and database in {settings.data_dir}")
     _say("  stop:     Ctrl-C (stops the web server, the runner and the database)")
 

@@ -21,7 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app.config import ConfigCheck, ConfigProblem, Settings, check_settings, redacted_snapshot
+from app.config import (
+    ConfigCheck,
+    ConfigProblem,
+    Settings,
+    check_settings,
+    redacted_snapshot,
+    smtp_security,
+)
 
 REDACTED = "<redacted>"
 # scheme://user:password@host or scheme://token@host: everything before the @ goes.
@@ -178,12 +185,13 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
         )
     warnings.extend(_bulk_budget_problems(settings))
     smtp = settings.smtp
-    if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
+    if smtp.host and smtp_security(smtp) == "none" and not _is_loopback(smtp.host):
         warnings.append(
             ConfigProblem(
                 "smtp.host",
                 smtp.host,
-                "mail (and smtp.password) would travel unencrypted: set smtp.starttls or smtp.ssl",
+                "mail (and smtp.password) would travel unencrypted: "
+                'set smtp.security = "starttls" or "tls"',
             )
         )
     if smtp.password and not smtp.host:
