@@ -268,8 +268,24 @@ class SmtpSettings:
     password: str = spec("", secret=True)
     starttls: bool = spec(True)
     ssl: bool = spec(False)
+    # How the connection is secured; "auto" follows the older starttls/ssl switches
+    # (STARTTLS unless ssl = true). "none" is for a plain relay such as one on localhost.
+    security: str = spec(
+        "auto",
+        choices=("auto", "starttls", "tls", "none"),
+        doc='"starttls" (port 587), "tls" (implicit TLS, port 465), "none" (plain) or "auto"',
+    )
     from_address: str = spec("netmap@localhost")
     timeout_seconds: float = spec(30.0, min=1, max=600)
+
+
+def smtp_security(smtp: SmtpSettings) -> str:
+    """The effective ``[smtp] security``: "starttls", "tls" or "none"."""
+    if smtp.security != "auto":
+        return smtp.security
+    if smtp.ssl:
+        return "tls"
+    return "starttls" if smtp.starttls else "none"
 
 
 @dataclass(frozen=True)
@@ -751,7 +767,7 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                 "must be 1-64 characters of a-z, 0-9, '.', '_', '-' (Elasticsearch index names)",
             )
         )
-    if settings.smtp.ssl and settings.smtp.starttls:
+    if settings.smtp.security == "auto" and settings.smtp.ssl and settings.smtp.starttls:
         errors.append(
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )

@@ -8,10 +8,12 @@ from flask import Flask
 def register_blueprints(app: Flask) -> None:
     from app.http import (
         admin,
+        api_reference,
         assets,
         auth,
         changes,
         exports,
+        front_door,
         health,
         imports,
         modules,
@@ -24,6 +26,8 @@ def register_blueprints(app: Flask) -> None:
     )
 
     for module in (
+        front_door,
+        api_reference,
         health,
         auth,
         admin,

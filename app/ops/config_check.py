@@ -21,7 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app.config import ConfigCheck, ConfigProblem, Settings, check_settings, redacted_snapshot
+from app.config import (
+    ConfigCheck,
+    ConfigProblem,
+    Settings,
+    check_settings,
+    redacted_snapshot,
+    smtp_security,
+)
 
 REDACTED = "<redacted>"
 # scheme://user:password@host or scheme://token@host: everything before the @ goes.
@@ -203,12 +210,13 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
             )
         )
     smtp = settings.smtp
-    if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
+    if smtp.host and smtp_security(smtp) == "none" and not _is_loopback(smtp.host):
         warnings.append(
             ConfigProblem(
                 "smtp.host",
                 smtp.host,
-                "mail (and smtp.password) would travel unencrypted: set smtp.starttls or smtp.ssl",
+                "mail (and smtp.password) would travel unencrypted: "
+                'set smtp.security = "starttls" or "tls"',
             )
         )
     if smtp.password and not smtp.host:
@@ -289,6 +297,18 @@ def render_text(check: ConfigCheck) -> str:
     return "\n".join(lines)
 
 
+# Set by `netmap up` for its web server and runner: it has printed the check's warnings once
+# already, so each child (and each gunicorn worker) logs them at debug level only.
+STARTUP_CHECKED_ENV = "NETMAP_STARTUP_CHECKED"
+
+
+def startup_event_level(level: int) -> int:
+    """``level``, or debug when `netmap up` already showed the start-up check."""
+    import logging
+
+    return logging.DEBUG if os.environ.get(STARTUP_CHECKED_ENV) == "1" else level
+
+
 def emit_check(check: ConfigCheck, process: str) -> None:
     """Start-up output of web and runner processes: one event per problem, redacted."""
     import logging
@@ -299,10 +319,14 @@ def emit_check(check: ConfigCheck, process: str) -> None:
         emit("ConfigError", level=logging.ERROR, process=process, problem=scrub(problem.render()))
     for problem in check.warnings:
         emit(
-            "ConfigWarning", level=logging.WARNING, process=process, problem=scrub(problem.render())
+            "ConfigWarning",
+            level=startup_event_level(logging.WARNING),
+            process=process,
+            problem=scrub(problem.render()),
         )
     emit(
         "ConfigChecked",
+        level=startup_event_level(logging.INFO),
         process=process,
         errors=len(check.errors),
         warnings=len(check.warnings),

@@ -37,7 +37,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.config import Settings
+from app.config import Settings, smtp_security
 from app.db import transaction
 from app.identity.secrets_at_rest import SecretBox, get_secret
 from app.object_store.port import ObjectStore
@@ -192,8 +192,9 @@ def _smtp_password(settings: Settings) -> str:
 
 def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None:
     smtp = settings.smtp
+    security = smtp_security(smtp)
     try:
-        if smtp.ssl:
+        if security == "tls":
             client: smtplib.SMTP = smtplib.SMTP_SSL(
                 smtp.host,
                 smtp.port,
@@ -203,7 +204,15 @@ def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None
         else:
             client = smtplib.SMTP(smtp.host, smtp.port, timeout=smtp.timeout_seconds)
         with client:
-            if smtp.starttls and not smtp.ssl:
+            if security == "starttls":
+                client.ehlo()
+                if not client.has_extn("starttls"):
+                    # Retrying cannot help: the server (a plain local relay?) has no STARTTLS.
+                    raise PermanentDeliveryError(
+                        f"the SMTP server {smtp.host}:{smtp.port} does not offer STARTTLS: "
+                        'set [smtp] security = "none" for a plain relay '
+                        '(or "tls" for implicit TLS, port 465)'
+                    )
                 client.starttls(context=ssl.create_default_context())
             if smtp.username:
                 client.login(smtp.username, _smtp_password(settings))
@@ -213,6 +222,11 @@ def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None
         _raise_for(code, reply)
     except smtplib.SMTPResponseException as exc:
         _raise_for(exc.smtp_code, exc.smtp_error)
+    except ssl.SSLError as exc:
+        raise TemporaryDeliveryError(
+            f"{type(exc).__name__}: {exc} (TLS with {smtp.host}:{smtp.port} failed; "
+            f'[smtp] security = "{security}")'
+        ) from exc
     except (smtplib.SMTPException, OSError) as exc:
         raise TemporaryDeliveryError(f"{type(exc).__name__}: {exc}") from exc
 

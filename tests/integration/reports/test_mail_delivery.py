@@ -191,3 +191,45 @@ def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings,
         assert len(smtp.recorder.messages) == 1
     finally:
         smtp.close()
+
+
+def _send_one(settings, api):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, recipients=["alice@example.com"])
+    user.post(f"/api/reports/definitions/{definition['id']}/run")
+    assert _run(settings, Renderer(settings)).result == "ready"
+    return _deliver_all(settings)
+
+
+def test_smtp_security_none_sends_to_a_plain_relay_and_starttls_names_the_setting(api, settings):
+    from app.config import smtp_security
+
+    smtp = LoopbackSmtp()  # a plain relay: no STARTTLS offered
+    try:
+        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
+        insisting = dataclasses.replace(
+            settings, smtp=dataclasses.replace(plain, security="starttls")
+        )
+        assert smtp_security(insisting.smtp) == "starttls"
+        assert _send_one(insisting, api) == {"alice@example.com": "failed"}
+        with transaction() as conn:
+            error = conn.execute(
+                sa.text("SELECT last_error FROM report_deliveries ORDER BY id DESC LIMIT 1")
+            ).scalar_one()
+        assert "does not offer STARTTLS" in error and '[smtp] security = "none"' in error
+        assert smtp.recorder.messages == []
+
+        relaxed = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        assert _send_one(relaxed, api) == {"alice@example.com": "sent"}
+        assert len(smtp.recorder.messages) == 1
+    finally:
+        smtp.close()
+
+
+def test_smtp_security_auto_follows_the_older_switches():
+    from app.config import SmtpSettings, smtp_security
+
+    assert smtp_security(SmtpSettings()) == "starttls"
+    assert smtp_security(SmtpSettings(starttls=False)) == "none"
+    assert smtp_security(SmtpSettings(ssl=True, starttls=False)) == "tls"
+    assert smtp_security(SmtpSettings(ssl=True, security="none")) == "none"
