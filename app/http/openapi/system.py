@@ -110,6 +110,13 @@ OPERATIONS = {
         ),
         "responses": {"200": json_response("published", {"type": "object"})},
     },
+    ("post", "/api/modules/report-render/close-stuck"): {
+        "summary": "Close the stuck draining renderer generations up to a revision (admin)",
+        "tags": ["system"],
+        "security": USER,
+        "requestBody": body(obj({"throughRevision": {"type": "integer", "minimum": 1}})),
+        "responses": {"202": json_response("requested", {"type": "object"})},
+    },
     ("post", "/api/traffic/rollups"): {
         "summary": "Ingest rollup rows from `netmap traffic rollup` (rollup bearer token)",
         "tags": ["traffic"],

@@ -114,7 +114,12 @@ OPERATIONS = {
             query("transport", {"type": "string", "enum": ["tcp", "udp"]}),
             query("service"),
             query("product"),
-            query("q", description="text in banner, product or hostname"),
+            query(
+                "q",
+                description="the search language (docs/search-language.md); bare words "
+                "are text in banner, product or hostname",
+            ),
+            query("search", {"type": "integer", "minimum": 1}, "a saved search's id"),
             query("status", {"type": "string", "enum": ["open", "gone", "all"]}),
             query("scope", {"type": "string", "enum": ["user", "global"]}),
             query("sort", {"type": "string", "enum": ["ip", "port", "last_seen", "service"]}),
