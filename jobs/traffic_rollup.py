@@ -17,12 +17,12 @@ import logging
 import socket
 import time
 
+from app.leases import Heartbeat
 from app.observability import emit
 from app.traffic.rollup import RollupOptions, RollupRun
 from app.traffic.sinks import DatabaseRowSink
 from app.traffic.store_postgres import PostgresCheckpointStore
 from jobs.base import (
-    Cancelled,
     JobContext,
     PeriodicJob,
     PeriodicLease,
@@ -49,8 +49,8 @@ class LeaseKeeper:
             return
         self._last = time.monotonic()
         for lease in self.leases:
-            if not lease.renew():
-                raise Cancelled(f"lease {lease.name} lost during the rollup")
+            lease.renew()  # the job's heartbeat renews too; a lost one stops the read here
+            lease.check()
 
 
 def _run(ctx: JobContext, keeper: LeaseKeeper, granularity: str) -> None:
@@ -92,7 +92,15 @@ def run_rollups(ctx: JobContext, lease: PeriodicLease) -> None:
     keeper.leases.append(day_lease)
     error: str | None = None
     try:
-        _run(ctx, keeper, "day")
+        with Heartbeat(
+            day_lease.renew,
+            day_lease.guard,
+            interval=traffic.lease_seconds / 3,
+            name=f"periodic-heartbeat-{DAY_JOB_NAME}",
+            failed_event="PeriodicJobHeartbeatFailed",
+            event_fields={"job": DAY_JOB_NAME},
+        ):
+            _run(ctx, keeper, "day")
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:1000]
         raise
