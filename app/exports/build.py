@@ -49,7 +49,7 @@ from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.search.documents import EndpointDocument
-from app.search.port import SearchStore
+from app.search.port import SearchStore, export_text_in_database
 
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
 # DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
@@ -236,7 +236,7 @@ def database_text_pages(
 
 
 def writes_text_in_database(store: SearchStore) -> bool:
-    return callable(getattr(store, "read_execution_export_text", None))
+    return export_text_in_database(store) is not None
 
 
 def export_chunks(

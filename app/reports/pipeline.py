@@ -49,6 +49,7 @@ from app.reports.capture import (
 )
 from app.reports.charts import ChartError, report_charts
 from app.reports.records import ReportClaim
+from app.search.port import SearchStore
 
 DATA_WAIT_RETRY_SECONDS = 60.0
 
@@ -236,6 +237,7 @@ def run_report(
     *,
     renderer: RendererSource,
     object_store: ObjectStore,
+    search_store: SearchStore,
     delete_concurrency: int,
     mail_domain: str = "netmap.local",
     heartbeat_seconds: float = 20.0,
@@ -265,6 +267,7 @@ def run_report(
             stored,
             renderer=renderer,
             object_store=object_store,
+            search_store=search_store,
             delete_concurrency=delete_concurrency,
             mail_domain=mail_domain,
             max_attempts=max_attempts,
@@ -292,15 +295,16 @@ def _run_claimed(
     *,
     renderer: RendererSource,
     object_store: ObjectStore,
+    search_store: SearchStore,
     delete_concurrency: int,
     mail_domain: str,
     max_attempts: int,
     wait_seconds: float,
     before_commit: Any,
 ) -> ReportOutcome:
-    prepare_aggregates(claim.report_id)
+    prepare_aggregates(claim.report_id, search_store)
     try:
-        snapshot = capture(claim, wait_seconds=wait_seconds)
+        snapshot = capture(claim, store=search_store, wait_seconds=wait_seconds)
     except LeaseLostError as exc:
         return ReportOutcome("lease_lost", str(exc))
     if snapshot.wait_for_data:
