@@ -40,6 +40,3 @@ def register_blueprints(app: Flask) -> None:
         reports,
     ):
         app.register_blueprint(module.blueprint)
-    from app import web
-
-    app.register_blueprint(web.blueprint)
