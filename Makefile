@@ -51,9 +51,11 @@ test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/unit tests/integration -m "not e2e" \
 		--ignore-glob='*/test_bench_*.py' $(PYTEST_ARGS)
 
+# Import contracts (layers, no loops, the agent apart): [tool.importlinter] in pyproject.toml.
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(DEV_STAMP)
 	$(BIN)/ruff format .

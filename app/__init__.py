@@ -148,6 +148,9 @@ def create_app(
     )
     register_error_handlers(app)
     register_blueprints(app)
+    from app import web  # the console: an entry point beside the API, not part of it
+
+    app.register_blueprint(web.blueprint)
     _install_request_hooks(app)
     from app.http.requests import check_query_parameters
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from app.special_use import SPECIAL_USE_CLASSES
+
 CONFIG_ENV = "NETMAP_CONFIG"
 
 # Short, documented names for the values operators override most often.
@@ -772,8 +774,6 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )
     errors.extend(_traffic_checks(settings))
-    from app.scan_control.targets import SPECIAL_USE_CLASSES
-
     for name in settings.scan.special_use_targets:
         if name not in SPECIAL_USE_CLASSES:
             errors.append(

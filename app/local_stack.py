@@ -139,14 +139,6 @@ def print_banner(
     _say("  stop:     Ctrl-C (stops the web server, the runner and the database)")
 
 
-def existing_secret_key(settings: Settings) -> str | None:
-    """The key the server uses: configured, or the one `netmap up` generated (never a new one)."""
-    if settings.security.secret_key:
-        return settings.security.secret_key
-    path = settings.data_dir / "secret_key"
-    return path.read_text().strip() if path.exists() else None
-
-
 def ensure_secret_key(settings: Settings) -> str:
     """The configured secret key, or one generated once and kept under data_dir."""
     if settings.security.secret_key:

@@ -104,10 +104,6 @@ def span(name: str | None = None, **attrs: Any) -> Iterator[dict[str, Any]]:
         _span_attrs.reset(token)
 
 
-def current_span() -> dict[str, Any]:
-    return dict(_span_attrs.get())
-
-
 def add_span_attrs(**attrs: Any) -> None:
     """Add attributes to the innermost span (e.g. task_id once the execution is read)."""
     _span_attrs.set({**_span_attrs.get(), **_clean(attrs)})

@@ -22,12 +22,12 @@ import logging
 import socket
 import time
 
+from app.leases import Heartbeat
 from app.observability import emit
 from app.traffic.rollup import RollupOptions, RollupRun, RollupSummary
 from app.traffic.sinks import DatabaseRowSink
 from app.traffic.store_postgres import PostgresCheckpointStore
 from jobs.base import (
-    Cancelled,
     JobContext,
     PeriodicJob,
     PeriodicLease,
@@ -54,8 +54,8 @@ class LeaseKeeper:
             return
         self._last = time.monotonic()
         for lease in self.leases:
-            if not lease.renew():
-                raise Cancelled(f"lease {lease.name} lost during the rollup")
+            lease.renew()  # the job's heartbeat renews too; a lost one stops the read here
+            lease.check()
 
 
 def _run(ctx: JobContext, keeper: LeaseKeeper, granularity: str) -> RollupSummary:
@@ -100,7 +100,15 @@ def run_rollups(ctx: JobContext, lease: PeriodicLease) -> None:
     # Until a day run verifies every past day, the next five-minute run reads them again.
     interval = 0.0
     try:
-        summary = _run(ctx, keeper, "day")
+        with Heartbeat(
+            day_lease.renew,
+            day_lease.guard,
+            interval=traffic.lease_seconds / 3,
+            name=f"periodic-heartbeat-{DAY_JOB_NAME}",
+            failed_event="PeriodicJobHeartbeatFailed",
+            event_fields={"job": DAY_JOB_NAME},
+        ):
+            summary = _run(ctx, keeper, "day")
         if summary.ok and not summary.unverified_days:
             interval = traffic.day_interval_seconds
     except Exception as exc:

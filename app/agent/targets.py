@@ -1,7 +1,7 @@
 """The agent's own check of what a server asks it to scan (AGT-1, SCN-7).
 
 The agent does not scan whatever it is told: an execution's targets and ports
-go through the server's own rules (``app.scan_control.targets``, importable
+go through the server's own rules (``app.target_rules``, importable
 without the server stack) with the agent's ``[scan]`` settings — so the
 special-use policy (loopback, link-local, cloud metadata refused unless
 allowed) holds on the scan host too — and, when ``[agent] allowed_networks``
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.config import ScanSettings
-from app.scan_control.targets import format_ports, parse_ports, parse_targets
+from app.target_rules import format_ports, parse_ports, parse_targets
 
 
 class TargetRefused(Exception):

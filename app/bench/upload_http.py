@@ -33,7 +33,7 @@ from app.bench import local_server
 from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
-from app.bench.upload import observations
+from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
 
 

@@ -24,8 +24,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
+from app.leases import LeasedRows
 
 FORMATS = ("csv", "jsonl", "zip")
+# A build holds its export row under a lease while the status is ``building``.
+BUILDS = LeasedRows("exports", "id", condition="status = 'building'")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
     "jsonl": "application/x-ndjson",
@@ -257,20 +260,7 @@ def claim_next_build(
 
 def renew(claim: ExportClaim) -> bool:
     """Extend the build lease; False means ownership was lost."""
-    with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    """
-                    UPDATE exports SET lease_expires_at = now() + make_interval(secs => :lease)
-                    WHERE id = :id AND claim_token = :token AND status = 'building'
-                      AND lease_expires_at > now()
-                    RETURNING 1
-                    """
-                ),
-                {"id": claim.id, "token": claim.claim_token, "lease": claim.lease_seconds},
-            ).scalar()
-        )
+    return BUILDS.renew(claim.id, claim.claim_token, claim.lease_seconds)
 
 
 def finish_ready(

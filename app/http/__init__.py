@@ -15,10 +15,12 @@ def register_blueprints(app: Flask) -> None:
         exports,
         front_door,
         health,
+        hosts,
         imports,
         modules,
         reports,
         scanner,
+        searches,
         system,
         tasks,
         traffic,
@@ -42,12 +44,7 @@ def register_blueprints(app: Flask) -> None:
         system,
         imports,
         reports,
+        searches,
+        hosts,
     ):
         app.register_blueprint(module.blueprint)
-    from app.http import hosts, searches  # saved searches and host pages (issue 37)
-
-    app.register_blueprint(searches.blueprint)
-    app.register_blueprint(hosts.blueprint)
-    from app import web
-
-    app.register_blueprint(web.blueprint)

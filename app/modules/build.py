@@ -37,8 +37,10 @@ from typing import Any
 from app.modules.releases import (
     ARTIFACT_NAME,
     BUILTIN_RELEASE,
+    LIB_DIR,
     MANIFEST_NAME,
     check_release_id,
+    lib_digest,
 )
 from app.renderer.contract import MODULE_NAME, RPC_VERSION
 
@@ -57,7 +59,6 @@ sys.exit(main())
 """
 # Distributions copied into lib/ with their compiled extensions (import names).
 NATIVE_DISTRIBUTIONS = {"MarkupSafe": "markupsafe", "nh3": "nh3", "css-inline": "css_inline"}
-LIB_DIR = "lib"
 
 
 class BuildError(Exception):
@@ -129,15 +130,6 @@ def copy_native_dependencies(lib: Path) -> str:
         if not copied:
             raise BuildError(f"{distribution} has no files under {package}/")
     return lib_digest(lib)
-
-
-def lib_digest(lib: Path) -> str:
-    """SHA-256 over the sorted (relative path, file SHA-256) pairs of ``lib``."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in lib.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(lib).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
-    return digest.hexdigest()
 
 
 def build_renderer_artifact(release_id: str, *, test_faults: dict[str, Any] | None = None) -> bytes:

@@ -32,6 +32,20 @@ RELEASE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+# The release's own copies of its native dependencies (MOD-9): built by app.modules.build,
+# checked here against the manifest's lib_sha256.
+LIB_DIR = "lib"
+
+
+def lib_digest(lib: Path) -> str:
+    """SHA-256 over the sorted (relative path, file SHA-256) pairs of ``lib``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in lib.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(lib).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class Release:
     release_id: str
@@ -118,8 +132,6 @@ def locate_release(releases_directory: Path | None, release_id: str) -> Release:
         raise CandidateRejected(release_id, "artifact SHA-256 does not match the manifest")
     lib_expected = manifest.get("lib_sha256")
     if lib_expected is not None:
-        from app.modules.build import LIB_DIR, lib_digest
-
         if not isinstance(lib_expected, str) or not SHA256_RE.match(lib_expected):
             raise CandidateRejected(release_id, "manifest lib_sha256 must be 64 lowercase hex")
         lib = real / LIB_DIR

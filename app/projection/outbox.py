@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-from app.lease_queue import (
+from app.leases import (
     OWNED,
     Backlog,
     LeaseQueue,
@@ -40,7 +40,7 @@ from app.lease_queue import (
     retry_parameters,
 )
 
-# The outbox is a lease queue like the analysis queue (app/lease_queue.py builds the shared SQL).
+# The outbox is a lease queue like the analysis queue (app/leases/ builds the shared SQL).
 QUEUE = LeaseQueue("scan_projection_outbox", enqueued_column="created_at")
 
 

@@ -35,7 +35,7 @@ def set_smtp_password(state, password_stdin: bool) -> None:
     security = settings.security
     if not security.encryption_key:
         # The server's key: configured, or the one `netmap up` generated in the data directory.
-        from app.local_stack import existing_secret_key
+        from app.cli_support import existing_secret_key
 
         key = existing_secret_key(settings)
         if key is None:

@@ -19,8 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
+from app.leases import LeasedRows
 
 MAX_ATTEMPTS = 5
+# A running report job is held under a lease (claim_token + lease_expires_at).
+JOBS = LeasedRows("report_jobs", "report_id", condition="status = 'running'")
 
 
 @dataclass(frozen=True)
@@ -185,21 +188,8 @@ def claim_next_job(*, lease_seconds: float, max_attempts: int = MAX_ATTEMPTS) ->
 
 
 def renew(claim: ReportClaim) -> bool:
-    with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    """
-                    UPDATE report_jobs
-                       SET lease_expires_at = now() + make_interval(secs => :lease)
-                     WHERE report_id = :id AND claim_token = :token AND status = 'running'
-                       AND lease_expires_at > now()
-                    RETURNING 1
-                    """
-                ),
-                {"id": claim.report_id, "token": claim.claim_token, "lease": claim.lease_seconds},
-            ).scalar()
-        )
+    """Extend the job's lease; False means ownership was lost."""
+    return JOBS.renew(claim.report_id, claim.claim_token, claim.lease_seconds)
 
 
 def requeue_after_temporary_error(

@@ -10,7 +10,7 @@ This path only ever *accepts*. Anything it does not recognise as surely valid â€
 a missing or unknown field, a value pydantic would coerce or refuse, a
 timestamp not in the plain RFC 3339 form, DNS records, a lone surrogate, a
 non-finite number, deep nesting, a type JSON does not produce â€” makes
-:func:`fast_upload` return ``None``, and ``parse_upload`` validates the body
+:func:`fast_upload` return ``None``, and ``parse.parse_upload`` validates the body
 with pydantic as before: every refusal keeps its exact message and item. A
 unit test holds the two paths to the same result.
 """

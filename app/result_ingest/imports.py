@@ -31,7 +31,7 @@ from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
 from app.observability import emit
-from app.result_ingest.model import parse_upload
+from app.result_ingest.parse import parse_upload
 from app.result_ingest.service import handle_upload
 from app.scan_control.imports import (
     create_import_execution,

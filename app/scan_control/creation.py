@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from app.config import ScanSettings
 from app.errors import ValidationError
 from app.scan_control.planning import plan_executions, scan_plan_document
-from app.scan_control.targets import (
+from app.target_rules import (
     ParsedTargets,
     format_ports,
     parse_ports,
@@ -58,12 +58,12 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
     transports, transport_problems = parse_transports(body.get("transports"))
     problems.extend(transport_problems)
     if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME_LENGTH:
-        from app.scan_control.targets import Problem
+        from app.target_rules import Problem
 
         problems.append(Problem("name", None, name, f"must be 1-{MAX_NAME_LENGTH} characters"))
     profile = body.get("profile", DEFAULT_PROFILE)
     if profile not in SCAN_PROFILES:
-        from app.scan_control.targets import Problem
+        from app.target_rules import Problem
 
         problems.append(Problem("profile", None, profile, "must be quick, standard or deep"))
     raise_if_problems(problems)

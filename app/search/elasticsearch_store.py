@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -46,6 +47,13 @@ from app.config import ElasticsearchSettings
 from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
+from app.search.aggregates import (
+    UNKNOWN_SERVICE,
+    ExecutionAggregates,
+    hours,
+    top_names,
+    top_ports,
+)
 from app.search.asset_sort import (
     AssetPosition,
     AssetSort,
@@ -87,6 +95,7 @@ from app.search.port import (
     BatchKey,
     BulkItemResult,
     BulkResult,
+    Capability,
     ExecutionCounts,
     FinalRequestPlan,
     ResultsPage,
@@ -115,6 +124,7 @@ class ElasticsearchStore:
     """``SearchStore`` on an Elasticsearch cluster."""
 
     name = "elasticsearch"
+    capabilities: frozenset[Capability] = frozenset()  # none of the optional abilities
 
     def __init__(self, settings: ElasticsearchSettings, *, client: Elasticsearch | None = None):
         self._settings = settings
@@ -470,6 +480,87 @@ class ElasticsearchStore:
             if len(buckets) < COMPOSITE_PAGE:
                 return endpoints, ips
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
+
+    # -- report aggregates (``app.search.aggregates``) ------------------------------------
+
+    def execution_aggregates(self, execution_id: int, *, top: int) -> ExecutionAggregates:
+        """Exact counts from composite aggregations walked to their end (a ``terms``
+        aggregation's top list is approximate across shards); ranked like PostgreSQL."""
+        query = {"bool": {"filter": [{"term": {"execution_id": execution_id}}]}}
+        services: dict[str, int] = {}
+        total = 0
+        for key, count, answer in self._composite(
+            query, [{"service": {"terms": {"field": "service"}}}], track_total=True
+        ):
+            if answer is not None:
+                total = _count_value(answer["hits"]["total"]["value"])
+            if key is not None:
+                services[key["service"]] = services.get(key["service"], 0) + count
+        missing = total - sum(services.values())  # endpoints without a service
+        if missing:
+            services[UNKNOWN_SERVICE] = services.get(UNKNOWN_SERVICE, 0) + missing
+        products = {
+            key["product"]: count
+            for key, count, _ in self._composite(
+                query, [{"product": {"terms": {"field": "product"}}}]
+            )
+            if key is not None
+        }
+        ports = {
+            (int(key["port"]), key["transport"]): count
+            for key, count, _ in self._composite(
+                query,
+                [
+                    {"port": {"terms": {"field": "port"}}},
+                    {"transport": {"terms": {"field": "transport"}}},
+                ],
+            )
+            if key is not None
+        }
+        first_seen = {
+            datetime.fromtimestamp(int(key["hour"]) / 1000, UTC): count
+            for key, count, _ in self._composite(
+                query,
+                [{"hour": {"date_histogram": {"field": "first_seen", "calendar_interval": "1h"}}}],
+            )
+            if key is not None
+        }
+        return ExecutionAggregates(
+            services=top_names(services, top),
+            products=top_names(products, top),
+            ports=top_ports(ports, top),
+            first_seen_hours=hours(first_seen),
+        )
+
+    def _composite(
+        self, query: dict[str, Any], sources: list[dict[str, Any]], *, track_total: bool = False
+    ) -> Iterator[tuple[dict[str, Any] | None, int, dict[str, Any] | None]]:
+        """Every bucket of a composite aggregation over the execution endpoints, page by
+        page: (key, doc_count, the first answer or None). An empty result still yields
+        the first answer once, with key None, so its total is seen."""
+        after: dict[str, Any] | None = None
+        first = True
+        while True:
+            composite: dict[str, Any] = {"size": COMPOSITE_PAGE, "sources": sources}
+            if after is not None:
+                composite["after"] = after
+            body = {
+                "size": 0,
+                "track_total_hits": track_total and first,
+                "query": query,
+                "aggs": {"buckets": {"composite": composite}},
+            }
+            answer = self._search(self.names.execution_endpoints, body, what="aggregates")
+            result = answer.get("aggregations", {}).get("buckets", {"buckets": []})
+            buckets = result["buckets"]
+            if first and (track_total or not buckets):
+                yield None, 0, answer
+            for bucket in buckets:
+                yield bucket["key"], int(bucket["doc_count"]), None
+            first = False
+            if len(buckets) < COMPOSITE_PAGE:
+                return
+            after = result["after_key"]
 
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
 

@@ -19,7 +19,7 @@ is harmless). It is resumable and bounded:
 
 The current-asset view is not copied: it is built from the execution endpoints by
 the projection, which re-queues every succeeded execution when the copy finishes
-(``requeue_projection``), so the cluster's current view converges once the
+(``netmap search migrate`` asks it to), so the cluster's current view converges once the
 deployment runs on Elasticsearch.
 
 Final-scope rule (ING-11): a final whose execution has receipts
@@ -168,8 +168,11 @@ def migrate_to_elasticsearch(
     batch_size: int,
     restart: bool = False,
     progress: Callable[[str], None] = lambda _m: None,
+    when_finished: Callable[[], object] = lambda: None,
 ) -> MigrationResult:
-    """Copy facts and execution endpoints, then check every execution's counts."""
+    """Copy facts and execution endpoints, then check every execution's counts;
+    ``when_finished`` runs once they match (the command requeues the projection there:
+    the projection owns its outbox, and this package may not import it)."""
     if source.name != "postgres" or target.name != TARGET:
         raise MigrationError("the migration copies a PostgreSQL store into Elasticsearch")
     with transaction() as conn:
@@ -199,7 +202,7 @@ def migrate_to_elasticsearch(
             state.facts_copied, state.endpoints_copied, checked, mismatches, resumed
         )
     _save(state, finished=True)
-    requeue_projection()
+    when_finished()
     progress(f"done: {state.facts_copied:,} facts, {state.endpoints_copied:,} endpoints")
     return MigrationResult(state.facts_copied, state.endpoints_copied, checked, [], resumed)
 
@@ -284,10 +287,3 @@ def _check_counts(source, target, batch_size: int) -> tuple[int, list[dict[str, 
                     }
                 )
         after = executions[-1]
-
-
-def requeue_projection() -> int:
-    """The projection builds the cluster's current view from the copied endpoints."""
-    from app.projection.outbox import requeue_processed
-
-    return requeue_processed()

@@ -262,10 +262,7 @@ class RollupRun:
         self.should_stop = should_stop or (lambda: False)
         self.calendar = BusinessCalendar(settings.timezone)
         # Checkpoints and rows in one PostgreSQL: rows are computed and written in SQL.
-        self._publishes_in_database = bool(
-            getattr(store, "publishes_in_database", False)
-            and getattr(sink, "writes_database", False)
-        )
+        self._publishes_in_database = store.publishes_in_database and sink.writes_database
 
     def execute(self, options: RollupOptions) -> RollupSummary:
         started = time.perf_counter()

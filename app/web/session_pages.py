@@ -25,6 +25,7 @@ from app.http.guards import end_session, live_session_user, start_session
 from app.identity.users import authenticate
 from app.observability import emit
 from app.scan_control.query import list_tasks
+from app.search.port import current_asset_count
 from app.web import blueprint
 from app.web.access import page_public, page_user, safe_next, signed_in_user
 
@@ -99,10 +100,10 @@ def _bounded_task_count(user, status: str) -> tuple[int, bool]:
 def dashboard():
     user = signed_in_user()
     store = context.store()
-    counter = getattr(store, "count_current_assets", None)
+    counter = current_asset_count(store)
     assets = None
     if counter is not None:
-        count = counter(owner_id=user.id, cap=ASSET_COUNT_CAP)
+        count = counter.count_current_assets(owner_id=user.id, cap=ASSET_COUNT_CAP)
         assets = {"count": min(count, ASSET_COUNT_CAP), "more": count > ASSET_COUNT_CAP}
     facets = None
     if callable(getattr(store, "asset_facets", None)):

@@ -95,7 +95,7 @@ def test_a_built_release_runs_on_its_own_native_dependencies_without_site_packag
     import site
     import sysconfig
 
-    from app.modules.build import lib_digest
+    from app.modules.releases import lib_digest
 
     # A copy elsewhere: nothing of the build environment's paths is reachable from it.
     copy = tmp_path / "releases"

@@ -12,7 +12,7 @@ from app.config import ScanSettings
 from app.errors import ValidationError
 from app.scan_control.creation import validate_task_request
 from app.scan_control.planning import plan_executions
-from app.scan_control.targets import (
+from app.target_rules import (
     SPECIAL_USE_CLASSES,
     count_addresses,
     normalise_domain,

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from app.exports.build import database_text_pages, endpoint_pages, export_chunks
 from app.exports.formats import encode_pages
 from app.exports.records import ExportClaim
-from app.projection.lease import LeaseGuard, LeaseLost
+from app.leases import LeaseGuard, LeaseLost
 from app.search.export_text import read_export_text
 from app.search.postgres_store import PostgresStore
 from tests.support.search_documents import BASE_TIME, execution_endpoint

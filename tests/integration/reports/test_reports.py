@@ -79,10 +79,17 @@ def _run(settings, renderer, **kwargs):
         work,
         renderer=renderer,
         object_store=open_object_store(settings),
+        search_store=_search_store(settings),
         delete_concurrency=3,
         wait_seconds=0,
         **kwargs,
     )
+
+
+def _search_store(settings):
+    from app.search import open_store
+
+    return open_store(settings)
 
 
 def _count(sql: str, **params) -> int:
@@ -350,6 +357,7 @@ def test_incomplete_data_waits_without_spending_an_attempt(api, settings, wait):
         work,
         renderer=Renderer(settings),
         object_store=open_object_store(settings),
+        search_store=_search_store(settings),
         delete_concurrency=3,
         wait_seconds=wait,
     )
@@ -614,7 +622,8 @@ def test_capture_reads_an_execution_without_stored_aggregates_inside_its_snapsho
     definition = _definition(user, task)
     user.post(f"/api/reports/definitions/{definition['id']}/run")
     work = records.claim_next_job(lease_seconds=60)
-    snapshot = capture(work, wait_seconds=0)  # prepare_aggregates was skipped on purpose
+    # prepare_aggregates was skipped on purpose
+    snapshot = capture(work, store=_search_store(settings), wait_seconds=0)
     assert snapshot.statistics["new_endpoints"] == 8
     assert {r["name"] for r in snapshot.statistics["top_services"]} == {"ssh", "https"}
     assert _count("SELECT count(*) FROM report_execution_aggregates") == 0

@@ -38,6 +38,7 @@ import idna
 
 from app.config import ScanSettings
 from app.errors import ValidationError
+from app.special_use import SPECIAL_USE_CLASSES, SPECIAL_USE_RANGES  # noqa: F401 - re-exported
 
 TRANSPORTS = ("tcp", "udp")
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -46,27 +47,7 @@ _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-# Each class with the ranges that make it up (IANA special-purpose registries).
-SPECIAL_USE_RANGES: dict[str, tuple[IPNetwork, ...]] = {
-    name: tuple(ipaddress.ip_network(n) for n in networks)
-    for name, networks in {
-        # AWS/GCP/Azure/OpenStack (169.254.169.254, AWS over IPv6), Alibaba, Azure's wire
-        # server: instance credentials live behind these.
-        "metadata": (
-            "169.254.169.254/32",
-            "fd00:ec2::254/128",
-            "100.100.100.200/32",
-            "168.63.129.16/32",
-        ),
-        "loopback": ("127.0.0.0/8", "::1/128"),
-        "private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
-        "link_local": ("169.254.0.0/16", "fe80::/10"),
-        "multicast": ("224.0.0.0/4", "ff00::/8"),
-        "broadcast": ("255.255.255.255/32",),
-        "unspecified": ("0.0.0.0/8", "::/128"),
-    }.items()
-}
-SPECIAL_USE_CLASSES = tuple(SPECIAL_USE_RANGES)
+# The special-use classes and their ranges live in app/special_use.py (settings check them).
 
 
 def _mapped_v4(network: IPNetwork) -> IPNetwork:

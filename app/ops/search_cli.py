@@ -1,4 +1,8 @@
-"""`netmap search …`: moving a PostgreSQL store's history into Elasticsearch (ING-11)."""
+"""`netmap search …`: moving a PostgreSQL store's history into Elasticsearch (ING-11).
+
+An operations command beside backup and restore: it drives the search store's copy
+(``app.search.migrate``) and then the projection's requeue, two domains that must not
+import each other."""
 
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ def migrate(state, target: str, es_url: str | None, batch_size: int, restart: bo
     import dataclasses
 
     from app.cli_support import database_for_command
+    from app.projection.outbox import requeue_processed
     from app.search.elasticsearch_store import ElasticsearchStore
     from app.search.migrate import MigrationError, migrate_to_elasticsearch
     from app.search.postgres_store import PostgresStore
@@ -59,6 +64,7 @@ def migrate(state, target: str, es_url: str | None, batch_size: int, restart: bo
                 batch_size=batch_size,
                 restart=restart,
                 progress=lambda message: click.echo(f"migrate: {message}", err=True),
+                when_finished=requeue_processed,
             )
         except MigrationError as exc:
             raise click.ClickException(str(exc)) from None
