@@ -105,24 +105,23 @@ def dashboard():
     if counter is not None:
         count = counter.count_current_assets(owner_id=user.id, cap=ASSET_COUNT_CAP)
         assets = {"count": min(count, ASSET_COUNT_CAP), "more": count > ASSET_COUNT_CAP}
-    facets = None
-    if callable(getattr(store, "asset_facets", None)):
-        from app.http.assets import FACET_SAMPLE
-        from app.search.port import AssetQuery
-        from app.search.query_language import quoted
+    from app.http.assets import FACET_SAMPLE
+    from app.search.port import AssetQuery
+    from app.search.query_language import quoted
 
-        found = store.asset_facets(
-            AssetQuery(scope="user", owner_id=user.id), size=5, sample=FACET_SAMPLE
-        )
-        # Each value links to the asset search that finds it.
-        facets = {
-            "sampled": found.sampled,
-            "capped": found.capped,
-            "fields": {
-                name: [(value, count, f"{name}:{quoted(value)}") for value, count in values]
-                for name, values in found.facets.items()
-            },
-        }
+    # Every store answers facets (a port method, not an optional ability).
+    found = store.asset_facets(
+        AssetQuery(scope="user", owner_id=user.id), size=5, sample=FACET_SAMPLE
+    )
+    # Each value links to the asset search that finds it.
+    facets = {
+        "sampled": found.sampled,
+        "capped": found.capped,
+        "fields": {
+            name: [(value, count, f"{name}:{quoted(value)}") for value, count in values]
+            for name, values in found.facets.items()
+        },
+    }
     with transaction() as conn:
         recent = recent_change_counts(
             conn, user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.agent.client import Execution
+import pytest
+
+from app.agent.client import Execution, MalformedClaim
 from app.agent.profiles import effective_profile
 from app.agent.scanners import nmap_command
 from app.config import load_settings
@@ -70,7 +72,7 @@ def test_the_claim_carries_the_profile():
         "id": 1,
         "task_id": 2,
         "kind": "ports",
-        "claim_token": "t",
+        "claim_token": "0b5e8f0e-6f0c-4c52-9a55-3d2b8f1b7c11",
         "lease_expires_at": "x",
         "targets": ["192.0.2.1"],
         "ports": "80",
@@ -80,5 +82,7 @@ def test_the_claim_carries_the_profile():
     }
     assert Execution.from_claim(claim).profile == "quick"
     assert Execution.from_claim({**claim, "profile": None}).profile == "standard"
+    with pytest.raises(MalformedClaim):
+        Execution.from_claim({**claim, "profile": "../quick"})
     # Without a profile (None) the command is what [agent] settings alone say.
     assert "-sV" not in nmap_command(_agent(), TARGETS, 4, "80", ["tcp"])
