@@ -55,7 +55,7 @@ from pydantic import ValidationError as PydanticValidationError
 from app.config import IngestSettings
 from app.errors import ValidationError
 from app.json_input import check_json_values
-from app.search.ids import normalise_ip
+from app.search.ids import normalise_ip, parsed_address
 from app.upload_protocol import PROTOCOL_VERSION, canonical_checksum
 
 UPLOAD_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -165,9 +165,21 @@ class ObservationIn(_Strict):
         if "%" in value:
             raise ValueError("IPv6 zone identifiers are not accepted")
         try:
-            return normalise_ip(value)
+            return stored_ip(value)
         except ValueError:
             raise ValueError("not an IPv4 or IPv6 address") from None
+
+
+def stored_ip(value: str) -> str:
+    """The address as results store it: normalised, and an IPv4-mapped IPv6 address
+    (``::ffff:192.0.2.1``) as the IPv4 address it maps: one host, one identity,
+    whichever way a scanner or a result file wrote it."""
+    text = normalise_ip(value)
+    if ":" in text:
+        mapped = parsed_address(text).ipv4_mapped  # type: ignore[union-attr]
+        if mapped is not None:
+            return str(mapped)
+    return text
 
 
 class DnsRecordIn(_Strict):
