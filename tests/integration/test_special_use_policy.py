@@ -69,3 +69,17 @@ def test_dns_answers(policy_api):
     child = user.get(f"/api/tasks/{child_id}").get_json()["task"]
     expected = ["10.0.0.1", "192.0.2.10"] if policy == "default" else ["192.0.2.10"]
     assert child["targets"] == expected
+
+
+def test_an_ipv4_mapped_address_is_stored_as_the_ipv4_address(api):
+    from tests.support.scanner_protocol import observation
+
+    user, scanner = api.user(), api.scanner()
+    task = user.post(
+        "/api/tasks", json={"name": "m", "targets": ["192.0.2.0/28"], "ports": "80"}
+    ).get_json()["task"]
+    upload = claim(scanner)
+    items = [observation("::ffff:192.0.2.1", 80), observation("::FFFF:c000:0202", 80)]
+    assert upload.final(0, items).status_code == 200
+    results = user.get(f"/api/tasks/{task['id']}/results").get_json()["items"]
+    assert sorted(r["ip"] for r in results) == ["192.0.2.1", "192.0.2.2"]
