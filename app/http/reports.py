@@ -146,8 +146,12 @@ def retry_report_route(report_id: int):
         ).scalar()
     if not exists:
         raise NotFound("report not found", code="report_not_found")
-    if not records.retry_failed(report_id):
-        raise Conflict("only a failed report can be retried", code="report_not_failed")
+    # A failed report is generated again; a ready one sends its failed deliveries again.
+    if not records.retry_failed(report_id) and not records.resend_failed_deliveries(report_id):
+        raise Conflict(
+            "only a failed report, or one with failed deliveries, can be retried",
+            code="report_not_failed",
+        )
     row, deliveries = _visible_report(report_id)
     return jsonify({"report": records.report_dict(row, deliveries)}), 202
 

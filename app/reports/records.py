@@ -261,6 +261,28 @@ def retry_failed(report_id: int) -> bool:
     return bool(row)
 
 
+def resend_failed_deliveries(report_id: int) -> int:
+    """Admin: send a ready report's failed deliveries again (same Message-ID: none of them
+    was accepted); returns how many were queued."""
+    with transaction() as conn:
+        return len(
+            conn.execute(
+                sa.text(
+                    """
+                    UPDATE report_deliveries d
+                       SET status = 'queued', attempts = 0, available_at = now(),
+                           claim_token = NULL, lease_expires_at = NULL, last_error = NULL
+                      FROM reports r
+                     WHERE d.report_id = :id AND r.id = d.report_id AND r.status = 'ready'
+                       AND d.status = 'failed'
+                    RETURNING d.id
+                    """
+                ),
+                {"id": report_id},
+            ).all()
+        )
+
+
 def get_report_row(conn: Connection, report_id: int) -> Any:
     return conn.execute(
         sa.text(

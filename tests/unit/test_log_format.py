@@ -60,3 +60,30 @@ def test_routine_successes_are_left_out_of_text_but_kept_in_json(monkeypatch):
     handler.setFormatter(JsonLineFormatter())
     handler.emit(_record("PeriodicJobCompleted", job="z", success=True))
     assert json.loads(stream.getvalue().splitlines()[-1])["job"] == "z"
+
+
+def test_the_shipped_nginx_log_format_is_what_the_rollups_parse():
+    """deploy/nginx/netmap-traffic-log.conf, filled in as nginx would, parses as a log line."""
+    import re
+
+    from app.traffic.logline import parse_line
+    from tests.support.processes import PROJECT_ROOT
+
+    conf = (PROJECT_ROOT / "deploy" / "nginx" / "netmap-traffic-log.conf").read_text()
+    body = "".join(re.findall(r"'([^']*)'", conf.split("log_format netmap_traffic", 1)[1]))
+    values = {
+        "remote_addr": "203.0.113.7",
+        "remote_user": "-",
+        "time_local": "02/Dec/2026:05:00:01 +0000",
+        "request": "GET /index.html HTTP/1.1",
+        "status": "200",
+        "body_bytes_sent": "1500",
+        "http_referer": "-",
+        "http_user_agent": "curl/8.0",
+        "request_length": "420",
+        "bytes_sent": "1580",
+    }
+    line = re.sub(r"\$([a-z_]+)", lambda m: values[m.group(1)], body)
+    parsed = parse_line(line.encode())
+    assert parsed is not None
+    assert parsed.request_bytes == 420 and parsed.response_bytes == 1580

@@ -113,7 +113,7 @@ OPERATIONS = {
         },
     },
     ("post", "/api/reports/{report_id}/retry"): {
-        "summary": "Run a failed report again (admin)",
+        "summary": "Run a failed report again, or resend its failed deliveries (admin)",
         "tags": ["reports"],
         "security": USER,
         "parameters": [path_id("report_id")],

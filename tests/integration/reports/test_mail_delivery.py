@@ -233,3 +233,33 @@ def test_smtp_security_auto_follows_the_older_switches():
     assert smtp_security(SmtpSettings(starttls=False)) == "none"
     assert smtp_security(SmtpSettings(ssl=True, starttls=False)) == "tls"
     assert smtp_security(SmtpSettings(ssl=True, security="none")) == "none"
+
+
+def test_retry_resends_the_deliveries_of_a_report_whose_deliveries_all_failed(api, settings):
+    smtp = LoopbackSmtp()
+    try:
+        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
+        failing = dataclasses.replace(
+            settings, smtp=dataclasses.replace(plain, security="starttls")
+        )
+        assert _send_one(failing, api) == {"alice@example.com": "failed"}
+        with transaction() as conn:
+            report_id = conn.execute(sa.text("SELECT max(id) FROM reports")).scalar_one()
+        admin = api.admin()
+        assert admin.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "ready"
+
+        retried = admin.post(f"/api/reports/{report_id}/retry")
+        assert retried.status_code == 202, retried.get_json()
+        deliveries = retried.get_json()["report"]["deliveries"]
+        assert [(d["recipient"], d["status"]) for d in deliveries] == [
+            ("alice@example.com", "queued")
+        ]
+        working = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        assert _deliver_all(working) == {"alice@example.com": "sent"}
+        assert len(smtp.recorder.messages) == 1
+        # Nothing failed any more: a second retry has nothing to do.
+        again = admin.post(f"/api/reports/{report_id}/retry")
+        assert again.status_code == 409
+        assert again.get_json()["error"]["code"] == "report_not_failed"
+    finally:
+        smtp.close()
