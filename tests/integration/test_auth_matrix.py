@@ -153,6 +153,7 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    _html("GET", "/console/hosts/<path:ip>", lambda w: "/console/hosts/127.0.0.1", _page(200)),
     _html(
         "GET",
         "/console/assets/history",
@@ -429,6 +430,48 @@ ROUTES: list[Route] = [
         _user_route(409, owned=True),
     ),
     Route("GET", "/api/exports", lambda w: "/api/exports", None, _user_route(200, owned=False)),
+    # The search language's surfaces: an export by query, facets, saved searches and host
+    # pages. Saved searches are strictly their owner's (admins included), so the matrix
+    # asks for one nobody has: every signed-in user gets 404, everyone else 401.
+    Route(
+        "POST",
+        "/api/exports",
+        lambda w: "/api/exports",
+        lambda w: {"query": "port:80", "format": "csv"},
+        _user_route(202, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/assets/facets",
+        lambda w: "/api/assets/facets",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route("GET", "/api/searches", lambda w: "/api/searches", None, _user_route(200, owned=False)),
+    Route(
+        "POST",
+        "/api/searches",
+        lambda w: "/api/searches",
+        lambda w: {"name": "matrix", "query": "port:80"},
+        _user_route(201, owned=False),
+    ),
+    *(
+        Route(
+            method,
+            "/api/searches/<int:search_id>",
+            lambda w: "/api/searches/999999",
+            (lambda w: {"name": "renamed"}) if method == "PATCH" else None,
+            _user_route(404, owned=False),
+        )
+        for method in ("GET", "PATCH", "DELETE")
+    ),
+    Route(
+        "GET",
+        "/api/hosts/<path:ip>",
+        lambda w: "/api/hosts/127.0.0.1",
+        None,
+        _user_route(200, owned=False),
+    ),
     Route(
         "GET",
         "/api/exports/<int:export_id>",

@@ -126,10 +126,15 @@ def test_events_are_json_lines_without_secrets(capsys):
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLineFormatter())
     logger.addHandler(handler)
+    # Self-contained: INFO events are emitted whether or not an earlier test in this
+    # process configured logging (the root logger is at WARNING until then).
+    level = logger.level
+    logger.setLevel(logging.INFO)
     try:
         with span(request_id="r1", scanner_id=7):
             emit("Probe", token="t0ps3cret", password="pw", checksum="abc", observations=[1], ok=1)
     finally:
+        logger.setLevel(level)
         logger.removeHandler(handler)
     line = capsys.readouterr().err.strip().splitlines()[-1]
     event = json.loads(line)
