@@ -43,18 +43,58 @@ from sqlalchemy.engine import Connection
 
 from app.analysis import queue
 from app.analysis.queue import AnalysisClaim
+from app.config import AlertSettings
 from app.db import transaction
+from app.search.documents import FIELD_RULES
 from app.search.port import SearchStore
 
 CHANGE_KINDS = ("new", "changed", "gone", "reappeared")
 
 STAGED_SIGHTINGS_SQL = """
-    SELECT ip, port, transport, state, service, product, version, banner_hash
+    SELECT ip, port, transport, state, service, product, version, banner_hash, hostname
       FROM analysis_sightings
      WHERE execution_id = :execution_id
 """
 
-_VALUES = ("state", "service", "product", "version", "banner_hash")
+# The values the analysis compares, each with its rule (``app.search.documents.FIELD_RULES``,
+# docs/changes.md): ``always`` values are reported by every scan, so any difference is a
+# change; a ``when_probed`` value missing from a sighting was not probed by that scan, so
+# it is no change and the last observed value stays. ``changed`` therefore means: a value
+# observed both times that differs. The banner is compared by its hash.
+ANALYSIS_FIELDS: dict[str, str] = {
+    "state": FIELD_RULES["state"],
+    "service": FIELD_RULES["service"],
+    "product": FIELD_RULES["product"],
+    "version": FIELD_RULES["version"],
+    "banner_hash": FIELD_RULES["banner"],
+    "hostname": FIELD_RULES["hostname"],
+}
+_VALUES = tuple(ANALYSIS_FIELDS)
+
+
+# An execution's change set as other domains may read it (the alerts' rule evaluation
+# runs it inside the analysis's transaction): one row per change, old and new values.
+_CHANGE_VALUES = ", ".join(f"old_{v}, new_{v}" for v in ANALYSIS_FIELDS)
+CHANGE_SET_SQL = (
+    "SELECT id, owner_id, execution_id, task_id, finished_at, kind, ip, port, transport, "  # noqa: S608 - constants
+    f"{_CHANGE_VALUES} FROM analysis_changes WHERE execution_id = :execution_id"
+)
+
+
+def differs(new: str, old: str) -> str:
+    """SQL: the sighting ``new`` differs from the recorded ``old`` by the field rules."""
+    tests = []
+    for name, rule in ANALYSIS_FIELDS.items():
+        test = f"{new}.{name} IS DISTINCT FROM {old}.{name}"
+        tests.append(test if rule == "always" else f"({new}.{name} IS NOT NULL AND {test})")
+    return "(" + " OR ".join(tests) + ")"
+
+
+def _kept(new: str, old: str, name: str) -> str:
+    """SQL: the value recorded after a sighting: an unprobed value keeps the old one."""
+    if ANALYSIS_FIELDS[name] == "always":
+        return new
+    return f"coalesce({new}, {old})"
 
 
 def _analysis_sql(sightings_sql: str) -> str:
@@ -70,10 +110,10 @@ def _analysis_sql(sightings_sql: str) -> str:
     gone_values = ", ".join(f"g.{v}" for v in _VALUES)
     s_values = ", ".join(f"s.{v}" for v in _VALUES)
     a_old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
-    c_values = ", ".join(f"c.{v}" for v in _VALUES)
-    picked_old = ", ".join(
-        f"CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END AS old_{v}" for v in _VALUES
-    )
+    picked = {v: f"(CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END)" for v in _VALUES}
+    picked_old = ", ".join(f"{picked[v]} AS old_{v}" for v in _VALUES)
+    # What the endpoint's values become: the sighting's, an unprobed one kept from before.
+    c_values = ", ".join(f"{_kept(f'c.{v}', picked[v], v)} AS {v}" for v in _VALUES)
     # One hash FULL JOIN of the sightings with the owner's endpoints inside the scope
     # finds, in one pass, what is absent and what differs; only those rows leave it (an
     # unchanged rescan is compared and dropped inside the join). Sightings outside the
@@ -103,9 +143,7 @@ def _analysis_sql(sightings_sql: str) -> str:
          WHERE (s.ip IS NULL AND a.status = 'open')
             OR (s.ip IS NOT NULL
                 AND (a.ip IS NULL OR a.status = 'gone'
-                     OR (s.state, s.service, s.product, s.version, s.banner_hash)
-                        IS DISTINCT FROM (a.state, a.service, a.product, a.version,
-                                          a.banner_hash)))
+                     OR {differs("s", "a")}))
     ),
     j AS MATERIALIZED (
         SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {c_values},
@@ -122,8 +160,7 @@ def _analysis_sql(sightings_sql: str) -> str:
           ) o ON true
          WHERE c.s_ip IS NOT NULL
            AND (c.a_ip IS NOT NULL OR o.owner_id IS NULL OR o.status = 'gone'
-                OR ({c_values}) IS DISTINCT FROM (o.state, o.service, o.product, o.version,
-                                                  o.banner_hash))
+                OR {differs("c", "o")})
     ),
     inserted AS (
         INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
@@ -275,6 +312,7 @@ def stage_sightings(
                     "product": d.product,
                     "version": d.version,
                     "banner": d.banner,
+                    "hostname": d.hostname,
                 }
                 for d in docs
             ]
@@ -284,11 +322,13 @@ def stage_sightings(
                 sa.text(
                     """
                     INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
-                                                    service, product, version, banner_hash)
-                    SELECT :e, ip, port, transport, state, service, product, version, md5(banner)
+                                                    service, product, version, banner_hash,
+                                                    hostname)
+                    SELECT :e, ip, port, transport, state, service, product, version, md5(banner),
+                           hostname
                       FROM json_to_recordset(CAST(:rows AS json))
                         AS r(ip inet, port integer, transport text, state text, service text,
-                             product text, version text, banner text)
+                             product text, version text, banner text, hostname text)
                     ON CONFLICT DO NOTHING
                     """
                 ),
@@ -328,12 +368,16 @@ def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
     return bool(current)
 
 
-def analyse(claim: AnalysisClaim, *, sightings_sql: str | None) -> ChangeCounts:
+def analyse(
+    claim: AnalysisClaim, *, sightings_sql: str | None, alerts: AlertSettings | None = None
+) -> ChangeCounts:
     """Compute and commit the execution's change set and summary; moves the row to ``publish``.
 
     One transaction: ownership is proven (and the queue row locked) first, so a
     worker that lost its claim writes nothing, and a crash leaves nothing behind.
     ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy.
+    The alert messages of the change set are created in this same transaction
+    (docs/alerts.md): no change set without its alerts, no alert without its change.
     """
     scope = execution_scope(claim)
     analysable = claim.status == "succeeded" and claim.kind == "ports"
@@ -385,6 +429,16 @@ def analyse(claim: AnalysisClaim, *, sightings_sql: str | None) -> ChangeCounts:
                 "superseded": counts.superseded,
             },
         )
+        if any(counts.as_dict().values()):
+            from app.alerts.evaluate import enqueue_alerts
+
+            enqueue_alerts(
+                conn,
+                alerts or AlertSettings(),
+                owner_id=claim.owner_id,
+                execution_id=claim.execution_id,
+                task_id=claim.task_id,
+            )
         queue.advance(conn, claim, phase="publish")
     return counts
 

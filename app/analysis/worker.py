@@ -109,7 +109,7 @@ class AnalysisWorker:
                             check_lease=beat.check,
                         )
                     beat.check()
-                    counts = changes.analyse(claim, sightings_sql=sql)
+                    counts = changes.analyse(claim, sightings_sql=sql, alerts=self.settings.alerts)
                     beat.extended(time.monotonic())
                     if sql is None:
                         changes.drop_staged(claim.execution_id)

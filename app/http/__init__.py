@@ -8,6 +8,7 @@ from flask import Flask
 def register_blueprints(app: Flask) -> None:
     from app.http import (
         admin,
+        alerts,
         assets,
         auth,
         changes,
@@ -38,6 +39,7 @@ def register_blueprints(app: Flask) -> None:
         system,
         imports,
         reports,
+        alerts,
     ):
         app.register_blueprint(module.blueprint)
     from app import web

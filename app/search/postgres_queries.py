@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,6 +32,7 @@ from app.search.asset_sort import (
     sort_key,
 )
 from app.search.documents import EndpointDocument
+from app.search.encoding import parse_utc
 from app.search.ids import normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
@@ -410,6 +412,7 @@ _OPTIONAL_COLUMNS = (
     "status",
     "gone_since",
     "gone_execution_id",
+    "observed",
 )
 
 
@@ -437,7 +440,7 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
     i_state, i_service, i_product, i_version, i_banner, i_hostname = (
         position[name] for name in ("state", "service", "product", "version", "banner", "hostname")
     )
-    i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution = (
+    i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution, i_observed = (
         position.get(name, missing) for name in _OPTIONAL_COLUMNS
     )
     documents = []
@@ -469,9 +472,15 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
                 v[i_status] or "open",
                 v[i_gone_since],
                 v[i_gone_execution],
+                _observed(v[i_observed]),
             )
         )
     return documents
+
+
+def _observed(value: dict[str, str] | None) -> dict[str, datetime]:
+    """The ``observed`` column (JSON times) as the document's map."""
+    return {name: parse_utc(seen) for name, seen in value.items()} if value else {}
 
 
 def like_pattern(text: str) -> str:

@@ -1,0 +1,8 @@
+"""Change alerts (docs/alerts.md): rules over change sets, channels, and the deliveries outbox.
+
+The package owns ``alert_rules``, ``alert_channels`` and ``alert_deliveries``.
+``evaluate`` turns a committed change set into messages inside the analysis's
+transaction; ``deliveries`` hands them to the runner under leases; ``senders``
+speaks webhook (Standard Webhooks), email and Apprise through ``outbound``'s
+address checks.
+"""
