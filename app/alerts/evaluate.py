@@ -30,14 +30,14 @@ from app.observability import emit
 _COLUMN_OF_FIELD = {("banner" if c == "banner_hash" else c): c for c in ANALYSIS_FIELDS}
 
 
-def _values(side: str) -> str:
-    pairs = ", ".join(f"'{c}', x.{side}_{c}" for c in ANALYSIS_FIELDS)
+def _values(side: str, alias: str = "x") -> str:
+    pairs = ", ".join(f"'{c}', {alias}.{side}_{c}" for c in ANALYSIS_FIELDS)
     return f"jsonb_build_object({pairs})"
 
 
-def _changed_fields() -> str:
+def _changed_fields(alias: str = "x") -> str:
     items = ", ".join(
-        f"CASE WHEN x.old_{c} IS DISTINCT FROM x.new_{c} THEN '{f}' END"
+        f"CASE WHEN {alias}.old_{c} IS DISTINCT FROM {alias}.new_{c} THEN '{f}' END"
         for f, c in _COLUMN_OF_FIELD.items()
     )
     return f"array_remove(ARRAY[{items}]::text[], NULL)"
@@ -50,80 +50,97 @@ def _fields_test() -> str:
     )
 
 
-def enqueue_sql() -> str:
-    counts = ", ".join(f"'{k}', count(*) FILTER (WHERE kind = '{k}')" for k in CHANGE_KINDS)
-    return f"""
-    WITH x AS MATERIALIZED ({CHANGE_SET_SQL}),
-    targets AS MATERIALIZED (
-        SELECT r.id AS rule_id, r.owner_id AS rule_owner, r.name AS rule_name, r.mode,
-               r.on_kinds, r.fields, r.cidrs, r.ports, r.services, r.products, r.task_ids,
-               c.id AS channel_id
-          FROM alert_rules r
-          JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
-         WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
-    ),
-    matched AS MATERIALIZED (
-        SELECT r.rule_id, r.rule_owner, r.rule_name, r.mode, r.channel_id, x.id AS change_id,
-               x.kind,
-               row_number() OVER (PARTITION BY r.rule_id, r.channel_id ORDER BY x.id) AS n,
-               jsonb_build_object(
-                   'change_id', x.id, 'kind', x.kind, 'ip', host(x.ip), 'port', x.port,
-                   'transport', x.transport, 'task_id', x.task_id,
-                   'execution_id', x.execution_id, 'finished_at', x.finished_at,
-                   'old', CASE WHEN x.kind = 'new' THEN NULL ELSE {_values("old")} END,
-                   'new', CASE WHEN x.kind = 'gone' THEN NULL ELSE {_values("new")} END,
-                   'changed_fields', CASE WHEN x.kind = 'changed'
-                                          THEN to_jsonb({_changed_fields()}) END
-               ) AS change
-          FROM targets r
-          JOIN x ON x.kind = ANY(r.on_kinds)
-         WHERE (cardinality(r.cidrs) = 0 OR x.ip <<= ANY(r.cidrs))
+def _matches() -> str:
+    """SQL: change ``x`` matches rule ``r`` (kind, filter, fields of a ``changed``)."""
+    return f"""x.kind = ANY(r.on_kinds)
+           AND (cardinality(r.cidrs) = 0 OR x.ip <<= ANY(r.cidrs))
            AND (cardinality(r.ports) = 0 OR x.port = ANY(r.ports))
            AND (cardinality(r.services) = 0
                 OR coalesce(x.new_service, x.old_service) = ANY(r.services))
            AND (cardinality(r.products) = 0
                 OR coalesce(x.new_product, x.old_product) = ANY(r.products))
            AND (cardinality(r.task_ids) = 0 OR x.task_id = ANY(r.task_ids))
-           AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})
+           AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})"""
+
+
+def enqueue_sql() -> str:
+    per_kind = ", ".join(f"count(*) FILTER (WHERE x.kind = '{k}') AS {k}" for k in CHANGE_KINDS)
+    # A folded digest counts what it carries: the rule's changes minus the single messages.
+    counts = ", ".join(
+        f"'{k}', t.{k} - (SELECT count(*) FROM firsts s WHERE s.rule_id = r.id "  # noqa: S608 - constants
+        f"AND s.n <= r.singles AND s.kind = '{k}')"
+        for k in CHANGE_KINDS
+    )
+    old_values, new_values = _values("old", "f"), _values("new", "f")
+    changed_fields = _changed_fields("f")
+    # Per rule, not per channel: the change set is compared with each rule once. Counts
+    # come from one grouped pass; the changes a message lists are each rule's first ones
+    # by id (a top-N per rule), so only those are turned into JSON.
+    return f"""
+    WITH x AS MATERIALIZED ({CHANGE_SET_SQL}),
+    rules AS MATERIALIZED (
+        SELECT r.id, r.owner_id, r.name, r.mode, r.on_kinds, r.fields, r.cidrs, r.ports,
+               r.services, r.products, r.task_ids,
+               CASE WHEN r.mode = 'each' THEN :cap ELSE 0 END AS singles
+          FROM alert_rules r
+         WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
     ),
-    digested AS (
-        -- A digest rule's changes, and an ``each`` rule's beyond the cap.
-        SELECT m.*, CASE WHEN m.mode = 'each' THEN m.n - :cap ELSE m.n END AS position
-          FROM matched m
-         WHERE m.mode = 'digest' OR m.n > :cap
+    totals AS MATERIALIZED (
+        SELECT r.id AS rule_id, count(*) AS total, {per_kind}
+          FROM rules r JOIN x ON {_matches()}
+         GROUP BY r.id
     ),
-    digests AS (
-        SELECT rule_id, rule_owner, min(rule_name) AS rule_name, channel_id,
-               bool_or(mode = 'each') AS folded, count(*) AS total,
-               jsonb_build_object({counts}) AS counts,
-               coalesce(jsonb_agg(change ORDER BY change_id)
-                        FILTER (WHERE position <= :digest_changes), '[]') AS changes
-          FROM digested
-         GROUP BY rule_id, rule_owner, channel_id
+    firsts AS MATERIALIZED (
+        SELECT r.id AS rule_id, f.n, f.kind,
+               jsonb_build_object(
+                   'change_id', f.id, 'kind', f.kind, 'ip', host(f.ip), 'port', f.port,
+                   'transport', f.transport, 'task_id', f.task_id,
+                   'execution_id', f.execution_id, 'finished_at', f.finished_at,
+                   'old', CASE WHEN f.kind = 'new' THEN NULL ELSE {old_values} END,
+                   'new', CASE WHEN f.kind = 'gone' THEN NULL ELSE {new_values} END,
+                   'changed_fields', CASE WHEN f.kind = 'changed'
+                                          THEN to_jsonb({changed_fields}) END
+               ) AS change
+          FROM rules r
+          CROSS JOIN LATERAL (
+              SELECT x.*, row_number() OVER (ORDER BY x.id) AS n
+                FROM (SELECT x.* FROM x WHERE {_matches()}
+                       ORDER BY x.id LIMIT r.singles + :digest_changes) AS x
+          ) AS f
     ),
     messages AS (
-        SELECT rule_id, rule_owner, channel_id, 'each' AS message_kind,
-               'netmap.change.' || kind AS event_type,
-               jsonb_build_object('rule', jsonb_build_object('id', rule_id, 'name', rule_name),
-                                  'change', change, 'link', :link) AS payload
-          FROM matched WHERE mode = 'each' AND n <= :cap
+        SELECT r.id AS rule_id, r.owner_id, 'each' AS message_kind,
+               'netmap.change.' || f.kind AS event_type,
+               jsonb_build_object('rule', jsonb_build_object('id', r.id, 'name', r.name),
+                                  'change', f.change, 'link', :link) AS payload
+          FROM rules r JOIN firsts f ON f.rule_id = r.id AND f.n <= r.singles
         UNION ALL
-        SELECT rule_id, rule_owner, channel_id, 'digest', 'netmap.digest',
-               jsonb_build_object('rule', jsonb_build_object('id', rule_id, 'name', rule_name),
+        -- A digest rule's changes, and an ``each`` rule's beyond the cap (folded).
+        SELECT r.id, r.owner_id, 'digest', 'netmap.digest',
+               jsonb_build_object('rule', jsonb_build_object('id', r.id, 'name', r.name),
                                   'execution_id', CAST(:execution_id AS bigint),
                                   'task_id', CAST(:task_id AS bigint),
-                                  'folded', folded, 'total', total, 'counts', counts,
-                                  'changes', changes,
-                                  'more', total - jsonb_array_length(changes), 'link', :link)
-          FROM digests
+                                  'folded', r.mode = 'each', 'total', t.total - r.singles,
+                                  'counts', jsonb_build_object({counts}),
+                                  'changes', d.changes,
+                                  'more', t.total - r.singles - jsonb_array_length(d.changes),
+                                  'link', :link)
+          FROM rules r
+          JOIN totals t ON t.rule_id = r.id AND t.total > r.singles
+          CROSS JOIN LATERAL (
+              SELECT coalesce(jsonb_agg(f.change ORDER BY f.n), '[]') AS changes
+                FROM firsts f WHERE f.rule_id = r.id AND f.n > r.singles
+          ) AS d
     ),
     inserted AS (
         INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, execution_id, task_id,
                                       message_kind, event_type, payload)
-        SELECT 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''), rule_id,
-               channel_id, rule_owner, :execution_id, :task_id, message_kind, event_type,
-               payload
-          FROM messages
+        SELECT 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''), m.rule_id,
+               c.id, m.owner_id, :execution_id, :task_id, m.message_kind, m.event_type,
+               m.payload
+          FROM messages m
+          JOIN alert_rules r ON r.id = m.rule_id
+          JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
         RETURNING message_kind
     )
     SELECT message_kind, count(*) AS n FROM inserted GROUP BY message_kind

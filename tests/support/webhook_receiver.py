@@ -39,6 +39,10 @@ class WebhookReceiver:
     fail_next: int = 0
     redirect_to: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # When set, a request is recorded and then held unanswered until ``release`` is set.
+    hold: bool = False
+    arrived: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> WebhookReceiver:
         receiver = self
@@ -58,9 +62,13 @@ class WebhookReceiver:
                     verified = None
                     if self.path.startswith("/hook"):
                         verified = receiver._verify(body, headers)
-                        if not verified:
+                        if not verified and status == 200:
                             status = 401
                     receiver.received.append(Received(self.path, headers, body, status, verified))
+                    held = receiver.hold
+                receiver.arrived.set()
+                if held:
+                    receiver.release.wait(60)
                 self.send_response(status)
                 if status == 302:
                     self.send_header("Location", receiver.redirect_to or "/")
@@ -72,12 +80,14 @@ class WebhookReceiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -211,3 +211,68 @@ def test_each_mode_is_capped_per_change_set_and_the_rest_is_digested(
     digest = next(h for h in receiver.hooks() if h.json["type"] == "netmap.digest").json["data"]
     assert digest["folded"] and digest["total"] == 3 and digest["counts"]["new"] == 3
     assert len(digest["changes"]) == 2 and digest["more"] == 1
+
+
+# A runner worker's delivery step, as its own process: the job's claim and run.
+_DELIVERY_PROCESS = """
+import pickle, sys
+from app import db
+settings = pickle.loads(open(sys.argv[1], "rb").read())
+db.set_engine(db.create_engine(settings.database.url, settings.database, application_name="t"))
+from jobs.alert_delivery import AlertDeliveryJob
+job = AlertDeliveryJob(settings)
+work = job.claim(None)
+print(work.id, flush=True)
+job.run(None, work)
+print("recorded", flush=True)
+"""
+
+
+def test_a_runner_killed_between_send_and_record_sends_the_same_id_again(
+    api, settings, receiver, tmp_path
+) -> None:
+    import os
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    alice, scanner = api.user(), api.scanner()
+    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
+    receiver.secrets.append(hook.get_json()["channel"]["secret"])
+    alice.post(
+        "/api/alerts/rules",
+        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
+    )
+    _scan(alice, scanner, [observation("192.0.2.1", 80)])
+    _run_workers(settings)
+    (row,) = _deliveries()
+
+    frozen = tmp_path / "settings.pickle"
+    frozen.write_bytes(pickle.dumps(settings))
+    receiver.hold = True  # the message arrives; the answer (and so the record) waits
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _DELIVERY_PROCESS, str(frozen)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        assert worker.stdout.readline().strip() == row.id
+        assert receiver.arrived.wait(60), "the worker never sent the message"
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    receiver.hold = False
+    receiver.release.set()
+    (killed,) = _deliveries()
+    assert killed.status == "pending" and killed.claim_token is not None  # not recorded
+
+    # Once the dead worker's lease runs out, the next claim sends the same id again.
+    assert drain(settings) == ["delivered"]
+    assert dict(receiver.ids()) == {row.id: 2}
+    assert all(h.verified for h in receiver.hooks(ok_only=False))
+    (done,) = _deliveries()
+    assert done.status == "delivered" and done.attempts == 2
