@@ -11,6 +11,10 @@ Create Date: 2026-12-02
   whose values are all as new as the row.
 * The change analysis records the hostname too (``analysis_assets``,
   ``analysis_sightings``, old/new in ``analysis_changes``).
+* ``analysis_changes`` gets an index on ``(execution_id, id)``: a change set is read
+  whole by the alert rules' evaluation (``app.alerts.evaluate``), in the analysis's
+  transaction; the existing execution index only covers gone/reappeared rows.
+  ``CREATE INDEX`` holds off writes to the table while it builds (as migration 0140).
 
 Every new column is nullable without a default, so adding it rewrites no table.
 """
@@ -29,9 +33,11 @@ ALTER TABLE search_assets_user ADD COLUMN observed jsonb;
 ALTER TABLE analysis_assets ADD COLUMN hostname text;
 ALTER TABLE analysis_sightings ADD COLUMN hostname text;
 ALTER TABLE analysis_changes ADD COLUMN old_hostname text, ADD COLUMN new_hostname text;
+CREATE INDEX ix_analysis_changes_change_set ON analysis_changes (execution_id, id);
 """
 
 DOWNGRADE = r"""
+DROP INDEX ix_analysis_changes_change_set;
 ALTER TABLE analysis_changes DROP COLUMN old_hostname, DROP COLUMN new_hostname;
 ALTER TABLE analysis_sightings DROP COLUMN hostname;
 ALTER TABLE analysis_assets DROP COLUMN hostname;

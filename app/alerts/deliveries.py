@@ -20,6 +20,7 @@ statements are here because this queue is keyed by message id, not execution.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,7 @@ from app.identity.users import User
 from app.lease_queue import claim_parameters, retry_parameters
 
 STATUSES = ("pending", "delivered", "dead")
+_ID = re.compile(r"^msg_[0-9a-f]{32}$")
 _OWNED = "id = :id AND claim_token = :token AND lease_expires_at > now()"
 
 
@@ -264,7 +266,13 @@ def list_deliveries(
     return [public(r) for r in rows]
 
 
+def _not_found() -> NotFound:
+    return NotFound("delivery not found", code="delivery_not_found")
+
+
 def get_delivery(user: User, delivery_id: str) -> dict[str, Any]:
+    if not _ID.match(delivery_id):
+        raise _not_found()
     with transaction() as conn:
         row = conn.execute(
             sa.text(
@@ -275,12 +283,14 @@ def get_delivery(user: User, delivery_id: str) -> dict[str, Any]:
             {"id": delivery_id, "owner": user.id},
         ).one_or_none()
     if row is None:
-        raise NotFound("delivery not found", code="delivery_not_found")
+        raise _not_found()
     return public(row)
 
 
 def redeliver(user: User, delivery_id: str) -> dict[str, Any]:
     """Send the message again (same id), with a fresh retry window."""
+    if not _ID.match(delivery_id):
+        raise _not_found()
     with transaction() as conn:
         found = conn.execute(
             sa.text(

@@ -118,7 +118,7 @@ def list_deliveries_route():
         before = (datetime.fromisoformat(position["at"]), str(position["id"]))
     items = deliveries.list_deliveries(
         current_user(),
-        rule_id=int_arg("rule", minimum=1),
+        rule_id=int_arg("rule", minimum=1, maximum=2**63 - 1),
         status=request.args.get("status") or None,
         limit=limit,
         before=before,
