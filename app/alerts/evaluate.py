@@ -75,9 +75,11 @@ def enqueue_sql() -> str:
     changed_fields = _changed_fields("f")
     # Per rule, not per channel: the change set is compared with each rule once. Counts
     # come from one grouped pass; the changes a message lists are each rule's first ones
-    # by id (a top-N per rule), so only those are turned into JSON.
+    # by id (a top-N per rule), so only those are turned into JSON. The change set is
+    # not materialised: each top-N reads the (execution_id, id) index in order and stops
+    # after its N matches (measured: 0.47 against 1.44 CPU seconds for 100k changes).
     return f"""
-    WITH x AS MATERIALIZED ({CHANGE_SET_SQL}),
+    WITH x AS NOT MATERIALIZED ({CHANGE_SET_SQL}),
     rules AS MATERIALIZED (
         SELECT r.id, r.owner_id, r.name, r.mode, r.on_kinds, r.fields, r.cidrs, r.ports,
                r.services, r.products, r.task_ids,

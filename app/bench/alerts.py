@@ -9,6 +9,8 @@ gone, reappeared). Timed:
 * ``evaluation_seconds``: the set-based statement that turns the change set into alert
   messages (``app.alerts.evaluate.enqueue_alerts``, as the analysis runs it inside its
   transaction) and its commit; ``changes_evaluated_per_s`` is changes over that time;
+  ``changes_evaluated_per_cpu_s`` is the same over the scratch server's CPU seconds
+  meanwhile (the rate on an idle machine: the work is one backend's statement);
 * ``commit_to_delivered_seconds``: from that commit until every message is delivered by
   the delivery job's own code (``claim_next`` + ``deliver``), ``--workers`` threads.
 
@@ -102,6 +104,7 @@ def command(changes: int, workers: int) -> None:
     from app.alerts.channels import new_secret
     from app.alerts.deliveries import claim_next, deliver
     from app.alerts.evaluate import enqueue_alerts
+    from app.bench.cpu import server_cpu_seconds
     from app.bench.scratch import scratch_database
     from app.identity.secrets_at_rest import SecretBox
 
@@ -183,6 +186,8 @@ def command(changes: int, workers: int) -> None:
         with transaction() as conn:
             conn.execute(sa.text("ANALYZE analysis_changes"))
 
+        pgdata = scratch.directory / "pgdata"
+        server_cpu = server_cpu_seconds(pgdata)
         started = time.perf_counter()
         with transaction() as conn:
             created = enqueue_alerts(
@@ -190,6 +195,7 @@ def command(changes: int, workers: int) -> None:
             )
         committed = time.perf_counter()
         evaluation = committed - started
+        evaluation_cpu = server_cpu_seconds(pgdata) - server_cpu
 
         outcomes: list[str] = []
 
@@ -224,6 +230,10 @@ def command(changes: int, workers: int) -> None:
             "messages": created,
             "evaluation_seconds": round(evaluation, 3),
             "changes_evaluated_per_s": round(changes / evaluation),
+            "evaluation_server_cpu_seconds": round(evaluation_cpu, 3),
+            "changes_evaluated_per_cpu_s": round(changes / evaluation_cpu)
+            if evaluation_cpu > 0
+            else None,
             "commit_to_delivered_seconds": round(delivered, 3),
             "delivered": outcomes.count("delivered"),
             "not_delivered": len(outcomes) - outcomes.count("delivered"),
