@@ -6,3 +6,9 @@ transaction; ``deliveries`` hands them to the runner under leases; ``senders``
 speaks webhook (Standard Webhooks), email and Apprise through ``outbound``'s
 address checks.
 """
+
+import logging
+
+# Apprise's messages may contain a channel's URL, which is a secret (it holds tokens):
+# the library logs nothing, whichever module of the package loads it first.
+logging.getLogger("apprise").setLevel(logging.CRITICAL + 1)

@@ -10,12 +10,11 @@
   SMTP host, written to the same ``.eml`` outbox directory.
 * apprise: the decrypted URL handed to the ``apprise`` library; its host is checked
   against the address rule first (docs/alerts.md says how far that check reaches). The
-  library's own logger is silenced, since its messages may contain the URL.
+  library's own logger is silenced (``app/alerts/__init__.py``): it may print the URL.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,8 +28,6 @@ from app.alerts.channels import Channel
 from app.alerts.outbound import OutboundPolicy, PermanentDeliveryError, TemporaryDeliveryError
 from app.config import Settings
 from app.identity.secrets_at_rest import SecretBox
-
-logging.getLogger("apprise").setLevel(logging.CRITICAL + 1)
 
 
 @dataclass(frozen=True)
