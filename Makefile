@@ -18,13 +18,16 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[server]'
 	@touch $@
 
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# Local trials scan this machine too: `make up` allows loopback targets, which the default
+# policy refuses (docs/security.md); an explicit NETMAP_SCAN_SPECIAL_USE_TARGETS wins.
+up: export NETMAP_SCAN_SPECIAL_USE_TARGETS ?= loopback,private
 up: $(STAMP)
 	$(BIN)/netmap up $(ARGS)
 
@@ -48,9 +51,11 @@ test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/unit tests/integration -m "not e2e" \
 		--ignore-glob='*/test_bench_*.py' $(PYTEST_ARGS)
 
+# Import contracts (layers, no loops, the agent apart): [tool.importlinter] in pyproject.toml.
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(DEV_STAMP)
 	$(BIN)/ruff format .

@@ -10,6 +10,7 @@ closes it (gunicorn ``worker_exit``, atexit and the tests call it).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from datetime import timedelta
@@ -53,12 +54,17 @@ def create_app(
     configure_logging()
     loaded_check = None
     if settings is None:
-        from app.ops.config_check import emit_check, full_check
+        from app.ops.config_check import emit_check, full_check, startup_event_level
 
         settings, loaded_check = load_settings()
         startup_check = full_check(settings, loaded_check)
         emit_check(startup_check, "web")
-        emit("ConfigSources", process="web", value_sources=loaded_check.configured_sources())
+        emit(
+            "ConfigSources",
+            level=startup_event_level(logging.INFO),
+            process="web",
+            value_sources=loaded_check.configured_sources(),
+        )
         if not startup_check.ok:
             raise ConfigError(startup_check)
     if not settings.security.secret_key:
@@ -142,6 +148,9 @@ def create_app(
     )
     register_error_handlers(app)
     register_blueprints(app)
+    from app import web  # the console: an entry point beside the API, not part of it
+
+    app.register_blueprint(web.blueprint)
     _install_request_hooks(app)
     from app.http.requests import check_query_parameters
 

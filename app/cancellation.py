@@ -2,7 +2,7 @@
 
 The runner hands every job a ``stopping`` and a ``cancelled`` signal (jobs/base.py); the
 projection and export workers combine the runner's signal with their own lease deadline
-(app/projection/lease.py). All of them only ask "is it set?" or wait on it, so the type is
+(app/leases/guard.py). All of them only ask "is it set?" or wait on it, so the type is
 this small protocol rather than ``threading.Event``, and tests may pass their own.
 """
 

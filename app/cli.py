@@ -268,11 +268,19 @@ def scanners_create(state: CliState, name: str) -> None:
 @click.pass_obj
 def runner(state: CliState, processes: int | None) -> None:
     """Run the background job runner (Procfile `worker`)."""
+    import logging
+
     from app.observability import emit
+    from app.ops.config_check import startup_event_level
     from jobs.runner import run_runner
 
     settings = state.settings()
-    emit("ConfigSources", process="runner", value_sources=state.value_sources())
+    emit(
+        "ConfigSources",
+        level=startup_event_level(logging.INFO),
+        process="runner",
+        value_sources=state.value_sources(),
+    )
     with database_for_command(settings, install_engine=False) as url:
         code = run_runner(settings, url, processes)
     sys.exit(code)
@@ -287,13 +295,26 @@ def runner(state: CliState, processes: int | None) -> None:
     type=click.Path(file_okay=False),
     help="Embedded PostgreSQL data and runtime files (same as `netmap --data-dir DIR up`).",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "text", "json"]),
+    default=None,
+    help="Log lines on stderr: text for a person, json (one object a line) for machines; "
+    "auto (default, or NETMAP_LOG_FORMAT): text on a terminal, json otherwise.",
+)
 @click.pass_obj
 def up(
-    state: CliState, host: str | None, port: int | None, no_runner: bool, data_dir: str | None
+    state: CliState,
+    host: str | None,
+    port: int | None,
+    no_runner: bool,
+    data_dir: str | None,
+    log_format: str | None,
 ) -> None:
     """Embedded database, migrations, web server and runner in one foreground command."""
-    from app.local_stack import run_local_stack
+    from app.local_stack import choose_log_format, run_local_stack
 
+    choose_log_format(log_format)
     if data_dir:
         state.data_dir = data_dir
         state._settings = None
@@ -304,10 +325,14 @@ def up(
     if port is not None:
         server["port"] = port
     settings = state.settings(server=server) if server else state.settings()
-    from app.ops.config_check import full_check, render_text
+    from app.observability import log_format_in_use
+    from app.ops.config_check import emit_check, full_check, render_text
 
     check = full_check(settings)
-    click.echo(render_text(check), err=True)
+    if log_format_in_use() == "text":
+        click.echo(render_text(check), err=True)
+    else:
+        emit_check(check, "up")
     if not check.ok:
         sys.exit(1)
     sys.exit(run_local_stack(settings, with_runner=not no_runner))
@@ -325,6 +350,7 @@ main.add_command("app.ops.cli:backup")
 main.add_command("app.ops.cli:restore")
 main.add_command("app.result_ingest.cli:import_command", name="import")
 main.add_command("app.reports.cli:reports")
+main.add_command("app.ops.search_cli:search")
 
 
 @main.command(

@@ -148,3 +148,12 @@ def describe_error(exc: Any) -> str:
     """An ``ApiError`` as one line for the terminal: ``code: message {details}``."""
     details = f" {json.dumps(exc.details)}" if getattr(exc, "details", None) else ""
     return f"{exc.code}: {exc.message}{details}"
+
+
+def existing_secret_key(settings) -> str | None:
+    """The key the server uses: configured, or the one `netmap up` generated under the data
+    directory (never a new one: a command that encrypts must use the server's key)."""
+    if settings.security.secret_key:
+        return settings.security.secret_key
+    path = settings.data_dir / "secret_key"
+    return path.read_text().strip() if path.exists() else None

@@ -23,6 +23,7 @@ platform or override) without the values themselves.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -30,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
+
+from app.special_use import SPECIAL_USE_CLASSES
 
 CONFIG_ENV = "NETMAP_CONFIG"
 
@@ -100,6 +103,19 @@ class ServerSettings:
         max=300,
         doc="a client must send its whole request head within this time (slow clients)",
     )
+    body_timeout_seconds: float = spec(
+        60.0,
+        min=0.5,
+        max=3600,
+        doc="a buffered request body must arrive within this time after its head",
+    )
+    body_buffer_max_bytes: int = spec(
+        16 * 1024 * 1024,
+        min=0,
+        max=1024**3,
+        doc="bodies up to this size are read by the worker's event loop before a thread "
+        "takes the request (0: off); larger ones (imports) are read by the thread",
+    )
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,8 @@ class ElasticsearchSettings:
         0,
         min=0,
         max=4096,
-        doc="bulk requests the cluster takes at once from the whole deployment; a start-up "
-        "warning names a bulk_max_concurrency that fits (0: not checked)",
+        doc="bulk requests the cluster takes at once from the whole deployment; required "
+        "with elasticsearch.url: start-up refuses processes x bulk_max_concurrency above it",
     )
     bulk_processes: int = spec(
         0,
@@ -213,12 +229,13 @@ class ScanSettings:
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
     max_domain_length: int = spec(253, min=1, max=253)
-    # Special-use address classes a task (or a DNS follow-up task) may target; the others
-    # (by default link_local, multicast, broadcast, unspecified) are refused (SCN-7).
+    # Special-use address classes a task (or a DNS follow-up task, or the agent) may target;
+    # the others (by default metadata, loopback, link_local, multicast, broadcast,
+    # unspecified) are refused (SCN-7, docs/security.md).
     special_use_targets: tuple[str, ...] = spec(
-        ("loopback", "private"),
-        doc="allowed classes among loopback, private, link_local, multicast, broadcast, "
-        "unspecified",
+        ("private",),
+        doc="allowed classes among metadata, loopback, private, link_local, multicast, "
+        "broadcast, unspecified",
     )
 
 
@@ -253,8 +270,24 @@ class SmtpSettings:
     password: str = spec("", secret=True)
     starttls: bool = spec(True)
     ssl: bool = spec(False)
+    # How the connection is secured; "auto" follows the older starttls/ssl switches
+    # (STARTTLS unless ssl = true). "none" is for a plain relay such as one on localhost.
+    security: str = spec(
+        "auto",
+        choices=("auto", "starttls", "tls", "none"),
+        doc='"starttls" (port 587), "tls" (implicit TLS, port 465), "none" (plain) or "auto"',
+    )
     from_address: str = spec("netmap@localhost")
     timeout_seconds: float = spec(30.0, min=1, max=600)
+
+
+def smtp_security(smtp: SmtpSettings) -> str:
+    """The effective ``[smtp] security``: "starttls", "tls" or "none"."""
+    if smtp.security != "auto":
+        return smtp.security
+    if smtp.ssl:
+        return "tls"
+    return "starttls" if smtp.starttls else "none"
 
 
 @dataclass(frozen=True)
@@ -273,7 +306,7 @@ class TrafficSettings:
     max_line_bytes: int = spec(16384, min=256, max=1_048_576)
     enabled: bool = spec(False, doc="run the periodic rollup job in the runner")
     batch_size: int = spec(
-        5000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
+        1000, min=1, max=50000, doc="rows per delivery batch (standalone: per POST)"
     )
     file_patterns: tuple[str, ...] = spec(
         ("{domain}.access.log*",),
@@ -404,6 +437,9 @@ class ExportSettings:
     retry_backoff_seconds: float = spec(30.0, min=0, max=86400)
     download_url_seconds: int = spec(900, min=10, max=7 * 86400, doc="signed link lifetime")
     expiry_interval_seconds: float = spec(300.0, min=1, max=86400)
+    max_queued_per_user: int = spec(
+        4, min=1, max=1000, doc="exports one user may have queued or building (429 beyond)"
+    )
 
 
 @dataclass(frozen=True)
@@ -418,6 +454,10 @@ class ReportSettings:
     delivery_max_attempts: int = spec(8, min=1, max=50)
     delivery_lease_seconds: int = spec(120, min=10, max=3600)
     outbox_dir: str = spec("", doc="where mail goes without SMTP; default <data_dir>/outbox")
+    run_now_cooldown_seconds: float = spec(
+        60.0, min=0, max=86400, doc="least time between two run-now of one definition (429)"
+    )
+    max_recipients: int = spec(50, min=1, max=1000, doc="recipients of one report definition")
 
 
 @dataclass(frozen=True)
@@ -452,6 +492,11 @@ class AgentSettings:
     nmap_scripts: tuple[str, ...] = spec(
         ("banner",), doc="NSE scripts run with service detection (their output goes to details)"
     )
+    max_profile: str = spec(
+        "deep",
+        choices=("quick", "standard", "deep"),
+        doc="the deepest scan profile this agent runs; a task asking for more runs at this one",
+    )
     masscan_rate: int = spec(1000, min=1, max=10_000_000, doc="masscan --rate (packets/s)")
     report_states: tuple[str, ...] = spec(
         ("open",), doc="port states uploaded (open, closed, filtered, open|filtered)"
@@ -471,6 +516,9 @@ class AgentSettings:
     )
     import_max_bytes: int = spec(
         512 * 1024 * 1024, min=1024, max=64 * 1024**3, doc="largest importable result file"
+    )
+    allowed_networks: tuple[str, ...] = spec(
+        (), doc="CIDRs the agent may scan; when set nothing outside them is ever scanned"
     )
 
 
@@ -748,13 +796,11 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                 "must be 1-64 characters of a-z, 0-9, '.', '_', '-' (Elasticsearch index names)",
             )
         )
-    if settings.smtp.ssl and settings.smtp.starttls:
+    if settings.smtp.security == "auto" and settings.smtp.ssl and settings.smtp.starttls:
         errors.append(
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )
     errors.extend(_traffic_checks(settings))
-    from app.scan_control.targets import SPECIAL_USE_CLASSES
-
     for name in settings.scan.special_use_targets:
         if name not in SPECIAL_USE_CLASSES:
             errors.append(
@@ -764,6 +810,11 @@ def _cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigP
                     "must be one of " + ", ".join(SPECIAL_USE_CLASSES),
                 )
             )
+    for network in settings.agent.allowed_networks:
+        try:
+            ipaddress.ip_network(network.strip(), strict=False)
+        except ValueError as exc:
+            errors.append(ConfigProblem("agent.allowed_networks", network, str(exc)))
     errors.extend(_object_store_checks(settings))
     tz = settings.traffic.timezone
     try:

@@ -183,5 +183,13 @@ def copy_in(conn: Connection, statement: str, data: bytes) -> None:
         cursor.close()
 
 
-def is_pool_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, PoolTimeout | sa_exc.TimeoutError)
+@contextlib.contextmanager
+def engine_cursor() -> Iterator[Any]:
+    """A psycopg2 cursor inside ``transaction()`` (the installed engine); a cursor factory
+    for code that runs with or without SQLAlchemy (``app.dbapi``)."""
+    with transaction() as conn:
+        cursor = conn.connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()

@@ -7,7 +7,7 @@ parameters) and takes a *cursor factory*: a callable whose context manager
 yields a psycopg2 cursor inside one short transaction, committed at a normal
 exit and rolled back on an exception. Two factories satisfy it:
 
-* ``engine_cursor`` — a cursor of ``app.db.transaction()``'s connection: the
+* ``app.db.engine_cursor`` — a cursor of ``app.db.transaction()``'s connection: the
   runner and the web process keep their pool, timeouts and measurements;
 * ``DirectConnection.cursor`` — one psycopg2 connection a command opens itself,
   with the same server-side timeouts as ``app.db.create_engine``.
@@ -53,19 +53,6 @@ def libpq_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql://" + url[len(prefix) :]
     return url
-
-
-@contextlib.contextmanager
-def engine_cursor() -> Iterator[Any]:
-    """A psycopg2 cursor inside ``app.db.transaction()`` (the installed engine)."""
-    from app.db import transaction
-
-    with transaction() as conn:
-        cursor = conn.connection.cursor()
-        try:
-            yield cursor
-        finally:
-            cursor.close()
 
 
 class DirectConnection:

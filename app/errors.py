@@ -116,6 +116,15 @@ class RateLimited(ApiError):
     code = "rate_limited"
 
 
+class TooManyQueued(RateLimited):
+    """A fan-out cap (run-now cooldown, queued exports per user): 429 with Retry-After."""
+
+    def __init__(self, message: str, *, retry_after: int, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.retry_after = max(1, int(retry_after))
+        self.headers.setdefault("Retry-After", str(self.retry_after))
+
+
 class Unavailable(ApiError):
     """A dependency is temporarily unavailable; the client should retry after a while."""
 

@@ -120,11 +120,11 @@ def on_exit(server):
         shutil.rmtree(_created_metrics_dir, ignore_errors=True)
 
 
-# Gunicorn's own messages as JSON lines, like every other log line of the product.
+# Gunicorn's own messages in the product's log format (JSON lines, or text on a terminal).
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "app.observability.JsonLineFormatter"}},
+    "formatters": {"json": {"()": "app.observability.line_formatter"}},
     "handlers": {
         "stderr": {
             "class": "logging.StreamHandler",

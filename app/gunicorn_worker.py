@@ -31,16 +31,23 @@ rate from 14,300 to 20,500 observations/s. A new connection costs well under a
 millisecond against the tens to hundreds a batch takes; behind the proxy it is the
 proxy's upstream connection that is renewed, not the scanner's.
 
-Slow request *bodies* still hold a thread while the app reads them; in
-production a reverse proxy that buffers whole requests sits in front
-(``deploy/nginx/netmap.conf``: ``client_header_timeout``,
-``client_body_timeout``, ``proxy_request_buffering on``). TLS connections are
-left to gthread unchanged (the head is encrypted; terminate TLS at the proxy).
+Request *bodies* are buffered the same way: a head announcing a
+``Content-Length`` up to ``[server] body_buffer_max_bytes`` keeps its
+connection on the event loop until the whole body is in (within ``[server]
+body_timeout_seconds`` of the head, else the connection is closed), so a
+client trickling its body costs a buffer, not a thread. Larger bodies (result
+imports of hundreds of MB), chunked bodies and ``Expect: 100-continue`` go to
+a thread once the head is in, as before; in production a reverse proxy that
+buffers whole requests sits in front anyway (``deploy/nginx/netmap.conf``:
+``client_header_timeout``, ``client_body_timeout``, ``proxy_request_buffering
+on``). TLS connections are left to gthread unchanged (the head is encrypted;
+terminate TLS at the proxy).
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import selectors
 import time
 from collections import deque
@@ -54,6 +61,23 @@ from app.config import load_settings
 # Larger heads go to the parser, which answers 431/400 by gunicorn's own limits.
 MAX_BUFFERED_HEAD_BYTES = 65536
 _END_OF_HEAD = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,19})[ \t]*(?=\r\n)", re.I)
+_NOT_BUFFERED = re.compile(rb"\r\n(?:transfer-encoding|expect)[ \t]*:", re.I)
+BODY_READ_BYTES = 256 * 1024
+
+
+def buffered_body_length(head: bytes, limit: int) -> int | None:
+    """How many body bytes to read on the event loop after ``head`` (the bytes up to and
+    including the blank line), or None to hand the request to a thread now: no or a
+    bad Content-Length, one over ``limit``, a chunked body, ``Expect: 100-continue``
+    (the client waits for an answer before its body), or more than one length."""
+    if limit <= 0 or _NOT_BUFFERED.search(head):
+        return None
+    lengths = _CONTENT_LENGTH.findall(head)
+    if len(lengths) != 1:
+        return None
+    length = int(lengths[0])
+    return length if 0 < length <= limit else None
 
 
 # A request with a body at least this large (a scanner's batch: 500 observations are
@@ -78,8 +102,12 @@ class HeadBufferingThreadWorker(ThreadWorker):
         super().__init__(*args, **kwargs)
         settings, _check = load_settings()
         self.header_timeout = settings.server.header_timeout_seconds
+        self.body_timeout = settings.server.body_timeout_seconds
+        self.body_buffer_max = settings.server.body_buffer_max_bytes
         # Connections whose head is being read, oldest deadline first (one timeout for all).
         self.reading_heads: deque[TConn] = deque()
+        # Connections whose body is being read, oldest deadline first (one timeout for all).
+        self.reading_bodies: deque[TConn] = deque()
 
     # -- new connections and kept-alive connections with a new request ---------------------
 
@@ -123,9 +151,57 @@ class HeadBufferingThreadWorker(ThreadWorker):
             return
         conn.netmap_head += data
         head = conn.netmap_head
-        if _END_OF_HEAD in head or len(head) >= MAX_BUFFERED_HEAD_BYTES:
+        end = head.find(_END_OF_HEAD)
+        if end >= 0:
+            self._stop_reading_head(conn)
+            body = buffered_body_length(bytes(head[: end + 4]), self.body_buffer_max)
+            if body is not None and len(head) < end + 4 + body:
+                self._start_reading_body(conn, end + 4 + body)
+                return
+            self.enqueue_req(conn)
+        elif len(head) >= MAX_BUFFERED_HEAD_BYTES:
             self._stop_reading_head(conn)
             self.enqueue_req(conn)
+
+    # -- bodies: read on the event loop too ---------------------------------------------------
+
+    def _start_reading_body(self, conn: TConn, total: int) -> None:
+        conn.netmap_total = total
+        conn.netmap_body_deadline = time.monotonic() + self.body_timeout
+        self.reading_bodies.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_body_readable, conn))
+
+    def _on_body_readable(self, conn: TConn, _client: Any) -> None:
+        missing = conn.netmap_total - len(conn.netmap_head)
+        try:
+            data = conn.sock.recv(min(BODY_READ_BYTES, max(missing, 1)))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop_body_reader(conn)
+            return
+        if not data:
+            self._drop_body_reader(conn)
+            return
+        conn.netmap_head += data
+        if len(conn.netmap_head) >= conn.netmap_total:
+            self._stop_reading_body(conn)
+            self.enqueue_req(conn)
+
+    def _stop_reading_body(self, conn: TConn) -> None:
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            self.reading_bodies.remove(conn)
+        except ValueError:
+            pass
+
+    def _drop_body_reader(self, conn: TConn) -> None:
+        self._stop_reading_body(conn)
+        self.nr_conns -= 1
+        conn.close()
 
     def _stop_reading_head(self, conn: TConn) -> None:
         try:
@@ -169,3 +245,7 @@ class HeadBufferingThreadWorker(ThreadWorker):
             not self.alive or self.reading_heads[0].netmap_head_deadline <= now
         ):
             self._drop_head_reader(self.reading_heads[0])
+        while self.reading_bodies and (
+            not self.alive or self.reading_bodies[0].netmap_body_deadline <= now
+        ):
+            self._drop_body_reader(self.reading_bodies[0])

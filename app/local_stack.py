@@ -4,7 +4,15 @@ Order: data directory and generated secret → embedded PostgreSQL (unless a URL
 is configured) → migrations → first admin user → gunicorn (web) and
 ``netmap runner`` as child processes → wait for /readyz → print the URL. On
 SIGTERM/SIGINT the children get SIGTERM, are waited for (then killed if they
-hang), and the embedded server is stopped if this command started it.
+hang), and the embedded server is stopped if this command started it. The children
+run in their own process group: a terminal's Ctrl-C reaches this command alone, so
+each child gets exactly one signal (a second one would cut the runner's graceful
+stop short and log a shutdown timeout that never happened).
+
+On a terminal the output is a short banner (URL, first admin password, where logs
+go, how to stop) and human-readable log lines; otherwise, or with
+``--log-format json``, one JSON object a line. The configuration check is shown
+once, here; the children log it at debug level only.
 
 A runner that dies (even ``kill -9``) is restarted with a doubling backoff
 (reset once it has run for a while), reported on stderr and as a
@@ -34,7 +42,8 @@ import click
 from app import embedded, migrations
 from app.config import Settings
 from app.migrations import PROJECT_ROOT
-from app.observability import emit
+from app.observability import emit, log_format_in_use
+from app.ops.config_check import STARTUP_CHECKED_ENV
 
 READY_TIMEOUT_SECONDS = 90.0
 ADMIN_USERNAME = "admin"
@@ -58,7 +67,10 @@ class RunnerSupervisor:
     def _start(self) -> subprocess.Popen:
         self._started_at = time.monotonic()
         return subprocess.Popen(
-            [sys.executable, "-m", "app", "runner"], cwd=PROJECT_ROOT, env=self._env
+            [sys.executable, "-m", "app", "runner"],
+            cwd=PROJECT_ROOT,
+            env=self._env,
+            process_group=0,  # Ctrl-C reaches this command only: it stops the children once
         )
 
     def check(self) -> None:
@@ -96,6 +108,37 @@ class RunnerSupervisor:
         return [self.process] if self._restart_at is None else []
 
 
+def choose_log_format(chosen: str | None) -> str:
+    """``--log-format``: fixed here for this process and, through the environment, its children."""
+    from app.observability import set_log_format
+
+    return set_log_format(chosen)
+
+
+def _say(line: str = "") -> None:
+    """A line of the banner on stdout; a closed pipe (``| head``) is not an error."""
+    with contextlib.suppress(BrokenPipeError, OSError):
+        click.echo(line)
+        sys.stdout.flush()
+
+
+def print_banner(
+    base_url: str, admin_password: str | None, settings: Settings, *, runner: bool, text: bool
+) -> None:
+    """What a person needs after `netmap up`: where to go, how to sign in, where logs go, stop."""
+    _say(f"netmap is up: {base_url}")
+    if admin_password:
+        _say(f"first start: user 'admin' created with password: {admin_password}")
+        _say("  (shown only now: keep it, or change it under Account in the console)")
+    if not text:
+        _say(json.dumps({"url": base_url, "runner": runner}))
+        return
+    _say(f"  console:  {base_url}/  (sign in as admin)")
+    _say(f"  API:      {base_url}/api/openapi.json  (reference: {base_url}/console/api)")
+    _say(f"  logs:     this terminal (stderr); data and database in {settings.data_dir}")
+    _say("  stop:     Ctrl-C (stops the web server, the runner and the database)")
+
+
 def ensure_secret_key(settings: Settings) -> str:
     """The configured secret key, or one generated once and kept under data_dir."""
     if settings.security.secret_key:
@@ -111,12 +154,25 @@ def ensure_secret_key(settings: Settings) -> str:
     return key
 
 
+class AdminPasswordRejected(Exception):
+    """``NETMAP_ADMIN_PASSWORD`` does not meet the password policy; says which rule."""
+
+
 def ensure_first_admin(url: str) -> str | None:
     """Create user ``admin`` on first start; returns the password to print once."""
     import sqlalchemy as sa
 
     from app import db
-    from app.identity.users import create_user_audited
+    from app.identity.users import create_user_audited, password_problem_for
+
+    chosen = os.environ.get("NETMAP_ADMIN_PASSWORD")
+    if chosen:
+        problem = password_problem_for(chosen, ADMIN_USERNAME)
+        if problem:
+            raise AdminPasswordRejected(
+                f"NETMAP_ADMIN_PASSWORD does not meet the password policy ({problem}); "
+                "set another, or unset it to have a password generated"
+            )
 
     engine = db.create_engine(url, poolclass=sa.pool.NullPool, application_name="netmap-up")
     try:
@@ -192,7 +248,12 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     exit_code = 0
     try:
         migrations.upgrade(url)
-        admin_password = ensure_first_admin(url)
+        try:
+            admin_password = ensure_first_admin(url)
+        except AdminPasswordRejected as exc:
+            click.echo(f"netmap: {exc}", err=True)
+            exit_code = 1
+            return exit_code
 
         host = settings.server.host
         port = settings.server.port or _free_port(host)
@@ -200,6 +261,8 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
         env = dict(os.environ)
+        # This command printed the configuration check: the children log it at debug only.
+        env[STARTUP_CHECKED_ENV] = "1"
         env.update(
             NETMAP_DATABASE_URL=url,
             NETMAP_SECRET_KEY=secret_key,
@@ -213,6 +276,7 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
             [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
             cwd=PROJECT_ROOT,
             env=env,
+            process_group=0,  # see RunnerSupervisor._start
         )
         children.append(web)
         if with_runner:
@@ -223,12 +287,13 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
                 click.echo("netmap: the web server did not become ready", err=True)
                 exit_code = 1
         else:
-            click.echo(f"netmap is up: {base_url}")
-            if admin_password:
-                click.echo(f"first start: user 'admin' created with password: {admin_password}")
-                click.echo("(shown only now; change it or keep it safe)")
-            click.echo(json.dumps({"url": base_url, "runner": with_runner}))
-            sys.stdout.flush()
+            print_banner(
+                base_url,
+                admin_password,
+                settings,
+                runner=with_runner,
+                text=log_format_in_use() == "text",
+            )
             emit("NetmapUp", url=base_url, runner=with_runner)
             while not stop_requested:
                 if web.poll() is not None:

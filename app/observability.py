@@ -1,7 +1,10 @@
 """Structured events, span context and Prometheus metrics.
 
 Logs are events: one JSON object per line on stderr with an ``event`` name
-(OBS-1). A span (``with span(...)``) attaches attributes such as request_id,
+(OBS-1); on a terminal (or with ``NETMAP_LOG_FORMAT=text``) the same events print as
+short human-readable lines instead.
+
+A span (``with span(...)``) attaches attributes such as request_id,
 scanner_id or upload_id to every event emitted inside it, so stage events
 inherit the upload's identity (OBS-2). Keys that could carry secrets or scan
 content are dropped at the door: tokens, passwords, checksums and observation
@@ -99,10 +102,6 @@ def span(name: str | None = None, **attrs: Any) -> Iterator[dict[str, Any]]:
         yield merged
     finally:
         _span_attrs.reset(token)
-
-
-def current_span() -> dict[str, Any]:
-    return dict(_span_attrs.get())
 
 
 def add_span_attrs(**attrs: Any) -> None:
@@ -204,6 +203,61 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(base, default=str, ensure_ascii=False)
 
 
+class HumanLineFormatter(JsonLineFormatter):
+    """The same events as short lines for a person at a terminal (``netmap up`` on a tty).
+
+    ``04:33:35 warning RunnerRestarted pid=12 exit_code=-9``: local time, level, event and its
+    fields as ``key=value``; other libraries' records show their logger and message.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        event = getattr(record, "netmap_event", None)
+        if event:
+            fields = getattr(record, "netmap_fields", {})
+            parts = [f"{key}={_human_value(value)}" for key, value in fields.items()]
+            text = " ".join([event, *parts])
+        else:
+            text = f"{record.name}: {record.getMessage()}"
+        line = f"{when} {record.levelname.lower():<7} {text}"
+        if record.exc_info and record.levelno >= logging.ERROR:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _human_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and " " not in value and "=" not in value else json.dumps(value)
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+LOG_FORMATS = ("auto", "text", "json")
+# Routine successes a person at a terminal does not need every few seconds (JSON keeps them).
+_ROUTINE_EVENTS = frozenset({"PeriodicJobCompleted"})
+
+
+def _routine(record: logging.LogRecord) -> bool:
+    if getattr(record, "netmap_event", None) not in _ROUTINE_EVENTS:
+        return False
+    return bool(getattr(record, "netmap_fields", {}).get("success", True))
+
+
+def line_formatter() -> logging.Formatter:
+    """The formatter for this process's log format (gunicorn's logconfig uses it too)."""
+    return HumanLineFormatter() if log_format_in_use() == "text" else JsonLineFormatter()
+
+
+def log_format_in_use() -> str:
+    """``text`` or ``json``: NETMAP_LOG_FORMAT, or for ``auto`` text only when stderr is a tty."""
+    chosen = os.environ.get("NETMAP_LOG_FORMAT", "auto").strip().lower()
+    if chosen in {"text", "json"}:
+        return chosen
+    try:
+        return "text" if sys.stderr.isatty() else "json"
+    except (AttributeError, ValueError):
+        return "json"
+
+
 class StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at emit time (test capture swaps it)."""
 
@@ -217,6 +271,11 @@ class StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, _value) -> None:
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(self.formatter, HumanLineFormatter) and _routine(record):
+            return
+        super().emit(record)
 
 
 class RecentProblemsHandler(logging.Handler):
@@ -252,7 +311,7 @@ def configure_logging(level: str | int | None = None) -> None:
     root = logging.getLogger()
     if not _configured:
         handler = StderrHandler()
-        handler.setFormatter(JsonLineFormatter())
+        handler.setFormatter(line_formatter())
         root.handlers = [handler, RECENT_PROBLEMS]
         _configured = True
     root.setLevel(level)
@@ -262,6 +321,19 @@ def configure_logging(level: str | int | None = None) -> None:
     # botocore's debug records print request headers, credentials included: never below INFO.
     for library in ("botocore", "boto3", "s3transfer"):
         logging.getLogger(library).setLevel(logging.WARNING)
+
+
+def set_log_format(chosen: str | None) -> str:
+    """Fix the format for this process and its children (``auto`` decides here, once)."""
+    if chosen:
+        os.environ["NETMAP_LOG_FORMAT"] = chosen
+    resolved = log_format_in_use()
+    os.environ["NETMAP_LOG_FORMAT"] = resolved
+    formatter = line_formatter()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, StderrHandler):
+            handler.setFormatter(formatter)
+    return resolved
 
 
 # ---------------------------------------------------------------------------
@@ -281,11 +353,12 @@ _METRIC_NAMES = (
 
 
 def _build_metrics() -> None:
-    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client import CollectorRegistry, Counter, Histogram
 
     global REGISTRY, HTTP_REQUEST_SECONDS, UPLOAD_SECONDS, UPLOAD_ADMISSION_SECONDS
     global POOL_WAIT_SECONDS
     global CONNECTION_HOLD_SECONDS
+    global MODULE_GENERATIONS_STUCK
     REGISTRY = CollectorRegistry(auto_describe=True)
     _LATENCY_BUCKETS = (
         0.001,
@@ -335,6 +408,12 @@ def _build_metrics() -> None:
         "netmap_db_connection_hold_seconds",
         "Time a pooled connection was held by one transaction",
         buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    MODULE_GENERATIONS_STUCK = Counter(
+        "netmap_module_generations_stuck_total",
+        "Replaced module generations still holding work after the drain timeout (MOD-2)",
+        ["slot"],
         registry=REGISTRY,
     )
 

@@ -5,7 +5,8 @@ or None) and ``run(ctx, work)``. Work that must happen once across all runner
 instances at an interval (execution-lease recovery, traffic rollups) is a
 ``PeriodicJob``: its claim takes the row of ``runner_periodic_jobs`` with a
 token and a lease, so two runners never run it at the same time, and a runner
-that dies mid-run loses the lease instead of blocking the job forever.
+that dies mid-run loses the lease instead of blocking the job forever. The lease kit
+(``app.leases``) renews it while the job runs; the job polls ``lease.check()``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sqlalchemy as sa
 from app.cancellation import EventLike
 from app.config import Settings
 from app.db import transaction
+from app.leases import LOST_BY_DATABASE, Heartbeat, LeasedRows, LeaseGuard
 from app.observability import emit
 
 
@@ -65,32 +67,39 @@ class WorkerService(Protocol):
     def stop(self) -> None: ...
 
 
+# A periodic job's row is held under a lease while one runner runs it.
+PERIODIC_ROWS = LeasedRows("runner_periodic_jobs", "name")
+
+
 @dataclass(frozen=True)
 class PeriodicLease:
     name: str
     claim_token: UUID
     lease_seconds: float
+    # The kit's guard: lost when a renewal finds the row taken or none was confirmed in time.
+    guard: LeaseGuard = field(
+        default_factory=lambda: LeaseGuard(0, claimed_at=0), compare=False, repr=False
+    )
 
     def renew(self) -> bool:
-        """Extend the lease; False means another runner owns the job now."""
-        with transaction() as conn:
-            row = conn.execute(
-                sa.text(
-                    """
-                    UPDATE runner_periodic_jobs
-                       SET lease_expires_at = now() + make_interval(secs => :lease)
-                     WHERE name = :name AND claim_token = :token AND lease_expires_at > now()
-                    RETURNING 1
-                    """
-                ),
-                {"name": self.name, "token": self.claim_token, "lease": self.lease_seconds},
-            ).scalar()
-        return bool(row)
+        """Extend the lease; False means another runner owns the job now (the guard is lost)."""
+        started = time.monotonic()
+        if PERIODIC_ROWS.renew(self.name, self.claim_token, self.lease_seconds):
+            self.guard.renewed(started)
+            return True
+        self.guard.lose(LOST_BY_DATABASE, "renew")
+        return False
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` when the lease is lost (by the database or by expiry)."""
+        if self.guard.is_set():
+            raise Cancelled(f"lease {self.name} lost ({self.guard.reason})")
 
 
 def claim_periodic(
     name: str, *, interval_seconds: float, lease_seconds: float, holder: str
 ) -> PeriodicLease | None:
+    claimed_at = time.monotonic()
     with transaction() as conn:
         conn.execute(
             sa.text(
@@ -114,7 +123,12 @@ def claim_periodic(
         ).scalar()
     if token is None:
         return None
-    return PeriodicLease(name=name, claim_token=token, lease_seconds=lease_seconds)
+    return PeriodicLease(
+        name=name,
+        claim_token=token,
+        lease_seconds=lease_seconds,
+        guard=LeaseGuard(lease_seconds, claimed_at=claimed_at),
+    )
 
 
 def complete_periodic(lease: PeriodicLease, *, interval_seconds: float, error: str | None) -> bool:
@@ -171,7 +185,15 @@ class PeriodicJob:
         started = time.perf_counter()
         error: str | None = None
         try:
-            self.function(ctx, work)
+            with Heartbeat(
+                work.renew,
+                work.guard,
+                interval=self.lease_seconds / 3,
+                name=f"periodic-heartbeat-{self.name}",
+                failed_event="PeriodicJobHeartbeatFailed",
+                event_fields={"job": self.name},
+            ):
+                self.function(ctx, work)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:1000]
             raise

@@ -84,7 +84,7 @@ def expiry_job(settings: Settings) -> PeriodicJob:
         if objects is None:
             objects = open_object_store(settings)
         while not ctx.stopping.is_set() and expire_exports(settings, objects, limit=500) == 500:
-            lease.renew()
+            lease.check()  # the job's heartbeat renews; stop if it was lost
 
     return PeriodicJob(
         "export-expiry",

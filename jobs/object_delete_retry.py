@@ -28,7 +28,7 @@ def job(settings: Settings) -> PeriodicJob:
             )
             if summary.attempted < BATCH:
                 return
-            lease.renew()
+            lease.check()  # the job's heartbeat renews; stop if it was lost
 
     return PeriodicJob(
         "object-delete-retry",

@@ -23,6 +23,7 @@ from app.reports import records
 from app.reports.delivery import DeliveryClaim, claim_next_delivery, deliver
 from app.reports.pipeline import RendererSource, run_report
 from app.reports.records import ReportClaim
+from app.search import open_store
 from jobs.base import JobContext
 
 
@@ -33,6 +34,7 @@ class ReportGenerateJob:
         self.settings = settings
         self._renderer = renderer
         self._objects = None
+        self._store = None
         self._next_schedule_check = 0.0
 
     def renderer(self) -> RendererSource:
@@ -46,6 +48,11 @@ class ReportGenerateJob:
         if self._objects is None:
             self._objects = open_object_store(self.settings)
         return self._objects
+
+    def search_store(self):
+        if self._store is None:  # opened in the worker process, on first use
+            self._store = open_store(self.settings)
+        return self._store
 
     def claim(self, ctx: JobContext) -> ReportClaim | None:
         config = self.settings.reports
@@ -62,6 +69,7 @@ class ReportGenerateJob:
             work,
             renderer=self.renderer(),
             object_store=self.objects(),
+            search_store=self.search_store(),
             delete_concurrency=self.settings.object_store.delete_concurrency,
             heartbeat_seconds=config.heartbeat_seconds,
             max_attempts=config.max_attempts,

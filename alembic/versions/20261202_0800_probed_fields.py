@@ -1,7 +1,7 @@
 """A field a scan did not probe is not a change (docs/changes.md).
 
 Revision ID: 20261202_0800
-Revises: 20261201_0170
+Revises: 20261202_0700
 Create Date: 2026-12-02
 
 * Endpoint documents (execution endpoints and both asset views) gain ``observed``:
@@ -22,7 +22,7 @@ Every new column is nullable without a default, so adding it rewrites no table.
 from alembic import op
 
 revision = "20261202_0800"
-down_revision = "20261201_0170"
+down_revision = "20261202_0700"
 branch_labels = None
 depends_on = None
 

@@ -7,9 +7,11 @@ the scan host could read it in the process list.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
@@ -21,6 +23,26 @@ from app.config import ConfigError, load_settings
 KINDS = ("ports", "dns")
 
 
+def _check_transport(server: str, insecure_http: bool) -> None:
+    """https://, or http:// to a loopback address (a local server, a test, a tunnel);
+    any other plain http:// needs --insecure-http: the bearer token would travel in clear."""
+    parsed = urlsplit(server)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise click.BadParameter("must be an http(s):// URL", param_hint="--server")
+    if parsed.scheme == "https" or insecure_http:
+        return
+    host = parsed.hostname
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise click.UsageError(
+            f"--server {server} is plain http:// to a host that is not loopback: the scanner "
+            "token would travel in clear; use https://, or pass --insecure-http to accept that"
+        )
+
+
 @click.command("agent")
 @click.option("--server", required=True, help="netmap base URL, e.g. https://netmap.example")
 @click.option("--token-env", default="NETMAP_SCANNER_TOKEN", show_default=True)
@@ -29,6 +51,11 @@ KINDS = ("ports", "dns")
 @click.option("--spool", "spool_dir", type=click.Path(file_okay=False), default=None)
 @click.option("--once", is_flag=True, help="run one execution (or finish a spooled one) and exit")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--insecure-http",
+    is_flag=True,
+    help="allow a plain http:// server that is not on loopback (the token travels in clear)",
+)
 @click.option(
     "--config",
     "config_path",
@@ -48,11 +75,13 @@ def agent(
     once: bool,
     log_format: str,
     config_path: str | None,
+    insecure_http: bool = False,
 ) -> None:
     """Claim scan executions from a netmap server, run nmap/masscan or DNS, upload results."""
     token = os.environ.get(token_env, "").strip()
     if not token:
         raise click.UsageError(f"set the scanner token in ${token_env}")
+    _check_transport(server, insecure_http)
     wanted = [k.strip() for k in kinds.split(",") if k.strip()]
     if not wanted or any(k not in KINDS for k in wanted):
         raise click.BadParameter(f"kinds are {', '.join(KINDS)}", param_hint="--kinds")
@@ -73,6 +102,7 @@ def agent(
         spool_root=root,
         log=EventLog(log_format),
         once=once,
+        scan_settings=settings.scan,
     )
     runner.install_signal_handlers()
     sys.exit(runner.run())

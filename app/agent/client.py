@@ -11,6 +11,7 @@ repeating it cannot help).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,50 @@ class RetryLater(ProtocolError):
 
 class Rejected(ProtocolError):
     """A 4xx answer other than lease_lost: the request will not succeed by repeating it."""
+
+
+class MalformedClaim(ProtocolError):
+    """A claim answer the agent will not act on: an identifier (execution id, claim token)
+    missing or not of its format, or the answer not the documented JSON object. The agent
+    does not trust the server's identifiers: they name spool paths and request URLs."""
+
+
+# The server's claim tokens are UUIDs (gen_random_uuid); nothing else reaches a path.
+_CLAIM_TOKEN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_KINDS = ("ports", "dns")
+_TRANSPORTS = ("tcp", "udp")
+_MAX_ID = 2**63 - 1
+
+
+def _identifier(data: dict[str, Any], key: str, *, default: int | None = None) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_ID:
+        raise MalformedClaim(f"claim field {key!r} must be a positive integer, got {value!r:.80}")
+    return value
+
+
+_PROFILE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _profile(data: dict[str, Any]) -> str:
+    """The scan profile the server asks for (``app.agent.profiles``); a name the agent does
+    not know falls back to its default there, but a value that is not a short name at all
+    is a malformed claim."""
+    value = data.get("profile")
+    if value is None or value == "":
+        return "standard"
+    if not isinstance(value, str) or not _PROFILE_NAME.match(value):
+        raise MalformedClaim(f"claim field 'profile' must be a profile name, got {value!r:.80}")
+    return value
+
+
+def _string_list(data: dict[str, Any], key: str, default: list[str]) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return list(default)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise MalformedClaim(f"claim field {key!r} must be a list of strings")
+    return list(value)
 
 
 def upload_body(
@@ -85,19 +130,42 @@ class Execution:
     ports: str
     transports: list[str]
     attempt: int
+    profile: str = "standard"  # quick | standard | deep (app.agent.profiles)
 
     @classmethod
-    def from_claim(cls, data: dict[str, Any]) -> Execution:
+    def from_claim(cls, data: Any) -> Execution:
+        """The claim's execution, every identifier checked against its format; raises
+        ``MalformedClaim`` naming the first field that is wrong. Targets and ports are
+        checked against the target rules by the loop (``app.agent.targets``), which can
+        still report a failure for an execution whose identity is sound."""
+        if not isinstance(data, dict):
+            raise MalformedClaim("the claim's execution is not a JSON object")
+        token = data.get("claim_token")
+        if not isinstance(token, str) or not _CLAIM_TOKEN.match(token):
+            raise MalformedClaim(f"claim_token is not a UUID: {token!r:.80}")
+        kind = data.get("kind")
+        if kind not in _KINDS:
+            raise MalformedClaim(f"claim field 'kind' must be one of {_KINDS}, got {kind!r:.80}")
+        lease = data.get("lease_expires_at")
+        if not isinstance(lease, str) or len(lease) > 64:
+            raise MalformedClaim("claim field 'lease_expires_at' must be a timestamp string")
+        ports = data.get("ports") or ""
+        if not isinstance(ports, str):
+            raise MalformedClaim("claim field 'ports' must be a string")
+        transports = _string_list(data, "transports", ["tcp"]) or ["tcp"]
+        if any(t not in _TRANSPORTS for t in transports):
+            raise MalformedClaim(f"claim field 'transports' must hold tcp/udp: {transports!r:.80}")
         return cls(
-            id=int(data["id"]),
-            task_id=int(data["task_id"]),
-            kind=str(data["kind"]),
-            claim_token=str(data["claim_token"]),
-            lease_expires_at=str(data["lease_expires_at"]),
-            targets=list(data.get("targets") or []),
-            ports=str(data.get("ports") or ""),
-            transports=list(data.get("transports") or ["tcp"]),
-            attempt=int(data.get("attempt") or 1),
+            id=_identifier(data, "id"),
+            task_id=_identifier(data, "task_id"),
+            kind=kind,
+            claim_token=token,
+            lease_expires_at=lease,
+            targets=_string_list(data, "targets", []),
+            ports=ports,
+            transports=transports,
+            attempt=_identifier(data, "attempt", default=1),
+            profile=_profile(data),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -161,7 +229,15 @@ class ScannerClient:
         response = self._post("/api/scanner/claim", {"kinds": kinds})
         if response.status_code == 204:
             return None
-        return Execution.from_claim(response.json()["execution"])
+        try:
+            answer = response.json()
+        except ValueError:
+            raise MalformedClaim(
+                f"the claim answer is not JSON: {response.text[:120]!r}", status=200
+            ) from None
+        if not isinstance(answer, dict) or "execution" not in answer:
+            raise MalformedClaim("the claim answer has no 'execution' object", status=200)
+        return Execution.from_claim(answer["execution"])
 
     def renew(self, execution_id: int, claim_token: str) -> str:
         response = self._post(

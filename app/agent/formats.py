@@ -8,6 +8,7 @@ offset, so an importer can answer 400 with something a person can act on.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,16 +58,39 @@ def iso_utc(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+# Times past the year 9999 cannot be represented (nor stored): such an epoch is refused.
+MAX_EPOCH_SECONDS = 253402300799.0
+
+
+class TimeOutOfRange(ValueError):
+    """A time in a result file that is not finite or not between 1970 and 9999."""
+
+
 def epoch_to_iso(value: str | int | float | None) -> str | None:
+    """ISO time of an epoch; None for absent, unreadable or non-positive values; raises
+    TimeOutOfRange for a NaN, an infinity or a time past 9999 (the reader names where)."""
     if value in (None, ""):
         return None
     try:
         seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        if isinstance(value, int):  # an integer too large for a float
+            raise TimeOutOfRange(f"epoch time {str(value)[:40]} is out of range") from None
         return None
+    if not math.isfinite(seconds) or seconds > MAX_EPOCH_SECONDS:
+        raise TimeOutOfRange(f"epoch time {str(value)[:40]!r} is not a finite time before 10000")
     if seconds <= 0:
         return None
     return iso_utc(datetime.fromtimestamp(seconds, UTC))
+
+
+def iso_to_utc(moment: datetime) -> str:
+    """``iso_utc`` of an aware time, TimeOutOfRange when its offset moves it past the years
+    datetime can hold (``9999-12-31T23:59:59-23:59``)."""
+    try:
+        return iso_utc(moment)
+    except (OverflowError, ValueError):
+        raise TimeOutOfRange(f"time {moment.isoformat()!r} is out of range in UTC") from None
 
 
 def clip(text: str | None, limit: int) -> str | None:

@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
 
 import orjson
 
-from app.agent.formats import ResultFormatError, epoch_to_iso, iso_utc, make_observation
+from app.agent.formats import (
+    ResultFormatError,
+    TimeOutOfRange,
+    epoch_to_iso,
+    iso_to_utc,
+    iso_utc,
+    make_observation,
+)
 
 
 def _lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, int, bytes]]:
@@ -46,9 +54,17 @@ def _decode_fast(line: bytes, number: int, offset: int) -> tuple[Any, bool]:
         return _decode(line, number, offset), True
 
 
+# A \\uD800-\\uDFFF escape: json reads a lone one into a string that cannot be stored.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
 def _decode(line: bytes, number: int, offset: int) -> Any:
     try:
-        return json.loads(line)
+        record = json.loads(line)
+    except RecursionError:
+        raise ResultFormatError(
+            "not valid JSON: nested too deeply", line=number, byte_offset=offset
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         column = getattr(exc, "colno", None)
         raise ResultFormatError(
@@ -57,6 +73,16 @@ def _decode(line: bytes, number: int, offset: int) -> Any:
             column=column,
             byte_offset=offset + (getattr(exc, "pos", 0) or 0),
         ) from None
+    if _SURROGATE_ESCAPE.search(line):  # rare: only then is the record walked
+        try:
+            json.dumps(record, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ResultFormatError(
+                f"a string holds a lone UTF-16 surrogate ({exc.object[exc.start]!r})",
+                line=number,
+                byte_offset=offset,
+            ) from None
+    return record
 
 
 def _field_error(message: str, field: str, number: int, offset: int) -> ResultFormatError:
@@ -95,6 +121,14 @@ def _port(value: Any, number: int, offset: int) -> int:
 _TIMESTAMP_CACHE: dict[str, str | None] = {}
 
 
+def _timestamp_at(value: Any, number: int, offset: int) -> str | None:
+    """``_timestamp``, a time out of range reported as the record's field error."""
+    try:
+        return _timestamp(value)
+    except TimeOutOfRange as exc:
+        raise _field_error(str(exc), "timestamp", number, offset) from None
+
+
 def _timestamp(value: Any) -> str | None:
     # Every record of one second carries the same timestamp text: convert it once.
     if type(value) is str:
@@ -121,7 +155,7 @@ def _convert_timestamp(value: Any) -> str | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return iso_utc(moment)
+    return iso_to_utc(moment)
 
 
 def read_masscan_json(
@@ -187,7 +221,7 @@ def _masscan_record(
     if not exact and type(ip) is float:
         raise _NeedsJson
     ip = _ip(ip, number, offset)
-    observed_at = _timestamp(record.get("timestamp")) or fallback
+    observed_at = _timestamp_at(record.get("timestamp"), number, offset) or fallback
     ports = record.get("ports")
     if type(ports) is not list:
         raise _field_error("ports must be a list", "ports", number, offset)
@@ -292,7 +326,7 @@ def read_naabu_jsonl(
                 pass
         details = {"tls": True} if record.get("tls") is True else None
         yield make_observation(
-            observed_at=_timestamp(record.get("timestamp")) or fallback,
+            observed_at=_timestamp_at(record.get("timestamp"), number, offset) or fallback,
             ip=ip,
             port=port,
             transport=transport,

@@ -23,6 +23,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from app.agent.client import (
     Execution,
     LeaseLost,
+    MalformedClaim,
     Rejected,
     RetryLater,
     ScannerClient,
@@ -38,9 +40,11 @@ from app.agent.client import (
 )
 from app.agent.events import EventLog
 from app.agent.formats import STATES, ResultFormatError
+from app.agent.profiles import effective_profile
 from app.agent.scanners import ScanProcess, masscan_command, nmap_command, split_targets_by_family
-from app.agent.spool import ExecutionSpool, Spool
-from app.config import AgentSettings
+from app.agent.spool import ExecutionSpool, Spool, SpoolPathError
+from app.agent.targets import TargetRefused, check_execution
+from app.config import AgentSettings, ScanSettings
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -134,6 +138,7 @@ class Agent:
         once: bool = False,
         dns_resolve: Callable[[str], list[dict[str, Any]]] | None = None,
         observation_source: Callable[[Execution], Iterator[dict[str, Any]]] | None = None,
+        scan_settings: ScanSettings | None = None,
     ):
         """``observation_source``: replaces the scanner for ports executions (the benchmark
         replays a result file through the real upload path with it)."""
@@ -143,6 +148,8 @@ class Agent:
         self.server = server
         self.token = token
         self.settings = settings
+        # The target rules the agent applies to every execution (app.agent.targets).
+        self.scan_settings = scan_settings or ScanSettings()
         self.kinds = kinds
         self.engine = engine
         self.log = log
@@ -198,6 +205,19 @@ class Agent:
                         status=exc.status,
                     )
                     return EXIT_ERROR
+                except MalformedClaim as exc:
+                    # Nothing of it is acted on (its identifiers would name paths and URLs);
+                    # the server's lease on it runs out and the execution is claimed again.
+                    delay = backoff
+                    backoff = min(backoff * 2, self.settings.idle_backoff_max_seconds)
+                    self.log.emit(
+                        "AgentClaimMalformed",
+                        f"the server's claim answer is malformed ({exc}); retrying in {delay:g}s",
+                        error=str(exc),
+                        delay_seconds=delay,
+                    )
+                    self.stopping.wait(delay)
+                    continue
                 except RetryLater as exc:
                     delay = exc.retry_after if exc.retry_after is not None else backoff
                     backoff = min(backoff * 2, self.settings.idle_backoff_max_seconds)
@@ -225,8 +245,23 @@ class Agent:
             self.client.close()
 
     def _start(self, execution: Execution) -> int:
+        try:
+            checked = check_execution(
+                execution.kind,
+                execution.targets,
+                execution.ports,
+                self.scan_settings,
+                self.settings.allowed_networks,
+            )
+        except TargetRefused as exc:
+            return self._refuse(execution, str(exc))
+        execution = replace(execution, targets=checked.targets, ports=checked.ports)
         upload_id = f"agent-{execution.id}-{execution.attempt}-{uuid.uuid4().hex[:12]}"
-        spool = self.spool.create(execution, upload_id, self.server)
+        try:
+            spool = self.spool.create(execution, upload_id, self.server)
+        except SpoolPathError as exc:
+            self.log.emit("AgentSpoolRefused", f"execution {execution.id}: {exc}", error=str(exc))
+            return EXIT_ERROR
         self.log.emit(
             "AgentExecutionClaimed",
             f"execution {execution.id} (task {execution.task_id}, {execution.kind}, "
@@ -239,9 +274,40 @@ class Agent:
         )
         return _ExecutionRun(self, execution, upload_id, spool).run(resume=False)
 
+    def _refuse(self, execution: Execution, reason: str) -> int:
+        """An execution the agent will not scan: reported failed with the reason."""
+        reason = f"refused by the agent: {reason}"
+        self.log.emit(
+            "AgentExecutionRefused",
+            f"execution {execution.id}: {reason}",
+            execution_id=execution.id,
+            reason=reason,
+        )
+        try:
+            self.client.fail(execution.id, execution.claim_token, reason)
+        except (LeaseLost, RetryLater, Rejected) as exc:
+            self.log.emit(
+                "AgentFailReportFailed",
+                f"execution {execution.id}: could not report the refusal ({exc})",
+                execution_id=execution.id,
+                error=str(exc),
+            )
+        return EXIT_FAILED
+
     def _resume(self, spool: ExecutionSpool) -> int:
-        state = spool.load()
-        execution = Execution(**state["execution"])
+        try:
+            state = spool.load()
+            execution = Execution.from_claim(state["execution"])
+            if not isinstance(state.get("upload_id"), str):
+                raise MalformedClaim("no upload id")
+        except (OSError, ValueError, KeyError, TypeError, MalformedClaim) as exc:
+            self.log.emit(
+                "AgentSpoolUnreadable",
+                f"{spool.directory}: unreadable spool state ({exc}); dropped",
+                error=str(exc),
+            )
+            spool.remove()
+            return EXIT_ERROR
         self.log.emit(
             "AgentExecutionResumed",
             f"execution {execution.id}: resuming upload {state['upload_id']} from the spool",
@@ -566,6 +632,7 @@ class _ExecutionRun:
                     family,
                     self.execution.ports,
                     self.execution.transports,
+                    effective_profile(self.execution.profile, self.settings),
                 )
                 yield from self._run_scanner(command, read_nmap_xml)
 

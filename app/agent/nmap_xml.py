@@ -31,6 +31,7 @@ from app.agent.formats import (
     MAX_SCRIPT_CHARS,
     MAX_SCRIPTS,
     ResultFormatError,
+    TimeOutOfRange,
     clip,
     epoch_to_iso,
     iso_utc,
@@ -93,7 +94,12 @@ class _Host:
 
 # The port being read is a plain list, not an object: a scan has one per open port and the
 # list costs one allocation. Its slots:
-_TRANSPORT, _NUMBER, _LINE, _STATE, _REASON, _SERVICE, _CPES, _SCRIPTS = range(8)
+_TRANSPORT, _NUMBER, _LINE, _STATE, _REASON, _SERVICE, _CPES, _SCRIPTS, _PEM = range(9)
+# Scripts whose output becomes the observation's ``http`` document (issue 37).
+_HTTP_SCRIPTS = {"http-title": "title", "http-server-header": "server"}
+# http-title's words when a page has none: not a title.
+_NO_TITLE = ("Site doesn't have a title", "Did not follow redirect")
+MAX_PEM_CHARS = 16 * 1024
 
 # Services read before are looked up by their attributes, not derived again: an -sV scan
 # repeats a few services over many ports. The cap keeps a scan of many distinct ones flat,
@@ -158,6 +164,30 @@ def _service_fields(
     return service, details, get("servicefp")
 
 
+def _facts(scripts: dict[str, str], pem: str | None) -> dict[str, Any] | None:
+    """The ``tls`` and ``http`` documents of a port's scripts (``ssl-cert``'s PEM,
+    ``http-title``, ``http-server-header``); ``None`` when they give nothing."""
+    facts: dict[str, Any] = {}
+    if pem:
+        from app.agent.certificates import certificate_facts
+
+        tls = certificate_facts(pem)
+        if tls:
+            facts["tls"] = tls
+    http: dict[str, str] = {}
+    for script_id, key in _HTTP_SCRIPTS.items():
+        output = scripts.get(script_id)
+        if output:
+            text = unescape(output).strip()
+            if key == "title" and text.startswith(_NO_TITLE):
+                continue
+            if text:
+                http[key] = clip(text, 1024) or text[:1024]
+    if http:
+        facts["http"] = http
+    return facts or None
+
+
 class NmapXmlReader:
     """Push-style reader: ``feed(chunk)`` returns the observations completed by that chunk."""
 
@@ -179,6 +209,10 @@ class NmapXmlReader:
         self._host: _Host | None = None
         self._port: list[Any] | None = None
         self._in_cpe = False
+        self._script: str | None = None  # the <script> being read inside a port
+        self._in_pem = False
+        self._pem_text: list[str] = []
+        self._pem_append = self._pem_text.append
         # One list for every <cpe>, emptied when one starts (a nested one starts afresh).
         self._cpe_text: list[str] = []
         self._cpe_append = self._cpe_text.append
@@ -242,6 +276,12 @@ class NmapXmlReader:
                         scripts[script_id] = (
                             output if script_id == "banner" else output[:MAX_SCRIPT_CHARS]
                         )
+                    self._script = script_id
+            elif name == "elem" and self._script == "ssl-cert" and pairs[:2] == ["key", "pem"]:
+                # The certificate itself: read into the tls document (app.agent.certificates).
+                self._in_pem = True
+                self._pem_text.clear()
+                self._parser.CharacterDataHandler = self._pem_append
             elif name == "nmaprun":
                 self._nmapruns += 1
             return
@@ -267,7 +307,8 @@ class NmapXmlReader:
                 if len(portid) <= 5 and len(numbers) < _PORT_NUMBER_CACHE_ENTRIES:  # type: ignore[arg-type]
                     numbers[portid] = number  # type: ignore[index]
             self._port = [
-                transport, number, self._parser.CurrentLineNumber, None, None, None, None, None
+                transport, number, self._parser.CurrentLineNumber, None, None, None, None, None,
+                None,
             ]  # fmt: skip
             return
         attrs = _attributes(pairs)
@@ -276,12 +317,12 @@ class NmapXmlReader:
                 raise self._error("not an nmap XML document (root element is not nmaprun)", name)
             self._root_seen = True
             self._nmapruns = 1
-            self._run_time = epoch_to_iso(attrs.get("start"))
+            self._run_time = self._epoch(attrs, "start", name)
             return
         if name == "host":
             self._host = _Host(
-                epoch_to_iso(attrs.get("endtime"))
-                or epoch_to_iso(attrs.get("starttime"))
+                self._epoch(attrs, "endtime", name)
+                or self._epoch(attrs, "starttime", name)
                 or self._run_time
                 or self._default_time
             )
@@ -318,6 +359,16 @@ class NmapXmlReader:
                 observation = self._observation(port)
                 if observation is not None:
                     self._ready.append(observation)
+        elif name == "elem":
+            if self._in_pem:
+                self._in_pem = False
+                self._parser.CharacterDataHandler = None
+                port = self._port
+                if port is not None:
+                    pem = "".join(self._pem_text)
+                    port[_PEM] = pem if len(pem) <= MAX_PEM_CHARS else None
+        elif name == "script":
+            self._script = None
         elif name == "cpe":
             if self._in_cpe:
                 self._in_cpe = False
@@ -397,6 +448,15 @@ class NmapXmlReader:
                 if shown:
                     details["scripts"] = shown
         hostname = host.hostname or host.ptr
+        facts = _facts(scripts, port[_PEM]) if scripts else None
+        if facts:
+            observation = self._observation_dict(
+                host, ip, port, transport, state, service, hostname
+            )
+            if details:
+                observation["details"] = details
+            observation.update(facts)
+            return observation
         # The observation is built here rather than by formats.make_observation (same shape,
         # same key order): this runs once per port of every scan, and a dictionary made
         # whole is not grown (and resized) key by key.
@@ -425,6 +485,27 @@ class NmapXmlReader:
             observation["details"] = details
         return observation
 
+    def _epoch(self, attrs: dict[str, str], key: str, element: str) -> str | None:
+        try:
+            return epoch_to_iso(attrs.get(key))
+        except TimeOutOfRange as exc:
+            raise self._error(f"{key}: {exc}", element) from None
+
+    @staticmethod
+    def _observation_dict(host, ip, port, transport, state, service, hostname) -> dict[str, Any]:
+        observation: dict[str, Any] = {
+            "observed_at": host.observed_at,
+            "ip": ip,
+            "port": port[_NUMBER],
+            "transport": transport,
+            "state": state,
+        }
+        if service:
+            observation["service"] = service
+        if hostname:
+            observation["hostname"] = hostname.rstrip(".")[:253]
+        return observation
+
     # -- feeding ---------------------------------------------------------
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         self.bytes_read += len(chunk)
@@ -432,6 +513,10 @@ class NmapXmlReader:
             self._parser.Parse(chunk, False)
         except expat.ExpatError as exc:
             raise self._expat_error(exc) from None
+        except (LookupError, ValueError) as exc:
+            if isinstance(exc, ResultFormatError):
+                raise
+            raise self._encoding_error(exc) from None
         return self._take()
 
     def close(self) -> list[dict[str, Any]]:
@@ -441,9 +526,20 @@ class NmapXmlReader:
             self._parser.Parse(b"", True)
         except expat.ExpatError as exc:
             raise self._expat_error(exc) from None
+        except (LookupError, ValueError) as exc:
+            if isinstance(exc, ResultFormatError):
+                raise
+            raise self._encoding_error(exc) from None
         if not self._root_seen:
             raise ResultFormatError("empty document: no nmaprun element", line=1, byte_offset=0)
         return self._take()
+
+    def _encoding_error(self, exc: Exception) -> ResultFormatError:
+        # expat asks Python for an encoding it does not know itself: an unknown name
+        # (LookupError) or one expat cannot use (multi-byte, ValueError).
+        return ResultFormatError(
+            f"unsupported XML encoding declaration: {exc}", line=1, byte_offset=0
+        )
 
     def _expat_error(self, exc: expat.ExpatError) -> ResultFormatError:
         element = "port" if self._port is not None else ("host" if self._host else None)

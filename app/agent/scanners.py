@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.agent.profiles import Profile, nmap_probe_arguments
 from app.config import AgentSettings
 
 READ_BYTES = 64 * 1024
@@ -48,8 +49,15 @@ def _ports_spec(ports: str, transports: list[str], prefixed: bool) -> str:
 
 
 def nmap_command(
-    settings: AgentSettings, targets_file: Path, family: int, ports: str, transports: list[str]
+    settings: AgentSettings,
+    targets_file: Path,
+    family: int,
+    ports: str,
+    transports: list[str],
+    profile: Profile | None = None,
 ) -> list[str]:
+    """The nmap command line; ``profile`` (app.agent.profiles) decides service detection and
+    scripts under the agent's limits, None leaves them to ``[agent]`` settings alone."""
     command = [settings.nmap_path, "-oX", "-", "-n", "-Pn", f"-{settings.nmap_timing}"]
     if family == 6:
         command.append("-6")
@@ -58,10 +66,7 @@ def nmap_command(
         command.append("-sU")
         if "tcp" in transports:
             command.append("-sS")
-    if settings.service_detection:
-        command += ["-sV", "--version-intensity", str(settings.version_intensity)]
-        if settings.nmap_scripts:
-            command += ["--script", ",".join(settings.nmap_scripts)]
+    command += nmap_probe_arguments(settings, profile)
     if tuple(settings.report_states) == ("open",):
         command.append("--open")
     command += ["-p", _ports_spec(ports, transports, prefixed=len(transports) > 1)]

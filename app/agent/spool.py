@@ -8,6 +8,12 @@ agent re-sends the spooled batches in order with the same identity and
 content, so the server answers ``saved: 0`` for those it already confirmed and
 stores the rest once. The directory is removed when the execution succeeded,
 failed or its lease was lost.
+
+Nothing the server sends names a path unchecked: the directory name is built from
+the execution id and attempt (integers) and the claim token's first characters
+(hex, the token being a UUID, ``Execution.from_claim``), and every directory is
+checked to be a direct child of the spool root before anything is written into
+it or removed (``SpoolPathError`` otherwise).
 """
 
 from __future__ import annotations
@@ -15,12 +21,41 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from app.agent.client import Execution, encode_body
+
+
+class SpoolPathError(Exception):
+    """A spool path that would leave the spool root (or is not of the spool's format)."""
+
+
+_DIRECTORY_NAME = re.compile(r"^execution-[0-9]{1,19}-[0-9]{1,19}-[0-9a-f]{8}$")
+
+
+def execution_directory_name(execution: Execution) -> str:
+    """``execution-<id>-<attempt>-<token prefix>`` from validated parts only."""
+    for label, value in (("execution id", execution.id), ("attempt", execution.attempt)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SpoolPathError(f"{label} {value!r:.40} is not a positive integer")
+    name = f"execution-{execution.id}-{execution.attempt}-{execution.claim_token[:8]}"
+    if not _DIRECTORY_NAME.match(name):
+        raise SpoolPathError(f"spool directory name {name!r:.80} is not of the spool's format")
+    return name
+
+
+def _child_of(root: Path, directory: Path) -> Path:
+    """``directory`` resolved, once checked to be a direct child of ``root`` (resolved)
+    whose name is of the spool's format; raises SpoolPathError otherwise."""
+    real_root = root.resolve()
+    real = directory.resolve()
+    if real.parent != real_root or not _DIRECTORY_NAME.match(real.name):
+        raise SpoolPathError(f"{directory} is not an execution directory under {real_root}")
+    return real
 
 
 def default_spool_root() -> Path:
@@ -45,8 +80,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 class ExecutionSpool:
-    def __init__(self, directory: Path):
-        self.directory = directory
+    def __init__(self, directory: Path, root: Path):
+        self.root = root
+        self.directory = _child_of(root, directory)
 
     @property
     def state_path(self) -> Path:
@@ -67,9 +103,16 @@ class ExecutionSpool:
             yield int(path.stem.split("-")[1]), json.loads(path.read_bytes())
 
     def file(self, name: str) -> Path:
+        if "/" in name or name in ("", ".", ".."):
+            raise SpoolPathError(f"spool file name {name!r} is not a plain name")
         return self.directory / name
 
     def remove(self) -> None:
+        # Checked again at removal: the directory must still be a child of the root (not,
+        # say, replaced by a symbolic link to somewhere else since it was made).
+        if self.directory.is_symlink():
+            raise SpoolPathError(f"{self.directory} became a symbolic link; not removing it")
+        _child_of(self.root, self.directory)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -82,11 +125,10 @@ class Spool:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def create(self, execution: Execution, upload_id: str, server: str) -> ExecutionSpool:
-        directory = (
-            self.root / f"execution-{execution.id}-{execution.attempt}-{execution.claim_token[:8]}"
-        )
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        spool = ExecutionSpool(directory)
+        directory = self.root / execution_directory_name(execution)
+        _child_of(self.root, directory)  # checked before anything is made
+        directory.mkdir(exist_ok=True, mode=0o700)
+        spool = ExecutionSpool(directory, self.root)
         state = {"execution": execution.as_dict(), "upload_id": upload_id, "server": server}
         _write_atomically(spool.state_path, json.dumps(state).encode("utf-8"))
         return spool
@@ -95,7 +137,9 @@ class Spool:
         """Executions a previous run of the agent left unfinished, oldest first."""
         found = []
         for directory in sorted(self.root.glob("execution-*")):
-            spool = ExecutionSpool(directory)
+            if directory.is_symlink() or not _DIRECTORY_NAME.match(directory.name):
+                continue  # not ours: left alone
+            spool = ExecutionSpool(directory, self.root)
             if spool.state_path.exists():
                 found.append(spool)
             else:  # crashed before the state was written: nothing was sent for it

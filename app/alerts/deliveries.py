@@ -14,7 +14,7 @@ with jitter (between half and all of ``min(max_backoff, base · 2^attempts)``) u
 with its last error. A refused target or a 4xx is dead at once. ``redeliver`` makes any
 row pending again (same id), with a fresh retry window.
 
-Lease helpers come from ``app.lease_queue`` (the error texts and parameter shapes); the
+Lease helpers come from ``app.leases`` (the error texts and parameter shapes); the
 statements are here because this queue is keyed by message id, not execution.
 """
 
@@ -34,7 +34,7 @@ from app.config import AlertSettings
 from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
-from app.lease_queue import claim_parameters, retry_parameters
+from app.leases import claim_parameters, retry_parameters
 
 STATUSES = ("pending", "delivered", "dead")
 _ID = re.compile(r"^msg_[0-9a-f]{32}$")

@@ -22,7 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS, CHANGE_SET_SQL
+from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS, CHANGE_SET_SQL, ChangeSetHook
+from app.analysis.queue import AnalysisClaim
 from app.config import AlertSettings
 from app.observability import emit
 
@@ -155,6 +156,21 @@ _ENQUEUE = sa.text(enqueue_sql())
 def change_set_link(settings: AlertSettings, task_id: int) -> str:
     """Where a person reads the change set (the console's task changes page)."""
     return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes"
+
+
+def change_set_hook(settings: AlertSettings) -> ChangeSetHook:
+    """The analysis's ``on_change_set``: a change set's messages, in its transaction."""
+
+    def hook(conn: Connection, claim: AnalysisClaim) -> dict[str, int]:
+        return enqueue_alerts(
+            conn,
+            settings,
+            owner_id=claim.owner_id,
+            execution_id=claim.execution_id,
+            task_id=claim.task_id,
+        )
+
+    return hook
 
 
 def enqueue_alerts(

@@ -43,7 +43,6 @@ from sqlalchemy.engine import Connection
 
 from app.analysis import queue
 from app.analysis.queue import AnalysisClaim
-from app.config import AlertSettings
 from app.db import transaction
 from app.search.documents import FIELD_RULES
 from app.search.port import SearchStore
@@ -51,7 +50,8 @@ from app.search.port import SearchStore
 CHANGE_KINDS = ("new", "changed", "gone", "reappeared")
 
 STAGED_SIGHTINGS_SQL = """
-    SELECT ip, port, transport, state, service, product, version, banner_hash, hostname
+    SELECT ip, port, transport, state, service, product, version, banner_hash, hostname,
+           cert_sha256
       FROM analysis_sightings
      WHERE execution_id = :execution_id
 """
@@ -68,6 +68,7 @@ ANALYSIS_FIELDS: dict[str, str] = {
     "version": FIELD_RULES["version"],
     "banner_hash": FIELD_RULES["banner"],
     "hostname": FIELD_RULES["hostname"],
+    "cert_sha256": FIELD_RULES["cert_sha256"],
 }
 _VALUES = tuple(ANALYSIS_FIELDS)
 
@@ -289,6 +290,7 @@ def stage_sightings(
     set-based statement each; a restaged execution starts from an empty set.
     """
     from app.search.encoding import dumps
+    from app.search.endpoint_facts import certificate_fingerprint
 
     with transaction() as conn:
         conn.execute(
@@ -313,6 +315,7 @@ def stage_sightings(
                     "version": d.version,
                     "banner": d.banner,
                     "hostname": d.hostname,
+                    "cert_sha256": certificate_fingerprint(d.details),
                 }
                 for d in docs
             ]
@@ -323,12 +326,13 @@ def stage_sightings(
                     """
                     INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
                                                     service, product, version, banner_hash,
-                                                    hostname)
+                                                    hostname, cert_sha256)
                     SELECT :e, ip, port, transport, state, service, product, version, md5(banner),
-                           hostname
+                           hostname, cert_sha256
                       FROM json_to_recordset(CAST(:rows AS json))
                         AS r(ip inet, port integer, transport text, state text, service text,
-                             product text, version text, banner text, hostname text)
+                             product text, version text, banner text, hostname text,
+                             cert_sha256 text)
                     ON CONFLICT DO NOTHING
                     """
                 ),
@@ -368,16 +372,22 @@ def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
     return bool(current)
 
 
+# Work that commits with a change set, inside its transaction: the entry points wire the
+# alerts' messages here (``app.alerts.evaluate.change_set_hook``), so the analysis does not
+# import the domains that read its change sets.
+ChangeSetHook = Callable[[Connection, AnalysisClaim], object]
+
+
 def analyse(
-    claim: AnalysisClaim, *, sightings_sql: str | None, alerts: AlertSettings | None = None
+    claim: AnalysisClaim, *, sightings_sql: str | None, on_change_set: ChangeSetHook | None = None
 ) -> ChangeCounts:
     """Compute and commit the execution's change set and summary; moves the row to ``publish``.
 
     One transaction: ownership is proven (and the queue row locked) first, so a
     worker that lost its claim writes nothing, and a crash leaves nothing behind.
     ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy.
-    The alert messages of the change set are created in this same transaction
-    (docs/alerts.md): no change set without its alerts, no alert without its change.
+    ``on_change_set`` (the alert messages, docs/alerts.md) runs in this same
+    transaction: no change set without its alerts, no alert without its change.
     """
     scope = execution_scope(claim)
     analysable = claim.status == "succeeded" and claim.kind == "ports"
@@ -429,16 +439,8 @@ def analyse(
                 "superseded": counts.superseded,
             },
         )
-        if any(counts.as_dict().values()):
-            from app.alerts.evaluate import enqueue_alerts
-
-            enqueue_alerts(
-                conn,
-                alerts or AlertSettings(),
-                owner_id=claim.owner_id,
-                execution_id=claim.execution_id,
-                task_id=claim.task_id,
-            )
+        if on_change_set is not None and any(counts.as_dict().values()):
+            on_change_set(conn, claim)
         queue.advance(conn, claim, phase="publish")
     return counts
 

@@ -83,10 +83,6 @@ def task_changes(
     }
 
 
-def _empty_counts() -> dict[str, Any]:
-    return {**{k: 0 for k in CHANGE_KINDS}, "analysed_executions": 0}
-
-
 def task_change_counts(conn: Connection, task_id: int) -> dict[str, Any]:
     """Changes per kind over the task's analysed executions."""
     row = conn.execute(

@@ -34,9 +34,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-from app.lease_queue import (
+from app.leases import (
     OWNED,
     Backlog,
+    LeaseLost,
     LeaseQueue,
     claim_parameters,
     owned,
@@ -45,14 +46,10 @@ from app.lease_queue import (
 from app.projection.status import projection_status_sql
 
 PRUNE_BATCH_ROWS = 5000
-# A lease queue like the projection outbox (app/lease_queue.py builds the shared SQL).
+# A lease queue like the projection outbox (app/leases/ builds the shared SQL).
 QUEUE = LeaseQueue("scan_analysis_queue", enqueued_column="enqueued_at")
 _RETRY = QUEUE.retry_statement()
 _COMPLETE = QUEUE.complete_statement(in_phase="publish")
-
-
-class LeaseLost(Exception):
-    """This worker no longer owns the claimed queue row."""
 
 
 @dataclass(frozen=True)

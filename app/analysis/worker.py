@@ -1,6 +1,7 @@
 """One claimed execution, start to end: stage, analyse, push statuses, complete (ANA-1).
 
-A heartbeat thread renews the lease every ``[analysis] heartbeat_seconds``
+The lease kit's heartbeat (``app.leases``) renews the lease every
+``[analysis] heartbeat_seconds``
 while the worker stages pages or pushes statuses (during the analysis
 statement itself the queue row is locked by the worker's own transaction, so
 nobody can take it; the renewal simply waits). A renewal that finds the row
@@ -13,13 +14,13 @@ change set is computed once, the status push is idempotent.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 
 from app.analysis import changes, queue, status_sync
 from app.analysis.queue import AnalysisClaim, LeaseLost
 from app.config import Settings
+from app.leases import Heartbeat, LeaseGuard
 from app.observability import emit
 from app.search.port import SearchStore, sightings_in_database
 
@@ -32,60 +33,19 @@ class AnalysisOutcome:
     pushed: int = 0
 
 
-class _Heartbeat:
-    def __init__(self, claim: AnalysisClaim, interval: float):
-        self.claim = claim
-        self.interval = interval
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"analysis-heartbeat-{claim.execution_id}", daemon=True
-        )
-        self._deadline = claim.claimed_monotonic + claim.lease_seconds * 0.9
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def extended(self, started: float) -> None:
-        """The lease was extended by a write that began at ``started`` (monotonic)."""
-        self._deadline = max(self._deadline, started + self.claim.lease_seconds * 0.9)
-
-    def check(self) -> None:
-        if self.lost.is_set() or time.monotonic() >= self._deadline:
-            raise LeaseLost(f"analysis of execution {self.claim.execution_id}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            started = time.monotonic()
-            try:
-                owned = queue.renew(self.claim)
-            except Exception as exc:  # noqa: BLE001 - database trouble: the deadline still bounds us
-                emit(
-                    "AnalysisHeartbeatFailed",
-                    level=logging.WARNING,
-                    execution_id=self.claim.execution_id,
-                    error=f"{type(exc).__name__}: {exc}"[:300],
-                )
-                continue
-            if owned is None:
-                continue  # our own analysis holds the row; it extends the lease itself
-            if not owned:
-                self.lost.set()
-                return
-            self._deadline = max(self._deadline, started + self.claim.lease_seconds * 0.9)
-
-
 class AnalysisWorker:
     """Claims and analyses executions with one search store."""
 
-    def __init__(self, settings: Settings, store: SearchStore):
+    def __init__(
+        self,
+        settings: Settings,
+        store: SearchStore,
+        on_change_set: changes.ChangeSetHook | None = None,
+    ):
         self.settings = settings
         self.store = store
+        # What commits with each change set (the alert messages; wired by the caller).
+        self.on_change_set = on_change_set
 
     def claim(self) -> AnalysisClaim | None:
         return queue.claim_next(lease_seconds=self.settings.analysis.lease_seconds)
@@ -96,7 +56,16 @@ class AnalysisWorker:
         counts = None
         pushed = 0
         try:
-            with _Heartbeat(claim, config.heartbeat_seconds) as beat:
+            guard = LeaseGuard(claim.lease_seconds, claimed_at=claim.claimed_monotonic)
+            check = guard.raise_if_lost
+            with Heartbeat(
+                lambda: queue.renew(claim),
+                guard,
+                interval=config.heartbeat_seconds,
+                name=f"analysis-heartbeat-{claim.execution_id}",
+                failed_event="AnalysisHeartbeatFailed",
+                event_fields={"execution_id": claim.execution_id},
+            ):
                 phase = claim.phase
                 if phase == "analyse":
                     in_database = sightings_in_database(self.store)
@@ -106,15 +75,18 @@ class AnalysisWorker:
                             claim,
                             self.store,
                             page_size=config.stage_page_size,
-                            check_lease=beat.check,
+                            check_lease=check,
                         )
-                    beat.check()
-                    counts = changes.analyse(claim, sightings_sql=sql, alerts=self.settings.alerts)
-                    beat.extended(time.monotonic())
+                    check()
+                    analysed = time.monotonic()
+                    counts = changes.analyse(
+                        claim, sightings_sql=sql, on_change_set=self.on_change_set
+                    )
+                    guard.renewed(analysed)
                     if sql is None:
                         changes.drop_staged(claim.execution_id)
-                pushed = status_sync.push_statuses(claim, self.store, check_lease=beat.check)
-                beat.check()
+                pushed = status_sync.push_statuses(claim, self.store, check_lease=check)
+                check()
             if not queue.complete(claim):
                 raise LeaseLost(f"analysis of execution {claim.execution_id} (complete)")
         except LeaseLost as exc:

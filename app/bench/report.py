@@ -77,7 +77,7 @@ def _smtp_server() -> tuple[int, Any] | None:
 
 
 def _reports_through(
-    settings: Settings, renderer: str, store: Any, queue_one: Any, reports: int
+    settings: Settings, renderer: str, store: Any, search: Any, queue_one: Any, reports: int
 ) -> dict[str, Any]:
     """Reports per minute through capture -> generate -> commit with one renderer.
 
@@ -125,7 +125,12 @@ def _reports_through(
         made = 0
         while (work := records.claim_next_job(lease_seconds=600)) is not None:
             outcome = run_report(
-                work, renderer=Renderer(), object_store=store, delete_concurrency=3, wait_seconds=0
+                work,
+                renderer=Renderer(),
+                object_store=store,
+                search_store=search,
+                delete_concurrency=3,
+                wait_seconds=0,
             )
             if outcome.result != "ready":
                 raise click.ClickException(f"report ended {outcome}")
@@ -152,7 +157,6 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     search = open_store(settings)
     search.ensure_schema()
     execution_ids = seed_execution_endpoints(search, endpoints, 1, BASE_TIME)
-    search.close()
     with transaction() as conn:
         conn.execute(sa.text("ANALYZE search_execution_endpoints"))
         task = conn.execute(
@@ -183,12 +187,12 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     queue_one()
     work = records.claim_next_job(lease_seconds=600)
     started = time.perf_counter()
-    prepare_aggregates(work.report_id)
+    prepare_aggregates(work.report_id, search)
     aggregate_seconds = time.perf_counter() - started
     holds = []
     for _ in range(captures):
         started = time.perf_counter()
-        capture(work, wait_seconds=0)
+        capture(work, store=search, wait_seconds=0)
         holds.append(time.perf_counter() - started)
     with transaction() as conn:
         conn.execute(
@@ -202,7 +206,9 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     store = open_object_store(settings)
     end_to_end = {}
     for renderer in ("builtin", "worker"):
-        end_to_end[renderer] = _reports_through(settings, renderer, store, queue_one, reports)
+        end_to_end[renderer] = _reports_through(
+            settings, renderer, store, search, queue_one, reports
+        )
         print(
             f"[{endpoints}] {renderer}: {end_to_end[renderer]['reports']} reports, "
             f"{end_to_end[renderer]['reports_per_minute']}/min",
@@ -228,6 +234,7 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     if server is not None:
         server[1]()
     store.close()
+    search.close()
     return {
         "endpoints": endpoints,
         "aggregate_seconds": round(aggregate_seconds, 3),

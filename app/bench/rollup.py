@@ -235,6 +235,11 @@ def _split(seconds: float, summary: dict) -> dict[str, float]:
 @click.option("--lines", "line_count", type=click.IntRange(1000, 50_000_000), default=1_650_000)
 @click.option("--append-lines", type=click.IntRange(1, 1_000_000), default=6000)
 @click.option(
+    "--batch-size",
+    type=click.IntRange(1, 50000),
+    help="Passed to `netmap traffic rollup --batch-size` (default: [traffic] batch_size).",
+)
+@click.option(
     "--log-file",
     type=click.Path(exists=True, dir_okay=False),
     help="Measure on a copy of this nginx access log instead of a generated day.",
@@ -246,7 +251,9 @@ def _split(seconds: float, summary: dict) -> dict[str, float]:
     show_default=True,
     help="database: checkpoints and rows in PostgreSQL; standalone: --state-dir + --endpoint.",
 )
-def command(line_count: int, append_lines: int, log_file: str | None, mode: str) -> None:
+def command(
+    line_count: int, append_lines: int, batch_size: int | None, log_file: str | None, mode: str
+) -> None:
     """The real `netmap traffic rollup`, full and incremental, start to exit."""
     from app.bench.scratch import scratch_database
     from app.traffic.business_time import BusinessCalendar
@@ -307,6 +314,8 @@ def command(line_count: int, append_lines: int, log_file: str | None, mode: str)
                 "bench",
                 *window,
             ]
+            if batch_size is not None:
+                args += ["--batch-size", str(batch_size)]
             if mode == "standalone":
                 token = secrets.token_urlsafe(24)
                 endpoint = stack.enter_context(_rollup_server(scratch.settings, token))
@@ -332,6 +341,7 @@ def command(line_count: int, append_lines: int, log_file: str | None, mode: str)
             inc_seconds, incremental, inc_rss, inc_cpu = _run_command(args, env)
         result = {
             "mode": mode,
+            "batch_size": batch_size,
             "log_file": log_file,
             "lines": lines_written,
             "file_bytes": file_bytes,

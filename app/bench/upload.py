@@ -26,22 +26,8 @@ from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.progress import Progress
 from app.bench.scratch import drop_elasticsearch_prefix, scratch_database
 from app.bench.stats import summary_ms
+from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
-
-
-def observations(start: int, count: int, observed_at: str) -> list[dict[str, Any]]:
-    """``count`` distinct endpoints from index ``start`` (addresses in 10.0.0.0/8)."""
-    return [
-        {
-            "observed_at": observed_at,
-            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-            "port": 443 + (i >> 24),
-            "transport": "tcp",
-            "state": "open",
-            "service": {"name": "https", "product": "nginx", "version": "1.26"},
-        }
-        for i in range(start, start + count)
-    ]
 
 
 class _Scanner:

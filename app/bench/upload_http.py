@@ -33,7 +33,7 @@ from app.bench import local_server
 from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
 from app.bench.stats import summary_ms
-from app.bench.upload import observations
+from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
 
 
@@ -101,6 +101,15 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     env = local_server.server_environment(scratch, max_batch=max_batch, lease_seconds=3600)
     if es_url:
         env.update(NETMAP_ELASTICSEARCH_URL=es_url, NETMAP_ELASTICSEARCH_INDEX_PREFIX=prefix)
+        # The bench is the whole deployment: its budget is what its processes may send.
+        budget = load_settings(env=env)[0]
+        env.setdefault(
+            "NETMAP_ELASTICSEARCH_BULK_MAX_CONCURRENCY_TOTAL",
+            str(
+                (budget.server.web_workers + budget.runner.processes)
+                * budget.elasticsearch.bulk_max_concurrency
+            ),
+        )
     configured = load_settings(env=env)[0].server
     server, url = local_server.start_server(scratch, env)
     return server, url, configured.web_workers, configured.web_threads

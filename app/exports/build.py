@@ -7,12 +7,12 @@ and JSON text of each chunk itself (``read_execution_export_text``, one short
 transaction per chunk, two chunks at a time on two connections, nothing held
 while the chunk goes to the object store);
 other stores' pages (``read_execution_endpoints``) are encoded here. Both give
-the same bytes (tests/integration/exports/test_export_text.py). A heartbeat thread
-renews the lease every ``[exports] heartbeat_seconds``; the guard (the same
-rule as the projection's: a lost renewal, the local lease deadline or the
-runner's shutdown) is checked before every page, so a builder that lost its
-claim stops reading and its upload is abandoned (a filesystem temporary file
-is removed, an S3 multipart upload aborted).
+the same bytes (tests/integration/exports/test_export_text.py). The lease kit's
+heartbeat (``app.leases``) renews the lease every ``[exports] heartbeat_seconds``;
+its guard (a lost renewal, the local lease deadline or the runner's shutdown) is
+checked before every page, so a builder that lost its claim stops reading and its
+upload is abandoned (a filesystem temporary file is removed, an S3 multipart upload
+aborted).
 
 Outcomes: ``ready`` (written with the claim token), requeued/failed on an
 error (a failed build's object is deleted as compensation), or ownership lost.
@@ -44,14 +44,14 @@ from app.exports.formats import (
     zip_chunks,
 )
 from app.exports.records import ExportClaim
+from app.leases import Heartbeat, LeaseGuard, LeaseLost
 from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
-from app.projection.lease import LeaseGuard, LeaseLost
 from app.search.documents import EndpointDocument
-from app.search.port import SearchStore
+from app.search.port import AssetQuery, SearchStore, export_text_in_database
+from app.search.query_language import parse_query
 
-RENEW_RETRY_SECONDS = 0.5
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
 # DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
 # and a transaction, so few rows each would be mostly overhead, while memory holds the
@@ -80,44 +80,6 @@ class BuildOutcome:
     error: str | None = None
 
 
-class ExportHeartbeat:
-    """Renews the build lease in a thread; a renewal that finds the row not ours trips the guard."""
-
-    def __init__(self, claim: ExportClaim, guard: LeaseGuard, *, interval: float):
-        self.claim, self.guard, self.interval = claim, guard, interval
-        self.renewals = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"export-heartbeat-{claim.id}", daemon=True
-        )
-
-    def start(self) -> ExportHeartbeat:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _run(self) -> None:
-        due = time.monotonic() + self.interval
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            started = time.monotonic()
-            try:
-                owned = records.renew(self.claim)
-            except Exception as exc:  # noqa: BLE001 - database trouble: try again soon
-                emit("ExportHeartbeatFailed", level=logging.WARNING, error=type(exc).__name__)
-                due = time.monotonic() + min(self.interval, RENEW_RETRY_SECONDS)
-                continue
-            if not owned:
-                self.guard.lose("lease_lost", "heartbeat")
-                return
-            self.guard.renewed(started)
-            self.renewals += 1
-            due = max(due + self.interval, time.monotonic())
-
-
 def _raise_if_lost(guard: threading.Event | None) -> None:
     if isinstance(guard, LeaseGuard):
         guard.raise_if_lost()
@@ -142,6 +104,40 @@ def endpoint_pages(
             if len(page) < page_size:
                 break
             after = page[-1].id
+
+
+def asset_query_pages(
+    store: SearchStore,
+    claim: ExportClaim,
+    *,
+    page_size: int,
+    guard: threading.Event | None = None,
+) -> Iterator[list[EndpointDocument]]:
+    """The owner's current assets the claim's search-language query finds, keyset page by
+    page. Durations in the query are relative to ``claim.query_at`` (when the export was
+    requested), so a rebuild exports the same set; like ``GET /api/assets``, only open
+    assets unless the query names a status."""
+    parsed = parse_query(claim.query or "", now=claim.query_at)
+    plain = parsed.plain_text
+    cursor: str | None = None
+    while True:
+        _raise_if_lost(guard)
+        page = store.search_assets(
+            AssetQuery(
+                scope="user",
+                owner_id=claim.owner_id,
+                text=plain,
+                where=None if plain is not None else parsed.node,
+                status="all" if parsed.names_status else "open",
+                limit=page_size,
+                cursor=cursor,
+            )
+        )
+        if page.items:
+            yield page.items
+        cursor = page.next_cursor
+        if cursor is None:
+            return
 
 
 def _keyset_ranges(
@@ -275,7 +271,7 @@ def database_text_pages(
 
 
 def writes_text_in_database(store: SearchStore) -> bool:
-    return callable(getattr(store, "read_execution_export_text", None))
+    return export_text_in_database(store) is not None
 
 
 def export_chunks(
@@ -299,6 +295,9 @@ def export_chunks(
     jsonl = claim.format in ("jsonl", "zip")
 
     def pages() -> Iterator[EncodedPage]:
+        if claim.query is not None:
+            found = asset_query_pages(store, claim, page_size=page_size, guard=guard)
+            return encode_pages(found, csv=csv, jsonl=jsonl)
         if database_text:
             return database_text_pages(
                 store,
@@ -327,6 +326,12 @@ def export_chunks(
             "task": {"id": claim.task_id, "name": claim.task_name},
             "executions": list(claim.execution_ids),
         }
+        if claim.query is not None:
+            manifest = {
+                "export_id": claim.id,
+                "query": claim.query,
+                "query_at": claim.query_at.isoformat() if claim.query_at else None,
+            }
         members: dict[str, Any] = {}
         yield from zip_chunks(pages, manifest, members)
         stats["rows"] = members["endpoints.csv"]["rows"]
@@ -343,7 +348,14 @@ def build_export(
     config = settings.exports
     started = time.monotonic()
     guard = LeaseGuard(config.lease_seconds, claimed_at=started, runner_cancel=runner_cancel)
-    heartbeat = ExportHeartbeat(claim, guard, interval=config.heartbeat_seconds).start()
+    heartbeat = Heartbeat(
+        lambda: records.renew(claim),
+        guard,
+        interval=config.heartbeat_seconds,
+        name=f"export-heartbeat-{claim.id}",
+        failed_event="ExportHeartbeatFailed",
+        event_fields={"export_id": claim.id},
+    ).start()
     stats: dict[str, Any] = {}
     try:
         chunks = export_chunks(

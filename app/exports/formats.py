@@ -104,6 +104,18 @@ def endpoint_record(doc: EndpointDocument) -> dict[str, Any]:
     }
 
 
+# Spreadsheets read a cell starting with one of these as a formula (OWASP "CSV
+# injection"): such a text cell gets a leading quote, which spreadsheets show as text
+# and hide. Only CSV does this; JSON lines carry every value exactly as stored
+# (docs/security.md). app.search.export_text writes the same bytes in SQL.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    """A text cell neutralised against formula injection (empty for ``""``)."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
 class CsvEncoder:
     """CSV text of endpoint pages, header first (one writer reused across pages)."""
 
@@ -128,14 +140,14 @@ class CsvEncoder:
                 d.execution_id,
                 d.ip,
                 d.port,
-                d.transport,
-                d.state or "",
-                d.service or "",
-                d.product or "",
-                d.version or "",
-                d.hostname or "",
-                d.banner or "",
-                ";".join(d.tags),
+                csv_text(d.transport),
+                csv_text(d.state or ""),
+                csv_text(d.service or ""),
+                csv_text(d.product or ""),
+                csv_text(d.version or ""),
+                csv_text(d.hostname or ""),
+                csv_text(d.banner or ""),
+                csv_text(";".join(d.tags)),
                 _iso(d.first_seen),
                 _iso(d.last_seen),
             )

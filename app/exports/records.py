@@ -24,8 +24,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
+from app.leases import LeasedRows
 
 FORMATS = ("csv", "jsonl", "zip")
+# A build holds its export row under a lease while the status is ``building``.
+BUILDS = LeasedRows("exports", "id", condition="status = 'building'")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
     "jsonl": "application/x-ndjson",
@@ -34,7 +37,7 @@ CONTENT_TYPES = {
 _COLUMNS = """
     id, owner_id, task_id, task_name, format, status, execution_ids, object_key, content_type,
     size_bytes, row_count, attempts, error, created_at, started_at, finished_at, expires_at,
-    deleted_at
+    deleted_at, query, query_at
 """
 
 
@@ -49,13 +52,20 @@ class ExportClaim:
     claim_token: uuid.UUID
     attempts: int
     lease_seconds: float
+    # An asset export (task_id None): the search-language query and the moment its
+    # durations are relative to (docs/search-language.md).
+    query: str | None = None
+    query_at: datetime | None = None
+    owner_id: int | None = None
 
 
-def file_name(export_id: int, task_id: int, fmt: str) -> str:
+def file_name(export_id: int, task_id: int | None, fmt: str) -> str:
+    if task_id is None:
+        return f"netmap-assets-export-{export_id}.{fmt}"
     return f"netmap-task-{task_id}-export-{export_id}.{fmt}"
 
 
-def object_key(export_id: int, task_id: int, fmt: str) -> str:
+def object_key(export_id: int, task_id: int | None, fmt: str) -> str:
     # Deterministic per export: a rebuild after a crash overwrites, never orphans.
     return f"exports/{export_id}/{file_name(export_id, task_id, fmt)}"
 
@@ -80,6 +90,7 @@ def export_dict(row: Any) -> dict[str, Any]:
         "finished_at": iso(row.finished_at),
         "expires_at": iso(row.expires_at),
         "deleted_at": iso(row.deleted_at),
+        "query": row.query,
     }
 
 
@@ -87,18 +98,21 @@ def insert_export(
     conn: Connection,
     *,
     owner_id: int,
-    task_id: int,
+    task_id: int | None,
     task_name: str,
     fmt: str,
     execution_ids: list[int],
+    query: str | None = None,
+    query_at: datetime | None = None,
 ) -> Any:
     export_id = conn.execute(sa.text("SELECT nextval('exports_id_seq')")).scalar_one()
     return conn.execute(
         sa.text(
             f"""
             INSERT INTO exports (id, owner_id, task_id, task_name, format, execution_ids,
-                                 object_key, content_type)
-            VALUES (:id, :owner_id, :task_id, :task_name, :format, :execution_ids, :key, :ctype)
+                                 object_key, content_type, query, query_at)
+            VALUES (:id, :owner_id, :task_id, :task_name, :format, :execution_ids, :key, :ctype,
+                    :query, :query_at)
             RETURNING {_COLUMNS}
             """  # noqa: S608 - fixed column list and visibility clause; values are bound
         ),
@@ -111,6 +125,8 @@ def insert_export(
             "execution_ids": execution_ids,
             "key": object_key(export_id, task_id, fmt),
             "ctype": CONTENT_TYPES[fmt],
+            "query": query,
+            "query_at": query_at,
         },
     ).one()
 
@@ -215,7 +231,8 @@ def claim_next_build(
                        started_at = now(), error = NULL
                   FROM next WHERE e.id = next.id
                 RETURNING e.id, e.task_id, e.task_name, e.format, e.execution_ids,
-                          e.object_key, e.claim_token, e.attempts
+                          e.object_key, e.claim_token, e.attempts, e.owner_id, e.query,
+                          e.query_at
                 """
             ),
             {"lease": lease_seconds, "host": host},
@@ -233,6 +250,9 @@ def claim_next_build(
             claim_token=row.claim_token,
             attempts=row.attempts,
             lease_seconds=lease_seconds,
+            query=row.query,
+            query_at=row.query_at,
+            owner_id=row.owner_id,
         ),
         exhausted,
     )
@@ -240,20 +260,7 @@ def claim_next_build(
 
 def renew(claim: ExportClaim) -> bool:
     """Extend the build lease; False means ownership was lost."""
-    with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    """
-                    UPDATE exports SET lease_expires_at = now() + make_interval(secs => :lease)
-                    WHERE id = :id AND claim_token = :token AND status = 'building'
-                      AND lease_expires_at > now()
-                    RETURNING 1
-                    """
-                ),
-                {"id": claim.id, "token": claim.claim_token, "lease": claim.lease_seconds},
-            ).scalar()
-        )
+    return BUILDS.renew(claim.id, claim.claim_token, claim.lease_seconds)
 
 
 def finish_ready(

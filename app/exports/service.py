@@ -10,17 +10,21 @@ objects of exports older than ``[exports] retention_hours`` the same way.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
+
+import sqlalchemy as sa
 
 from app.config import Settings
 from app.db import transaction
-from app.errors import Conflict, NotFound, ValidationError
+from app.errors import Conflict, NotFound, TooManyQueued, ValidationError
 from app.exports import records
 from app.identity.users import User
 from app.object_store.deleter import DeleteResult, delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.scan_control.query import get_task, succeeded_execution_ids
+from app.search.query_language import parse_query
 
 
 def validate_export_request(body: Any) -> str:
@@ -41,12 +45,81 @@ def validate_export_request(body: Any) -> str:
     return fmt
 
 
-def request_export(user: User, task_id: int, body: Any) -> dict[str, Any]:
+# When a user at the queued-exports cap may try again: builds take seconds to minutes.
+EXPORT_RETRY_AFTER_SECONDS = 30
+
+
+def _check_queued_cap(conn: sa.Connection, user: User, max_queued: int | None) -> None:
+    """``max_queued`` ([exports] max_queued_per_user): a user with that many exports queued
+    or building gets 429 with Retry-After rather than one more build (the user's advisory
+    lock makes the count and the insert one step for concurrent requests)."""
+    if max_queued is None:
+        return
+    conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-export-queue'), :u)"),
+        {"u": user.id % 2**31},
+    )
+    pending = conn.execute(
+        sa.text(
+            "SELECT count(*) FROM exports WHERE owner_id = :u AND status IN ('queued', 'building')"
+        ),
+        {"u": user.id},
+    ).scalar_one()
+    if pending >= max_queued:
+        raise TooManyQueued(
+            f"{pending} of your exports are queued or building; request more when "
+            f"they are done ([exports] max_queued_per_user = {max_queued})",
+            code="too_many_exports",
+            retry_after=EXPORT_RETRY_AFTER_SECONDS,
+            details={"queued": pending, "limit": max_queued},
+        )
+
+
+def request_query_export(user: User, body: Any, *, max_queued: int | None = None) -> dict[str, Any]:
+    """Queue an export of the caller's current assets a search-language query finds
+    (``POST /api/exports {"query": …, "format": …}``); a query that does not parse is
+    a 400 naming its column, and nothing is written."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object", details={"field": "body"})
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise ValidationError(
+            "query must be a search-language string (docs/search-language.md)",
+            code="invalid_query",
+            details={"field": "query"},
+        )
+    fmt = validate_export_request({k: v for k, v in body.items() if k != "query"})
+    query_at = datetime.now(UTC)
+    parsed = parse_query(query, now=query_at)
+    if parsed.plain_text is not None and len(parsed.plain_text) > 200:
+        raise ValidationError("free text is longer than 200 characters", details={"field": "query"})
+    with transaction() as conn:
+        _check_queued_cap(conn, user, max_queued)
+        row = records.insert_export(
+            conn,
+            owner_id=user.id,
+            task_id=None,
+            task_name="assets",
+            fmt=fmt,
+            execution_ids=[],
+            query=query,
+            query_at=query_at,
+        )
+    emit("ExportRequested", export_id=row.id, user_id=user.id, format=fmt, query=True)
+    return records.export_dict(row)
+
+
+def request_export(
+    user: User, task_id: int, body: Any, *, max_queued: int | None = None
+) -> dict[str, Any]:
+    """Queue an export of a task's succeeded executions (``POST /api/tasks/<id>/exports``);
+    ``max_queued`` as in ``_check_queued_cap``."""
     fmt = validate_export_request(body)
     with transaction() as conn:
         task = get_task(conn, user, task_id)
         if task is None:
             raise NotFound("task not found", code="task_not_found")
+        _check_queued_cap(conn, user, max_queued)
         executions = succeeded_execution_ids(conn, task_id)
         if not executions:
             raise Conflict(

@@ -9,15 +9,19 @@ def register_blueprints(app: Flask) -> None:
     from app.http import (
         admin,
         alerts,
+        api_reference,
         assets,
         auth,
         changes,
         exports,
+        front_door,
         health,
+        hosts,
         imports,
         modules,
         reports,
         scanner,
+        searches,
         system,
         tasks,
         traffic,
@@ -25,6 +29,8 @@ def register_blueprints(app: Flask) -> None:
     )
 
     for module in (
+        front_door,
+        api_reference,
         health,
         auth,
         admin,
@@ -40,8 +46,7 @@ def register_blueprints(app: Flask) -> None:
         imports,
         reports,
         alerts,
+        searches,
+        hosts,
     ):
         app.register_blueprint(module.blueprint)
-    from app import web
-
-    app.register_blueprint(web.blueprint)

@@ -17,9 +17,11 @@ from app.errors import Forbidden, NotFound, ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import datetime_arg, int_arg, page_limit
+from app.saved_searches import records as saved_searches
 from app.scan_control.query import task_visible
 from app.search.asset_sort import asset_sort
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
+from app.search.query_language import MAX_QUERY_CHARS, And, Text, parse_query
 
 blueprint = Blueprint("assets", __name__, url_prefix="/api")
 
@@ -52,13 +54,13 @@ def _result_item(doc) -> dict:
     return item
 
 
-def _text_arg(name: str) -> str | None:
+def _text_arg(name: str, maximum: int = _MAX_TEXT) -> str | None:
     value = request.args.get(name)
     if value is None or value == "":
         return None
-    if len(value) > _MAX_TEXT:
+    if len(value) > maximum:
         raise ValidationError(
-            f"{name} is longer than {_MAX_TEXT} characters",
+            f"{name} is longer than {maximum} characters",
             code="invalid_parameter",
             details={"parameter": name},
         )
@@ -123,6 +125,9 @@ def asset_query_from_request(user) -> AssetQuery:
             code="invalid_parameter",
             details={"parameter": "status"},
         )
+    text, where, names_status = search_language_arg(user)
+    if names_status and not request.args.get("status"):
+        status = "all"  # the query's own status clause decides
     # Unknown values are a 400 naming the parameter (WEB-12); the order defaults per sort.
     order = asset_sort(_text_arg("sort"), _text_arg("order"))
     return AssetQuery(
@@ -134,7 +139,8 @@ def asset_query_from_request(user) -> AssetQuery:
         transport=transport,
         service=_text_arg("service"),
         product=_text_arg("product"),
-        text=_text_arg("q"),
+        text=text,
+        where=where,
         first_seen_from=datetime_arg("first_seen_from"),
         first_seen_to=datetime_arg("first_seen_to"),
         last_seen_from=datetime_arg("last_seen_from"),
@@ -147,9 +153,76 @@ def asset_query_from_request(user) -> AssetQuery:
     )
 
 
+def search_language_arg(user=None) -> tuple[str | None, object | None, bool]:
+    """``q`` read as the search language (docs/search-language.md), ANDed with the saved
+    search ``search=<id>`` of the caller when given: (free text, parsed tree, whether it
+    names a status). Bare words alone stay one free-text substring, as ``q`` always
+    meant; anything else is the parsed tree. A query that does not parse is a 400 naming
+    the column and what was expected there."""
+    raw = _text_arg("q", MAX_QUERY_CHARS)
+    saved_id = int_arg("search", minimum=1)
+    parts = []
+    if saved_id is not None:
+        with transaction() as conn:
+            row = saved_searches.get(conn, (user or current_user()).id, saved_id)
+        if row is None:
+            raise NotFound("saved search not found", code="search_not_found")
+        parts.append(parse_query(row.query))
+    if raw is not None:
+        parts.append(parse_query(raw))
+    if not parts:
+        return None, None, False
+    if len(parts) == 1 and parts[0].plain_text is not None:
+        plain = parts[0].plain_text
+        if len(plain) > _MAX_TEXT:
+            raise ValidationError(
+                f"q is longer than {_MAX_TEXT} characters",
+                code="invalid_parameter",
+                details={"parameter": "q"},
+            )
+        return plain, None, False
+    nodes = [
+        Text(part.plain_text) if part.plain_text is not None else part.node
+        for part in parts
+        if part.node is not None
+    ]
+    names_status = any(part.names_status for part in parts)
+    if not nodes:
+        return None, None, names_status
+    return None, nodes[0] if len(nodes) == 1 else And(tuple(nodes)), names_status
+
+
 @blueprint.get("/assets")
 @require_user
 def assets():
     query = asset_query_from_request(current_user())
     page = context.store().search_assets(query)
     return jsonify({"items": [doc.public() for doc in page.items], "next_cursor": page.next_cursor})
+
+
+# Facets count at most this many matching assets (``capped`` says more matched), so a
+# facet request costs the same at any number of assets.
+FACET_SAMPLE = 10_000
+
+
+def facets_body(facets) -> dict:
+    """The JSON of ``AssetFacets`` (``GET /api/assets/facets`` and the dashboard)."""
+    return {
+        "sampled": facets.sampled,
+        "capped": facets.capped,
+        "facets": {
+            name: [{"value": value, "count": count} for value, count in values]
+            for name, values in facets.facets.items()
+        },
+    }
+
+
+@blueprint.get("/assets/facets")
+@require_user
+def asset_facets():
+    """Top services, products, ports and certificate issuers of a search (the same
+    parameters and ``q`` as ``GET /api/assets``), over at most ``FACET_SAMPLE`` assets."""
+    query = asset_query_from_request(current_user())
+    size = int_arg("size", minimum=1, maximum=50) or 10
+    facets = context.store().asset_facets(query, size=size, sample=FACET_SAMPLE)
+    return jsonify(facets_body(facets))

@@ -28,7 +28,25 @@ _SAFE_FILENAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 @blueprint.post("/api/tasks/<int:task_id>/exports")
 @require_user
 def create_export_route(task_id: int):
-    export = service.request_export(current_user(), task_id, json_body())
+    export = service.request_export(
+        current_user(),
+        task_id,
+        json_body(),
+        max_queued=context.settings().exports.max_queued_per_user,
+    )
+    export["download_url"] = None
+    return jsonify({"export": export}), 202
+
+
+@blueprint.post("/api/exports")
+@require_user
+def create_query_export_route():
+    """An export of the caller's current assets found by a search-language query."""
+    export = service.request_query_export(
+        current_user(),
+        json_body(),
+        max_queued=context.settings().exports.max_queued_per_user,
+    )
     export["download_url"] = None
     return jsonify({"export": export}), 202
 

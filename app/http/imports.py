@@ -84,6 +84,7 @@ def import_route(task_id: int):
             path=path,
             format_name=format_name,  # type: ignore[arg-type]
             observed_at_mode=request.args.get("observed_at", "file"),
+            scope_mode=request.args.get("scope", "check"),
             request_id=g.get("request_id"),
         )
     return jsonify({"import": {**result.public(), "bytes": size}}), 201

@@ -64,3 +64,22 @@ def report_render_publish():
     status["revision"] = result.revision
     status["releaseId"] = result.release_id
     return jsonify(status)
+
+
+@blueprint.post("/report-render/close-stuck")
+@require_admin
+def report_render_close_stuck():
+    """MOD-2: close, by force, the stuck draining generations up to a revision.
+
+    Stored for every process (each applies it on its next refresh) and applied in
+    this one at once; a generation that is draining normally is never touched."""
+    body = json_body()
+    through = body.get("throughRevision")
+    if not isinstance(through, int) or isinstance(through, bool) or through < 1:
+        raise ValidationError(
+            "invalid close request",
+            code="invalid_request",
+            details={"fields": {"throughRevision": "must be a positive integer"}},
+        )
+    result = _service().request_close(through_revision=through, actor_user_id=current_user().id)
+    return jsonify(result), 202

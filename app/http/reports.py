@@ -25,7 +25,15 @@ blueprint = Blueprint("reports", __name__)
 @blueprint.post("/api/reports/definitions")
 @require_user
 def create_definition_route():
-    return jsonify({"definition": definitions.create_definition(current_user(), json_body())}), 201
+    return jsonify(
+        {
+            "definition": definitions.create_definition(
+                current_user(),
+                json_body(),
+                max_recipients=context.settings().reports.max_recipients,
+            )
+        }
+    ), 201
 
 
 @blueprint.get("/api/reports/definitions")
@@ -43,7 +51,12 @@ def get_definition_route(definition_id: int):
 @blueprint.route("/api/reports/definitions/<int:definition_id>", methods=["PUT", "PATCH"])
 @require_user
 def update_definition_route(definition_id: int):
-    updated = definitions.update_definition(current_user(), definition_id, json_body())
+    updated = definitions.update_definition(
+        current_user(),
+        definition_id,
+        json_body(),
+        max_recipients=context.settings().reports.max_recipients,
+    )
     return jsonify({"definition": updated})
 
 
@@ -57,7 +70,12 @@ def delete_definition_route(definition_id: int):
 @blueprint.post("/api/reports/definitions/<int:definition_id>/run")
 @require_user
 def run_definition_route(definition_id: int):
-    return jsonify({"report": definitions.run_now(current_user(), definition_id)}), 202
+    report = definitions.run_now(
+        current_user(),
+        definition_id,
+        cooldown_seconds=context.settings().reports.run_now_cooldown_seconds,
+    )
+    return jsonify({"report": report}), 202
 
 
 def _visible_report(report_id: int):
@@ -128,8 +146,12 @@ def retry_report_route(report_id: int):
         ).scalar()
     if not exists:
         raise NotFound("report not found", code="report_not_found")
-    if not records.retry_failed(report_id):
-        raise Conflict("only a failed report can be retried", code="report_not_failed")
+    # A failed report is generated again; a ready one sends its failed deliveries again.
+    if not records.retry_failed(report_id) and not records.resend_failed_deliveries(report_id):
+        raise Conflict(
+            "only a failed report, or one with failed deliveries, can be retried",
+            code="report_not_failed",
+        )
     row, deliveries = _visible_report(report_id)
     return jsonify({"report": records.report_dict(row, deliveries)}), 202
 

@@ -33,20 +33,3 @@ def record_audit(
             "details": json.dumps(details or {}),
         },
     )
-
-
-def list_audit(
-    conn: Connection, *, limit: int = 100, before_id: int | None = None
-) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        sa.text(
-            """
-            SELECT id, actor_user_id, action, target_type, target_id, details, created_at
-            FROM audit_log
-            WHERE (CAST(:before AS bigint) IS NULL OR id < :before)
-            ORDER BY id DESC LIMIT :limit
-            """
-        ),
-        {"before": before_id, "limit": limit},
-    ).mappings()
-    return [dict(r) for r in rows]

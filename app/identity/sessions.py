@@ -16,7 +16,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.identity.users import User, _row_to_user
+from app.identity.user_record import User, _row_to_user
 
 
 def _digest(session_id: str) -> bytes:

@@ -9,7 +9,6 @@ disabling a user ends every session of that user in the same transaction.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,26 +17,12 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from app.errors import Conflict, NotFound, Unauthorized, ValidationError
 from app.identity.password_policy import password_problem
+from app.identity.user_record import User, _row_to_user
 
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_PASSWORD_LENGTH = 10
 MAX_PASSWORD_LENGTH = 1024
 _DUMMY_HASH = generate_password_hash("netmap-timing-equaliser", method="scrypt")
-
-
-@dataclass(frozen=True)
-class User:
-    id: int
-    username: str
-    is_admin: bool
-    disabled: bool
-
-    def public(self) -> dict[str, Any]:
-        return {"id": self.id, "username": self.username, "is_admin": self.is_admin}
-
-
-def _row_to_user(row: Any) -> User:
-    return User(id=row.id, username=row.username, is_admin=row.is_admin, disabled=row.disabled)
 
 
 def password_problem_for(password: Any, username: str | None) -> str | None:

@@ -4,8 +4,13 @@ The artifact is an executable zip application for the host's Python. It holds
 only what the worker needs: ``app/renderer`` and the frame protocol
 (``app/modules/wire.py``) repackaged under the private package ``nmworker``
 (so nothing of the server — Flask, SQLAlchemy, psycopg2, Elasticsearch, SMTP —
-is even on its path), plus a vendored copy of Jinja2. Native dependencies
-(MarkupSafe's speedups, nh3, css-inline) come from the host environment.
+is even on its path), plus a vendored copy of Jinja2. The native
+dependencies (MarkupSafe with its speedups, nh3, css-inline) are copied at
+build time, with their compiled extensions, into the release's ``lib/``
+directory (its digest is in the manifest, ``lib_sha256``); the worker runs with
+``python -I -S`` and only ``lib/`` added to its path, so the server's
+site-packages are never on it and upgrading them never changes a built release
+(MOD-9). The interpreter and its standard library are the host's.
 Entries are written in a fixed order with fixed timestamps, with precompiled
 (unchecked-hash) bytecode beside the sources so the worker starts without
 compiling (about 65 ms instead of 150 ms); marshal output is not bit-stable
@@ -32,20 +37,28 @@ from typing import Any
 from app.modules.releases import (
     ARTIFACT_NAME,
     BUILTIN_RELEASE,
+    LIB_DIR,
     MANIFEST_NAME,
     check_release_id,
+    lib_digest,
 )
 from app.renderer.contract import MODULE_NAME, RPC_VERSION
 
 _APP_DIR = Path(__file__).resolve().parent.parent
 _RENDERER_FILES = ("__init__.py", "contract.py", "sandbox.py", "render.py", "worker_main.py")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
-_MAIN = b"""import sys
+_MAIN = b"""import os
+import sys
+
+# The release's own native dependencies (run with -I -S: no site-packages at all).
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "lib"))
 
 from nmworker.renderer.worker_main import main
 
 sys.exit(main())
 """
+# Distributions copied into lib/ with their compiled extensions (import names).
+NATIVE_DISTRIBUTIONS = {"MarkupSafe": "markupsafe", "nh3": "nh3", "css-inline": "css_inline"}
 
 
 class BuildError(Exception):
@@ -93,6 +106,32 @@ def _entries(release_id: str, test_faults: dict[str, Any] | None) -> list[tuple[
     return sorted(entries + compiled)
 
 
+def copy_native_dependencies(lib: Path) -> str:
+    """Copy the native distributions' package files into ``lib``; their tree digest."""
+    import importlib.metadata
+
+    for distribution, package in NATIVE_DISTRIBUTIONS.items():
+        try:
+            files = importlib.metadata.distribution(distribution).files or []
+        except importlib.metadata.PackageNotFoundError:
+            raise BuildError(f"{distribution} is not installed in the build environment") from None
+        copied = 0
+        for entry in files:
+            parts = entry.parts
+            # The package and its metadata (the worker reports the versions it runs).
+            wanted = parts and (parts[0] == package or parts[0].endswith(".dist-info"))
+            if not wanted or "__pycache__" in parts or parts[-1] == "RECORD":
+                continue
+            source = Path(entry.locate())
+            target = lib.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied += 1
+        if not copied:
+            raise BuildError(f"{distribution} has no files under {package}/")
+    return lib_digest(lib)
+
+
 def build_renderer_artifact(release_id: str, *, test_faults: dict[str, Any] | None = None) -> bytes:
     buffer = io.BytesIO()
     buffer.write(f"#!{sys.executable} -I\n".encode())
@@ -128,9 +167,14 @@ def build_renderer_release(
         artifact_path = staging / ARTIFACT_NAME
         artifact_path.write_bytes(artifact)
         os.chmod(artifact_path, 0o555)  # noqa: S103 - an executable, read-only release file
+        lib_sha256 = copy_native_dependencies(staging / LIB_DIR)
+        for path in sorted((staging / LIB_DIR).rglob("*"), reverse=True):  # read-only
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        os.chmod(staging / LIB_DIR, 0o555)  # noqa: S103 - read by the service account
         manifest = {
             "release_id": release_id,
             "artifact_sha256": hashlib.sha256(artifact).hexdigest(),
+            "lib_sha256": lib_sha256,
             "module": MODULE_NAME,
             "rpc_version": RPC_VERSION,
         }

@@ -59,7 +59,9 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [
                 sys.executable,
-                "-I",
+                # -S: a self-contained release (MOD-9) never sees the server's site-packages.
+                # -B: nothing is ever written into a release (its lib/ digest must hold).
+                *(["-I", "-S", "-B"] if self.release.self_contained else ["-I"]),
                 str(self.release.artifact),
                 "--release-id",
                 self.release.release_id,

@@ -6,8 +6,12 @@ another one is installed meanwhile. Installing a generation happens under a
 short lock that only moves the route: the candidate was prepared and
 self-tested before, outside any lock. The replaced generation drains: it shuts
 down only when its leases are released and the work it started has really
-ended (or, after ``drain_timeout``, it is shut down by force, which ends a
-worker's work by ending the worker).
+ended. It is never closed by force while work is in flight: after
+``drain_timeout`` it is reported stuck (event ``ModuleGenerationStuck``, the
+``stuck`` flag of ``draining()``, shown by the admin status and counted by the
+metrics) and keeps waiting, until its work ends or an admin closes it
+explicitly (``close_stuck``). Only the process's own shutdown (``close``) ends
+what is left after its timeout.
 
 Each call runs on a worker thread of its generation while the caller waits at
 most the slot's wait timeout. A caller that stops waiting gets
@@ -87,6 +91,8 @@ class Generation:
         self.leases = 0
         self.in_flight = 0
         self.closed = False
+        self.stuck = False  # drained longer than drain_timeout with work in flight
+        self.close_requested: str | None = None  # who asked to close it by force
         self._cond = threading.Condition()
         self._executor = ThreadPoolExecutor(
             max_workers=slot.max_in_flight,
@@ -160,10 +166,16 @@ class Generation:
                 + ("; the call is still running and keeps its capacity" if started else ""),
             ) from None
 
+    def force_close(self, by: str) -> None:
+        """Stop waiting for this generation's work (an admin's explicit close)."""
+        with self._cond:
+            self.close_requested = by
+            self._cond.notify_all()
+
     def wait_idle(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self.leases > 0 or self.in_flight > 0:
+            while (self.leases > 0 or self.in_flight > 0) and self.close_requested is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -295,6 +307,24 @@ class ModuleRegistry:
     def _drain(self, generation: Generation) -> None:
         started = time.monotonic()
         idle = generation.wait_idle(self.drain_timeout)
+        if not idle and generation.close_requested is None:
+            generation.stuck = True
+            emit(
+                "ModuleGenerationStuck",
+                level=logging.WARNING,
+                slot=generation.identity.slot,
+                release_id=generation.identity.release_id,
+                revision=generation.identity.revision,
+                generation=generation.identity.generation,
+                leases=generation.leases,
+                in_flight=generation.in_flight,
+                drain_ms=round((time.monotonic() - started) * 1000, 1),
+            )
+            _count_stuck(generation.identity.slot)
+            # No forced close: wait for the work, or for an explicit close.
+            while not generation.wait_idle(1.0) and generation.close_requested is None:
+                pass
+        idle = generation.leases == 0 and generation.in_flight == 0
         try:
             generation.shutdown(timeout=5.0)
         finally:
@@ -308,12 +338,47 @@ class ModuleRegistry:
             revision=generation.identity.revision,
             generation=generation.identity.generation,
             forced=not idle,
+            closed_by=generation.close_requested if not idle else None,
+            was_stuck=generation.stuck,
             drain_ms=round((time.monotonic() - started) * 1000, 1),
         )
 
     def draining(self) -> list[GenerationIdentity]:
         with self._route_lock:
             return [g.identity for g in self._draining]
+
+    def draining_state(self) -> list[dict[str, Any]]:
+        """The draining generations with their stuck flag and the work they still hold."""
+        with self._route_lock:
+            generations = sorted(self._draining, key=lambda g: g.identity.generation)
+        return [
+            {
+                "release_id": g.identity.release_id,
+                "revision": g.identity.revision,
+                "generation": g.identity.generation,
+                "stuck": g.stuck,
+                "leases": g.leases,
+                "in_flight": g.in_flight,
+            }
+            for g in generations
+        ]
+
+    def close_stuck(self, slot: str, *, through_revision: int, by: str) -> list[int]:
+        """An admin's explicit close: the stuck draining generations of ``slot`` with a
+        revision up to ``through_revision`` stop waiting and shut down (their work ends
+        with the worker). Returns the generations closed."""
+        with self._route_lock:
+            chosen = [
+                g
+                for g in self._draining
+                if g.identity.slot == slot
+                and g.stuck
+                and g.identity.revision <= through_revision
+                and g.close_requested is None
+            ]
+        for generation in chosen:
+            generation.force_close(by)
+        return sorted(g.identity.generation for g in chosen)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop routing, drain every generation and wait for the drains (shutdown path)."""
@@ -332,6 +397,13 @@ class ModuleRegistry:
             drainers = list(self._drainers)
         for thread in drainers:
             thread.join(max(0.0, deadline - time.monotonic()))
+        # Process shutdown (RUN-2): what is still draining now ends with the process.
+        with self._route_lock:
+            left = list(self._draining)
+        for generation in left:
+            generation.force_close("shutdown")
+        for thread in drainers:
+            thread.join(max(0.0, min(10.0, deadline + 10 - time.monotonic())))
 
 
 def _accepts(current: Generation | None, revision: int) -> bool:
@@ -341,3 +413,12 @@ def _accepts(current: Generation | None, revision: int) -> bool:
         return True
     applied = current.identity.revision
     return revision > applied or (revision == applied and not current.available())
+
+
+def _count_stuck(slot: str) -> None:
+    try:
+        from app import observability
+
+        observability.MODULE_GENERATIONS_STUCK.labels(slot).inc()
+    except Exception:  # a metric must never break a drain
+        logging.getLogger(__name__).debug("stuck-generation metric not recorded", exc_info=True)

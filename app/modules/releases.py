@@ -32,12 +32,29 @@ RELEASE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+# The release's own copies of its native dependencies (MOD-9): built by app.modules.build,
+# checked here against the manifest's lib_sha256.
+LIB_DIR = "lib"
+
+
+def lib_digest(lib: Path) -> str:
+    """SHA-256 over the sorted (relative path, file SHA-256) pairs of ``lib``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in lib.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(lib).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class Release:
     release_id: str
     directory: Path
     artifact: Path
     artifact_sha256: str
+    # MOD-9: the release carries its native dependencies in lib/ (run without
+    # site-packages); False for a release built before, which used the host's.
+    self_contained: bool = False
 
 
 def check_release_id(release_id: object) -> str:
@@ -113,4 +130,21 @@ def locate_release(releases_directory: Path | None, release_id: str) -> Release:
     actual = sha256_file(artifact)
     if not hmac.compare_digest(actual, expected):
         raise CandidateRejected(release_id, "artifact SHA-256 does not match the manifest")
-    return Release(release_id=release_id, directory=real, artifact=artifact, artifact_sha256=actual)
+    lib_expected = manifest.get("lib_sha256")
+    if lib_expected is not None:
+        if not isinstance(lib_expected, str) or not SHA256_RE.match(lib_expected):
+            raise CandidateRejected(release_id, "manifest lib_sha256 must be 64 lowercase hex")
+        lib = real / LIB_DIR
+        if lib.is_symlink() or not lib.is_dir() or lib.resolve().parent != real:
+            raise CandidateRejected(release_id, "lib/ is missing or not inside the release")
+        if any(p.is_symlink() for p in lib.rglob("*")):
+            raise CandidateRejected(release_id, "lib/ must not contain symbolic links")
+        if not hmac.compare_digest(lib_digest(lib), lib_expected):
+            raise CandidateRejected(release_id, "lib/ SHA-256 does not match the manifest")
+    return Release(
+        release_id=release_id,
+        directory=real,
+        artifact=artifact,
+        artifact_sha256=actual,
+        self_contained=lib_expected is not None,
+    )

@@ -176,3 +176,58 @@ def recent_revisions(conn: Connection, *, limit: int = 10) -> list[dict[str, Any
         }
         for r in rows
     ]
+
+
+# An admin's explicit close of stuck draining generations (MOD-2), read by every
+# process's refresh loop: draining generations are per process, revisions are global.
+CLOSE_NAMESPACE = "report_renderer_close"
+
+
+def request_close(conn: Connection, *, through_revision: int, actor_user_id: int | None) -> int:
+    """Store "close the stuck generations up to ``through_revision``"; its revision."""
+    document = json.dumps({"through_revision": through_revision})
+    revision = conn.execute(
+        sa.text(
+            """
+            INSERT INTO runtime_configuration (namespace, schema_version, revision, document,
+                                               updated_by, change_reason)
+            VALUES (:ns, :sv, 1, CAST(:doc AS jsonb), :by, 'close stuck generations')
+            ON CONFLICT (namespace) DO UPDATE
+               SET revision = runtime_configuration.revision + 1, document = EXCLUDED.document,
+                   updated_by = EXCLUDED.updated_by, updated_at = now()
+            RETURNING revision
+            """
+        ),
+        {"ns": CLOSE_NAMESPACE, "sv": SCHEMA_VERSION, "doc": document, "by": actor_user_id},
+    ).scalar_one()
+    conn.execute(
+        sa.text(
+            """
+            INSERT INTO runtime_configuration_revisions
+                (namespace, revision, schema_version, document, changed_by, change_reason)
+            VALUES (:ns, :rev, :sv, CAST(:doc AS jsonb), :by, 'close stuck generations')
+            """
+        ),
+        {
+            "ns": CLOSE_NAMESPACE,
+            "rev": revision,
+            "sv": SCHEMA_VERSION,
+            "doc": document,
+            "by": actor_user_id,
+        },
+    )
+    return revision
+
+
+def read_close_request(conn: Connection) -> tuple[int, int | None] | None:
+    """(through_revision, requested_by) of the last close request, or None."""
+    row = conn.execute(
+        sa.text("SELECT document, updated_by FROM runtime_configuration WHERE namespace = :ns"),
+        {"ns": CLOSE_NAMESPACE},
+    ).one_or_none()
+    if row is None or not isinstance(row.document, dict):
+        return None
+    through = row.document.get("through_revision")
+    if not isinstance(through, int) or isinstance(through, bool):
+        return None
+    return through, row.updated_by

@@ -137,6 +137,46 @@ class ReportRenderService:
             return
         if stored is not None:
             self._apply(stored)
+        self._apply_close_request()
+
+    def _apply_close_request(self) -> None:
+        """MOD-2: an admin's explicit close, applied to this process's stuck generations."""
+        if not any(d["stuck"] for d in self.registry.draining_state()):
+            return
+        with transaction() as conn:
+            request = sel.read_close_request(conn)
+        if request is None:
+            return
+        through, by = request
+        closed = self.registry.close_stuck(
+            SLOT_NAME, through_revision=through, by=f"admin:{by}" if by else "admin"
+        )
+        if closed:
+            emit("ModuleGenerationCloseApplied", generations=closed, through_revision=through)
+
+    def request_close(self, *, through_revision: int, actor_user_id: int | None) -> dict[str, Any]:
+        """Store the close request (every process applies it on its next refresh) and
+        apply it here at once."""
+        with transaction() as conn:
+            revision = sel.request_close(
+                conn, through_revision=through_revision, actor_user_id=actor_user_id
+            )
+        closed = self.registry.close_stuck(
+            SLOT_NAME,
+            through_revision=through_revision,
+            by=f"admin:{actor_user_id}" if actor_user_id else "admin",
+        )
+        emit(
+            "ModuleGenerationCloseRequested",
+            through_revision=through_revision,
+            request_revision=revision,
+            closed_here=closed,
+        )
+        return {
+            "throughRevision": through_revision,
+            "requestRevision": revision,
+            "closedHere": closed,
+        }
 
     def _needs(self, stored: sel.Selection) -> bool:
         # Checked before starting a worker that install() would refuse anyway.
@@ -313,10 +353,9 @@ class ReportRenderService:
             and applied_revision is not None
             and applied_revision == desired_revision,
             "lastRefreshError": error,
-            "draining": [
-                {"release_id": d.release_id, "revision": d.revision, "generation": d.generation}
-                for d in self.registry.draining()
-            ],
+            # Draining generations of this process; "stuck": work held past the drain
+            # timeout (an admin may close them: POST .../report-render/close-stuck).
+            "draining": self.registry.draining_state(),
         }
 
     # -- shutdown --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -193,6 +194,7 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
     pg_dump = client_binary("pg_dump", info.major)
     progress(f"PostgreSQL {info.version}, database {info.database}, schema {info.revisions}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    _warn_if_readable_by_others(out.parent, progress)
     with tempfile.TemporaryDirectory(prefix=".netmap-backup-", dir=out.parent) as staging:
         dump = Path(staging) / DUMP
         progress(f"dumping the database with {pg_dump}")
@@ -225,7 +227,11 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
             },
         }
         partial = Path(staging) / "archive.tar"
-        with tarfile.open(partial, "w") as archive:
+        # The archive holds the secret key (it signs download links) and the whole
+        # database: created 0600 from the first byte, whatever the umask, so no other
+        # user can open it between its creation and a later chmod.
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as archive:
             data = json.dumps(manifest, indent=2).encode()
             entry = tarfile.TarInfo(MANIFEST)
             entry.size = len(data)
@@ -243,6 +249,18 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
         "server_version": info.version,
         "migration_revisions": list(info.revisions),
     }
+
+
+def _warn_if_readable_by_others(directory: Path, progress: Progress) -> None:
+    """The archive itself is 0600; a directory others can list still shows that a backup
+    exists and, should the archive's mode ever be widened, lets them at it."""
+    mode = directory.stat().st_mode
+    if mode & (stat.S_IROTH | stat.S_IXOTH):
+        progress(
+            f"warning: {directory} is readable by other users (mode {stat.S_IMODE(mode):o}); "
+            "the archive holds the secret key and the whole database: keep backups in a "
+            "directory only netmap's user can read"
+        )
 
 
 def _netmap_version() -> str | None:
@@ -326,9 +344,18 @@ def other_connections(url: str) -> list[str]:
 
 
 def restore(
-    settings: Settings, url: str, archive_path: Path, *, force: bool, progress: Progress
+    settings: Settings,
+    url: str,
+    archive_path: Path,
+    *,
+    force: bool,
+    progress: Progress,
+    confirm: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
-    """Restore the archive into the database at ``url`` and the data directory."""
+    """Restore the archive into the database at ``url`` and the data directory.
+
+    ``confirm``: asked with a description of what will be replaced once the archive is
+    verified and every check passed, before anything is touched; False cancels."""
     from app import migrations
 
     archive_path = Path(archive_path)
@@ -357,6 +384,10 @@ def restore(
                 f"{len(others)} other session(s) are connected to database {info.database} "
                 f"({', '.join(sorted(set(others)))}): stop netmap's web and runner processes first"
             )
+        if confirm is not None and not confirm(
+            _replacement_summary(settings, info, manifest, archive_path)
+        ):
+            raise BackupError("restore cancelled: nothing was changed")
         pg_restore = client_binary("pg_restore", info.major)
         toc = staging / "restore.list"
         listing = subprocess.run(
@@ -401,6 +432,25 @@ def restore(
         "migrated": relation == "older",
         "files": restored_files,
     }
+
+
+def _replacement_summary(
+    settings: Settings, info: Any, manifest: dict[str, Any], archive_path: Path
+) -> str:
+    members = manifest.get("members", {})
+    files = sum(1 for name in members if name.startswith(OBJECTS_PREFIX))
+    lines = [
+        f"restoring {archive_path} (made {manifest.get('created_at')}, netmap "
+        f"{manifest.get('netmap_version')}, schema {', '.join(manifest['migration_revisions'])})",
+        f"will REPLACE everything in database {info.database!r} (PostgreSQL {info.version}, "
+        f"schema now {', '.join(info.revisions) or 'empty'})",
+    ]
+    if SECRET_KEY_MEMBER in members:
+        lines.append(f"will replace the secret key in {settings.data_dir / 'secret_key'}")
+    if files:
+        target = object_store_dir(settings) or settings.data_dir / OBJECT_STORE_DIRS[0]
+        lines.append(f"will replace the object-store files in {target} with {files} file(s)")
+    return "\n".join(lines)
 
 
 def _reset_schema(url: str, extensions: list[str], progress: Progress) -> None:

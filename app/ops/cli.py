@@ -111,12 +111,23 @@ def backup(state, out_path: str) -> None:
     click.echo(json.dumps(result))
 
 
+def _confirm_restore(summary: str) -> bool:
+    click.echo(summary, err=True)
+    try:
+        return click.confirm("replace it?", default=False, err=True)
+    except click.Abort:  # no answer (stdin closed): nothing is replaced
+        return False
+
+
 @click.command("restore")
 @click.argument("archive", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Restore across PostgreSQL major versions.")
+@click.option("--yes", "assume_yes", is_flag=True, help="Do not ask before replacing the database.")
 @click.pass_obj
-def restore(state, archive: str, force: bool) -> None:
-    """Restore a backup made by `netmap backup` (netmap must be stopped)."""
+def restore(state, archive: str, force: bool, assume_yes: bool = False) -> None:
+    """Restore a backup made by `netmap backup` (netmap must be stopped).
+
+    Shows what will be replaced and asks for confirmation unless --yes."""
     from pathlib import Path
 
     from app import embedded
@@ -133,7 +144,14 @@ def restore(state, archive: str, force: bool) -> None:
     # The database is replaced wholesale; restore makes its own connections.
     with database_for_command(settings, check_schema=False, install_engine=False) as url:
         try:
-            result = run_restore(settings, url, Path(archive), force=force, progress=_progress)
+            result = run_restore(
+                settings,
+                url,
+                Path(archive),
+                force=force,
+                progress=_progress,
+                confirm=None if assume_yes else _confirm_restore,
+            )
         except BackupError as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(result))

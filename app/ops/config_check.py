@@ -21,7 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app.config import ConfigCheck, ConfigProblem, Settings, check_settings, redacted_snapshot
+from app.config import (
+    ConfigCheck,
+    ConfigProblem,
+    Settings,
+    check_settings,
+    redacted_snapshot,
+    smtp_security,
+)
 
 REDACTED = "<redacted>"
 # scheme://user:password@host or scheme://token@host: everything before the @ goes.
@@ -105,16 +112,29 @@ def bulk_senders(settings: Settings) -> int:
 
 
 def _bulk_budget_problems(settings: Settings) -> list[ConfigProblem]:
-    """The deployment's bulk concurrency against the cluster's budget (STO-4).
+    """The deployment's bulk concurrency against the cluster's budget (STO-4): errors.
 
     ``bulk_max_concurrency`` is enforced per process (a semaphore in each store);
     processes never hold a database connection while talking to the search store,
     so there is no shared lock across them, and the deployment-wide bound is
-    senders x cap: it must be sized, and this check says when it is not.
+    senders x cap. So the total is a required setting whenever
+    Elasticsearch is configured, and a start-up (web or runner) refuses a budget
+    senders x cap cannot honour.
     """
     es = settings.elasticsearch
-    if not es.url or not es.bulk_max_concurrency_total:
+    if not es.url:
         return []
+    if not es.bulk_max_concurrency_total:
+        senders = bulk_senders(settings)
+        return [
+            ConfigProblem(
+                "elasticsearch.bulk_max_concurrency_total",
+                0,
+                "required with elasticsearch.url: the bulk requests the cluster takes at once "
+                f"from the whole deployment (this host alone sends up to {senders} processes x "
+                f"{es.bulk_max_concurrency} = {senders * es.bulk_max_concurrency})",
+            )
+        ]
     senders = bulk_senders(settings)
     at_once = senders * es.bulk_max_concurrency
     if at_once <= es.bulk_max_concurrency_total:
@@ -176,14 +196,27 @@ def operational_problems(settings: Settings) -> tuple[list[ConfigProblem], list[
                 f"recommended at most {es.projection_lease_seconds / 4:g}",
             )
         )
-    warnings.extend(_bulk_budget_problems(settings))
+    errors.extend(_bulk_budget_problems(settings))
+    renderer = settings.report_renderer
+    if renderer.drain_timeout_seconds <= renderer.ipc_timeout_seconds:
+        # MOD-2: work in flight ends by its IPC timeout at the latest (the worker is
+        # killed); a generation is "stuck" only when it still holds work after that.
+        errors.append(
+            ConfigProblem(
+                "report_renderer.drain_timeout_seconds",
+                renderer.drain_timeout_seconds,
+                "must be above report_renderer.ipc_timeout_seconds "
+                f"({renderer.ipc_timeout_seconds:g}): a call within its IPC timeout is not stuck",
+            )
+        )
     smtp = settings.smtp
-    if smtp.host and not (smtp.ssl or smtp.starttls) and not _is_loopback(smtp.host):
+    if smtp.host and smtp_security(smtp) == "none" and not _is_loopback(smtp.host):
         warnings.append(
             ConfigProblem(
                 "smtp.host",
                 smtp.host,
-                "mail (and smtp.password) would travel unencrypted: set smtp.starttls or smtp.ssl",
+                "mail (and smtp.password) would travel unencrypted: "
+                'set smtp.security = "starttls" or "tls"',
             )
         )
     if smtp.password and not smtp.host:
@@ -264,6 +297,18 @@ def render_text(check: ConfigCheck) -> str:
     return "\n".join(lines)
 
 
+# Set by `netmap up` for its web server and runner: it has printed the check's warnings once
+# already, so each child (and each gunicorn worker) logs them at debug level only.
+STARTUP_CHECKED_ENV = "NETMAP_STARTUP_CHECKED"
+
+
+def startup_event_level(level: int) -> int:
+    """``level``, or debug when `netmap up` already showed the start-up check."""
+    import logging
+
+    return logging.DEBUG if os.environ.get(STARTUP_CHECKED_ENV) == "1" else level
+
+
 def emit_check(check: ConfigCheck, process: str) -> None:
     """Start-up output of web and runner processes: one event per problem, redacted."""
     import logging
@@ -274,10 +319,14 @@ def emit_check(check: ConfigCheck, process: str) -> None:
         emit("ConfigError", level=logging.ERROR, process=process, problem=scrub(problem.render()))
     for problem in check.warnings:
         emit(
-            "ConfigWarning", level=logging.WARNING, process=process, problem=scrub(problem.render())
+            "ConfigWarning",
+            level=startup_event_level(logging.WARNING),
+            process=process,
+            problem=scrub(problem.render()),
         )
     emit(
         "ConfigChecked",
+        level=startup_event_level(logging.INFO),
         process=process,
         errors=len(check.errors),
         warnings=len(check.warnings),

@@ -17,7 +17,6 @@ generated secret key) as a last line of defence before anything is written.
 from __future__ import annotations
 
 import collections
-import io
 import json
 import platform
 import sys
@@ -267,10 +266,3 @@ def write_archive(
             data = json.dumps(scrub(value), indent=2, default=str).encode()
             archive.writestr(name, redact_bytes(data, secrets))
     return list(members)
-
-
-def archive_bytes(settings: Settings, loaded: ConfigCheck | None = None) -> io.BytesIO:
-    buffer = io.BytesIO()
-    write_archive(settings, buffer, loaded)
-    buffer.seek(0)
-    return buffer

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-from app.lease_queue import (
+from app.leases import (
     OWNED,
     Backlog,
     LeaseQueue,
@@ -40,7 +40,7 @@ from app.lease_queue import (
     retry_parameters,
 )
 
-# The outbox is a lease queue like the analysis queue (app/lease_queue.py builds the shared SQL).
+# The outbox is a lease queue like the analysis queue (app/leases/ builds the shared SQL).
 QUEUE = LeaseQueue("scan_projection_outbox", enqueued_column="created_at")
 
 
@@ -215,3 +215,17 @@ def complete(claim: OutboxClaim) -> bool:
 def backlog() -> Backlog:
     """Unprocessed rows, the age of the oldest, live claims and rows holding an error."""
     return QUEUE.backlog()
+
+
+def requeue_processed() -> int:
+    """Project every processed execution again from its first page (a search store
+    filled by ``netmap search migrate``: its current view is built by the projection)."""
+    with transaction() as conn:
+        return conn.execute(
+            sa.text(
+                "UPDATE scan_projection_outbox SET processed_at = NULL, attempts = 0, "
+                "last_error = NULL, available_at = now(), cursor = NULL, phase = 'pages', "
+                "processed_endpoints = 0, updated_at = now() "
+                "WHERE processed_at IS NOT NULL AND claim_token IS NULL"
+            )
+        ).rowcount

@@ -14,7 +14,7 @@ without holding a database connection except for the short outbox writes:
    behind executions that waited longer, so one huge execution cannot starve
    the others.
 
-A heartbeat thread renews the lease meanwhile (``lease.Heartbeat``). Any
+A heartbeat thread renews the lease meanwhile (``app.leases.Heartbeat``). Any
 failure — a bulk item that failed (429s after the store's own retries, or
 anything else), an operation too large (kept, never truncated), a 413, an
 unreachable store, a failed refresh — is written back with ``retry``: the error
@@ -41,15 +41,12 @@ from dataclasses import dataclass, field
 
 from app.cancellation import EventLike
 from app.config import Settings
-from app.lease_queue import MAX_ERROR_CHARS
+from app.leases import LOST_BY_DATABASE, MAX_ERROR_CHARS, Heartbeat, LeaseGuard, LeaseLost
 from app.observability import emit
 from app.projection import outbox
-from app.projection.lease import Heartbeat, LeaseGuard, LeaseLost
 from app.projection.outbox import OutboxClaim
 from app.projection.pages import publish_page
 from app.search.port import SearchStore
-
-LOST_BY_DATABASE = "lease_lost"
 
 
 @dataclass
@@ -98,7 +95,22 @@ class ProjectionWorker:
         guard = LeaseGuard(
             claim.lease_seconds, claimed_at=claim.claimed_monotonic, runner_cancel=cancelled
         )
-        heartbeat = Heartbeat(claim, guard, interval=es.projection_heartbeat_seconds).start()
+        heartbeat = Heartbeat(
+            lambda: outbox.renew(claim),
+            guard,
+            interval=es.projection_heartbeat_seconds,
+            name=f"projection-heartbeat-{claim.execution_id}",
+            failed_event="ScanProjectionHeartbeatFailed",
+            event_fields={"execution_id": claim.execution_id},
+            on_lost=lambda: emit(
+                "ScanProjectionOutboxError",
+                level=logging.WARNING,
+                execution_id=claim.execution_id,
+                phase=claim.phase,
+                operation="heartbeat",
+                error="lease_lost",
+            ),
+        ).start()
         phase, cursor, processed = claim.phase, claim.cursor, claim.processed_endpoints
         emit(
             "ScanProjectionClaimed",

@@ -6,10 +6,22 @@ scripts, event handlers and foreign URL schemes never survive; css-inline runs
 with remote stylesheets off, so rendering never opens a network connection.
 Every failure caused by the input is a ``RenderRejected`` (a business error);
 anything else is a bug and propagates.
+
+Rendering is bounded in time and size: the template's output is consumed as
+it is generated and refused (``output_too_large``) as soon as it passes twice
+the HTML limit, before a 200 MB string exists; and a render running longer
+than ``RENDER_TIME_BUDGET_SECONDS`` stops with ``render_timeout`` — through an
+interval timer where rendering runs on the main thread (the renderer worker),
+else at the next output chunk.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import css_inline
@@ -48,6 +60,51 @@ _CLEANER = nh3.Cleaner(
     strip_comments=True,
 )
 _INLINER = css_inline.CSSInliner(load_remote_stylesheets=False, keep_style_tags=False)
+
+RENDER_TIME_BUDGET_SECONDS = 10.0
+MAX_RENDERED_CHARS = MAX_HTML_BYTES * 2
+
+
+class _OutOfTime(Exception):
+    """Raised into the rendering code by the interval timer."""
+
+
+@contextmanager
+def _time_budget(seconds: float) -> Iterator[None]:
+    """SIGALRM after ``seconds`` on the main thread (a loop with no output is stopped
+    too); elsewhere signals cannot be used and the output loop checks the clock."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def expired(_signum: int, _frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _render_bounded(template: Any, variables: dict[str, Any], deadline: float) -> str:
+    parts: list[str] = []
+    size = 0
+    for chunk in template.generate(variables):
+        size += len(chunk)
+        if size > MAX_RENDERED_CHARS:
+            raise RenderRejected(
+                "output_too_large",
+                f"the template's output passed {MAX_RENDERED_CHARS} characters while rendering",
+            )
+        if time.monotonic() > deadline:
+            raise _OutOfTime
+        parts.append(chunk)
+    return "".join(parts)
 
 
 def _check_input(payload: Any) -> tuple[str, str, str, dict[str, Any], dict[str, dict[str, str]]]:
@@ -96,9 +153,16 @@ def render(payload: dict[str, Any]) -> dict[str, Any]:
         return "" if entry is None else entry.get("alt", "")
 
     variables = {**context, "image": image, "image_alt": image_alt}
+    deadline = time.monotonic() + RENDER_TIME_BUDGET_SECONDS
     try:
-        subject = compile_text(subject_source).render(variables)
-        body = compile_html(html_source).render(variables)
+        with _time_budget(RENDER_TIME_BUDGET_SECONDS):
+            subject = _render_bounded(compile_text(subject_source), variables, deadline)
+            body = _render_bounded(compile_html(html_source), variables, deadline)
+    except _OutOfTime:
+        raise RenderRejected(
+            "render_timeout",
+            f"rendering took longer than {RENDER_TIME_BUDGET_SECONDS:g}s; simplify the template",
+        ) from None
     except RenderRejected:
         raise
     except SecurityError as exc:

@@ -109,6 +109,11 @@ class Worker:
                 # Lets the host's tests prove what the worker loaded and inherited.
                 result["loaded_modules"] = sorted(sys.modules)
                 result["environment_keys"] = sorted(os.environ)
+                result["sys_path"] = list(sys.path)
+                result["native_files"] = {
+                    name: getattr(sys.modules.get(name), "__file__", None)
+                    for name in ("nh3", "css_inline", "markupsafe")
+                }
             self.send(wire.response(request, self.release_id, result=result))
         elif method == "ping":
             self.send(wire.response(request, self.release_id, result={"pid": os.getpid()}))

@@ -6,9 +6,10 @@ statistics, and commits; nothing after this phase talks to the database until
 the commit phase. The numbers come from counters the ingest path maintains
 per execution (``scan_executions.endpoint_count`` / ``ip_count``) and from
 ``report_execution_aggregates`` (top services, products, ports and first-seen
-counts per hour of each succeeded execution), which ``prepare_aggregates``
-computes once per execution before capture, so the snapshot reads small rows
-whatever the number of endpoints.
+counts per hour of each succeeded execution), which ``prepare_aggregates`` has
+the search store compute once per execution before capture
+(``SearchStore.execution_aggregates``, the same on PostgreSQL and Elasticsearch),
+so the snapshot reads small rows whatever the number of endpoints.
 
 Completeness: a scope whose executions are still queued/running or whose
 projection is not ``ready`` is not complete. The job then waits (it is
@@ -32,6 +33,8 @@ from app.db import transaction
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.reports.records import ReportClaim
 from app.reports.templates import TemplateVersion, published_template
+from app.search.aggregates import ExecutionAggregates
+from app.search.port import SearchStore
 
 TOP_N = 10
 INCOMPLETE_WAIT_SECONDS = 1800.0
@@ -97,33 +100,22 @@ def _check_claim(conn: Connection, claim: ReportClaim) -> None:
 
 AGGREGATE_TOP = 50
 
-_AGGREGATE_SELECT = """
-SELECT CAST(:e AS bigint) AS execution_id,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
-                             ORDER BY n DESC, name), '[]'::jsonb)
-     FROM (SELECT coalesce(service, 'unknown') AS name, count(*) AS n
-             FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) s) AS services,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('name', name, 'count', n)
-                             ORDER BY n DESC, name), '[]'::jsonb)
-     FROM (SELECT product AS name, count(*) AS n
-             FROM search_execution_endpoints WHERE execution_id = :e AND product IS NOT NULL
-            GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT :top) p) AS products,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('port', port, 'transport', transport,
-                                                'count', n) ORDER BY n DESC, port), '[]'::jsonb)
-     FROM (SELECT port, transport, count(*) AS n
-             FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT :top) t) AS ports,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('hour', hour, 'count', n) ORDER BY hour),
-                   '[]'::jsonb)
-     FROM (SELECT date_trunc('hour', first_seen) AS hour, count(*) AS n
-             FROM search_execution_endpoints WHERE execution_id = :e
-            GROUP BY 1) h) AS first_seen_hours
-"""
-_AGGREGATE_SQL = (
-    "INSERT INTO report_execution_aggregates (execution_id, services, products, ports, "
-    "first_seen_hours) " + _AGGREGATE_SELECT + " ON CONFLICT (execution_id) DO NOTHING"
+_AGGREGATE_INSERT = sa.text(
+    """
+    INSERT INTO report_execution_aggregates (execution_id, services, products, ports,
+                                             first_seen_hours)
+    VALUES (:e, CAST(:services AS jsonb), CAST(:products AS jsonb), CAST(:ports AS jsonb),
+            CAST(:hours AS jsonb))
+    ON CONFLICT (execution_id) DO NOTHING
+    """
 )
+# Rounds of "read the missing aggregates from the store, then take the snapshot" before a
+# snapshot goes on without an execution that succeeded in between (it then counts nothing).
+CAPTURE_ROUNDS = 3
+
+
+class _AggregatesMissing(Exception):
+    """An execution in the snapshot has no aggregates yet (it succeeded meanwhile)."""
 
 
 def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
@@ -139,6 +131,40 @@ def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
         ),
         {"tasks": task_ids},
     ).all()
+
+
+def _pending_executions(conn: Connection, task_ids: list[int]) -> int:
+    return conn.execute(
+        sa.text(
+            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
+            "AND status IN ('queued', 'running')"
+        ),
+        {"tasks": task_ids},
+    ).scalar_one()
+
+
+def _is_complete(pending: int, latest: list[Any]) -> bool:
+    projection = aggregate_projection_status([row.projection for row in latest])
+    return pending == 0 and projection in {"ready", "not_applicable"}
+
+
+def input_still_complete(conn: Connection, report_id: int, statistics: dict[str, Any]) -> bool:
+    """REP-3, in the commit transaction: is the captured input still whole?
+
+    The executions the statistics were computed from must still be the scope's
+    latest succeeded ones (none deleted, purged or superseded since capture), and a
+    snapshot that was complete must still be complete (no execution of the scope
+    queued or running again, every projection still ready). A report made with an
+    incomplete snapshot after its bounded wait says so in its statistics; for it
+    only the first rule applies.
+    """
+    task_ids = _scope_task_ids(conn, report_id)
+    latest = _latest_executions(conn, task_ids)
+    if sorted(row.id for row in latest) != sorted(statistics["latest_executions"]):
+        return False
+    if not statistics["complete"]:
+        return True
+    return _is_complete(_pending_executions(conn, task_ids), latest)
 
 
 def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
@@ -157,16 +183,10 @@ def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
     )
 
 
-def prepare_aggregates(report_id: int) -> int:
-    """Compute the aggregates of the scope's latest executions that have none yet.
-
-    Runs before capture, one short transaction per execution: the one scan of an
-    execution's endpoints happens here, once, and never inside the capture snapshot.
-    Returns how many executions were aggregated.
-    """
+def _unaggregated(report_id: int) -> list[int]:
+    """The scope's latest executions that have no stored aggregates (one short transaction)."""
     with transaction() as conn:
-        latest = _latest_executions(conn, _scope_task_ids(conn, report_id))
-        ids = [row.id for row in latest]
+        ids = [row.id for row in _latest_executions(conn, _scope_task_ids(conn, report_id))]
         done = set(
             conn.execute(
                 sa.text(
@@ -176,31 +196,60 @@ def prepare_aggregates(report_id: int) -> int:
                 {"ids": ids},
             ).scalars()
         )
-    missing = [i for i in ids if i not in done]
+    return [i for i in ids if i not in done]
+
+
+def prepare_aggregates(report_id: int, store: SearchStore) -> int:
+    """Compute the aggregates of the scope's latest executions that have none yet.
+
+    Runs before capture: the search store computes each execution's aggregates once
+    (``SearchStore.execution_aggregates``, no database connection held meanwhile) and a
+    short transaction stores them, so the capture snapshot never scans endpoints.
+    Returns how many executions were aggregated.
+    """
+    missing = _unaggregated(report_id)
     for execution_id in missing:
+        found = store.execution_aggregates(execution_id, top=AGGREGATE_TOP)
         with transaction() as conn:
-            conn.execute(sa.text(_AGGREGATE_SQL), {"e": execution_id, "top": AGGREGATE_TOP})
+            conn.execute(
+                _AGGREGATE_INSERT,
+                {
+                    "e": execution_id,
+                    "services": json.dumps(found.services),
+                    "products": json.dumps(found.products),
+                    "ports": json.dumps(found.ports),
+                    "hours": json.dumps(found.first_seen_hours),
+                },
+            )
     return len(missing)
 
 
-def _aggregates(conn: Connection, execution_ids: list[int]) -> list[Any]:
-    rows = conn.execute(
-        sa.text(
-            "SELECT execution_id, services, products, ports, first_seen_hours "
-            "FROM report_execution_aggregates WHERE execution_id = ANY(:ids)"
-        ),
-        {"ids": execution_ids},
-    ).all()
+def _aggregates(
+    conn: Connection,
+    execution_ids: list[int],
+    preread: dict[int, ExecutionAggregates],
+    *,
+    last_round: bool,
+) -> list[Any]:
+    rows: list[Any] = list(
+        conn.execute(
+            sa.text(
+                "SELECT execution_id, services, products, ports, first_seen_hours "
+                "FROM report_execution_aggregates WHERE execution_id = ANY(:ids)"
+            ),
+            {"ids": execution_ids},
+        ).all()
+    )
     found = {row.execution_id for row in rows}
     for execution_id in execution_ids:
-        if execution_id not in found:
-            # Succeeded after prepare_aggregates looked (rare): read it in this snapshot
-            # without storing it; the next report's prepare step stores it.
-            rows.append(
-                conn.execute(
-                    sa.text(_AGGREGATE_SELECT), {"e": execution_id, "top": AGGREGATE_TOP}
-                ).one()
-            )
+        if execution_id in found:
+            continue
+        if execution_id in preread:
+            # Read from the store just before this snapshot, not stored: the next
+            # report's prepare step stores it.
+            rows.append(preread[execution_id])
+        elif not last_round:
+            raise _AggregatesMissing(execution_id)
     return rows
 
 
@@ -217,7 +266,13 @@ def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
 
 
 def _statistics(
-    conn: Connection, task_ids: list[int], start: datetime, end: datetime
+    conn: Connection,
+    task_ids: list[int],
+    start: datetime,
+    end: datetime,
+    preread: dict[int, ExecutionAggregates],
+    *,
+    last_round: bool,
 ) -> dict[str, Any]:
     latest = _latest_executions(conn, task_ids)
     latest_ids = [row.id for row in latest]
@@ -235,14 +290,8 @@ def _statistics(
             {"tasks": task_ids, "start": start, "end": end},
         ).all()
     )
-    pending = conn.execute(
-        sa.text(
-            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
-            "AND status IN ('queued', 'running')"
-        ),
-        {"tasks": task_ids},
-    ).scalar_one()
-    aggregates = _aggregates(conn, latest_ids)
+    pending = _pending_executions(conn, task_ids)
+    aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
     per_day: dict[str, int] = {}
     for row in aggregates:
         for entry in row.first_seen_hours:
@@ -251,7 +300,7 @@ def _statistics(
                 day = hour.date().isoformat()
                 per_day[day] = per_day.get(day, 0) + entry["count"]
     projection = aggregate_projection_status([row.projection for row in latest])
-    complete = pending == 0 and projection in {"ready", "not_applicable"}
+    complete = _is_complete(pending, latest)
     return {
         "tasks": len(task_ids),
         "endpoints": sum(row.endpoint_count for row in latest),
@@ -270,7 +319,34 @@ def _statistics(
     }
 
 
-def capture(claim: ReportClaim, *, wait_seconds: float = INCOMPLETE_WAIT_SECONDS) -> Capture:
+def capture(
+    claim: ReportClaim,
+    *,
+    store: SearchStore,
+    wait_seconds: float = INCOMPLETE_WAIT_SECONDS,
+) -> Capture:
+    """The snapshot of one claimed report. Executions of the scope without stored
+    aggregates (``prepare_aggregates`` did not run, or they succeeded since) are read
+    from ``store`` first, with no connection held, and used without being stored."""
+    for attempt in range(CAPTURE_ROUNDS):
+        preread = {
+            execution_id: store.execution_aggregates(execution_id, top=AGGREGATE_TOP)
+            for execution_id in _unaggregated(claim.report_id)
+        }
+        try:
+            return _capture(claim, wait_seconds, preread, last_round=attempt == CAPTURE_ROUNDS - 1)
+        except _AggregatesMissing:
+            continue
+    raise AssertionError("unreachable: the last round does not raise")
+
+
+def _capture(
+    claim: ReportClaim,
+    wait_seconds: float,
+    preread: dict[int, ExecutionAggregates],
+    *,
+    last_round: bool,
+) -> Capture:
     with transaction(isolation_level="REPEATABLE READ") as conn:
         _check_claim(conn, claim)
         report = conn.execute(
@@ -293,7 +369,14 @@ def capture(claim: ReportClaim, *, wait_seconds: float = INCOMPLETE_WAIT_SECONDS
             scope_label = f"Task {scope}"
         else:
             scope_label = f"All tasks ({len(task_ids)})"
-        stats = _statistics(conn, task_ids, report.period_start, report.period_end)
+        stats = _statistics(
+            conn,
+            task_ids,
+            report.period_start,
+            report.period_end,
+            preread,
+            last_round=last_round,
+        )
         template = published_template(conn, report.template)
     waiting = not stats["complete"] and float(report.age) < wait_seconds
     stats["completeness"] = {

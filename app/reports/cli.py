@@ -8,6 +8,8 @@ so the password never has to sit in a config file.
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 
@@ -30,9 +32,20 @@ def set_smtp_password(state, password_stdin: bool) -> None:
     if not password:
         raise click.UsageError("the password must not be empty")
     settings = state.settings()
+    security = settings.security
+    if not security.encryption_key:
+        # The server's key: configured, or the one `netmap up` generated in the data directory.
+        from app.cli_support import existing_secret_key
+
+        key = existing_secret_key(settings)
+        if key is None:
+            raise click.ClickException(
+                "no secret key to encrypt with: set NETMAP_SECRET_KEY (or [security] "
+                "secret_key) as the server has it, or start `netmap up` once so that it "
+                f"generates {settings.data_dir / 'secret_key'}"
+            )
+        security = dataclasses.replace(security, secret_key=key)
     with database_for_command(settings):
         with transaction() as conn:
-            put_secret(
-                conn, SecretBox(settings.security), SMTP_PASSWORD_SECRET, password, user_id=None
-            )
+            put_secret(conn, SecretBox(security), SMTP_PASSWORD_SECRET, password, user_id=None)
     print_json({"stored": SMTP_PASSWORD_SECRET})

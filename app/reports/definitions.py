@@ -9,6 +9,7 @@ caller's is reported as not found (its existence is nobody else's business).
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -18,11 +19,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import NotFound, TooManyQueued, ValidationError
 from app.identity.users import User
 from app.reports import records
 from app.reports.templates import TEMPLATE_NAME, template_exists
 from app.scan_control.query import get_task
+from app.timezones import is_iana_zone
 
 PERIODS = ("daily", "weekly", "on_demand")
 MAX_RECIPIENTS = 50
@@ -39,7 +41,9 @@ def _bad(field: str, message: str, code: str = "validation_failed") -> Validatio
     return ValidationError(message, code=code, details={"field": field})
 
 
-def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
+def validate_definition(
+    body: Any, *, partial: bool = False, max_recipients: int = MAX_RECIPIENTS
+) -> dict[str, Any]:
     """The definition's fields, checked; ``partial`` for an update (absent fields stay)."""
     if not isinstance(body, dict):
         raise _bad("body", "the body must be a JSON object")
@@ -68,7 +72,7 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
             raise _bad("period", "period must be one of daily, weekly, on_demand")
         out["period"] = body["period"]
     if "recipients" in body or not partial:
-        out["recipients"] = _recipients(body.get("recipients"))
+        out["recipients"] = _recipients(body.get("recipients"), max_recipients)
     if "template" in body or not partial:
         template = body.get("template", "default")
         if not isinstance(template, str) or not TEMPLATE_NAME.fullmatch(template):
@@ -77,7 +81,7 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
     if "timezone" in body or not partial:
         zone = body.get("timezone", "UTC")
         try:
-            if not isinstance(zone, str) or not zone:
+            if not is_iana_zone(zone):  # not "localtime", "Factory", "posixrules"
                 raise ValueError(zone)
             ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError):
@@ -90,11 +94,11 @@ def validate_definition(body: Any, *, partial: bool = False) -> dict[str, Any]:
     return out
 
 
-def _recipients(value: Any) -> list[str]:
+def _recipients(value: Any, limit: int = MAX_RECIPIENTS) -> list[str]:
     if not isinstance(value, list) or not value:
         raise _bad("recipients", "recipients must be a non-empty list of mail addresses")
-    if len(value) > MAX_RECIPIENTS:
-        raise _bad("recipients", f"at most {MAX_RECIPIENTS} recipients")
+    if len(value) > limit:
+        raise _bad("recipients", f"at most {limit} recipients ([reports] max_recipients)")
     seen: list[str] = []
     for index, address in enumerate(value):
         if not isinstance(address, str) or not _ADDRESS.fullmatch(address.strip()):
@@ -150,8 +154,10 @@ def get_definition_row(conn: Connection, user: User, definition_id: int) -> Any:
     return row
 
 
-def create_definition(user: User, body: Any) -> dict[str, Any]:
-    fields = validate_definition(body)
+def create_definition(
+    user: User, body: Any, *, max_recipients: int = MAX_RECIPIENTS
+) -> dict[str, Any]:
+    fields = validate_definition(body, max_recipients=max_recipients)
     with transaction() as conn:
         _check_references(conn, user, fields)
         row = conn.execute(
@@ -185,8 +191,10 @@ def get_definition(user: User, definition_id: int) -> dict[str, Any]:
         return definition_dict(get_definition_row(conn, user, definition_id))
 
 
-def update_definition(user: User, definition_id: int, body: Any) -> dict[str, Any]:
-    fields = validate_definition(body, partial=True)
+def update_definition(
+    user: User, definition_id: int, body: Any, *, max_recipients: int = MAX_RECIPIENTS
+) -> dict[str, Any]:
+    fields = validate_definition(body, partial=True, max_recipients=max_recipients)
     with transaction() as conn:
         existing = get_definition_row(conn, user, definition_id)
         owner = User(id=existing.owner_id, username="", is_admin=False, disabled=False)
@@ -215,9 +223,41 @@ def delete_definition(user: User, definition_id: int) -> None:
         )
 
 
-def run_now(user: User, definition_id: int, *, now: datetime | None = None) -> dict[str, Any]:
-    """Queue an on-demand report of the definition (the last day up to now)."""
+def run_now(
+    user: User,
+    definition_id: int,
+    *,
+    now: datetime | None = None,
+    cooldown_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """Queue an on-demand report of the definition (the last day up to now).
+
+    ``cooldown_seconds`` ([reports] run_now_cooldown_seconds): a second run-now of one
+    definition within that time answers 429 with Retry-After, so repeated clicks cannot
+    fan out into as many reports and mails. The definition's advisory lock makes the
+    check and the insert one step for concurrent requests."""
     with transaction() as conn:
         row = get_definition_row(conn, user, definition_id)
+        if cooldown_seconds > 0:
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-run-now'), :d)"),
+                {"d": definition_id % 2**31},
+            )
+            elapsed = conn.execute(
+                sa.text(
+                    "SELECT extract(epoch FROM now() - max(created_at)) FROM reports "
+                    "WHERE definition_id = :d AND period_kind = 'on_demand'"
+                ),
+                {"d": definition_id},
+            ).scalar_one()
+            if elapsed is not None and float(elapsed) < cooldown_seconds:
+                wait = math.ceil(cooldown_seconds - float(elapsed))
+                raise TooManyQueued(
+                    f"this definition was run {float(elapsed):.0f}s ago; run it again in "
+                    f"{wait}s ([reports] run_now_cooldown_seconds)",
+                    code="run_now_cooldown",
+                    retry_after=wait,
+                    details={"definition_id": definition_id, "retry_after_seconds": wait},
+                )
         report = records.create_on_demand_report(conn, row, now=now)
     return report

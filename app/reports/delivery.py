@@ -27,6 +27,7 @@ import logging
 import os
 import smtplib
 import ssl
+import time
 import uuid
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -37,12 +38,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.config import Settings
+from app.config import Settings, smtp_security
 from app.db import transaction
 from app.identity.secrets_at_rest import SecretBox, get_secret
+from app.leases import Heartbeat, LeasedRows, LeaseGuard, LeaseLost
 from app.object_store.port import ObjectStore
 from app.observability import emit
 
+# A delivery row is held under a lease while it is ``sending``.
+DELIVERIES = LeasedRows("report_deliveries", "id", condition="status = 'sending'")
 SMTP_PASSWORD_SECRET = "smtp.password"  # noqa: S105 - the name of the stored secret, not a secret
 
 
@@ -55,6 +59,8 @@ class DeliveryClaim:
     claim_token: uuid.UUID
     attempts: int
     resend: bool  # the previous attempt may have been accepted (it died in ``sending``)
+    lease_seconds: float = 120.0
+    claimed_at: float = 0.0  # monotonic, when the claim was asked for
 
 
 class TemporaryDeliveryError(Exception):
@@ -66,6 +72,7 @@ class PermanentDeliveryError(Exception):
 
 
 def claim_next_delivery(*, lease_seconds: float) -> DeliveryClaim | None:
+    claimed_at = time.monotonic()
     with transaction() as conn:
         row = conn.execute(
             sa.text(
@@ -99,7 +106,14 @@ def claim_next_delivery(*, lease_seconds: float) -> DeliveryClaim | None:
         row.claim_token,
         row.attempts,
         resend=row.previous == "sending",
+        lease_seconds=lease_seconds,
+        claimed_at=claimed_at,
     )
+
+
+def renew(claim: DeliveryClaim) -> bool:
+    """Extend the lease of a delivery being sent; False means ownership was lost."""
+    return DELIVERIES.renew(claim.id, claim.claim_token, claim.lease_seconds)
 
 
 def _finish(claim: DeliveryClaim, status: str, error: str | None, retry_seconds: float = 0) -> bool:
@@ -192,8 +206,9 @@ def _smtp_password(settings: Settings) -> str:
 
 def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None:
     smtp = settings.smtp
+    security = smtp_security(smtp)
     try:
-        if smtp.ssl:
+        if security == "tls":
             client: smtplib.SMTP = smtplib.SMTP_SSL(
                 smtp.host,
                 smtp.port,
@@ -203,7 +218,15 @@ def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None
         else:
             client = smtplib.SMTP(smtp.host, smtp.port, timeout=smtp.timeout_seconds)
         with client:
-            if smtp.starttls and not smtp.ssl:
+            if security == "starttls":
+                client.ehlo()
+                if not client.has_extn("starttls"):
+                    # Retrying cannot help: the server (a plain local relay?) has no STARTTLS.
+                    raise PermanentDeliveryError(
+                        f"the SMTP server {smtp.host}:{smtp.port} does not offer STARTTLS: "
+                        'set [smtp] security = "none" for a plain relay '
+                        '(or "tls" for implicit TLS, port 465)'
+                    )
                 client.starttls(context=ssl.create_default_context())
             if smtp.username:
                 client.login(smtp.username, _smtp_password(settings))
@@ -213,6 +236,11 @@ def send_smtp(settings: Settings, message: EmailMessage, recipient: str) -> None
         _raise_for(code, reply)
     except smtplib.SMTPResponseException as exc:
         _raise_for(exc.smtp_code, exc.smtp_error)
+    except ssl.SSLError as exc:
+        raise TemporaryDeliveryError(
+            f"{type(exc).__name__}: {exc} (TLS with {smtp.host}:{smtp.port} failed; "
+            f'[smtp] security = "{security}")'
+        ) from exc
     except (smtplib.SMTPException, OSError) as exc:
         raise TemporaryDeliveryError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -244,7 +272,35 @@ def retry_delay_seconds(attempts: int) -> float:
 
 
 def deliver(settings: Settings, claim: DeliveryClaim, object_store: ObjectStore) -> str:
-    """Send (or write) one claimed delivery; returns the status recorded."""
+    """Send (or write) one claimed delivery; returns the status recorded.
+
+    The lease kit's heartbeat keeps the claim while images are read and the server
+    talks; a claim lost before the hand-over sends nothing (``lease_lost``): the row is
+    someone else's, and they send it."""
+    guard = LeaseGuard(claim.lease_seconds, claimed_at=claim.claimed_at)
+    with Heartbeat(
+        lambda: renew(claim),
+        guard,
+        interval=claim.lease_seconds / 3,
+        name=f"delivery-heartbeat-{claim.id}",
+        failed_event="ReportDeliveryHeartbeatFailed",
+        event_fields={"delivery_id": claim.id},
+    ):
+        try:
+            return _deliver(settings, claim, object_store, guard)
+        except LeaseLost as lost:
+            emit(
+                "ReportDeliveryLeaseLost",
+                level=logging.WARNING,
+                delivery_id=claim.id,
+                reason=lost.reason,
+            )
+            return "lease_lost"
+
+
+def _deliver(
+    settings: Settings, claim: DeliveryClaim, object_store: ObjectStore, guard: LeaseGuard
+) -> str:
     report = _load(claim)
     if report is None or report.html is None:
         _finish(claim, "failed", "the report has no archived mail")
@@ -262,6 +318,7 @@ def deliver(settings: Settings, claim: DeliveryClaim, object_store: ObjectStore)
         images=images,
     )
     note = "resent after an interrupted attempt (same Message-ID)" if claim.resend else None
+    guard.raise_if_lost()
     if not settings.smtp.host:
         write_outbox(settings, claim, message)
         _finish(claim, "written", note)

@@ -9,8 +9,11 @@ used are put into the object store, under keys that include the claim token,
 so a refused commit can delete its own images without touching a winner's.
 
 Commit is one short transaction that locks the job row, then the report row,
-and re-checks the claim token, the lease and the report revision read by
-capture; it archives statistics, the rendered mail and the image list, marks
+and re-checks the claim token, the lease, the report revision read by
+capture and that the captured input is still complete (``input_still_complete``:
+an execution deleted, superseded or running again since capture refuses the
+commit; the job goes back to capture without spending an attempt and nothing is
+archived or delivered); it archives statistics, the rendered mail and the image list, marks
 the job done and creates the delivery rows. When it is refused or fails, the
 images are deleted through the bounded compensation deleter.
 
@@ -23,7 +26,7 @@ validation) commit the statistics with ``quality.mail_error`` and no mail.
 from __future__ import annotations
 
 import logging
-import threading
+import time
 import uuid
 from dataclasses import dataclass
 from email.utils import make_msgid
@@ -32,6 +35,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from app.db import transaction
+from app.leases import Heartbeat, LeaseGuard, LeaseLost
 from app.modules.errors import ModuleError
 from app.modules.registry import Lease
 from app.object_store.deleter import delete_objects
@@ -44,10 +48,12 @@ from app.reports.capture import (
     LeaseLostError,
     capture,
     input_checksum,
+    input_still_complete,
     prepare_aggregates,
 )
 from app.reports.charts import ChartError, report_charts
 from app.reports.records import ReportClaim
+from app.search.port import SearchStore
 
 DATA_WAIT_RETRY_SECONDS = 60.0
 
@@ -74,33 +80,6 @@ class Rendered:
 class ReportOutcome:
     result: str  # "ready" | "mail_error" | "retry_wait" | "failed" | "waiting" | "lease_lost"
     error: str | None = None
-
-
-class ReportHeartbeat:
-    """Renews the job lease in a thread; ``lost`` is set when a renewal finds it gone."""
-
-    def __init__(self, claim: ReportClaim, interval: float):
-        self.claim, self.interval = claim, interval
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="report-heartbeat")
-
-    def start(self) -> ReportHeartbeat:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                if not records.renew(self.claim):
-                    self.lost.set()
-                    return
-            except Exception as exc:  # noqa: BLE001 - database trouble: the commit re-checks anyway
-                emit("ReportHeartbeatFailed", level=logging.WARNING, error=type(exc).__name__)
 
 
 def render_payload(snapshot: Capture, images: dict[str, tuple[bytes, str]]) -> dict[str, Any]:
@@ -180,8 +159,9 @@ def commit(
     stored_images: list[dict[str, str]],
     *,
     mail_domain: str,
-) -> bool:
-    """Archive the report under the claim; False when the claim or revision no longer holds."""
+) -> str:
+    """Archive the report under the claim: ``committed``, ``refused`` (the claim or
+    revision no longer holds) or ``input_incomplete`` (REP-3)."""
     with transaction() as conn:
         job = conn.execute(
             sa.text(
@@ -191,13 +171,15 @@ def commit(
             {"id": claim.report_id, "token": claim.claim_token},
         ).scalar()
         if not job:
-            return False
+            return "refused"
         report = conn.execute(
             sa.text("SELECT revision, status FROM reports WHERE id = :id FOR UPDATE"),
             {"id": claim.report_id},
         ).one_or_none()
         if report is None or report.revision != snapshot.revision or report.status != "generating":
-            return False
+            return "refused"
+        if not input_still_complete(conn, claim.report_id, snapshot.statistics):
+            return "input_incomplete"
         quality: dict[str, Any] = {
             "renderer": rendered.renderer if rendered else None,
             "mail_error": mail_error,
@@ -248,7 +230,7 @@ def commit(
                         "mid": make_msgid(f"report{claim.report_id}", domain=mail_domain),
                     },
                 )
-    return True
+    return "committed"
 
 
 def _json(value: Any) -> str:
@@ -262,6 +244,7 @@ def run_report(
     *,
     renderer: RendererSource,
     object_store: ObjectStore,
+    search_store: SearchStore,
     delete_concurrency: int,
     mail_domain: str = "netmap.local",
     heartbeat_seconds: float = 20.0,
@@ -269,64 +252,124 @@ def run_report(
     wait_seconds: float = 1800.0,
     before_commit: Any = None,
 ) -> ReportOutcome:
-    """Capture, generate and commit one claimed report (``before_commit`` is a test seam)."""
-    heartbeat = ReportHeartbeat(claim, heartbeat_seconds).start()
+    """Capture, generate and commit one claimed report (``before_commit`` is a test seam).
+
+    The lease kit's heartbeat renews the job meanwhile; its guard is polled before each
+    phase that writes (generate, storing images, commit), and the commit re-checks the
+    token and the lease in the database whatever the guard said."""
+    guard = LeaseGuard(claim.lease_seconds, claimed_at=time.monotonic())
+    heartbeat = Heartbeat(
+        lambda: records.renew(claim),
+        guard,
+        interval=heartbeat_seconds,
+        name=f"report-heartbeat-{claim.report_id}",
+        failed_event="ReportHeartbeatFailed",
+        event_fields={"report_id": claim.report_id},
+    ).start()
     stored: list[dict[str, str]] = []
     try:
-        prepare_aggregates(claim.report_id)
-        try:
-            snapshot = capture(claim, wait_seconds=wait_seconds)
-        except LeaseLostError as exc:
-            return ReportOutcome("lease_lost", str(exc))
-        if snapshot.wait_for_data:
-            records.postpone(claim, seconds=DATA_WAIT_RETRY_SECONDS, reason="data incomplete")
-            return ReportOutcome("waiting")
-        try:
-            rendered, mail_error, images = generate(snapshot, renderer)
-        except TemporaryReportError as exc:
-            status = records.requeue_after_temporary_error(
-                claim, kind=exc.kind, error=str(exc), max_attempts=max_attempts
-            )
-            emit(
-                "ReportGenerateRetry",
-                level=logging.WARNING,
-                report_id=claim.report_id,
-                attempt=claim.attempts,
-                kind=exc.kind,
-                status=status,
-            )
-            if status is None:
-                return ReportOutcome("lease_lost", str(exc))
-            return ReportOutcome("failed" if status == "failed" else "retry_wait", str(exc))
-        if rendered is not None:
-            for token in rendered.images_used:
-                png, _alt = images[token]
-                key = image_key(claim.report_id, claim.claim_token, token)
-                object_store.put(key, png, "image/png")
-                stored.append({"token": token, "key": key, "content_type": "image/png"})
-        if before_commit is not None:
-            before_commit()
-        try:
-            committed = commit(
-                claim, snapshot, rendered, mail_error, stored, mail_domain=mail_domain
-            )
-        except Exception:
-            _compensate(object_store, stored, delete_concurrency)
-            raise
-        if not committed:
-            _compensate(object_store, stored, delete_concurrency)
-            emit("ReportCommitRefused", level=logging.WARNING, report_id=claim.report_id)
-            return ReportOutcome("lease_lost", "commit refused")
-        emit(
-            "ReportCommitted",
-            report_id=claim.report_id,
-            images=len(stored),
-            mail_error=mail_error is not None,
-            recipients=len(snapshot.recipients) if rendered else 0,
+        return _run_claimed(
+            claim,
+            guard,
+            stored,
+            renderer=renderer,
+            object_store=object_store,
+            search_store=search_store,
+            delete_concurrency=delete_concurrency,
+            mail_domain=mail_domain,
+            max_attempts=max_attempts,
+            wait_seconds=wait_seconds,
+            before_commit=before_commit,
         )
-        return ReportOutcome("mail_error" if mail_error else "ready", mail_error)
+    except LeaseLost as lost:
+        _compensate(object_store, stored, delete_concurrency)
+        emit(
+            "ReportLeaseLost",
+            level=logging.WARNING,
+            report_id=claim.report_id,
+            reason=lost.reason,
+            operation=lost.operation,
+        )
+        return ReportOutcome("lease_lost", str(lost))
     finally:
         heartbeat.stop()
+
+
+def _run_claimed(
+    claim: ReportClaim,
+    guard: LeaseGuard,
+    stored: list[dict[str, str]],
+    *,
+    renderer: RendererSource,
+    object_store: ObjectStore,
+    search_store: SearchStore,
+    delete_concurrency: int,
+    mail_domain: str,
+    max_attempts: int,
+    wait_seconds: float,
+    before_commit: Any,
+) -> ReportOutcome:
+    prepare_aggregates(claim.report_id, search_store)
+    try:
+        snapshot = capture(claim, store=search_store, wait_seconds=wait_seconds)
+    except LeaseLostError as exc:
+        return ReportOutcome("lease_lost", str(exc))
+    if snapshot.wait_for_data:
+        records.postpone(claim, seconds=DATA_WAIT_RETRY_SECONDS, reason="data incomplete")
+        return ReportOutcome("waiting")
+    guard.raise_if_lost()
+    try:
+        rendered, mail_error, images = generate(snapshot, renderer)
+    except TemporaryReportError as exc:
+        status = records.requeue_after_temporary_error(
+            claim, kind=exc.kind, error=str(exc), max_attempts=max_attempts
+        )
+        emit(
+            "ReportGenerateRetry",
+            level=logging.WARNING,
+            report_id=claim.report_id,
+            attempt=claim.attempts,
+            kind=exc.kind,
+            status=status,
+        )
+        if status is None:
+            return ReportOutcome("lease_lost", str(exc))
+        return ReportOutcome("failed" if status == "failed" else "retry_wait", str(exc))
+    guard.raise_if_lost()
+    if rendered is not None:
+        for token in rendered.images_used:
+            png, _alt = images[token]
+            key = image_key(claim.report_id, claim.claim_token, token)
+            object_store.put(key, png, "image/png")
+            stored.append({"token": token, "key": key, "content_type": "image/png"})
+    if before_commit is not None:
+        before_commit()
+    guard.raise_if_lost()
+    try:
+        committed = commit(claim, snapshot, rendered, mail_error, stored, mail_domain=mail_domain)
+    except Exception:
+        _compensate(object_store, stored, delete_concurrency)
+        raise
+    if committed == "input_incomplete":
+        _compensate(object_store, stored, delete_concurrency)
+        emit("ReportInputIncomplete", level=logging.WARNING, report_id=claim.report_id)
+        if not records.postpone(
+            claim, seconds=DATA_WAIT_RETRY_SECONDS, reason="input incomplete at commit"
+        ):
+            return ReportOutcome("lease_lost", "commit refused")
+        return ReportOutcome("waiting", "input incomplete at commit")
+    if committed != "committed":
+        _compensate(object_store, stored, delete_concurrency)
+        emit("ReportCommitRefused", level=logging.WARNING, report_id=claim.report_id)
+        return ReportOutcome("lease_lost", "commit refused")
+    emit(
+        "ReportCommitted",
+        report_id=claim.report_id,
+        images=len(stored),
+        mail_error=mail_error is not None,
+        recipients=len(snapshot.recipients) if rendered else 0,
+    )
+    return ReportOutcome("mail_error" if mail_error else "ready", mail_error)
 
 
 def _compensate(object_store: ObjectStore, stored: list[dict[str, str]], concurrency: int) -> None:

@@ -19,8 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
+from app.leases import LeasedRows
 
 MAX_ATTEMPTS = 5
+# A running report job is held under a lease (claim_token + lease_expires_at).
+JOBS = LeasedRows("report_jobs", "report_id", condition="status = 'running'")
 
 
 @dataclass(frozen=True)
@@ -185,21 +188,8 @@ def claim_next_job(*, lease_seconds: float, max_attempts: int = MAX_ATTEMPTS) ->
 
 
 def renew(claim: ReportClaim) -> bool:
-    with transaction() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    """
-                    UPDATE report_jobs
-                       SET lease_expires_at = now() + make_interval(secs => :lease)
-                     WHERE report_id = :id AND claim_token = :token AND status = 'running'
-                       AND lease_expires_at > now()
-                    RETURNING 1
-                    """
-                ),
-                {"id": claim.report_id, "token": claim.claim_token, "lease": claim.lease_seconds},
-            ).scalar()
-        )
+    """Extend the job's lease; False means ownership was lost."""
+    return JOBS.renew(claim.report_id, claim.claim_token, claim.lease_seconds)
 
 
 def requeue_after_temporary_error(
@@ -269,6 +259,28 @@ def retry_failed(report_id: int) -> bool:
                 {"id": report_id},
             )
     return bool(row)
+
+
+def resend_failed_deliveries(report_id: int) -> int:
+    """Admin: send a ready report's failed deliveries again (same Message-ID: none of them
+    was accepted); returns how many were queued."""
+    with transaction() as conn:
+        return len(
+            conn.execute(
+                sa.text(
+                    """
+                    UPDATE report_deliveries d
+                       SET status = 'queued', attempts = 0, available_at = now(),
+                           claim_token = NULL, lease_expires_at = NULL, last_error = NULL
+                      FROM reports r
+                     WHERE d.report_id = :id AND r.id = d.report_id AND r.status = 'ready'
+                       AND d.status = 'failed'
+                    RETURNING d.id
+                    """
+                ),
+                {"id": report_id},
+            ).all()
+        )
 
 
 def get_report_row(conn: Connection, report_id: int) -> Any:

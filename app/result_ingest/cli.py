@@ -27,8 +27,18 @@ from app.agent.formats import FORMATS
     show_default=True,
     help="the scan's own times, or the time of the import",
 )
+@click.option(
+    "--scope",
+    "scope_mode",
+    type=click.Choice(["check", "ignore"]),
+    default="check",
+    show_default=True,
+    help="refuse rows outside the task's targets/ports, or import the file as it is",
+)
 @click.pass_obj
-def import_command(state, file: Path, task_id: int, format_name: str, observed_at: str) -> None:
+def import_command(
+    state, file: Path, task_id: int, format_name: str, observed_at: str, scope_mode: str = "check"
+) -> None:
     """Import an nmap XML, masscan JSON or naabu JSON-lines file into a task."""
     from app.cli_support import database_for_command, describe_error
     from app.errors import ApiError
@@ -55,6 +65,7 @@ def import_command(state, file: Path, task_id: int, format_name: str, observed_a
                 path=file,
                 format_name=format_name,
                 observed_at_mode=observed_at,
+                scope_mode=scope_mode,
             )
         except ApiError as exc:
             raise click.ClickException(describe_error(exc)) from None

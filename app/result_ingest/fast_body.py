@@ -10,7 +10,7 @@ This path only ever *accepts*. Anything it does not recognise as surely valid â€
 a missing or unknown field, a value pydantic would coerce or refuse, a
 timestamp not in the plain RFC 3339 form, DNS records, a lone surrogate, a
 non-finite number, deep nesting, a type JSON does not produce â€” makes
-:func:`fast_upload` return ``None``, and ``parse_upload`` validates the body
+:func:`fast_upload` return ``None``, and ``parse.parse_upload`` validates the body
 with pydantic as before: every refusal keeps its exact message and item. A
 unit test holds the two paths to the same result.
 """
@@ -33,8 +33,9 @@ from app.result_ingest.model import (
     UploadBody,
     escape_nul,
     escape_nul_deep,
+    stored_ip,
 )
-from app.search.ids import CANONICAL_IPV4, normalise_ip
+from app.search.ids import CANONICAL_IPV4
 
 # Only the plain RFC 3339 form, with ranges pydantic also accepts (its parser is
 # stricter than ``fromisoformat`` on some forms; those take the pydantic path).
@@ -157,7 +158,7 @@ def _observation(
         if "%" in ip or not _clean(ip):
             return None, False
         try:
-            ip = normalise_ip(ip)
+            ip = stored_ip(ip)
         except ValueError:
             return None, False
     if type(port) is not int or not 1 <= port <= 65535:

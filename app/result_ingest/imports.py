@@ -12,6 +12,12 @@ file is good is the execution created and the second pass uploads the
 batches. A format error answers 400 naming the line, element or field and
 the byte offset; a record the upload rules refuse answers 400 naming its
 position among the file's observations.
+
+The file is checked against the task's scope (its targets, ports and
+transports), like a scanner's uploads: rows outside it answer 400
+``import_out_of_scope`` listing the first of them, so an import cannot put
+results for arbitrary addresses into the user's and the global view. An
+administrator may import a file as it is with ``scope=ignore``.
 """
 
 from __future__ import annotations
@@ -28,21 +34,31 @@ from app.agent.formats import FORMATS, ResultFormatError, iso_utc
 from app.agent.json_lines import reader_for
 from app.config import Settings
 from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import Forbidden, NotFound, ValidationError
 from app.identity.users import User
 from app.observability import emit
-from app.result_ingest.model import parse_upload
+from app.result_ingest.parse import parse_upload
+from app.result_ingest.scope import check_scope
 from app.result_ingest.service import handle_upload
 from app.scan_control.imports import (
     create_import_execution,
     fail_import_execution,
     renew_import_lease,
 )
-from app.scan_control.query import task_visible
+from app.scan_control.query import get_task
 from app.search.port import SearchStore
 from app.upload_protocol import canonical_checksum
 
 OBSERVED_AT_MODES = ("file", "import")
+SCOPE_MODES = ("check", "ignore")
+MAX_LISTED_OUTSIDE = 20
+
+
+@dataclass(frozen=True)
+class _Scope:
+    targets: list[str]
+    ports: str
+    transports: list[str]
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,41 @@ def _format_error(exc: ResultFormatError, format_name: str) -> ValidationError:
     )
 
 
+def _outside(
+    exc: ValidationError, index: int, size: int, batch: list[dict[str, Any]], format_name: str
+) -> ValidationError:
+    rows: dict[int, dict[str, Any]] = {}
+    for item in (exc.details or {}).get("items") or []:
+        position = int(item.get("index") or 0)
+        observation = batch[position] if position < len(batch) else {}
+        row = rows.setdefault(
+            position,
+            {
+                "observation": index * size + position + 1,
+                "ip": observation.get("ip"),
+                "port": observation.get("port"),
+                "transport": observation.get("transport"),
+                "fields": [],
+            },
+        )
+        row["fields"].append(item.get("field"))
+    listed = list(rows.values())[:MAX_LISTED_OUTSIDE]
+    first = ", ".join(f"{r['ip']} port {r['port']}/{r['transport']}" for r in listed[:5])
+    return ValidationError(
+        f"the file has results outside the task's targets, ports or transports "
+        f"(observation {listed[0]['observation']} first: {first}); an administrator may "
+        "import it with scope=ignore",
+        code="import_out_of_scope",
+        details={"format": format_name, "outside": listed},
+    )
+
+
 def validate_file(
-    path: Path, format_name: str, settings: Settings, times: _Times
+    path: Path,
+    format_name: str,
+    settings: Settings,
+    times: _Times,
+    scope: _Scope | None = None,
 ) -> tuple[int, int]:
     """Pass 1: every record parsed and every batch validated; (observations, batches)."""
     placeholder = str(uuid.uuid4())
@@ -155,8 +204,23 @@ def validate_file(
             _lookahead(_batches(path, format_name, settings, times))
         ):
             try:
-                parse_upload(_body(placeholder, "import", index, last, batch), settings.ingest)
+                body = parse_upload(
+                    _body(placeholder, "import", index, last, batch), settings.ingest
+                )
+                if scope is not None:
+                    try:
+                        check_scope(
+                            kind="ports",
+                            targets=scope.targets,
+                            ports=scope.ports,
+                            transports=scope.transports,
+                            body=body,
+                        )
+                    except ValidationError as exc:
+                        raise _outside(exc, index, size, batch, format_name) from None
             except ValidationError as exc:
+                if exc.code == "import_out_of_scope":
+                    raise
                 items = (exc.details or {}).get("items") or [{}]
                 first = items[0]
                 position = index * size + int(first.get("index") or 0)
@@ -175,6 +239,15 @@ def validate_file(
             batches += 1
     except ResultFormatError as exc:
         raise _format_error(exc, format_name) from None
+    except (RecursionError, OverflowError, UnicodeError, LookupError) as exc:
+        # The readers name what they know to be wrong; anything else a file can provoke
+        # is still the file's fault: a 400 saying how far the file was read, not a 500.
+        raise ValidationError(
+            f"the {format_name} file cannot be read after observation {total}: "
+            f"{type(exc).__name__}: {str(exc)[:200]}",
+            code="invalid_import_file",
+            details={"format": format_name, "observation": total + 1},
+        ) from None
     return total, batches
 
 
@@ -188,8 +261,20 @@ def import_results(
     format_name: str,
     observed_at_mode: str = "file",
     request_id: str | None = None,
+    scope_mode: str = "check",
 ) -> ImportResult:
     check_format(format_name)
+    if scope_mode not in SCOPE_MODES:
+        raise ValidationError(
+            "scope must be 'check' (the default) or 'ignore'",
+            code="invalid_parameter",
+            details={"parameter": "scope", "allowed": list(SCOPE_MODES)},
+        )
+    if scope_mode == "ignore" and not user.is_admin:
+        raise Forbidden(
+            "only an administrator may import results outside the task's scope",
+            code="scope_ignore_forbidden",
+        )
     if observed_at_mode not in OBSERVED_AT_MODES:
         raise ValidationError(
             "observed_at must be 'file' (the scan's own times) or 'import' (now)",
@@ -197,12 +282,18 @@ def import_results(
             details={"parameter": "observed_at", "allowed": list(OBSERVED_AT_MODES)},
         )
     with transaction("import_task_check") as conn:
-        if not task_visible(conn, user, task_id):
-            raise NotFound("task not found", code="task_not_found")
+        task = get_task(conn, user, task_id)
+    if task is None:
+        raise NotFound("task not found", code="task_not_found")
+    scope = (
+        _Scope(list(task["targets"] or []), task["ports"] or "", list(task["transports"] or []))
+        if scope_mode == "check"
+        else None
+    )
     started = time.perf_counter()
     now = iso_utc(datetime.now(UTC))
     times = _Times(default=now, override=now if observed_at_mode == "import" else None)
-    expected, _ = validate_file(path, format_name, settings, times)
+    expected, _ = validate_file(path, format_name, settings, times, scope)
     lease = settings.scan.execution_lease_seconds
     with transaction("import_execution_create") as conn:
         execution = create_import_execution(conn, task_id=task_id, lease_seconds=lease)

@@ -29,7 +29,10 @@ index), never the execution's history.
 A DNS sidecar batch is accepted when its index lies inside the main stream's
 contiguously confirmed range 0..n (ING-7), also while later main batches are
 still pending: then n is just below the lowest pending main batch, read from
-the same partial index.
+the same partial index. When the main stream has a gap (0..1 confirmed, 2 not
+yet sent, 3 confirmed) the counters cannot say where the prefix ends; then the
+batch's own prefix 0..index is counted through the primary key (bounded by the
+index, never the upload's whole history).
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, ValidationError
-from app.observability import emit
+from app.observability import emit, stage
 from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
 from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
+from app.search.migrate import has_migrated_history
 from app.search.port import StorageScope
 
 
@@ -189,7 +193,7 @@ def sidecar_limit(
     batch is refused and its retry succeeds once the gap is filled.
     """
     if not main.contiguous:
-        return None
+        return None  # a gap: prefix_confirmed() decides for the batch's own index
     if not main.pending_count:
         return main.max_batch
     pending = conn.execute(
@@ -199,6 +203,25 @@ def sidecar_limit(
     if lowest is None:  # confirmed meanwhile: the counters were read before
         return main.max_batch
     return lowest - 1 if lowest > 0 else None
+
+
+# Main batches 0..:i of one upload that are confirmed: a primary-key range scan of
+# at most i + 1 entries (the sidecar batch's own index bounds it, not the history).
+CONFIRMED_MAIN_PREFIX = (
+    "SELECT count(*) FROM scan_upload_receipts "
+    "WHERE execution_id = :e AND upload_id = :u AND stream = 'main' "
+    "AND batch_index BETWEEN 0 AND :i AND status = 'confirmed'"
+)
+
+
+def prefix_confirmed(conn: Connection, execution_id: int, upload_id: str, index: int) -> bool:
+    """ING-7 with a gap in the main stream (0..1 confirmed, 2 not sent, 3 confirmed):
+    the sidecar batch ``index`` is inside the confirmed prefix when main batches
+    0..index are all there and confirmed, whatever lies beyond the gap."""
+    count = conn.execute(
+        sa.text(CONFIRMED_MAIN_PREFIX), {"e": execution_id, "u": upload_id, "i": index}
+    ).scalar_one()
+    return count == index + 1
 
 
 def _check_new_batch(
@@ -215,6 +238,9 @@ def _check_new_batch(
         limit = main.contiguous_confirmed_max
         if limit is None or body.batch_index > limit:
             limit = sidecar_limit(conn, execution_id, body.upload_id, main)
+        if limit is None and main.batch_count and not main.contiguous:
+            if prefix_confirmed(conn, execution_id, body.upload_id, body.batch_index):
+                return
         if limit is None or body.batch_index > limit:
             raise Conflict(
                 "a DNS sidecar batch must fall inside the main upload's confirmed, "
@@ -362,14 +388,60 @@ def collect_final_scope(
         {"e": execution_id},
     ).one()
     months = tuple(sorted(set(row.months) | set(current_months)))
-    if row.legacy:
+    legacy = bool(row.legacy)
+    if legacy:
         emit(
             "ScanSummaryLegacyIndexScope",
             level=logging.WARNING,
             execution_id=execution_id,
             reason="confirmed receipts without storage references",
         )
-    return StorageScope(months=months, legacy_full_history=bool(row.legacy))
+    elif has_migrated_history(conn, execution_id):
+        # ING-11: history moved from PostgreSQL to Elasticsearch reads every month.
+        legacy = True
+        emit(
+            "ScanSummaryLegacyIndexScope",
+            level=logging.WARNING,
+            execution_id=execution_id,
+            reason="confirmed receipts stored before the history was migrated",
+        )
+    return StorageScope(months=months, legacy_full_history=legacy)
+
+
+def _existing_receipt(
+    conn: Connection, key: dict[str, Any], body: UploadBody, execution: ExecutionRow
+) -> Any:
+    """The upload identity: the receipt this batch's identity already has, if any.
+
+    The same identity with another checksum is 409; a confirmed one is a retry
+    for the claim that confirmed it (or the current one), else ``lease_lost``."""
+    existing = conn.execute(
+        sa.text(
+            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
+            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
+        ),
+        key,
+    ).one_or_none()
+    if existing is None:
+        return None
+    if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
+        raise Conflict(
+            "a batch with this identity was received with other content",
+            code="checksum_mismatch",
+            details={
+                "upload_id": body.upload_id,
+                "stream": body.stream,
+                "batch_index": body.batch_index,
+            },
+        )
+    token = body.claim_token
+    if (
+        existing.status == "confirmed"
+        and existing.claim_token != token
+        and not execution.holds_claim(token)
+    ):
+        raise lease_lost()
+    return existing
 
 
 def reserve_batch(
@@ -380,8 +452,11 @@ def reserve_batch(
     body: UploadBody,
     months: tuple[str, ...],
 ) -> Reservation:
-    execution = lock_for_upload(conn, execution_id, scanner_id)
-    check_stream_rules(execution, body)
+    # OBS-2: the upload's stages inside the reservation — auth (the execution lock and
+    # the scanner's hold on it), upload identity, final continuity.
+    with stage("auth"):
+        execution = lock_for_upload(conn, execution_id, scanner_id)
+        check_stream_rules(execution, body)
     check_scope(
         kind=execution.kind,
         targets=execution.targets,
@@ -400,28 +475,11 @@ def reserve_batch(
         "s": body.stream,
         "b": body.batch_index,
     }
-    existing = conn.execute(
-        sa.text(
-            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
-            "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
-        ),
-        key,
-    ).one_or_none()
+    with stage("upload_identity"):
+        existing = _existing_receipt(conn, key, body, execution)
     token = body.claim_token
     if existing is not None:
-        if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
-            raise Conflict(
-                "a batch with this identity was received with other content",
-                code="checksum_mismatch",
-                details={
-                    "upload_id": body.upload_id,
-                    "stream": body.stream,
-                    "batch_index": body.batch_index,
-                },
-            )
         if existing.status == "confirmed":
-            if existing.claim_token != token and not execution.holds_claim(token):
-                raise lease_lost()
             return Reservation("already_confirmed", execution)
         if not execution.holds_claim(token):
             raise lease_lost()
@@ -438,16 +496,17 @@ def reserve_batch(
 
     if not execution.holds_claim(token):
         raise lease_lost()
-    streams, repaired = read_streams(conn, execution_id, body.upload_id)
-    try:
-        # Another upload's reserved final first: "nothing more to send" must not read as
-        # a gap the scanner could fill (a sidecar batch of a new upload id, say).
-        check_other_uploads(conn, execution_id, body)
-        _check_new_batch(conn, execution_id, body, streams)
-    except Conflict as exc:
-        if repaired:
-            return Reservation("rejected", execution, error=exc)
-        raise
+    with stage("final_continuity"):
+        streams, repaired = read_streams(conn, execution_id, body.upload_id)
+        try:
+            # Another upload's reserved final first: "nothing more to send" must not read
+            # as a gap the scanner could fill (a sidecar batch of a new upload id, say).
+            check_other_uploads(conn, execution_id, body)
+            _check_new_batch(conn, execution_id, body, streams)
+        except Conflict as exc:
+            if repaired:
+                return Reservation("rejected", execution, error=exc)
+            raise
     conn.execute(
         sa.text(
             """

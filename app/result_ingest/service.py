@@ -44,7 +44,8 @@ from app.result_ingest.enrichment import (
     normalise_observation,
 )
 from app.result_ingest.final import commit_final
-from app.result_ingest.model import UploadBody, parse_upload
+from app.result_ingest.model import UploadBody
+from app.result_ingest.parse import parse_upload
 from app.result_ingest.receipts import collect_final_scope, confirm_batch, reserve_batch
 from app.search.documents import month_of
 from app.search.port import (

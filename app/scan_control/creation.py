@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from app.config import ScanSettings
 from app.errors import ValidationError
 from app.scan_control.planning import plan_executions, scan_plan_document
-from app.scan_control.targets import (
+from app.target_rules import (
     ParsedTargets,
     format_ports,
     parse_ports,
@@ -28,6 +28,10 @@ from app.scan_control.targets import (
 )
 
 MAX_NAME_LENGTH = 200
+# What a scanner probes (issue 37; app.agent.profiles): ports only, ports with service and
+# version detection plus the certificate/HTTP/banner scripts, or all of that deeper.
+SCAN_PROFILES = ("quick", "standard", "deep")
+DEFAULT_PROFILE = "standard"
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,11 @@ class TaskRequest:
     targets: ParsedTargets
     ports: str
     transports: list[str]
+    profile: str = DEFAULT_PROFILE
 
 
 def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskRequest:
-    unknown = sorted(set(body) - {"name", "targets", "ports", "transports"})
+    unknown = sorted(set(body) - {"name", "targets", "ports", "transports", "profile"})
     if unknown:
         raise ValidationError(
             "unknown fields in task", code="unknown_fields", details={"fields": unknown}
@@ -53,12 +58,21 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
     transports, transport_problems = parse_transports(body.get("transports"))
     problems.extend(transport_problems)
     if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME_LENGTH:
-        from app.scan_control.targets import Problem
+        from app.target_rules import Problem
 
         problems.append(Problem("name", None, name, f"must be 1-{MAX_NAME_LENGTH} characters"))
+    profile = body.get("profile", DEFAULT_PROFILE)
+    if profile not in SCAN_PROFILES:
+        from app.target_rules import Problem
+
+        problems.append(Problem("profile", None, profile, "must be quick, standard or deep"))
     raise_if_problems(problems)
     return TaskRequest(
-        name=name.strip(), targets=parsed, ports=format_ports(ranges), transports=transports
+        name=name.strip(),
+        targets=parsed,
+        ports=format_ports(ranges),
+        transports=transports,
+        profile=profile,
     )
 
 
@@ -79,9 +93,10 @@ def create_task(
         sa.text(
             """
             INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, scan_plan,
-                                    parent_task_id, parent_execution_id, execution_count)
+                                    parent_task_id, parent_execution_id, execution_count,
+                                    profile)
             VALUES (:owner, :name, 'queued', CAST(:targets AS jsonb), :ports, :transports,
-                    CAST(:plan AS jsonb), :parent, :parent_execution, :count)
+                    CAST(:plan AS jsonb), :parent, :parent_execution, :count, :profile)
             RETURNING id
             """
         ),
@@ -95,6 +110,7 @@ def create_task(
             "parent": parent_task_id,
             "parent_execution": parent_execution_id,
             "count": len(planned),
+            "profile": request.profile,
         },
     ).scalar_one()
     if planned:
@@ -102,8 +118,8 @@ def create_task(
             sa.text(
                 """
                 INSERT INTO scan_executions
-                       (task_id, kind, targets, ports, transports, max_attempts)
-                SELECT :task_id, p.kind, p.targets, :ports, :transports, :max_attempts
+                       (task_id, kind, targets, ports, transports, max_attempts, profile)
+                SELECT :task_id, p.kind, p.targets, :ports, :transports, :max_attempts, :profile
                 FROM jsonb_to_recordset(CAST(:planned AS jsonb)) AS p(kind text, targets jsonb)
                 """
             ),
@@ -112,6 +128,7 @@ def create_task(
                 "ports": request.ports,
                 "transports": request.transports,
                 "max_attempts": limits.max_attempts,
+                "profile": request.profile,
                 "planned": json.dumps(
                     [{"kind": e.kind, "targets": list(e.targets)} for e in planned]
                 ),

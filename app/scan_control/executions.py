@@ -29,7 +29,7 @@ EXECUTION_COLUMNS = """
     e.id, e.task_id, t.owner_id, t.parent_task_id, e.kind, e.status, e.scanner_id,
     e.claim_token, e.lease_expires_at,
     (e.lease_expires_at IS NOT NULL AND e.lease_expires_at > now()) AS lease_valid,
-    e.attempts, e.started_at, e.targets, e.ports, e.transports
+    e.attempts, e.started_at, e.targets, e.ports, e.transports, e.profile
 """
 
 
@@ -50,6 +50,7 @@ class ExecutionRow:
     targets: list[str]
     ports: str
     transports: tuple[str, ...]
+    profile: str = "standard"  # quick | standard | deep: what the scanner probes (issue 37)
 
     def holds_claim(self, token: UUID) -> bool:
         return self.status == "running" and self.claim_token == token and self.lease_valid
@@ -67,6 +68,7 @@ class ExecutionRow:
             "targets": self.targets,
             "ports": self.ports,
             "transports": list(self.transports),
+            "profile": self.profile,
             "attempt": self.attempts,
         }
 
@@ -88,6 +90,7 @@ def execution_from_row(row: Row) -> ExecutionRow:
         targets=list(row.targets),
         ports=row.ports,
         transports=tuple(row.transports),
+        profile=row.profile,
     )
 
 

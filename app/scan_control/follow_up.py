@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from app.config import ScanSettings
 from app.observability import emit
 from app.scan_control.creation import TaskRequest, create_task
-from app.scan_control.targets import ParsedTargets, refused_special_use
+from app.target_rules import ParsedTargets, refused_special_use
 
 
 def create_child_task(

@@ -10,7 +10,12 @@ moment the data describes), and ``GREATEST`` semantics mean an older execution
 finishing late never moves a newer time backwards. Only the task owner's rows
 are touched.
 
-* Single addresses are updated by primary key (owner, 'ip', key).
+* Single addresses are updated by primary key (owner, 'ip', key), also those
+  inside a scanned network: a network of up to
+  ``ENUMERATE_MAX_ADDRESSES`` addresses is listed as keys, one primary-key probe
+  each; a larger one (up to 65,536 addresses) reads the owner's own ``ip`` rows
+  through the primary key's (owner, kind) prefix and filters them by network —
+  never the other owners' rows, never a sequential scan.
 * Networks: CIDR targets inside the scanned network are found through the
   partial GiST index on ``target_ip`` (``<<=``, IPv4 and IPv6 never match
   each other); a larger CIDR target that the task split into pieces is fresh
@@ -36,6 +41,15 @@ _SET_FRESH = """
 CIDR_TARGETS_INSIDE = (
     f"UPDATE search_targets {_SET_FRESH} AND kind = 'cidr' AND target_ip <<= CAST(:net AS inet)"
 )
+
+# Single-address targets by primary key: the listed keys, or the owner's 'ip' prefix.
+IP_TARGETS_BY_KEY = f"UPDATE search_targets {_SET_FRESH} AND kind = 'ip' AND key = ANY(:keys)"
+IP_TARGETS_INSIDE = (
+    f"UPDATE search_targets {_SET_FRESH} AND kind = 'ip' AND target_ip <<= CAST(:net AS inet)"
+)
+# A /22 (IPv4) or /118 (IPv6) and smaller: listing the keys costs less than the prefix.
+ENUMERATE_MAX_ADDRESSES = 1024
+PREFIX_MAX_ADDRESSES = 65536
 
 
 def update_after_success(
@@ -63,22 +77,17 @@ def _covered_addresses(conn, owner_id, execution_id, targets, at) -> None:
     singles = [t for t in targets if "/" not in t]
     networks = [t for t in targets if "/" in t]
     params = {"owner": owner_id, "execution": execution_id, "at": at}
-    if singles:
-        conn.execute(
-            sa.text(f"UPDATE search_targets {_SET_FRESH} AND kind = 'ip' AND key = ANY(:keys)"),
-            {**params, "keys": singles},
-        )
+    keys = list(singles)
     for network in networks:
         # One statement per piece keeps the GiST index usable (inet <<= constant).
         conn.execute(sa.text(CIDR_TARGETS_INSIDE), {**params, "net": network})
-        if ipaddress.ip_network(network).num_addresses <= 65536:
-            conn.execute(
-                sa.text(
-                    f"UPDATE search_targets {_SET_FRESH} "
-                    "AND kind = 'ip' AND target_ip <<= CAST(:net AS inet)"
-                ),
-                {**params, "net": network},
-            )
+        size = ipaddress.ip_network(network).num_addresses
+        if size <= ENUMERATE_MAX_ADDRESSES:
+            keys.extend(str(address) for address in ipaddress.ip_network(network))
+        elif size <= PREFIX_MAX_ADDRESSES:
+            conn.execute(sa.text(IP_TARGETS_INSIDE), {**params, "net": network})
+    if keys:
+        conn.execute(sa.text(IP_TARGETS_BY_KEY), {**params, "keys": keys})
 
 
 def _task_succeeded(conn: Connection, task_id: int) -> bool:

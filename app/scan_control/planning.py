@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from app.scan_control.targets import IPNetwork, ParsedTargets, target_text
+from app.target_rules import IPNetwork, ParsedTargets, target_text
 
 PLAN_VERSION = 1
 DNS_DOMAINS_PER_EXECUTION = 256

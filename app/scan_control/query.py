@@ -42,6 +42,7 @@ def _task_dict(row: Any) -> dict[str, Any]:
         "targets": row.targets,
         "ports": row.ports,
         "transports": list(row.transports),
+        "profile": row.profile,
         "owner_id": row.owner_id,
         "parent_task_id": row.parent_task_id,
         "execution_count": row.execution_count,
@@ -53,7 +54,7 @@ def _task_dict(row: Any) -> dict[str, Any]:
 
 _TASK_COLUMNS = """
     t.id, t.name, t.status, t.targets, t.ports, t.transports, t.owner_id, t.parent_task_id,
-    t.execution_count, t.created_at, t.updated_at, t.finished_at
+    t.execution_count, t.created_at, t.updated_at, t.finished_at, t.profile
 """
 
 

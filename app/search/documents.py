@@ -138,7 +138,7 @@ class EndpointDocument:
 # that ran the detection reports it (service/version detection, banner grabbing, reverse
 # DNS); an observation without it says nothing about it, so the last observed value is
 # kept, with the time it was observed, and a missing value is never a change. A new field
-# (a certificate fingerprint, say) is one more row here, a column, and nothing else.
+# is one more row here, a column, and nothing else.
 FIELD_RULES: dict[str, str] = {
     "state": "always",
     "service": "when_probed",
@@ -146,8 +146,19 @@ FIELD_RULES: dict[str, str] = {
     "version": "when_probed",
     "banner": "when_probed",
     "hostname": "when_probed",
+    # The TLS certificate's fingerprint (``details.tls.sha256``): a run that read no
+    # certificate (a ``quick`` profile) keeps the recorded one and is not a change.
+    "cert_sha256": "when_probed",
 }
-PROBED_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule == "when_probed")
+# Rows read from an endpoint's details rather than kept as a document column: the
+# analysis applies their rule (its ``cert_sha256`` columns); in the document the details
+# are the newest observation's.
+DETAIL_FIELDS = frozenset({"cert_sha256"})
+PROBED_FIELDS = tuple(
+    name
+    for name, rule in FIELD_RULES.items()
+    if rule == "when_probed" and name not in DETAIL_FIELDS
+)
 
 
 def field_seen(doc: EndpointDocument, name: str) -> datetime | None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.search.endpoint_facts import FACT_FIELDS, FACT_INDEX_NAMES
+
 TEMPLATE_PRIORITY = 200  # above the built-in templates (100), which never match our names anyway
 
 MERGE_SCRIPT = """
@@ -195,12 +197,33 @@ ENDPOINT_MAPPING: dict[str, Any] = {
         "details": {"type": "object", "enabled": False},
         # When each probed field's value was observed, where not ``last_seen`` (merge).
         "observed": {"type": "object", "enabled": False},
+        # Certificate and HTTP facts of ``details``, typed for search (endpoint_facts).
+        "facts": {"properties": {}},
         # Current assets only, written by the change analysis (never by the merge script).
         "status": {"type": "keyword"},
         "gone_since": _TIME,
         "gone_execution_id": _ID,
     },
 }
+
+# Text facts are keywords (substring search by wildcard query, like product and hostname):
+# few distinct values (issuers, titles), and the facets aggregate on them.
+_FACT_TYPES = {
+    "text": _KEYWORD,
+    "keyword": _KEYWORD,
+    "list": _KEYWORD,
+    "fingerprint": _KEYWORD,
+    "time": {"type": "keyword"},
+    "boolean": {"type": "boolean"},
+    "count": {"type": "integer"},
+}
+ENDPOINT_MAPPING["properties"]["facts"] = {
+    "properties": {
+        FACT_INDEX_NAMES[name]: _FACT_TYPES[kind] for name, (_s, _k, kind) in FACT_FIELDS.items()
+    }
+}
+# The ``facts`` fields added to endpoint indices created before them.
+FACTS_MAPPING: dict[str, Any] = {"properties": {"facts": ENDPOINT_MAPPING["properties"]["facts"]}}
 
 # The fields the change analysis adds to existing asset indices (ANA-4), and the probed
 # fields' observation times (docs/changes.md) added to every endpoint index.

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -45,6 +47,13 @@ from app.config import ElasticsearchSettings
 from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import emit, stage
+from app.search.aggregates import (
+    UNKNOWN_SERVICE,
+    ExecutionAggregates,
+    hours,
+    top_names,
+    top_ports,
+)
 from app.search.asset_sort import (
     AssetPosition,
     AssetSort,
@@ -60,9 +69,11 @@ from app.search.documents import (
     merge_all,
 )
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
+from app.search.elasticsearch_language import query as language_query
 from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
+    FACTS_MAPPING,
     MERGE_SCRIPT,
     OBSERVED_MAPPING,
     STATUS_MAPPING,
@@ -79,15 +90,19 @@ from app.search.encoding import (
     fact_source,
     utc_text,
 )
+from app.search.endpoint_facts import FACT_INDEX_NAMES, searchable_facts
 from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
+    FACET_FIELDS,
+    AssetFacets,
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
     BatchKey,
     BulkItemResult,
     BulkResult,
+    Capability,
     ExecutionCounts,
     FinalRequestPlan,
     ResultsPage,
@@ -116,6 +131,7 @@ class ElasticsearchStore:
     """``SearchStore`` on an Elasticsearch cluster."""
 
     name = "elasticsearch"
+    capabilities: frozenset[Capability] = frozenset()  # none of the optional abilities
 
     def __init__(self, settings: ElasticsearchSettings, *, client: Elasticsearch | None = None):
         self._settings = settings
@@ -182,6 +198,9 @@ class ElasticsearchStore:
                 index=self.names.execution_endpoints, **OBSERVED_MAPPING
             )
         )
+        # Endpoint indices created before the search language lack its ``facts`` fields.
+        for index in (self.names.execution_endpoints, *self.names.assets.values()):
+            self._call(lambda i=index: self._client.indices.put_mapping(index=i, **FACTS_MAPPING))
         # Fact indices created before facts carried their endpoint lack that field.
         self._call(
             lambda: self._client.indices.put_mapping(
@@ -292,6 +311,9 @@ class ElasticsearchStore:
         for doc in merge_all(valid):
             source = endpoint_source(doc)
             source["doc_id"] = doc.id
+            # The certificate and HTTP facts of ``details``, typed for search (the
+            # search language's ``cert.*``, ``title`` and ``server``).
+            source["facts"] = searchable_facts(doc.details)
             body = {
                 "script": {
                     "id": self.names.merge_script,
@@ -475,6 +497,87 @@ class ElasticsearchStore:
                 return endpoints, ips
             after = answer["aggregations"]["ips"]["after_key"]["ip"]
 
+    # -- report aggregates (``app.search.aggregates``) ------------------------------------
+
+    def execution_aggregates(self, execution_id: int, *, top: int) -> ExecutionAggregates:
+        """Exact counts from composite aggregations walked to their end (a ``terms``
+        aggregation's top list is approximate across shards); ranked like PostgreSQL."""
+        query = {"bool": {"filter": [{"term": {"execution_id": execution_id}}]}}
+        services: dict[str, int] = {}
+        total = 0
+        for key, count, answer in self._composite(
+            query, [{"service": {"terms": {"field": "service"}}}], track_total=True
+        ):
+            if answer is not None:
+                total = _count_value(answer["hits"]["total"]["value"])
+            if key is not None:
+                services[key["service"]] = services.get(key["service"], 0) + count
+        missing = total - sum(services.values())  # endpoints without a service
+        if missing:
+            services[UNKNOWN_SERVICE] = services.get(UNKNOWN_SERVICE, 0) + missing
+        products = {
+            key["product"]: count
+            for key, count, _ in self._composite(
+                query, [{"product": {"terms": {"field": "product"}}}]
+            )
+            if key is not None
+        }
+        ports = {
+            (int(key["port"]), key["transport"]): count
+            for key, count, _ in self._composite(
+                query,
+                [
+                    {"port": {"terms": {"field": "port"}}},
+                    {"transport": {"terms": {"field": "transport"}}},
+                ],
+            )
+            if key is not None
+        }
+        first_seen = {
+            datetime.fromtimestamp(int(key["hour"]) / 1000, UTC): count
+            for key, count, _ in self._composite(
+                query,
+                [{"hour": {"date_histogram": {"field": "first_seen", "calendar_interval": "1h"}}}],
+            )
+            if key is not None
+        }
+        return ExecutionAggregates(
+            services=top_names(services, top),
+            products=top_names(products, top),
+            ports=top_ports(ports, top),
+            first_seen_hours=hours(first_seen),
+        )
+
+    def _composite(
+        self, query: dict[str, Any], sources: list[dict[str, Any]], *, track_total: bool = False
+    ) -> Iterator[tuple[dict[str, Any] | None, int, dict[str, Any] | None]]:
+        """Every bucket of a composite aggregation over the execution endpoints, page by
+        page: (key, doc_count, the first answer or None). An empty result still yields
+        the first answer once, with key None, so its total is seen."""
+        after: dict[str, Any] | None = None
+        first = True
+        while True:
+            composite: dict[str, Any] = {"size": COMPOSITE_PAGE, "sources": sources}
+            if after is not None:
+                composite["after"] = after
+            body = {
+                "size": 0,
+                "track_total_hits": track_total and first,
+                "query": query,
+                "aggs": {"buckets": {"composite": composite}},
+            }
+            answer = self._search(self.names.execution_endpoints, body, what="aggregates")
+            result = answer.get("aggregations", {}).get("buckets", {"buckets": []})
+            buckets = result["buckets"]
+            if first and (track_total or not buckets):
+                yield None, 0, answer
+            for bucket in buckets:
+                yield bucket["key"], int(bucket["doc_count"]), None
+            first = False
+            if len(buckets) < COMPOSITE_PAGE:
+                return
+            after = result["after_key"]
+
     # -- removals (facts of batches never confirmed; ``elasticsearch_removals``) ------
 
     def batch_facts(
@@ -561,6 +664,36 @@ class ElasticsearchStore:
             order = asset_sort(query.sort, query.order)
             next_cursor = encode_asset_cursor(order, _position(order.sort, hits[-1]["sort"]))
         return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
+
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Facets over at most ``sample`` matching assets: ``terminate_after`` stops each
+        shard's collection there, so the cost does not grow with the index."""
+        index = self.names.assets.get(query.scope)
+        if index is None:
+            raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+        search = asset_search_body(replace(query, cursor=None, sort="ip", order="asc"))
+        body: dict[str, Any] = {
+            "size": 0,
+            "query": search["query"],
+            "terminate_after": sample,
+            "track_total_hits": True,
+            "aggs": {
+                name: {"terms": {"field": _FACET_INDEX_FIELDS[name], "size": size}}
+                for name in FACET_FIELDS
+            },
+        }
+        answer = self._search(index, body, what="asset_facets")
+        total = int(answer["hits"]["total"]["value"])
+        aggregations = answer.get("aggregations") or {}
+        facets = {
+            name: [
+                (bucket["key"], int(bucket["doc_count"]))
+                for bucket in (aggregations.get(name) or {}).get("buckets", [])
+            ]
+            for name in FACET_FIELDS
+        }
+        capped = bool(answer.get("terminated_early")) or total > sample
+        return AssetFacets(sampled=min(total, sample), capped=capped, facets=facets)
 
     def close(self) -> None:
         self._bulk.close()
@@ -717,6 +850,8 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
                 }
             }
         )
+    if query.where is not None:
+        filters.append(language_query(query.where))
     if query.status not in ASSET_STATUS_FILTERS:
         raise ValidationError(
             "status must be one of " + ", ".join(ASSET_STATUS_FILTERS),
@@ -751,6 +886,14 @@ def asset_search_body(query: AssetQuery) -> dict[str, Any]:
     if position is not None:
         body["search_after"] = _search_after(order.sort, position)
     return body
+
+
+_FACET_INDEX_FIELDS = {
+    "service": "service",
+    "product": "product",
+    "port": "port",
+    "cert.issuer": "facts." + FACT_INDEX_NAMES["cert.issuer"],
+}
 
 
 def _sort_fields(order: AssetSort) -> list[tuple[str, dict[str, Any]]]:

@@ -48,8 +48,14 @@ from app.search.postgres_schema import EXECUTION_TABLE as TABLE
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
 
 
-def _csv_field(expr: str, *, plain: bool = True) -> str:
-    """``csv.writer``'s QUOTE_MINIMAL for one text expression (NULL and '' are empty)."""
+def _csv_field(raw: str, *, plain: bool = True) -> str:
+    """``csv.writer``'s QUOTE_MINIMAL for one text expression (NULL and '' are empty),
+    neutralised against formula injection first (``formats.csv_text``: a leading
+    ``=``, ``+``, ``-``, ``@``, tab or CR gets a ``'``)."""
+    expr = (
+        f"(CASE WHEN left({raw}, 1) IN ('=', '+', '-', '@', E'\\t', E'\\r') "
+        f"THEN '''' || {raw} ELSE {raw} END)"
+    )
     fast = f"WHEN p.plain THEN {expr} " if plain else ""
     return (
         f"CASE {fast}WHEN strpos({expr}, ',') > 0 OR strpos({expr}, '\"') > 0 "

@@ -26,8 +26,10 @@ import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, cast
+from enum import StrEnum
+from typing import Any, Protocol, cast
 
+from app.search.aggregates import ExecutionAggregates
 from app.search.documents import EndpointDocument, FactDocument
 
 
@@ -244,6 +246,9 @@ class AssetQuery:
     cursor: str | None = None
     sort: str = "ip"  # "ip" | "port" | "last_seen" | "service" (WEB-12, app.search.asset_sort)
     order: str | None = None  # "asc" | "desc"; None: the sort's default
+    # A parsed search-language query (app.search.query_language.parse_query(...).node),
+    # ANDed with the filters above; each adapter translates it.
+    where: object | None = None
 
 
 ASSET_STATUS_FILTERS = ("open", "gone", "all")
@@ -263,6 +268,24 @@ class AssetStatusUpdate:
     gone_execution_id: int | None = None
 
 
+# The facets of an asset search (language field names) and what each counts.
+FACET_FIELDS = ("service", "product", "port", "cert.issuer")
+
+
+@dataclass(frozen=True)
+class AssetFacets:
+    """Top values of ``FACET_FIELDS`` among the first ``sampled`` assets a search finds.
+
+    Counts are over at most ``sample`` matching assets (``capped``: more matched), so a
+    facet request costs the same whatever the number of assets; each field lists at
+    most ``size`` values, by count (descending) then value.
+    """
+
+    sampled: int
+    capped: bool
+    facets: dict[str, list[tuple[object, int]]]
+
+
 @dataclass(frozen=True)
 class AssetPage:
     items: list[EndpointDocument]
@@ -270,8 +293,21 @@ class AssetPage:
     extra: dict[str, object] = field(default_factory=dict)
 
 
+class Capability(StrEnum):
+    """Optional abilities a store declares in ``capabilities`` (checked only through the
+    accessors at the end of this module, never by probing the store's attributes)."""
+
+    SERVER_SIDE_PAGES = "server_side_pages"  # ``ServerSidePages``
+    SIGHTINGS_IN_DATABASE = "sightings_in_database"  # ``SightingsInDatabase``
+    EXPORT_TEXT_IN_DATABASE = "export_text_in_database"  # ``ExportTextInDatabase``
+    CURRENT_ASSET_COUNT = "current_asset_count"  # ``CurrentAssetCount``
+
+
 class SearchStore(Protocol):
     name: str  # "postgres" | "elasticsearch"
+    # The optional abilities this adapter has (``Capability``); a forwarding wrapper
+    # (an instrumented or recording proxy) forwards this set with the calls.
+    capabilities: frozenset[Capability]
 
     def ensure_schema(self) -> None:
         """Create templates/indices/scripts (ES) or check tables (PG); idempotent."""
@@ -301,8 +337,8 @@ class SearchStore(Protocol):
         cuts retry waits short with ``StoreUnavailable``.
         """
 
-    # Optional capability (PostgreSQL): ``ServerSidePages`` below, found with
-    # ``server_side_pages(store)``; the projection uses it when the adapter has it.
+    # Optional capability (PostgreSQL): ``ServerSidePages`` below, declared as
+    # ``Capability.SERVER_SIDE_PAGES``; the projection uses it when the adapter has it.
 
     def final_request_plan(self, scope: StorageScope) -> FinalRequestPlan:
         """Plan refresh/count requests for a final; raises RequestLineTooLong."""
@@ -353,6 +389,10 @@ class SearchStore(Protocol):
     def search_assets(self, query: AssetQuery) -> AssetPage:
         """Current assets matching the query (STO-3); ``query.status`` filters by status."""
 
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Top values of ``FACET_FIELDS`` among at most ``sample`` assets matching ``query``
+        (its filters and status; its sort, cursor and limit are ignored)."""
+
     def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
         """Set status / gone_since / gone_execution_id of existing current assets (ANA-4).
 
@@ -361,8 +401,13 @@ class SearchStore(Protocol):
         means the document was removed meanwhile; callers may ignore it).
         """
 
-    # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, found with
-    # ``sightings_in_database(store)``; the change analysis uses it when the adapter has it.
+    def execution_aggregates(self, execution_id: int, *, top: int) -> ExecutionAggregates:
+        """The report aggregates of one execution's endpoints (``app.search.aggregates``):
+        top ``top`` services, products and ports, and endpoints first seen per UTC hour;
+        exact, and the same lists from every adapter for the same observations."""
+
+    # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, declared as
+    # ``Capability.SIGHTINGS_IN_DATABASE``; the change analysis uses it when it is there.
 
     def close(self) -> None:
         """Release connections."""
@@ -390,18 +435,6 @@ class ServerSidePages(Protocol):
     ) -> PagePublishResult | None: ...
 
 
-def server_side_pages(store: SearchStore) -> ServerSidePages | None:
-    """``store`` as ``ServerSidePages`` when it has that capability, else ``None``.
-
-    Looked up by attribute rather than by class: a wrapper that forwards attributes to
-    its store (an instrumented or recording proxy) has the capability of the store it
-    wraps, which an ``isinstance`` check on the adapter class would miss.
-    """
-    if callable(getattr(store, "publish_execution_page", None)):
-        return cast(ServerSidePages, store)
-    return None
-
-
 class SightingsInDatabase(Protocol):
     """Optional capability of a store (PostgreSQL): an execution's endpoints as SQL.
 
@@ -415,9 +448,75 @@ class SightingsInDatabase(Protocol):
     def execution_sightings_sql(self) -> str: ...
 
 
+class ExportTextInDatabase(Protocol):
+    """Optional capability of a store (PostgreSQL): export text written by the database.
+
+    ``read_execution_export_text`` returns, for a keyset chunk of an execution's
+    endpoints, the CSV and JSON-lines text the export formats would encode from
+    ``read_execution_endpoints`` (same bytes), so a build does not decode and re-encode
+    every row in Python (EXP-7); ``read_execution_export_bounds`` cuts an execution into
+    such chunks.
+    """
+
+    def read_execution_export_text(
+        self,
+        execution_id: int,
+        *,
+        after_id: str | None,
+        limit: int | None,
+        csv: bool,
+        jsonl: bool,
+        upto_id: str | None = None,
+    ) -> Any: ...
+
+    def read_execution_export_bounds(
+        self, execution_id: int, *, after_id: str | None, chunk_rows: int, chunks: int
+    ) -> list[str]: ...
+
+
+class CurrentAssetCount(Protocol):
+    """Optional capability of a store (PostgreSQL): a cheap, capped count of current
+    assets (the console's dashboard shows it; without it the dashboard leaves it out)."""
+
+    def count_current_assets(self, *, owner_id: int | None, cap: int) -> int: ...
+
+
+# The one place a store's optional abilities are checked: each accessor returns the store
+# typed as the capability when the store declares it in ``capabilities``, else None.
+
+
+def has_capability(store: SearchStore, capability: Capability) -> bool:
+    return capability in store.capabilities
+
+
+def server_side_pages(store: SearchStore) -> ServerSidePages | None:
+    if has_capability(store, Capability.SERVER_SIDE_PAGES):
+        return cast(ServerSidePages, store)
+    return None
+
+
 def sightings_in_database(store: SearchStore) -> SightingsInDatabase | None:
-    """``store`` as ``SightingsInDatabase`` when it has that capability, else ``None``
-    (looked up by attribute, like ``server_side_pages``)."""
-    if callable(getattr(store, "execution_sightings_sql", None)):
+    if has_capability(store, Capability.SIGHTINGS_IN_DATABASE):
         return cast(SightingsInDatabase, store)
     return None
+
+
+def export_text_in_database(store: SearchStore) -> ExportTextInDatabase | None:
+    if has_capability(store, Capability.EXPORT_TEXT_IN_DATABASE):
+        return cast(ExportTextInDatabase, store)
+    return None
+
+
+def current_asset_count(store: SearchStore) -> CurrentAssetCount | None:
+    if has_capability(store, Capability.CURRENT_ASSET_COUNT):
+        return cast(CurrentAssetCount, store)
+    return None
+
+
+# Which protocol each capability promises (tests check every adapter against it).
+CAPABILITY_PROTOCOLS: dict[Capability, type] = {
+    Capability.SERVER_SIDE_PAGES: ServerSidePages,
+    Capability.SIGHTINGS_IN_DATABASE: SightingsInDatabase,
+    Capability.EXPORT_TEXT_IN_DATABASE: ExportTextInDatabase,
+    Capability.CURRENT_ASSET_COUNT: CurrentAssetCount,
+}

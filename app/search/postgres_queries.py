@@ -11,15 +11,14 @@ lists may put another sort key first (``SORT_COLUMNS``, WEB-12).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.cursors import bad_cursor
 from app.errors import ValidationError
 from app.observability import stage
 from app.search.asset_sort import (
@@ -33,15 +32,19 @@ from app.search.asset_sort import (
 )
 from app.search.documents import EndpointDocument
 from app.search.encoding import parse_utc
+from app.search.endpoint_facts import FACT_SQL
 from app.search.ids import normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
+    FACET_FIELDS,
+    AssetFacets,
     AssetPage,
     AssetQuery,
     ExecutionCounts,
     ResultsPage,
     StorageScope,
 )
+from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
     ASSET_TEXTS_TABLE,
@@ -54,6 +57,7 @@ from app.search.postgres_schema import (
     TEXT_ID_EXPRESSION,
     month_bounds,
 )
+from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -198,6 +202,35 @@ class PostgresQueries:
             )
         return AssetPage(items=endpoints_from_rows(rows, query.scope), next_cursor=next_cursor)
 
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        """Facets over the first ``sample`` matching assets in address order (one range of
+        the ordering index, then a sort of at most ``sample`` rows per field)."""
+        sampled_query = replace(query, cursor=None, sort="ip", order="asc", limit=sample)
+
+        def facets(conn: Connection) -> list[Any]:
+            text_ids = matching_text_ids(conn, query.text) if query.text else None
+            if text_ids == ():
+                return []
+            # Only the columns the facets read: a sample of thousands of rows would
+            # otherwise carry every banner and document along.
+            sql, params = asset_search_statement(
+                sampled_query, text_ids=text_ids, select=FACET_COLUMNS
+            )
+            params["facet_size"] = size
+            return conn.execute(sa.text(FACETS.replace("@sample@", sql)), params).all()
+
+        rows = self._run(facets)
+        found: dict[str, list[tuple[object, int]]] = {name: [] for name in FACET_FIELDS}
+        sampled = 0
+        for row in rows:
+            if row.facet == "":
+                sampled = int(row.count)
+            else:
+                found[row.facet].append(
+                    (row.number if row.facet == "port" else row.value, int(row.count))
+                )
+        return AssetFacets(sampled=min(sampled, sample), capped=sampled > sample, facets=found)
+
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
 
@@ -262,6 +295,26 @@ def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
     return int(row.endpoints), int(row.ips)
 
 
+# Facets of one search: the sampled rows (the search's own page statement, ``sample + 1``
+# rows, so one more than the sample tells that more matched) grouped per field. Values
+# order by count, then byte order ("C"), as Elasticsearch orders terms buckets.
+_ISSUER = FACT_SQL["cert.issuer"]
+FACET_COLUMNS = f"t.service, t.product, t.port, t.transport, {_ISSUER} AS issuer, t.ip_order"
+FACETS = (
+    "WITH s AS MATERIALIZED (@sample@), "
+    "c AS (SELECT * FROM s t ORDER BY t.ip_order, t.port, t.transport LIMIT :limit - 1) "
+    "SELECT '' AS facet, NULL AS value, NULL::integer AS number, (SELECT count(*) FROM s) AS count "
+    "UNION ALL (SELECT 'service', t.service, NULL, count(*) FROM c t WHERE t.service IS NOT NULL "
+    'GROUP BY t.service ORDER BY count(*) DESC, t.service COLLATE "C" LIMIT :facet_size) '
+    "UNION ALL (SELECT 'product', t.product, NULL, count(*) FROM c t WHERE t.product IS NOT NULL "
+    'GROUP BY t.product ORDER BY count(*) DESC, t.product COLLATE "C" LIMIT :facet_size) '
+    "UNION ALL (SELECT 'port', NULL, t.port, count(*) FROM c t "
+    "GROUP BY t.port ORDER BY count(*) DESC, t.port LIMIT :facet_size) "
+    "UNION ALL (SELECT 'cert.issuer', t.issuer, NULL, count(*) FROM c t "
+    "WHERE t.issuer IS NOT NULL "
+    'GROUP BY t.issuer ORDER BY count(*) DESC, t.issuer COLLATE "C" LIMIT :facet_size)'
+)
+
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
 # leaves the texts to a subquery.
 TEXT_IDS_CAP = 1000
@@ -287,12 +340,13 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
 
 
 def asset_search_statement(
-    query: AssetQuery, *, text_ids: Sequence[str] | None = None
+    query: AssetQuery, *, text_ids: Sequence[str] | None = None, select: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
-    ``None`` to match the texts in a subquery instead."""
+    ``None`` to match the texts in a subquery instead. ``select``: the columns to read
+    instead of whole documents (the facets read a few)."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -342,6 +396,9 @@ def asset_search_statement(
                 "WHERE x.text ILIKE :text)",
                 text=like_pattern(query.text),
             )
+    if query.where is not None:
+        language_sql, language_params = language_condition(query.where)  # type: ignore[arg-type]
+        where.add(language_sql, **language_params)
     for name, condition in (
         ("first_seen_from", "t.first_seen >= :first_seen_from"),
         ("first_seen_to", "t.first_seen < :first_seen_to"),
@@ -372,8 +429,9 @@ def asset_search_statement(
     if query.status != "all":
         where.add("t.status = :status", status=query.status)
     owner = ", t.owner_id" if query.scope == "user" else ""
+    selected = select or f"{SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order"
     sql = (
-        f"SELECT {SELECT_ENDPOINT}{owner}, {SELECT_STATUS}, host(t.ip_order) AS ip_order "  # noqa: S608 - fragments are module constants; values are bound
+        f"SELECT {selected} "  # noqa: S608 - fragments are module constants; values are bound
         f"FROM {table} t "
         f"WHERE {where.sql()} ORDER BY {order_by(columns, order.descending)} LIMIT :limit"
     )
@@ -481,40 +539,3 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
 def _observed(value: dict[str, str] | None) -> dict[str, datetime]:
     """The ``observed`` column (JSON times) as the document's map."""
     return {name: parse_utc(seen) for name, seen in value.items()} if value else {}
-
-
-def like_pattern(text: str) -> str:
-    cleaned = "".join(ch for ch in text if ch >= " ")
-    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def ip_order_range(cidr: str) -> tuple[str, str]:
-    """The ``ip_order`` bounds of every address ``ip <<= cidr`` accepts.
-
-    The asset search asks for ``ip <<= cidr`` and also for ``ip_order`` between these
-    bounds, so a CIDR search is a range of the ordering index (``owner_id`` first in
-    the user view), or of the second column of a sort index, instead of needing an
-    index on ``ip`` that every projection write would maintain (migration 0160). The
-    bounds are the ones PostgreSQL itself derives for ``<<=`` on a B-tree (the
-    network, then its last address as a host); an IPv4 block becomes the same block
-    of IPv4-mapped IPv6, as ``ip_order`` spells IPv4. The range may hold
-    more (an IPv6 ``::ffff:a.b.c.d`` beside IPv4 ``a.b.c.d``); ``ip <<= cidr`` stays the
-    condition that decides, so the answer is exactly the one of ``ip <<= cidr`` alone.
-    """
-    network = ipaddress.ip_network(cidr, strict=False)
-    last = ip_order_text(network.broadcast_address)
-    if network.version == 4:
-        return f"{ip_order_text(network.network_address)}/{96 + network.prefixlen}", last
-    return str(network), last
-
-
-def ip_order_text(value: Any) -> str:
-    """A cursor's address in ``ip_order`` form; anything else is ``bad_cursor``."""
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        raise bad_cursor() from None
-    if address.version == 4:
-        return f"::ffff:{address}"
-    return str(address)

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 
 from app.observability import emit
 from app.search.documents import PROBED_FIELDS
+from app.search.endpoint_facts import CERT_SHA256_SQL
 from app.search.port import StoreUnavailable
 
 FACTS_TABLE = "search_facts"
@@ -366,7 +367,8 @@ SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
 # only as a hash, so a change of banner is detected without carrying the text along.
 EXECUTION_SIGHTINGS_SQL = f"""
     SELECT ip, port, transport, state, service, product, version,
-           md5(banner) AS banner_hash, hostname
+           md5(banner) AS banner_hash, hostname,
+           {CERT_SHA256_SQL.replace("t.details", "details")} AS cert_sha256
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id
 """  # noqa: S608 - fragments are module constants; values are bound

@@ -48,14 +48,17 @@ from app import db
 from app.config import Settings
 from app.errors import Unavailable
 from app.observability import emit
+from app.search.aggregates import ExecutionAggregates
 from app.search.documents import EndpointDocument, FactDocument
 from app.search.export_text import ExportTextChunk, read_export_bounds, read_export_text
 from app.search.port import (
+    AssetFacets,
     AssetPage,
     AssetQuery,
     AssetStatusUpdate,
     BatchKey,
     BulkResult,
+    Capability,
     ExecutionCounts,
     FinalRequestPlan,
     PagePublishResult,
@@ -64,6 +67,7 @@ from app.search.port import (
     StoreRefused,
     StoreUnavailable,
 )
+from app.search.postgres_aggregates import execution_aggregates
 from app.search.postgres_pages import ServerPages
 from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
@@ -85,6 +89,7 @@ class PostgresStore:
     """``SearchStore`` on the application's PostgreSQL database."""
 
     name = "postgres"
+    capabilities = frozenset(Capability)  # every optional ability (app/search/port.py)
 
     def __init__(self, settings: Settings, *, engine: Engine | None = None):
         self._settings = settings
@@ -317,6 +322,12 @@ class PostgresStore:
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         return self._queries.search_assets(query)
+
+    def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
+        return self._queries.asset_facets(query, size=size, sample=sample)
+
+    def execution_aggregates(self, execution_id: int, *, top: int) -> ExecutionAggregates:
+        return self._run(lambda conn: execution_aggregates(conn, execution_id, top=top))
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)

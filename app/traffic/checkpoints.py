@@ -110,6 +110,10 @@ class PendingRow:
 
 
 class CheckpointStore(Protocol):
+    # Declared by every store: True when it can compute and write the rollup rows itself
+    # in SQL (PostgreSQL, with a ``RowSink`` that ``writes_database``).
+    publishes_in_database: bool
+
     def load(self, domain: str) -> DomainState: ...
 
     def files_holding_day(self, domain: str, day_start: int) -> set[str]: ...

@@ -101,6 +101,11 @@ def _directory_store(state_path: Path) -> DirectoryCheckpointStore:
     help="Environment variable holding the rollup token (with --endpoint).",
 )
 @click.option("--source-server", help="sourceServer of the rows (default: host name).")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 50000),
+    help="Rows per delivery batch (standalone: per POST); default [traffic] batch_size.",
+)
 @click.pass_obj
 def rollup_command(
     state,
@@ -114,12 +119,17 @@ def rollup_command(
     endpoint: str | None,
     token_env: str,
     source_server: str | None,
+    batch_size: int | None,
 ) -> None:
     """Run one rollup; prints one JSON summary line."""
+    import dataclasses
+
     from app.traffic.rollup import RollupOptions, RollupRun
 
     settings = state.settings()
     traffic_settings = settings.traffic
+    if batch_size is not None:
+        traffic_settings = dataclasses.replace(traffic_settings, batch_size=batch_size)
     options = RollupOptions(
         granularity=granularity,
         start_date=start_date.date() if start_date else None,

@@ -16,14 +16,10 @@ from datetime import UTC, date, datetime
 from operator import add
 
 from app.traffic.business_time import BusinessCalendar, iso_utc
-from app.traffic.logline import STATUS_BASE, STATUS_NAMES, SUM_WIDTH
+from app.traffic.logline import STATUS_BASE, STATUS_NAMES
 
 PartialKey = tuple[str, int, str, str]  # granularity, bucket start (epoch), method, path
 Sums = list[int]
-
-
-def zero_sums() -> Sums:
-    return [0] * SUM_WIDTH
 
 
 def add_into(target: Sums, source: Iterable[int]) -> None:

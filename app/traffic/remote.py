@@ -47,6 +47,8 @@ def _error_text(body: bytes) -> str:
 
 
 class RemoteRowSink:
+    writes_database = False  # rows go to another server over HTTP
+
     def __init__(
         self,
         endpoint: str,

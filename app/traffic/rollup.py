@@ -121,6 +121,9 @@ class RollupSummary:
     accepted: int = 0
     publish_error: str | None = None
     duration_ms: float = 0.0
+    # Past days a day run read but could not mark verified yet (the log has not passed
+    # their end); the runner reads them again on its next five-minute run (TRF-5).
+    unverified_days: int = 0
     # Where the time went: reading and parsing files into 5-minute sums, aggregating them
     # into 5-minute and day partial sums, committing checkpoints and partial sums (rows
     # written inside that commit count as rows), writing rows.
@@ -259,10 +262,7 @@ class RollupRun:
         self.should_stop = should_stop or (lambda: False)
         self.calendar = BusinessCalendar(settings.timezone)
         # Checkpoints and rows in one PostgreSQL: rows are computed and written in SQL.
-        self._publishes_in_database = bool(
-            getattr(store, "publishes_in_database", False)
-            and getattr(sink, "writes_database", False)
-        )
+        self._publishes_in_database = store.publishes_in_database and sink.writes_database
 
     def execute(self, options: RollupOptions) -> RollupSummary:
         started = time.perf_counter()
@@ -451,6 +451,7 @@ class RollupRun:
                 # Read again by the next run, whatever day_cache_hours says.
                 self.report(f"{domain}: {day} not verified yet (the log has not passed its end)")
                 emit("TrafficDayUnverified", domain=domain, business_date=day.isoformat())
+                summary.unverified_days += 1
         if options.force_full_scan:
             commit.republish.append((options.granularity, window[0], window[1]))
         if self._publishes_in_database:

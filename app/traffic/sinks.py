@@ -18,6 +18,10 @@ class SinkError(Exception):
 
 
 class RowSink(Protocol):
+    # Declared by every sink: True when its rows go to this PostgreSQL (so a store that
+    # ``publishes_in_database`` may write them in SQL instead of calling ``write``).
+    writes_database: bool
+
     def write(self, rows: list[dict]) -> int:
         """Deliver rows; returns how many the receiver accepted."""
         ...

@@ -85,6 +85,8 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 class DirectoryCheckpointStore:
+    publishes_in_database = False  # rows leave through the sink
+
     def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)
         self.shard_dir = self.directory / "shards"

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from app.dbapi import CursorFactory, copy_text, engine_cursor, pyformat
+from app.dbapi import CursorFactory, copy_text, pyformat
 from app.traffic.checkpoints import (
     CheckpointConflict,
     DatabasePublish,
@@ -176,6 +176,14 @@ def _execute(cur: Any, sql: str, params: dict[str, Any] | None = None) -> _Resul
     return _Result(cur)
 
 
+def _engine_cursor() -> Any:
+    # Imported when used: the five-minute command passes its own cursor factory and must
+    # not pay for importing SQLAlchemy (PRF-3).
+    from app.db import engine_cursor
+
+    return engine_cursor()
+
+
 class PostgresCheckpointStore:
     """Checkpoints in PostgreSQL, through any ``app.dbapi`` cursor factory: by default the
     installed engine's transactions (the runner), or a command's own psycopg2 connection
@@ -185,7 +193,7 @@ class PostgresCheckpointStore:
     publishes_in_database = True
 
     def __init__(self, cursors: CursorFactory | None = None):
-        self._cursors = cursors or engine_cursor
+        self._cursors = cursors or _engine_cursor
 
     def load(self, domain: str) -> DomainState:
         with self._cursors() as cur:

@@ -34,6 +34,23 @@ def format_when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+# Projection states in a user's words: whether the scan's findings are in the asset view yet.
+ASSET_VIEW_WORDS = {
+    "pending": "waiting to be published",
+    "running": "being published",
+    "retrying": "publishing (retrying)",
+    "ready": "published",
+    "not_started": "not started yet",
+    "not_applicable": "nothing to publish",
+}
+
+
+@blueprint.app_template_filter("asset_view")
+def asset_view(status: str | None) -> str:
+    """A projection status as the console shows it (console.js has the same words)."""
+    return ASSET_VIEW_WORDS.get(status or "", status or "")
+
+
 @blueprint.context_processor
 def page_context() -> dict[str, Any]:
     from app.web.access import ensure_csrf_token
@@ -62,9 +79,11 @@ def http_error_page(error: HTTPException):
 from app.web import (  # noqa: E402,F401 - the views register themselves on the blueprint
     admin_pages,
     alert_pages,
+    api_pages,
     asset_pages,
     change_pages,
     export_pages,
+    host_pages,
     ops_pages,
     report_pages,
     session_pages,

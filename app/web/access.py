@@ -61,6 +61,10 @@ def safe_next(target: str | None) -> str | None:
     """A redirect target after sign-in: only a path of this console, never another site."""
     if not target or not target.startswith("/console/") or target.startswith("//"):
         return None
+    # CR/LF would split the Location header (a 500, or worse); no control character,
+    # whitespace or line separator belongs in a path we redirect to.
+    if any(ch.isspace() or not ch.isprintable() for ch in target):
+        return None
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or "\\" in target:
         return None

@@ -24,7 +24,12 @@ PAGE_SIZE = 50
 @page_user
 def task_export(task_id: int):
     user = signed_in_user()
-    export = service.request_export(user, task_id, {"format": request.values.get("format", "")})
+    export = service.request_export(
+        user,
+        task_id,
+        {"format": request.values.get("format", "")},
+        max_queued=context.settings().exports.max_queued_per_user,
+    )
     emit("ExportRequestedFromConsole", export_id=export["id"], task_id=task_id, user_id=user.id)
     return redirect(url_for("web.exports"), code=303)
 

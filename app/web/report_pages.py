@@ -20,6 +20,7 @@ from flask import redirect, render_template, request, url_for
 
 from app.db import transaction
 from app.errors import NotFound, ValidationError
+from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.reports import definitions, records
 from app.web import blueprint
@@ -95,7 +96,11 @@ def _definition_body(form: dict[str, str]) -> dict[str, Any]:
 def report_definition_create():
     form = {key: request.form.get(key, default)[:4000] for key, default in EMPTY_FORM.items()}
     try:
-        definitions.create_definition(signed_in_user(), _definition_body(form))
+        definitions.create_definition(
+            signed_in_user(),
+            _definition_body(form),
+            max_recipients=context.settings().reports.max_recipients,
+        )
     except (ValidationError, NotFound) as refused:
         field = (refused.details or {}).get("field") or "form"
         if field == "scope":
@@ -130,5 +135,9 @@ def report_detail(report_id: int):
 @blueprint.post("/reports/definitions/<int:definition_id>/run")
 @page_user
 def report_run_now(definition_id: int):
-    report = definitions.run_now(signed_in_user(), definition_id)
+    report = definitions.run_now(
+        signed_in_user(),
+        definition_id,
+        cooldown_seconds=context.settings().reports.run_now_cooldown_seconds,
+    )
     return redirect(url_for("web.report_detail", report_id=report["id"]), code=303)

@@ -25,6 +25,7 @@ from app.http.guards import end_session, live_session_user, start_session
 from app.identity.users import authenticate
 from app.observability import emit
 from app.scan_control.query import list_tasks
+from app.search.port import current_asset_count
 from app.web import blueprint
 from app.web.access import page_public, page_user, safe_next, signed_in_user
 
@@ -99,11 +100,28 @@ def _bounded_task_count(user, status: str) -> tuple[int, bool]:
 def dashboard():
     user = signed_in_user()
     store = context.store()
-    counter = getattr(store, "count_current_assets", None)
+    counter = current_asset_count(store)
     assets = None
     if counter is not None:
-        count = counter(owner_id=user.id, cap=ASSET_COUNT_CAP)
+        count = counter.count_current_assets(owner_id=user.id, cap=ASSET_COUNT_CAP)
         assets = {"count": min(count, ASSET_COUNT_CAP), "more": count > ASSET_COUNT_CAP}
+    from app.http.assets import FACET_SAMPLE
+    from app.search.port import AssetQuery
+    from app.search.query_language import quoted
+
+    # Every store answers facets (a port method, not an optional ability).
+    found = store.asset_facets(
+        AssetQuery(scope="user", owner_id=user.id), size=5, sample=FACET_SAMPLE
+    )
+    # Each value links to the asset search that finds it.
+    facets = {
+        "sampled": found.sampled,
+        "capped": found.capped,
+        "fields": {
+            name: [(value, count, f"{name}:{quoted(value)}") for value, count in values]
+            for name, values in found.facets.items()
+        },
+    }
     with transaction() as conn:
         recent = recent_change_counts(
             conn, user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP
@@ -120,6 +138,7 @@ def dashboard():
     return render_template(
         "console/dashboard.html",
         assets=assets,
+        facets=facets,
         recent=recent,
         recent_days=RECENT_DAYS,
         running=running,

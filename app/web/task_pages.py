@@ -24,7 +24,7 @@ from app.http.requests import decode_cursor, encode_cursor
 from app.observability import emit
 from app.scan_control.creation import create_task, validate_task_request
 from app.scan_control.query import TASK_STATUSES, get_task, list_executions, list_tasks
-from app.scan_control.targets import TRANSPORTS
+from app.target_rules import TRANSPORTS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 

@@ -197,7 +197,7 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         ]
         scanner_upload(url, token, observations)
         wait_for(browser, lambda: text_of(browser, "task-status") == "succeeded")
-        wait_for(browser, lambda: text_of(browser, "projection-status") == "ready", 120)
+        wait_for(browser, lambda: text_of(browser, "projection-status") == "published", 120)
         assert browser.execute_script("return window.__sameLoad") == "yes"
         assert text_of(browser, "endpoints") == "61"
 

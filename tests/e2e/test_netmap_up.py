@@ -77,29 +77,25 @@ def test_up_serves_migrates_and_stops_cleanly(tmp_path):
         assert claim.json()["execution"]["task_id"] == task.json()["task"]["id"]
         assert embedded.is_running(data_dir / "pgdata")
         wait_for(lambda: up.events("RunnerWorkerStarted"), 30, "the runner worker")
+        # Not a terminal: JSON lines only, and each configuration warning once (from `up`).
+        lines = [line for line in up.stderr().splitlines() if line.strip()]
+        assert all(line.startswith("{") for line in lines), lines[:5]
+        warnings = [event["problem"] for event in up.events("ConfigWarning")]
+        assert warnings and len(warnings) == len(set(warnings)), warnings
+        assert {event["process"] for event in up.events("ConfigWarning")} == {"up"}
+        assert (
+            requests.get(base + "/", allow_redirects=False, timeout=5).headers["Location"]
+            == "/console/"
+        )
 
         up.process.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0, up.stderr()[-3000:]
     finally:
         up.stop()
     assert not embedded.is_running(data_dir / "pgdata")
-    # A second start reuses the data: no new admin password.
-    again = LoggedProcess(
-        netmap_command(
-            "--data-dir", str(data_dir), "up", "--port", str(free_port()), "--no-runner"
-        ),
-        env,
-        tmp_path,
-        "up2",
-    )
-    try:
-        wait_for(lambda: "netmap is up" in again.stdout(), 90, "the second start")
-        assert "password" not in again.stdout()
-        again.process.send_signal(signal.SIGINT)
-        assert again.wait(timeout=60) == 0
-    finally:
-        again.stop()
-    assert not embedded.is_running(data_dir / "pgdata")
+    # A second start reuses the data: no new admin password. It runs on a pipe in text
+    # mode and is stopped as a terminal's Ctrl-C stops it.
+    _second_start_piped_then_ctrl_c(data_dir, tmp_path, env)
 
 
 def _runner_child(up: LoggedProcess):
@@ -158,4 +154,56 @@ def test_up_restarts_a_killed_runner_and_reports_it(tmp_path):
         assert up.wait(timeout=60) == 0, up.stderr()[-3000:]
     finally:
         up.stop()
+    assert not embedded.is_running(data_dir / "pgdata")
+
+
+def _second_start_piped_then_ctrl_c(data_dir, tmp_path, env):
+    """`netmap up --log-format text | cat`, then Ctrl-C as a terminal sends it: SIGINT to
+    the whole foreground process group (the shell, netmap and the pipe's reader)."""
+    import os
+
+    port = free_port()
+    out = tmp_path / "piped.out"
+    err = tmp_path / "piped.err"
+    command = " ".join(
+        netmap_command(
+            "--data-dir", str(data_dir), "up", "--port", str(port), "--log-format", "text"
+        )
+    )
+    with open(err, "wb") as err_file:
+        shell = subprocess.Popen(
+            ["bash", "-c", f"{command} | cat > {out}"],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stderr=err_file,
+            start_new_session=True,
+        )
+        try:
+            wait_for(
+                lambda: "RunnerWorkerStarted" in err.read_text() or shell.poll() is not None,
+                120,
+                "the runner worker",
+            )
+            assert shell.poll() is None, err.read_text()[-3000:]
+            banner = wait_for(lambda: "stop:" in out.read_text() and out.read_text(), 30, "banner")
+            assert f"netmap is up: http://127.0.0.1:{port}" in banner
+            assert "password" not in banner and "Ctrl-C" in banner
+            text = err.read_text()
+            assert not any(line.startswith("{") for line in text.splitlines()), text[:2000]
+            assert " info    RunnerStarted" in text
+            for line in text.splitlines():
+                if line.startswith("config warning:"):
+                    assert text.count(line) == 1, line  # each warning once
+            os.killpg(shell.pid, signal.SIGINT)
+            # The pipeline's status is the reader's (killed by SIGINT, as tee would be);
+            # netmap's own exit code is in its last event below.
+            shell.wait(timeout=90)
+        finally:
+            if shell.poll() is None:
+                os.killpg(shell.pid, signal.SIGKILL)
+                shell.wait(timeout=10)
+    text = err.read_text()
+    assert "RunnerShutdownTimeout" not in text, text[-3000:]
+    assert "RunnerStopped killed_workers=0" in text
+    assert "NetmapDown exit_code=0" in text
     assert not embedded.is_running(data_dir / "pgdata")

@@ -208,3 +208,70 @@ def test_a_large_request_ends_its_connection_and_a_small_one_keeps_it(database_u
             assert sock.recv(1) == b""  # closed by the server once answered
     finally:
         server.stop()
+
+
+def _slow_body(port: int, length: int = 100_000) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(
+        b"POST /api/scanner/claim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % length
+    )
+    return sock
+
+
+def test_gunicorn_stays_responsive_with_32_slow_bodies(database_url, short_dir):
+    """Complete heads, bodies trickling: the bodies are buffered by the event loop, so
+    no thread waits for them; /healthz and a request with a body are answered."""
+    server = GunicornServer(
+        database_url,
+        short_dir / "var",
+        short_dir / "gunicorn.log",
+        NETMAP_SERVER_BODY_TIMEOUT_SECONDS="60",
+    )
+    slow: list[socket.socket] = []
+    try:
+        slow = [_slow_body(server.port) for _ in range(32)]
+        for _round in range(4):  # a few body bytes every two seconds
+            time.sleep(2)
+            for sock in slow:
+                sock.sendall(b" " * 10)
+            assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+            # A request with a 200 KB body of its own is read and answered meanwhile.
+            answered = requests.post(
+                server.url + "/api/scanner/claim",
+                data=b'{"kinds": ["ports"]}' + b" " * 200_000,
+                headers={"Content-Type": "application/json"},
+                timeout=10,
+            )
+            assert answered.status_code == 401  # no scanner token: answered, not stuck
+        # A slow client that finishes its body is served.
+        sock = slow[0]
+        sock.sendall(b" " * (100_000 - 40))
+        sock.settimeout(10)
+        assert sock.recv(64).startswith(b"HTTP/1.1 401")
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_a_request_body_not_finished_in_time_is_closed(database_url, short_dir):
+    server = GunicornServer(
+        database_url,
+        short_dir / "var",
+        short_dir / "gunicorn.log",
+        NETMAP_SERVER_BODY_TIMEOUT_SECONDS="1",
+    )
+    try:
+        sock = _slow_body(server.port)
+        sock.sendall(b"{")
+        sock.settimeout(30)
+        try:
+            assert sock.recv(64) == b""
+        except ConnectionResetError:
+            pass
+        finally:
+            sock.close()
+        assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+    finally:
+        server.stop()

@@ -315,6 +315,13 @@ ROUTES: list[Route] = [
         lambda w: {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "matrix"},
         _admin_route(200),
     ),
+    Route(
+        "POST",
+        "/api/modules/report-render/close-stuck",
+        lambda w: "/api/modules/report-render/close-stuck",
+        lambda w: {"throughRevision": 1},
+        _admin_route(202),
+    ),
     Route("GET", "/api/config/check", lambda w: "/api/config/check", None, _admin_route(200)),
     Route(
         "GET",

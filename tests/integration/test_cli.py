@@ -119,3 +119,41 @@ def test_users_set_password_and_disable_end_every_session(database_url, engine, 
     assert api.login("erin", "a fresh start 77").get("/api/auth/me").status_code == 200
     missing = run_cli(database_url, "users", "disable", "nobody-here")
     assert missing.returncode != 0 and "user_not_found" in missing.stderr
+
+
+def test_set_smtp_password_uses_the_key_netmap_up_generated(database_url, engine, tmp_path):
+    """The default `make up` setup: no NETMAP_SECRET_KEY, the key lives in the data dir."""
+    import sqlalchemy as sa
+
+    from app.config import SecuritySettings
+    from app.identity.secrets_at_rest import SecretBox
+
+    data_dir = tmp_path / "var"
+    missing = run_cli(
+        database_url,
+        "reports",
+        "set-smtp-password",
+        "--password-stdin",
+        stdin="relay-password-1\n",
+        NETMAP_DATA_DIR=str(data_dir),
+    )
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert "NETMAP_SECRET_KEY" in missing.stderr and "netmap up" in missing.stderr
+
+    data_dir.mkdir()
+    (data_dir / "secret_key").write_text("generated-by-netmap-up-0123456789abcdef\n")
+    stored = run_cli(
+        database_url,
+        "reports",
+        "set-smtp-password",
+        "--password-stdin",
+        stdin="relay-password-1\n",
+        NETMAP_DATA_DIR=str(data_dir),
+    )
+    assert stored.returncode == 0, stored.stderr
+    with engine.connect() as conn:
+        ciphertext = conn.execute(
+            sa.text("SELECT ciphertext FROM stored_secrets WHERE name = 'smtp.password'")
+        ).scalar_one()
+    box = SecretBox(SecuritySettings(secret_key="generated-by-netmap-up-0123456789abcdef"))
+    assert box.decrypt(ciphertext) == "relay-password-1"

@@ -76,7 +76,16 @@ def test_nmap_xml_import_becomes_an_execution_through_the_pipeline(api):
 
 def test_multipart_masscan_and_naabu_imports(api):
     user = api.user()
-    task = make_task(user, targets=("127.0.0.1",), ports="1-65535")
+    # The task's scope covers the fixtures' rows: imports are checked against it.
+    task = user.post(
+        "/api/tasks",
+        json={
+            "name": "imports",
+            "targets": ["127.0.0.0/24", "::1"],
+            "ports": "1-65535",
+            "transports": ["tcp", "udp"],
+        },
+    ).get_json()["task"]
     masscan = (FIXTURES / "masscan-1.3.json").read_bytes()
     # The fixture's times are fixed; "import" (now) keeps them inside the accepted window.
     response = user.post(
@@ -173,3 +182,37 @@ def test_netmap_import_command_uses_the_same_service(api, database_url):
     assert status == "succeeded"
     bad = run_cli(database_url, "import", str(fixture), "--task", "999999", "--format", "nmap-xml")
     assert bad.returncode != 0 and "task_not_found" in bad.stderr
+
+
+def test_imports_are_checked_against_the_tasks_scope(api):
+    """Rows outside the task's targets or ports are refused, listing the first of them;
+    only an administrator may import such a file with scope=ignore."""
+    user = api.user()
+    task = make_task(user, targets=("192.0.2.0/28",), ports="80")
+    inside = '{"ip": "192.0.2.1", "port": 80, "timestamp": "2026-12-01T00:00:00Z"}\n'
+    outside = (
+        '{"ip": "8.8.8.8", "port": 80, "timestamp": "2026-12-01T00:00:00Z"}\n'
+        '{"ip": "192.0.2.2", "port": 5000, "timestamp": "2026-12-01T00:00:00Z"}\n'
+    )
+    data = (inside + outside).encode()
+    refused = _import(user, task["id"], data, "naabu-jsonl", observed_at="import")
+    assert refused.status_code == 400
+    error = refused.get_json()["error"]
+    assert error["code"] == "import_out_of_scope"
+    rows = error["details"]["outside"]
+    assert [(r["observation"], r["ip"], r["port"], r["fields"]) for r in rows] == [
+        (2, "8.8.8.8", 80, ["ip"]),
+        (3, "192.0.2.2", 5000, ["port"]),
+    ]
+    assert "8.8.8.8 port 80/tcp" in error["message"]
+    _nothing_written(task["id"])
+    forbidden = _import(user, task["id"], data, "naabu-jsonl", observed_at="import", scope="ignore")
+    assert forbidden.status_code == 403
+    assert _import(user, task["id"], data, "naabu-jsonl", scope="nope").status_code == 400
+    admin = api.admin()
+    accepted = _import(admin, task["id"], data, "naabu-jsonl", observed_at="import", scope="ignore")
+    assert accepted.status_code == 201, accepted.get_json()
+    assert accepted.get_json()["import"]["observations"] == 3
+    # Rows inside the scope are imported without asking.
+    ok = _import(user, task["id"], inside.encode(), "naabu-jsonl", observed_at="import")
+    assert ok.status_code == 201

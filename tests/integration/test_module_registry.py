@@ -52,6 +52,10 @@ def slow(seconds: float) -> dict:
     return payload
 
 
+def _events(caplog, name: str) -> list[dict]:
+    return [r.netmap_fields for r in caplog.records if getattr(r, "netmap_event", "") == name]
+
+
 def test_nothing_applied_is_not_ready():
     settings, _ = load_settings(env={})
     registry = ModuleRegistry([report_render_slot(settings)], drain_timeout=1)
@@ -209,16 +213,53 @@ def test_slot_rejects_methods_schemas_and_sizes_before_any_work(registry_for):
     assert registry.capacity_used(SLOT_NAME) == 0
 
 
-def test_drain_timeout_forces_shutdown_of_a_generation_whose_lease_is_never_released(
-    registry_for,
+def test_a_generation_with_a_lease_never_released_is_reported_stuck_not_closed(
+    registry_for, caplog
 ):
+    """MOD-2: no forced close while a handle is out; an admin closes it explicitly."""
     settings, registry = registry_for(drain_timeout_seconds=0.3)
     old, old_module = install(settings, registry, RENDERER_RELEASES[0], 1)
     forgotten = registry.acquire(SLOT_NAME)
-    install(settings, registry, RENDERER_RELEASES[1], 2)
-    wait_until(lambda: not registry.draining())
+    with caplog.at_level("INFO", logger="netmap.events"):
+        install(settings, registry, RENDERER_RELEASES[1], 2)
+        wait_until(lambda: any(d["stuck"] for d in registry.draining_state()))
+        (state,) = registry.draining_state()
+        assert (state["generation"], state["revision"], state["leases"]) == (1, 1, 1)
+        assert not old.closed and not process_gone(old_module.pid)
+        assert forgotten.invoke("render", self_test_input())["subject"]  # still serves it
+        # Only stuck generations up to the revision named are closed.
+        assert registry.close_stuck(SLOT_NAME, through_revision=0, by="admin") == []
+        assert registry.close_stuck(SLOT_NAME, through_revision=1, by="admin:7") == [1]
+        wait_until(lambda: _events(caplog, "ModuleGenerationDrained"))
     assert old.closed and process_gone(old_module.pid)
+    assert _events(caplog, "ModuleGenerationStuck")[0]["generation"] == 1
+    (drained,) = _events(caplog, "ModuleGenerationDrained")
+    assert drained["forced"] and drained["closed_by"] == "admin:7" and drained["was_stuck"]
     with pytest.raises(ModuleError) as caught:
         forgotten.invoke("render", self_test_input())
     assert caught.value.kind is ErrorKind.UNAVAILABLE and caught.value.retryable
     forgotten.release()
+
+
+def test_work_in_flight_past_the_drain_timeout_finishes_before_the_close(registry_for, caplog):
+    settings, registry = registry_for(drain_timeout_seconds=0.3, wait_timeout_seconds=20)
+    old, old_module = install(settings, registry, FAULTY_RELEASE, 1)
+    results: list = []
+
+    def call() -> None:
+        with registry.acquire(SLOT_NAME) as lease:
+            results.append(lease.invoke("render", slow(2.0)))
+
+    worker = threading.Thread(target=call)
+    with caplog.at_level("INFO", logger="netmap.events"):
+        worker.start()
+        wait_until(lambda: registry.capacity_used(SLOT_NAME) == 1)
+        install(settings, registry, RENDERER_RELEASES[1], 2)
+        wait_until(lambda: any(d["stuck"] for d in registry.draining_state()))
+        assert not old.closed
+        worker.join(30)
+        wait_until(lambda: _events(caplog, "ModuleGenerationDrained"))
+    assert results[0]["template_version"] == "fault:sleep:2.0"  # not cut off
+    drained = _events(caplog, "ModuleGenerationDrained")
+    assert drained[-1]["forced"] is False and drained[-1]["was_stuck"] is True
+    assert process_gone(old_module.pid)

@@ -408,3 +408,32 @@ def test_concurrent_publishes_one_wins_the_other_conflicts(make_app):
     assert sorted(codes) == [200, 409]
     status = service_of(application).status()
     assert status["desired"]["revision"] == 2 and status["converged"]
+
+
+def test_a_stuck_generation_is_reported_and_closed_by_an_admin_in_every_process(make_app):
+    """MOD-2: a replaced generation still holding work after the drain timeout is
+    reported (status, event) and closed only by an explicit admin request, which
+    every process applies (here a second app, as another worker would)."""
+    application = make_app(report_renderer={"drain_timeout_seconds": 0.3})
+    other = make_app(report_renderer={"drain_timeout_seconds": 0.3})
+    admin = Api(application).admin()
+    here, there = service_of(application), service_of(other)
+    held = [here.acquire(), there.acquire()]  # handles never released
+    assert publish(admin, 1, RENDERER_RELEASES[0]).status_code == 200
+    there.refresh_once()
+    for service in (here, there):
+        wait_until(lambda s=service: any(d["stuck"] for d in s.registry.draining_state()))
+    (draining,) = admin.get(URL).get_json()["draining"]
+    assert draining["stuck"] and draining["revision"] == 1 and draining["leases"] == 1
+
+    bad = admin.post(f"{URL}/close-stuck", json={"throughRevision": "1"})
+    assert bad.status_code == 400
+    response = admin.post(f"{URL}/close-stuck", json={"throughRevision": 1})
+    assert response.status_code == 202, response.get_json()
+    assert response.get_json()["closedHere"] == [1]
+    wait_until(lambda: not here.registry.draining())
+    assert there.registry.draining()  # the other process applies it on its refresh
+    there.refresh_once()
+    wait_until(lambda: not there.registry.draining())
+    for lease in held:
+        lease.release()

@@ -86,6 +86,51 @@ def test_handshake_reports_identity_clean_environment_and_only_renderer_imports(
     module.self_test()
 
 
+def test_a_built_release_runs_on_its_own_native_dependencies_without_site_packages(
+    renderer_releases, tmp_path, stopper
+):
+    """MOD-9: the release carries MarkupSafe, nh3 and css-inline with their compiled
+    extensions in lib/; its worker runs with -I -S, so the server's site-packages are
+    not on its path, and it still renders (the self-test uses nh3 and css-inline)."""
+    import site
+    import sysconfig
+
+    from app.modules.releases import lib_digest
+
+    # A copy elsewhere: nothing of the build environment's paths is reachable from it.
+    copy = tmp_path / "releases"
+    shutil.copytree(renderer_releases / RENDERER_RELEASES[0], copy / RENDERER_RELEASES[0])
+    release = locate_release(copy, RENDERER_RELEASES[0])
+    assert release.self_contained
+    lib = release.directory / "lib"
+    manifest = json.loads((release.directory / "manifest.json").read_text())
+    assert manifest["lib_sha256"] == lib_digest(lib)
+    assert {p.parent.name for p in lib.rglob("*.so")} >= {"nh3", "css_inline", "markupsafe"}
+
+    module = ProcessModule(release, max_frame_bytes=1_048_576, ipc_timeout=10.0)
+    stopper(module)
+    handshake = module.start(introspect=True)
+    with open(f"/proc/{module.pid}/cmdline", "rb") as handle:
+        assert b"-S" in handle.read().split(b"\0")
+    server_site = {*site.getsitepackages(), sysconfig.get_paths()["purelib"]}
+    assert not [p for p in handshake["sys_path"] if any(p.startswith(s) for s in server_site)]
+    for name, path in handshake["native_files"].items():
+        assert path and path.startswith(str(lib)), (name, path)
+    module.self_test()  # raises on a failed render
+    rendered = module.invoke("render", self_test_input())
+    assert rendered["subject"] and "<" in rendered["html"]
+
+
+def test_a_tampered_lib_is_refused(renderer_releases, tmp_path):
+    copy = tmp_path / "releases"
+    shutil.copytree(renderer_releases / RENDERER_RELEASES[0], copy / RENDERER_RELEASES[0])
+    target = copy / RENDERER_RELEASES[0] / "lib" / "nh3" / "__init__.py"
+    os.chmod(target, 0o644)
+    target.write_text(target.read_text() + "\n# changed\n")
+    with pytest.raises(CandidateRejected, match="lib/ SHA-256"):
+        locate_release(copy, RENDERER_RELEASES[0])
+
+
 def test_build_writes_manifest_matching_the_artifact_and_never_overwrites(
     renderer_releases, tmp_path
 ):

@@ -129,3 +129,46 @@ def test_cancel_deadline_abandons_the_run(traffic_settings, tmp_path):
     with pytest.raises(Cancelled):
         _run(ctx, LeaseKeeper(ctx, [lease], every_seconds=60), "5m")
     assert _query("SELECT count(*) AS n FROM traffic_files")[0].n == 0
+
+
+def test_an_unverified_yesterday_is_read_again_on_every_five_minute_run(traffic_settings, tmp_path):
+    """TRF-5: while the log has not passed yesterday's end, every
+    five-minute run reads the day again; once verified, the day period waits."""
+    calendar = BusinessCalendar("+08:00")
+    midnight = datetime.fromtimestamp(calendar.midnight(calendar.today(time.time())), CST)
+    logs = LogDir(tmp_path / "nginx", DOMAIN)
+    logs.write_lines([nginx_line(midnight - timedelta(hours=1, seconds=i)) for i in range(3)])
+    (job,) = [kind for kind in job_kinds(traffic_settings) if kind.name == JOB_NAME]
+    ctx = _context(traffic_settings)
+
+    def day_job():
+        return _query(
+            "SELECT runs, next_run_at <= now() AS due, last_error FROM runner_periodic_jobs "
+            f"WHERE name = '{DAY_JOB_NAME}'"
+        )[0]
+
+    def run_once():
+        lease = job.claim(ctx)
+        assert lease is not None
+        job.run(ctx, lease)
+        job._not_before = 0.0  # the next five-minute period has come
+        with transaction() as conn:
+            conn.execute(
+                sa.text("UPDATE runner_periodic_jobs SET next_run_at = now() WHERE name = :n"),
+                {"n": JOB_NAME},
+            )
+
+    run_once()
+    assert day_job().runs == 1 and day_job().due  # unverified: due on the next run
+    logs.append(nginx_line(midnight - timedelta(minutes=5)))  # a late line
+    run_once()
+    assert day_job().runs == 2 and day_job().due
+    day = _query("SELECT sum(total_requests) AS n FROM traffic_rollups WHERE granularity = 'day'")
+    assert day[0].n == 4  # the late line was read by the second day run
+    assert _query("SELECT count(*) AS n FROM traffic_verified_days")[0].n == 0
+
+    logs.append(nginx_line(midnight + timedelta(minutes=1)))  # the log passed its end
+    run_once()
+    state = day_job()
+    assert state.runs == 3 and not state.due and state.last_error is None
+    assert _query("SELECT count(*) AS n FROM traffic_verified_days")[0].n == 1

@@ -191,7 +191,7 @@ def test_a_dead_write_landing_between_purge_and_count_is_counted_out(scene):
         fact_documents,
         normalise_observation,
     )
-    from app.result_ingest.model import parse_upload
+    from app.result_ingest.parse import parse_upload
 
     settings, user, scanner, task, first, store = scene
 

@@ -163,6 +163,67 @@ def test_a_sidecar_batch_waits_while_main_batch_0_is_pending_or_main_has_a_gap(a
     assert gap.status_code == 409 and gap.get_json()["error"]["code"] == "batch_gap"
 
 
+def test_a_sidecar_batch_inside_the_confirmed_prefix_is_accepted_across_a_main_gap(api):
+    """ING-7: 0..1 confirmed, 2 not yet sent, 3 confirmed: a sidecar at 0 or 1 is
+    accepted; at 2 or 3 (beyond the gap) it is refused until 2 arrives."""
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.0/29"], "ports": "80"})
+    upload = claim(scanner)
+    sidecar = [dns_record("host.example", "192.0.2.1", type="A")]
+    for index in (0, 1, 3):
+        assert upload.batch(index, [observation(f"192.0.2.{index + 1}", 80)]).status_code == 200
+
+    assert upload.batch(1, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    assert upload.batch(0, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    for index in (2, 3):
+        refused = upload.batch(index, [], dns_records=sidecar, stream="dns")
+        assert refused.status_code == 409
+        assert refused.get_json()["error"]["code"] == "batch_gap"
+
+    assert upload.batch(2, [observation("192.0.2.3", 80)]).status_code == 200
+    assert upload.batch(3, [], dns_records=sidecar, stream="dns").get_json()["saved"] == 1
+    assert upload.final(4, []).status_code == 200
+    with transaction() as conn:
+        sidecars = (
+            conn.execute(
+                sa.text(
+                    "SELECT batch_index FROM scan_upload_receipts WHERE execution_id = :e "
+                    "AND stream = 'dns' AND status = 'confirmed' ORDER BY batch_index"
+                ),
+                {"e": upload.id},
+            )
+            .scalars()
+            .all()
+        )
+    assert sidecars == [0, 1, 3]
+
+
+def test_the_sidecar_prefix_count_is_a_primary_key_range(api):
+    """Across a gap the prefix is counted through the primary key, bounded by the index."""
+    from app.result_ingest import receipts
+
+    user, scanner = api.user(), api.scanner()
+    user.post("/api/tasks", json={"name": "s", "targets": ["192.0.2.1"], "ports": "80"})
+    upload = claim(scanner)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO scan_upload_receipts (execution_id, upload_id, stream, batch_index, "
+                "checksum, observation_count, status, storage_references) "
+                "SELECT :e, 'upload-1', 'main', i, md5(i::text), 1, 'confirmed', '{}' "
+                "FROM generate_series(0, 19999) i WHERE i <> 10; ANALYZE scan_upload_receipts"
+            ),
+            {"e": upload.id},
+        )
+        params = {"e": upload.id, "u": "upload-1", "i": 5}
+        plan = "\n".join(
+            conn.execute(sa.text(f"EXPLAIN {receipts.CONFIRMED_MAIN_PREFIX}"), params).scalars()
+        )
+        assert receipts.prefix_confirmed(conn, upload.id, "upload-1", 9)
+        assert not receipts.prefix_confirmed(conn, upload.id, "upload-1", 10)
+    assert "scan_upload_receipts_pkey" in plan, plan
+
+
 def test_the_sidecar_range_reads_the_open_receipts_index(api):
     """The lowest pending main batch comes from the partial index, not the upload's history."""
     from app.result_ingest import receipts
@@ -257,3 +318,76 @@ def test_cidr_freshness_uses_the_gist_index(api):
             ).scalars()
         )
     assert "ix_search_targets_cidr_gist" in plan
+
+
+def test_single_address_freshness_inside_a_network_uses_the_primary_key(api):
+    """ING-12: single-IP targets inside a scanned network are found by
+    the primary key — listed keys for a small network, the owner's (owner, 'ip')
+    prefix for a larger one — never a sequential scan of everyone's targets."""
+    from app.scan_control import freshness
+
+    user = api.user()
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO users (username, password_hash) "
+                "SELECT 'bulk' || i, 'x' FROM generate_series(1, 200) i"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO search_targets (owner_id, kind, key) "
+                "SELECT u.id, 'ip', format('10.%s.%s.%s', a, b, u.id % 250) "
+                "FROM users u, generate_series(0, 9) a, generate_series(0, 49) b; "
+                "ANALYZE search_targets"
+            )
+        )
+        params = {"owner": user.id, "execution": 1, "at": now_iso()}
+        plans = {}
+        for name, sql, extra in (
+            ("keys", freshness.IP_TARGETS_BY_KEY, {"keys": ["10.1.1.1", "10.1.1.2"]}),
+            ("prefix", freshness.IP_TARGETS_INSIDE, {"net": "10.1.0.0/16"}),
+        ):
+            plans[name] = "\n".join(
+                conn.execute(sa.text(f"EXPLAIN {sql}"), {**params, **extra}).scalars()
+            )
+    for name, plan in plans.items():
+        assert "search_targets_pkey" in plan, (name, plan)
+        assert "Seq Scan" not in plan, (name, plan)
+    assert "key = ANY" in plans["keys"], plans["keys"]
+
+
+def test_single_addresses_inside_small_and_large_networks_become_fresh(api):
+    from datetime import UTC, datetime
+
+    from app.scan_control import freshness
+
+    user, scanner = api.user(), api.scanner()
+    user.post(
+        "/api/tasks",
+        json={"name": "a", "targets": ["10.9.0.7", "10.9.200.9", "2001:db8::5"], "ports": "80"},
+    )
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE scan_executions SET status = 'failed'"))
+    user.post("/api/tasks", json={"name": "b", "targets": ["10.9.0.0/24"], "ports": "80"})
+    user.post("/api/tasks", json={"name": "c", "targets": ["2001:db8::/120"], "ports": "80"})
+    for _ in range(2):
+        assert claim(scanner).final(0, []).status_code == 200
+    mine = targets_of(user.id)
+    assert mine[("ip", "10.9.0.7")] is not None  # listed keys (a /24)
+    assert mine[("ip", "2001:db8::5")] is not None  # IPv6 keys in their compressed form
+    assert mine[("ip", "10.9.200.9")] is None
+    # A piece larger than ENUMERATE_MAX_ADDRESSES (execution_max_addresses raised): the
+    # owner's primary-key prefix, filtered by the network.
+    with transaction() as conn:
+        freshness.update_after_success(
+            conn,
+            execution_id=1,
+            task_id=1,
+            owner_id=user.id,
+            kind="ports",
+            targets=["10.9.128.0/17"],
+            started_at=datetime.now(UTC),
+            parent_task_id=None,
+        )
+    assert targets_of(user.id)[("ip", "10.9.200.9")] is not None

@@ -214,6 +214,9 @@ def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
     names = {f["stage"] for f in stages}
     assert {
         "validation",
+        "auth",
+        "upload_identity",
+        "final_continuity",
         "receipt_reserve",
         "enrichment",
         "tags",
@@ -241,6 +244,17 @@ def test_upload_events_carry_the_span_and_no_secrets(api, caplog):
     ):
         assert key in ok, key
     assert any(f["stage"] == "receipt_reserve" and f["success"] is False for f in stages)
+    # OBS-2: the last batch (same identity, other content) failed in the
+    # upload-identity stage, inside the reservation, after auth had succeeded; the final
+    # passed final continuity.
+    last = [f for f in stages if f.get("request_id") == stages[-1].get("request_id")]
+    assert [(f["stage"], f["success"]) for f in last][-3:] == [
+        ("auth", True),
+        ("upload_identity", False),
+        ("receipt_reserve", False),
+    ], last
+    final = [f for f in stages if f.get("is_final")]
+    assert ("final_continuity", True) in [(f["stage"], f["success"]) for f in final]
     assert any(name == "ScanWriteConnectionAcquired" and "wait_ms" in f for name, f in events)
     assert any(name == "ScanWriteConnectionReleased" and "hold_ms" in f for name, f in events)
     assert any(name == "ScanFinalRequestPlan" for name, _ in events)

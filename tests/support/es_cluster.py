@@ -461,6 +461,12 @@ class SimulatedCluster:
                 for (name, _order), value in zip(sort_spec, after, strict=True)
             ]
             hits = [h for h in hits if is_after(h[2], sort_spec, keys, mapping, missing)]
+        terminate_after = int(body.get("terminate_after") or 0)
+        terminated = bool(terminate_after) and len(hits) > terminate_after
+        if terminated:
+            # Collection stops after this many documents (one shard here): hits, totals
+            # and aggregations see only those.
+            hits = hits[:terminate_after]
         size = int(body.get("size", 10))
         response: dict[str, Any] = {
             "took": int((time.perf_counter() - started) * 1000),
@@ -468,6 +474,8 @@ class SimulatedCluster:
             "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
             "hits": {"max_score": None, "hits": []},
         }
+        if terminate_after:
+            response["terminated_early"] = terminated
         track = body.get("track_total_hits", 10_000)
         total = len(hits)
         if track is True:

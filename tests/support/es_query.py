@@ -344,30 +344,59 @@ def is_after(
 def aggregate(spec: dict[str, Any], sources: list[dict[str, Any]], mapping: IndexMapping):
     if "composite" in spec:
         body = spec["composite"]
-        names, fields = [], []
+        names, fields, hourly = [], [], []
         for source_spec in body["sources"]:
             ((name, definition),) = source_spec.items()
             names.append(name)
-            fields.append(definition["terms"]["field"])
+            if "date_histogram" in definition:
+                histogram = definition["date_histogram"]
+                interval = histogram.get("calendar_interval", histogram.get("fixed_interval"))
+                if interval not in ("1h", "hour", "60m"):
+                    raise QueryError(f"unsupported date_histogram interval {interval!r}")
+                fields.append(histogram["field"])
+                hourly.append(True)
+            else:
+                fields.append(definition["terms"]["field"])
+                hourly.append(False)
         kinds = [mapping.kind(f) for f in fields]
+
+        def bucket_values(kind: str, field: str, hour: bool, source: dict[str, Any]) -> list:
+            values = [comparable(kind, v) for v in field_values(source, field)]
+            if hour:  # the bucket's start: the hour, in UTC (keys are epoch milliseconds)
+                values = [v.replace(minute=0, second=0, microsecond=0) for v in values]
+            return values
+
+        def key_value(kind: str, hour: bool, value: Any) -> Any:
+            return int(value.timestamp() * 1000) if hour else sort_value(kind, value)
+
+        def after_value(kind: str, hour: bool, value: Any) -> Any:
+            return (
+                datetime.fromtimestamp(value / 1000, UTC) if hour else from_sort_value(kind, value)
+            )
+
         counts: dict[tuple[Any, ...], int] = {}
         for source in sources:
             for combo in itertools.product(
                 *[
-                    [comparable(k, v) for v in field_values(source, f)]
-                    for k, f in zip(kinds, fields, strict=True)
+                    bucket_values(k, f, h, source)
+                    for k, f, h in zip(kinds, fields, hourly, strict=True)
                 ]
             ):
                 counts[combo] = counts.get(combo, 0) + 1
         keys = sorted(counts)
         after = body.get("after")
         if after:
-            start = tuple(from_sort_value(k, after[n]) for k, n in zip(kinds, names, strict=True))
+            start = tuple(
+                after_value(k, h, after[n]) for k, h, n in zip(kinds, hourly, names, strict=True)
+            )
             keys = [k for k in keys if k > start]
         page = keys[: int(body.get("size", 10))]
         buckets = [
             {
-                "key": {n: sort_value(k, v) for n, k, v in zip(names, kinds, combo, strict=True)},
+                "key": {
+                    n: key_value(k, h, v)
+                    for n, k, h, v in zip(names, kinds, hourly, combo, strict=True)
+                },
                 "doc_count": counts[combo],
             }
             for combo in page

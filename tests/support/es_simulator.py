@@ -14,7 +14,7 @@ It answers the official client with the response shapes and headers it expects
 * ``_refresh`` (near-real-time: searches see only refreshed documents),
   ``_count``, ``_search`` with ``bool``/``term``/``terms``/``range``/``wildcard``
   queries, sorting with ``search_after``, ``track_total_hits``, and ``terms``
-  and ``composite`` aggregations.
+  and ``composite`` aggregations (``terms`` and hourly ``date_histogram`` sources).
 
 Stored scripts are not interpreted: a script whose id ends in
 ``merge-endpoint`` runs ``app.search.documents.merge_endpoints`` (the rule the

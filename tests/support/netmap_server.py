@@ -40,16 +40,13 @@ class NetmapServer:
         assert response.status_code == 201, response.text
         return response.json()["token"]
 
-    def create_task(self, targets: list[str], ports: str, transports=("tcp",)) -> dict[str, Any]:
-        response = self.post(
-            "/api/tasks",
-            json={
-                "name": "agent",
-                "targets": targets,
-                "ports": ports,
-                "transports": list(transports),
-            },
-        )
+    def create_task(
+        self, targets: list[str], ports: str, transports=("tcp",), profile: str | None = None
+    ) -> dict[str, Any]:
+        body = {"name": "agent", "targets": targets, "ports": ports, "transports": list(transports)}
+        if profile is not None:
+            body["profile"] = profile
+        response = self.post("/api/tasks", json=body)
         assert response.status_code == 201, response.text
         return response.json()["task"]
 

@@ -142,6 +142,8 @@ def rows_as_sums(rows: dict) -> dict:
 
 
 class MemorySink:
+    writes_database = False
+
     def __init__(self) -> None:
         self.rows: dict[tuple, dict] = {}
         self.batches = 0

@@ -43,6 +43,11 @@ def run_bench(name: str, *args: str, check: bool = True) -> Any:
 
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+    # The suite's servers and agents scan 127.0.0.0/8: the test configuration allows
+    # loopback targets (the default refuses them, SCN-7).
+    env["NETMAP_SCAN_SPECIAL_USE_TARGETS"] = "loopback,private"
+    # Tests run a report definition several times in a row (the cooldown has its own tests).
+    env["NETMAP_REPORTS_RUN_NOW_COOLDOWN_SECONDS"] = "0"
     env.update(extra)
     return env
 

@@ -32,7 +32,7 @@ def _loaded_after(code: str) -> set[str]:
 def test_the_agent_package_imports_no_server_code():
     loaded = _loaded_after(
         "import app.agent.cli, app.agent.loop, app.agent.nmap_xml, app.agent.json_lines, "
-        "app.agent.resolver, app.agent.spool"
+        "app.agent.resolver, app.agent.spool, app.agent.targets, app.target_rules"
     )
     assert loaded.isdisjoint(SERVER_STACK), sorted(loaded & set(SERVER_STACK))
     assert {"requests", "click"} <= loaded  # the probe really loaded the agent

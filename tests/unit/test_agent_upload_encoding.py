@@ -59,7 +59,9 @@ def test_an_integer_beyond_64_bits_is_encoded_by_json():
 def test_the_spool_keeps_the_bytes_that_are_sent(tmp_path):
     body = _body(list(read_nmap_xml((FIXTURES / "nmap-ipv6.xml").open("rb"))))
     data = encode_body(body)
-    spool = ExecutionSpool(tmp_path)
+    directory = tmp_path / "execution-1-1-6f1c1f0e"
+    directory.mkdir()
+    spool = ExecutionSpool(directory, tmp_path)
     spool.write_batch(0, body, data)
     assert spool.batch_path(0).read_bytes() == data
     assert list(spool.batches()) == [(0, body)]

@@ -116,3 +116,60 @@ def test_output_validation_checks_version_echo_size_and_images():
 def test_oversized_output_is_rejected():
     with pytest.raises(RenderRejected):
         render(with_template("{% for i in range(90000) %}<p>row {{ i }}</p>{% endfor %}"))
+
+
+def test_output_is_capped_while_rendering_not_after():
+    """200 MB of output would be built before the old size check: now the render stops as
+    soon as the output passes the cap."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(RenderRejected) as caught:
+            render(with_template("{% for i in range(2000) %}{{ 'x' * 99999 }}{% endfor %}"))
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.code == "output_too_large"
+    assert "while rendering" in caught.value.message
+    assert peak < 50 * 1024 * 1024
+
+
+def test_rendering_has_a_time_budget(monkeypatch):
+    import app.renderer.render as module
+
+    monkeypatch.setattr(module, "RENDER_TIME_BUDGET_SECONDS", 0.5)
+    loops = "{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
+    with pytest.raises(RenderRejected) as caught:
+        render(with_template(loops))
+    assert caught.value.code == "render_timeout"
+    assert "longer than 0.5s" in caught.value.message
+    # The timer is gone afterwards: a normal render is not interrupted later.
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_the_time_budget_holds_off_the_main_thread(monkeypatch):
+    import threading
+
+    import app.renderer.render as module
+
+    monkeypatch.setattr(module, "RENDER_TIME_BUDGET_SECONDS", 0.3)
+    outcome: list = []
+
+    def run():
+        try:
+            render(
+                with_template(
+                    "{% for i in range(100000) %}{% for j in range(300) %}{% endfor %}"
+                    "{{ i % 2 }}{% endfor %}"
+                )
+            )
+        except RenderRejected as exc:
+            outcome.append(exc.code)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=120)
+    assert outcome == ["render_timeout"]

@@ -12,7 +12,7 @@ from app.config import ScanSettings
 from app.errors import ValidationError
 from app.scan_control.creation import validate_task_request
 from app.scan_control.planning import plan_executions
-from app.scan_control.targets import (
+from app.target_rules import (
     SPECIAL_USE_CLASSES,
     count_addresses,
     normalise_domain,
@@ -261,13 +261,20 @@ def test_domains_get_dns_executions():
 # --- special-use addresses ([scan] special_use_targets, SCN-7) ---------------------------
 
 REFUSED_BY_DEFAULT = {
-    "link_local": ["169.254.169.254", "fe80::1", "169.254.0.0/16", "::ffff:169.254.169.254"],
+    "metadata": [
+        "169.254.169.254",
+        "::ffff:169.254.169.254",
+        "fd00:ec2::254",
+        "100.100.100.200",
+        "168.63.129.16",
+    ],
+    "loopback": ["127.0.0.1", "::1", "127.0.0.0/16", "::ffff:127.0.0.1"],
+    "link_local": ["169.254.1.1", "fe80::1", "169.254.1.0/24"],
     "multicast": ["224.0.0.1", "ff02::1", "239.0.0.0/16"],
     "broadcast": ["255.255.255.255"],
     "unspecified": ["0.0.0.0", "::"],
 }
 ALLOWED_BY_DEFAULT = {
-    "loopback": ["127.0.0.1", "::1", "127.0.0.0/16"],
     "private": ["10.1.2.3", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.1", "fd00::1"],
 }
 
@@ -280,20 +287,36 @@ def test_special_use_classes_refused_by_default(name, target):
     _, problems = parse_targets([target], LIMITS)
     assert len(problems) == 1 and problems[0].index == 0
     assert name.replace("_", "-") in problems[0].reason
-    # Listing the class in the policy allows it.
-    allowed = ScanSettings(special_use_targets=("loopback", "private", name))
+    # Listing the class in the policy allows it (a metadata address also lies in a
+    # link-local or private range, which must be allowed as well).
+    allowed = ScanSettings(special_use_targets=("loopback", "private", "link_local", name))
     assert parse_targets([target], allowed)[1] == []
+
+
+def test_a_metadata_address_is_refused_as_metadata_even_where_its_range_is_allowed():
+    wide = ScanSettings(special_use_targets=("private", "link_local", "loopback"))
+    for target in ("169.254.169.254", "100.100.100.200", "169.254.169.0/24"):
+        problems = parse_targets([target], wide)[1]
+        assert problems and "metadata" in problems[0].reason, target
 
 
 @pytest.mark.parametrize(
     ("name", "target"),
     [(name, t) for name, targets in ALLOWED_BY_DEFAULT.items() for t in targets],
 )
-def test_loopback_and_private_are_allowed_by_default_and_can_be_refused(name, target):
+def test_private_ranges_are_allowed_by_default_and_can_be_refused(name, target):
     assert parse_targets([target], LIMITS)[1] == []
     strict = ScanSettings(special_use_targets=())
     problems = parse_targets([target], strict)[1]
     assert problems and name in problems[0].reason
+
+
+@pytest.mark.parametrize(
+    "target", ["10.0.0.1\n127.0.0.1", "10.0.0.1 8.8.8.8", "exa\x00mple.com", "a\u2028b.com"]
+)
+def test_control_characters_and_whitespace_inside_a_target_are_refused(target):
+    problems = parse_targets([target], EVERY_CLASS)[1]
+    assert problems and "control characters or whitespace" in problems[0].reason
 
 
 def test_a_network_overlapping_a_refused_range_is_refused():

@@ -25,7 +25,8 @@ from app.errors import ValidationError
 from app.json_input import decode_json
 from app.result_ingest import enrichment
 from app.result_ingest.fast_body import fast_upload
-from app.result_ingest.model import UploadBody, _larger_than, parse_upload
+from app.result_ingest.model import UploadBody, _larger_than
+from app.result_ingest.parse import parse_upload
 from app.result_ingest.scope import _AddressCheck, _inside, _networks
 from app.search import ids
 from app.search.documents import _KEY_ENCODER, NEWEST_FIELDS, newest_fields_key, observation_key

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from app.config import IngestSettings
 from app.errors import ValidationError
-from app.result_ingest.model import parse_upload
+from app.result_ingest.parse import parse_upload
 from app.upload_protocol import canonical_checksum
 
 

@@ -11,6 +11,13 @@
     if (node.textContent !== text) { node.textContent = text; }
   }
 
+  // The same words as the server's `asset_view` filter (app/web/__init__.py).
+  var ASSET_VIEW = {
+    pending: "waiting to be published", running: "being published",
+    retrying: "publishing (retrying)", ready: "published", not_started: "not started yet",
+    not_applicable: "nothing to publish"
+  };
+
   function inFlight(task) {
     return task.status === "queued" || task.status === "running" ||
       ["pending", "running", "retrying"].indexOf(task.projection_status) >= 0;
@@ -21,6 +28,7 @@
       var name = node.getAttribute("data-field");
       var value = task[name];
       if (name === "finished_at" && value) { value = value.replace("T", " ").replace(/\..*$|\+00:00$/, "") + "Z"; }
+      if (name === "projection_status") { value = ASSET_VIEW[value] || value; }
       setText(node, value);
       if (name === "status") { node.className = "status status-" + task.status; }
     });
@@ -40,6 +48,7 @@
         var name = cell.getAttribute("data-field");
         var value = execution[name];
         if (name === "attempts") { value = execution.attempts + "/" + execution.max_attempts; }
+        if (name === "projection_status") { value = ASSET_VIEW[value] || value; }
         setText(cell, value);
       });
     });

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from app.analysis.changes import ANALYSIS_FIELDS
 from app.db import transaction
-from app.search.documents import FIELD_RULES
+from app.search.documents import DETAIL_FIELDS, FIELD_RULES
 from tests.integration.analysis.test_analysis_api import _run_workers, _scan
 from tests.support.analysis import Scans, changes_of
 from tests.support.scanner_protocol import observation
@@ -31,6 +31,7 @@ VALUES = {
     "version": ("1.24", "2.4.58"),
     "banner": ("SSH-2.0-OpenSSH_9.6", "SSH-2.0-OpenSSH_9.7"),
     "hostname": ("a.example.test", "b.example.test"),
+    "cert_sha256": ("aa" * 32, "bb" * 32),
 }
 # The analysis compares the banner by its hash.
 COLUMN = {name: name for name in VALUES} | {"banner": "banner_hash"}
@@ -56,6 +57,26 @@ def _change_values(execution_id: int, field: str) -> list[tuple]:
         ]
 
 
+def _reported(field: str, value: str | None) -> dict:
+    """An observation's fields reporting ``value`` for ``field`` (None: not probed)."""
+    if field == "cert_sha256":  # a fact of the details (tests/.../test_certificate_changes.py)
+        return {"details": {"tls": {"sha256": value}}} if value else {}
+    return {field: value}
+
+
+def _recorded(owner: int, ip: str, field: str) -> str | None:
+    """The analysis's current value of ``field`` for the owner's endpoint ip:80/tcp."""
+    column = COLUMN[field]
+    with transaction() as conn:
+        return conn.execute(
+            sa.text(
+                f"SELECT {column} FROM analysis_assets WHERE owner_id = :o AND ip = :ip "
+                "AND port = 80 AND transport = 'tcp'"
+            ),
+            {"o": owner, "ip": ip},
+        ).scalar_one()
+
+
 def _hashed(field: str, value: str | None) -> str | None:
     if field != "banner" or value is None:
         return value
@@ -69,28 +90,34 @@ def test_an_unprobed_field_is_kept_and_no_change(scans: Scans, field: str) -> No
     owner = scans.owner()
     ip = "10.2.0.1"
     first_value, second_value = VALUES[field]
-    scans.scan(owner, [ip], [(ip, 80, "tcp", {field: first_value})])
+    in_document = field not in DETAIL_FIELDS  # a fact of the details: the analysis keeps it
+    scans.scan(owner, [ip], [(ip, 80, "tcp", _reported(field, first_value))])
     scans.settle()
     probed_at = scans.assets(owner)[(ip, 80, "tcp")].last_seen
 
-    lighter = scans.scan(owner, [ip], [(ip, 80, "tcp", {field: None})])
+    lighter = scans.scan(owner, [ip], [(ip, 80, "tcp", _reported(field, None))])
     scans.settle()
     assert changes_of(lighter) == []
     asset = scans.assets(owner)[(ip, 80, "tcp")]
-    assert getattr(asset, field) == first_value
+    assert _recorded(owner, ip, field) == _hashed(field, first_value)
     assert asset.last_seen > probed_at
-    assert asset.public()["observed"][field] == probed_at.isoformat()
-    # The global view keeps it too.
-    assert getattr(scans.assets(None, scope="global")[(ip, 80, "tcp")], field) == first_value
+    if in_document:
+        assert getattr(asset, field) == first_value
+        assert asset.public()["observed"][field] == probed_at.isoformat()
+        # The global view keeps it too.
+        global_asset = scans.assets(None, scope="global")[(ip, 80, "tcp")]
+        assert getattr(global_asset, field) == first_value
 
-    probed = scans.scan(owner, [ip], [(ip, 80, "tcp", {field: second_value})])
+    probed = scans.scan(owner, [ip], [(ip, 80, "tcp", _reported(field, second_value))])
     scans.settle()
     assert _change_values(probed, field) == [
         ("changed", _hashed(field, first_value), _hashed(field, second_value))
     ]
-    asset = scans.assets(owner)[(ip, 80, "tcp")]
-    assert getattr(asset, field) == second_value
-    assert asset.public()["observed"][field] == asset.last_seen.isoformat()
+    assert _recorded(owner, ip, field) == _hashed(field, second_value)
+    if in_document:
+        asset = scans.assets(owner)[(ip, 80, "tcp")]
+        assert getattr(asset, field) == second_value
+        assert asset.public()["observed"][field] == asset.last_seen.isoformat()
 
 
 @pytest.mark.parametrize("field", [f for f, r in FIELD_RULES.items() if r == "always"])

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from app.exports.build import database_text_pages, endpoint_pages, export_chunks
 from app.exports.formats import encode_pages
 from app.exports.records import ExportClaim
-from app.projection.lease import LeaseGuard, LeaseLost
+from app.leases import LeaseGuard, LeaseLost
 from app.search.export_text import read_export_text
 from app.search.postgres_store import PostgresStore
 from tests.support.search_documents import BASE_TIME, execution_endpoint
@@ -51,6 +51,14 @@ NASTY_TEXT = [
     "#hash",
     "\u2028 line separator",
     'all of them: ,"\n\r\\\t',
+    # Formula starts (CSV injection): neutralised alike by both encoders.
+    '=HYPERLINK("http://x","y")',
+    "+1+2",
+    "-2+3",
+    "@SUM(A1:A2)",
+    "\tstarts with a tab",
+    "\rstarts with CR",
+    "'already quoted",
 ]
 
 NASTY_DETAILS = [
@@ -229,8 +237,9 @@ def test_no_connection_is_held_while_a_chunk_goes_to_the_object_store(pg_store, 
             time.sleep(0.01)
         assert engine.pool.checkedout() == 0
         handed_on += 1
-    # The header, then one chunk of at most 10 rows at a time: 18 = 10 + 8, 22 = 10 + 10 + 2.
-    assert handed_on == 1 + 2 + 3
+    # The header, then one chunk of at most 10 rows at a time: 25 = 10 + 10 + 5,
+    # 29 = 10 + 10 + 9.
+    assert handed_on == 1 + 3 + 3
 
 
 def test_a_lost_lease_in_the_prefetching_reader_stops_the_build(pg_store, engine):
@@ -259,3 +268,35 @@ def test_a_date_style_other_than_iso_sends_every_chunk_to_the_generic_encoder(pg
         assert (chunk.rows, chunk.exact) == (len(NASTY_TEXT), False)
         conn.execute(sa.text("SET LOCAL DateStyle = 'ISO, DMY'"))
         assert read_export_text(conn, PLAIN_EXECUTION, after_id=None, limit=1000).exact
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1+2", "-2+3", "@SUM(A1:A2)", "\tx", "\rx"]
+READABLE = [f for f in FORMULAS if "\r" not in f]  # Python's csv reader refuses a bare CR
+
+
+@pytest.mark.parametrize("database_text", [False, True], ids=["generic", "database"])
+def test_formula_cells_are_neutralised_in_csv_and_exact_in_jsonl(settings, engine, database_text):
+    import csv
+
+    store = PostgresStore(settings)
+    store.ensure_schema()
+    try:
+        docs = [
+            execution_endpoint(9301, f"192.0.2.{n + 1}", 80, task_id=77, banner=text, service=text)
+            for n, text in enumerate(FORMULAS)
+        ]
+        store.write_execution_endpoints(docs).raise_for_failures()
+        claim = _claim("csv", (9301,))
+        data, _rows = _build(store, claim, database_text=database_text, page_size=1000)
+        text = data.decode()
+        assert text.count("'\rx") == text.count("\rx") == 2  # banner and service
+        rows = list(csv.DictReader(io.StringIO(text.replace("'\rx", "'CR"))))
+        expected = sorted(["'" + t for t in READABLE] + ["'CR"])
+        assert sorted(r["banner"] for r in rows) == expected
+        assert sorted(r["service"] for r in rows) == expected
+        claim = _claim("jsonl", (9301,))
+        data, _rows = _build(store, claim, database_text=database_text, page_size=1000)
+        lines = [json.loads(line) for line in data.decode().splitlines()]
+        assert sorted(line["banner"] for line in lines) == sorted(FORMULAS)
+    finally:
+        store.close()

@@ -109,7 +109,7 @@ def test_round_trip_answers_the_same(database_url, data_dir, tmp_path, settings,
         (data_dir / "secret_key").unlink()
         engine.dispose()
 
-        restored = netmap(database_url, data_dir, "restore", str(archive))
+        restored = netmap(database_url, data_dir, "restore", str(archive), "--yes")
         assert restored.returncode == 0, restored.stderr[-2000:]
         result = json.loads(restored.stdout)
         assert result["migrated"] is False and result["files"] == 2
@@ -129,7 +129,7 @@ def test_restore_refuses_with_clear_messages(database_url, data_dir, tmp_path, e
     admin_execute(database_url, "CREATE TABLE restore_canary (id int)")
 
     def refused(path: Path, *extra: str) -> str:
-        done = netmap(database_url, data_dir, "restore", str(path), *extra)
+        done = netmap(database_url, data_dir, "restore", str(path), "--yes", *extra)
         assert done.returncode == 1, done.stdout
         return done.stderr
 
@@ -170,7 +170,7 @@ def test_restore_refuses_with_clear_messages(database_url, data_dir, tmp_path, e
     # Nothing was touched by any refusal.
     assert scalar(database_url, "SELECT to_regclass('restore_canary') IS NOT NULL") is True
 
-    forced = netmap(database_url, data_dir, "restore", str(other_major), "--force")
+    forced = netmap(database_url, data_dir, "restore", str(other_major), "--force", "--yes")
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert scalar(database_url, "SELECT to_regclass('restore_canary') IS NULL") is True
 
@@ -180,7 +180,7 @@ def test_an_older_schema_is_migrated_after_the_restore(empty_database_url, data_
     archive = tmp_path / "old.backup"
     made = netmap(empty_database_url, data_dir, "backup", "--out", str(archive))
     assert made.returncode == 0, made.stderr[-2000:]
-    restored = netmap(empty_database_url, data_dir, "restore", str(archive))
+    restored = netmap(empty_database_url, data_dir, "restore", str(archive), "--yes")
     assert restored.returncode == 0, restored.stderr[-2000:]
     result = json.loads(restored.stdout)
     assert result["schema_before"] == ["20261130_0060"]
@@ -216,3 +216,59 @@ def test_restore_refuses_while_the_embedded_server_is_running(tmp_path):
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_archive_is_created_0600_and_an_open_directory_is_warned_about(
+    database_url, data_dir, tmp_path, engine
+):
+    engine.dispose()
+    env = base_env(NETMAP_DATABASE_URL=database_url, NETMAP_DATA_DIR=str(data_dir))
+    open_dir = tmp_path / "shared"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    private_dir = tmp_path / "private"
+    private_dir.mkdir(mode=0o700)
+    for directory, warned in ((open_dir, True), (private_dir, False)):
+        archive = directory / "netmap.backup"
+        done = subprocess.run(
+            netmap_command("backup", "--out", str(archive)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            umask=0o022,  # the common default: files would be -rw-r--r--
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert archive.stat().st_mode & 0o777 == 0o600
+        assert ("is readable by other users" in done.stderr) is warned, done.stderr
+
+
+def test_restore_shows_what_it_replaces_and_asks_unless_yes(
+    database_url, data_dir, tmp_path, engine
+):
+    engine.dispose()
+    archive = tmp_path / "netmap.backup"
+    assert netmap(database_url, data_dir, "backup", "--out", str(archive)).returncode == 0
+    admin_execute(database_url, "CREATE TABLE restore_canary (id int)")
+    env = base_env(NETMAP_DATABASE_URL=database_url, NETMAP_DATA_DIR=str(data_dir))
+
+    def answer(text: str | None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            netmap_command("restore", str(archive)),
+            env=env,
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    for reply in ("n\n", "", None):  # no, just Enter, and no terminal at all
+        declined = answer(reply)
+        assert declined.returncode == 1
+        assert "will REPLACE everything in database" in declined.stderr
+        assert "will replace the secret key in" in declined.stderr
+        assert "restore cancelled: nothing was changed" in declined.stderr
+        assert scalar(database_url, "SELECT to_regclass('restore_canary') IS NOT NULL") is True
+    accepted = answer("y\n")
+    assert accepted.returncode == 0, accepted.stderr[-2000:]
+    assert scalar(database_url, "SELECT to_regclass('restore_canary') IS NULL") is True

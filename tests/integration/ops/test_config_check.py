@@ -193,36 +193,84 @@ def bulk_settings(**elasticsearch):
 
 def bulk_check(**elasticsearch):
     check = full_check(*bulk_settings(**elasticsearch))
-    return [p for p in check.warnings if p.key == "elasticsearch.bulk_max_concurrency"]
+    assert not any(p.key.startswith("elasticsearch.bulk_max") for p in check.warnings)
+    return [p for p in check.errors if p.key.startswith("elasticsearch.bulk_max_concurrency")]
 
 
-def test_bulk_concurrency_above_the_deployment_total_is_a_start_up_warning(caplog):
+def test_bulk_concurrency_above_the_deployment_total_refuses_start_up(caplog):
     # 2 web workers + 3 runner processes on this host, 4 bulk requests each: 20 at once.
     (problem,) = bulk_check(bulk_max_concurrency=4, bulk_max_concurrency_total=12)
-    assert problem.value == 4
+    assert problem.key == "elasticsearch.bulk_max_concurrency" and problem.value == 4
     assert "5 processes" in problem.message and "= 20 bulk requests" in problem.message
     assert "bulk_max_concurrency_total (12): set it to at most 2" in problem.message
     settings, loaded = bulk_settings(bulk_max_concurrency=4, bulk_max_concurrency_total=12)
     caplog.set_level("INFO", logger="netmap.events")
-    emit_check(full_check(settings, loaded), "runner")
-    warned = [
+    check = full_check(settings, loaded)
+    assert not check.ok
+    emit_check(check, "runner")
+    refused = [
         r.netmap_fields
         for r in caplog.records
-        if getattr(r, "netmap_event", "") == "ConfigWarning"
+        if getattr(r, "netmap_event", "") == "ConfigError"
         and "elasticsearch.bulk_max_concurrency = 4" in r.netmap_fields["problem"]
     ]
-    assert [w["process"] for w in warned] == ["runner"]
+    assert [w["process"] for w in refused] == ["runner"]
 
 
-def test_bulk_concurrency_within_the_total_or_unchecked_is_quiet():
+def test_the_deployment_total_is_required_with_elasticsearch():
+    """STO-4: with Elasticsearch configured the total must be declared."""
+    (problem,) = bulk_check(bulk_max_concurrency=2)
+    assert problem.key == "elasticsearch.bulk_max_concurrency_total"
+    assert "required with elasticsearch.url" in problem.message
+    assert "5 processes x 2 = 10" in problem.message
+    assert not full_check(*bulk_settings(bulk_max_concurrency=2)).ok
+
+
+def test_the_web_server_and_the_runner_refuse_a_budget_they_cannot_honour(tmp_path, database_url):
+    """Start-up itself (not only `netmap config check`) refuses: web and runner."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMAP_")}
+    env.update(
+        NETMAP_DATA_DIR=str(tmp_path),
+        NETMAP_DATABASE_URL=database_url,
+        NETMAP_SECRET_KEY="x" * 48,
+        NETMAP_ELASTICSEARCH_URL="http://127.0.0.1:1",
+        NETMAP_ELASTICSEARCH_BULK_MAX_CONCURRENCY="4",
+        NETMAP_ELASTICSEARCH_BULK_MAX_CONCURRENCY_TOTAL="3",
+    )
+    runner = subprocess.run(
+        [sys.executable, "-m", "app", "runner", "--processes", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert runner.returncode == 2, runner.stderr
+    assert "elasticsearch.bulk_max_concurrency" in runner.stderr
+    web = subprocess.run(
+        [sys.executable, "-c", "from app import create_app; create_app()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert web.returncode != 0
+    assert "ConfigError" in web.stderr and "bulk_max_concurrency" in web.stderr
+
+
+def test_bulk_concurrency_within_the_total_or_without_elasticsearch_is_quiet():
     assert bulk_check(bulk_max_concurrency=2, bulk_max_concurrency_total=10) == []  # 10 = 10
-    assert bulk_check(bulk_max_concurrency=8) == []  # no total declared
     settings, loaded = load_settings(
         env={},
         overrides={"elasticsearch": {"bulk_max_concurrency": 8, "bulk_max_concurrency_total": 1}},
     )
-    keys = {p.key for p in full_check(settings, loaded).warnings}
+    check = full_check(settings, loaded)
+    keys = {p.key for p in check.warnings + check.errors}
     assert "elasticsearch.bulk_max_concurrency" not in keys  # no Elasticsearch configured
+    assert "elasticsearch.bulk_max_concurrency_total" not in keys
 
 
 def test_declared_deployment_processes_are_what_counts():
@@ -233,3 +281,18 @@ def test_declared_deployment_processes_are_what_counts():
     assert "15 processes (elasticsearch.bulk_processes) x 2 = 30" in problem.message
     assert "even 1 per process is too many" in problem.message
     assert bulk_check(bulk_max_concurrency=2, bulk_max_concurrency_total=12, bulk_processes=6) == []
+
+
+def test_the_drain_timeout_must_exceed_the_ipc_timeout():
+    """MOD-2: start-up checks the drain settings against the IPC timeout."""
+    settings, loaded = load_settings(
+        env={},
+        overrides={"report_renderer": {"drain_timeout_seconds": 10, "ipc_timeout_seconds": 10}},
+    )
+    check = full_check(settings, loaded)
+    (problem,) = [p for p in check.errors if p.key == "report_renderer.drain_timeout_seconds"]
+    assert "above report_renderer.ipc_timeout_seconds (10)" in problem.message
+    assert not check.ok
+    settings, loaded = load_settings(env={})  # the defaults: 30 s against 10 s
+    keys = {p.key for p in full_check(settings, loaded).errors}
+    assert "report_renderer.drain_timeout_seconds" not in keys

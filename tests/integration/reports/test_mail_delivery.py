@@ -191,3 +191,75 @@ def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings,
         assert len(smtp.recorder.messages) == 1
     finally:
         smtp.close()
+
+
+def _send_one(settings, api):
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, recipients=["alice@example.com"])
+    user.post(f"/api/reports/definitions/{definition['id']}/run")
+    assert _run(settings, Renderer(settings)).result == "ready"
+    return _deliver_all(settings)
+
+
+def test_smtp_security_none_sends_to_a_plain_relay_and_starttls_names_the_setting(api, settings):
+    from app.config import smtp_security
+
+    smtp = LoopbackSmtp()  # a plain relay: no STARTTLS offered
+    try:
+        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
+        insisting = dataclasses.replace(
+            settings, smtp=dataclasses.replace(plain, security="starttls")
+        )
+        assert smtp_security(insisting.smtp) == "starttls"
+        assert _send_one(insisting, api) == {"alice@example.com": "failed"}
+        with transaction() as conn:
+            error = conn.execute(
+                sa.text("SELECT last_error FROM report_deliveries ORDER BY id DESC LIMIT 1")
+            ).scalar_one()
+        assert "does not offer STARTTLS" in error and '[smtp] security = "none"' in error
+        assert smtp.recorder.messages == []
+
+        relaxed = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        assert _send_one(relaxed, api) == {"alice@example.com": "sent"}
+        assert len(smtp.recorder.messages) == 1
+    finally:
+        smtp.close()
+
+
+def test_smtp_security_auto_follows_the_older_switches():
+    from app.config import SmtpSettings, smtp_security
+
+    assert smtp_security(SmtpSettings()) == "starttls"
+    assert smtp_security(SmtpSettings(starttls=False)) == "none"
+    assert smtp_security(SmtpSettings(ssl=True, starttls=False)) == "tls"
+    assert smtp_security(SmtpSettings(ssl=True, security="none")) == "none"
+
+
+def test_retry_resends_the_deliveries_of_a_report_whose_deliveries_all_failed(api, settings):
+    smtp = LoopbackSmtp()
+    try:
+        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
+        failing = dataclasses.replace(
+            settings, smtp=dataclasses.replace(plain, security="starttls")
+        )
+        assert _send_one(failing, api) == {"alice@example.com": "failed"}
+        with transaction() as conn:
+            report_id = conn.execute(sa.text("SELECT max(id) FROM reports")).scalar_one()
+        admin = api.admin()
+        assert admin.get(f"/api/reports/{report_id}").get_json()["report"]["status"] == "ready"
+
+        retried = admin.post(f"/api/reports/{report_id}/retry")
+        assert retried.status_code == 202, retried.get_json()
+        deliveries = retried.get_json()["report"]["deliveries"]
+        assert [(d["recipient"], d["status"]) for d in deliveries] == [
+            ("alice@example.com", "queued")
+        ]
+        working = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        assert _deliver_all(working) == {"alice@example.com": "sent"}
+        assert len(smtp.recorder.messages) == 1
+        # Nothing failed any more: a second retry has nothing to do.
+        again = admin.post(f"/api/reports/{report_id}/retry")
+        assert again.status_code == 409
+        assert again.get_json()["error"]["code"] == "report_not_failed"
+    finally:
+        smtp.close()

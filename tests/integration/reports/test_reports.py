@@ -79,10 +79,17 @@ def _run(settings, renderer, **kwargs):
         work,
         renderer=renderer,
         object_store=open_object_store(settings),
+        search_store=_search_store(settings),
         delete_concurrency=3,
         wait_seconds=0,
         **kwargs,
     )
+
+
+def _search_store(settings):
+    from app.search import open_store
+
+    return open_store(settings)
 
 
 def _count(sql: str, **params) -> int:
@@ -108,6 +115,11 @@ def test_definition_validation_names_the_field_and_writes_nothing(api):
         ({**base, "template": "nope"}, 400, "template"),
         ({**base, "period": "hourly"}, 400, "period"),
         ({**base, "timezone": "Mars/Base"}, 400, "timezone"),
+        # Files of the zone database that are not zones: refused (only real IANA names).
+        ({**base, "timezone": "localtime"}, 400, "timezone"),
+        ({**base, "timezone": "Factory"}, 400, "timezone"),
+        ({**base, "timezone": "posixrules"}, 400, "timezone"),
+        ({**base, "timezone": "../zoneinfo/UTC"}, 400, "timezone"),
         ({**base, "scope": "all"}, 400, "task_id"),
     ]
     for body, status, field in cases:
@@ -345,6 +357,7 @@ def test_incomplete_data_waits_without_spending_an_attempt(api, settings, wait):
         work,
         renderer=Renderer(settings),
         object_store=open_object_store(settings),
+        search_store=_search_store(settings),
         delete_concurrency=3,
         wait_seconds=wait,
     )
@@ -609,7 +622,67 @@ def test_capture_reads_an_execution_without_stored_aggregates_inside_its_snapsho
     definition = _definition(user, task)
     user.post(f"/api/reports/definitions/{definition['id']}/run")
     work = records.claim_next_job(lease_seconds=60)
-    snapshot = capture(work, wait_seconds=0)  # prepare_aggregates was skipped on purpose
+    # prepare_aggregates was skipped on purpose
+    snapshot = capture(work, store=_search_store(settings), wait_seconds=0)
     assert snapshot.statistics["new_endpoints"] == 8
     assert {r["name"] for r in snapshot.statistics["top_services"]} == {"ssh", "https"}
     assert _count("SELECT count(*) FROM report_execution_aggregates") == 0
+
+
+def _reopen_the_scope(task_id: int, status: str) -> None:
+    """Another execution of the report's task, as a re-run of it would add."""
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO scan_executions (task_id, kind, status, targets, ports, transports, "
+                "finished_at) SELECT task_id, kind, :status, targets, ports, transports, "
+                "CASE WHEN :status = 'succeeded' THEN now() END FROM scan_executions "
+                "WHERE task_id = :t ORDER BY id LIMIT 1"
+            ),
+            {"t": task_id, "status": status},
+        )
+
+
+@pytest.mark.parametrize("status", ["queued", "succeeded"])
+def test_a_report_whose_input_became_incomplete_is_neither_archived_nor_delivered(
+    api, settings, status
+):
+    """REP-3: the commit re-checks input completeness. An execution of
+    the scope queued again, or a newer one that replaced the captured numbers,
+    between capture and commit: nothing is archived, no delivery is created, the
+    images are deleted and the job goes back to capture without spending an attempt."""
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    seen: list[str] = []
+
+    def input_changes():
+        seen.extend(str(p) for p in (settings.data_dir / "objects").rglob("*.png"))
+        _reopen_the_scope(task["id"], status)
+
+    if status == "queued":  # the queued case matters for a complete capture: project first
+        from app.projection.slices import ProjectionWorker
+        from app.search import open_store
+        from tests.support.projection import drain
+
+        drain(ProjectionWorker(settings, open_store(settings)))
+        assert _count("SELECT count(*) FROM scan_projection_outbox WHERE processed_at IS NULL") == 0
+    outcome = _run(settings, Renderer(settings), before_commit=input_changes)
+    assert outcome.result == "waiting", outcome
+    assert outcome.error == "input incomplete at commit"
+    assert len(seen) == 2 and not list((settings.data_dir / "objects").rglob("*.png"))
+    with transaction() as conn:
+        report = records.get_report_row(conn, report_id)
+        job = conn.execute(
+            sa.text("SELECT status, attempts, error_kind FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+    assert report.status == "queued" and report.html is None and report.statistics is None
+    assert (job.status, job.attempts, job.error_kind) == ("retry_wait", 0, "waiting")
+    assert _count("SELECT count(*) FROM report_deliveries") == 0
+    if status == "succeeded":  # once due again, capture reads the new input and commits
+        _make_due(report_id)
+        assert _run(settings, Renderer(settings)).result == "ready"
+        assert _count("SELECT count(*) FROM report_deliveries") == 2

@@ -80,6 +80,26 @@ def test_anonymous_visitors_are_sent_to_sign_in_and_back(api):
     assert _sign_in_next(api, "https://evil.example/console/") == "/console/"
 
 
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/console/\r\nSet-Cookie: a=b",
+        "/console/tasks\n",
+        "/console/\x00",
+        "/console/\tx",
+        "/console/a b",
+        "/console/\x7f",
+        "/console/\u2028",
+    ],
+)
+def test_a_next_target_with_control_characters_is_dropped(api, target):
+    client = api.app.test_client()
+    page = client.get("/console/sign-in", query_string={"next": target})
+    assert page.status_code in (200, 400)  # NUL bytes in a query are refused app-wide
+    assert target not in page.text
+    assert _sign_in_next(api, target) == "/console/"
+
+
 def _sign_in_next(api, target: str) -> str:
     created = api.create_user()
     client = api.app.test_client()

@@ -1,13 +1,20 @@
-"""The SQL the execution-keyed work queues share: claim, retry with backoff, complete, backlog.
+"""The lease SQL the queues share: claim, renew, retry with backoff, complete, backlog.
 
-``scan_projection_outbox`` (app/projection/outbox.py) and ``scan_analysis_queue``
-(app/analysis/queue.py) are both one row per execution, claimed under a lease
-(docs/architecture.md, rule: leases): the claim sets a fresh ``claim_token`` and
-``lease_expires_at``; every later write repeats ``OWNED`` and zero rows means the
-worker lost the row. Each owning package keeps its table, its own choice of the next
-row and its own extra steps (checkpoints, phases); this module only builds the
-statements whose shape is the same for both. Table and column names come from the
-owning module's constants, never from input.
+Every leased row carries ``claim_token`` and ``lease_expires_at`` (docs/architecture.md,
+rule: leases): a claim sets a fresh token and lease; every later write repeats the
+ownership predicate and zero rows means the worker lost the row.
+
+- ``LeasedRows(table, key_column, condition)``: any leased table (exports, report jobs,
+  periodic jobs …): ``renew(key, token, lease_seconds)`` extends an owned, unexpired
+  lease; False means ownership lost.
+- ``LeaseQueue(table, enqueued_column)``: the execution-keyed work queues
+  (``scan_projection_outbox``, ``scan_analysis_queue``): the claim, retry-with-backoff
+  and complete statements and the backlog.
+
+Each owning package keeps its table, its own choice of the next row and its own extra
+steps (checkpoints, phases, statuses); this module only builds the statements whose
+shape is the same for all. Table and column names come from the owning module's
+constants, never from input.
 """
 
 from __future__ import annotations
@@ -31,6 +38,39 @@ OWNED = "execution_id = :execution_id AND claim_token = :token AND lease_expires
 
 def owned(execution_id: int, token: uuid.UUID) -> dict[str, object]:
     return {"execution_id": execution_id, "token": token}
+
+
+@dataclass(frozen=True)
+class LeasedRows:
+    """A table whose rows are claimed with ``claim_token`` + ``lease_expires_at``.
+
+    ``condition`` is an extra SQL predicate an owned row must also meet (e.g.
+    ``status = 'building'``); constant text of the owner, never input.
+    """
+
+    table: str
+    key_column: str
+    condition: str = ""
+
+    def renew_statement(self) -> sa.TextClause:
+        extra = f" AND {self.condition}" if self.condition else ""
+        return sa.text(
+            f"""
+            UPDATE {self.table}
+               SET lease_expires_at = now() + make_interval(secs => :lease)
+             WHERE {self.key_column} = :key AND claim_token = :token
+               AND lease_expires_at > now(){extra}
+            RETURNING 1
+            """  # noqa: S608 - table, key and condition are the owner's constants
+        )
+
+    def renew(self, key: object, token: uuid.UUID, lease_seconds: float) -> bool:
+        """Extend the lease of the owned row; False: ownership lost (or the lease ran out)."""
+        with transaction() as conn:
+            row = conn.execute(
+                self.renew_statement(), {"key": key, "token": token, "lease": lease_seconds}
+            ).scalar()
+        return bool(row)
 
 
 @dataclass(frozen=True)

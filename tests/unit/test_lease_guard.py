@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.config import ConfigError, load_settings
-from app.projection.lease import LeaseGuard, LeaseLost
+from app.leases import LeaseGuard, LeaseLost
 from app.projection.slices import describe_error
 
 

@@ -8,12 +8,22 @@ stopping at the first.
 
 Special-use addresses (SCN-7) follow ``[scan] special_use_targets``: the
 classes listed there may be targeted, the others are refused — for task
-targets and for the addresses a DNS task turns into its follow-up task alike.
-By default loopback and private ranges (labs, internal networks) are allowed
-and link-local (where cloud metadata services live, 169.254.169.254),
-multicast, broadcast and unspecified addresses are refused. A network is
-refused when it overlaps a refused range; an IPv4-mapped IPv6 address is
-judged by its IPv4 address.
+targets, for the addresses a DNS task turns into its follow-up task and, on
+the scan host, for what the agent is asked to scan, alike. By default only
+private ranges (labs, internal networks) are allowed; loopback (the netmap
+host itself), cloud metadata endpoints, link-local (169.254.0.0/16, fe80::/10),
+multicast, broadcast and unspecified addresses are refused. The metadata class
+is checked first, so a metadata address is refused by that name even where
+link-local or private ranges are allowed. A network is refused when it
+overlaps a refused range; an IPv4-mapped IPv6 address is judged by its IPv4
+address. The test configuration allows loopback (the suite scans 127.0.0.0/8
+with real nmap), as does ``make up`` for local trials (docs/security.md).
+
+This module is shared with the scanner agent (``app.agent.targets``), which
+applies the same rules to what a server hands it; it must stay importable
+without the server stack (no Flask, SQLAlchemy, psycopg2, Elasticsearch).
+Control characters and whitespace inside a target are refused (a newline in a
+target file is one more target for nmap).
 """
 
 from __future__ import annotations
@@ -28,26 +38,16 @@ import idna
 
 from app.config import ScanSettings
 from app.errors import ValidationError
+from app.special_use import SPECIAL_USE_CLASSES, SPECIAL_USE_RANGES  # noqa: F401 - re-exported
 
 TRANSPORTS = ("tcp", "udp")
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _PORT_ITEM = re.compile(r"^\s*(\d{1,5})\s*(?:-\s*(\d{1,5})\s*)?$")
+_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-# Each class with the ranges that make it up (IANA special-purpose registries).
-SPECIAL_USE_RANGES: dict[str, tuple[IPNetwork, ...]] = {
-    name: tuple(ipaddress.ip_network(n) for n in networks)
-    for name, networks in {
-        "loopback": ("127.0.0.0/8", "::1/128"),
-        "private": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
-        "link_local": ("169.254.0.0/16", "fe80::/10"),
-        "multicast": ("224.0.0.0/4", "ff00::/8"),
-        "broadcast": ("255.255.255.255/32",),
-        "unspecified": ("0.0.0.0/8", "::/128"),
-    }.items()
-}
-SPECIAL_USE_CLASSES = tuple(SPECIAL_USE_RANGES)
+# The special-use classes and their ranges live in app/special_use.py (settings check them).
 
 
 def _mapped_v4(network: IPNetwork) -> IPNetwork:
@@ -202,6 +202,16 @@ def parse_targets(raw: Any, limits: ScanSettings) -> tuple[ParsedTargets, list[P
             problems.append(Problem("targets", index, item, "must be a non-empty string"))
             continue
         text = item.strip()
+        if _CONTROL_OR_SPACE.search(text):
+            problems.append(
+                Problem(
+                    "targets",
+                    index,
+                    text[:64],
+                    "control characters or whitespace inside a target",
+                )
+            )
+            continue
         if len(text) > 300:
             problems.append(
                 Problem("targets", index, text[:64] + "…", "longer than 300 characters")

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from app.analysis import queue
-from app.lease_queue import (
+from app.leases import (
     MAX_ERROR_CHARS,
     claim_parameters,
     owned,

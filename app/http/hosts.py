@@ -1,0 +1,179 @@
+"""One host's page (``GET /api/hosts/<ip>``): its ports, names, certificates, the
+tasks that covered it and its change timeline (issue 37).
+
+``host_view(user, ip)`` gathers it for the API and the console (``app.web.host_pages``):
+the caller's current assets on the address (every status, at most ``MAX_PORTS``) from
+the search store, then, in one short transaction, the caller's executions whose
+targets hold the address and the address's latest changes from the analysis. The
+store is read with no database connection held.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Blueprint, jsonify
+
+from app.db import transaction
+from app.errors import ValidationError
+from app.http import context
+from app.http.guards import current_user, require_user
+from app.search.ids import normalise_ip
+from app.search.port import AssetQuery
+
+blueprint = Blueprint("hosts", __name__, url_prefix="/api")
+
+MAX_PORTS = 1000
+MAX_EXECUTIONS = 50
+MAX_CHANGES = 100
+
+
+def host_address(raw: str) -> str:
+    """The path's address, normalised like stored ones; anything else is a 400."""
+    if "%" in raw:
+        raise ValidationError(
+            "the address must not carry an IPv6 zone identifier",
+            code="invalid_parameter",
+            details={"parameter": "ip"},
+        )
+    try:
+        return normalise_ip(str(ipaddress.ip_address(raw)))
+    except ValueError:
+        raise ValidationError(
+            f"{raw[:64]!r} is not an IPv4 or IPv6 address",
+            code="invalid_parameter",
+            details={"parameter": "ip"},
+        ) from None
+
+
+def _port_item(doc) -> dict[str, Any]:
+    item = doc.public()
+    details = doc.details if isinstance(doc.details, dict) else {}
+    http = details.get("http") if isinstance(details.get("http"), dict) else None
+    tls = details.get("tls") if isinstance(details.get("tls"), dict) else None
+    item["http"] = http
+    item["certificate_sha256"] = tls.get("sha256") if tls else None
+    return item
+
+
+_EXECUTIONS = sa.text(
+    """
+    SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,
+           e.finished_at, e.profile
+      FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
+     WHERE t.owner_id = :owner_id AND e.kind = 'ports'
+       AND EXISTS (
+           SELECT 1 FROM jsonb_array_elements_text(e.targets) target
+            WHERE target ~ '^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$'
+              AND CASE WHEN target ~ ':' THEN family(CAST(:ip AS inet)) = 6
+                       ELSE family(CAST(:ip AS inet)) = 4 END
+              AND CAST(:ip AS inet) <<= CAST(target AS inet))
+     ORDER BY e.id DESC
+     LIMIT :limit
+    """
+)
+_CHANGES = sa.text(
+    """
+    SELECT c.id, c.kind, c.port, c.transport, c.execution_id, c.task_id, c.finished_at,
+           c.old_service, c.new_service, c.old_product, c.new_product,
+           c.old_cert_sha256, c.new_cert_sha256
+      FROM analysis_changes c
+     WHERE c.owner_id = :owner_id AND c.ip = CAST(:ip AS inet)
+     ORDER BY c.id DESC
+     LIMIT :limit
+    """
+)
+
+
+def host_view(user, raw_ip: str) -> dict[str, Any]:
+    ip = host_address(raw_ip)
+    store = context.store()
+    docs, cursor = [], None
+    while len(docs) < MAX_PORTS:
+        page = store.search_assets(
+            AssetQuery(
+                scope="user",
+                owner_id=user.id,
+                ip=ip,
+                status="all",
+                sort="port",
+                order="asc",
+                limit=min(500, MAX_PORTS - len(docs)),
+                cursor=cursor,
+            )
+        )
+        docs.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    names: dict[str, set[str]] = {}
+    certificates: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        if doc.hostname:
+            names.setdefault(doc.hostname.lower(), set()).add("scan")
+        details = doc.details if isinstance(doc.details, dict) else {}
+        tls = details.get("tls")
+        if isinstance(tls, dict):
+            for san in tls.get("sans") or ():
+                if isinstance(san, str):
+                    names.setdefault(san.lower(), set()).add("certificate")
+            key = str(tls.get("sha256") or f"{doc.port}/{doc.transport}")
+            entry = certificates.setdefault(key, {**tls, "ports": []})
+            entry["ports"].append(doc.port)
+    with transaction() as conn:
+        executions = conn.execute(
+            _EXECUTIONS, {"owner_id": user.id, "ip": ip, "limit": MAX_EXECUTIONS}
+        ).all()
+        changes = conn.execute(
+            _CHANGES, {"owner_id": user.id, "ip": ip, "limit": MAX_CHANGES}
+        ).all()
+    return {
+        "ip": ip,
+        "ports": [_port_item(doc) for doc in docs],
+        "open_ports": sum(1 for doc in docs if doc.status == "open"),
+        "truncated": cursor is not None,
+        "hostnames": [
+            {"name": name, "sources": sorted(sources)} for name, sources in sorted(names.items())
+        ],
+        "certificates": list(certificates.values()),
+        "executions": [
+            {
+                "execution_id": row.execution_id,
+                "task_id": row.task_id,
+                "task_name": row.task_name,
+                "status": row.status,
+                "profile": row.profile,
+                "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+            }
+            for row in executions
+        ],
+        "changes": [
+            {
+                "kind": row.kind,
+                "port": row.port,
+                "transport": row.transport,
+                "execution_id": row.execution_id,
+                "task_id": row.task_id,
+                "at": row.finished_at.isoformat(),
+                "old": {
+                    "service": row.old_service,
+                    "product": row.old_product,
+                    "cert_sha256": row.old_cert_sha256,
+                },
+                "new": {
+                    "service": row.new_service,
+                    "product": row.new_product,
+                    "cert_sha256": row.new_cert_sha256,
+                },
+            }
+            for row in changes
+        ],
+    }
+
+
+@blueprint.get("/hosts/<path:ip>")
+@require_user
+def host(ip: str):
+    return jsonify(host_view(current_user(), ip))

@@ -1,0 +1,170 @@
+"""Schemas and helpers shared by every area's entries (the error envelope, pages, ids)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }
+    },
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": ERROR,
+    "User": {
+        "type": "object",
+        "required": ["id", "username", "is_admin"],
+        "properties": {
+            "id": {"type": "integer"},
+            "username": {"type": "string"},
+            "is_admin": {"type": "boolean"},
+        },
+    },
+    "Session": {
+        "type": "object",
+        "required": ["user", "csrf_token"],
+        "properties": {
+            "user": {"$ref": "#/components/schemas/User"},
+            "csrf_token": {
+                "type": "string",
+                "description": "Send it back as the X-CSRF-Token header on every change.",
+            },
+        },
+    },
+    "Task": {
+        "type": "object",
+        "required": ["id", "name", "status"],
+        "properties": {
+            "id": {"type": "integer"},
+            "name": {"type": "string"},
+            "status": {"type": "string"},
+            "execution_count": {"type": "integer"},
+        },
+    },
+    "TaskRequest": {
+        "type": "object",
+        "required": ["name", "targets", "ports"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "targets": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string"},
+                "description": "Addresses, CIDR ranges or domain names.",
+                "example": ["192.0.2.10", "198.51.100.0/28", "www.example.com"],
+            },
+            "ports": {"type": "string", "example": "22,80,443,8000-8100"},
+            "transports": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["tcp", "udp"]},
+                "default": ["tcp"],
+            },
+        },
+    },
+    "Export": {
+        "type": "object",
+        "required": ["id", "status", "download_url"],
+        "properties": {
+            "id": {"type": "integer"},
+            "status": {"type": "string"},
+            "download_url": {"type": ["string", "null"]},
+        },
+    },
+    "Report": {
+        "type": "object",
+        "required": ["id", "status", "deliveries"],
+        "properties": {
+            "id": {"type": "integer"},
+            "status": {"type": "string"},
+            "subject": {"type": ["string", "null"]},
+            "statistics": {"type": ["object", "null"]},
+            "deliveries": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "ReportDefinition": {
+        "type": "object",
+        "required": ["id", "name", "period", "recipients"],
+        "properties": {
+            "id": {"type": "integer"},
+            "name": {"type": "string"},
+            "task_id": {"type": ["integer", "null"]},
+            "scope": {"type": "string", "enum": ["task", "all"]},
+            "period": {"type": "string"},
+            "recipients": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+}
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An object with these required (and optional) properties; others may follow."""
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": {**required, **(optional or {})},
+    }
+
+
+def page(item: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A keyset page: ``items`` and ``next_cursor`` (null on the last page)."""
+    return obj(
+        {
+            "items": {"type": "array", "items": item or {"type": "object"}},
+            "next_cursor": {"type": ["string", "null"]},
+        },
+        extra,
+    )
+
+
+def json_response(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def errors(*statuses: str) -> dict[str, Any]:
+    """The error envelope under each status (``4XX`` covers every client error)."""
+    return {status: json_response("error", ref("Error")) for status in statuses}
+
+
+def body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def path_id(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+
+
+def query(name: str, schema: dict[str, Any] | None = None, description: str = "") -> dict:
+    entry = {"name": name, "in": "query", "required": False, "schema": schema or {"type": "string"}}
+    if description:
+        entry["description"] = description
+    return entry
+
+
+LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})
+CURSOR = query("cursor", description="next_cursor of the previous page")
+
+# Who may call: the session cookie plus, on changes, the CSRF header; or a bearer token.
+USER = [{"session": []}]
+SCANNER = [{"scanner": []}]
+PUBLIC: list[dict[str, list]] = []

@@ -1,0 +1,72 @@
+"""The scanner protocol: claim, lease, fail and upload (docs/scanner-protocol.md has the
+bodies in full; a scanner authenticates with its bearer token)."""
+
+from __future__ import annotations
+
+from app.http.openapi.components import SCANNER, body, json_response, obj, path_id
+
+OPERATIONS = {
+    ("post", "/api/scanner/claim"): {
+        "summary": "Claim the next queued execution (204 when there is none)",
+        "tags": ["scanner"],
+        "security": SCANNER,
+        "requestBody": body(
+            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}}), required=False
+        ),
+        "responses": {
+            "200": json_response(
+                "an execution under lease", obj({"execution": {"type": "object"}})
+            ),
+            "204": {"description": "nothing to do"},
+        },
+    },
+    ("post", "/api/scanner/executions/{execution_id}/lease"): {
+        "summary": "Renew the lease of a claimed execution",
+        "tags": ["scanner"],
+        "security": SCANNER,
+        "parameters": [path_id("execution_id")],
+        "requestBody": body(obj({"claim_token": {"type": "string"}})),
+        "responses": {
+            "200": json_response("renewed", obj({"lease_expires_at": {"type": "string"}}))
+        },
+    },
+    ("post", "/api/scanner/executions/{execution_id}/fail"): {
+        "summary": "Report a claimed execution failed",
+        "tags": ["scanner"],
+        "security": SCANNER,
+        "parameters": [path_id("execution_id")],
+        "requestBody": body(
+            obj({"claim_token": {"type": "string"}}, {"reason": {"type": "string"}})
+        ),
+        "responses": {"200": json_response("recorded", obj({"success": {"const": True}}))},
+    },
+    ("post", "/api/scanner/executions/{execution_id}/uploads"): {
+        "summary": "Upload one batch of observations (the last one with is_final: true)",
+        "tags": ["scanner"],
+        "security": SCANNER,
+        "parameters": [path_id("execution_id")],
+        "requestBody": body(
+            obj(
+                {
+                    "protocol_version": {"const": 1},
+                    "claim_token": {"type": "string"},
+                    "upload_id": {"type": "string"},
+                    "batch_index": {"type": "integer", "minimum": 0},
+                    "is_final": {"type": "boolean"},
+                    "checksum": {"type": "string"},
+                    "observations": {"type": "array", "items": {"type": "object"}},
+                },
+                {
+                    "stream": {"type": "string", "enum": ["main", "dns"]},
+                    "dns_records": {"type": "array", "items": {"type": "object"}},
+                },
+            )
+        ),
+        "responses": {
+            "200": json_response(
+                "saved (0 when the batch was already confirmed)",
+                obj({"success": {"const": True}, "saved": {"type": "integer"}}),
+            )
+        },
+    },
+}

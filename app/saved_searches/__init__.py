@@ -1,0 +1,1 @@
+"""Saved searches (``saved_searches`` table): named search-language queries, one owner each."""

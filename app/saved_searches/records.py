@@ -1,0 +1,138 @@
+"""The ``saved_searches`` table: create, list, read, rename/re-query and delete, owner-scoped.
+
+A saved search is a name and a query of the search language
+(docs/search-language.md), checked when it is saved so that a stored query always
+parses. Every statement is short and names the owner, so one user never sees or
+changes another's searches (an admin included: saved searches are personal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, ValidationError
+from app.search.query_language import MAX_QUERY_CHARS, parse_query
+
+MAX_NAME = 100
+_COLUMNS = "id, owner_id, name, query, created_at, updated_at"
+
+
+def search_dict(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "query": row.query,
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+    }
+
+
+def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
+    """``name`` and ``query`` of a request body; a query that does not parse is a 400
+    naming its column (``invalid_query``)."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object", details={"field": "body"})
+    unknown = sorted(set(body) - {"name", "query"})
+    if unknown:
+        raise ValidationError(
+            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
+        )
+    values: dict[str, str] = {}
+    name = body.get("name")
+    if name is not None or not partial:
+        if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME:
+            raise ValidationError(
+                f"name must be 1 to {MAX_NAME} characters",
+                code="invalid_name",
+                details={"field": "name"},
+            )
+        if any(ch < " " for ch in name):
+            raise ValidationError(
+                "name must not hold control characters",
+                code="invalid_name",
+                details={"field": "name"},
+            )
+        values["name"] = name.strip()
+    query = body.get("query")
+    if query is not None or not partial:
+        if not isinstance(query, str) or len(query) > MAX_QUERY_CHARS:
+            raise ValidationError(
+                f"query must be a search-language string of at most {MAX_QUERY_CHARS} characters",
+                code="invalid_query",
+                details={"field": "query"},
+            )
+        parse_query(query)
+        values["query"] = query
+    return values
+
+
+def _duplicate(name: str) -> Conflict:
+    return Conflict(
+        f"you already have a saved search named {name!r}",
+        code="duplicate_name",
+        details={"field": "name"},
+    )
+
+
+def create(conn: Connection, owner_id: int, values: dict[str, str]) -> Any:
+    try:
+        with conn.begin_nested():
+            return conn.execute(
+                sa.text(
+                    "INSERT INTO saved_searches (owner_id, name, query) "  # noqa: S608 - fixed column list
+                    f"VALUES (:owner_id, :name, :query) RETURNING {_COLUMNS}"
+                ),
+                {"owner_id": owner_id, **values},
+            ).one()
+    except IntegrityError:
+        raise _duplicate(values["name"]) from None
+
+
+def list_for(conn: Connection, owner_id: int, *, limit: int, after_id: int | None) -> list[Any]:
+    return list(
+        conn.execute(
+            sa.text(
+                f"SELECT {_COLUMNS} FROM saved_searches WHERE owner_id = :owner_id "  # noqa: S608 - fixed column list
+                "AND (CAST(:after AS bigint) IS NULL OR id > :after) ORDER BY id LIMIT :limit"
+            ),
+            {"owner_id": owner_id, "after": after_id, "limit": limit},
+        )
+    )
+
+
+def get(conn: Connection, owner_id: int, search_id: int) -> Any | None:
+    return conn.execute(
+        sa.text(f"SELECT {_COLUMNS} FROM saved_searches WHERE id = :id AND owner_id = :owner_id"),  # noqa: S608 - fixed column list
+        {"id": search_id, "owner_id": owner_id},
+    ).one_or_none()
+
+
+def update(conn: Connection, owner_id: int, search_id: int, values: dict[str, str]) -> Any | None:
+    if not values:
+        return get(conn, owner_id, search_id)
+    sets = ", ".join(f"{name} = :{name}" for name in sorted(values))  # names from validate()
+    try:
+        with conn.begin_nested():
+            return conn.execute(
+                sa.text(
+                    f"UPDATE saved_searches SET {sets}, updated_at = now() "  # noqa: S608 - column names come from validate(); values are bound
+                    f"WHERE id = :id AND owner_id = :owner_id RETURNING {_COLUMNS}"
+                ),
+                {"id": search_id, "owner_id": owner_id, **values},
+            ).one_or_none()
+    except IntegrityError:
+        raise _duplicate(values.get("name", "")) from None
+
+
+def delete(conn: Connection, owner_id: int, search_id: int) -> bool:
+    return (
+        conn.execute(
+            sa.text("DELETE FROM saved_searches WHERE id = :id AND owner_id = :owner_id"),
+            {"id": search_id, "owner_id": owner_id},
+        ).rowcount
+        == 1
+    )

@@ -1,0 +1,127 @@
+"""The search language (``app.search.query_language``) as a PostgreSQL condition.
+
+``condition(node)`` spells a parsed tree over an asset view aliased ``t``. Only
+constant fragments of this module reach the SQL text; every value is a bound
+parameter named ``qN``. A negation is ``(…) IS NOT TRUE``, so a row whose field is
+missing (NULL) is one that does not match, as ``must_not`` treats a missing field in
+Elasticsearch; the contract suite (tests/integration/search/test_search_language_contract.py)
+runs the same queries on both stores.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from app.search.endpoint_facts import FACT_FIELDS, FACT_SQL, MAX_TEXT
+from app.search.postgres_schema import ASSET_TEXTS_TABLE, TEXT_ID_EXPRESSION
+from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
+from app.search.query_language import And, Clause, Node, Not, Or, Text
+
+_COMPARISONS = {"=": "=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
+_KEYWORD_COLUMNS = {
+    "service": "t.service",
+    "product": "t.product",
+    "version": "t.version",
+    "hostname": "t.hostname",
+}
+_TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
+
+
+class _Spell:
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+        self._names = itertools.count()
+
+    def bind(self, value: Any) -> str:
+        name = f"q{next(self._names)}"
+        self.params[name] = value
+        return f":{name}"
+
+    def node(self, node: Node) -> str:
+        if isinstance(node, And):
+            return "(" + " AND ".join(self.node(n) for n in node.nodes) + ")"
+        if isinstance(node, Or):
+            return "(" + " OR ".join(self.node(n) for n in node.nodes) + ")"
+        if isinstance(node, Not):
+            return f"(({self.node(node.node)}) IS NOT TRUE)"
+        if isinstance(node, Text):
+            # The row's text key among the matching distinct texts (migration 0170), as the
+            # ``q`` filter has always been read.
+            return (
+                f"({TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; the value is bound
+                f"WHERE x.text ILIKE {self.bind(like_pattern(node.text))}))"
+            )
+        return self.clause(node)
+
+    def clause(self, c: Clause) -> str:
+        field, op = c.field, _COMPARISONS[c.op]
+        if field == "ip":
+            ip = self.bind(c.value)
+            order = self.bind(ip_order_text(c.value))
+            return f"(t.ip = CAST({ip} AS inet) AND t.ip_order = CAST({order} AS inet))"
+        if field == "net":
+            first, last = ip_order_range(c.value)
+            return (
+                f"(network_subeq(t.ip, CAST({self.bind(c.value)} AS inet)) AND t.ip_order "
+                f"BETWEEN CAST({self.bind(first)} AS inet) AND CAST({self.bind(last)} AS inet))"
+            )
+        if field == "port":
+            return f"(t.port {op} {self.bind(c.value)})"
+        if field in ("transport", "state", "status"):
+            return f"(t.{field} = {self.bind(c.value)})"
+        if field in _KEYWORD_COLUMNS:
+            return f"(lower({_KEYWORD_COLUMNS[field]}) = lower({self.bind(c.value)}))"
+        if field == "banner":
+            return f"(t.banner ILIKE {self.bind(like_pattern(c.value))})"
+        if field == "tag":
+            return f"({self.bind(c.value)} = ANY(t.tags))"
+        if field in _TIME_COLUMNS:
+            column = _TIME_COLUMNS[field]
+            if c.until is not None:
+                return f"({column} >= {self.bind(c.value)} AND {column} < {self.bind(c.until)})"
+            return f"({column} {op} {self.bind(c.value)})"
+        if field in FACT_FIELDS:
+            return self.fact(c)
+        raise ValueError(f"no SQL for field {field!r}")
+
+    def fact(self, c: Clause) -> str:
+        kind = FACT_FIELDS[c.field][2]
+        expression = FACT_SQL[c.field]
+        op = _COMPARISONS[c.op]
+        if kind == "text":
+            return f"({expression} ILIKE {self.bind(like_pattern(c.value))})"
+        if kind == "keyword":
+            return f"({expression} = lower({self.bind(c.value)}))"
+        if kind == "fingerprint":
+            return f"({expression} = {self.bind(c.value)})"
+        if kind == "list":
+            return (
+                f"(EXISTS (SELECT 1 FROM jsonb_array_elements({expression}) e "  # noqa: S608 - module constants; the value is bound
+                "WHERE jsonb_typeof(e) = 'string' "
+                f"AND length(e #>> '{{}}') <= {MAX_TEXT} "
+                f"AND lower(e #>> '{{}}') = lower({self.bind(c.value)})))"
+            )
+        if kind == "time":
+            if c.until is not None:
+                low, high = self.bind(time_text(c.value)), self.bind(time_text(c.until))
+                return f"({expression} >= {low} AND {expression} < {high})"
+            return f"({expression} {op} {self.bind(time_text(c.value))})"
+        if kind in ("boolean", "count"):
+            return f"({expression} {op} {self.bind(c.value)})"
+        raise ValueError(kind)
+
+
+def time_text(moment: Any) -> str:
+    """A bound in the fixed-width UTC text stored certificate times compare as."""
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
+
+
+def condition(node: Node) -> tuple[str, dict[str, Any]]:
+    """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…)."""
+    spell = _Spell()
+    sql = spell.node(node)
+    return sql, spell.params

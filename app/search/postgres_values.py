@@ -1,0 +1,46 @@
+"""Value spellings the PostgreSQL search statements share: ``LIKE`` patterns and the
+``ip_order`` forms of addresses and blocks (``postgres_queries``, ``postgres_language``)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from app.cursors import bad_cursor
+
+
+def like_pattern(text: str) -> str:
+    cleaned = "".join(ch for ch in text if ch >= " ")
+    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def ip_order_range(cidr: str) -> tuple[str, str]:
+    """The ``ip_order`` bounds of every address ``ip <<= cidr`` accepts.
+
+    The asset search asks for ``ip <<= cidr`` and also for ``ip_order`` between these
+    bounds, so a CIDR search is a range of the ordering index (``owner_id`` first in
+    the user view), or of the second column of a sort index, instead of needing an
+    index on ``ip`` that every projection write would maintain (migration 0160). The
+    bounds are the ones PostgreSQL itself derives for ``<<=`` on a B-tree (the
+    network, then its last address as a host); an IPv4 block becomes the same block
+    of IPv4-mapped IPv6, as ``ip_order`` spells IPv4. The range may hold
+    more (an IPv6 ``::ffff:a.b.c.d`` beside IPv4 ``a.b.c.d``); ``ip <<= cidr`` stays the
+    condition that decides, so the answer is exactly the one of ``ip <<= cidr`` alone.
+    """
+    network = ipaddress.ip_network(cidr, strict=False)
+    last = ip_order_text(network.broadcast_address)
+    if network.version == 4:
+        return f"{ip_order_text(network.network_address)}/{96 + network.prefixlen}", last
+    return str(network), last
+
+
+def ip_order_text(value: Any) -> str:
+    """A cursor's address in ``ip_order`` form; anything else is ``bad_cursor``."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise bad_cursor() from None
+    if address.version == 4:
+        return f"::ffff:{address}"
+    return str(address)

@@ -1,0 +1,37 @@
+"""One host's page: ``GET /api/hosts/<ip>`` and the console's page (issue 37)."""
+
+from __future__ import annotations
+
+from tests.integration.test_search_language_api import _seed
+
+
+def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
+    user = _seed(api)
+    body = user.get("/api/hosts/192.0.2.2").get_json()
+    assert body["ip"] == "192.0.2.2" and body["open_ports"] == 1
+    (port,) = body["ports"]
+    assert (port["port"], port["service"], port["status"]) == (443, "https", "open")
+    assert port["http"]["title"] == "Shop login" and port["certificate_sha256"] == "ab" * 32
+    assert port["last_execution_id"] == body["executions"][0]["execution_id"]
+    (certificate,) = body["certificates"]
+    assert certificate["issuer"] == "CN=R3,O=Let's Encrypt,C=US" and certificate["ports"] == [443]
+    # The task that covered the address (192.0.2.0/28), with its profile.
+    assert [e["profile"] for e in body["executions"]] == ["standard"]
+    assert body["changes"] == []  # the analysis has not run in this test
+
+    page = user.get("/console/hosts/192.0.2.2")
+    assert page.status_code == 200
+    html = page.data.decode()
+    assert "Shop login" in html and "Let&#39;s Encrypt" in html and 'id="host-ports"' in html
+    # Tables showing addresses link to the host page.
+    assert 'href="/console/hosts/192.0.2.2"' in user.get("/console/assets").data.decode()
+
+    # Nothing seen on an address: an empty page, not an error; another user sees nothing.
+    empty = user.get("/api/hosts/2001:db8::5").get_json()
+    assert empty["ports"] == [] and empty["ip"] == "2001:db8::5"
+    other = api.user().get("/api/hosts/192.0.2.2").get_json()
+    assert other["ports"] == [] and other["executions"] == []
+    for bad in ("nope", "192.0.2.999", "fe80::1%25eth0", "192.0.2.0/24"):
+        response = user.get(f"/api/hosts/{bad}")
+        assert response.status_code == 400, bad
+        assert response.get_json()["error"]["details"]["parameter"] == "ip"
