@@ -245,6 +245,10 @@ CONSOLE_ROUTES: list[Route] = [
 
 ROUTES: list[Route] = [
     Route("GET", "/healthz", lambda w: "/healthz", None, PUBLIC),
+    # The site root sends everyone to the console (which then asks for a sign-in).
+    _html("GET", "/", lambda w: "/", dict.fromkeys(CALLERS, 302)),
+    Route("GET", "/api/openapi.json", lambda w: "/api/openapi.json", None, PUBLIC),
+    _html("GET", "/console/api", lambda w: "/console/api", _page(200)),
     Route("GET", "/readyz", lambda w: "/readyz", None, PUBLIC),
     # Operators only: the metrics token (none configured here) or an admin session.
     Route("GET", "/metrics", lambda w: "/metrics", None, _admin_route(200)),
