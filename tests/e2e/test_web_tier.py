@@ -5,6 +5,7 @@ Everything listens on 127.0.0.1 with free ports; every loop is bounded.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import stat
@@ -13,6 +14,9 @@ import time
 import pytest
 import requests
 
+from app.gunicorn_worker import LARGE_BODY_BYTES
+from tests.support.scanner_protocol import make_task, observation, upload_body
+from tests.support.sql import scalar
 from tests.support.web_server import GunicornServer, short_directory
 
 pytestmark = pytest.mark.e2e
@@ -193,8 +197,6 @@ def _post(size: int) -> bytes:
 def test_a_large_request_ends_its_connection_and_a_small_one_keeps_it(database_url, short_dir):
     # A scanner's batch must not pin the scanner's connection to one worker (see
     # app.gunicorn_worker): its response closes the connection; small requests keep it.
-    from app.gunicorn_worker import LARGE_BODY_BYTES
-
     server = GunicornServer(database_url, short_dir / "var", short_dir / "gunicorn.log")
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
@@ -219,37 +221,70 @@ def _slow_body(port: int, length: int = 100_000) -> socket.socket:
     return sock
 
 
-def test_gunicorn_stays_responsive_with_32_slow_bodies(database_url, short_dir):
+def test_gunicorn_stays_responsive_with_32_slow_bodies(database_url, short_dir, api):
     """Complete heads, bodies trickling: the bodies are buffered by the event loop, so
-    no thread waits for them; /healthz and a request with a body are answered."""
+    no thread waits for them; /healthz is answered and a scanner claims its execution
+    and uploads its results meanwhile."""
+    user, scanner = api.user(), api.scanner()
+    task = make_task(user, targets=("127.0.0.0/24",), ports="22,443")
+    # A batch above LARGE_BODY_BYTES, as a scanner sends it: read by the event loop too.
+    batch = [
+        observation(f"127.0.0.{host}", port, service={"name": "ssh", "product": "OpenSSH"})
+        for host in range(1, 201)
+        for port in (22, 443)
+    ]
     server = GunicornServer(
         database_url,
         short_dir / "var",
         short_dir / "gunicorn.log",
         NETMAP_SERVER_BODY_TIMEOUT_SECONDS="60",
     )
+    agent = requests.Session()
+    agent.headers["Authorization"] = f"Bearer {scanner.token}"
     slow: list[socket.socket] = []
     try:
         slow = [_slow_body(server.port) for _ in range(32)]
-        for _round in range(4):  # a few body bytes every two seconds
+
+        def trickle() -> None:  # a few body bytes every two seconds, then a health check
             time.sleep(2)
             for sock in slow:
                 sock.sendall(b" " * 10)
             assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
-            # A request with a 200 KB body of its own is read and answered meanwhile.
-            answered = requests.post(
-                server.url + "/api/scanner/claim",
-                data=b'{"kinds": ["ports"]}' + b" " * 200_000,
-                headers={"Content-Type": "application/json"},
-                timeout=10,
-            )
-            assert answered.status_code == 401  # no scanner token: answered, not stuck
-        # A slow client that finishes its body is served.
+
+        trickle()
+        claimed = agent.post(server.url + "/api/scanner/claim", timeout=30)
+        assert claimed.status_code == 200, claimed.text
+        execution = claimed.json()["execution"]
+        assert execution["task_id"] == task["id"]
+        uploads = f"{server.url}/api/scanner/executions/{execution['id']}/uploads"
+
+        trickle()
+        body = upload_body(execution["claim_token"], 0, batch)
+        assert len(json.dumps(body)) > LARGE_BODY_BYTES
+        first = agent.post(uploads, json=body, timeout=30)
+        assert first.status_code == 200, first.text
+        assert first.json() == {"success": True, "saved": len(batch)}
+
+        trickle()
+        last = [observation("127.0.0.201", 22)]
+        final = agent.post(
+            uploads, json=upload_body(execution["claim_token"], 1, last, is_final=True), timeout=30
+        )
+        assert final.status_code == 200, final.text
+        assert final.json() == {"success": True, "saved": 1}
+        assert (
+            scalar("SELECT status FROM scan_executions WHERE id = :id", id=execution["id"])
+            == "succeeded"
+        )
+
+        trickle()
+        # A slow client that finishes its body is served: it was still waiting all along.
         sock = slow[0]
         sock.sendall(b" " * (100_000 - 40))
         sock.settimeout(10)
         assert sock.recv(64).startswith(b"HTTP/1.1 401")
     finally:
+        agent.close()
         for sock in slow:
             sock.close()
         server.stop()
