@@ -165,6 +165,9 @@ def create_app(
     from app.analysis.metrics import register_analysis_metrics
 
     register_analysis_metrics()
+    from app.alerts.metrics import register_alert_metrics
+
+    register_alert_metrics()
     if modules != "off":
         from app.modules.service import ReportRenderService
 

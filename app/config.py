@@ -348,6 +348,31 @@ class AnalysisSettings:
 
 
 @dataclass(frozen=True)
+class AlertSettings:
+    """Change alerts (docs/alerts.md): delivery retries, caps and outbound safety."""
+
+    retry_hours: float = spec(
+        24.0, min=0.01, max=720, doc="a delivery is retried this long, then marked dead"
+    )
+    max_messages_per_run: int = spec(
+        50, min=1, max=100000, doc="`each` messages per change set, rule and channel; rest digested"
+    )
+    digest_changes: int = spec(20, min=1, max=1000, doc="changes listed in a digest message")
+    allow_private_targets: bool = spec(
+        False, doc="let webhook/Apprise targets be loopback, link-local or private addresses"
+    )
+    timeout_seconds: float = spec(10.0, min=0.5, max=120)
+    max_response_bytes: int = spec(65536, min=1024, max=10485760)
+    lease_seconds: int = spec(60, min=5, max=3600)
+    retry_base_seconds: float = spec(5.0, min=0.01, max=3600)
+    max_backoff_seconds: int = spec(3600, min=1, max=86400)
+    secret_overlap_hours: float = spec(
+        24.0, min=0, max=720, doc="a rotated webhook secret still signs for this long"
+    )
+    public_url: str = spec("", doc="base URL of the console used in links of messages")
+
+
+@dataclass(frozen=True)
 class SecuritySettings:
     secret_key: str = spec("", secret=True, doc="signs session cookies; generated under data_dir")
     encryption_key: str = spec("", secret=True, doc="Fernet key; derived from secret_key if empty")
@@ -521,6 +546,7 @@ SECTIONS: dict[str, type] = {
     "ops": OpsSettings,
     "agent": AgentSettings,
     "analysis": AnalysisSettings,
+    "alerts": AlertSettings,
 }
 
 
@@ -542,6 +568,7 @@ class Settings:
     ops: OpsSettings = field(default_factory=OpsSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     config_path: str | None = None
 
     @property

@@ -27,9 +27,14 @@ class AnalysisJob:
 
     def worker(self) -> AnalysisWorker:
         if self._worker is None:
+            from app.alerts.evaluate import change_set_hook
             from app.search import open_store
 
-            self._worker = AnalysisWorker(self.settings, open_store(self.settings))
+            self._worker = AnalysisWorker(
+                self.settings,
+                open_store(self.settings),
+                on_change_set=change_set_hook(self.settings.alerts),
+            )
         return self._worker
 
     def claim(self, ctx: JobContext) -> AnalysisClaim | None:

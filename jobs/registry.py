@@ -32,9 +32,10 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
-    from jobs import analysis
+    from jobs import alert_delivery, analysis
 
     kinds.extend(analysis.jobs(settings))
+    kinds.append(alert_delivery.job(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

@@ -44,28 +44,58 @@ from sqlalchemy.engine import Connection
 from app.analysis import queue
 from app.analysis.queue import AnalysisClaim
 from app.db import transaction
+from app.search.documents import FIELD_RULES
 from app.search.port import SearchStore
 
 CHANGE_KINDS = ("new", "changed", "gone", "reappeared")
 
 STAGED_SIGHTINGS_SQL = """
-    SELECT ip, port, transport, state, service, product, version, banner_hash, cert_sha256
+    SELECT ip, port, transport, state, service, product, version, banner_hash, hostname,
+           cert_sha256
       FROM analysis_sightings
      WHERE execution_id = :execution_id
 """
 
-_VALUES = ("state", "service", "product", "version", "banner_hash", "cert_sha256")
-# Values a sighting may lack because its run did not probe them (a ``quick`` profile reads
-# no certificate): a missing one keeps the recorded value, so it is never a change; a
-# different one is (a new certificate fingerprint, issue 37).
-_STICKY = frozenset({"cert_sha256"})
+# The values the analysis compares, each with its rule (``app.search.documents.FIELD_RULES``,
+# docs/changes.md): ``always`` values are reported by every scan, so any difference is a
+# change; a ``when_probed`` value missing from a sighting was not probed by that scan, so
+# it is no change and the last observed value stays. ``changed`` therefore means: a value
+# observed both times that differs. The banner is compared by its hash.
+ANALYSIS_FIELDS: dict[str, str] = {
+    "state": FIELD_RULES["state"],
+    "service": FIELD_RULES["service"],
+    "product": FIELD_RULES["product"],
+    "version": FIELD_RULES["version"],
+    "banner_hash": FIELD_RULES["banner"],
+    "hostname": FIELD_RULES["hostname"],
+    "cert_sha256": FIELD_RULES["cert_sha256"],
+}
+_VALUES = tuple(ANALYSIS_FIELDS)
 
 
-def _sighted(v: str, sighting: str, recorded: str) -> str:
-    """A sighting's value as compared and recorded (sticky values fall back)."""
-    if v in _STICKY:
-        return f"coalesce({sighting}.{v}, {recorded}.{v})"
-    return f"{sighting}.{v}"
+# An execution's change set as other domains may read it (the alerts' rule evaluation
+# runs it inside the analysis's transaction): one row per change, old and new values.
+_CHANGE_VALUES = ", ".join(f"old_{v}, new_{v}" for v in ANALYSIS_FIELDS)
+CHANGE_SET_SQL = (
+    "SELECT id, owner_id, execution_id, task_id, finished_at, kind, ip, port, transport, "  # noqa: S608 - constants
+    f"{_CHANGE_VALUES} FROM analysis_changes WHERE execution_id = :execution_id"
+)
+
+
+def differs(new: str, old: str) -> str:
+    """SQL: the sighting ``new`` differs from the recorded ``old`` by the field rules."""
+    tests = []
+    for name, rule in ANALYSIS_FIELDS.items():
+        test = f"{new}.{name} IS DISTINCT FROM {old}.{name}"
+        tests.append(test if rule == "always" else f"({new}.{name} IS NOT NULL AND {test})")
+    return "(" + " OR ".join(tests) + ")"
+
+
+def _kept(new: str, old: str, name: str) -> str:
+    """SQL: the value recorded after a sighting: an unprobed value keeps the old one."""
+    if ANALYSIS_FIELDS[name] == "always":
+        return new
+    return f"coalesce({new}, {old})"
 
 
 def _analysis_sql(sightings_sql: str) -> str:
@@ -79,16 +109,12 @@ def _analysis_sql(sightings_sql: str) -> str:
     )
     nulls = ", ".join("NULL" for _ in _VALUES)
     gone_values = ", ".join(f"g.{v}" for v in _VALUES)
-    s_values = ", ".join(f"{_sighted(v, 's', 'a')} AS {v}" for v in _VALUES)
-    s_compared = ", ".join(_sighted(v, "s", "a") for v in _VALUES)
-    a_compared = ", ".join(f"a.{v}" for v in _VALUES)
-    j_values = ", ".join(f"{_sighted(v, 'c', 'o')} AS {v}" for v in _VALUES)
-    j_compared = ", ".join(_sighted(v, "c", "o") for v in _VALUES)
-    o_compared = ", ".join(f"o.{v}" for v in _VALUES)
+    s_values = ", ".join(f"s.{v}" for v in _VALUES)
     a_old = ", ".join(f"a.{v} AS old_{v}" for v in _VALUES)
-    picked_old = ", ".join(
-        f"CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END AS old_{v}" for v in _VALUES
-    )
+    picked = {v: f"(CASE WHEN c.a_ip IS NOT NULL THEN c.old_{v} ELSE o.{v} END)" for v in _VALUES}
+    picked_old = ", ".join(f"{picked[v]} AS old_{v}" for v in _VALUES)
+    # What the endpoint's values become: the sighting's, an unprobed one kept from before.
+    c_values = ", ".join(f"{_kept(f'c.{v}', picked[v], v)} AS {v}" for v in _VALUES)
     # One hash FULL JOIN of the sightings with the owner's endpoints inside the scope
     # finds, in one pass, what is absent and what differs; only those rows leave it (an
     # unchanged rescan is compared and dropped inside the join). Sightings outside the
@@ -118,10 +144,10 @@ def _analysis_sql(sightings_sql: str) -> str:
          WHERE (s.ip IS NULL AND a.status = 'open')
             OR (s.ip IS NOT NULL
                 AND (a.ip IS NULL OR a.status = 'gone'
-                     OR ({s_compared}) IS DISTINCT FROM ({a_compared})))
+                     OR {differs("s", "a")}))
     ),
     j AS MATERIALIZED (
-        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {j_values},
+        SELECT c.s_ip AS ip, c.s_port AS port, c.s_transport AS transport, {c_values},
                c.a_ip IS NULL AND o.owner_id IS NULL AS is_new,
                CASE WHEN c.a_ip IS NOT NULL THEN c.a_status ELSE o.status END AS old_status,
                {picked_old}
@@ -135,7 +161,7 @@ def _analysis_sql(sightings_sql: str) -> str:
           ) o ON true
          WHERE c.s_ip IS NOT NULL
            AND (c.a_ip IS NOT NULL OR o.owner_id IS NULL OR o.status = 'gone'
-                OR ({j_compared}) IS DISTINCT FROM ({o_compared}))
+                OR {differs("c", "o")})
     ),
     inserted AS (
         INSERT INTO analysis_assets (owner_id, ip, port, transport, {", ".join(_VALUES)},
@@ -288,6 +314,7 @@ def stage_sightings(
                     "product": d.product,
                     "version": d.version,
                     "banner": d.banner,
+                    "hostname": d.hostname,
                     "cert_sha256": certificate_fingerprint(d.details),
                 }
                 for d in docs
@@ -299,12 +326,13 @@ def stage_sightings(
                     """
                     INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
                                                     service, product, version, banner_hash,
-                                                    cert_sha256)
+                                                    hostname, cert_sha256)
                     SELECT :e, ip, port, transport, state, service, product, version, md5(banner),
-                           cert_sha256
+                           hostname, cert_sha256
                       FROM json_to_recordset(CAST(:rows AS json))
                         AS r(ip inet, port integer, transport text, state text, service text,
-                             product text, version text, banner text, cert_sha256 text)
+                             product text, version text, banner text, hostname text,
+                             cert_sha256 text)
                     ON CONFLICT DO NOTHING
                     """
                 ),
@@ -344,12 +372,22 @@ def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
     return bool(current)
 
 
-def analyse(claim: AnalysisClaim, *, sightings_sql: str | None) -> ChangeCounts:
+# Work that commits with a change set, inside its transaction: the entry points wire the
+# alerts' messages here (``app.alerts.evaluate.change_set_hook``), so the analysis does not
+# import the domains that read its change sets.
+ChangeSetHook = Callable[[Connection, AnalysisClaim], object]
+
+
+def analyse(
+    claim: AnalysisClaim, *, sightings_sql: str | None, on_change_set: ChangeSetHook | None = None
+) -> ChangeCounts:
     """Compute and commit the execution's change set and summary; moves the row to ``publish``.
 
     One transaction: ownership is proven (and the queue row locked) first, so a
     worker that lost its claim writes nothing, and a crash leaves nothing behind.
     ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy.
+    ``on_change_set`` (the alert messages, docs/alerts.md) runs in this same
+    transaction: no change set without its alerts, no alert without its change.
     """
     scope = execution_scope(claim)
     analysable = claim.status == "succeeded" and claim.kind == "ports"
@@ -401,6 +439,8 @@ def analyse(claim: AnalysisClaim, *, sightings_sql: str | None) -> ChangeCounts:
                 "superseded": counts.superseded,
             },
         )
+        if on_change_set is not None and any(counts.as_dict().values()):
+            on_change_set(conn, claim)
         queue.advance(conn, claim, phase="publish")
     return counts
 

@@ -14,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.analysis.changes import CHANGE_KINDS
+from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS
 from app.cursors import cursor_int, decode_cursor, encode_cursor
 
-_VALUES = ("state", "service", "product", "version", "banner_hash", "cert_sha256")
+_VALUES = tuple(ANALYSIS_FIELDS)
 _CHANGE_COLUMNS = (
     "c.id, c.execution_id, c.task_id, c.finished_at, c.kind, host(c.ip) AS ip, c.port, "
     "c.transport, " + ", ".join(f"c.old_{v}, c.new_{v}" for v in _VALUES)

@@ -36,9 +36,16 @@ class AnalysisOutcome:
 class AnalysisWorker:
     """Claims and analyses executions with one search store."""
 
-    def __init__(self, settings: Settings, store: SearchStore):
+    def __init__(
+        self,
+        settings: Settings,
+        store: SearchStore,
+        on_change_set: changes.ChangeSetHook | None = None,
+    ):
         self.settings = settings
         self.store = store
+        # What commits with each change set (the alert messages; wired by the caller).
+        self.on_change_set = on_change_set
 
     def claim(self) -> AnalysisClaim | None:
         return queue.claim_next(lease_seconds=self.settings.analysis.lease_seconds)
@@ -72,7 +79,9 @@ class AnalysisWorker:
                         )
                     check()
                     analysed = time.monotonic()
-                    counts = changes.analyse(claim, sightings_sql=sql)
+                    counts = changes.analyse(
+                        claim, sightings_sql=sql, on_change_set=self.on_change_set
+                    )
                     guard.renewed(analysed)
                     if sql is None:
                         changes.drop_staged(claim.execution_id)

@@ -162,6 +162,7 @@ def _peak_rss_mb() -> float:
 )
 def command(endpoints: int) -> None:
     """Time the change analysis of one N-endpoint execution against N current endpoints."""
+    from app.alerts.evaluate import change_set_hook
     from app.analysis.worker import AnalysisWorker
     from app.bench.scratch import scratch_database
     from app.search.postgres_store import PostgresStore
@@ -171,7 +172,9 @@ def command(endpoints: int) -> None:
         server_tuning={"shared_buffers": "256MB", "max_wal_size": "4GB"},
     ) as scratch:
         store = PostgresStore(scratch.settings)
-        worker = AnalysisWorker(scratch.settings, store)
+        worker = AnalysisWorker(
+            scratch.settings, store, on_change_set=change_set_hook(scratch.settings.alerts)
+        )
         with transaction() as conn:
             owner_id = conn.execute(
                 sa.text(

@@ -8,6 +8,7 @@ from flask import Flask
 def register_blueprints(app: Flask) -> None:
     from app.http import (
         admin,
+        alerts,
         api_reference,
         assets,
         auth,
@@ -44,6 +45,7 @@ def register_blueprints(app: Flask) -> None:
         system,
         imports,
         reports,
+        alerts,
         searches,
         hosts,
     ):

@@ -91,6 +91,10 @@ class EndpointDocument:
     status: str = "open"  # "open" | "gone"
     gone_since: datetime | None = None
     gone_execution_id: int | None = None
+    # When each probed field's value was last observed (``FIELD_RULES``), where that is not
+    # simply ``last_seen``: a merge that keeps a value from an older observation (the newer
+    # one did not probe the field) records the older time here. Empty for a fresh document.
+    observed: Mapping[str, datetime] = field(default_factory=dict)
 
     def newest_rank(self) -> tuple[datetime, int, str]:
         return (self.last_seen, self.last_execution_id, self.observation_key)
@@ -115,12 +119,53 @@ class EndpointDocument:
             "last_seen": self.last_seen.isoformat(),
             "first_execution_id": self.first_execution_id,
             "last_execution_id": self.last_execution_id,
+            "observed": {
+                name: seen.isoformat()
+                for name in PROBED_FIELDS
+                if (seen := field_seen(self, name)) is not None
+            },
         }
         if self.scope != "execution":
             item["status"] = self.status
             item["gone_since"] = self.gone_since.isoformat() if self.gone_since else None
             item["gone_execution_id"] = self.gone_execution_id
         return item
+
+
+# How each field of an observation merges into what is known of an endpoint, and what
+# counts as a change (docs/changes.md). ``always``: every scan reports it (the port state),
+# so the newest observation's value wins, even an empty one. ``when_probed``: only a scan
+# that ran the detection reports it (service/version detection, banner grabbing, reverse
+# DNS); an observation without it says nothing about it, so the last observed value is
+# kept, with the time it was observed, and a missing value is never a change. A new field
+# is one more row here, a column, and nothing else.
+FIELD_RULES: dict[str, str] = {
+    "state": "always",
+    "service": "when_probed",
+    "product": "when_probed",
+    "version": "when_probed",
+    "banner": "when_probed",
+    "hostname": "when_probed",
+    # The TLS certificate's fingerprint (``details.tls.sha256``): a run that read no
+    # certificate (a ``quick`` profile) keeps the recorded one and is not a change.
+    "cert_sha256": "when_probed",
+}
+# Rows read from an endpoint's details rather than kept as a document column: the
+# analysis applies their rule (its ``cert_sha256`` columns); in the document the details
+# are the newest observation's.
+DETAIL_FIELDS = frozenset({"cert_sha256"})
+PROBED_FIELDS = tuple(
+    name
+    for name, rule in FIELD_RULES.items()
+    if rule == "when_probed" and name not in DETAIL_FIELDS
+)
+
+
+def field_seen(doc: EndpointDocument, name: str) -> datetime | None:
+    """When ``doc``'s value of probed field ``name`` was observed (None: never)."""
+    if getattr(doc, name) is None:
+        return None
+    return doc.observed.get(name) or doc.last_seen
 
 
 NEWEST_FIELDS = ("state", "service", "product", "version", "banner", "hostname", "tags", "details")
@@ -200,8 +245,24 @@ def merge_endpoints(a: EndpointDocument, b: EndpointDocument) -> EndpointDocumen
         raise ValueError("only versions of the same document merge")
     newest = a if a.newest_rank() >= b.newest_rank() else b
     oldest = a if a.oldest_rank() <= b.oldest_rank() else b
+    # A probed field takes the value of the newest version that observed it (ties: the
+    # greater value, so the choice stays commutative); a version that did not probe it
+    # has no say. Each such field is a join of its own, so the merge stays one.
+    probed: dict[str, Any] = {}
+    observed: dict[str, datetime] = {}
+    for name in PROBED_FIELDS:
+        best: tuple[datetime, Any] | None = None
+        for version in (a, b):
+            seen = field_seen(version, name)
+            if seen is not None and (best is None or (seen, getattr(version, name)) > best):
+                best = (seen, getattr(version, name))
+        probed[name] = None if best is None else best[1]
+        if best is not None and best[0] != newest.last_seen:
+            observed[name] = best[0]  # as new as the document: implied, not stored
     return replace(
         newest,
+        **probed,
+        observed=observed,
         status=a.status,
         gone_since=a.gone_since,
         gone_execution_id=a.gone_execution_id,

@@ -16,7 +16,9 @@ of an endpoint (ING-18).
 
 ``MERGE_SCRIPT`` is the Painless form of ``app.search.documents.merge_endpoints``
 used by scripted upserts: the oldest (first_seen, first_execution_id) pair and
-the newest (last_seen, last_execution_id, observation_key) group win. Times are
+the newest (last_seen, last_execution_id, observation_key) group win, except the
+probed fields (``params.probed``, ``documents.PROBED_FIELDS``), each of which keeps
+the value of the version that observed it last (``observed`` holds those times). Times are
 fixed-width UTC text (``app.search.encoding.utc_text``), so comparing the
 strings compares the instants; an unchanged document is a ``noop``.
 """
@@ -46,6 +48,34 @@ if (s.isEmpty()) {
     s.first_execution_id = d.first_execution_id;
     changed = true;
   }
+  String lastSeen = ((String) d.last_seen).compareTo((String) s.last_seen) > 0
+      ? (String) d.last_seen : (String) s.last_seen;
+  Map dSeen = d.containsKey('observed') && d.observed != null ? d.observed : new HashMap();
+  Map sSeen = s.containsKey('observed') && s.observed != null ? s.observed : new HashMap();
+  Map values = new HashMap();
+  Map seen = new HashMap();
+  for (String name : params.probed) {
+    Object mine = s[name];
+    Object theirs = d[name];
+    String mineAt = mine == null ? null
+        : (sSeen.containsKey(name) ? (String) sSeen[name] : (String) s.last_seen);
+    String theirsAt = theirs == null ? null
+        : (dSeen.containsKey(name) ? (String) dSeen[name] : (String) d.last_seen);
+    boolean take = false;
+    if (theirsAt != null) {
+      if (mineAt == null) {
+        take = true;
+      } else {
+        int c = theirsAt.compareTo(mineAt);
+        take = c > 0 || (c == 0 && ((String) theirs).compareTo((String) mine) > 0);
+      }
+    }
+    values[name] = take ? theirs : mine;
+    String at = take ? theirsAt : mineAt;
+    if (at != null && !at.equals(lastSeen)) {
+      seen[name] = at;
+    }
+  }
   int newer = ((String) d.last_seen).compareTo((String) s.last_seen);
   if (newer == 0) {
     newer = Long.compare(((Number) d.last_execution_id).longValue(),
@@ -61,6 +91,21 @@ if (s.isEmpty()) {
         s[key] = entry.getValue();
       }
     }
+    changed = true;
+  }
+  for (String name : params.probed) {
+    if (s[name] != values[name]) {
+      s[name] = values[name];
+      changed = true;
+    }
+  }
+  if (seen.isEmpty()) {
+    if (s.containsKey('observed')) {
+      s.remove('observed');
+      changed = true;
+    }
+  } else if (!seen.equals(s.observed)) {
+    s.observed = seen;
     changed = true;
   }
   if (!changed) {
@@ -150,6 +195,8 @@ ENDPOINT_MAPPING: dict[str, Any] = {
         "hostname": _KEYWORD,
         "tags": {"type": "keyword"},
         "details": {"type": "object", "enabled": False},
+        # When each probed field's value was observed, where not ``last_seen`` (merge).
+        "observed": {"type": "object", "enabled": False},
         # Certificate and HTTP facts of ``details``, typed for search (endpoint_facts).
         "facts": {"properties": {}},
         # Current assets only, written by the change analysis (never by the merge script).
@@ -178,13 +225,18 @@ ENDPOINT_MAPPING["properties"]["facts"] = {
 # The ``facts`` fields added to endpoint indices created before them.
 FACTS_MAPPING: dict[str, Any] = {"properties": {"facts": ENDPOINT_MAPPING["properties"]["facts"]}}
 
-# The fields the change analysis adds to existing asset indices (ANA-4).
+# The fields the change analysis adds to existing asset indices (ANA-4), and the probed
+# fields' observation times (docs/changes.md) added to every endpoint index.
 STATUS_MAPPING: dict[str, Any] = {
     "properties": {
         "status": {"type": "keyword"},
         "gone_since": _TIME,
         "gone_execution_id": _ID,
+        "observed": {"type": "object", "enabled": False},
     }
+}
+OBSERVED_MAPPING: dict[str, Any] = {
+    "properties": {"observed": {"type": "object", "enabled": False}}
 }
 
 

@@ -61,7 +61,13 @@ from app.search.asset_sort import (
     decode_asset_cursor,
     encode_asset_cursor,
 )
-from app.search.documents import ENDPOINT_SCOPES, EndpointDocument, FactDocument, merge_all
+from app.search.documents import (
+    ENDPOINT_SCOPES,
+    PROBED_FIELDS,
+    EndpointDocument,
+    FactDocument,
+    merge_all,
+)
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_language import query as language_query
 from app.search.elasticsearch_removals import ElasticsearchRemovals
@@ -69,6 +75,7 @@ from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
     FACTS_MAPPING,
     MERGE_SCRIPT,
+    OBSERVED_MAPPING,
     STATUS_MAPPING,
     IndexNames,
     fact_endpoint,
@@ -185,6 +192,12 @@ class ElasticsearchStore:
         # Asset indices created before the change analysis lack its status fields.
         for index in self.names.assets.values():
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **STATUS_MAPPING))
+        # The execution endpoints index created before probed fields kept their times.
+        self._call(
+            lambda: self._client.indices.put_mapping(
+                index=self.names.execution_endpoints, **OBSERVED_MAPPING
+            )
+        )
         # Endpoint indices created before the search language lack its ``facts`` fields.
         for index in (self.names.execution_endpoints, *self.names.assets.values()):
             self._call(lambda i=index: self._client.indices.put_mapping(index=i, **FACTS_MAPPING))
@@ -302,7 +315,10 @@ class ElasticsearchStore:
             # search language's ``cert.*``, ``title`` and ``server``).
             source["facts"] = searchable_facts(doc.details)
             body = {
-                "script": {"id": self.names.merge_script, "params": {"doc": source}},
+                "script": {
+                    "id": self.names.merge_script,
+                    "params": {"doc": source, "probed": list(PROBED_FIELDS)},
+                },
                 "scripted_upsert": True,
                 "upsert": {},
             }

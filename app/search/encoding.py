@@ -102,6 +102,8 @@ def endpoint_source(doc: EndpointDocument) -> dict[str, Any]:
         "tags": list(doc.tags),
         "details": dict(doc.details),
     }
+    if doc.observed:
+        source["observed"] = {name: utc_text(seen) for name, seen in doc.observed.items()}
     return source
 
 
@@ -131,6 +133,7 @@ def endpoint_from_source(document_id: str, source: Mapping[str, Any]) -> Endpoin
         status=source.get("status") or "open",
         gone_since=parse_utc(source["gone_since"]) if source.get("gone_since") else None,
         gone_execution_id=source.get("gone_execution_id"),
+        observed={k: parse_utc(v) for k, v in (source.get("observed") or {}).items()},
     )
 
 

@@ -58,7 +58,7 @@ from app.search.postgres_writes import id_collision
 GLOBAL_TABLE = ASSET_TABLES["global"]
 USER_TABLE = ASSET_TABLES["user"]
 # Every column of an endpoint document but the two ids, which the page computes in SQL.
-_DOCUMENT_COLUMNS = ENDPOINT_COLUMNS[2:]
+_DOCUMENT_COLUMNS = (*ENDPOINT_COLUMNS[2:], "observed")
 MIN_PART = 100  # endpoints per part below which a page is not worth splitting
 _TEXT_COLUMNS = ("state", "service", "product", "version", "banner", "hostname", "observation_key")
 # Awkward addresses the SQL spelling must agree with Python on (checked once per store).

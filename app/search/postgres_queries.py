@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +31,7 @@ from app.search.asset_sort import (
     sort_key,
 )
 from app.search.documents import EndpointDocument
+from app.search.encoding import parse_utc
 from app.search.endpoint_facts import FACT_SQL
 from app.search.ids import normalise_ip
 from app.search.port import (
@@ -468,6 +470,7 @@ _OPTIONAL_COLUMNS = (
     "status",
     "gone_since",
     "gone_execution_id",
+    "observed",
 )
 
 
@@ -495,7 +498,7 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
     i_state, i_service, i_product, i_version, i_banner, i_hostname = (
         position[name] for name in ("state", "service", "product", "version", "banner", "hostname")
     )
-    i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution = (
+    i_owner, i_execution, i_task, i_status, i_gone_since, i_gone_execution, i_observed = (
         position.get(name, missing) for name in _OPTIONAL_COLUMNS
     )
     documents = []
@@ -527,6 +530,12 @@ def endpoints_from_rows(rows: list[Any], scope: str) -> list[EndpointDocument]:
                 v[i_status] or "open",
                 v[i_gone_since],
                 v[i_gone_execution],
+                _observed(v[i_observed]),
             )
         )
     return documents
+
+
+def _observed(value: dict[str, str] | None) -> dict[str, datetime]:
+    """The ``observed`` column (JSON times) as the document's map."""
+    return {name: parse_utc(seen) for name, seen in value.items()} if value else {}

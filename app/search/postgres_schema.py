@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.observability import emit
+from app.search.documents import PROBED_FIELDS
 from app.search.endpoint_facts import CERT_SHA256_SQL
 from app.search.port import StoreUnavailable
 
@@ -88,27 +89,61 @@ COLUMN_TYPES = {
     "hostname": "text",
     "tags": "text[]",
     "details": "jsonb",
+    "observed": "jsonb",
     "owner_id": "bigint",
     "execution_id": "bigint",
     "task_id": "bigint",
 }
 TABLE_COLUMNS = {
-    EXECUTION_TABLE: (*ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id"),
-    ASSET_TABLES["global"]: ENDPOINT_COLUMNS,
-    ASSET_TABLES["user"]: (*ENDPOINT_COLUMNS, "owner_id"),
+    EXECUTION_TABLE: (*ENDPOINT_COLUMNS, "owner_id", "execution_id", "task_id", "observed"),
+    ASSET_TABLES["global"]: (*ENDPOINT_COLUMNS, "observed"),
+    ASSET_TABLES["user"]: (*ENDPOINT_COLUMNS, "owner_id", "observed"),
 }
 NEWEST_GROUP = (
     "last_execution_id",
     "observation_key",
-    "state",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "hostname",
+    *(
+        c
+        for c in ("state", "service", "product", "version", "banner", "hostname")
+        if c not in PROBED_FIELDS
+    ),
     "tags",
     "details",
 )
+
+
+def _seen(alias: str, name: str) -> str:
+    """When ``alias``'s value of probed field ``name`` was observed (``documents.field_seen``)."""
+    return (
+        f"(CASE WHEN {alias}.{name} IS NOT NULL THEN "
+        f"coalesce(CAST({alias}.observed ->> '{name}' AS timestamptz), {alias}.last_seen) END)"
+    )
+
+
+def _probed_sets() -> list[str]:
+    """SET items of the probed fields and ``observed`` (``documents.merge_endpoints``).
+
+    A field takes the value of the version that observed it last (ties: the greater
+    value, compared as code points like Python); ``observed`` keeps the times that are
+    not the merged ``last_seen``. SET expressions read the row as it was before."""
+    sets = []
+    times = []
+    for name in PROBED_FIELDS:
+        mine, theirs = _seen("t", name), _seen("excluded", name)
+        take = (
+            f"({theirs} IS NOT NULL AND ({mine} IS NULL OR ({theirs}, excluded.{name} "
+            f'COLLATE "C") > ({mine}, t.{name} COLLATE "C")))'
+        )
+        sets.append(f"{name} = CASE WHEN {take} THEN excluded.{name} ELSE t.{name} END")
+        chosen = f"(CASE WHEN {take} THEN {theirs} ELSE {mine} END)"
+        times.append(
+            f"'{name}', CASE WHEN {chosen} <> GREATEST(t.last_seen, excluded.last_seen) "
+            f"THEN to_jsonb({chosen}) END"
+        )
+    sets.append(
+        f"observed = nullif(jsonb_strip_nulls(jsonb_build_object({', '.join(times)})), '{{}}')"
+    )
+    return sets
 
 
 def merge_on_conflict() -> str:
@@ -125,7 +160,8 @@ def merge_on_conflict() -> str:
         "> (t.last_seen, t.last_execution_id, t.observation_key)"
     )
     newest_sets = ",\n        ".join(
-        f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in NEWEST_GROUP
+        [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in NEWEST_GROUP]
+        + _probed_sets()
     )
     return f"""
         ON CONFLICT (key) DO UPDATE SET
@@ -320,7 +356,8 @@ def fact_statements() -> tuple[str, str, str, str]:
 SELECT_ENDPOINT = """
     replace(t.id::text, '-', '') AS id, host(t.ip) AS ip, t.port, t.transport,
     t.first_seen, t.first_execution_id, t.last_seen, t.last_execution_id, t.observation_key,
-    t.state, t.service, t.product, t.version, t.banner, t.hostname, t.tags, t.details
+    t.state, t.service, t.product, t.version, t.banner, t.hostname, t.tags, t.details,
+    t.observed
 """
 
 
@@ -330,7 +367,7 @@ SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
 # only as a hash, so a change of banner is detected without carrying the text along.
 EXECUTION_SIGHTINGS_SQL = f"""
     SELECT ip, port, transport, state, service, product, version,
-           md5(banner) AS banner_hash,
+           md5(banner) AS banner_hash, hostname,
            {CERT_SHA256_SQL.replace("t.details", "details")} AS cert_sha256
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id

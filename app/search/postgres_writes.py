@@ -496,8 +496,15 @@ def execution_copy_line(doc: EndpointDocument, key: int) -> str | None:
         f"{doc.first_execution_id}\t{utc_text(doc.last_seen)}\t{doc.last_execution_id}\t"
         f"{key_text}\t{state}\t{service}\t{product}\t{version}\t{banner}\t{hostname}\t"
         f"{tags}\t{details}\t{_NULL if doc.owner_id is None else doc.owner_id}\t"
-        f"{doc.execution_id}\t{doc.task_id}\n"
+        f"{doc.execution_id}\t{doc.task_id}\t{_observed_copy(doc)}\n"
     )
+
+
+def _observed_copy(doc: EndpointDocument) -> str:
+    """``observed`` as COPY text: null when empty (a fresh document's), else JSON."""
+    if not doc.observed:
+        return _NULL
+    return dumps({name: utc_text(seen) for name, seen in doc.observed.items()})
 
 
 def _encode(doc: EndpointDocument, key: int) -> str | None:

@@ -78,6 +78,7 @@ def http_error_page(error: HTTPException):
 
 from app.web import (  # noqa: E402,F401 - the views register themselves on the blueprint
     admin_pages,
+    alert_pages,
     api_pages,
     asset_pages,
     change_pages,

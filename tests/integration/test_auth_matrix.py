@@ -40,6 +40,10 @@ class World:
     export_id: int
     definition_id: int = 0
     report_id: int = 0
+    alert_channel_id: int = 0
+    alert_spare_channel_id: int = 0
+    alert_rule_id: int = 0
+    alert_delivery_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,19 @@ CONSOLE_ROUTES: list[Route] = [
     ),
     _html("GET", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(200)),
     _html("POST", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(400)),
+    _html("GET", "/console/alerts", lambda w: "/console/alerts", _page(200)),
+    _html(
+        "POST",
+        "/console/alerts/channels/<int:channel_id>/test",
+        lambda w: f"/console/alerts/channels/{w.alert_channel_id}/test",
+        {**_page(200, owned=True), ADMIN: 404},
+    ),
+    _html(
+        "POST",
+        "/console/alerts/deliveries/<delivery_id>/redeliver",
+        lambda w: f"/console/alerts/deliveries/{w.alert_delivery_id}/redeliver",
+        {**_page(303, owned=True), ADMIN: 404},
+    ),
 ]
 
 ROUTES: list[Route] = [
@@ -591,6 +608,107 @@ ROUTES: list[Route] = [
         lambda w: {"version": "1"},
         _admin_route(200),
     ),
+    # Alerts: rules, channels and deliveries are the owner's; an admin sees only their own
+    # (and global rules), so another owner's are 404 to an admin too.
+    Route(
+        "POST",
+        "/api/alerts/rules",
+        lambda w: "/api/alerts/rules",
+        lambda w: {"name": "m", "on": ["new"], "channels": [w.alert_channel_id]},
+        {**_user_route(201, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "GET",
+        "/api/alerts/rules",
+        lambda w: "/api/alerts/rules",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/alerts/rules/<int:rule_id>",
+        lambda w: f"/api/alerts/rules/{w.alert_rule_id}",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "PATCH",
+        "/api/alerts/rules/<int:rule_id>",
+        lambda w: f"/api/alerts/rules/{w.alert_rule_id}",
+        lambda w: {"name": "renamed"},
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "DELETE",
+        "/api/alerts/rules/<int:rule_id>",
+        lambda w: f"/api/alerts/rules/{w.alert_rule_id}",
+        None,
+        {**_user_route(204, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "POST",
+        "/api/alerts/channels",
+        lambda w: "/api/alerts/channels",
+        lambda w: {"kind": "email", "recipients": ["a@example.com"]},
+        _user_route(201, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/alerts/channels",
+        lambda w: "/api/alerts/channels",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/alerts/channels/<int:channel_id>",
+        lambda w: f"/api/alerts/channels/{w.alert_channel_id}",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "DELETE",
+        "/api/alerts/channels/<int:channel_id>",
+        lambda w: f"/api/alerts/channels/{w.alert_spare_channel_id}",
+        None,
+        {**_user_route(204, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "POST",
+        "/api/alerts/channels/<int:channel_id>/rotate-secret",
+        lambda w: f"/api/alerts/channels/{w.alert_channel_id}/rotate-secret",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    # The test send to a loopback name is refused by the address rule: a 200 with ok false.
+    Route(
+        "POST",
+        "/api/alerts/channels/<int:channel_id>/test",
+        lambda w: f"/api/alerts/channels/{w.alert_channel_id}/test",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "GET",
+        "/api/alerts/deliveries",
+        lambda w: "/api/alerts/deliveries",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "GET",
+        "/api/alerts/deliveries/<delivery_id>",
+        lambda w: f"/api/alerts/deliveries/{w.alert_delivery_id}",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
+    Route(
+        "POST",
+        "/api/alerts/deliveries/<delivery_id>/redeliver",
+        lambda w: f"/api/alerts/deliveries/{w.alert_delivery_id}/redeliver",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 404},
+    ),
 ]
 
 
@@ -648,6 +766,25 @@ def world(api) -> World:
             {"name": "matrix", "version": "1", "subject": "s", "html": "<p>h</p>", "enabled": True},
             user_id=None,
         )
+    hook = user.post(
+        "/api/alerts/channels", json={"kind": "webhook", "url": "http://localhost:9/hook"}
+    ).get_json()["channel"]
+    spare = user.post(
+        "/api/alerts/channels", json={"kind": "email", "recipients": ["a@example.com"]}
+    ).get_json()["channel"]
+    rule = user.post(
+        "/api/alerts/rules", json={"name": "matrix", "on": ["gone"], "channels": [hook["id"]]}
+    ).get_json()["rule"]
+    delivery_id = "msg_" + "0" * 32
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, message_kind, "
+                "event_type, payload, status) VALUES (:id, :r, :c, :o, 'each', "
+                "'netmap.change.gone', '{}', 'dead')"
+            ),
+            {"id": delivery_id, "r": rule["id"], "c": hook["id"], "o": user.id},
+        )
     return World(
         callers=callers,
         task_id=task_id,
@@ -657,6 +794,10 @@ def world(api) -> World:
         export_id=export.id,
         definition_id=definition.id,
         report_id=report["id"],
+        alert_channel_id=hook["id"],
+        alert_spare_channel_id=spare["id"],
+        alert_rule_id=rule["id"],
+        alert_delivery_id=delivery_id,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from app.alerts.evaluate import change_set_hook
 from app.analysis.worker import AnalysisOutcome, AnalysisWorker
 from app.config import Settings
 from app.db import transaction
@@ -142,7 +143,9 @@ class Scans:
         self.store.refresh_current()
 
     def analyse(self, worker: AnalysisWorker | None = None) -> list[AnalysisOutcome]:
-        worker = worker or AnalysisWorker(self.settings, self.store)
+        worker = worker or AnalysisWorker(
+            self.settings, self.store, on_change_set=change_set_hook(self.settings.alerts)
+        )
         outcomes = []
         for _ in range(10_000):
             claim = worker.claim()

@@ -51,6 +51,11 @@ class UserSession:
     ):
         return self.client.put(path, json=json, headers=self._headers(headers), **kwargs)
 
+    def patch(
+        self, path: str, json: Any = None, headers: dict[str, str] | None = None, **kwargs: Any
+    ):
+        return self.client.patch(path, json=json, headers=self._headers(headers), **kwargs)
+
     def delete(self, path: str, headers: dict[str, str] | None = None, **kwargs: Any):
         return self.client.delete(path, headers=self._headers(headers), **kwargs)
 

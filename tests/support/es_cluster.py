@@ -173,6 +173,7 @@ def merge_endpoint_script(document_id: str, existing: dict[str, Any], params: di
         endpoint_from_source(document_id, existing), endpoint_from_source(document_id, incoming)
     )
     result = {**existing, **incoming}
+    result.pop("observed", None)  # written only when not empty, as the script does
     result.update(endpoint_source(merged))
     return result
 

@@ -6,11 +6,20 @@ import copy
 import functools
 from typing import Any
 
-from app.http.openapi import auth_admin, exports, inventory, reports, scanner, system, tasks
+from app.http.openapi import (
+    alerts,
+    auth_admin,
+    exports,
+    inventory,
+    reports,
+    scanner,
+    system,
+    tasks,
+)
 from app.http.openapi.components import SCHEMAS, errors
 
 # One module per area; a new area's module is added here.
-AREAS = (auth_admin, tasks, scanner, reports, exports, system, inventory)
+AREAS = (auth_admin, tasks, scanner, reports, exports, system, inventory, alerts)
 
 # Every operation can answer with the error envelope: any client error, and 503 when the
 # database or the search store is unavailable (with Retry-After).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from app.alerts.evaluate import change_set_hook
 from app.analysis import queue
 from app.analysis.worker import AnalysisWorker
 from app.db import transaction
@@ -36,7 +37,7 @@ def _run_workers(settings) -> None:
     store = PostgresStore(settings)
     try:
         drain(ProjectionWorker(settings, store))
-        worker = AnalysisWorker(settings, store)
+        worker = AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts))
         while (work := worker.claim()) is not None:
             assert worker.run(work).result == "completed"
     finally:

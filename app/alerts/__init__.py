@@ -1,0 +1,14 @@
+"""Change alerts (docs/alerts.md): rules over change sets, channels, and the deliveries outbox.
+
+The package owns ``alert_rules``, ``alert_channels`` and ``alert_deliveries``.
+``evaluate`` turns a committed change set into messages inside the analysis's
+transaction; ``deliveries`` hands them to the runner under leases; ``senders``
+speaks webhook (Standard Webhooks), email and Apprise through ``outbound``'s
+address checks.
+"""
+
+import logging
+
+# Apprise's messages may contain a channel's URL, which is a secret (it holds tokens):
+# the library logs nothing, whichever module of the package loads it first.
+logging.getLogger("apprise").setLevel(logging.CRITICAL + 1)

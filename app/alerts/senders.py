@@ -1,0 +1,185 @@
+"""Sending one alert message through its channel; no database connection is held here.
+
+* webhook: the body is ``{"type", "timestamp", "data"}`` (Standard Webhooks' shape);
+  headers ``webhook-id`` (the delivery id, the same on every attempt),
+  ``webhook-timestamp`` (this attempt) and ``webhook-signature``: ``v1,<HMAC-SHA256>``
+  made by the ``standardwebhooks`` library with the channel's secret, plus a second
+  signature with the previous secret while a rotation's overlap lasts.
+* email: a plain-text message whose ``Message-ID`` is derived from the delivery id,
+  sent with the reports' SMTP client (``app.reports.delivery.send_smtp``) or, with no
+  SMTP host, written to the same ``.eml`` outbox directory.
+* apprise: the decrypted URL handed to the ``apprise`` library; its host is checked
+  against the address rule first (docs/alerts.md says how far that check reaches). The
+  library's own logger is silenced (``app/alerts/__init__.py``): it may print the URL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from typing import Any
+
+import orjson
+
+from app.alerts import outbound
+from app.alerts.channels import Channel
+from app.alerts.outbound import OutboundPolicy, PermanentDeliveryError, TemporaryDeliveryError
+from app.config import Settings
+from app.identity.secrets_at_rest import SecretBox
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str  # the delivery id: webhook-id, email Message-ID, the same on every attempt
+    event_type: str
+    created_at: datetime
+    payload: dict[str, Any]
+
+
+def policy(settings: Settings) -> OutboundPolicy:
+    config = settings.alerts
+    return OutboundPolicy(
+        allow_private=config.allow_private_targets,
+        timeout_seconds=config.timeout_seconds,
+        max_response_bytes=config.max_response_bytes,
+    )
+
+
+def webhook_body(message: Message) -> bytes:
+    """The same bytes on every attempt: the timestamp inside is the message's creation."""
+    return orjson.dumps(
+        {
+            "type": message.event_type,
+            "timestamp": message.created_at.astimezone(UTC).isoformat(),
+            "data": message.payload,
+        }
+    )
+
+
+def signing_secrets(settings: Settings, channel: Channel, now: datetime) -> list[str]:
+    box = SecretBox(settings.security)
+    found = [box.decrypt(channel.secret_encrypted)] if channel.secret_encrypted else []
+    if (
+        channel.previous_secret_encrypted
+        and channel.previous_secret_until is not None
+        and channel.previous_secret_until > now
+    ):
+        found.append(box.decrypt(channel.previous_secret_encrypted))
+    return found
+
+
+def send_webhook(settings: Settings, channel: Channel, message: Message) -> str:
+    from standardwebhooks.webhooks import Webhook
+
+    now = datetime.now(UTC)
+    body = webhook_body(message)
+    text = body.decode("utf-8")
+    signatures = [
+        Webhook(secret).sign(message.id, now, text)
+        for secret in signing_secrets(settings, channel, now)
+    ]
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "netmap-alerts",
+        "webhook-id": message.id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": " ".join(signatures),
+    }
+    answer = outbound.post(channel.url or "", body, headers, policy(settings))
+    return f"HTTP {answer.status}"
+
+
+def summary_text(message: Message) -> tuple[str, str]:
+    """(title, body) of a message for people: email and chat."""
+    data = message.payload
+    rule = (data.get("rule") or {}).get("name", "")
+    if message.event_type == "netmap.test":
+        return "netmap test message", "This is a test message from netmap."
+    if "change" in data:
+        change = data["change"]
+        title = f"netmap: {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"
+        lines = [f"Rule: {rule}", f"Change: {change['kind']}"]
+        for side in ("old", "new"):
+            if change.get(side):
+                values = ", ".join(f"{k}={v}" for k, v in change[side].items() if v is not None)
+                lines.append(f"{side}: {values}")
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
+    counts = data.get("counts", {})
+    title = "netmap: " + ", ".join(f"{counts[k]} {k}" for k in counts if counts[k]) + f" ({rule})"
+    lines = [f"Rule: {rule}", f"Changes: {data.get('total', 0)}"]
+    for change in data.get("changes", []):
+        lines.append(f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}")
+    if data.get("more"):
+        lines.append(f"  … and {data['more']} more")
+    if data.get("link"):
+        lines.append(data["link"])
+    return title, "\n".join(lines)
+
+
+def send_email(settings: Settings, channel: Channel, message: Message) -> str:
+    from app.reports.delivery import (
+        PermanentDeliveryError as MailRefused,
+    )
+    from app.reports.delivery import (
+        TemporaryDeliveryError as MailLater,
+    )
+    from app.reports.delivery import (
+        outbox_directory,
+        send_smtp,
+    )
+
+    title, text = summary_text(message)
+    mail = EmailMessage()
+    mail["Subject"] = title
+    mail["From"] = settings.smtp.from_address
+    mail["To"] = ", ".join(channel.recipients)
+    mail["Message-ID"] = f"<{message.id}@netmap.alerts>"
+    mail.set_content(text)
+    if not settings.smtp.host:
+        directory = outbox_directory(settings)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"alert-{message.id}.eml"
+        partial = final.with_suffix(".eml.partial")
+        partial.write_bytes(mail.as_bytes())
+        os.replace(partial, final)  # same name on a retry: the outbox holds one copy
+        return "written to the outbox"
+    try:
+        for recipient in channel.recipients:
+            send_smtp(settings, mail, recipient)
+    except MailRefused as exc:
+        raise PermanentDeliveryError(str(exc)) from exc
+    except MailLater as exc:
+        raise TemporaryDeliveryError(str(exc)) from exc
+    return "sent"
+
+
+def send_apprise(settings: Settings, channel: Channel, message: Message) -> str:
+    import apprise
+
+    url = SecretBox(settings.security).decrypt(channel.secret_encrypted or "")
+    plugin = apprise.Apprise.instantiate(url)
+    if plugin is None:
+        raise PermanentDeliveryError("the stored Apprise URL is no longer understood")
+    host = getattr(plugin, "host", None)
+    if isinstance(host, str) and host:
+        port = getattr(plugin, "port", None) or (443 if getattr(plugin, "secure", False) else 80)
+        outbound.check_host(host, int(port), policy(settings))
+    title, text = summary_text(message)
+    sender = apprise.Apprise()
+    sender.add(plugin)
+    if not sender.notify(body=text, title=title):
+        # Apprise does not say why here; its log (silenced: it may hold the URL) would.
+        raise TemporaryDeliveryError("Apprise could not deliver the message")
+    return "sent"
+
+
+SENDERS = {"webhook": send_webhook, "email": send_email, "apprise": send_apprise}
+
+
+def send(settings: Settings, channel: Channel, message: Message) -> str:
+    """Send one message; raises Temporary/PermanentDeliveryError; returns a short note."""
+    return SENDERS[channel.kind](settings, channel, message)

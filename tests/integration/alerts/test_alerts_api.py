@@ -1,0 +1,225 @@
+"""Alerts API and console: validation, scoping, secrets shown once, test sends, rotation,
+and the outbound address rule (docs/alerts.md)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import sqlalchemy as sa
+
+from app.alerts import outbound, senders
+from app.alerts.channels import Channel, create_channel
+from app.alerts.outbound import OutboundPolicy, PermanentDeliveryError
+from app.db import transaction
+from app.identity.users import User
+from tests.integration.web.test_console_pages import _csrf, _user_client
+from tests.support.webhook_receiver import WebhookReceiver
+
+
+def _hook(user, receiver: WebhookReceiver) -> dict:
+    created = user.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
+    assert created.status_code == 201, created.get_json()
+    channel = created.get_json()["channel"]
+    receiver.secrets.append(channel["secret"])
+    return channel
+
+
+def test_a_webhook_secret_is_shown_once_and_signs_the_test_message(api, receiver) -> None:
+    alice = api.user()
+    channel = _hook(alice, receiver)
+    assert channel["secret"].startswith("whsec_")
+    shown = alice.get(f"/api/alerts/channels/{channel['id']}").get_json()["channel"]
+    assert "secret" not in shown and shown["url"] == receiver.url
+    assert all("secret" not in c for c in alice.get("/api/alerts/channels").get_json()["items"])
+    with transaction() as conn:
+        stored = conn.execute(sa.text("SELECT secret_encrypted FROM alert_channels")).scalar()
+    assert channel["secret"] not in stored
+
+    tested = alice.post(f"/api/alerts/channels/{channel['id']}/test").get_json()
+    assert tested["ok"] is True, tested
+    (hook,) = receiver.hooks()
+    assert hook.verified and hook.json["type"] == "netmap.test"
+    assert hook.headers["webhook-id"] == tested["id"]
+    # Another user can neither see nor test it.
+    bob = api.user()
+    assert bob.get(f"/api/alerts/channels/{channel['id']}").status_code == 404
+    assert bob.post(f"/api/alerts/channels/{channel['id']}/test").status_code == 404
+
+
+def test_a_rotated_secret_overlaps_with_the_previous_one(api, receiver) -> None:
+    alice = api.user()
+    channel = _hook(alice, receiver)
+    old = channel["secret"]
+    rotated = alice.post(f"/api/alerts/channels/{channel['id']}/rotate-secret").get_json()
+    new = rotated["channel"]["secret"]
+    assert new != old and rotated["channel"]["previous_secret_until"]
+    receiver.secrets[:] = [new]
+    assert alice.post(f"/api/alerts/channels/{channel['id']}/test").get_json()["ok"]
+    receiver.secrets[:] = [old]  # a receiver not switched yet still verifies
+    assert alice.post(f"/api/alerts/channels/{channel['id']}/test").get_json()["ok"]
+    assert [h.verified for h in receiver.hooks()] == [True, True]
+    assert len(receiver.hooks()[0].headers["webhook-signature"].split(" ")) == 2
+
+
+def test_an_apprise_url_is_never_shown_or_logged(api, receiver, caplog) -> None:
+    alice = api.user()
+    url = receiver.apprise_url + "?token=s3cr3t-token"
+    created = alice.post("/api/alerts/channels", json={"kind": "apprise", "url": url})
+    assert created.status_code == 201
+    channel = created.get_json()["channel"]
+    assert "s3cr3t" not in created.get_data(as_text=True)
+    assert "s3cr3t" not in alice.get("/api/alerts/channels").get_data(as_text=True)
+    with caplog.at_level(logging.DEBUG):
+        tested = alice.post(f"/api/alerts/channels/{channel['id']}/test").get_json()
+    assert tested["ok"] is True, tested
+    assert "s3cr3t" not in caplog.text and "s3cr3t" not in str(tested)
+    (posted,) = receiver.apprise_posts()
+    assert posted.json["title"] == "netmap test message"
+    with transaction() as conn:
+        row = conn.execute(sa.text("SELECT url, secret_encrypted FROM alert_channels")).one()
+    assert row.url is None and "s3cr3t" not in row.secret_encrypted
+    refused = alice.post("/api/alerts/channels", json={"kind": "apprise", "url": "nope://x"})
+    assert refused.status_code == 400 and "nope://x" not in refused.get_data(as_text=True)
+
+
+def test_email_test_message_reaches_the_smtp_server(api, mailbox) -> None:
+    alice = api.user()
+    created = alice.post(
+        "/api/alerts/channels", json={"kind": "email", "recipients": ["a@example.test"]}
+    )
+    channel = created.get_json()["channel"]
+    assert alice.post(f"/api/alerts/channels/{channel['id']}/test").get_json()["ok"]
+    ((recipients, content),) = mailbox.messages
+    assert recipients == ["a@example.test"] and b"netmap test message" in content
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "x", "on": ["closed"], "channels": [1]}, "on"),
+        ({"name": "x", "on": [], "channels": [1]}, "on"),
+        ({"name": "x", "on": ["new"], "channels": []}, "channels"),
+        ({"name": "x", "on": ["new"], "channels": [1], "mode": "often"}, "mode"),
+        ({"name": "x", "on": ["new"], "channels": [1], "fields": ["colour"]}, "fields"),
+        ({"name": "x", "on": ["new"], "channels": [1], "filter": {"cidrs": ["x"]}}, "filter.cidrs"),
+        ({"name": "x", "on": ["new"], "channels": [1], "filter": {"ports": [0]}}, "filter.ports"),
+        ({"name": "x", "on": ["new"], "channels": [1], "filter": {"tags": ["a"]}}, "filter.tags"),
+        ({"name": "x", "on": ["new"], "channels": [1], "colour": 1}, "colour"),
+        ({"name": "", "on": ["new"], "channels": [1]}, "name"),
+        (["not", "an", "object"], None),
+    ],
+)
+def test_bad_rules_are_refused_by_field(api, body, field) -> None:
+    response = api.user().post("/api/alerts/rules", json=body)
+    assert response.status_code == 400, response.get_json()
+    if field is not None:
+        assert response.get_json()["error"]["details"]["field"] == field
+
+
+def test_rules_are_owner_scoped_and_only_admins_make_global_ones(api, receiver) -> None:
+    alice, bob, admin = api.user(), api.user(), api.admin()
+    channel = _hook(alice, receiver)
+    body = {
+        "name": "web",
+        "on": ["new", "changed"],
+        "fields": ["product", "version"],
+        "filter": {"cidrs": ["192.0.2.0/24"], "ports": [80, 443], "services": ["http"]},
+        "channels": [channel["id"]],
+        "mode": "digest",
+    }
+    created = alice.post("/api/alerts/rules", json=body)
+    assert created.status_code == 201
+    rule = created.get_json()["rule"]
+    assert rule["filter"]["cidrs"] == ["192.0.2.0/24"] and rule["mode"] == "digest"
+    assert bob.get(f"/api/alerts/rules/{rule['id']}").status_code == 404
+    assert bob.get("/api/alerts/rules").get_json()["items"] == []
+    # Bob cannot send to Alice's channel.
+    stolen = bob.post("/api/alerts/rules", json={**body, "channels": [channel["id"]]})
+    assert stolen.status_code == 404
+    assert alice.post("/api/alerts/rules", json={**body, "global": True}).status_code == 403
+
+    patched = alice.patch(
+        f"/api/alerts/rules/{rule['id']}", json={"enabled": False, "on": ["gone"]}
+    )
+    assert patched.get_json()["rule"]["enabled"] is False
+    assert patched.get_json()["rule"]["on"] == ["gone"]
+    assert alice.patch(f"/api/alerts/rules/{rule['id']}", json={"mode": "x"}).status_code == 400
+    in_use = alice.delete(f"/api/alerts/channels/{channel['id']}")
+    assert in_use.status_code == 400 and in_use.get_json()["error"]["code"] == "channel_in_use"
+    assert bob.delete(f"/api/alerts/rules/{rule['id']}").status_code == 404
+    assert alice.delete(f"/api/alerts/rules/{rule['id']}").status_code == 204
+    assert alice.get(f"/api/alerts/rules/{rule['id']}").status_code == 404
+
+    admin_hook = _hook(admin, receiver)
+    made = admin.post(
+        "/api/alerts/rules",
+        json={"name": "all", "on": ["gone"], "channels": [admin_hook["id"]], "global": True},
+    )
+    assert made.status_code == 201 and made.get_json()["rule"]["global"] is True
+    assert bob.get("/api/alerts/deliveries?status=lost").status_code == 400
+
+
+def test_private_targets_are_refused_unless_allowed(api, settings, receiver) -> None:
+    strict = settings.replace(alerts={"allow_private_targets": False})
+    user = User(id=api.create_user()["id"], username="u", is_admin=False, disabled=False)
+    with pytest.raises(Exception, match="not a global address"):
+        create_channel(strict, user, {"kind": "webhook", "url": receiver.url})
+    # A name that resolves to loopback passes creation but not the connection.
+    by_name = receiver.url.replace("127.0.0.1", "localhost")
+    channel = create_channel(strict, user, {"kind": "webhook", "url": by_name})
+    loaded = Channel(channel["id"], user.id, "hook", "webhook", by_name, (), None, None, None)
+    message = senders.Message("msg_x", "netmap.test", _now(), {})
+    with pytest.raises(PermanentDeliveryError, match="loopback"):
+        senders.send(strict, loaded, message)
+    assert receiver.received == []
+    for address, reason in (
+        ("127.0.0.1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("10.0.0.1", "private"),
+        ("::ffff:192.168.0.1", "private"),
+        ("fe80::1", "link-local"),
+        ("8.8.8.8", None),
+    ):
+        assert outbound.address_refused(address) == reason
+
+
+def test_redirects_to_another_host_are_not_followed(receiver) -> None:
+    policy = OutboundPolicy(allow_private=True, timeout_seconds=5, max_response_bytes=1024)
+    receiver.redirect_to = "http://example.test/elsewhere"
+    with pytest.raises(PermanentDeliveryError, match="another host"):
+        outbound.post(receiver.url, b"{}", {}, policy)
+    assert len(receiver.received) == 1
+    # The same host, another port, is another host too.
+    receiver.redirect_to = f"http://127.0.0.1:{receiver.port + 1}/hook"
+    with pytest.raises(PermanentDeliveryError, match="another host"):
+        outbound.post(receiver.url, b"{}", {}, policy)
+    # A redirect on the same origin is followed (here: round and round, then refused).
+    receiver.redirect_to = "/hook/again"
+    with pytest.raises(PermanentDeliveryError, match="too many redirects"):
+        outbound.post(receiver.url, b"{}", {}, policy)
+    assert len(receiver.received) == 2 + outbound.MAX_REDIRECTS + 1
+
+
+def test_the_console_page_lists_rules_channels_and_tests_a_channel(api, receiver) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    channel = _hook(alice, receiver)
+    alice.post(
+        "/api/alerts/rules",
+        json={"name": "<b>gone</b>", "on": ["gone"], "channels": [channel["id"]]},
+    )
+    page = client.get("/console/alerts")
+    assert page.status_code == 200
+    assert "&lt;b&gt;gone&lt;/b&gt;" in page.text and receiver.url in page.text
+    test_path = f"/console/alerts/channels/{channel['id']}/test"
+    assert client.post(test_path, data={}).status_code == 403  # no CSRF token
+    tested = client.post(test_path, data={"csrf_token": _csrf(page.text)})
+    assert tested.status_code == 200 and "sent" in tested.text
+    assert [h.verified for h in receiver.hooks()] == [True]
+
+
+def _now():
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
