@@ -470,17 +470,7 @@ class NmapXmlReader:
                 "service": service,
                 "details": details,
             }
-        observation: dict[str, Any] = {
-            "observed_at": host.observed_at,
-            "ip": ip,
-            "port": port[_NUMBER],
-            "transport": transport,
-            "state": state,
-        }
-        if service:
-            observation["service"] = service
-        if hostname:
-            observation["hostname"] = hostname.rstrip(".")[:253]
+        observation = self._observation_dict(host, ip, port, transport, state, service, hostname)
         if details:
             observation["details"] = details
         return observation
