@@ -116,7 +116,9 @@ SLOW_SCAN = '[agent]\nnmap_extra_args = ["--max-rate", "20"]\nshutdown_grace_sec
 
 def test_killed_mid_upload_then_restarted_stores_every_endpoint_once(server, tmp_path):
     with listening_sockets(300) as ports:
-        task = server.create_task(["127.0.0.1"], ",".join(map(str, ports)))
+        # Ports only: service detection on hundreds of silent listeners takes minutes, and
+        # these tests are about the upload protocol, not what runs on the ports.
+        task = server.create_task(["127.0.0.1"], ",".join(map(str, ports)), profile="quick")
         config = "[agent]\nbatch_size = 5\n"
         first = start_agent(server, tmp_path, "first", config, "--once")
         try:
@@ -239,7 +241,9 @@ def test_a_503_storm_is_waited_out_honouring_retry_after(server, tmp_path):
         return path.endswith("/uploads") and count < 2  # every batch refused twice
 
     with listening_sockets(12) as ports, flaky_proxy(server.url, refuse) as (url, log):
-        task = server.create_task(["127.0.0.1"], ",".join(map(str, ports)))
+        # Ports only: service detection on hundreds of silent listeners takes minutes, and
+        # these tests are about the upload protocol, not what runs on the ports.
+        task = server.create_task(["127.0.0.1"], ",".join(map(str, ports)), profile="quick")
         agent = start_agent(
             server, tmp_path, "agent", "[agent]\nbatch_size = 5\n", "--once", url=url
         )
