@@ -83,6 +83,10 @@ def _env(database_url: str, elasticsearch: dict, **extra: str) -> dict[str, str]
     }
     for key, value in elasticsearch.items():
         env[f"NETMAP_ELASTICSEARCH_{key.upper()}"] = str(value)
+    if elasticsearch.get("url"):
+        # With a cluster the deployment's bulk budget is required (STO-4); this one fits the
+        # test's few processes.
+        env.setdefault("NETMAP_ELASTICSEARCH_BULK_MAX_CONCURRENCY_TOTAL", "64")
     env.update(extra)
     return base_env(**env)
 
