@@ -1,23 +1,20 @@
-"""Task routes for logged-in users: create, list, detail, executions (SCN-2, SCN-5)."""
+"""Task routes for logged-in users: create, list, detail, executions (SCN-2, SCN-5).
+
+Thin: each route calls one ``app.scan_control.service`` function, which owns its
+transaction. Runs, cancel and delete are in ``app.http.runs``.
+"""
 
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
-from app.observability import emit
-from app.scan_control.creation import create_task, validate_task_request
-from app.scan_control.query import (
-    TASK_STATUSES,
-    get_task,
-    list_executions,
-    list_tasks,
-    task_visible,
-)
+from app.scan_control import service
+from app.scan_control.creation import validate_task_request
+from app.scan_control.query import TASK_STATUSES
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 
@@ -25,13 +22,9 @@ blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 @blueprint.post("")
 @require_user
 def create_task_route():
-    user = current_user()
     scan = context.settings().scan
     task_request = validate_task_request(json_body(), scan)
-    with transaction() as conn:
-        task_id = create_task(conn, owner_id=user.id, request=task_request, limits=scan)
-        task = get_task(conn, user, task_id)
-    emit("TaskCreated", task_id=task_id, user_id=user.id, executions=task["execution_count"])
+    task = service.create_task_for(current_user(), task_request, limits=scan)
     return jsonify({"task": task}), 201
 
 
@@ -47,16 +40,14 @@ def list_tasks_route():
         )
     limit = page_limit()
     cursor = decode_cursor()
-    with transaction() as conn:
-        page = list_tasks(
-            conn,
-            current_user(),
-            limit=limit,
-            cursor=cursor,
-            status=status,
-            name_contains=request.args.get("q") or None,
-            parent_task_id=int_arg("parent_task_id", minimum=1),
-        )
+    page = service.tasks_of(
+        current_user(),
+        limit=limit,
+        cursor=cursor,
+        status=status,
+        name_contains=request.args.get("q") or None,
+        parent_task_id=int_arg("parent_task_id", minimum=1),
+    )
     return jsonify(
         {
             "items": page.items,
@@ -68,11 +59,7 @@ def list_tasks_route():
 @blueprint.get("/<int:task_id>")
 @require_user
 def get_task_route(task_id: int):
-    with transaction() as conn:
-        task = get_task(conn, current_user(), task_id)
-    if task is None:
-        raise NotFound("task not found", code="task_not_found")
-    return jsonify({"task": task})
+    return jsonify({"task": service.find_task(current_user(), task_id)})
 
 
 @blueprint.get("/<int:task_id>/executions")
@@ -80,10 +67,7 @@ def get_task_route(task_id: int):
 def list_executions_route(task_id: int):
     limit = page_limit(default=100, maximum=1000)
     cursor = decode_cursor()
-    with transaction() as conn:
-        if not task_visible(conn, current_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
-        page = list_executions(conn, task_id, limit=limit, cursor=cursor)
+    page = service.executions_of(current_user(), task_id, limit=limit, cursor=cursor)
     return jsonify(
         {
             "items": page.items,

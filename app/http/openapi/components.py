@@ -71,6 +71,17 @@ SCHEMAS: dict[str, Any] = {
                 "items": {"type": "string", "enum": ["tcp", "udp"]},
                 "default": ["tcp"],
             },
+            "profile": {
+                "type": "string",
+                "enum": ["quick", "standard", "deep"],
+                "default": "standard",
+            },
+            "scan": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: an import-only task; nothing is queued, each import "
+                "becomes a run",
+            },
         },
     },
     "Export": {
