@@ -8,9 +8,10 @@
 * email: a plain-text message whose ``Message-ID`` is derived from the delivery id,
   sent with the reports' SMTP client (``app.reports.delivery.send_smtp``) or, with no
   SMTP host, written to the same ``.eml`` outbox directory.
-* apprise: the decrypted URL handed to the ``apprise`` library; its host is checked
-  against the address rule first (docs/alerts.md says how far that check reaches). The
-  library's own logger is silenced (``app/alerts/__init__.py``): it may print the URL.
+* apprise: the decrypted URL handed to the ``apprise`` library, with every connection
+  the plugin makes during the send judged by the address rule as it connects
+  (``outbound.guarded_connections``). The library's own logger is silenced
+  (``app/alerts/__init__.py``): it may print the URL.
 """
 
 from __future__ import annotations
@@ -164,14 +165,16 @@ def send_apprise(settings: Settings, channel: Channel, message: Message) -> str:
     plugin = apprise.Apprise.instantiate(url)
     if plugin is None:
         raise PermanentDeliveryError("the stored Apprise URL is no longer understood")
-    host = getattr(plugin, "host", None)
-    if isinstance(host, str) and host:
-        port = getattr(plugin, "port", None) or (443 if getattr(plugin, "secure", False) else 80)
-        outbound.check_host(host, int(port), policy(settings))
     title, text = summary_text(message)
     sender = apprise.Apprise()
     sender.add(plugin)
-    if not sender.notify(body=text, title=title):
+    with outbound.guarded_connections(policy(settings)) as refused:
+        delivered = sender.notify(body=text, title=title)
+    if refused:
+        raise PermanentDeliveryError(
+            "target refused: " + ", ".join(refused) + " (set [alerts] allow_private_targets)"
+        )
+    if not delivered:
         # Apprise does not say why here; its log (silenced: it may hold the URL) would.
         raise TemporaryDeliveryError("Apprise could not deliver the message")
     return "sent"
