@@ -12,18 +12,12 @@ from __future__ import annotations
 
 from flask import redirect, render_template, request, url_for
 
-from app.db import transaction
 from app.errors import ApiError, Conflict
 from app.http import context
 from app.http.requests import int_arg
-from app.identity.scanners import (
-    create_scanner_audited,
-    list_scanners,
-    set_scanner_disabled_audited,
-)
-from app.identity.users import create_user_audited, list_users, set_disabled
-from app.modules.selection import Selection, recent_revisions
-from app.modules.service import MAX_CHANGE_REASON
+from app.identity import service as identity
+from app.modules.selection import Selection
+from app.modules.service import MAX_CHANGE_REASON, recent_selection_revisions
 from app.web import blueprint
 from app.web.access import page_admin, signed_in_user
 
@@ -40,8 +34,7 @@ def _error_message(error: ApiError) -> str:
 # -- scanners ---------------------------------------------------------------------------
 def _scanners_page(*, created=None, token=None, error=None, status=200):
     after = int_arg("after", minimum=0)
-    with transaction() as conn:
-        items = list_scanners(conn, limit=PAGE_SIZE + 1, after_id=after)
+    items = identity.list_scanners(limit=PAGE_SIZE + 1, after_id=after)
     next_url = (
         url_for("web.scanners", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
     )
@@ -63,10 +56,9 @@ def scanners():
     if request.method == "GET":
         return _scanners_page()
     try:
-        with transaction() as conn:
-            scanner, token = create_scanner_audited(
-                conn, request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
-            )
+        scanner, token = identity.create_scanner(
+            request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
+        )
     except ApiError as refused:
         return _scanners_page(error=_error_message(refused), status=refused.status)
     return _scanners_page(created=scanner, token=token, status=201)
@@ -75,18 +67,16 @@ def scanners():
 @blueprint.post("/scanners/<int:scanner_id>/revoke")
 @page_admin
 def scanner_revoke(scanner_id: int):
-    with transaction() as conn:
-        set_scanner_disabled_audited(
-            conn, scanner_id, True, actor_user_id=signed_in_user().id, via="console"
-        )
+    identity.set_scanner_disabled(
+        scanner_id, True, actor_user_id=signed_in_user().id, via="console"
+    )
     return redirect(url_for("web.scanners"), code=303)
 
 
 # -- users ------------------------------------------------------------------------------
 def _users_page(*, created=None, error=None, status=200):
     after = int_arg("after", minimum=0)
-    with transaction() as conn:
-        items = list_users(conn, limit=PAGE_SIZE + 1, after_id=after)
+    items = identity.list_users(limit=PAGE_SIZE + 1, after_id=after)
     next_url = (
         url_for("web.users", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
     )
@@ -106,15 +96,13 @@ def users():
     if request.method == "GET":
         return _users_page()
     try:
-        with transaction() as conn:
-            user = create_user_audited(
-                conn,
-                request.form.get("username", ""),
-                request.form.get("password", ""),
-                is_admin=request.form.get("is_admin") == "on",
-                actor_user_id=signed_in_user().id,
-                via="console",
-            )
+        user = identity.create_user(
+            request.form.get("username", ""),
+            request.form.get("password", ""),
+            is_admin=request.form.get("is_admin") == "on",
+            actor_user_id=signed_in_user().id,
+            via="console",
+        )
     except ApiError as refused:
         return _users_page(error=_error_message(refused), status=refused.status)
     return _users_page(created=user, status=201)
@@ -123,11 +111,7 @@ def users():
 @blueprint.post("/users/<int:user_id>/<any(disable, enable):action>")
 @page_admin
 def user_set_disabled(user_id: int, action: str):
-    actor = signed_in_user()
-    if action == "disable" and user_id == actor.id:
-        raise Conflict("an admin cannot disable their own account", code="cannot_disable_self")
-    with transaction() as conn:
-        set_disabled(conn, user_id, action == "disable", actor_user_id=actor.id, via="console")
+    identity.set_user_disabled(user_id, action == "disable", actor=signed_in_user(), via="console")
     return redirect(url_for("web.users"), code=303)
 
 
@@ -135,8 +119,7 @@ def user_set_disabled(user_id: int, action: str):
 def _renderer_page(*, notice=None, error=None, conflict=None, form=None, status=200):
     service = context.report_renderer()
     state = service.status() if service is not None else None
-    with transaction() as conn:
-        history = recent_revisions(conn, limit=10)
+    history = recent_selection_revisions(limit=10)
     body = render_template(
         "console/renderer.html",
         state=state,
