@@ -91,14 +91,18 @@ def _item(state: ScannerState, activity: Any) -> dict[str, Any]:
     }
 
 
-def list_fleet(user: User, *, offline_seconds: int) -> list[dict[str, Any]]:
-    """The scanners the user may see (admins: all; others: those they created), by id."""
+def list_fleet(
+    user: User, *, offline_seconds: int, limit: int = MAX_SCANNERS, after_id: int = 0
+) -> list[dict[str, Any]]:
+    """The scanners the user may see (admins: all; others: those they created), by id
+    (keyset on id: ``after_id``)."""
     with transaction() as conn:
         states = scanner_states(
             conn,
             offline_seconds=offline_seconds,
             created_by=None if user.is_admin else user.id,
-            limit=MAX_SCANNERS,
+            limit=limit,
+            after_id=after_id,
         )
         activity = _activity(conn, [s.id for s in states])
     return [_item(s, activity.get(s.id)) for s in states]
