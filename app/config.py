@@ -380,7 +380,10 @@ class AlertSettings:
         30.0,
         min=0.5,
         max=3600,
-        doc="how often scanner_offline and certificate_expires rules are evaluated",
+        doc="how often scanner_offline rules are evaluated",
+    )
+    certificate_interval_seconds: float = spec(
+        600.0, min=0.5, max=86400, doc="how often certificate_expires rules are evaluated"
     )
 
 
