@@ -4,7 +4,8 @@
 of life and carries its version, host name and the engines found on this host with
 their versions (asked with ``--version`` at start); ``GET /api/scanners`` shows them.
 After ``POST /api/scanners/<id>/disable`` the agent's next claim is refused (401) and
-it exits with an error.
+it exits with an error. The runner's scanner_offline job tells a webhook once when the
+agent has gone silent and once when it is back.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import json
 import shutil
 import socket
 import subprocess
+import time
 
 import pytest
 
 from tests.e2e.test_agent_nmap import run_agent
 from tests.support.netmap_server import netmap_server
+from tests.support.processes import wait_for
+from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -61,3 +65,56 @@ def test_agent_reports_itself_and_a_revoked_token_stops_it(database_url, tmp_pat
         events = [json.loads(line) for line in agent.stderr.splitlines() if line.startswith("{")]
         rejected = [e for e in events if e["event"] == "AgentClaimRejected"]
         assert rejected and rejected[0]["status"] == 401, agent.stderr[-2000:]
+
+
+def test_the_runner_tells_once_when_the_agent_goes_offline_and_comes_back(database_url, tmp_path):
+    """Real processes: ``netmap up`` with its runner evaluates the scanner_offline rule
+    every second; the real agent's claim poll is the sign of life; a loopback receiver
+    verifies every signature. Offline is told once (many ticks later still once), and
+    so is the return."""
+    receiver = WebhookReceiver().start()
+    try:
+        with netmap_server(
+            database_url,
+            tmp_path,
+            NETMAP_SCAN_SCANNER_OFFLINE_SECONDS="10",
+            NETMAP_ALERTS_CONDITIONS_INTERVAL_SECONDS="1",
+            NETMAP_ALERTS_ALLOW_PRIVATE_TARGETS="true",
+        ) as server:
+            channel = server.post(
+                "/api/alerts/channels", json={"kind": "webhook", "url": receiver.url}
+            )
+            assert channel.status_code == 201, channel.text
+            receiver.secrets.append(channel.json()["channel"]["secret"])
+            rule = server.post(
+                "/api/alerts/rules",
+                json={
+                    "name": "fleet",
+                    "on": ["scanner_offline"],
+                    "back_online": True,
+                    "channels": [channel.json()["channel"]["id"]],
+                },
+            )
+            assert rule.status_code == 201, rule.text
+            token = server.scanner_token("watched")
+            agent = run_agent(server.url, token, tmp_path, "--once")
+            assert agent.returncode == 0, agent.stderr[-3000:]
+
+            def types() -> list[str]:
+                return [h.json["type"] for h in receiver.hooks()]
+
+            wait_for(lambda: types() == ["netmap.scanner.offline"], 60, "offline message")
+            time.sleep(4)  # several more ticks of the runner's job
+            assert types() == ["netmap.scanner.offline"]
+            (offline,) = receiver.hooks()
+            assert offline.verified and offline.json["data"]["scanner"]["name"] == "watched"
+
+            agent = run_agent(server.url, token, tmp_path, "--once")
+            assert agent.returncode == 0, agent.stderr[-3000:]
+            wait_for(lambda: len(types()) == 2, 60, "online message")
+            time.sleep(3)
+            assert types() == ["netmap.scanner.offline", "netmap.scanner.online"]
+            assert all(h.verified for h in receiver.hooks(ok_only=False))
+            assert set(receiver.ids().values()) == {1}
+    finally:
+        receiver.stop()
