@@ -25,6 +25,7 @@ insert finds the same row. Messages go out through the leased deliveries outbox
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 from collections.abc import Callable
@@ -180,8 +181,6 @@ def _certificate_rules() -> list[CertificateRule]:
                 """
             )
         ).all()
-    import ipaddress
-
     return [
         CertificateRule(
             id=r.id,
@@ -209,8 +208,6 @@ def _fingerprint(tls: dict[str, Any], not_after: str) -> str:
 
 
 def _matches(rule: CertificateRule, doc: Any) -> bool:
-    import ipaddress
-
     if rule.ports and doc.port not in rule.ports:
         return False
     if rule.services and (doc.service or "") not in rule.services:
