@@ -36,3 +36,16 @@ def test_missing_or_silent_engines_are_left_out(tmp_path):
     assert about["engines"] == {"nmap": "7.93"}
     assert about["hostname"] == socket.gethostname()
     assert isinstance(about["version"], str) and about["version"]
+
+
+def test_the_server_accepts_what_the_agent_detects_on_this_host():
+    from app.identity.scanners import parse_agent_report
+
+    about = detect(AgentSettings())
+    report = parse_agent_report(about)
+    assert report is not None
+    assert (report.version, report.hostname, report.engines) == (
+        about["version"],
+        about["hostname"],
+        about["engines"],
+    )
