@@ -5,7 +5,9 @@ of life and carries its version, host name and the engines found on this host wi
 their versions (asked with ``--version`` at start); ``GET /api/scanners`` shows them.
 After ``POST /api/scanners/<id>/disable`` the agent's next claim is refused (401) and
 it exits with an error. The runner's scanner_offline job tells a webhook once when the
-agent has gone silent and once when it is back.
+agent has gone silent and once when it is back. A scan that outlasts a short lease
+shows the scanner ``busy`` with its execution, renewed with the agent's report, and
+then the last execution's observation rate.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from tests.e2e.test_agent_nmap import run_agent
 from tests.support.netmap_server import netmap_server
-from tests.support.processes import wait_for
+from tests.support.processes import PROJECT_ROOT, base_env, wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
@@ -118,3 +123,96 @@ def test_the_runner_tells_once_when_the_agent_goes_offline_and_comes_back(databa
             assert set(receiver.ids().values()) == {1}
     finally:
         receiver.stop()
+
+
+@contextmanager
+def _silent_listener():
+    """A TCP port that accepts and never says anything: nmap's service detection waits
+    out its probes there, so the scan outlasts a short lease."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_scanning_agent_is_busy_renews_with_its_report_and_shows_its_rate(database_url, tmp_path):
+    lease = 10
+    with (
+        _silent_listener() as port,
+        netmap_server(
+            database_url, tmp_path, runner=False, NETMAP_SCAN_EXECUTION_LEASE_SECONDS=str(lease)
+        ) as server,
+    ):
+        token = server.scanner_token("scanning")
+        task = server.create_task(["127.0.0.1"], str(port))
+        config = tmp_path / "agent.toml"
+        config.write_text("[agent]\nservice_detection = true\nversion_intensity = 2\n")
+        started = time.monotonic()
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.agent",
+                "--server",
+                server.url,
+                "--spool",
+                str(tmp_path / "spool"),
+                "--config",
+                str(config),
+                "--once",
+                "--log-format",
+                "json",
+            ],
+            env=base_env(NETMAP_SCANNER_TOKEN=token),
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+
+            def mine() -> dict:
+                items = server.get("/api/scanners").json()["items"]
+                return next(s for s in items if s["name"] == "scanning")
+
+            busy = wait_for(lambda: (s := mine())["status"] == "busy" and s, 60, "busy")
+            (execution,) = server.executions(task["id"])
+            assert busy["current_execution_id"] == execution["id"]
+            assert busy["engines"].get("nmap")
+            _, stderr = agent.communicate(timeout=300)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+        elapsed = time.monotonic() - started
+        assert agent.returncode == 0, stderr[-3000:]
+        # The scan outlasted the lease: the agent's renewals (carrying its report) kept it.
+        assert elapsed > lease, f"the scan took {elapsed:.1f}s, not longer than the lease"
+        events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert events[-1]["event"] == "AgentExecutionSucceeded"
+        assert not [e for e in events if e["event"] == "AgentLeaseLost"]
+        done = mine()
+        assert done["status"] == "online" and done["current_execution_id"] is None
+        assert done["last_execution_id"] == execution["id"]
+        assert done["observations_per_second"] is not None and done["observations_per_second"] > 0
