@@ -1,11 +1,10 @@
-"""Admin pages: scanners, users and the report renderer's publish/rollback (WEB-6).
+"""Admin pages: users and the report renderer's publish/rollback (WEB-6).
 
-They call the same audited identity and module services as the admin API. A
-new scanner's token is shown once, on the page that answers the create form
-(never stored, never redirected to, not cached); revoking disables the token at
-once. Publishing the renderer is optimistic like the API: the form carries the
-revision the admin saw, and when someone else published in between the page
-says so, shows the current state and lets them decide again.
+They call the same audited identity and module services as the admin API (the
+scanners' page is ``scanner_pages``). Publishing the renderer is optimistic like
+the API: the form carries the revision the admin saw, and when someone else
+published in between the page says so, shows the current state and lets them
+decide again.
 """
 
 from __future__ import annotations
@@ -29,48 +28,6 @@ def _error_message(error: ApiError) -> str:
     if isinstance(fields, dict) and fields:
         return "; ".join(f"{name}: {reason}" for name, reason in fields.items())
     return error.message
-
-
-# -- scanners ---------------------------------------------------------------------------
-def _scanners_page(*, created=None, token=None, error=None, status=200):
-    after = int_arg("after", minimum=0)
-    items = identity.list_scanners(limit=PAGE_SIZE + 1, after_id=after)
-    next_url = (
-        url_for("web.scanners", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
-    )
-    body = render_template(
-        "console/scanners.html",
-        items=items[:PAGE_SIZE],
-        created=created,
-        token=token,
-        error=error,
-        next_url=next_url,
-    )
-    headers = {"Cache-Control": "no-store"} if token else {}
-    return body, status, headers
-
-
-@blueprint.route("/scanners", methods=["GET", "POST"])
-@page_admin
-def scanners():
-    if request.method == "GET":
-        return _scanners_page()
-    try:
-        scanner, token = identity.create_scanner(
-            request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
-        )
-    except ApiError as refused:
-        return _scanners_page(error=_error_message(refused), status=refused.status)
-    return _scanners_page(created=scanner, token=token, status=201)
-
-
-@blueprint.post("/scanners/<int:scanner_id>/revoke")
-@page_admin
-def scanner_revoke(scanner_id: int):
-    identity.set_scanner_disabled(
-        scanner_id, True, actor_user_id=signed_in_user().id, via="console"
-    )
-    return redirect(url_for("web.scanners"), code=303)
 
 
 # -- users ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from app.http.auth import throttle_login
 from app.http.guards import end_session, live_session_user, start_session
 from app.identity import service as identity
 from app.observability import emit
+from app.scan_control.fleet import fleet_online
 from app.scan_control.reads import bounded_task_count
 from app.search.port import current_asset_count
 from app.web import blueprint
@@ -117,6 +118,10 @@ def dashboard():
     recent = recent_change_counts(user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP)
     running = bounded_task_count(user, "running", cap=TASK_COUNT_CAP)
     queued = bounded_task_count(user, "queued", cap=TASK_COUNT_CAP)
+    # Work waits and nobody will take it: say so, with the command that starts a scanner.
+    no_scanner = (queued[0] > 0 or running[0] > 0) and not fleet_online(
+        offline_seconds=context.settings().scan.scanner_offline_seconds
+    )
     backlog = renderer = None
     if user.is_admin:
         from app.projection.outbox import backlog as outbox_backlog
@@ -132,6 +137,8 @@ def dashboard():
         recent_days=RECENT_DAYS,
         running=running,
         queued=queued,
+        no_scanner=no_scanner,
+        server_url=request.host_url.rstrip("/"),
         backlog=backlog,
         renderer=renderer,
     )
