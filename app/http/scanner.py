@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from app.db import transaction
 from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_scanner, require_scanner
 from app.http.requests import json_body
-from app.identity.scanners import parse_agent_report, record_agent_report
+from app.identity.scanners import parse_agent_report
 from app.observability import emit
-from app.scan_control.dispatch import (
-    EXECUTION_KINDS,
-    claim_next_execution,
-    fail_execution,
-    parse_claim_token,
-    renew_execution_lease,
-)
+from app.scan_control import scanner_calls
+from app.scan_control.dispatch import EXECUTION_KINDS, parse_claim_token
 
 blueprint = Blueprint("scanner", __name__, url_prefix="/api/scanner")
 
@@ -52,13 +46,9 @@ def claim():
                 )
             kinds = tuple(requested)
     scanner = current_scanner()
-    with transaction() as conn:
-        # What the agent says about itself is kept in the claim's transaction (docs/
-        # scanner-protocol.md, "Scanner status"); unchanged values write nothing.
-        record_agent_report(conn, scanner.id, report)
-        claimed = claim_next_execution(
-            conn, scanner_id=scanner.id, lease_seconds=_lease_seconds(), kinds=kinds
-        )
+    # What the agent says about itself is kept in the claim's transaction (docs/
+    # scanner-protocol.md, "Scanner status"); unchanged values write nothing.
+    claimed = scanner_calls.claim(scanner.id, report, kinds=kinds, lease_seconds=_lease_seconds())
     if claimed is None:
         return "", 204
     emit(
@@ -73,15 +63,13 @@ def renew_lease(execution_id: int):
     body = json_body()
     token = parse_claim_token(body.get("claim_token"))
     report = parse_agent_report(body.get("agent"))
-    with transaction() as conn:
-        record_agent_report(conn, current_scanner().id, report)
-        expires = renew_execution_lease(
-            conn,
-            execution_id=execution_id,
-            scanner_id=current_scanner().id,
-            claim_token=token,
-            lease_seconds=_lease_seconds(),
-        )
+    expires = scanner_calls.renew(
+        current_scanner().id,
+        report,
+        execution_id=execution_id,
+        claim_token=token,
+        lease_seconds=_lease_seconds(),
+    )
     return jsonify({"lease_expires_at": expires.isoformat()})
 
 
@@ -93,13 +81,11 @@ def fail(execution_id: int):
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ValidationError("reason must be a string", code="invalid_reason")
-    with transaction() as conn:
-        fail_execution(
-            conn,
-            execution_id=execution_id,
-            scanner_id=current_scanner().id,
-            claim_token=token,
-            reason=reason or "failed by scanner",
-        )
+    scanner_calls.fail(
+        current_scanner().id,
+        execution_id=execution_id,
+        claim_token=token,
+        reason=reason or "failed by scanner",
+    )
     emit("ExecutionFailedByScanner", execution_id=execution_id, scanner_id=current_scanner().id)
     return jsonify({"success": True})
