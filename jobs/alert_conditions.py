@@ -1,6 +1,7 @@
 """Periodic jobs: evaluate the condition alert rules (docs/alerts.md, "Condition rules").
 
-``alert-scanner-offline`` (every ``[alerts] conditions_interval_seconds``) and
+``alert-scanner-offline`` and ``alert-run-failed`` (every ``[alerts]
+conditions_interval_seconds``) and
 ``alert-certificate-expiry`` (every ``[alerts] certificate_interval_seconds``) each run on
 one runner at a time under the periodic lease (``jobs.base.PeriodicJob``); what they find
 becomes messages in the deliveries outbox, sent by the ``alert_delivery`` job. Each
@@ -10,7 +11,11 @@ retried tick or a restart finds it marked and sends nothing twice.
 
 from __future__ import annotations
 
-from app.alerts.conditions import evaluate_certificate_expiry, evaluate_scanner_offline
+from app.alerts.conditions import (
+    evaluate_certificate_expiry,
+    evaluate_run_failed,
+    evaluate_scanner_offline,
+)
 from app.config import Settings
 from jobs.base import JobContext, PeriodicJob, PeriodicLease
 
@@ -21,6 +26,18 @@ def scanner_offline_job(settings: Settings) -> PeriodicJob:
 
     return PeriodicJob(
         "alert-scanner-offline",
+        tick,
+        interval_seconds=settings.alerts.conditions_interval_seconds,
+        lease_seconds=60,
+    )
+
+
+def run_failed_job(settings: Settings) -> PeriodicJob:
+    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
+        evaluate_run_failed(settings)
+
+    return PeriodicJob(
+        "alert-run-failed",
         tick,
         interval_seconds=settings.alerts.conditions_interval_seconds,
         lease_seconds=60,
@@ -52,4 +69,8 @@ def certificate_expiry_job(settings: Settings) -> PeriodicJob:
 
 
 def jobs(settings: Settings) -> list[PeriodicJob]:
-    return [scanner_offline_job(settings), certificate_expiry_job(settings)]
+    return [
+        scanner_offline_job(settings),
+        run_failed_job(settings),
+        certificate_expiry_job(settings),
+    ]

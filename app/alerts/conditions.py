@@ -10,6 +10,9 @@ under the runner's periodic lease, docs/alerts.md "Condition rules"):
   one that comes back and goes silent again is a new episode. A rule with
   ``back_online`` is also told once when the scanner gives a sign of life again.
   A scanner that was already offline when the rule was made is not reported.
+* ``run_failed``: a run of a task the rule sees that ended ``failed`` (every execution
+  failed) or ``partial`` (some did). The episode is the run: one message per run, rule
+  and channel. Runs that ended before the rule was made are not reported.
 * ``certificate_expires``: a certificate on an open current asset the rule sees whose
   ``not_after`` is less than the rule's ``days`` away (or past). The episode is the
   certificate's SHA-256 fingerprint and the rule's ``days``: one message per
@@ -30,7 +33,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,11 +42,15 @@ from app.config import Settings
 from app.db import transaction
 from app.identity.scanners import SCANNERS_SEEN_SQL
 from app.observability import emit
+from app.scan_control.run_status import ENDED_BADLY_SQL
 from app.search.endpoint_facts import time_key
 from app.search.port import AssetQuery, SearchStore
 from app.search.query_language import parse_query
 
-CONDITION_KINDS = ("scanner_offline", "certificate_expires")
+CONDITION_KINDS = ("scanner_offline", "certificate_expires", "run_failed")
+# A run that ended badly is looked for this long after it ended (runner downtime longer
+# than this loses its message; docs/alerts.md).
+RUN_FAILED_LOOKBACK = timedelta(days=1)
 # A certificate message lists at most this many of the endpoints serving it.
 MAX_ENDPOINTS_LISTED = 20
 # Per rule and tick: asset pages read at most (each of PAGE_SIZE assets).
@@ -138,6 +145,69 @@ def evaluate_scanner_offline(settings: Settings) -> dict[str, int]:
         created[row.event_type] = created.get(row.event_type, 0) + 1
     if created:
         emit("AlertConditionMessagesCreated", kind="scanner_offline", **_event_counts(created))
+    return created
+
+
+# -- run_failed ---------------------------------------------------------------------------
+_RUN_FAILED = sa.text(
+    f"""
+    WITH rules AS MATERIALIZED (
+        SELECT r.id, r.owner_id, r.created_at, r.task_ids,
+               r.is_global OR EXISTS (SELECT 1 FROM users u
+                                       WHERE u.id = r.owner_id AND u.is_admin) AS sees_all
+          FROM alert_rules r
+         WHERE r.enabled AND 'run_failed' = ANY(r.on_kinds)
+    ),
+    runs AS MATERIALIZED ({ENDED_BADLY_SQL}),
+    marked AS (
+        INSERT INTO alert_condition_marks (rule_id, kind, subject, episode)
+        SELECT r.id, 'run_failed', CAST(x.run_id AS text), x.status
+          FROM rules r JOIN runs x ON r.sees_all OR x.owner_id = r.owner_id
+         WHERE x.finished_at > r.created_at
+           AND (cardinality(r.task_ids) = 0 OR x.task_id = ANY(r.task_ids))
+        ON CONFLICT DO NOTHING
+        RETURNING rule_id, subject
+    )
+    INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, task_id, message_kind,
+                                  event_type, payload)
+    SELECT 'msg_' || md5(concat_ws(':', 'run_failed', m.rule_id, c.id, m.subject)),
+           r.id, c.id, r.owner_id, x.task_id, 'each', 'netmap.run.' || x.status,
+           jsonb_build_object(
+               'rule', jsonb_build_object('id', r.id, 'name', r.name),
+               'run', jsonb_build_object('id', x.run_id, 'number', x.number,
+                                         'status', x.status, 'trigger', x.trigger,
+                                         'task_id', x.task_id, 'task_name', x.task_name,
+                                         'finished_at', x.finished_at,
+                                         'executions', x.executions,
+                                         'failed_executions', x.failed_executions),
+               'link', CAST(:link AS text) || '/tasks/' || x.task_id)
+      FROM marked m
+      JOIN alert_rules r ON r.id = m.rule_id
+      JOIN runs x ON CAST(x.run_id AS text) = m.subject
+      JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
+    ON CONFLICT (id) DO NOTHING
+    RETURNING event_type
+    """  # noqa: S608 - the runs' SQL is scan_control's constant; values are bound
+)
+
+
+def evaluate_run_failed(settings: Settings, *, now: datetime | None = None) -> dict[str, int]:
+    """One tick of the ``run_failed`` rules (one short transaction): a message for each
+    run that ended failed or partial since the last day and was not told yet."""
+    moment = now or datetime.now(UTC)
+    with transaction() as conn:
+        rows = conn.execute(
+            _RUN_FAILED,
+            {
+                "since": moment - RUN_FAILED_LOOKBACK,
+                "link": settings.alerts.public_url.rstrip("/"),
+            },
+        ).all()
+    created: dict[str, int] = {}
+    for row in rows:
+        created[row.event_type] = created.get(row.event_type, 0) + 1
+    if created:
+        emit("AlertConditionMessagesCreated", kind="run_failed", **_event_counts(created))
     return created
 
 

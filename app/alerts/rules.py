@@ -3,11 +3,11 @@
 A rule names the change kinds it wants (``on``), for ``changed`` optionally the fields
 that must differ, a filter (CIDRs, ports, services, products, tasks), the channels
 (the caller's own) and a mode (``each`` | ``digest``). ``on`` may also name the
-condition kinds ``scanner_offline`` (with ``back_online``) and ``certificate_expires``
-(with ``days``), evaluated by periodic jobs (``app.alerts.conditions``). Owners see
-and change their own rules; an admin may also make a rule global (it sees every
-owner's changes). Everything is checked before anything is written; another owner's
-rule or channel is "not found".
+condition kinds ``scanner_offline`` (with ``back_online``), ``run_failed`` and
+``certificate_expires`` (with ``days``), evaluated by periodic jobs
+(``app.alerts.conditions``). Owners see and change their own rules; an admin may also
+make a rule global (it sees every owner's changes). Everything is checked before
+anything is written; another owner's rule or channel is "not found".
 """
 
 from __future__ import annotations

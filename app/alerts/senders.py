@@ -111,6 +111,19 @@ def summary_text(message: Message) -> tuple[str, str]:
         if data.get("link"):
             lines.append(data["link"])
         return title, "\n".join(lines)
+    if "run" in data:  # run_failed rules (app.alerts.conditions)
+        run = data["run"]
+        title = f"netmap: run {run['number']} of {run['task_name']} {run['status']}"
+        lines = [
+            f"Rule: {rule}",
+            f"Task: {run['task_name']} (#{run['task_id']}), run {run['number']} ({run['trigger']})",
+            f"Status: {run['status']}: {run['failed_executions']} of {run['executions']} "
+            "execution(s) failed",
+            f"Finished: {run['finished_at']}",
+        ]
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
     if "certificate" in data:  # certificate_expires rules (app.alerts.conditions)
         cert = data["certificate"]
         name = cert.get("subject_cn") or cert.get("fingerprint") or "a certificate"

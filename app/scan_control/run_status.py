@@ -14,6 +14,19 @@ RUN_STATUSES = ("queued", "running", "succeeded", "partial", "failed", "cancelle
 ACTIVE_RUN_STATUSES = ("queued", "running")
 FINISHED_RUN_STATUSES = ("succeeded", "partial", "failed", "cancelled")
 RUN_TRIGGERS = ("manual", "schedule", "import")
+# Runs that ended badly, as the alerts' ``run_failed`` rules read them (app.alerts
+# .conditions): finished ``failed`` or ``partial`` after ``:since`` (the partial index
+# ix_task_runs_ended_badly), of tasks not deleted, with their execution counts.
+ENDED_BADLY_SQL = (
+    "SELECT r.id AS run_id, r.task_id, r.number, r.status, r.trigger, r.finished_at, "
+    "t.owner_id, t.name AS task_name, "
+    "(SELECT count(*) FROM scan_executions e WHERE e.run_id = r.id) AS executions, "
+    "(SELECT count(*) FROM scan_executions e WHERE e.run_id = r.id AND e.status = 'failed') "
+    "AS failed_executions "
+    "FROM task_runs r JOIN scan_tasks t ON t.id = r.task_id "
+    "WHERE r.status IN ('failed', 'partial') AND r.finished_at > :since "
+    "AND t.deleted_at IS NULL"
+)
 
 
 def derive_run_status(statuses: list[str]) -> str:

@@ -22,7 +22,15 @@ _MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _TEXTS = {"type": "array", "items": _TEXT}
 _IDS = {"type": "array", "items": {"type": "integer"}}
 # Change kinds, then the condition kinds the periodic jobs evaluate (docs/alerts.md).
-_KINDS = ["new", "gone", "reappeared", "changed", "scanner_offline", "certificate_expires"]
+_KINDS = [
+    "new",
+    "gone",
+    "reappeared",
+    "changed",
+    "scanner_offline",
+    "certificate_expires",
+    "run_failed",
+]
 _DAYS = {
     "type": ["integer", "null"],
     "minimum": 1,

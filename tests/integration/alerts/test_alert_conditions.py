@@ -10,7 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from app.alerts.conditions import evaluate_certificate_expiry, evaluate_scanner_offline
+from app.alerts.conditions import (
+    evaluate_certificate_expiry,
+    evaluate_run_failed,
+    evaluate_scanner_offline,
+)
 from app.alerts.senders import Message, summary_text
 from app.db import transaction
 from app.search import open_store
@@ -255,7 +259,7 @@ def test_condition_rules_are_validated_naming_the_field(api) -> None:
         ({"on": ["certificate_expires"], "days": 7, "filter": {"tasks": [1]}}, "filter.tasks"),
         ({"on": ["scanner_offline"], "back_online": "yes"}, "back_online"),
         ({"on": ["scanner_down"]}, "on"),
-        ({"on": ["run_failed"]}, "on"),
+        ({"on": ["run_failure"]}, "on"),
     ]
     for body, field in cases:
         response = user.post("/api/alerts/rules", json={**base, **body})
@@ -273,3 +277,85 @@ def test_condition_rules_are_validated_naming_the_field(api) -> None:
         f"/api/alerts/rules/{made['id']}", json={"on": ["certificate_expires"], "days": 21}
     )
     assert patched.status_code == 200 and patched.get_json()["rule"]["days"] == 21
+
+
+def _failed_run(user, scanner, targets: list[str]) -> dict:
+    created = user.post(
+        "/api/tasks",
+        json={"name": "nightly", "targets": targets, "ports": "80", "profile": "quick"},
+    )
+    assert created.status_code == 201, created.get_json()
+    task = created.get_json()["task"]
+    while (claim := scanner.claim()).status_code == 200:
+        execution = claim.get_json()["execution"]
+        failed = scanner.post(
+            f"/api/scanner/executions/{execution['id']}/fail",
+            json={"claim_token": execution["claim_token"], "reason": "nmap exited 1"},
+        )
+        assert failed.status_code == 200, failed.get_json()
+    (run,) = user.get(f"/api/tasks/{task['id']}/runs").get_json()["items"]
+    return {"task": task, "run": run}
+
+
+def test_a_failed_run_is_told_once_to_the_rules_that_see_it(api, settings, receiver) -> None:
+    alice, bob, scanner = api.user(), api.user(), api.scanner()
+    hook = _webhook(alice, receiver)
+    rule = _rule(alice, on=["run_failed"], channels=[hook])
+    assert rule["on"] == ["run_failed"]
+    other_task_rule = _rule(alice, on=["run_failed"], channels=[hook], filter={"tasks": [999999]})
+    bobs = _rule(bob, on=["run_failed"], channels=[_webhook(bob, receiver)])
+    failed = _failed_run(alice, scanner, ["192.0.2.1"])
+    assert failed["run"]["status"] == "failed"
+
+    # Two evaluations at the same moment (two runners) and a later tick: one message.
+    results: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(evaluate_run_failed(settings)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(sum(r.values()) for r in results) == [0, 1]
+    assert evaluate_run_failed(settings) == {}
+    (message,) = _messages(rule["id"])
+    assert message.event_type == "netmap.run.failed"
+    run = message.payload["run"]
+    assert (run["id"], run["number"], run["task_id"]) == (
+        failed["run"]["id"],
+        1,
+        failed["task"]["id"],
+    )
+    assert (run["executions"], run["failed_executions"]) == (1, 1)
+    assert _messages(other_task_rule["id"]) == [] and _messages(bobs["id"]) == []
+    title, body = summary_text(
+        Message(message.id, message.event_type, datetime.now(UTC), message.payload)
+    )
+    assert title == "netmap: run 1 of nightly failed" and "1 of 1 execution(s) failed" in body
+
+    # Delivered through the leased outbox, signed.
+    drain(settings)
+    (hook_call,) = [h for h in receiver.hooks() if h.json["type"] == "netmap.run.failed"]
+    assert hook_call.verified and hook_call.headers["webhook-id"] == message.id
+
+    # A run that ended before a rule was made is not that rule's news; a later one is.
+    late = _rule(alice, on=["run_failed"], channels=[hook])
+    assert evaluate_run_failed(settings) == {}
+    assert _messages(late["id"]) == []
+    again = alice.post(f"/api/tasks/{failed['task']['id']}/runs")
+    assert again.status_code == 201, again.get_json()
+    execution = scanner.claim().get_json()["execution"]
+    scanner.post(
+        f"/api/scanner/executions/{execution['id']}/fail",
+        json={"claim_token": execution["claim_token"]},
+    )
+    assert evaluate_run_failed(settings) == {"netmap.run.failed": 2}
+    assert [m.payload["run"]["number"] for m in _messages(late["id"])] == [2]
+
+
+def test_run_failed_rules_are_evaluated_by_a_runner_job(settings) -> None:
+    from jobs.alert_conditions import jobs
+
+    names = [job.name for job in jobs(settings)]
+    assert "alert-run-failed" in names
