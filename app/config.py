@@ -229,6 +229,12 @@ class ScanSettings:
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
     max_domain_length: int = spec(253, min=1, max=253)
+    scanner_offline_seconds: int = spec(
+        180,
+        min=10,
+        max=86400,
+        doc="a scanner with no claim, lease renewal or upload for this long is offline",
+    )
     # Special-use address classes a task (or a DNS follow-up task, or the agent) may target;
     # the others (by default metadata, loopback, link_local, multicast, broadcast,
     # unspecified) are refused (SCN-7, docs/security.md).
@@ -370,6 +376,15 @@ class AlertSettings:
         24.0, min=0, max=720, doc="a rotated webhook secret still signs for this long"
     )
     public_url: str = spec("", doc="base URL of the console used in links of messages")
+    conditions_interval_seconds: float = spec(
+        30.0,
+        min=0.5,
+        max=3600,
+        doc="how often scanner_offline rules are evaluated",
+    )
+    certificate_interval_seconds: float = spec(
+        600.0, min=0.5, max=86400, doc="how often certificate_expires rules are evaluated"
+    )
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,11 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
-    from jobs import alert_delivery, analysis
+    from jobs import alert_conditions, alert_delivery, analysis
 
     kinds.extend(analysis.jobs(settings))
     kinds.append(alert_delivery.job(settings))
+    kinds.extend(alert_conditions.jobs(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

@@ -98,6 +98,36 @@ def summary_text(message: Message) -> tuple[str, str]:
     rule = (data.get("rule") or {}).get("name", "")
     if message.event_type == "netmap.test":
         return "netmap test message", "This is a test message from netmap."
+    if "scanner" in data:  # scanner_offline rules (app.alerts.conditions)
+        scanner = data["scanner"]
+        back = data.get("status") == "online"
+        title = f"netmap: scanner {scanner['name']} is {'back online' if back else 'offline'}"
+        lines = [f"Rule: {rule}", title.removeprefix("netmap: ")]
+        if not back:
+            lines.append(
+                f"Last sign of life: {data.get('offline_since')} "
+                f"(offline after {data.get('offline_seconds')} s without one)"
+            )
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
+    if "certificate" in data:  # certificate_expires rules (app.alerts.conditions)
+        cert = data["certificate"]
+        name = cert.get("subject_cn") or cert.get("fingerprint") or "a certificate"
+        when = "expired" if cert.get("expired") else f"expires in {cert.get('days_left')} days"
+        title = f"netmap: certificate {name} {when}"
+        lines = [
+            f"Rule: {rule}",
+            f"Certificate: {name} (issuer {cert.get('issuer') or 'unknown'})",
+            f"Not after: {cert.get('not_after')}",
+            f"SHA-256: {cert.get('fingerprint') or 'not reported'}",
+            f"Served on {data.get('endpoint_count', 0)} endpoint(s):",
+        ]
+        for endpoint in data.get("endpoints", []):
+            lines.append(f"  {endpoint['ip']}:{endpoint['port']}/{endpoint['transport']}")
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
     if "change" in data:
         change = data["change"]
         title = f"netmap: {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"

@@ -12,12 +12,11 @@ import ipaddress
 from flask import Blueprint, jsonify, request
 
 from app.analysis.changes import CHANGE_KINDS
-from app.analysis.queries import endpoint_history, task_changes
-from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.analysis.service import endpoint_history
+from app.errors import ValidationError
 from app.http.guards import current_user, require_user
 from app.http.requests import int_arg, page_limit
-from app.scan_control.query import task_visible
+from app.scan_control.reads import changes_of_task
 
 blueprint = Blueprint("changes", __name__, url_prefix="/api")
 
@@ -33,12 +32,9 @@ def task_changes_route(task_id: int):
     if kind is not None and kind not in CHANGE_KINDS:
         raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
     limit = page_limit(default=100, maximum=1000)
-    with transaction() as conn:
-        if not task_visible(conn, current_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
-        page = task_changes(
-            conn, task_id, kind=kind, limit=limit, cursor=request.args.get("cursor") or None
-        )
+    page = changes_of_task(
+        current_user(), task_id, kind=kind, limit=limit, cursor=request.args.get("cursor") or None
+    )
     return jsonify(page)
 
 
@@ -57,14 +53,12 @@ def asset_history_route():
     if transport not in ("tcp", "udp"):
         raise _invalid("transport", "transport must be tcp or udp")
     limit = page_limit(default=100, maximum=1000)
-    with transaction() as conn:
-        history = endpoint_history(
-            conn,
-            owner_id=current_user().id,
-            ip=ip,
-            port=port,
-            transport=transport,
-            limit=limit,
-            cursor=request.args.get("cursor") or None,
-        )
+    history = endpoint_history(
+        owner_id=current_user().id,
+        ip=ip,
+        port=port,
+        transport=transport,
+        limit=limit,
+        cursor=request.args.get("cursor") or None,
+    )
     return jsonify(history)
