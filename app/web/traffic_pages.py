@@ -8,8 +8,10 @@ midnight in the business time zone) and is bounded: at most three days of
 number of buckets through the primary key's (domain, granularity, bucket_start)
 range, whatever the table holds, and reads at most ``MAX_ROWS`` rollup rows (one
 per path and bucket): past that the chart stops at the last complete bucket and
-says so. Without a range the page shows the time up to
-the domain's newest bucket. The domain list is a skip scan capped at
+says so. Without a range the page shows the last day (5-minute buckets) or month
+(day buckets) up to the domain's newest bucket, starting at its first bucket when that
+is later, and never less than an hour (a week of days): a domain with one bucket so
+far gets a chart of that bucket, not a day-wide empty axis. The domain list is a skip scan capped at
 ``MAX_DOMAINS``. A bad argument shows the form again with the message (400).
 """
 
@@ -32,6 +34,7 @@ from app.web.traffic_chart import build_chart, format_bytes
 MAX_DOMAINS = 500
 BUCKET = {"5m": timedelta(minutes=5), "day": timedelta(days=1)}
 DEFAULT_SPAN = {"5m": timedelta(days=1), "day": timedelta(days=31)}
+MIN_DEFAULT_SPAN = {"5m": timedelta(hours=1), "day": timedelta(days=7)}
 MAX_SPAN = {"5m": timedelta(days=3), "day": timedelta(days=400)}
 MAX_DOMAIN_CHARS = 253
 # Rollup rows one page view aggregates at most: a busy domain has one row per path per
@@ -50,13 +53,23 @@ def _granularity() -> str:
     return value
 
 
+def _default_range(conn, domain: str, granularity: str) -> tuple[datetime, datetime]:
+    """No range given: up to the newest bucket, from the first one within the default span."""
+    latest = rows.latest_bucket(conn, domain=domain, granularity=granularity)
+    end = (latest + BUCKET[granularity]) if latest else datetime.now(UTC)
+    start = end - DEFAULT_SPAN[granularity]
+    if latest is not None:
+        first = rows.earliest_bucket(conn, domain=domain, granularity=granularity, since=start)
+        if first is not None:
+            start = min(max(start, first), end - MIN_DEFAULT_SPAN[granularity])
+    return start, end
+
+
 def _range(
-    start: datetime | None, end: datetime | None, granularity: str, latest: datetime | None
+    start: datetime | None, end: datetime | None, granularity: str
 ) -> tuple[datetime, datetime]:
     span = DEFAULT_SPAN[granularity]
     try:
-        if start is None and end is None:
-            end = (latest + BUCKET[granularity]) if latest else datetime.now(UTC)
         if start is None:
             start = end - span  # type: ignore[operator]
         if end is None:
@@ -110,10 +123,9 @@ def traffic():
     if error is None and domain:
         try:
             with transaction() as conn:
-                latest = None
                 if start is None and end is None:
-                    latest = rows.latest_bucket(conn, domain=domain, granularity=granularity)
-                start, end = _range(start, end, granularity, latest)
+                    start, end = _default_range(conn, domain, granularity)
+                start, end = _range(start, end, granularity)
                 points, cut = rows.bounded_series(
                     conn,
                     domain=domain,
