@@ -79,6 +79,9 @@ OPERATIONS = {
     },
     ("get", "/api/system/resources"): {
         "summary": "Resource samples of this instance's processes and host (admin)",
+        "description": "Series per metric, host and process, averaged into at most "
+        "max_points buckets; each names its unit (bytes, bytes_per_second, percent, or "
+        "empty for a load average).",
         "tags": ["system"],
         "security": USER,
         "parameters": [query("from"), query("to"), query("metric")],
@@ -90,7 +93,25 @@ OPERATIONS = {
                         "from": _TEXT,
                         "to": _TEXT,
                         "max_points": {"type": "integer"},
-                        "series": {},
+                        "series": {
+                            "type": "array",
+                            "items": obj(
+                                {
+                                    "metric": _TEXT,
+                                    "unit": {
+                                        "type": "string",
+                                        "enum": ["bytes", "bytes_per_second", "percent", ""],
+                                    },
+                                    "host": _TEXT,
+                                    "process": {"type": ["string", "null"]},
+                                    "points": {
+                                        "type": "array",
+                                        "description": "[sampled at, average, peak] per bucket",
+                                        "items": {"type": "array"},
+                                    },
+                                }
+                            ),
+                        },
                     }
                 ),
             )
