@@ -3,9 +3,10 @@ tasks that covered it and its change timeline (issue 37).
 
 ``host_view(user, ip)`` gathers it for the API and the console (``app.web.host_pages``):
 the caller's current assets on the address (every status, at most ``MAX_PORTS``) from
-the search store, then, in one short transaction, the caller's executions whose
-targets hold the address and the address's latest changes from the analysis. The
-store is read with no database connection held.
+the search store, the names the caller's DNS executions resolved to the address, then,
+in one short transaction, the caller's executions whose targets hold the address and
+the address's latest changes from the analysis. The store is read with no database
+connection held.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from flask import Blueprint, jsonify
 from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
+from app.result_ingest.dns import names_for_address
 from app.scan_control.reads import host_history
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
@@ -27,6 +29,7 @@ blueprint = Blueprint("hosts", __name__, url_prefix="/api")
 MAX_PORTS = 1000
 MAX_EXECUTIONS = 50
 MAX_CHANGES = 100
+MAX_DNS_NAMES = 100
 
 
 def host_address(raw: str) -> str:
@@ -92,6 +95,8 @@ def host_view(user, raw_ip: str) -> dict[str, Any]:
             key = str(tls.get("sha256") or f"{doc.port}/{doc.transport}")
             entry = certificates.setdefault(key, {**tls, "ports": []})
             entry["ports"].append(doc.port)
+    for answer in names_for_address(user.id, ip, limit=MAX_DNS_NAMES):
+        names.setdefault(answer["name"].lower().rstrip("."), set()).add("dns")
     executions, changes = host_history(
         user.id, ip, max_executions=MAX_EXECUTIONS, max_changes=MAX_CHANGES
     )

@@ -19,9 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.config import ScanSettings
+from app.db import transaction
 from app.observability import emit
 from app.result_ingest.model import DnsRecordIn
 from app.scan_control.follow_up import create_child_task
+from app.scan_control.ownership import OWNER_EXECUTION_IDS_SQL
 
 ADDRESS_TYPES = ("A", "AAAA")
 
@@ -87,3 +89,27 @@ def create_follow_up_task(
         addresses=list(addresses),
         limits=limits,
     )
+
+
+# The names an owner's DNS executions resolved to an address (the host view's "dns"
+# hostnames), newest first; ix_scan_dns_answers_address finds the address's answers.
+_NAMES_FOR_ADDRESS = sa.text(
+    f"""
+    SELECT a.name, max(a.observed_at) AS last_seen
+      FROM scan_dns_answers a
+     WHERE a.type IN ('A', 'AAAA') AND a.value = :ip
+       AND a.execution_id IN ({OWNER_EXECUTION_IDS_SQL})
+     GROUP BY a.name
+     ORDER BY max(a.observed_at) DESC, a.name
+     LIMIT :limit
+    """  # noqa: S608 - scan_control's constant; values are bound
+)
+
+
+def names_for_address(owner_id: int, ip: str, *, limit: int) -> list[dict[str, Any]]:
+    """Names that resolved to ``ip`` (A/AAAA answers) in the owner's DNS executions."""
+    with transaction() as conn:
+        rows = conn.execute(
+            _NAMES_FOR_ADDRESS, {"owner_id": owner_id, "ip": ip, "limit": limit}
+        ).all()
+    return [{"name": row.name, "last_seen": row.last_seen.isoformat()} for row in rows]

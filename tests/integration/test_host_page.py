@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.integration.test_search_language_api import _seed
+from tests.support.scanner_protocol import claim, dns_record
 
 
 def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
@@ -35,3 +36,28 @@ def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
         response = user.get(f"/api/hosts/{bad}")
         assert response.status_code == 400, bad
         assert response.get_json()["error"]["details"]["parameter"] == "ip"
+
+
+def test_names_resolved_to_the_address_by_dns_executions_are_on_the_host_page(api):
+    user, scanner = api.user(), api.scanner()
+    created = user.post(
+        "/api/tasks", json={"name": "dns", "targets": ["shop.example.test"], "ports": "443"}
+    )
+    assert created.status_code == 201, created.get_json()
+    dns = claim(scanner)
+    assert dns.execution["kind"] == "dns"
+    final = dns.final(
+        0,
+        [],
+        dns_records=[
+            dns_record("shop.example.test", "192.0.2.20"),
+            dns_record("shop.example.test", "2001:db8::20", type="AAAA"),
+            dns_record("www.shop.example.test", "shop.example.test", type="CNAME"),
+        ],
+    )
+    assert final.status_code == 200, final.get_json()
+    names = user.get("/api/hosts/192.0.2.20").get_json()["hostnames"]
+    assert names == [{"name": "shop.example.test", "sources": ["dns"]}]
+    assert user.get("/api/hosts/2001:db8::20").get_json()["hostnames"][0]["sources"] == ["dns"]
+    # Another owner's DNS answers are not theirs to see.
+    assert api.user().get("/api/hosts/192.0.2.20").get_json()["hostnames"] == []
