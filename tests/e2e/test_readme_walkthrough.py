@@ -46,6 +46,8 @@ def test_the_walkthrough_names_every_step():
         "/changes",
         "/api/reports/definitions",
         "/exports",
+        "/api/alerts/rules",
+        "/runs",
     ):
         assert needed in script, needed
 
@@ -77,3 +79,6 @@ def test_the_walkthrough_runs_as_written(database_url, tmp_path):
     assert (work / "report.html").read_text().lower().startswith(("<!doctype", "<html"))
     rows = (work / "export.csv").read_text().splitlines()
     assert rows[0].startswith("task_id,") and f",127.0.0.1,{port},tcp,open" in rows[1]
+    assert "'gone': 1" in done.stdout  # step 11: run 2 finds the listener gone
+    assert "[('netmap.change.gone', 'delivered')]" in done.stdout  # and says so
+    assert list((tmp_path / "server").rglob("outbox/*.eml"))
