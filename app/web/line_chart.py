@@ -20,6 +20,7 @@ from app.web.traffic_chart import (
     RIGHT,
     TOP,
     WIDTH,
+    Chart,
     Line,
     Panel,
     Tick,
@@ -35,16 +36,7 @@ Samples = list[tuple[datetime, float]]
 
 
 @dataclass(frozen=True)
-class LineChart:
-    width: int
-    height: int
-    left: int
-    right: float
-    title: str
-    description: str
-    panels: list[Panel]
-    x_ticks: list[Tick]
-    empty: bool
+class LineChart(Chart):
     legend: list[tuple[str, str]]  # (css class, name)
 
 
