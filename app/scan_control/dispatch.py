@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from app.errors import Conflict, NotFound, ValidationError
 from app.observability import emit
 from app.scan_control.executions import ExecutionRow, claim_next, raise_if_cancelled
-from app.scan_control.run_status import refresh_active_runs
+from app.scan_control.run_status import derive_run_status, refresh_active_runs
 
 EXECUTION_KINDS = ("ports", "dns")
 MAX_REASON_LENGTH = 2000
@@ -178,18 +178,13 @@ def recover_expired_leases(
 
 
 def derive_task_status(statuses: list[str]) -> str:
-    """Task status from its executions' and child tasks' statuses (SCN-4)."""
-    if not statuses or all(s == "queued" for s in statuses):
+    """Task status from its executions' and child tasks' statuses (SCN-4): a run's rule,
+    except that a task with nothing yet is queued and a mixed ending is spelled
+    ``partially_failed`` (the task API's name)."""
+    if not statuses:
         return "queued"
-    if any(s in ("queued", "running") for s in statuses):
-        return "running"
-    if any(s == "cancelled" for s in statuses):
-        return "cancelled"
-    if all(s == "succeeded" for s in statuses):
-        return "succeeded"
-    if all(s == "failed" for s in statuses):
-        return "failed"
-    return "partially_failed"
+    status = derive_run_status(statuses)
+    return "partially_failed" if status == "partial" else status
 
 
 def aggregate_task_status(conn: Connection, task_id: int) -> str:
