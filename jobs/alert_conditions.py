@@ -20,28 +20,26 @@ from app.config import Settings
 from jobs.base import JobContext, PeriodicJob, PeriodicLease
 
 
-def scanner_offline_job(settings: Settings) -> PeriodicJob:
+def _quick_condition_job(name: str, evaluate, settings: Settings) -> PeriodicJob:
+    """A condition read in one short statement, every ``conditions_interval_seconds``."""
+
     def tick(ctx: JobContext, lease: PeriodicLease) -> None:
-        evaluate_scanner_offline(settings)
+        evaluate(settings)
 
     return PeriodicJob(
-        "alert-scanner-offline",
+        name,
         tick,
         interval_seconds=settings.alerts.conditions_interval_seconds,
         lease_seconds=60,
     )
+
+
+def scanner_offline_job(settings: Settings) -> PeriodicJob:
+    return _quick_condition_job("alert-scanner-offline", evaluate_scanner_offline, settings)
 
 
 def run_failed_job(settings: Settings) -> PeriodicJob:
-    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
-        evaluate_run_failed(settings)
-
-    return PeriodicJob(
-        "alert-run-failed",
-        tick,
-        interval_seconds=settings.alerts.conditions_interval_seconds,
-        lease_seconds=60,
-    )
+    return _quick_condition_job("alert-run-failed", evaluate_run_failed, settings)
 
 
 def certificate_expiry_job(settings: Settings) -> PeriodicJob:

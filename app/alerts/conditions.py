@@ -132,19 +132,23 @@ _SCANNER_OFFLINE = sa.text(
 def evaluate_scanner_offline(settings: Settings) -> dict[str, int]:
     """One tick of the ``scanner_offline`` rules (one short transaction): messages for
     scanners that went offline, and for those back online where the rule asks for it."""
+    return _create_messages(
+        "scanner_offline",
+        _SCANNER_OFFLINE,
+        {"offline": settings.scan.scanner_offline_seconds, "link": scanners_link(settings)},
+    )
+
+
+def _create_messages(kind: str, statement: sa.TextClause, params: dict[str, Any]) -> dict[str, int]:
+    """Run one condition's marking-and-messages statement in a short transaction; the
+    messages it made, counted by event type."""
     with transaction() as conn:
-        rows = conn.execute(
-            _SCANNER_OFFLINE,
-            {
-                "offline": settings.scan.scanner_offline_seconds,
-                "link": scanners_link(settings),
-            },
-        ).all()
+        rows = conn.execute(statement, params).all()
     created: dict[str, int] = {}
     for row in rows:
         created[row.event_type] = created.get(row.event_type, 0) + 1
     if created:
-        emit("AlertConditionMessagesCreated", kind="scanner_offline", **_event_counts(created))
+        emit("AlertConditionMessagesCreated", kind=kind, **_event_counts(created))
     return created
 
 
@@ -195,20 +199,11 @@ def evaluate_run_failed(settings: Settings, *, now: datetime | None = None) -> d
     """One tick of the ``run_failed`` rules (one short transaction): a message for each
     run that ended failed or partial since the last day and was not told yet."""
     moment = now or datetime.now(UTC)
-    with transaction() as conn:
-        rows = conn.execute(
-            _RUN_FAILED,
-            {
-                "since": moment - RUN_FAILED_LOOKBACK,
-                "link": settings.alerts.public_url.rstrip("/"),
-            },
-        ).all()
-    created: dict[str, int] = {}
-    for row in rows:
-        created[row.event_type] = created.get(row.event_type, 0) + 1
-    if created:
-        emit("AlertConditionMessagesCreated", kind="run_failed", **_event_counts(created))
-    return created
+    return _create_messages(
+        "run_failed",
+        _RUN_FAILED,
+        {"since": moment - RUN_FAILED_LOOKBACK, "link": settings.alerts.public_url.rstrip("/")},
+    )
 
 
 def _event_counts(created: dict[str, int]) -> dict[str, int]:
