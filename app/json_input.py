@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -209,3 +210,23 @@ def require_clean_json(value: Any, *, allow_nul: bool = False, raw: bytes | None
                 ]
             },
         )
+
+
+def checked_object(body: Any, fields: Collection[str]) -> dict[str, Any]:
+    """``body`` when it is a JSON object holding only ``fields``: a 400 names the body, or
+    the first unknown field (``unknown_field``), so a misspelt key is never ignored."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object", details={"field": "body"})
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise ValidationError(
+            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
+        )
+    return body
+
+
+def checked_name(value: Any, *, field: str = "name", max_chars: int = 200) -> str:
+    """A display name: a string of 1 to ``max_chars`` characters once trimmed."""
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= max_chars:
+        raise ValidationError(f"{field} must be 1-{max_chars} characters", details={"field": field})
+    return value.strip()

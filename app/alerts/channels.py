@@ -27,6 +27,7 @@ from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.secrets_at_rest import SecretBox
 from app.identity.users import User
+from app.json_input import checked_name, checked_object
 
 KINDS = ("webhook", "email", "apprise")
 MAX_RECIPIENTS = 50
@@ -62,18 +63,12 @@ def new_secret() -> str:
 
 
 def _validate(body: Any, settings: Settings) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise _bad("body", "the body must be a JSON object")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise _bad(unknown[0], f"unknown field {unknown[0]!r}", "unknown_field")
+    checked_object(body, _FIELDS)
     kind = body.get("kind")
     if kind not in KINDS:
         raise _bad("kind", "kind must be one of " + ", ".join(KINDS))
-    name = body.get("name", kind)
-    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
-        raise _bad("name", "name must be 1-200 characters")
-    out: dict[str, Any] = {"kind": kind, "name": name.strip(), "url": None, "recipients": []}
+    name = checked_name(body.get("name", kind))
+    out: dict[str, Any] = {"kind": kind, "name": name, "url": None, "recipients": []}
     url = body.get("url")
     if kind in ("webhook", "apprise"):
         if not isinstance(url, str) or not 1 <= len(url) <= 2000:

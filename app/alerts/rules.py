@@ -23,6 +23,7 @@ from app.analysis.changes import CHANGE_KINDS
 from app.db import transaction
 from app.errors import Forbidden, NotFound, ValidationError
 from app.identity.users import User
+from app.json_input import checked_name, checked_object
 from app.search.documents import FIELD_RULES
 
 MODES = ("each", "digest")
@@ -107,17 +108,10 @@ def _filter(value: Any) -> dict[str, list[Any]]:
 
 def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
     """The rule's fields, checked; ``partial`` for a PATCH (absent fields stay)."""
-    if not isinstance(body, dict):
-        raise _bad("body", "the body must be a JSON object")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise _bad(unknown[0], f"unknown field {unknown[0]!r}", "unknown_field")
+    checked_object(body, _FIELDS)
     out: dict[str, Any] = {}
     if "name" in body or not partial:
-        name = body.get("name")
-        if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
-            raise _bad("name", "name must be 1-200 characters")
-        out["name"] = name.strip()
+        out["name"] = checked_name(body.get("name"))
     if "on" in body or not partial:
         kinds = _strings(body.get("on"), "on", allowed=RULE_KINDS)
         if not kinds:

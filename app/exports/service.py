@@ -20,6 +20,7 @@ from app.db import transaction
 from app.errors import Conflict, NotFound, TooManyQueued, ValidationError
 from app.exports import records
 from app.identity.users import User
+from app.json_input import checked_object
 from app.object_store.deleter import DeleteResult, delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
@@ -28,13 +29,7 @@ from app.search.query_language import parse_query
 
 
 def validate_export_request(body: Any) -> str:
-    if not isinstance(body, dict):
-        raise ValidationError("the body must be a JSON object", details={"field": "body"})
-    unknown = sorted(set(body) - {"format"})
-    if unknown:
-        raise ValidationError(
-            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
-        )
+    checked_object(body, {"format"})
     fmt = body.get("format")
     if fmt not in records.FORMATS:
         raise ValidationError(

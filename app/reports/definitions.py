@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from app.db import transaction
 from app.errors import NotFound, TooManyQueued, ValidationError
 from app.identity.users import User
+from app.json_input import checked_name, checked_object
 from app.reports import records
 from app.reports.templates import TEMPLATE_NAME, template_exists
 from app.scan_control.query import get_task
@@ -45,17 +46,10 @@ def validate_definition(
     body: Any, *, partial: bool = False, max_recipients: int = MAX_RECIPIENTS
 ) -> dict[str, Any]:
     """The definition's fields, checked; ``partial`` for an update (absent fields stay)."""
-    if not isinstance(body, dict):
-        raise _bad("body", "the body must be a JSON object")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise _bad(unknown[0], f"unknown field {unknown[0]!r}", "unknown_field")
+    checked_object(body, _FIELDS)
     out: dict[str, Any] = {}
     if "name" in body or not partial:
-        name = body.get("name")
-        if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
-            raise _bad("name", "name must be 1-200 characters")
-        out["name"] = name.strip()
+        out["name"] = checked_name(body.get("name"))
     if "task_id" in body or "scope" in body or not partial:
         task_id, scope = body.get("task_id"), body.get("scope")
         if (task_id is None) == (scope is None):

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.errors import NotFound, ValidationError
+from app.json_input import checked_object
 from app.renderer import contract as render_contract
 
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -121,14 +122,7 @@ def published_template(conn: Connection, name: str) -> TemplateVersion | None:
 
 
 def validate_template_version(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationError("the body must be a JSON object", details={"field": "body"})
-    allowed = {"name", "version", "subject", "html", "enabled"}
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise ValidationError(
-            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
-        )
+    checked_object(body, {"name", "version", "subject", "html", "enabled"})
     name = body.get("name")
     if not isinstance(name, str) or not TEMPLATE_NAME.fullmatch(name):
         raise ValidationError(

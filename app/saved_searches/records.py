@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, ValidationError
+from app.json_input import checked_object
 from app.search.query_language import MAX_QUERY_CHARS, parse_query
 
 MAX_NAME = 100
@@ -34,13 +35,7 @@ def search_dict(row: Any) -> dict[str, Any]:
 def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
     """``name`` and ``query`` of a request body; a query that does not parse is a 400
     naming its column (``invalid_query``)."""
-    if not isinstance(body, dict):
-        raise ValidationError("the body must be a JSON object", details={"field": "body"})
-    unknown = sorted(set(body) - {"name", "query"})
-    if unknown:
-        raise ValidationError(
-            f"unknown field {unknown[0]!r}", code="unknown_field", details={"field": unknown[0]}
-        )
+    checked_object(body, {"name", "query"})
     values: dict[str, str] = {}
     name = body.get("name")
     if name is not None or not partial:
