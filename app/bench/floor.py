@@ -1,0 +1,206 @@
+"""`netmap bench floor`: netmap's ingest as a fraction of what plain COPY of the same rows costs.
+
+On a scratch database one scanner uploads ``--observations`` distinct endpoints through a
+real ``netmap up --no-runner`` (gunicorn, HTTP, the full upload path: validation,
+receipts, facts, execution endpoints, counters, the final), in batches of ``--batch``;
+the wall time from the first batch to the final's answer gives netmap's rate.
+
+The rows that upload left are the floor's input: every table whose row count the upload
+changed (read from the statistics counters, so nothing is named by hand and a new table
+of the write path is picked up; a row it only updated, the execution's, is not) is copied
+out in PostgreSQL's binary format. Then,
+``--repeats`` times, those tables are emptied and the same rows are written back with
+one ``COPY FROM`` per table in one transaction, with the tables' own indexes and
+constraints and no triggers (``session_replication_role = replica``: the counters the
+triggers maintain are among the copied rows). Timed is that transaction, commit
+included; the scratch server runs as every bench's does (``fsync`` off).
+
+``ratio_to_floor`` is netmap's observations per second over the floor's (best repeat);
+the goal of the scale work is at least 0.6 with one client. One JSON object on stdout,
+progress on stderr.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+import sqlalchemy as sa
+
+GOAL = 0.6
+# Tables the statistics counters may see growing while the upload runs that are not the
+# upload's rows: the web server's start (the renderer's runtime configuration) and the
+# sessions and audit of API calls.
+_NOT_WRITE_PATH = {
+    "user_sessions",
+    "login_throttle",
+    "audit_log",
+    "runtime_configuration",
+    "runtime_configuration_revisions",
+}
+
+
+def _changes(conn) -> dict[str, int]:
+    """Rows inserted per user table so far (the statistics counters). A counter row the
+    upload creates and then updates counts by its insert; a row it only updates (the
+    execution's own) is not the upload's."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT relname, n_tup_ins AS n FROM pg_stat_user_tables WHERE schemaname = 'public'"
+        )
+    ).all()
+    return {row.relname: int(row.n) for row in rows}
+
+
+def _settled_changes(engine) -> dict[str, int]:
+    # Backends report their counters at transaction end, at most once a second; read
+    # until two readings a second apart agree.
+    last: dict[str, int] | None = None
+    for _ in range(30):
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+            now = _changes(conn)
+        if now == last:
+            return now
+        last = now
+        time.sleep(1.1)
+    return last or {}
+
+
+def _copy_out(engine, tables: list[str]) -> dict[str, bytes]:
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        dumps = {}
+        for table in tables:
+            buffer = io.BytesIO()
+            cursor.copy_expert(f'COPY "{table}" TO STDOUT (FORMAT binary)', buffer)
+            dumps[table] = buffer.getvalue()
+        raw.commit()
+        return dumps
+    finally:
+        raw.close()
+
+
+def _copy_in(engine, dumps: dict[str, bytes]) -> float:
+    """Empty the tables, then time writing the dumps back in one transaction."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in dumps))
+        raw.commit()
+        started = time.perf_counter()
+        for table, data in dumps.items():
+            cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
+        raw.commit()
+        seconds = time.perf_counter() - started
+        cursor.execute("RESET session_replication_role")
+        raw.commit()
+        return seconds
+    finally:
+        raw.close()
+
+
+def _row_counts(engine, tables: list[str]) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            t: int(conn.execute(sa.text(f'SELECT count(*) FROM "{t}"')).scalar_one())  # noqa: S608 - names from pg_stat
+            for t in tables
+        }
+
+
+@click.command("floor")
+@click.option(
+    "--observations",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1000, 5_000_000),
+    help="distinct endpoints one scanner uploads",
+)
+@click.option("--batch", default=500, show_default=True, type=click.IntRange(1, 20_000))
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 20))
+def command(observations: int, batch: int, repeats: int) -> None:
+    """netmap's one-client ingest against COPY of the rows it writes; one JSON object."""
+    from app.bench import local_server, upload_http
+    from app.bench.counts import execution_counts
+    from app.bench.scratch import scratch_database
+    from app.bench.upload_data import observations as make_observations
+    from app.db import get_engine, transaction
+    from app.identity.scanners import create_scanner
+    from app.identity.users import create_user
+    from app.search import open_store
+
+    overrides: dict[str, dict[str, object]] = {"ingest": {"max_observations_per_batch": batch}}
+    with scratch_database(overrides=overrides) as scratch:
+        store = open_store(scratch.settings)
+        store.ensure_schema()
+        store.close()
+        with transaction() as conn:
+            owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
+            token = create_scanner(conn, "bench-floor")[1]
+        upload_http._executions(owner.id, 1, scratch.settings, observations)
+        server, url, _, _ = upload_http.start_server(scratch, None, "", batch)
+        try:
+            client = upload_http._Client(url, token)
+            observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+            bodies = [
+                client.body(make_observations(start, min(batch, observations - start), observed_at))
+                for start in range(0, observations, batch)
+            ]
+            final = client.body([], final=True)
+            engine = get_engine()
+            before = _settled_changes(engine)
+            print(f"[floor] netmap: {len(bodies)} batches of {batch}", file=sys.stderr)
+            started = time.perf_counter()
+            for data in bodies:
+                client.send(data)
+            client.send(final)
+            netmap_seconds = time.perf_counter() - started
+            if client.error:
+                raise click.ClickException(f"the upload failed: {client.error}")
+        finally:
+            local_server.stop_server(server)
+        with transaction() as conn:
+            counted = execution_counts(conn, client.execution["id"])
+        if counted["observations"] != observations:
+            raise click.ClickException(f"the final counted {counted}, expected {observations}")
+        after = _settled_changes(engine)
+        tables = sorted(
+            t for t, n in after.items() if n > before.get(t, 0) and t not in _NOT_WRITE_PATH
+        )
+        rows = _row_counts(engine, tables)
+        dumps = _copy_out(engine, tables)
+        floor_runs = []
+        for n in range(repeats):
+            floor_runs.append(_copy_in(engine, dumps))
+            print(f"[floor] COPY {n + 1}/{repeats}: {floor_runs[-1]:.2f} s", file=sys.stderr)
+        copied = _row_counts(engine, tables)
+        if copied != rows:
+            raise click.ClickException(f"COPY wrote {copied}, the upload left {rows}")
+    netmap_rate = observations / netmap_seconds
+    floor_rate = observations / min(floor_runs)
+    result: dict[str, Any] = {
+        "benchmark": "floor",
+        "observations": observations,
+        "batch": batch,
+        "netmap": {
+            "seconds": round(netmap_seconds, 3),
+            "observations_per_s": round(netmap_rate, 1),
+        },
+        "floor": {
+            "seconds": [round(s, 3) for s in floor_runs],
+            "observations_per_s": round(floor_rate, 1),
+            "tables": rows,
+            "bytes": {t: len(d) for t, d in dumps.items()},
+        },
+        "ratio_to_floor": round(netmap_rate / floor_rate, 3),
+        "goal_ratio": GOAL,
+    }
+    click.echo(json.dumps(result))

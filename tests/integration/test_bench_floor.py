@@ -1,0 +1,29 @@
+"""`netmap bench floor` runs end to end as a real process (no timing asserted): its own
+scratch PostgreSQL and web server, one scanner's upload, then the same rows written back
+by COPY, checked table by table against what the upload left."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.processes import run_bench
+
+
+@pytest.mark.slow
+def test_bench_floor_copies_exactly_the_rows_the_upload_wrote():
+    process = run_bench(
+        "floor", "--observations", "2000", "--batch", "500", "--repeats", "2", check=False
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    report = json.loads(process.stdout)
+    assert report["benchmark"] == "floor" and report["observations"] == 2000
+    tables = report["floor"]["tables"]
+    # The write path's rows, found by the statistics counters, not named by the bench.
+    assert tables["search_execution_endpoints"] == 2000
+    assert sum(n for t, n in tables.items() if t.startswith("search_facts_")) == 2000
+    assert tables["scan_upload_receipts"] == 2000 // 500 + 1  # the batches and the final
+    assert "scan_executions" not in tables and "runtime_configuration" not in tables
+    assert len(report["floor"]["seconds"]) == 2
+    assert report["ratio_to_floor"] > 0 and report["goal_ratio"] == 0.6
