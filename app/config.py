@@ -445,6 +445,19 @@ class ObjectStoreSettings:
 
 
 @dataclass(frozen=True)
+class SearchSettings:
+    facts_retention_months: int = spec(
+        0,
+        min=0,
+        max=1200,
+        doc="months of raw facts kept (whole months dropped by partition); 0: kept forever",
+    )
+    retention_interval_seconds: float = spec(
+        3600.0, min=60, max=7 * 86400, doc="how often the runner looks for months to drop"
+    )
+
+
+@dataclass(frozen=True)
 class ExportSettings:
     concurrency: int = spec(2, min=1, max=64, doc="export builds running at once per host")
     retention_hours: float = spec(72.0, min=0.01, max=24 * 365)
@@ -565,6 +578,7 @@ SECTIONS: dict[str, type] = {
     "agent": AgentSettings,
     "analysis": AnalysisSettings,
     "alerts": AlertSettings,
+    "search": SearchSettings,
 }
 
 
@@ -587,6 +601,7 @@ class Settings:
     agent: AgentSettings = field(default_factory=AgentSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
     config_path: str | None = None
 
     @property

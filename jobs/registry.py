@@ -32,13 +32,14 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
-    from jobs import alert_conditions, alert_delivery, analysis, task_purge
+    from jobs import alert_conditions, alert_delivery, analysis, facts_retention, task_purge
 
     kinds.extend(analysis.jobs(settings))
     kinds.append(alert_delivery.job(settings))
     kinds.extend(alert_conditions.jobs(settings))
     kinds.append(task_purge.job(settings))
     kinds.append(task_purge.retention_job(settings))
+    kinds.append(facts_retention.job(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol, cast
 
@@ -302,6 +302,7 @@ class Capability(StrEnum):
     EXPORT_TEXT_IN_DATABASE = "export_text_in_database"  # ``ExportTextInDatabase``
     CURRENT_ASSET_COUNT = "current_asset_count"  # ``CurrentAssetCount``
     TASK_PURGE = "task_purge"  # ``TaskPurge``
+    FACT_RETENTION = "fact_retention"  # ``FactRetention``
 
 
 class SearchStore(Protocol):
@@ -507,6 +508,13 @@ class TaskPurge(Protocol):
     ) -> dict[str, int]: ...
 
 
+class FactRetention(Protocol):
+    """Optional capability of a store (PostgreSQL): whole months of raw facts dropped
+    (``[search] facts_retention_months``; ``app.search.postgres_retention``)."""
+
+    def drop_fact_months_before(self, kept_from: date) -> list[str]: ...
+
+
 # The one place a store's optional abilities are checked: each accessor returns the store
 # typed as the capability when the store declares it in ``capabilities``, else None.
 
@@ -545,6 +553,12 @@ def task_purge(store: SearchStore) -> TaskPurge | None:
     return None
 
 
+def fact_retention(store: SearchStore) -> FactRetention | None:
+    if has_capability(store, Capability.FACT_RETENTION):
+        return cast(FactRetention, store)
+    return None
+
+
 # Which protocol each capability promises (tests check every adapter against it).
 CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.SERVER_SIDE_PAGES: ServerSidePages,
@@ -552,4 +566,5 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.EXPORT_TEXT_IN_DATABASE: ExportTextInDatabase,
     Capability.CURRENT_ASSET_COUNT: CurrentAssetCount,
     Capability.TASK_PURGE: TaskPurge,
+    Capability.FACT_RETENTION: FactRetention,
 }

@@ -38,6 +38,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -76,6 +77,7 @@ from app.search.postgres_purge import (
 )
 from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
+from app.search.postgres_retention import drop_month, fact_partitions, months_to_keep_from
 from app.search.postgres_schema import (
     EXECUTION_SIGHTINGS_SQL,
     check_tables,
@@ -193,13 +195,40 @@ class PostgresStore:
     def ensure_partitions(self, months: Sequence[str]) -> None:
         """Create the monthly fact partitions that do not exist yet (safe under concurrency)."""
         wanted = sorted({partition_name(m): m for m in set(months)}.items())
+        # A month past the retention may have been dropped by another process since this
+        # one learnt it: such (rare) writes check the catalogue instead of the cache.
+        kept_from = self._retention_start()
         with self._partition_lock:
-            missing = [(name, m) for name, m in wanted if name not in self._known_partitions]
+            missing = [
+                (name, m)
+                for name, m in wanted
+                if name not in self._known_partitions or (kept_from and m < kept_from)
+            ]
         if not missing:
             return
         self._run(lambda conn: create_partitions(conn, missing))
         with self._partition_lock:
             self._known_partitions.update(name for name, _ in missing)
+
+    def _retention_start(self) -> str | None:
+        """``YYYY.MM`` of the oldest month the retention keeps (None: facts kept forever)."""
+        months = self._settings.search.facts_retention_months
+        if not months:
+            return None
+        start = months_to_keep_from(datetime.now(UTC), months)
+        return f"{start.year:04d}.{start.month:02d}"
+
+    def drop_fact_months_before(self, kept_from: date) -> list[str]:
+        """Drop every fact month before ``kept_from`` (one short transaction per month)."""
+        dropped = []
+        for name, month in self._run(fact_partitions):
+            if month >= kept_from:
+                break
+            self._run(lambda conn, name=name, month=month: drop_month(conn, name, month))
+            with self._partition_lock:
+                self._known_partitions.discard(name)
+            dropped.append(name)
+        return dropped
 
     # -- writes ---------------------------------------------------------------
 
