@@ -10,7 +10,7 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
 from app.observability import emit
-from app.scan_control.creation import create_task, validate_task_request
+from app.scan_control import schedules
 from app.scan_control.query import (
     TASK_STATUSES,
     get_task,
@@ -26,13 +26,28 @@ blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 @require_user
 def create_task_route():
     user = current_user()
-    scan = context.settings().scan
-    task_request = validate_task_request(json_body(), scan)
-    with transaction() as conn:
-        task_id = create_task(conn, owner_id=user.id, request=task_request, limits=scan)
-        task = get_task(conn, user, task_id)
-    emit("TaskCreated", task_id=task_id, user_id=user.id, executions=task["execution_count"])
+    task = schedules.create_task_for_user(user, json_body(), context.settings().scan)
+    emit("TaskCreated", task_id=task["id"], user_id=user.id, executions=task["execution_count"])
     return jsonify({"task": task}), 201
+
+
+@blueprint.patch("/<int:task_id>")
+@require_user
+def update_task_route(task_id: int):
+    task = schedules.update_task(current_user(), task_id, json_body(), context.settings().scan)
+    return jsonify({"task": task})
+
+
+@blueprint.post("/<int:task_id>/schedule/pause")
+@require_user
+def pause_schedule_route(task_id: int):
+    return jsonify({"schedule": schedules.set_paused(current_user(), task_id, True)})
+
+
+@blueprint.post("/<int:task_id>/schedule/resume")
+@require_user
+def resume_schedule_route(task_id: int):
+    return jsonify({"schedule": schedules.set_paused(current_user(), task_id, False)})
 
 
 @blueprint.get("")

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
+from app.scan_control.schedule_store import schedule_view
 from app.sql_filters import Filters
 
 TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed")
@@ -128,6 +129,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
             {"id": task_id},
         ).scalars()
     )
+    task["schedule"] = schedule_view(conn, task_id)
     return task
 
 
