@@ -350,6 +350,7 @@ main.add_command("app.ops.cli:backup")
 main.add_command("app.ops.cli:restore")
 main.add_command("app.result_ingest.cli:import_command", name="import")
 main.add_command("app.reports.cli:reports")
+main.add_command("app.scan_control.cli:tasks")
 main.add_command("app.ops.search_cli:search")
 
 

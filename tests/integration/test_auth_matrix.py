@@ -396,6 +396,27 @@ ROUTES: list[Route] = [
         _user_route(200, owned=True),
     ),
     Route(
+        "PATCH",
+        "/api/tasks/<int:task_id>",
+        lambda w: f"/api/tasks/{w.task_id}",
+        lambda w: {"name": "renamed", "schedule": {"every_seconds": 7200}},
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/schedule/pause",
+        lambda w: f"/api/tasks/{w.task_id}/schedule/pause",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/schedule/resume",
+        lambda w: f"/api/tasks/{w.task_id}/schedule/resume",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
         "GET",
         "/api/tasks/<int:task_id>/executions",
         lambda w: f"/api/tasks/{w.task_id}/executions",
@@ -726,7 +747,13 @@ def world(api) -> World:
     wrong = api.app.test_client()
     callers[WRONG_TOKEN] = wrong
     created = user.post(
-        "/api/tasks", json={"name": "owned", "targets": ["198.51.100.7"], "ports": "22"}
+        "/api/tasks",
+        json={
+            "name": "owned",
+            "targets": ["198.51.100.7"],
+            "ports": "22",
+            "schedule": {"every_seconds": 3600},
+        },
     )
     task_id = created.get_json()["task"]["id"]
     claimed = callers[SCANNER].claim().get_json()["execution"]
