@@ -234,6 +234,9 @@ class ScanSettings:
     max_addresses_per_task: int = spec(1_048_576, min=1, max=16_777_216)
     max_ports_per_task: int = spec(65535, min=1, max=65535)
     execution_max_addresses: int = spec(256, min=1, max=65536)
+    # Runs of a task kept with their executions and results; older finished runs are
+    # removed by the task purge job (docs/architecture.md, "Runs").
+    keep_runs: int = spec(30, min=1, max=100_000)
     max_domain_length: int = spec(253, min=1, max=253)
     min_schedule_seconds: int = spec(
         300, min=1, max=86400, doc="shortest gap a task schedule may have between fire times"

@@ -1,7 +1,7 @@
 """Task schedules: a task's runs started by cron or by interval (issue 33, docs/schedules.md).
 
 Revision ID: 20261202_1000
-Revises: 20261202_0810
+Revises: 20261202_0900
 Create Date: 2026-12-02
 
 Owned by ``app/scan_control``:
@@ -20,7 +20,7 @@ Owned by ``app/scan_control``:
 from alembic import op
 
 revision = "20261202_1000"
-down_revision = "20261202_0810"
+down_revision = "20261202_0900"
 branch_labels = None
 depends_on = None
 
@@ -53,7 +53,7 @@ CREATE TABLE scan_schedule_slots (
     fire_at     timestamptz NOT NULL,
     outcome     text        NOT NULL CHECK (outcome IN ('started', 'skipped')),
     reason      text,
-    run_id      bigint,
+    run_id      bigint      REFERENCES task_runs (id) ON DELETE SET NULL,
     caught_up   integer     NOT NULL DEFAULT 0 CHECK (caught_up >= 0),
     handled_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (task_id, fire_at),

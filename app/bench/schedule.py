@@ -50,8 +50,8 @@ _SEED_SCHEDULES = """
       FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS i FROM scan_tasks) t
      CROSS JOIN LATERAL (
          SELECT CAST(:start AS timestamptz)
-                + make_interval(secs => (t.i * :every)::float8 / :tasks) - make_interval(secs => :every)
-                AS anchor
+                + make_interval(secs => (t.i * :every)::float8 / :tasks)
+                - make_interval(secs => :every) AS anchor
      ) a
 """
 

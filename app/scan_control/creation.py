@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 from app.config import ScanSettings
 from app.errors import ValidationError
 from app.scan_control.planning import plan_executions, scan_plan_document
+from app.scan_control.runs import queue_run
 from app.target_rules import (
     ParsedTargets,
     format_ports,
@@ -41,10 +42,12 @@ class TaskRequest:
     ports: str
     transports: list[str]
     profile: str = DEFAULT_PROFILE
+    # False: an import-only task; nothing is queued, each import becomes a run.
+    scan: bool = True
 
 
 def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskRequest:
-    unknown = sorted(set(body) - {"name", "targets", "ports", "transports", "profile"})
+    unknown = sorted(set(body) - {"name", "targets", "ports", "transports", "profile", "scan"})
     if unknown:
         raise ValidationError(
             "unknown fields in task", code="unknown_fields", details={"fields": unknown}
@@ -66,6 +69,11 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
         from app.target_rules import Problem
 
         problems.append(Problem("profile", None, profile, "must be quick, standard or deep"))
+    scan = body.get("scan", True)
+    if not isinstance(scan, bool):
+        from app.target_rules import Problem
+
+        problems.append(Problem("scan", None, scan, "must be true or false"))
     raise_if_problems(problems)
     return TaskRequest(
         name=name.strip(),
@@ -73,6 +81,7 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
         ports=format_ports(ranges),
         transports=transports,
         profile=profile,
+        scan=scan,
     )
 
 
@@ -86,7 +95,11 @@ def create_task(
     parent_execution_id: int | None = None,
     register_targets: bool = True,
 ) -> int:
-    """Insert the task, its plan and its queued executions; returns the task id."""
+    """Insert the task, its plan and run 1 with its queued executions; returns the task id.
+
+    Run 1 is started through ``runs.queue_run``, the path every later run takes; an
+    import-only task (``scan`` false) gets no run until its first import.
+    """
     planned = plan_executions(request.targets, limits.execution_max_addresses)
     plan = scan_plan_document(planned, limits.execution_max_addresses)
     task_id = conn.execute(
@@ -94,9 +107,9 @@ def create_task(
             """
             INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, scan_plan,
                                     parent_task_id, parent_execution_id, execution_count,
-                                    profile)
+                                    profile, scan)
             VALUES (:owner, :name, 'queued', CAST(:targets AS jsonb), :ports, :transports,
-                    CAST(:plan AS jsonb), :parent, :parent_execution, :count, :profile)
+                    CAST(:plan AS jsonb), :parent, :parent_execution, 0, :profile, :scan)
             RETURNING id
             """
         ),
@@ -109,31 +122,12 @@ def create_task(
             "plan": json.dumps(plan),
             "parent": parent_task_id,
             "parent_execution": parent_execution_id,
-            "count": len(planned),
             "profile": request.profile,
+            "scan": request.scan,
         },
     ).scalar_one()
-    if planned:
-        conn.execute(
-            sa.text(
-                """
-                INSERT INTO scan_executions
-                       (task_id, kind, targets, ports, transports, max_attempts, profile)
-                SELECT :task_id, p.kind, p.targets, :ports, :transports, :max_attempts, :profile
-                FROM jsonb_to_recordset(CAST(:planned AS jsonb)) AS p(kind text, targets jsonb)
-                """
-            ),
-            {
-                "task_id": task_id,
-                "ports": request.ports,
-                "transports": request.transports,
-                "max_attempts": limits.max_attempts,
-                "profile": request.profile,
-                "planned": json.dumps(
-                    [{"kind": e.kind, "targets": list(e.targets)} for e in planned]
-                ),
-            },
-        )
+    if request.scan:
+        queue_run(conn, task_id, trigger="manual", limits=limits, planned=planned)
     if register_targets:
         register_search_targets(conn, owner_id, request.targets)
     return task_id

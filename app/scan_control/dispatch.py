@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from app.errors import Conflict, NotFound, ValidationError
 from app.observability import emit
 from app.scan_control.executions import ExecutionRow, claim_next
+from app.scan_control.run_status import refresh_active_runs
 
 EXECUTION_KINDS = ("ports", "dns")
 MAX_REASON_LENGTH = 2000
@@ -181,6 +182,8 @@ def derive_task_status(statuses: list[str]) -> str:
         return "queued"
     if any(s in ("queued", "running") for s in statuses):
         return "running"
+    if any(s == "cancelled" for s in statuses):
+        return "cancelled"
     if all(s == "succeeded" for s in statuses):
         return "succeeded"
     if all(s == "failed" for s in statuses):
@@ -189,15 +192,28 @@ def derive_task_status(statuses: list[str]) -> str:
 
 
 def aggregate_task_status(conn: Connection, task_id: int) -> str:
-    """Recompute a task's status (and its parent's) inside the caller's transaction."""
+    """Recompute a task's status (and its parent's) inside the caller's transaction.
+
+    The task's active runs follow their executions first; the task's status is then its
+    newest run's: that run's executions and the child tasks its DNS executions made.
+    """
+    # Lock order everywhere: executions, then the task, then its runs.
+    conn.execute(sa.text("SELECT 1 FROM scan_tasks WHERE id = :id FOR UPDATE"), {"id": task_id})
+    refresh_active_runs(conn, task_id)
     row = conn.execute(
         sa.text(
             """
             SELECT t.status, t.parent_task_id,
-                   ARRAY(SELECT e.status FROM scan_executions e WHERE e.task_id = t.id)
-                   || ARRAY(SELECT c.status FROM scan_tasks c WHERE c.parent_task_id = t.id)
+                   ARRAY(SELECT e.status FROM scan_executions e WHERE e.run_id = r.id)
+                   || ARRAY(SELECT c.status FROM scan_tasks c
+                             WHERE c.parent_task_id = t.id AND c.parent_execution_id IN
+                                   (SELECT e.id FROM scan_executions e WHERE e.run_id = r.id))
                    AS statuses
-            FROM scan_tasks t WHERE t.id = :id
+            FROM scan_tasks t
+            LEFT JOIN LATERAL (
+                SELECT id FROM task_runs WHERE task_id = t.id ORDER BY number DESC LIMIT 1
+            ) r ON true
+            WHERE t.id = :id
             FOR UPDATE OF t
             """
         ),
@@ -207,7 +223,7 @@ def aggregate_task_status(conn: Connection, task_id: int) -> str:
         return "queued"
     status = derive_task_status(list(row.statuses))
     if status != row.status:
-        terminal = status in ("succeeded", "failed", "partially_failed")
+        terminal = status in ("succeeded", "failed", "partially_failed", "cancelled")
         conn.execute(
             sa.text(
                 """

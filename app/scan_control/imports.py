@@ -18,17 +18,20 @@ from sqlalchemy.engine import Connection
 from app.errors import Conflict
 from app.scan_control.dispatch import MAX_REASON_LENGTH, aggregate_task_status
 from app.scan_control.executions import EXECUTION_COLUMNS, ExecutionRow, execution_from_row
+from app.scan_control.runs import run_for_import
 
 
 def create_import_execution(conn: Connection, *, task_id: int, lease_seconds: int) -> ExecutionRow:
+    """The import's execution, in the task's active run or a new ``import`` run."""
+    run_id = run_for_import(conn, task_id)
     row = conn.execute(
         sa.text(
             f"""
             WITH e AS (
                 INSERT INTO scan_executions
-                       (task_id, kind, status, targets, ports, transports, claim_token,
+                       (task_id, run_id, kind, status, targets, ports, transports, claim_token,
                         lease_expires_at, attempts, max_attempts, started_at, last_error)
-                SELECT t.id, 'import', 'running', '[]'::jsonb, '', t.transports,
+                SELECT t.id, :run, 'import', 'running', '[]'::jsonb, '', t.transports,
                        gen_random_uuid(), now() + make_interval(secs => :lease), 1, 1, now(), NULL
                   FROM scan_tasks t WHERE t.id = :task
                 RETURNING *
@@ -36,7 +39,7 @@ def create_import_execution(conn: Connection, *, task_id: int, lease_seconds: in
             SELECT {EXECUTION_COLUMNS} FROM e JOIN scan_tasks t ON t.id = e.task_id
             """  # noqa: S608 - EXECUTION_COLUMNS is a module constant; values are bound
         ),
-        {"task": task_id, "lease": lease_seconds},
+        {"task": task_id, "run": run_id, "lease": lease_seconds},
     ).one()
     conn.execute(
         sa.text(

@@ -16,10 +16,11 @@ from sqlalchemy.engine import Connection
 from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
+from app.scan_control.runs import RUN_SELECT, run_from_row
 from app.scan_control.schedule_store import schedule_view
 from app.sql_filters import Filters
 
-TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed")
+TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,11 @@ class Page:
 
 
 def _owner_filter(user: User) -> Filters:
-    """Users see their own tasks (``t``), admins see all."""
+    """Users see their own tasks (``t``), admins see all; a deleted task nobody sees."""
+    where = Filters().add("t.deleted_at IS NULL")
     if user.is_admin:
-        return Filters()
-    return Filters().add("t.owner_id = :owner_id", owner_id=user.id)
+        return where
+    return where.add("t.owner_id = :owner_id", owner_id=user.id)
 
 
 def _task_dict(row: Any) -> dict[str, Any]:
@@ -44,6 +46,7 @@ def _task_dict(row: Any) -> dict[str, Any]:
         "ports": row.ports,
         "transports": list(row.transports),
         "profile": row.profile,
+        "scan": row.scan,
         "owner_id": row.owner_id,
         "parent_task_id": row.parent_task_id,
         "execution_count": row.execution_count,
@@ -55,7 +58,7 @@ def _task_dict(row: Any) -> dict[str, Any]:
 
 _TASK_COLUMNS = """
     t.id, t.name, t.status, t.targets, t.ports, t.transports, t.owner_id, t.parent_task_id,
-    t.execution_count, t.created_at, t.updated_at, t.finished_at, t.profile
+    t.execution_count, t.created_at, t.updated_at, t.finished_at, t.profile, t.scan
 """
 
 
@@ -111,7 +114,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
         ),
         {"id": task_id},
     ).all()
-    counts = {s: 0 for s in ("queued", "running", "succeeded", "failed")}
+    counts = {s: 0 for s in ("queued", "running", "succeeded", "failed", "cancelled")}
     for e in executions:
         counts[e.status] += 1
     task["counts"] = {
@@ -122,6 +125,11 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
     task["projection_status"] = aggregate_projection_status(
         [e.projection_status for e in executions]
     )
+    latest = conn.execute(
+        sa.text(f"{RUN_SELECT} WHERE r.task_id = :id ORDER BY r.number DESC LIMIT 1"),
+        {"id": task_id},
+    ).one_or_none()
+    task["latest_run"] = run_from_row(latest).public() if latest is not None else None
     task["changes"] = task_change_counts(conn, task_id)
     task["child_task_ids"] = list(
         conn.execute(
@@ -165,7 +173,8 @@ def list_executions(
     rows = conn.execute(
         sa.text(
             f"""
-            SELECT e.id, e.task_id, e.kind, e.status, e.targets, e.attempts, e.max_attempts,
+            SELECT e.id, e.task_id, e.run_id, e.kind, e.status, e.targets, e.attempts,
+                   e.max_attempts,
                    e.scanner_id, e.lease_expires_at, e.last_error, e.observation_count,
                    e.endpoint_count, e.ip_count, e.started_at, e.finished_at, e.created_at,
                    {projection_status_sql("e")} AS projection_status
@@ -180,6 +189,7 @@ def list_executions(
         {
             "id": r.id,
             "task_id": r.task_id,
+            "run_id": r.run_id,
             "kind": r.kind,
             "status": r.status,
             "projection_status": r.projection_status,

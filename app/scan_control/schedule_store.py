@@ -144,15 +144,17 @@ def set_paused(conn: Connection, schedule: ScheduleRow, paused: bool, *, now: da
 
 
 def lock_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
-    """Due, unpaused schedules, locked; rows another ticker holds are skipped, not waited for."""
+    """Due, unpaused schedules of tasks not deleted, locked; rows another ticker holds are
+    skipped, not waited for."""
     rows = conn.execute(
         sa.text(
             f"""
             SELECT {_COLUMNS} FROM scan_task_schedules s
+              JOIN scan_tasks t ON t.id = s.task_id AND t.deleted_at IS NULL
              WHERE NOT s.paused AND s.due_at IS NOT NULL AND s.due_at <= :now
              ORDER BY s.due_at
              LIMIT :limit
-             FOR UPDATE SKIP LOCKED
+             FOR UPDATE OF s SKIP LOCKED
             """  # noqa: S608 - constant columns; values are bound
         ),
         {"now": now, "limit": limit},

@@ -59,6 +59,14 @@ def _utcnow() -> datetime:
 # -- services behind the API ---------------------------------------------------------------
 
 
+def _import_only() -> ValidationError:
+    return ValidationError(
+        "schedule: an import-only task (scan false) has no scan to schedule",
+        code="invalid_schedule",
+        details={"field": "schedule", "reason": "the task only imports results"},
+    )
+
+
 def create_task_for_user(user: User, body: dict[str, Any], limits: ScanSettings) -> dict:
     """Create a task (and its schedule, when the body has one); returns the task's detail."""
     body = dict(body)
@@ -67,6 +75,8 @@ def create_task_for_user(user: User, body: dict[str, Any], limits: ScanSettings)
     task_request = validate_task_request(body, limits)
     now = _utcnow()
     spec = parse_schedule(schedule_value, limits, now=now) if has_schedule else None
+    if spec is not None and not task_request.scan:
+        raise _import_only()
     with transaction() as conn:
         task_id = insert_task(conn, owner_id=user.id, request=task_request, limits=limits)
         if spec is not None:
@@ -100,6 +110,10 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
                 sa.text("UPDATE scan_tasks SET name = :name, updated_at = now() WHERE id = :id"),
                 {"name": name.strip(), "id": task_id},
             )
+        if spec is not None and not conn.execute(
+            sa.text("SELECT scan FROM scan_tasks WHERE id = :id"), {"id": task_id}
+        ).scalar():
+            raise _import_only()
         if "schedule" in body:
             if spec is None:
                 schedule_store.remove(conn, task_id)

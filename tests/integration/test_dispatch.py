@@ -268,6 +268,7 @@ def test_aggregation_follows_execution_changes_in_the_same_transaction(api):
         "running": 0,
         "succeeded": 2,
         "failed": 1,
+        "cancelled": 0,
     }
 
 

@@ -26,7 +26,13 @@ def test_create_task_stores_plan_executions_and_search_targets(api):
     assert task["transports"] == ["tcp", "udp"]
     # 512 IPv4 addresses (the /23 covers .5) + 1 IPv6 → 2 full chunks + 1; plus one DNS execution.
     assert task["execution_count"] == 4
-    assert task["counts"]["executions"] == {"queued": 4, "running": 0, "succeeded": 0, "failed": 0}
+    assert task["counts"]["executions"] == {
+        "queued": 4,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     assert task["projection_status"] == "not_started"
     assert task["parent_task_id"] is None and task["child_task_ids"] == []
     executions = user.get(f"/api/tasks/{task['id']}/executions").get_json()["items"]

@@ -1,0 +1,159 @@
+"""Task runs: run 1 at creation, later runs, one active run, status from executions (issue 33)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from app import migrations
+from app.db import normalise_url, transaction
+from app.errors import Conflict
+from app.scan_control.dispatch import claim_next_execution, fail_execution
+from app.scan_control.runs import start_run
+
+
+def _create_task(user, targets=("192.0.2.0/30",), name="t", **extra):
+    body = {"name": name, "targets": list(targets), "ports": "80", **extra}
+    response = user.post("/api/tasks", json=body)
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["task"]
+
+
+def _runs(task_id: int):
+    with transaction() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT r.id, r.number, r.status, r.trigger, r.started_at, r.finished_at, "
+                "ARRAY(SELECT e.status FROM scan_executions e WHERE e.run_id = r.id "
+                "ORDER BY e.id) AS executions "
+                "FROM task_runs r WHERE r.task_id = :t ORDER BY r.number"
+            ),
+            {"t": task_id},
+        ).all()
+
+
+def _finish_all(scanner_id: int, *, fail: bool = False) -> None:
+    """Claim every queued execution and fail it (or mark it succeeded directly)."""
+    while True:
+        with transaction() as conn:
+            claimed = claim_next_execution(conn, scanner_id=scanner_id, lease_seconds=60)
+            if claimed is None:
+                return
+            if fail:
+                fail_execution(
+                    conn,
+                    execution_id=claimed.id,
+                    scanner_id=scanner_id,
+                    claim_token=claimed.claim_token,
+                    reason="x",
+                )
+            else:
+                from app.scan_control.dispatch import aggregate_task_status
+                from app.scan_control.executions import mark_succeeded
+
+                mark_succeeded(conn, claimed.id, observations=1, endpoints=1, ips=1)
+                aggregate_task_status(conn, claimed.task_id)
+
+
+def test_task_creation_starts_run_1_with_every_execution(api):
+    user = api.user()
+    task = _create_task(user, targets=["192.0.2.0/23"])
+    runs = _runs(task["id"])
+    assert [(r.number, r.status, r.trigger) for r in runs] == [(1, "queued", "manual")]
+    assert runs[0].executions == ["queued"] * task["execution_count"]
+    assert task["latest_run"]["number"] == 1 and task["latest_run"]["status"] == "queued"
+
+
+def test_a_second_run_waits_for_the_first_and_follows_its_executions(api):
+    user = api.user()
+    scanner = api.scanner()
+    settings = api.app.extensions["netmap.settings"]
+    task = _create_task(user, targets=["192.0.2.0/24", "198.51.100.0/24"])
+    with pytest.raises(Conflict) as raised:
+        start_run(task["id"], trigger="manual", limits=settings.scan)
+    assert raised.value.code == "run_active"
+
+    _finish_all(scanner.id)
+    first = _runs(task["id"])[0]
+    assert first.status == "succeeded" and first.finished_at is not None
+
+    second = start_run(task["id"], trigger="schedule", limits=settings.scan)
+    assert (second.number, second.status, second.trigger) == (2, "queued", "schedule")
+    assert second.counts["executions"]["queued"] == first.executions.__len__()
+    with pytest.raises(Conflict):
+        start_run(task["id"], trigger="manual", limits=settings.scan)
+
+    _finish_all(scanner.id, fail=True)
+    runs = _runs(task["id"])
+    assert [(r.number, r.status) for r in runs] == [(1, "succeeded"), (2, "failed")]
+    assert runs[1].started_at is not None and runs[1].finished_at is not None
+    with transaction() as conn:
+        status = conn.execute(
+            sa.text("SELECT status FROM scan_tasks WHERE id = :t"), {"t": task["id"]}
+        ).scalar()
+    assert status == "failed"  # the task shows its newest run
+
+
+def test_a_run_with_mixed_outcomes_is_partial(api):
+    user = api.user()
+    scanner = api.scanner()
+    task = _create_task(user, targets=["192.0.2.0/24", "198.51.100.0/24"])
+    with transaction() as conn:
+        first = claim_next_execution(conn, scanner_id=scanner.id, lease_seconds=60)
+        fail_execution(
+            conn,
+            execution_id=first.id,
+            scanner_id=scanner.id,
+            claim_token=first.claim_token,
+            reason="x",
+        )
+    assert _runs(task["id"])[0].status == "running"
+    _finish_all(scanner.id)
+    assert _runs(task["id"])[0].status == "partial"
+
+
+def test_existing_executions_become_run_1_of_their_task(empty_database_url):
+    migrations.upgrade(empty_database_url, "20261202_0810")
+    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    """
+                    INSERT INTO users (username, password_hash) VALUES ('o', 'x');
+                    INSERT INTO scan_tasks (owner_id, name, targets, ports, transports, scan_plan)
+                    VALUES (1, 'done', '[]', '80', '{tcp}', '{}'),
+                           (1, 'mixed', '[]', '80', '{tcp}', '{}'),
+                           (1, 'going', '[]', '80', '{tcp}', '{}');
+                    INSERT INTO scan_executions (task_id, kind, status, targets, ports,
+                                                 transports, finished_at)
+                    VALUES (1, 'ports', 'succeeded', '[]', '80', '{tcp}', now()),
+                           (2, 'ports', 'succeeded', '[]', '80', '{tcp}', now()),
+                           (2, 'ports', 'failed', '[]', '80', '{tcp}', now()),
+                           (3, 'ports', 'queued', '[]', '80', '{tcp}', NULL),
+                           (3, 'ports', 'succeeded', '[]', '80', '{tcp}', now());
+                    """
+                )
+            )
+        migrations.upgrade(empty_database_url)
+        with engine.connect() as conn:
+            runs = conn.execute(
+                sa.text(
+                    "SELECT task_id, number, status, trigger, finished_at IS NOT NULL AS done "
+                    "FROM task_runs ORDER BY task_id"
+                )
+            ).all()
+            orphans = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM scan_executions e JOIN task_runs r ON r.id = e.run_id "
+                    "WHERE r.task_id <> e.task_id"
+                )
+            ).scalar()
+        assert [tuple(r) for r in runs] == [
+            (1, 1, "succeeded", "manual", True),
+            (2, 1, "partial", "manual", True),
+            (3, 1, "running", "manual", False),
+        ]
+        assert orphans == 0
+    finally:
+        engine.dispose()
