@@ -85,8 +85,7 @@ def command(tasks: int, every: int, duration: float, tick_seconds: float) -> Non
         with transaction() as conn:
             owner = conn.execute(
                 sa.text(
-                    "INSERT INTO users (username, password_hash) VALUES ('bench', 'x') "
-                    "RETURNING id"
+                    "INSERT INTO users (username, password_hash) VALUES ('bench', 'x') RETURNING id"
                 )
             ).scalar_one()
         for low in range(0, tasks, 5000):

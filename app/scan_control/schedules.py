@@ -110,9 +110,12 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
                 sa.text("UPDATE scan_tasks SET name = :name, updated_at = now() WHERE id = :id"),
                 {"name": name.strip(), "id": task_id},
             )
-        if spec is not None and not conn.execute(
-            sa.text("SELECT scan FROM scan_tasks WHERE id = :id"), {"id": task_id}
-        ).scalar():
+        if (
+            spec is not None
+            and not conn.execute(
+                sa.text("SELECT scan FROM scan_tasks WHERE id = :id"), {"id": task_id}
+            ).scalar()
+        ):
             raise _import_only()
         if "schedule" in body:
             if spec is None:
