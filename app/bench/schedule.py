@@ -121,7 +121,7 @@ def command(tasks: int, every: int, duration: float, tick_seconds: float) -> Non
         delays: list[float] = []
         started_runs: list[int] = []
         skipped = 0
-        progress = Progress("scheduler ticks")
+        progress = Progress("runs started")
         ends = time.time() + duration
         while time.time() < ends:
             began = time.perf_counter()
