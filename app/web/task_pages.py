@@ -27,6 +27,7 @@ from app.scan_control.query import TASK_STATUSES, get_task, list_executions, lis
 from app.target_rules import TRANSPORTS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.schedule_pages import schedule_for_page
 
 PAGE_SIZE = 50
 MAX_TEXTAREA_LINES = 10_000
@@ -160,6 +161,7 @@ def task_detail(task_id: int):
         in_flight=task_in_flight(task),
         changes=changes,
         change_kinds=CHANGE_KINDS,
+        schedule=schedule_for_page(task_id),
     )
 
 

@@ -151,6 +151,18 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html(
+        "POST",
+        "/console/tasks/<int:task_id>/schedule/pause",
+        lambda w: f"/console/tasks/{w.task_id}/schedule/pause",
+        _page(303, owned=True),
+    ),
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/schedule/resume",
+        lambda w: f"/console/tasks/{w.task_id}/schedule/resume",
+        _page(303, owned=True),
+    ),
+    _html(
         "GET",
         "/console/tasks/<int:task_id>/results",
         lambda w: f"/console/tasks/{w.task_id}/results",
