@@ -35,6 +35,9 @@ MAX_JITTER_SECONDS = 86_400
 MAX_EVERY_SECONDS = 366 * 86_400
 # Gaps between this many consecutive cron fire times are checked against the minimum.
 GAP_SAMPLE = 64
+# start_at / end_at bounds: fire times far from both ends of the calendar stay computable.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 # Catch-up counts missed slots up to this many (then reports "at least" that many).
 MAX_COUNTED_SLOTS = 10_000
 
@@ -87,6 +90,8 @@ def _moment(body: dict[str, Any], name: str) -> datetime | None:
         raise _invalid(field, value, "must be an ISO 8601 date-time with a UTC offset") from None
     if moment.tzinfo is None:
         raise _invalid(field, value, "must carry a UTC offset (e.g. Z or +01:00)")
+    if not EARLIEST <= moment < LATEST:
+        raise _invalid(field, value, f"must be between {EARLIEST.year} and {LATEST.year}")
     return moment.astimezone(UTC)
 
 
@@ -157,7 +162,9 @@ def parse_schedule(value: Any, limits: ScanSettings, *, now: datetime) -> Schedu
     if not isinstance(expression, str) or len(expression) > MAX_CRON_LENGTH:
         raise _invalid("schedule.cron", expression, "must be a cron expression (five fields)")
     expression = " ".join(expression.split())
-    zone_name = value.get("timezone", "UTC")
+    zone_name = value.get("timezone")
+    if zone_name is None:
+        zone_name = "UTC"
     if not is_iana_zone(zone_name):
         raise _invalid("schedule.timezone", zone_name, "must be an IANA time zone name")
     zone = ZoneInfo(zone_name)

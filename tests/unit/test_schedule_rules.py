@@ -64,6 +64,12 @@ def local_days(times: list[datetime]) -> list[tuple[str, str]]:
         ({"every_seconds": 3600, "color": "red"}, "schedule.color"),
         ({"cron": "0 3 * * *", "every_seconds": 3600}, "schedule"),
         ({}, "schedule"),
+        ({"every_seconds": 3600, "start_at": "0001-01-01T00:00:00+14:00"}, "schedule.start_at"),
+        ({"every_seconds": 3600, "end_at": "9999-12-31T23:59:59-14:00"}, "schedule.end_at"),
+        ({"cron": "0 3 * * *", "start_at": "9999-12-31T20:00:00Z"}, "schedule.start_at"),
+        ({"cron": "0 0 30 2 *"}, "schedule.cron"),  # never fires
+        ({"cron": "@daily"}, "schedule.cron"),
+        ({"cron": "0 3 * * *", "timezone": 5}, "schedule.timezone"),
         ("0 3 * * *", "schedule"),
     ],
 )
