@@ -18,7 +18,8 @@ Whatever the execution's size it is a handful of joins, never a Python loop.
 What may decide what (ANA-3):
 * only a succeeded ports execution with address targets checks absence: a
   failed, cancelled or otherwise unfinished one, or a DNS-only one, marks
-  nothing gone (a succeeded final is only accepted once every batch of its
+  nothing gone, and neither does any execution of a run cancelled before its
+  analysis (a succeeded final is only accepted once every batch of its
   upload is confirmed, so a succeeded execution is never partial);
 * an execution that finished before the newest one already analysed for the
   owner (its final committed late) is *superseded*: it may add endpoints nobody
@@ -398,7 +399,13 @@ def analyse(
         counts = ChangeCounts()
         if analysable:
             current = _take_watermark(conn, claim)
-            check_absence = current and bool(scope.networks) and bool(scope.transports)
+            # A cancelled run never marks endpoints gone (issue 33).
+            check_absence = (
+                current
+                and not claim.run_cancelled
+                and bool(scope.networks)
+                and bool(scope.transports)
+            )
             rows = conn.execute(
                 sa.text(_analysis_sql(sightings_sql or STAGED_SIGHTINGS_SQL)),
                 {

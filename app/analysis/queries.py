@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS
-from app.cursors import cursor_int, decode_cursor, encode_cursor
+from app.cursors import cursor_int, cursor_str, decode_cursor, encode_cursor
 
 _VALUES = tuple(ANALYSIS_FIELDS)
 _CHANGE_COLUMNS = (
@@ -50,14 +50,26 @@ def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
 
 
 def task_changes(
-    conn: Connection, task_id: int, *, kind: str | None, limit: int, cursor: str | None
+    conn: Connection,
+    task_id: int,
+    *,
+    kind: str | None,
+    limit: int,
+    cursor: str | None,
+    execution_ids: list[int] | None = None,
 ) -> dict[str, Any]:
-    """One keyset page of a task's changes (oldest first), optionally of one kind."""
+    """One keyset page of a task's changes (oldest first), optionally of one kind.
+
+    ``execution_ids`` narrows them to one run's executions (the caller resolves the run).
+    """
     position = decode_cursor("changes", cursor)
     params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1, "after": 0}
     where = "c.task_id = :task_id AND c.id > :after"
     if position is not None:
         params["after"] = cursor_int(position, "id")
+    if execution_ids is not None:
+        where += " AND c.execution_id = ANY(:execution_ids)"
+        params["execution_ids"] = execution_ids
     if kind is not None:
         where += " AND c.kind = :kind"
         params["kind"] = kind
@@ -79,22 +91,26 @@ def task_changes(
     return {
         "items": [_change_item(r, endpoint=True) for r in rows],
         "next_cursor": next_cursor,
-        "counts": task_change_counts(conn, task_id),
+        "counts": task_change_counts(conn, task_id, execution_ids=execution_ids),
     }
 
 
-def task_change_counts(conn: Connection, task_id: int) -> dict[str, Any]:
-    """Changes per kind over the task's analysed executions."""
+def task_change_counts(
+    conn: Connection, task_id: int, *, execution_ids: list[int] | None = None
+) -> dict[str, Any]:
+    """Changes per kind over the task's analysed executions (or those of ``execution_ids``)."""
     row = conn.execute(
         sa.text(
             """
             SELECT coalesce(sum(new), 0) AS new, coalesce(sum(changed), 0) AS changed,
                    coalesce(sum(gone), 0) AS gone, coalesce(sum(reappeared), 0) AS reappeared,
                    count(*) AS analysed_executions
-              FROM analysis_execution_summaries WHERE task_id = :task_id
+              FROM analysis_execution_summaries
+             WHERE task_id = :task_id
+               AND (CAST(:ids AS bigint[]) IS NULL OR execution_id = ANY(CAST(:ids AS bigint[])))
             """
         ),
-        {"task_id": task_id},
+        {"task_id": task_id, "ids": execution_ids},
     ).one()
     return {
         **{k: int(getattr(row, k)) for k in CHANGE_KINDS},
@@ -214,3 +230,113 @@ def recent_change_counts(
         "gone": int(row.gone),
         "more": int(row.executions) > execution_cap,
     }
+
+
+_FIRST_OLD = ", ".join(f"f.old_{v}" for v in _VALUES)
+_LAST_NEW = ", ".join(f"l.new_{v}" for v in _VALUES)
+_DIFFERS = " OR ".join(f"f.old_{v} IS DISTINCT FROM l.new_{v}" for v in _VALUES)
+
+# The net effect of a run range's change events per endpoint: the first event says what
+# the endpoint was before the range (absent if it was ``new`` or ``reappeared``), the
+# last one what it was after (absent if ``gone``).
+_COMPARE_SQL = f"""
+    WITH ev AS (
+        SELECT * FROM analysis_changes
+         WHERE task_id = :task_id AND execution_id = ANY(:execution_ids)
+    ),
+    f AS (SELECT DISTINCT ON (ip, port, transport) * FROM ev ORDER BY ip, port, transport, id),
+    l AS (
+        SELECT DISTINCT ON (ip, port, transport) * FROM ev ORDER BY ip, port, transport, id DESC
+    ),
+    net AS (
+        SELECT f.ip, f.port, f.transport,
+               f.kind IN ('changed', 'gone') AS before, l.kind <> 'gone' AS after,
+               ({_DIFFERS}) AS differs, {_FIRST_OLD}, {_LAST_NEW}
+          FROM f JOIN l USING (ip, port, transport)
+    )
+    SELECT * FROM (
+        SELECT host(ip) AS ip, ip AS ip_key, port, transport,
+               CASE WHEN before AND NOT after THEN 'gone'
+                    WHEN after AND NOT before THEN 'new'
+                    ELSE 'changed' END AS kind,
+               {", ".join(f"old_{v}" for v in _VALUES)},
+               {", ".join(f"new_{v}" for v in _VALUES)}
+          FROM net
+         WHERE (before <> after OR (before AND differs))
+           AND (ip, port, transport) > (CAST(:after_ip AS inet), :after_port, :after_transport)
+    ) d
+     WHERE CAST(:kind AS text) IS NULL OR d.kind = :kind
+     ORDER BY d.ip_key, d.port, d.transport
+     LIMIT :limit
+"""  # noqa: S608 - fragments are module constants; values are bound
+
+_SWAPPED = {"new": "gone", "gone": "new", "changed": "changed"}
+
+
+def compare_runs(
+    conn: Connection,
+    task_id: int,
+    *,
+    execution_ids: list[int],
+    reverse: bool,
+    kind: str | None = None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """What differs between two runs of a task, endpoint by endpoint.
+
+    ``execution_ids`` are the executions of the runs after the earlier run up to and
+    including the later one; their change sets are composed into one net change per
+    endpoint (``new``, ``gone`` or ``changed``: values observed both times that differ).
+    ``reverse`` reads the comparison from the later run to the earlier one.
+    """
+    position = decode_cursor("run_compare", cursor)
+    # Before the first page: below every address (inet sorts IPv4 before IPv6).
+    after: tuple[str, int, str] = ("0.0.0.0/0", -1, "")
+    if position is not None:
+        after = (
+            cursor_str(position, "ip"),
+            cursor_int(position, "port"),
+            cursor_str(position, "transport"),
+        )
+    rows = (
+        conn.execute(
+            sa.text(_COMPARE_SQL),
+            {
+                "task_id": task_id,
+                "execution_ids": execution_ids,
+                "after_ip": after[0],
+                "after_port": after[1],
+                "after_transport": after[2],
+                "kind": (_SWAPPED.get(kind, kind) if reverse else kind),
+                "limit": limit + 1,
+            },
+        )
+        .mappings()
+        .all()
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1]
+        next_cursor = encode_cursor(
+            "run_compare",
+            {"ip": str(last["ip_key"]), "port": last["port"], "transport": last["transport"]},
+        )
+    items = []
+    for r in rows:
+        old, new = _values(r, _OLD), _values(r, _NEW)
+        kind = r["kind"]
+        if reverse:
+            kind, old, new = _SWAPPED[kind], new, old
+        items.append(
+            {
+                "kind": kind,
+                "ip": r["ip"],
+                "port": r["port"],
+                "transport": r["transport"],
+                "old": None if kind == "new" else old,
+                "new": None if kind == "gone" else new,
+            }
+        )
+    return {"items": items, "next_cursor": next_cursor}

@@ -69,6 +69,8 @@ class AnalysisClaim:
     recovered: bool
     lease_seconds: float
     claimed_monotonic: float
+    # The execution's run was cancelled: its sightings count, its absences do not.
+    run_cancelled: bool = False
 
 
 # The execution's order key; an execution without a finish time (it never ended)
@@ -135,7 +137,10 @@ def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
             sa.text(
                 f"""
                 SELECT e.task_id, t.owner_id, e.kind, e.status, {_FINISHED} AS finished_at,
-                       e.targets, e.ports, e.transports
+                       e.targets, e.ports, e.transports,
+                       EXISTS (SELECT 1 FROM task_runs r
+                                WHERE r.id = e.run_id AND r.status = 'cancelled')
+                       AS run_cancelled
                   FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
                  WHERE e.id = :id
                 """  # noqa: S608 - fragments are module constants; values are bound
@@ -159,6 +164,7 @@ def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
         recovered=row.recovered,
         lease_seconds=lease_seconds,
         claimed_monotonic=sent_at,
+        run_cancelled=bool(execution.run_cancelled),
     )
 
 

@@ -110,9 +110,15 @@ def request_query_export(user: User, body: Any, *, max_queued: int | None = None
 
 
 def request_export(
-    user: User, task_id: int, body: Any, *, max_queued: int | None = None
+    user: User,
+    task_id: int,
+    body: Any,
+    *,
+    max_queued: int | None = None,
+    run_id: int | None = None,
 ) -> dict[str, Any]:
-    """Queue an export of a task's succeeded executions (``POST /api/tasks/<id>/exports``);
+    """Queue an export of the succeeded executions of a task's run (``POST
+    /api/tasks/<id>/exports``, ``run=``; default its latest finished run);
     ``max_queued`` as in ``_check_queued_cap``."""
     fmt = validate_export_request(body)
     with transaction() as conn:
@@ -120,7 +126,7 @@ def request_export(
         if task is None:
             raise NotFound("task not found", code="task_not_found")
         _check_queued_cap(conn, user, max_queued)
-        executions = succeeded_execution_ids(conn, task_id)
+        executions = succeeded_execution_ids(conn, task_id, run_id)
         if not executions:
             raise Conflict(
                 "the task has no succeeded execution to export yet",

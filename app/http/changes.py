@@ -12,12 +12,12 @@ import ipaddress
 from flask import Blueprint, jsonify, request
 
 from app.analysis.changes import CHANGE_KINDS
-from app.analysis.queries import endpoint_history, task_changes
+from app.analysis.queries import endpoint_history
 from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import ValidationError
 from app.http.guards import current_user, require_user
 from app.http.requests import int_arg, page_limit
-from app.scan_control.query import task_visible
+from app.scan_control.run_views import check_run_pair, compare, run_changes
 
 blueprint = Blueprint("changes", __name__, url_prefix="/api")
 
@@ -33,11 +33,27 @@ def task_changes_route(task_id: int):
     if kind is not None and kind not in CHANGE_KINDS:
         raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
     limit = page_limit(default=100, maximum=1000)
-    with transaction() as conn:
-        if not task_visible(conn, current_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
-        page = task_changes(
-            conn, task_id, kind=kind, limit=limit, cursor=request.args.get("cursor") or None
+    cursor = request.args.get("cursor") or None
+    from_run, to_run = int_arg("from_run", minimum=1), int_arg("to_run", minimum=1)
+    check_run_pair(from_run, to_run)
+    if from_run is not None and to_run is not None:
+        page = compare(
+            current_user(),
+            task_id,
+            from_run=from_run,
+            to_run=to_run,
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
+        )
+    else:
+        page = run_changes(
+            current_user(),
+            task_id,
+            run_id=int_arg("run", minimum=1),
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
         )
     return jsonify(page)
 

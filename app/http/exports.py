@@ -17,7 +17,7 @@ from app.errors import Forbidden, NotFound
 from app.exports import records, service
 from app.http import context
 from app.http.guards import current_user, public, require_user
-from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
+from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
 from app.object_store.port import ObjectNotFound, iter_chunks
 
 blueprint = Blueprint("exports", __name__)
@@ -33,6 +33,7 @@ def create_export_route(task_id: int):
         task_id,
         json_body(),
         max_queued=context.settings().exports.max_queued_per_user,
+        run_id=int_arg("run", minimum=1),
     )
     export["download_url"] = None
     return jsonify({"export": export}), 202

@@ -1,23 +1,20 @@
-"""Task routes for logged-in users: create, list, detail, executions (SCN-2, SCN-5)."""
+"""Task routes for logged-in users: create, list, detail, update, executions (SCN-2, SCN-5),
+and the schedule's pause and resume (docs/schedules.md).
+
+Thin: each route calls one ``app.scan_control.service`` or ``app.scan_control.schedules``
+function, which owns its transaction. Runs, cancel and delete are in ``app.http.runs``.
+"""
 
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
-from app.observability import emit
-from app.scan_control import schedules
-from app.scan_control.query import (
-    TASK_STATUSES,
-    get_task,
-    list_executions,
-    list_tasks,
-    task_visible,
-)
+from app.scan_control import schedules, service
+from app.scan_control.query import TASK_STATUSES
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 
@@ -25,9 +22,7 @@ blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 @blueprint.post("")
 @require_user
 def create_task_route():
-    user = current_user()
-    task = schedules.create_task_for_user(user, json_body(), context.settings().scan)
-    emit("TaskCreated", task_id=task["id"], user_id=user.id, executions=task["execution_count"])
+    task = schedules.create_task_for_user(current_user(), json_body(), context.settings().scan)
     return jsonify({"task": task}), 201
 
 
@@ -62,16 +57,14 @@ def list_tasks_route():
         )
     limit = page_limit()
     cursor = decode_cursor()
-    with transaction() as conn:
-        page = list_tasks(
-            conn,
-            current_user(),
-            limit=limit,
-            cursor=cursor,
-            status=status,
-            name_contains=request.args.get("q") or None,
-            parent_task_id=int_arg("parent_task_id", minimum=1),
-        )
+    page = service.tasks_of(
+        current_user(),
+        limit=limit,
+        cursor=cursor,
+        status=status,
+        name_contains=request.args.get("q") or None,
+        parent_task_id=int_arg("parent_task_id", minimum=1),
+    )
     return jsonify(
         {
             "items": page.items,
@@ -83,11 +76,7 @@ def list_tasks_route():
 @blueprint.get("/<int:task_id>")
 @require_user
 def get_task_route(task_id: int):
-    with transaction() as conn:
-        task = get_task(conn, current_user(), task_id)
-    if task is None:
-        raise NotFound("task not found", code="task_not_found")
-    return jsonify({"task": task})
+    return jsonify({"task": service.find_task(current_user(), task_id)})
 
 
 @blueprint.get("/<int:task_id>/executions")
@@ -95,10 +84,7 @@ def get_task_route(task_id: int):
 def list_executions_route(task_id: int):
     limit = page_limit(default=100, maximum=1000)
     cursor = decode_cursor()
-    with transaction() as conn:
-        if not task_visible(conn, current_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
-        page = list_executions(conn, task_id, limit=limit, cursor=cursor)
+    page = service.executions_of(current_user(), task_id, limit=limit, cursor=cursor)
     return jsonify(
         {
             "items": page.items,

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
-from app.scan_control.runs import RUN_SELECT, run_from_row
+from app.scan_control.runs import RUN_SELECT, resolve_run, run_from_row
 from app.scan_control.schedule_store import schedule_view
 from app.sql_filters import Filters
 
@@ -151,15 +151,17 @@ def task_visible(conn: Connection, user: User, task_id: int) -> bool:
     )
 
 
-def succeeded_execution_ids(conn: Connection, task_id: int) -> list[int]:
-    """Ids of the task's succeeded executions, oldest first (what a result export covers)."""
+def succeeded_execution_ids(conn: Connection, task_id: int, run_id: int | None = None) -> list[int]:
+    """Ids of the succeeded executions of the task's run ``run_id`` (default: its latest
+    finished run, else its latest run), oldest first (what a result export covers)."""
+    run = resolve_run(conn, task_id, run_id)
     return list(
         conn.execute(
             sa.text(
-                "SELECT id FROM scan_executions WHERE task_id = :task_id AND status = 'succeeded' "
-                "ORDER BY id"
+                "SELECT id FROM scan_executions WHERE task_id = :task_id AND run_id = :run "
+                "AND status = 'succeeded' ORDER BY id"
             ),
-            {"task_id": task_id},
+            {"task_id": task_id, "run": run},
         ).scalars()
     )
 

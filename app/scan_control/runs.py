@@ -317,9 +317,18 @@ def previous_run_id(conn: Connection, task_id: int, run_id: int) -> int | None:
 
 
 def resolve_run(conn: Connection, task_id: int, run_id: int | None) -> int | None:
-    """``run_id`` checked to be the task's, or the latest finished run when None."""
+    """``run_id`` checked to be the task's; when None, the latest finished run (or, before
+    any run finished, the latest run); None only for a task without runs."""
     if run_id is None:
-        return latest_finished_run_id(conn, task_id)
+        latest = latest_finished_run_id(conn, task_id)
+        if latest is None:
+            latest = conn.execute(
+                sa.text(
+                    "SELECT id FROM task_runs WHERE task_id = :task ORDER BY number DESC LIMIT 1"
+                ),
+                {"task": task_id},
+            ).scalar()
+        return latest
     found = conn.execute(
         sa.text("SELECT 1 FROM task_runs WHERE id = :run AND task_id = :task"),
         {"run": run_id, "task": task_id},

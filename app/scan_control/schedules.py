@@ -36,8 +36,7 @@ from app.db import transaction
 from app.errors import ApiError, NotFound, ValidationError
 from app.identity.users import User
 from app.observability import emit
-from app.scan_control import schedule_store
-from app.scan_control.creation import create_task as insert_task
+from app.scan_control import schedule_store, service
 from app.scan_control.creation import validate_task_request
 from app.scan_control.query import get_task, task_visible
 from app.scan_control.runs import queue_run
@@ -68,7 +67,7 @@ def _import_only() -> ValidationError:
 
 
 def create_task_for_user(user: User, body: dict[str, Any], limits: ScanSettings) -> dict:
-    """Create a task (and its schedule, when the body has one); returns the task's detail."""
+    """``POST /api/tasks``: create a task (and its schedule, when the body has one)."""
     body = dict(body)
     has_schedule = "schedule" in body
     schedule_value = body.pop("schedule", None)
@@ -77,13 +76,7 @@ def create_task_for_user(user: User, body: dict[str, Any], limits: ScanSettings)
     spec = parse_schedule(schedule_value, limits, now=now) if has_schedule else None
     if spec is not None and not task_request.scan:
         raise _import_only()
-    with transaction() as conn:
-        task_id = insert_task(conn, owner_id=user.id, request=task_request, limits=limits)
-        if spec is not None:
-            schedule_store.save(conn, task_id, spec, now=now)
-        task = get_task(conn, user, task_id)
-    assert task is not None
-    return task
+    return service.create_task_for(user, task_request, limits=limits, schedule=spec, now=now)
 
 
 def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSettings) -> dict:

@@ -16,14 +16,12 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 
 from app.analysis.changes import CHANGE_KINDS
-from app.analysis.queries import task_change_counts
-from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
-from app.observability import emit
-from app.scan_control.creation import create_task, validate_task_request
-from app.scan_control.query import TASK_STATUSES, get_task, list_executions, list_tasks
+from app.scan_control import service
+from app.scan_control.creation import validate_task_request
+from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
@@ -51,15 +49,9 @@ def tasks():
         )
     name = (request.args.get("q") or "").strip()[:200] or None
     cursor = decode_cursor()
-    with transaction() as conn:
-        page = list_tasks(
-            conn,
-            signed_in_user(),
-            limit=PAGE_SIZE,
-            cursor=cursor,
-            status=status,
-            name_contains=name,
-        )
+    page = service.tasks_of(
+        signed_in_user(), limit=PAGE_SIZE, cursor=cursor, status=status, name_contains=name
+    )
     next_url = None
     if page.next_cursor:
         next_url = url_for(
@@ -131,23 +123,17 @@ def task_new():
         lines = form["targets"].splitlines()[:MAX_TEXTAREA_LINES]
         listing = [(n, lines[n - 1], line_errors.get(n, [])) for n in sorted(line_errors)]
         return _render_new(form, listing, field_errors, status=400)
-    user = signed_in_user()
-    with transaction() as conn:
-        task_id = create_task(conn, owner_id=user.id, request=task_request, limits=scan)
-    emit("TaskCreated", task_id=task_id, user_id=user.id, via="console")
-    return redirect(url_for("web.task_detail", task_id=task_id), code=303)
+    task = service.create_task_for(signed_in_user(), task_request, limits=scan, via="console")
+    return redirect(url_for("web.task_detail", task_id=task["id"]), code=303)
 
 
 @blueprint.get("/tasks/<int:task_id>")
 @page_user
 def task_detail(task_id: int):
     cursor = decode_cursor()
-    with transaction() as conn:
-        task = get_task(conn, signed_in_user(), task_id)
-        if task is None:
-            raise NotFound("task not found", code="task_not_found")
-        executions = list_executions(conn, task_id, limit=PAGE_SIZE, cursor=cursor)
-        changes = task_change_counts(conn, task_id)
+    task, executions, changes = service.task_page(
+        signed_in_user(), task_id, limit=PAGE_SIZE, cursor=cursor
+    )
     next_url = None
     if executions.next_cursor:
         next_url = url_for(
@@ -168,10 +154,7 @@ def task_detail(task_id: int):
 @blueprint.get("/tasks/<int:task_id>/results")
 @page_user
 def task_results(task_id: int):
-    with transaction() as conn:
-        task = get_task(conn, signed_in_user(), task_id)
-    if task is None:
-        raise NotFound("task not found", code="task_not_found")
+    task = service.find_task(signed_in_user(), task_id)
     cursor = request.args.get("cursor") or None
     page = context.store().execution_results(task_id, cursor=cursor, limit=PAGE_SIZE)
     next_url = (

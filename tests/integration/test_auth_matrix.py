@@ -44,6 +44,7 @@ class World:
     alert_spare_channel_id: int = 0
     alert_rule_id: int = 0
     alert_delivery_id: str = ""
+    run_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -435,6 +436,36 @@ ROUTES: list[Route] = [
         None,
         _user_route(200, owned=True),
     ),
+    # Run 1 is still running: 409 run_active means the caller got past access control.
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/runs",
+        lambda w: f"/api/tasks/{w.task_id}/runs",
+        None,
+        _user_route(409, owned=True),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/<int:task_id>/runs",
+        lambda w: f"/api/tasks/{w.task_id}/runs",
+        None,
+        _user_route(200, owned=True),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/<int:task_id>/runs/<int:run_id>",
+        lambda w: f"/api/tasks/{w.task_id}/runs/{w.run_id}",
+        None,
+        _user_route(200, owned=True),
+    ),
+    # The owner cancels first; the admin, after, finds the run no longer active (409).
+    Route(
+        "POST",
+        "/api/tasks/<int:task_id>/runs/<int:run_id>/cancel",
+        lambda w: f"/api/tasks/{w.task_id}/runs/{w.run_id}/cancel",
+        None,
+        {**_user_route(200, owned=True), ADMIN: 409},
+    ),
     # A JSON object is one naabu JSON line: the matrix's JSON body is a valid import file.
     Route(
         "POST",
@@ -768,6 +799,7 @@ def world(api) -> World:
         },
     )
     task_id = created.get_json()["task"]["id"]
+    run_id = created.get_json()["task"]["latest_run"]["id"]
     claimed = callers[SCANNER].claim().get_json()["execution"]
     from app.db import transaction
     from app.exports.records import insert_export
@@ -837,6 +869,7 @@ def world(api) -> World:
         alert_spare_channel_id=spare["id"],
         alert_rule_id=rule["id"],
         alert_delivery_id=delivery_id,
+        run_id=run_id,
     )
 
 

@@ -11,6 +11,7 @@ from app.http.openapi import (
     auth_admin,
     exports,
     inventory,
+    monitoring,
     reports,
     scanner,
     system,
@@ -19,7 +20,7 @@ from app.http.openapi import (
 from app.http.openapi.components import SCHEMAS, errors
 
 # One module per area; a new area's module is added here.
-AREAS = (auth_admin, tasks, scanner, reports, exports, system, inventory, alerts)
+AREAS = (auth_admin, tasks, scanner, reports, exports, system, inventory, alerts, monitoring)
 
 # Every operation can answer with the error envelope: any client error, and 503 when the
 # database or the search store is unavailable (with Retry-After).

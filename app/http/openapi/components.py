@@ -72,6 +72,17 @@ SCHEMAS: dict[str, Any] = {
                 "items": {"type": "string", "enum": ["tcp", "udp"]},
                 "default": ["tcp"],
             },
+            "profile": {
+                "type": "string",
+                "enum": ["quick", "standard", "deep"],
+                "default": "standard",
+            },
+            "scan": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: an import-only task; nothing is queued, each import "
+                "becomes a run",
+            },
             "schedule": {
                 "oneOf": [{"$ref": "#/components/schemas/ScheduleRequest"}, {"type": "null"}]
             },

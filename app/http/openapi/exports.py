@@ -12,6 +12,7 @@ from app.http.openapi.components import (
     obj,
     page,
     path_id,
+    query,
     ref,
 )
 
@@ -22,7 +23,14 @@ OPERATIONS = {
         "summary": "Export the task's results (the runner builds the file)",
         "tags": ["exports"],
         "security": USER,
-        "parameters": [path_id("task_id")],
+        "parameters": [
+            path_id("task_id"),
+            query(
+                "run",
+                {"type": "integer", "minimum": 1},
+                "the run to export (default: the task's latest finished run)",
+            ),
+        ],
         "requestBody": body(obj({"format": {"type": "string", "enum": ["csv", "jsonl", "zip"]}})),
         "responses": {"202": json_response("queued", _EXPORT)},
     },

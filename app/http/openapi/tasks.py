@@ -109,6 +109,18 @@ OPERATIONS = {
         "parameters": [
             path_id("task_id"),
             query("kind", {"type": "string", "enum": ["new", "changed", "gone", "reappeared"]}),
+            query(
+                "run",
+                {"type": "integer", "minimum": 1},
+                "the run whose change set to list (default: the latest finished run)",
+            ),
+            query(
+                "from_run",
+                {"type": "integer", "minimum": 1},
+                "with to_run: compare two runs of the task (either order); items carry kind "
+                "new, gone or changed",
+            ),
+            query("to_run", {"type": "integer", "minimum": 1}),
             LIMIT,
             CURSOR,
         ],

@@ -1,0 +1,87 @@
+"""Continuous monitoring (issue 33): a task's runs, cancelling one, deleting a task."""
+
+from __future__ import annotations
+
+from app.http.openapi.components import (
+    LIMIT,
+    USER,
+    json_response,
+    obj,
+    path_id,
+    query,
+)
+
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+
+RUN = obj(
+    {
+        "id": {"type": "integer"},
+        "task_id": {"type": "integer"},
+        "number": {"type": "integer", "minimum": 1},
+        "status": {
+            "type": "string",
+            "enum": ["queued", "running", "succeeded", "partial", "failed", "cancelled"],
+        },
+        "trigger": {"type": "string", "enum": ["manual", "schedule", "import"]},
+        "created_at": {"type": "string", "format": "date-time"},
+        "started_at": _TIME,
+        "finished_at": _TIME,
+        "counts": obj(
+            {
+                "executions": {"type": "object"},
+                "endpoints": {"type": "integer"},
+                "observations": {"type": "integer"},
+                "ips": {"type": "integer"},
+            }
+        ),
+    }
+)
+_RUN = obj({"run": RUN})
+
+OPERATIONS = {
+    ("post", "/api/tasks/{task_id}/runs"): {
+        "summary": "Start a run of the task now (409 run_active while one is queued or running)",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id")],
+        "responses": {"201": json_response("the run, its executions queued", _RUN)},
+    },
+    ("get", "/api/tasks/{task_id}/runs"): {
+        "summary": "The task's runs, newest first",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [
+            path_id("task_id"),
+            LIMIT,
+            query("before", {"type": "integer", "minimum": 1}, "runs numbered below this"),
+        ],
+        "responses": {
+            "200": json_response(
+                "a page of runs",
+                obj(
+                    {
+                        "items": {"type": "array", "items": RUN},
+                        "next_before": {"type": ["integer", "null"]},
+                    }
+                ),
+            )
+        },
+    },
+    ("get", "/api/tasks/{task_id}/runs/{run_id}"): {
+        "summary": "One run with its counts",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id"), path_id("run_id")],
+        "responses": {"200": json_response("the run", _RUN)},
+    },
+    ("post", "/api/tasks/{task_id}/runs/{run_id}/cancel"): {
+        "summary": "Cancel a queued or running run (409 run_not_active otherwise)",
+        "description": "Queued executions are cancelled at once; a running execution's "
+        "scanner gets 409 execution_cancelled at its next lease renewal or upload and stops. "
+        "What was already confirmed stays; a cancelled run marks nothing gone.",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id"), path_id("run_id")],
+        "responses": {"200": json_response("the cancelled run", _RUN)},
+    },
+}

@@ -1,0 +1,99 @@
+"""Task services for the routes, the console and the CLI: each owns its short transaction.
+
+Routes and console pages do not open transactions themselves (docs/architecture.md,
+rule: short transactions); they call these, which wrap the connection-taking functions
+of ``creation`` and ``query``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app.analysis.queries import task_change_counts
+from app.config import ScanSettings
+from app.db import transaction
+from app.errors import NotFound
+from app.identity.users import User
+from app.observability import emit
+from app.scan_control import schedule_store
+from app.scan_control.creation import TaskRequest, create_task
+from app.scan_control.query import Page, get_task, list_executions, list_tasks, task_visible
+from app.scan_control.schedule_rules import ScheduleSpec
+
+
+def create_task_for(
+    user: User,
+    task_request: TaskRequest,
+    *,
+    limits: ScanSettings,
+    via: str = "api",
+    schedule: ScheduleSpec | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Create the task (and run 1 unless import-only), with its schedule when given (its
+    first fire time counted from ``now``); returns the task as the API shows it."""
+    with transaction() as conn:
+        task_id = create_task(conn, owner_id=user.id, request=task_request, limits=limits)
+        if schedule is not None:
+            schedule_store.save(conn, task_id, schedule, now=now or datetime.now(UTC))
+        task = get_task(conn, user, task_id)
+    assert task is not None
+    emit(
+        "TaskCreated",
+        task_id=task_id,
+        user_id=user.id,
+        executions=task["execution_count"],
+        via=via,
+    )
+    return task
+
+
+def find_task(user: User, task_id: int) -> dict[str, Any]:
+    """The task as ``user`` may see it; ``NotFound`` (``task_not_found``) otherwise."""
+    with transaction() as conn:
+        task = get_task(conn, user, task_id)
+    if task is None:
+        raise NotFound("task not found", code="task_not_found")
+    return task
+
+
+def tasks_of(
+    user: User,
+    *,
+    limit: int,
+    cursor: dict[str, Any] | None,
+    status: str | None = None,
+    name_contains: str | None = None,
+    parent_task_id: int | None = None,
+) -> Page:
+    with transaction() as conn:
+        return list_tasks(
+            conn,
+            user,
+            limit=limit,
+            cursor=cursor,
+            status=status,
+            name_contains=name_contains,
+            parent_task_id=parent_task_id,
+        )
+
+
+def executions_of(user: User, task_id: int, *, limit: int, cursor: dict[str, Any] | None) -> Page:
+    with transaction() as conn:
+        if not task_visible(conn, user, task_id):
+            raise NotFound("task not found", code="task_not_found")
+        return list_executions(conn, task_id, limit=limit, cursor=cursor)
+
+
+def task_page(
+    user: User, task_id: int, *, limit: int, cursor: dict[str, Any] | None
+) -> tuple[dict[str, Any], Page, dict[str, Any]]:
+    """What the console's task page shows: the task, a page of executions, change counts."""
+    with transaction() as conn:
+        task = get_task(conn, user, task_id)
+        if task is None:
+            raise NotFound("task not found", code="task_not_found")
+        executions = list_executions(conn, task_id, limit=limit, cursor=cursor)
+        changes = task_change_counts(conn, task_id)
+    return task, executions, changes
