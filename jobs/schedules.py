@@ -8,6 +8,8 @@ due schedules and commits each slot row, its run and the schedule's advance toge
 
 from __future__ import annotations
 
+import logging
+
 from app.config import Settings
 from app.scan_control.schedules import tick
 from jobs.base import JobContext, PeriodicJob, PeriodicLease
@@ -23,4 +25,6 @@ def job(settings: Settings) -> PeriodicJob:
         run_tick,
         interval_seconds=settings.runner.schedule_tick_seconds,
         lease_seconds=settings.runner.schedule_lease_seconds,
+        # Every second: the slots it handles are logged (TaskScheduleSlot), not each tick.
+        completed_level=logging.DEBUG,
     )
