@@ -34,10 +34,12 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
-    from jobs import alert_delivery, analysis
+    from jobs import alert_delivery, analysis, task_purge
 
     kinds.extend(analysis.jobs(settings))
     kinds.append(alert_delivery.job(settings))
+    kinds.append(task_purge.job(settings))
+    kinds.append(task_purge.retention_job(settings))
     if settings.traffic.enabled:
         from jobs import traffic_rollup
 

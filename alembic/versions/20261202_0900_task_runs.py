@@ -19,7 +19,10 @@ Owned by ``app/scan_control``:
 * ``scan_tasks.scan`` (false: an import-only task, nothing is queued) and
   ``scan_tasks.deleted_at`` (a deleted task is hidden at once; its purge removes it).
 * ``task_purges``: the background purge of a deleted task, leased (``claim_token``,
-  ``lease_expires_at``) and resumable; kept after the task is gone to report its status.
+  ``lease_expires_at``) and resumable (``phase``, ``cursor``); kept after the task is
+  gone to report its status.
+* An index for the purge: the search store's execution endpoints by endpoint (is it
+  some other task's evidence too?).
 """
 
 from alembic import op
@@ -112,6 +115,7 @@ CREATE TABLE task_purges (
     lease_expires_at timestamptz,
     attempts         integer     NOT NULL DEFAULT 0,
     available_at     timestamptz NOT NULL DEFAULT now(),
+    cursor           bigint,
     removed          jsonb       NOT NULL DEFAULT '{}'::jsonb,
     last_error       text,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -119,9 +123,14 @@ CREATE TABLE task_purges (
 );
 CREATE INDEX ix_task_purges_claimable ON task_purges (available_at)
     WHERE status <> 'done';
+
+-- The purge asks "did any other task see this endpoint?" per endpoint of the task.
+CREATE INDEX ix_search_execution_endpoints_endpoint
+    ON search_execution_endpoints (ip_order, port, transport);
 """
 
 DOWNGRADE = r"""
+DROP INDEX ix_search_execution_endpoints_endpoint;
 DROP TABLE task_purges;
 DROP TRIGGER scan_executions_default_run ON scan_executions;
 DROP FUNCTION scan_executions_default_run();

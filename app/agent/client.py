@@ -32,6 +32,10 @@ class LeaseLost(ProtocolError):
     """The server no longer lets this agent write the execution."""
 
 
+class ExecutionCancelled(LeaseLost):
+    """409 ``execution_cancelled``: the execution's run was cancelled; stop and drop it."""
+
+
 class RetryLater(ProtocolError):
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any):
         super().__init__(message, **kwargs)
@@ -219,6 +223,8 @@ class ScannerClient:
         )
         if response.status_code == 409 and code == "lease_lost":
             raise LeaseLost(message, status=409, code=code)
+        if response.status_code == 409 and code == "execution_cancelled":
+            raise ExecutionCancelled(message, status=409, code=code)
         if response.status_code in (408, 429) or response.status_code >= 500:
             raise RetryLater(
                 message, retry_after=_retry_after(response), status=response.status_code, code=code

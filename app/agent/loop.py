@@ -9,7 +9,9 @@ is the final one. No work (204) and an unavailable server (503, 5xx,
 connection errors) back off, honouring ``Retry-After``.
 
 Stopping: a lost lease (409 ``lease_lost`` from any call) stops the scanner's
-process group and drops the spool without reporting; a scanner that exits
+process group and drops the spool without reporting; a cancelled execution (409
+``execution_cancelled``: its run was cancelled) does the same and ends the
+execution cleanly (exit status 0 with ``--once``, the next claim otherwise); a scanner that exits
 non-zero, output that is not a complete document, or a scan stopped by
 SIGTERM after the grace period is reported with ``fail`` and the stderr tail.
 """
@@ -30,6 +32,7 @@ from typing import Any
 
 from app.agent.client import (
     Execution,
+    ExecutionCancelled,
     LeaseLost,
     MalformedClaim,
     Rejected,
@@ -91,6 +94,8 @@ class Heartbeat(threading.Thread):
         self.on_lost = on_lost
         self.log = log
         self.lost = threading.Event()
+        self.cancelled = False  # the loss was 409 execution_cancelled
+        self.reason = ""
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -106,6 +111,8 @@ class Heartbeat(threading.Thread):
                     execution_id=self.execution.id,
                     error=str(exc),
                 )
+                self.cancelled = isinstance(exc, ExecutionCancelled)
+                self.reason = str(exc)
                 self.lost.set()
                 self.on_lost()
                 return
@@ -336,6 +343,8 @@ class _ExecutionRun:
         self.upload_wait = 0.0
         self.started = time.monotonic()
         self.lease_lost = threading.Event()
+        self.cancelled = False  # 409 execution_cancelled from an upload
+        self._heartbeat: Heartbeat | None = None
         # Non-final batches may be in flight together ([agent] upload_concurrency): the
         # protocol orders only the final, which waits for every other batch's answer.
         self._abort = threading.Event()
@@ -349,7 +358,7 @@ class _ExecutionRun:
         heartbeat_client = ScannerClient(
             self.agent.server, self.agent.token, timeout=self.settings.request_timeout_seconds
         )
-        heartbeat = Heartbeat(
+        heartbeat = self._heartbeat = Heartbeat(
             heartbeat_client,
             self.execution,
             lease_interval(self.execution.lease_expires_at),
@@ -369,6 +378,8 @@ class _ExecutionRun:
                 self._scan_and_upload()
             return self._succeeded()
         except LeaseLost as exc:
+            if isinstance(exc, ExecutionCancelled):
+                self.cancelled = True
             return self._lost(str(exc))
         except Rejected as exc:
             if exc.status == 404:
@@ -414,6 +425,18 @@ class _ExecutionRun:
         return EXIT_OK
 
     def _lost(self, why: str) -> int:
+        heartbeat = self._heartbeat
+        if self.cancelled or (heartbeat is not None and heartbeat.cancelled):
+            if heartbeat is not None and heartbeat.cancelled:
+                why = heartbeat.reason
+            self.log.emit(
+                "AgentExecutionCancelled",
+                f"execution {self.execution.id}: cancelled by the server, scan stopped ({why})",
+                execution_id=self.execution.id,
+                error=why,
+            )
+            self.spool.remove()
+            return EXIT_OK
         self.log.emit(
             "AgentExecutionLeaseLost",
             f"execution {self.execution.id}: lease lost, work dropped ({why})",

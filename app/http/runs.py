@@ -12,7 +12,7 @@ from flask import Blueprint, jsonify
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import int_arg, page_limit
-from app.scan_control import runs
+from app.scan_control import purge, runs
 
 blueprint = Blueprint("runs", __name__, url_prefix="/api/tasks")
 
@@ -47,3 +47,10 @@ def get_run_route(task_id: int, run_id: int):
 @require_user
 def cancel_run_route(task_id: int, run_id: int):
     return jsonify({"run": runs.cancel_run(current_user(), task_id, run_id).public()})
+
+
+@blueprint.delete("/<int:task_id>")
+@require_user
+def delete_task_route(task_id: int):
+    """The task disappears at once; the runner's purge removes its data (202)."""
+    return jsonify({"purge": purge.request_delete(current_user(), task_id)}), 202

@@ -49,7 +49,12 @@ from app.observability import emit, stage
 from app.result_ingest.abandoned import DeadBatch, dead_batches
 from app.result_ingest.model import UploadBody
 from app.result_ingest.scope import check_scope
-from app.scan_control.executions import ExecutionRow, claim_held_sql, lock_for_upload
+from app.scan_control.executions import (
+    ExecutionRow,
+    claim_held_sql,
+    lock_for_upload,
+    raise_if_cancelled,
+)
 from app.search.migrate import has_migrated_history
 from app.search.port import StorageScope
 
@@ -579,4 +584,5 @@ def confirm_batch(conn: Connection, *, execution_id: int, body: UploadBody) -> b
     ).scalar()
     if status == "confirmed":
         return False
+    raise_if_cancelled(conn, execution_id)
     raise lease_lost()

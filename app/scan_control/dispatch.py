@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import Conflict, NotFound, ValidationError
 from app.observability import emit
-from app.scan_control.executions import ExecutionRow, claim_next
+from app.scan_control.executions import ExecutionRow, claim_next, raise_if_cancelled
 from app.scan_control.run_status import refresh_active_runs
 
 EXECUTION_KINDS = ("ports", "dns")
@@ -85,6 +85,7 @@ def renew_execution_lease(
     ).scalar()
     if expires is None:
         _ensure_visible(conn, execution_id, scanner_id)
+        raise_if_cancelled(conn, execution_id)
         raise Conflict("the lease on this execution was lost", code="lease_lost")
     return expires
 

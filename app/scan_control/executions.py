@@ -22,7 +22,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 
 # Every column of ExecutionRow; ``e`` is scan_executions, ``t`` its task.
 EXECUTION_COLUMNS = """
@@ -147,7 +147,28 @@ def lock_for_upload(conn: Connection, execution_id: int, scanner_id: int | None)
         or (scanner_id is None and row.kind != "import")  # the importer writes imports only
     ):
         raise NotFound("execution not found", code="execution_not_found")
+    if row.status == "cancelled":
+        raise execution_cancelled(execution_id)
     return execution_from_row(row)
+
+
+def execution_cancelled(execution_id: int) -> Conflict:
+    """The answer to a scanner still working on an execution whose run was cancelled."""
+    return Conflict(
+        "the execution's run was cancelled; stop scanning it",
+        code="execution_cancelled",
+        details={"execution_id": execution_id},
+    )
+
+
+def raise_if_cancelled(conn: Connection, execution_id: int) -> None:
+    """``execution_cancelled`` when the execution was cancelled (a claim check failed and
+    the caller wants to tell the scanner why)."""
+    status = conn.execute(
+        sa.text("SELECT status FROM scan_executions WHERE id = :id"), {"id": execution_id}
+    ).scalar()
+    if status == "cancelled":
+        raise execution_cancelled(execution_id)
 
 
 def succeeded_claim(conn: Connection, execution_id: int) -> UUID | None:

@@ -97,3 +97,28 @@ def task_page(
         executions = list_executions(conn, task_id, limit=limit, cursor=cursor)
         changes = task_change_counts(conn, task_id)
     return task, executions, changes
+
+
+def user_named(username: str) -> User:
+    """The account called ``username`` (the CLI's ``--owner``); ``NotFound`` otherwise."""
+    from app.identity.users import find_by_username
+
+    with transaction() as conn:
+        user = find_by_username(conn, username)
+    if user is None:
+        raise NotFound(f"no user named {username!r}", code="user_not_found")
+    return user
+
+
+def active_run_of(user: User, task_id: int) -> int:
+    """The task's queued or running run (``run_not_active`` when it has none)."""
+    from app.errors import Conflict
+    from app.scan_control.runs import active_run_id
+
+    with transaction() as conn:
+        if not task_visible(conn, user, task_id):
+            raise NotFound("task not found", code="task_not_found")
+        run_id = active_run_id(conn, task_id)
+    if run_id is None:
+        raise Conflict("the task has no queued or running run", code="run_not_active")
+    return run_id

@@ -301,6 +301,7 @@ class Capability(StrEnum):
     SIGHTINGS_IN_DATABASE = "sightings_in_database"  # ``SightingsInDatabase``
     EXPORT_TEXT_IN_DATABASE = "export_text_in_database"  # ``ExportTextInDatabase``
     CURRENT_ASSET_COUNT = "current_asset_count"  # ``CurrentAssetCount``
+    TASK_PURGE = "task_purge"  # ``TaskPurge``
 
 
 class SearchStore(Protocol):
@@ -481,6 +482,31 @@ class CurrentAssetCount(Protocol):
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int: ...
 
 
+class TaskPurge(Protocol):
+    """Optional capability of a store (PostgreSQL): a deleted task's data removed in
+    bounded batches (``app.search.postgres_purge``, docs/architecture.md "Runs").
+
+    ``purge_task_assets`` removes, for one batch of the tasks' execution endpoints after
+    ``after_key``, the current assets no task outside ``excluded_task_ids`` has evidence
+    for; ``purge_execution_data`` removes up to ``limit`` rows per kind of the
+    executions' own data (endpoints, facts, counters) and returns what it removed
+    (empty: nothing left). Without it, a purge removes the database's rows only.
+    """
+
+    def purge_task_assets(
+        self,
+        task_ids: Sequence[int],
+        *,
+        excluded_task_ids: Sequence[int],
+        after_key: int | None,
+        limit: int,
+    ) -> Any: ...
+
+    def purge_execution_data(
+        self, execution_ids: Sequence[int], *, limit: int
+    ) -> dict[str, int]: ...
+
+
 # The one place a store's optional abilities are checked: each accessor returns the store
 # typed as the capability when the store declares it in ``capabilities``, else None.
 
@@ -513,10 +539,17 @@ def current_asset_count(store: SearchStore) -> CurrentAssetCount | None:
     return None
 
 
+def task_purge(store: SearchStore) -> TaskPurge | None:
+    if has_capability(store, Capability.TASK_PURGE):
+        return cast(TaskPurge, store)
+    return None
+
+
 # Which protocol each capability promises (tests check every adapter against it).
 CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.SERVER_SIDE_PAGES: ServerSidePages,
     Capability.SIGHTINGS_IN_DATABASE: SightingsInDatabase,
     Capability.EXPORT_TEXT_IN_DATABASE: ExportTextInDatabase,
     Capability.CURRENT_ASSET_COUNT: CurrentAssetCount,
+    Capability.TASK_PURGE: TaskPurge,
 }

@@ -69,6 +69,11 @@ from app.search.port import (
 )
 from app.search.postgres_aggregates import execution_aggregates
 from app.search.postgres_pages import ServerPages
+from app.search.postgres_purge import (
+    AssetPurgeBatch,
+    purge_execution_data_batch,
+    purge_task_assets_batch,
+)
 from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
 from app.search.postgres_schema import (
@@ -331,6 +336,27 @@ class PostgresStore:
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)
+
+    def purge_task_assets(
+        self,
+        task_ids: Sequence[int],
+        *,
+        excluded_task_ids: Sequence[int],
+        after_key: int | None,
+        limit: int,
+    ) -> AssetPurgeBatch:
+        return self._run(
+            lambda conn: purge_task_assets_batch(
+                conn,
+                task_ids,
+                excluded_task_ids=excluded_task_ids,
+                after_key=after_key,
+                limit=limit,
+            )
+        )
+
+    def purge_execution_data(self, execution_ids: Sequence[int], *, limit: int) -> dict[str, int]:
+        return self._run(lambda conn: purge_execution_data_batch(conn, execution_ids, limit=limit))
 
     def execution_sightings_sql(self) -> str:
         return EXECUTION_SIGHTINGS_SQL

@@ -466,6 +466,14 @@ ROUTES: list[Route] = [
         None,
         {**_user_route(200, owned=True), ADMIN: 409},
     ),
+    # The owner deletes first; for the admin, after, the task is already gone (404).
+    Route(
+        "DELETE",
+        "/api/tasks/<int:task_id>",
+        lambda w: f"/api/tasks/{w.task_id}",
+        None,
+        {**_user_route(202, owned=True), ADMIN: 404},
+    ),
     # A JSON object is one naabu JSON line: the matrix's JSON body is a valid import file.
     Route(
         "POST",

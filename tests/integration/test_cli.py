@@ -157,3 +157,61 @@ def test_set_smtp_password_uses_the_key_netmap_up_generated(database_url, engine
         ).scalar_one()
     box = SecretBox(SecuritySettings(secret_key="generated-by-netmap-up-0123456789abcdef"))
     assert box.decrypt(ciphertext) == "relay-password-1"
+
+
+def test_tasks_commands_create_run_cancel_and_delete(database_url, engine, api):
+    owner = api.create_user("tasker")
+    created = run_cli(
+        database_url,
+        "tasks",
+        "create",
+        "--owner",
+        "tasker",
+        "--name",
+        "cli task",
+        "--target",
+        "192.0.2.0/24",
+        "--target",
+        "198.51.100.0/24",
+        "--ports",
+        "22,443",
+        "--profile",
+        "quick",
+    )
+    assert created.returncode == 0, created.stderr
+    task = json.loads(created.stdout)["task"]
+    assert task["owner_id"] == owner["id"] and task["profile"] == "quick"
+    assert task["latest_run"]["number"] == 1 and task["latest_run"]["status"] == "queued"
+
+    busy = run_cli(database_url, "tasks", "run", str(task["id"]))
+    assert busy.returncode != 0 and "run_active" in busy.stderr
+    cancelled = run_cli(database_url, "tasks", "cancel", str(task["id"]))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["run"]["status"] == "cancelled"
+    started = run_cli(database_url, "tasks", "run", str(task["id"]))
+    assert started.returncode == 0, started.stderr
+    run = json.loads(started.stdout)["run"]
+    assert (run["number"], run["status"], run["trigger"]) == (2, "queued", "manual")
+
+    shown = json.loads(run_cli(database_url, "tasks", "show", str(task["id"])).stdout)
+    assert [r["number"] for r in shown["runs"]] == [2, 1]
+    listed = json.loads(run_cli(database_url, "tasks", "list").stdout)
+    assert task["id"] in [t["id"] for t in listed["items"]]
+
+    deleted = run_cli(database_url, "tasks", "delete", str(task["id"]))
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["purge"]["status"] == "queued"
+    listed = json.loads(run_cli(database_url, "tasks", "list").stdout)
+    assert task["id"] not in [t["id"] for t in listed["items"]]
+    gone = run_cli(database_url, "tasks", "show", str(task["id"]))
+    assert gone.returncode != 0 and "task_not_found" in gone.stderr
+    nobody = run_cli(
+        database_url, "tasks", "create", "--owner", "nobody", "--name", "x",
+        "--target", "192.0.2.1", "--ports", "80",
+    )  # fmt: skip
+    assert nobody.returncode != 0 and "user_not_found" in nobody.stderr
+    bad = run_cli(
+        database_url, "tasks", "create", "--owner", "tasker", "--name", "x",
+        "--target", "not a target", "--ports", "80",
+    )  # fmt: skip
+    assert bad.returncode != 0 and "targets" in bad.stderr

@@ -157,3 +157,86 @@ def test_existing_executions_become_run_1_of_their_task(empty_database_url):
         assert orphans == 0
     finally:
         engine.dispose()
+
+
+def test_an_import_only_task_queues_nothing_and_each_import_is_a_run(api):
+    user = api.user()
+    task = _create_task(user, targets=["198.51.100.0/24"], scan=False, ports="22,80")
+    assert task["scan"] is False and task["execution_count"] == 0
+    assert task["latest_run"] is None
+    assert _runs(task["id"]) == []
+    for port in (22, 80):
+        imported = user.post(
+            f"/api/tasks/{task['id']}/imports?format=naabu-jsonl",
+            json={"ip": "198.51.100.7", "port": port, "protocol": "tcp"},
+        )
+        assert imported.status_code == 201, imported.get_json()
+    runs = _runs(task["id"])
+    assert [(r.number, r.status, r.trigger) for r in runs] == [
+        (1, "succeeded", "import"),
+        (2, "succeeded", "import"),
+    ]
+    assert all(len(r.executions) == 1 for r in runs)
+    listed = user.get(f"/api/tasks/{task['id']}/runs").get_json()["items"]
+    assert [(r["number"], r["trigger"], r["counts"]["endpoints"]) for r in listed] == [
+        (2, "import", 1),
+        (1, "import", 1),
+    ]
+    refused = user.post(f"/api/tasks/{task['id']}/runs")
+    assert refused.status_code == 409
+    assert refused.get_json()["error"]["code"] == "task_import_only"
+
+
+def test_scan_must_be_a_boolean(api):
+    user = api.user()
+    response = user.post(
+        "/api/tasks", json={"name": "t", "targets": ["192.0.2.1"], "ports": "80", "scan": "no"}
+    )
+    assert response.status_code == 400
+    assert "scan" in str(response.get_json()["error"])
+
+
+def test_cancelling_a_queued_run_cancels_its_executions(api):
+    user = api.user()
+    other = api.user()
+    task = _create_task(user, targets=["192.0.2.0/24", "198.51.100.0/24"])
+    run_id = task["latest_run"]["id"]
+    assert other.post(f"/api/tasks/{task['id']}/runs/{run_id}/cancel").status_code == 404
+    cancelled = user.post(f"/api/tasks/{task['id']}/runs/{run_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.get_json()
+    run = cancelled.get_json()["run"]
+    assert run["status"] == "cancelled" and run["finished_at"] is not None
+    assert run["counts"]["executions"]["cancelled"] == 2
+    assert _runs(task["id"])[0].executions == ["cancelled", "cancelled"]
+    scanner = api.scanner()
+    assert scanner.claim().status_code == 204  # nothing claimable is left
+    assert user.get(f"/api/tasks/{task['id']}").get_json()["task"]["status"] == "cancelled"
+    again = user.post(f"/api/tasks/{task['id']}/runs/{run_id}/cancel")
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "run_not_active"
+    restarted = user.post(f"/api/tasks/{task['id']}/runs")
+    assert restarted.status_code == 201
+    assert restarted.get_json()["run"]["number"] == 2
+    missing = user.post(f"/api/tasks/{task['id']}/runs/999999/cancel")
+    assert missing.status_code == 404 and missing.get_json()["error"]["code"] == "run_not_found"
+
+
+def test_a_cancelled_execution_answers_renewal_and_upload_with_execution_cancelled(api):
+    from tests.support.scanner_protocol import observation, upload_body
+
+    user = api.user()
+    scanner = api.scanner()
+    task = _create_task(user, targets=["198.51.100.0/30"])
+    claimed = scanner.claim().get_json()["execution"]
+    user.post(f"/api/tasks/{task['id']}/runs/{task['latest_run']['id']}/cancel")
+    renewal = scanner.post(
+        f"/api/scanner/executions/{claimed['id']}/lease",
+        json={"claim_token": claimed["claim_token"]},
+    )
+    assert renewal.status_code == 409
+    assert renewal.get_json()["error"]["code"] == "execution_cancelled"
+    upload = scanner.post(
+        f"/api/scanner/executions/{claimed['id']}/uploads",
+        json=upload_body(claimed["claim_token"], 0, [observation("198.51.100.1", 22)]),
+    )
+    assert upload.status_code == 409
+    assert upload.get_json()["error"]["code"] == "execution_cancelled"

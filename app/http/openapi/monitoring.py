@@ -84,4 +84,34 @@ OPERATIONS = {
         "parameters": [path_id("task_id"), path_id("run_id")],
         "responses": {"200": json_response("the cancelled run", _RUN)},
     },
+    ("delete", "/api/tasks/{task_id}"): {
+        "summary": "Delete a task: hidden at once, its data purged in the background",
+        "description": "The task (and the DNS follow-up tasks it made) disappears from lists "
+        "and lookups at once; queued and running executions are cancelled. The runner's purge "
+        "removes its runs, executions, receipts and results in bounded batches, and the "
+        "current assets only this task had evidence for; assets other tasks saw stay.",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id")],
+        "responses": {
+            "202": json_response(
+                "the purge, queued",
+                obj(
+                    {
+                        "purge": obj(
+                            {
+                                "task_id": {"type": "integer"},
+                                "status": {
+                                    "type": "string",
+                                    "enum": ["queued", "running", "done"],
+                                },
+                                "phase": {"type": "string"},
+                                "removed": {"type": "object"},
+                            }
+                        )
+                    }
+                ),
+            )
+        },
+    },
 }

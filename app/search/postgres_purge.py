@@ -1,0 +1,127 @@
+"""Removing a deleted task's data from the PostgreSQL store, in bounded batches (issue 33).
+
+``purge_task_assets_batch`` walks the task's execution endpoints by key and removes the
+current-asset documents (the owner's and the global view's) of those endpoints that no
+other task has evidence for: no execution endpoint of a task outside ``excluded`` (the
+deleted tasks) for the same endpoint (the same owner's, for the owner's view). Assets
+another task also saw stay. ``purge_execution_data_batch`` then deletes the executions'
+own rows: execution endpoints, facts and the per-execution counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+
+@dataclass(frozen=True)
+class AssetPurgeBatch:
+    last_key: int | None  # the cursor for the next batch; None: the task had no more
+    endpoints: int  # execution endpoints looked at
+    user_assets: int  # owner-view documents removed
+    global_assets: int  # global-view documents removed
+
+
+_ASSETS_BATCH = sa.text(
+    """
+    WITH b AS (
+        SELECT key, owner_id, ip_order, port, transport
+          FROM search_execution_endpoints
+         WHERE task_id = ANY(:tasks) AND key > :after
+         ORDER BY key LIMIT :limit
+    ),
+    u AS (SELECT DISTINCT owner_id, ip_order, port, transport FROM b WHERE owner_id IS NOT NULL),
+    user_removed AS (
+        DELETE FROM search_assets_user a USING u
+         WHERE a.owner_id = u.owner_id AND a.ip_order = u.ip_order AND a.port = u.port
+           AND a.transport = u.transport
+           AND NOT EXISTS (
+               SELECT 1 FROM search_execution_endpoints o
+                WHERE o.ip_order = u.ip_order AND o.port = u.port AND o.transport = u.transport
+                  AND o.owner_id = u.owner_id AND o.task_id <> ALL(:excluded))
+        RETURNING 1
+    ),
+    g AS (SELECT DISTINCT ip_order, port, transport FROM b),
+    global_removed AS (
+        DELETE FROM search_assets_global a USING g
+         WHERE a.ip_order = g.ip_order AND a.port = g.port AND a.transport = g.transport
+           AND NOT EXISTS (
+               SELECT 1 FROM search_execution_endpoints o
+                WHERE o.ip_order = g.ip_order AND o.port = g.port AND o.transport = g.transport
+                  AND o.task_id <> ALL(:excluded))
+        RETURNING 1
+    )
+    SELECT (SELECT max(key) FROM b) AS last_key, (SELECT count(*) FROM b) AS endpoints,
+           (SELECT count(*) FROM user_removed) AS user_assets,
+           (SELECT count(*) FROM global_removed) AS global_assets
+    """
+)
+
+
+def purge_task_assets_batch(
+    conn: Connection,
+    task_ids: Sequence[int],
+    *,
+    excluded_task_ids: Sequence[int],
+    after_key: int | None,
+    limit: int,
+) -> AssetPurgeBatch:
+    row = conn.execute(
+        _ASSETS_BATCH,
+        {
+            "tasks": list(task_ids),
+            "excluded": list(excluded_task_ids),
+            "after": after_key if after_key is not None else -(2**63),
+            "limit": limit,
+        },
+    ).one()
+    return AssetPurgeBatch(
+        last_key=row.last_key,
+        endpoints=int(row.endpoints),
+        user_assets=int(row.user_assets),
+        global_assets=int(row.global_assets),
+    )
+
+
+# Each statement removes at most :limit rows of the executions' store data.
+_EXECUTION_DATA = (
+    (
+        "execution_endpoints",
+        "DELETE FROM search_execution_endpoints WHERE key IN (SELECT key FROM "
+        "search_execution_endpoints WHERE execution_id = ANY(:ids) LIMIT :limit)",
+    ),
+    (
+        "facts",
+        "DELETE FROM search_facts WHERE (id, observed_at) IN (SELECT id, observed_at FROM "
+        "search_facts WHERE execution_id = ANY(:ids) LIMIT :limit)",
+    ),
+    (
+        "execution_ips",
+        "DELETE FROM search_execution_ips WHERE (execution_id, ip) IN (SELECT execution_id, ip "
+        "FROM search_execution_ips WHERE execution_id = ANY(:ids) LIMIT :limit)",
+    ),
+    (
+        "execution_counts",
+        "DELETE FROM search_execution_fact_counts WHERE execution_id = ANY(:ids)",
+    ),
+    (
+        "execution_counts",
+        "DELETE FROM search_execution_endpoint_counts WHERE execution_id = ANY(:ids)",
+    ),
+)
+
+
+def purge_execution_data_batch(
+    conn: Connection, execution_ids: Sequence[int], *, limit: int
+) -> dict[str, int]:
+    """Up to ``limit`` rows per kind of the executions' store data; an empty dict: none left."""
+    removed: dict[str, int] = {}
+    params = {"ids": list(execution_ids), "limit": limit}
+    for name, statement in _EXECUTION_DATA:
+        count = conn.execute(sa.text(statement), params).rowcount
+        if count:
+            removed[name] = removed.get(name, 0) + count
+    return removed

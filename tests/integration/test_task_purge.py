@@ -1,0 +1,216 @@
+"""Deleting a task: hidden at once, purged in bounded batches, resumable (issue 33).
+
+A task with thousands of endpoints shares some with another task of the same owner.
+After the purge no row of the deleted task is left in any table (checked table by
+table, from the catalogue), the current assets only it had evidence for are gone, and
+the other task's assets are exactly as before.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from app.db import transaction
+from app.identity.user_record import User
+from app.scan_control import purge
+from app.search.postgres_store import PostgresStore
+from jobs import task_purge
+from jobs.base import JobContext
+from tests.support.analysis import Scans
+from tests.support.search_documents import fact
+
+ENDPOINTS = 4000
+SHARED = 150
+
+
+def hosts(network: str, count: int) -> list[str]:
+    return [str(ip) for ip in list(ipaddress.ip_network(network).hosts())[:count]]
+
+
+def _context(settings) -> JobContext:
+    return JobContext(
+        settings=settings, worker_id=0, stopping=threading.Event(), cancelled=threading.Event()
+    )
+
+
+def _assets(owner_id: int) -> list[tuple]:
+    with transaction() as conn:
+        user = conn.execute(
+            sa.text(
+                "SELECT host(ip), port, transport, service, last_execution_id "
+                "FROM search_assets_user WHERE owner_id = :o ORDER BY ip, port"
+            ),
+            {"o": owner_id},
+        ).all()
+        world = conn.execute(
+            sa.text("SELECT host(ip), port, transport FROM search_assets_global ORDER BY ip, port")
+        ).all()
+    return [tuple(r) for r in user], [tuple(r) for r in world]
+
+
+def _leftovers(task_ids: list[int], execution_ids: list[int]) -> dict[str, int]:
+    """Rows naming a deleted task or execution, per table and column, from the catalogue."""
+    found: dict[str, int] = {}
+    with transaction() as conn:
+        columns = conn.execute(
+            sa.text(
+                """
+                SELECT c.table_name, c.column_name FROM information_schema.columns c
+                  JOIN information_schema.tables t
+                    ON t.table_name = c.table_name AND t.table_schema = c.table_schema
+                 WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'
+                   AND c.column_name IN ('task_id', 'execution_id', 'parent_task_id')
+                   AND c.table_name <> 'task_purges'
+                """
+            )
+        ).all()
+        for table, column in columns:
+            ids = execution_ids if column == "execution_id" else task_ids
+            count = conn.execute(
+                sa.text(f"SELECT count(*) FROM {table} WHERE {column} = ANY(:ids)"),
+                {"ids": ids},
+            ).scalar()
+            if count:
+                found[f"{table}.{column}"] = count
+        tasks = conn.execute(
+            sa.text("SELECT count(*) FROM scan_tasks WHERE id = ANY(:ids)"), {"ids": task_ids}
+        ).scalar()
+        if tasks:
+            found["scan_tasks.id"] = tasks
+        runs = conn.execute(
+            sa.text("SELECT count(*) FROM task_runs WHERE task_id = ANY(:ids)"), {"ids": task_ids}
+        ).scalar()
+        if runs:
+            found["task_runs.task_id"] = runs
+    assert len(columns) >= 10  # the check sees the schema
+    return found
+
+
+@pytest.fixture
+def world(settings, engine, api):
+    store = PostgresStore(settings)
+    scans = Scans(settings=settings, store=store)
+    owner = scans.owner()
+    addresses = hosts("10.7.0.0/18", ENDPOINTS)
+    doomed = scans.scan(owner, ["10.7.0.0/18"], [(ip, 443) for ip in addresses], ports="443")
+    kept = scans.scan(
+        owner,
+        ["10.7.0.0/18", "10.9.0.0/24"],
+        [(ip, 443) for ip in addresses[:SHARED]] + [(ip, 443) for ip in hosts("10.9.0.0/24", 20)],
+        ports="443",
+    )
+    scans.settle()
+    with transaction() as conn:
+        doomed_task, kept_task = (
+            conn.execute(
+                sa.text("SELECT task_id FROM scan_executions WHERE id = :e"), {"e": e}
+            ).scalar()
+            for e in (doomed, kept)
+        )
+    store.write_facts([fact(doomed, i, task_id=doomed_task, owner_id=owner) for i in range(300)])
+    return store, owner, doomed_task, doomed, kept_task, kept
+
+
+def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, settings, world):
+    store, owner, doomed_task, doomed_execution, kept_task, kept_execution = world
+    admin = User(id=owner, username="owner", is_admin=True, disabled=False)
+    before_user, _ = _assets(owner)
+    assert len(before_user) == ENDPOINTS + 20
+    kept_before = [a for a in before_user if a[4] == kept_execution]
+
+    status = purge.request_delete(admin, doomed_task)
+    assert status["status"] == "queued" and status["phase"] == "assets"
+    with pytest.raises(Exception) as again:
+        purge.request_delete(admin, doomed_task)
+    assert getattr(again.value, "code", None) == "task_not_found"
+    viewer = api.admin()
+    assert viewer.get(f"/api/tasks/{doomed_task}").status_code == 404
+    listed = viewer.get("/api/tasks?limit=500").get_json()["items"]
+    assert doomed_task not in [t["id"] for t in listed] and kept_task in [t["id"] for t in listed]
+
+    job = task_purge.TaskPurgeJob(settings)
+    job._store = store
+    ctx = _context(settings)
+    work = job.claim(ctx)
+    assert work is not None and work.task_id == doomed_task
+    job.run(ctx, work)
+    assert job.claim(ctx) is None
+
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
+        ).one()
+    assert row.status == "done" and row.finished_at is not None
+    assert row.removed["user_assets"] == ENDPOINTS - SHARED
+    assert row.removed["global_assets"] == ENDPOINTS - SHARED
+    assert row.removed["execution_endpoints"] == ENDPOINTS
+    assert row.removed["facts"] == 300
+    assert row.removed["executions"] == 1 and row.removed["tasks"] == 1
+
+    assert _leftovers([doomed_task], [doomed_execution]) == {}
+    after_user, after_global = _assets(owner)
+    assert len(after_user) == SHARED + 20 and len(after_global) == SHARED + 20
+    # The other task's assets are unchanged, and so is its evidence.
+    assert [a for a in after_user if a[4] == kept_execution] == kept_before
+    shared = {a[:3] for a in before_user if a[0] in set(hosts("10.7.0.0/18", SHARED))}
+    assert {a[:3] for a in after_user} == shared | {
+        (ip, 443, "tcp") for ip in hosts("10.9.0.0/24", 20)
+    }
+    assert viewer.get(f"/api/tasks/{kept_task}/results?limit=5").get_json()["total_endpoints"] == (
+        SHARED + 20
+    )
+
+
+def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
+    api, settings, world, monkeypatch
+):
+    store, owner, doomed_task, doomed_execution, _, _ = world
+    admin = User(id=owner, username="owner", is_admin=True, disabled=False)
+    purge.request_delete(admin, doomed_task)
+    monkeypatch.setattr(task_purge, "ASSET_BATCH", 500)
+    job = task_purge.TaskPurgeJob(settings)
+    job._store = store
+    ctx = _context(settings)
+
+    saved = purge.checkpoint
+    calls = {"n": 0}
+
+    def expiring_checkpoint(claim, **kwargs):
+        saved(claim, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 3:  # the worker stalls: its lease runs out, another takes over
+            with transaction() as conn:
+                conn.execute(
+                    sa.text(
+                        "UPDATE task_purges SET lease_expires_at = now() - interval '1 second' "
+                        "WHERE task_id = :t"
+                    ),
+                    {"t": claim.task_id},
+                )
+
+    monkeypatch.setattr(purge, "checkpoint", expiring_checkpoint)
+    first = job.claim(ctx)
+    job.run(ctx, first)  # stops at its next checkpoint: the lease is gone
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
+        ).one()
+    assert row.status == "running" and row.phase == "assets" and row.cursor is not None
+    assert row.removed["user_assets"] < ENDPOINTS - SHARED
+    monkeypatch.setattr(purge, "checkpoint", saved)
+
+    second = job.claim(ctx)
+    assert second.task_id == doomed_task and second.cursor == row.cursor
+    job.run(ctx, second)
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
+        ).one()
+    assert row.status == "done" and row.attempts == 2
+    assert _leftovers([doomed_task], [doomed_execution]) == {}
+    after_user, _ = _assets(owner)
+    assert len(after_user) == SHARED + 20
