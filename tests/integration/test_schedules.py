@@ -19,6 +19,8 @@ from app.scan_control import schedule_store
 from app.scan_control.runs import cancel_run
 from app.scan_control.schedule_rules import parse_schedule
 from app.scan_control.schedules import scheduled_run_starter, tick
+from jobs import task_purge
+from jobs.base import JobContext
 
 BERLIN = ZoneInfo("Europe/Berlin")
 TASK = {"name": "nightly", "targets": ["192.0.2.0/30"], "ports": "22,443"}
@@ -318,3 +320,35 @@ def test_dst_changes_in_berlin_neither_skip_nor_double_a_day(
             assert (moment.hour, moment.minute) == (3, 0)
         else:
             assert (moment.hour, moment.minute) == wanted
+
+
+def test_a_deleted_task_fires_no_more_and_its_purge_removes_schedule_and_slots(api, settings):
+    user = api.user()
+    start = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+    task = create(user, None)
+    finish_active_run(task["id"])
+    set_schedule(task["id"], {"every_seconds": 600}, settings, start)
+    first = start + timedelta(minutes=10)
+    assert [s.outcome for s in tick(limits=settings.scan, clock=lambda: first).slots] == ["started"]
+    assert user.delete(f"/api/tasks/{task['id']}").status_code == 202
+    later = start + timedelta(hours=3)
+    assert tick(limits=settings.scan, clock=lambda: later).slots == []
+
+    job = task_purge.TaskPurgeJob(settings)
+    context = JobContext(
+        settings=settings,
+        worker_id=0,
+        stopping=threading.Event(),
+        cancelled=threading.Event(),
+    )
+    while (work := job.claim(context)) is not None:
+        job.run(context, work)
+    with transaction() as conn:
+        left = conn.execute(
+            sa.text(
+                "SELECT (SELECT count(*) FROM scan_task_schedules WHERE task_id = :t) "
+                "+ (SELECT count(*) FROM scan_schedule_slots WHERE task_id = :t)"
+            ),
+            {"t": task["id"]},
+        ).scalar()
+    assert left == 0
