@@ -334,6 +334,15 @@ ROUTES: list[Route] = [
         lambda w: {"name": f"made-scanner-{next(_names)}"},
         _admin_route(201),
     ),
+    # Everyone signed in may list; a non-admin sees only the scanners they created.
+    Route("GET", "/api/scanners", lambda w: "/api/scanners", None, _user_route(200, owned=False)),
+    Route(
+        "POST",
+        "/api/scanners/<int:scanner_id>/disable",
+        lambda w: f"/api/scanners/{w.callers[OTHER_SCANNER].id}/disable",
+        None,
+        _admin_route(200),
+    ),
     Route(
         "GET",
         "/api/modules/report-render",
