@@ -238,6 +238,12 @@ class ScanSettings:
     # removed by the task purge job (docs/architecture.md, "Runs").
     keep_runs: int = spec(30, min=1, max=100_000)
     max_domain_length: int = spec(253, min=1, max=253)
+    scanner_offline_seconds: int = spec(
+        180,
+        min=10,
+        max=86400,
+        doc="a scanner with no claim, lease renewal or upload for this long is offline",
+    )
     min_schedule_seconds: int = spec(
         300, min=1, max=86400, doc="shortest gap a task schedule may have between fire times"
     )
@@ -382,6 +388,15 @@ class AlertSettings:
         24.0, min=0, max=720, doc="a rotated webhook secret still signs for this long"
     )
     public_url: str = spec("", doc="base URL of the console used in links of messages")
+    conditions_interval_seconds: float = spec(
+        30.0,
+        min=0.5,
+        max=3600,
+        doc="how often scanner_offline rules are evaluated",
+    )
+    certificate_interval_seconds: float = spec(
+        600.0, min=0.5, max=86400, doc="how often certificate_expires rules are evaluated"
+    )
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,14 @@ def current_revisions(conn: sa.Connection) -> set[str]:
     return set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
 
 
+def database_revisions() -> set[str]:
+    """``current_revisions`` in a short transaction of its own (the readiness probe)."""
+    from app.db import transaction
+
+    with transaction() as conn:
+        return current_revisions(conn)
+
+
 def current_revisions_on_cursor(cursor: Any) -> set[str]:
     """``current_revisions`` through a plain DB-API (psycopg2) cursor."""
     cursor.execute("SELECT to_regclass('alembic_version')")

@@ -34,10 +34,11 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         resource_sampling.job(settings),
         slow_sql_sampling.job(settings),
     ]
-    from jobs import alert_delivery, analysis, task_purge
+    from jobs import alert_conditions, alert_delivery, analysis, task_purge
 
     kinds.extend(analysis.jobs(settings))
     kinds.append(alert_delivery.job(settings))
+    kinds.extend(alert_conditions.jobs(settings))
     kinds.append(task_purge.job(settings))
     kinds.append(task_purge.retention_job(settings))
     if settings.traffic.enabled:

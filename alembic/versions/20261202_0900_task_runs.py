@@ -1,7 +1,7 @@
 """Task runs: a task's executions come in runs, started again and again (issue 33).
 
 Revision ID: 20261202_0900
-Revises: 20261202_0810
+Revises: 20261202_1100
 Create Date: 2026-12-02
 
 Owned by ``app/scan_control``:
@@ -28,7 +28,7 @@ Owned by ``app/scan_control``:
 from alembic import op
 
 revision = "20261202_0900"
-down_revision = "20261202_0810"
+down_revision = "20261202_1100"
 branch_labels = None
 depends_on = None
 

@@ -185,9 +185,19 @@ def _retry_after(response: requests.Response) -> float | None:
 
 
 class ScannerClient:
-    def __init__(self, server: str, token: str, *, timeout: float = 120.0):
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        *,
+        timeout: float = 120.0,
+        about: dict[str, Any] | None = None,
+    ):
+        """``about``: what the agent says about itself (``app.agent.about.detect``), sent
+        with every claim and lease renewal; None sends nothing."""
         self.server = server.rstrip("/")
         self.timeout = timeout
+        self.about = about
         self._session = requests.Session()
         self._session.headers["Authorization"] = f"Bearer {token}"
         self._session.headers["User-Agent"] = "netmap-agent/1"
@@ -231,8 +241,11 @@ class ScannerClient:
             )
         raise Rejected(message, status=response.status_code, code=code)
 
+    def _with_about(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "agent": self.about} if self.about is not None else body
+
     def claim(self, kinds: list[str]) -> Execution | None:
-        response = self._post("/api/scanner/claim", {"kinds": kinds})
+        response = self._post("/api/scanner/claim", self._with_about({"kinds": kinds}))
         if response.status_code == 204:
             return None
         try:
@@ -247,7 +260,8 @@ class ScannerClient:
 
     def renew(self, execution_id: int, claim_token: str) -> str:
         response = self._post(
-            f"/api/scanner/executions/{execution_id}/lease", {"claim_token": claim_token}
+            f"/api/scanner/executions/{execution_id}/lease",
+            self._with_about({"claim_token": claim_token}),
         )
         return response.json()["lease_expires_at"]
 

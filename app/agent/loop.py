@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.agent.about import detect
 from app.agent.client import (
     Execution,
     ExecutionCancelled,
@@ -146,9 +147,11 @@ class Agent:
         dns_resolve: Callable[[str], list[dict[str, Any]]] | None = None,
         observation_source: Callable[[Execution], Iterator[dict[str, Any]]] | None = None,
         scan_settings: ScanSettings | None = None,
+        about: dict[str, Any] | None = None,
     ):
         """``observation_source``: replaces the scanner for ports executions (the benchmark
-        replays a result file through the real upload path with it)."""
+        replays a result file through the real upload path with it). ``about``: what the
+        agent reports about itself (default: detected now, ``app.agent.about``)."""
         bad = [s for s in settings.report_states if s not in STATES]
         if bad:
             raise ValueError(f"[agent] report_states: unknown state(s) {bad}")
@@ -161,7 +164,11 @@ class Agent:
         self.engine = engine
         self.log = log
         self.once = once
-        self.client = ScannerClient(server, token, timeout=settings.request_timeout_seconds)
+        # Asked once per start; sent with every claim and renewal (app.agent.about).
+        self.about = about if about is not None else detect(settings)
+        self.client = ScannerClient(
+            server, token, timeout=settings.request_timeout_seconds, about=self.about
+        )
         self.spool = Spool(spool_root, server)
         self.stopping = threading.Event()
         self.stop_reason: str | None = None
@@ -356,7 +363,10 @@ class _ExecutionRun:
     # -- life cycle -------------------------------------------------------------
     def run(self, *, resume: bool) -> int:
         heartbeat_client = ScannerClient(
-            self.agent.server, self.agent.token, timeout=self.settings.request_timeout_seconds
+            self.agent.server,
+            self.agent.token,
+            timeout=self.settings.request_timeout_seconds,
+            about=self.agent.about,
         )
         heartbeat = self._heartbeat = Heartbeat(
             heartbeat_client,

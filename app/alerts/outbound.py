@@ -17,6 +17,11 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -77,15 +82,63 @@ def check_url(url: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port
 
 
-def check_host(host: str, port: int, policy: OutboundPolicy) -> None:
-    """Resolve ``host`` and refuse it when every address is refused (for libraries that
-    connect themselves, such as Apprise's plugins: see docs/alerts.md)."""
-    if policy.allow_private:
+# Apprise's plugins open their own connections (through requests, smtplib, ...), so the
+# address rule cannot be applied by our own connect code. It is applied by an audit hook
+# on ``socket.connect`` instead: every connection the sending thread makes while
+# ``guarded_connections`` is active is judged on the address it is about to connect to,
+# after the library's own resolution (DNS rebinding gains nothing). The guard is a context
+# variable, not a thread-local: Apprise runs a plugin on its worker pool inside a copy of
+# the caller's context, so the guard follows the send there and nowhere else. Audit hooks
+# cannot be removed, so one is installed once per process and does nothing outside a guard.
+_guard: ContextVar[list[str] | None] = ContextVar("netmap_outbound_guard", default=None)
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+class RefusedAddress(ConnectionRefusedError):
+    """Raised inside the library's connect call; its own error handling takes it from there."""
+
+
+def _judge_connect(event: str, args: tuple) -> None:
+    if event != "socket.connect":
         return
-    for address in _addresses(host, port):
-        if address_refused(address[4][0]) is None:
-            return
-    raise PermanentDeliveryError(f"target {host} resolves only to non-global addresses")
+    refused = _guard.get()
+    if refused is None:
+        return
+    sock, address = args
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    host = str(address[0])
+    try:
+        why = address_refused(host)
+    except ValueError:
+        # Connecting by name: resolve the way the socket will, and judge every answer.
+        why = next(
+            (w for a in _addresses(host, int(address[1])) if (w := address_refused(a[4][0]))),
+            None,
+        )
+    if why:
+        refused.append(f"{host} ({why})")
+        raise RefusedAddress(f"target address {host} refused ({why})")
+
+
+@contextmanager
+def guarded_connections(policy: OutboundPolicy) -> Iterator[list[str]]:
+    """Judge every connection made in the block's context; yields the refusals."""
+    global _hook_installed
+    if policy.allow_private:
+        yield []
+        return
+    with _hook_lock:
+        if not _hook_installed:
+            sys.addaudithook(_judge_connect)
+            _hook_installed = True
+    refusals: list[str] = []
+    token = _guard.set(refusals)
+    try:
+        yield refusals
+    finally:
+        _guard.reset(token)
 
 
 def _addresses(host: str, port: int) -> list[tuple]:

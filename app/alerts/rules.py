@@ -2,9 +2,12 @@
 
 A rule names the change kinds it wants (``on``), for ``changed`` optionally the fields
 that must differ, a filter (CIDRs, ports, services, products, tasks), the channels
-(the caller's own) and a mode (``each`` | ``digest``). Owners see and change their own
-rules; an admin may also make a rule global (it sees every owner's changes). Everything
-is checked before anything is written; another owner's rule or channel is "not found".
+(the caller's own) and a mode (``each`` | ``digest``). ``on`` may also name the
+condition kinds ``scanner_offline`` (with ``back_online``) and ``certificate_expires``
+(with ``days``), evaluated by periodic jobs (``app.alerts.conditions``). Owners see
+and change their own rules; an admin may also make a rule global (it sees every
+owner's changes). Everything is checked before anything is written; another owner's
+rule or channel is "not found".
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.alerts.conditions import CONDITION_KINDS
 from app.analysis.changes import CHANGE_KINDS
 from app.db import transaction
 from app.errors import Forbidden, NotFound, ValidationError
@@ -24,10 +28,23 @@ from app.search.documents import FIELD_RULES
 MODES = ("each", "digest")
 FILTER_KEYS = ("cidrs", "ports", "services", "products", "tasks", "tags")
 MAX_LIST = 1000
-_FIELDS = {"name", "on", "fields", "filter", "channels", "mode", "enabled", "global"}
+RULE_KINDS = CHANGE_KINDS + CONDITION_KINDS
+MAX_DAYS = 3650
+_FIELDS = {
+    "name",
+    "on",
+    "fields",
+    "filter",
+    "channels",
+    "mode",
+    "enabled",
+    "global",
+    "days",
+    "back_online",
+}
 _COLUMNS = (
     "id, owner_id, is_global, name, on_kinds, fields, cidrs, ports, services, products, "
-    "task_ids, tags, channel_ids, mode, enabled, created_at, updated_at"
+    "task_ids, tags, channel_ids, mode, enabled, days, back_online, created_at, updated_at"
 )
 
 
@@ -102,9 +119,9 @@ def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
             raise _bad("name", "name must be 1-200 characters")
         out["name"] = name.strip()
     if "on" in body or not partial:
-        kinds = _strings(body.get("on"), "on", allowed=CHANGE_KINDS)
+        kinds = _strings(body.get("on"), "on", allowed=RULE_KINDS)
         if not kinds:
-            raise _bad("on", "on must name at least one change kind")
+            raise _bad("on", "on must name at least one change or condition kind")
         out["on_kinds"] = kinds
     if "fields" in body:
         out["fields"] = _strings(body["fields"], "fields", allowed=tuple(FIELD_RULES))
@@ -128,12 +145,34 @@ def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
         if mode not in MODES:
             raise _bad("mode", "mode must be each or digest")
         out["mode"] = mode
-    for flag, column in (("enabled", "enabled"), ("global", "is_global")):
+    if "days" in body:
+        days = body["days"]
+        if days is not None and (type(days) is not int or not 1 <= days <= MAX_DAYS):
+            raise _bad("days", f"days must be an integer 1-{MAX_DAYS} (or null)")
+        out["days"] = days
+    for flag, column in (
+        ("enabled", "enabled"),
+        ("global", "is_global"),
+        ("back_online", "back_online"),
+    ):
         if flag in body:
             if not isinstance(body[flag], bool):
                 raise _bad(flag, f"{flag} must be true or false")
             out[column] = body[flag]
     return out
+
+
+def check_whole_rule(on_kinds: list[str], days: int | None, task_ids: list[int]) -> None:
+    """What a rule needs as a whole (after a PATCH too): ``days`` for
+    ``certificate_expires``; a task filter cannot be honoured for certificates (current
+    assets are not per task)."""
+    if "certificate_expires" in on_kinds:
+        if days is None:
+            raise _bad("days", "certificate_expires needs days: how many days before expiry")
+        if task_ids:
+            raise _bad(
+                "filter.tasks", "certificate_expires rules cannot filter by task (assets are not)"
+            )
 
 
 def public(row: Any) -> dict[str, Any]:
@@ -155,6 +194,8 @@ def public(row: Any) -> dict[str, Any]:
         "channels": list(row.channel_ids),
         "mode": row.mode,
         "enabled": row.enabled,
+        "days": row.days,
+        "back_online": row.back_online,
         "created_at": row.created_at.isoformat(),
         "updated_at": row.updated_at.isoformat(),
     }
@@ -181,6 +222,7 @@ def create_rule(user: User, body: Any) -> dict[str, Any]:
     values = validate_rule(body)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
+    check_whole_rule(values["on_kinds"], values.get("days"), values.get("task_ids", []))
     with transaction() as conn:
         _check_channels(conn, user, values["channel_ids"])
         row = conn.execute(
@@ -188,10 +230,10 @@ def create_rule(user: User, body: Any) -> dict[str, Any]:
                 f"""
                 INSERT INTO alert_rules (owner_id, is_global, name, on_kinds, fields, cidrs,
                                          ports, services, products, task_ids, tags,
-                                         channel_ids, mode, enabled)
+                                         channel_ids, mode, enabled, days, back_online)
                 VALUES (:owner, :is_global, :name, :on_kinds, :fields, CAST(:cidrs AS cidr[]),
                         :ports, :services, :products, :task_ids, :tags, :channel_ids, :mode,
-                        :enabled)
+                        :enabled, :days, :back_online)
                 RETURNING {_COLUMNS}
                 """  # noqa: S608 - column list is a constant
             ),
@@ -206,6 +248,8 @@ def create_rule(user: User, body: Any) -> dict[str, Any]:
                 "task_ids": values.get("task_ids", []),
                 "tags": values.get("tags", []),
                 "enabled": values.get("enabled", True),
+                "days": values.get("days"),
+                "back_online": values.get("back_online", False),
                 **{k: values[k] for k in ("name", "on_kinds", "channel_ids", "mode")},
             },
         ).one()
@@ -244,7 +288,12 @@ def update_rule(user: User, rule_id: int, body: Any) -> dict[str, Any]:
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
     with transaction() as conn:
-        _get(conn, user, rule_id, lock=True)
+        current = _get(conn, user, rule_id, lock=True)
+        check_whole_rule(
+            values.get("on_kinds", list(current.on_kinds)),
+            values.get("days", current.days),
+            values.get("task_ids", list(current.task_ids)),
+        )
         if "channel_ids" in values:
             _check_channels(conn, user, values["channel_ids"])
         if values:

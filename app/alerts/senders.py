@@ -8,9 +8,10 @@
 * email: a plain-text message whose ``Message-ID`` is derived from the delivery id,
   sent with the reports' SMTP client (``app.reports.delivery.send_smtp``) or, with no
   SMTP host, written to the same ``.eml`` outbox directory.
-* apprise: the decrypted URL handed to the ``apprise`` library; its host is checked
-  against the address rule first (docs/alerts.md says how far that check reaches). The
-  library's own logger is silenced (``app/alerts/__init__.py``): it may print the URL.
+* apprise: the decrypted URL handed to the ``apprise`` library, with every connection
+  the plugin makes during the send judged by the address rule as it connects
+  (``outbound.guarded_connections``). The library's own logger is silenced
+  (``app/alerts/__init__.py``): it may print the URL.
 """
 
 from __future__ import annotations
@@ -97,6 +98,36 @@ def summary_text(message: Message) -> tuple[str, str]:
     rule = (data.get("rule") or {}).get("name", "")
     if message.event_type == "netmap.test":
         return "netmap test message", "This is a test message from netmap."
+    if "scanner" in data:  # scanner_offline rules (app.alerts.conditions)
+        scanner = data["scanner"]
+        back = data.get("status") == "online"
+        title = f"netmap: scanner {scanner['name']} is {'back online' if back else 'offline'}"
+        lines = [f"Rule: {rule}", title.removeprefix("netmap: ")]
+        if not back:
+            lines.append(
+                f"Last sign of life: {data.get('offline_since')} "
+                f"(offline after {data.get('offline_seconds')} s without one)"
+            )
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
+    if "certificate" in data:  # certificate_expires rules (app.alerts.conditions)
+        cert = data["certificate"]
+        name = cert.get("subject_cn") or cert.get("fingerprint") or "a certificate"
+        when = "expired" if cert.get("expired") else f"expires in {cert.get('days_left')} days"
+        title = f"netmap: certificate {name} {when}"
+        lines = [
+            f"Rule: {rule}",
+            f"Certificate: {name} (issuer {cert.get('issuer') or 'unknown'})",
+            f"Not after: {cert.get('not_after')}",
+            f"SHA-256: {cert.get('fingerprint') or 'not reported'}",
+            f"Served on {data.get('endpoint_count', 0)} endpoint(s):",
+        ]
+        for endpoint in data.get("endpoints", []):
+            lines.append(f"  {endpoint['ip']}:{endpoint['port']}/{endpoint['transport']}")
+        if data.get("link"):
+            lines.append(data["link"])
+        return title, "\n".join(lines)
     if "change" in data:
         change = data["change"]
         title = f"netmap: {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"
@@ -164,14 +195,16 @@ def send_apprise(settings: Settings, channel: Channel, message: Message) -> str:
     plugin = apprise.Apprise.instantiate(url)
     if plugin is None:
         raise PermanentDeliveryError("the stored Apprise URL is no longer understood")
-    host = getattr(plugin, "host", None)
-    if isinstance(host, str) and host:
-        port = getattr(plugin, "port", None) or (443 if getattr(plugin, "secure", False) else 80)
-        outbound.check_host(host, int(port), policy(settings))
     title, text = summary_text(message)
     sender = apprise.Apprise()
     sender.add(plugin)
-    if not sender.notify(body=text, title=title):
+    with outbound.guarded_connections(policy(settings)) as refused:
+        delivered = sender.notify(body=text, title=title)
+    if refused:
+        raise PermanentDeliveryError(
+            "target refused: " + ", ".join(refused) + " (set [alerts] allow_private_targets)"
+        )
+    if not delivered:
         # Apprise does not say why here; its log (silenced: it may hold the URL) would.
         raise TemporaryDeliveryError("Apprise could not deliver the message")
     return "sent"

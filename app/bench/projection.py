@@ -28,6 +28,7 @@ sizes published again as newer sightings (updates instead of inserts).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -73,8 +74,21 @@ class _PoolWaits(logging.Handler):
                 self.waits_ms.append(float(fields.get("wait_ms", 0.0)))
 
 
+def _facts(ip: str, host: int) -> dict[str, Any]:
+    """A web endpoint's facts as the standard profile records them (``--facts``)."""
+    return {
+        "tls": {
+            "subject_cn": f"host-{host}.example.test",
+            "issuer": ("CN=R11,O=Let's Encrypt", "CN=Bench CA,O=netmap")[host % 2],
+            "sha256": hashlib.sha256(ip.encode()).hexdigest(),
+            "not_after": "2027-03-01T00:00:00Z",
+        },
+        "http": {"title": f"Sign in - host {host}", "server": "nginx/1.24.0"},
+    }
+
+
 def _endpoint(
-    n: int, *, execution_id: int, task_id: int, owner_id: int, seen: datetime
+    n: int, *, execution_id: int, task_id: int, owner_id: int, seen: datetime, facts: bool = False
 ) -> EndpointDocument:
     host = n // len(SERVICES)
     ip = f"10.{host >> 16 & 255}.{host >> 8 & 255}.{host & 255}"
@@ -87,7 +101,7 @@ def _endpoint(
         "banner": banner,
         "hostname": None,
         "tags": ("bench",),
-        "details": {"address_family": "ipv4"},
+        "details": {"address_family": "ipv4", **(_facts(ip, host) if facts else {})},
     }
     return EndpointDocument(
         id=execution_endpoint_id(execution_id, ip, port, "tcp"),
@@ -128,7 +142,9 @@ def _create_execution(owner_id: int) -> tuple[int, int]:
     return task_id, execution_id
 
 
-def _seed(store: SearchStore, endpoints: int, executions: int, seen: datetime) -> list[int]:
+def _seed(
+    store: SearchStore, endpoints: int, executions: int, seen: datetime, facts: bool = False
+) -> list[int]:
     """Executions sharing ``endpoints`` between them, written through the store; outbox rows
     are added only afterwards, so the timed drain starts with all data in place."""
     with transaction() as conn:
@@ -155,7 +171,12 @@ def _seed(store: SearchStore, endpoints: int, executions: int, seen: datetime) -
         for start in range(first, last, SEED_BATCH):
             batch = [
                 _endpoint(
-                    n, execution_id=execution_id, task_id=task_id, owner_id=owner_id, seen=seen
+                    n,
+                    execution_id=execution_id,
+                    task_id=task_id,
+                    owner_id=owner_id,
+                    seen=seen,
+                    facts=facts,
                 )
                 for n in range(start, min(last, start + SEED_BATCH))
             ]
@@ -271,11 +292,12 @@ def run_benchmark(
     workers: int,
     republish: bool,
     pgdata: Path | None = None,
+    facts: bool = False,
 ) -> dict[str, Any]:
     from app.heap import settle_heap
 
     store.ensure_schema()
-    execution_ids = _seed(store, endpoints, executions, BASE_TIME)
+    execution_ids = _seed(store, endpoints, executions, BASE_TIME, facts)
     _queue(execution_ids)
     settle_heap()  # as a runner worker does once booted (jobs.runner.worker_main)
     first = _drain(settings, store, workers, endpoints, "publish", pgdata)
@@ -299,7 +321,7 @@ def run_benchmark(
         },
     }
     if republish:
-        later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1))
+        later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1), facts)
         _queue(later)
         again = _drain(settings, store, workers, endpoints, "republish", pgdata)
         result["republish"] = again
@@ -358,6 +380,9 @@ def _opened(
     help="shared_buffers of the scratch PostgreSQL (the asset tables outgrow the 128MB default).",
 )
 @click.option("--republish", is_flag=True, help="Publish newer sightings of the same endpoints.")
+@click.option(
+    "--facts", is_flag=True, help="Every endpoint carries TLS and HTTP facts (a web fleet)."
+)
 def command(
     backend: str,
     es_url: str | None,
@@ -370,6 +395,7 @@ def command(
     lease_seconds: int,
     shared_buffers: str,
     republish: bool,
+    facts: bool,
 ) -> None:
     """Projection worker throughput, page latency, heartbeat lateness and pool waits."""
     if backend == "elasticsearch" and not es_url:
@@ -391,6 +417,8 @@ def command(
             workers=workers,
             republish=republish,
             pgdata=pgdata,
+            facts=facts,
         )
     result["settings"]["postgres_shared_buffers"] = shared_buffers
+    result["settings"]["facts"] = facts
     click.echo(json.dumps(result))

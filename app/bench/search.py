@@ -87,8 +87,9 @@ def command(assets: int, repeats: int) -> None:
         _seed(store, user.id, execution_id, task_id, assets, 0)
         with transaction() as conn:
             certified = conn.execute(sa.text(_CERTIFICATES), {"owner_id": user.id}).rowcount
-        with transaction() as conn:
-            conn.execute(sa.text("ANALYZE"))  # fresh statistics, as autovacuum soon gives
+        # Fresh statistics and index sizes, as autovacuum soon gives (VACUUM: no transaction).
+        with get_engine().connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM ANALYZE"))
         seeded_seconds = time.monotonic() - started
         now = datetime.now(UTC)
         timings: dict[str, dict[str, float]] = {}

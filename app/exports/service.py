@@ -164,6 +164,24 @@ def describe(settings: Settings, row: Any, object_store: ObjectStore) -> dict[st
     return export
 
 
+def list_exports(
+    settings: Settings,
+    object_store: ObjectStore,
+    owner_id: int,
+    *,
+    limit: int,
+    after_id: int | None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One keyset page of the owner's exports, described (ready ones with a download link),
+    and the id to continue after. The database read is one short transaction; the links
+    are made after it (the object store is never called with a connection held)."""
+    with transaction() as conn:
+        rows, next_id = records.list_exports(
+            conn, owner_id=owner_id, limit=limit, after_id=after_id
+        )
+    return [describe(settings, row, object_store) for row in rows], next_id
+
+
 def find_export(user: User, export_id: int) -> Any:
     with transaction() as conn:
         row = records.get_export(conn, export_id, user_id=user.id, is_admin=user.is_admin)

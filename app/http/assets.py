@@ -12,13 +12,12 @@ import ipaddress
 
 from flask import Blueprint, jsonify, request
 
-from app.db import transaction
-from app.errors import Forbidden, NotFound, ValidationError
+from app.errors import Forbidden, ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import datetime_arg, int_arg, page_limit
-from app.saved_searches import records as saved_searches
-from app.scan_control.query import task_visible
+from app.saved_searches import service as saved_searches
+from app.scan_control.reads import require_visible_task
 from app.search.asset_sort import asset_sort
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
 from app.search.query_language import MAX_QUERY_CHARS, And, Text, parse_query
@@ -32,9 +31,7 @@ _MAX_TEXT = 200
 @require_user
 def task_results(task_id: int):
     limit = page_limit(default=100, maximum=1000)
-    with transaction() as conn:
-        if not task_visible(conn, current_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
+    require_visible_task(current_user(), task_id)
     page = context.store().execution_results(
         task_id, cursor=request.args.get("cursor") or None, limit=limit
     )
@@ -163,10 +160,7 @@ def search_language_arg(user=None) -> tuple[str | None, object | None, bool]:
     saved_id = int_arg("search", minimum=1)
     parts = []
     if saved_id is not None:
-        with transaction() as conn:
-            row = saved_searches.get(conn, (user or current_user()).id, saved_id)
-        if row is None:
-            raise NotFound("saved search not found", code="search_not_found")
+        row = saved_searches.get_search((user or current_user()).id, saved_id)
         parts.append(parse_query(row.query))
     if raw is not None:
         parts.append(parse_query(raw))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
-from app.db import transaction
 from app.errors import RateLimited, Unauthorized, ValidationError
 from app.http import context
 from app.http.guards import (
@@ -16,8 +15,8 @@ from app.http.guards import (
     start_session,
 )
 from app.http.requests import json_body
+from app.identity import service as identity
 from app.identity.login_throttle import address_bucket, username_bucket
-from app.identity.users import authenticate, change_own_password
 from app.observability import emit
 
 blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
@@ -56,10 +55,9 @@ def login():
             code="invalid_credentials_format",
             details={"fields": ["username", "password"]},
         )
-    if len(username) > 64 or len(password) > 1024:
+    if len(username) > identity.MAX_LOGIN_USERNAME or len(password) > identity.MAX_LOGIN_PASSWORD:
         raise Unauthorized("invalid username or password", code="invalid_credentials")
-    with transaction() as conn:
-        user = authenticate(conn, username, password)
+    user = identity.check_credentials(username, password)
     if user is None:
         emit("LoginFailed")
         raise Unauthorized("invalid username or password", code="invalid_credentials")
@@ -88,8 +86,7 @@ def change_password():
     """Change one's own password: every session of the user ends, the caller gets a new one."""
     body = json_body()
     user = current_user()
-    with transaction() as conn:
-        change_own_password(conn, user.id, body.get("current_password"), body.get("new_password"))
+    identity.change_own_password(user.id, body.get("current_password"), body.get("new_password"))
     token = start_session(user)
     emit("PasswordChanged", user_id=user.id)
     return jsonify({"user": user.public(), "csrf_token": token})

@@ -12,8 +12,7 @@ import ipaddress
 from flask import Blueprint, jsonify, request
 
 from app.analysis.changes import CHANGE_KINDS
-from app.analysis.queries import endpoint_history
-from app.db import transaction
+from app.analysis.service import endpoint_history
 from app.errors import ValidationError
 from app.http.guards import current_user, require_user
 from app.http.requests import int_arg, page_limit
@@ -73,14 +72,12 @@ def asset_history_route():
     if transport not in ("tcp", "udp"):
         raise _invalid("transport", "transport must be tcp or udp")
     limit = page_limit(default=100, maximum=1000)
-    with transaction() as conn:
-        history = endpoint_history(
-            conn,
-            owner_id=current_user().id,
-            ip=ip,
-            port=port,
-            transport=transport,
-            limit=limit,
-            cursor=request.args.get("cursor") or None,
-        )
+    history = endpoint_history(
+        owner_id=current_user().id,
+        ip=ip,
+        port=port,
+        transport=transport,
+        limit=limit,
+        cursor=request.args.get("cursor") or None,
+    )
     return jsonify(history)

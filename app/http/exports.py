@@ -12,7 +12,6 @@ import re
 
 from flask import Blueprint, Response, jsonify
 
-from app.db import transaction
 from app.errors import Forbidden, NotFound
 from app.exports import records, service
 from app.http import context
@@ -58,14 +57,12 @@ def list_exports_route():
     limit = page_limit()
     cursor = decode_cursor()
     after = int(cursor["id"]) if cursor else None
-    with transaction() as conn:
-        rows, next_id = records.list_exports(
-            conn, owner_id=current_user().id, limit=limit, after_id=after
-        )
-    store = context.object_store()
+    items, next_id = service.list_exports(
+        context.settings(), context.object_store(), current_user().id, limit=limit, after_id=after
+    )
     return jsonify(
         {
-            "items": [service.describe(context.settings(), row, store) for row in rows],
+            "items": items,
             "next_cursor": encode_cursor({"id": next_id}) if next_id else None,
         }
     )

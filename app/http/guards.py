@@ -19,12 +19,11 @@ from typing import Any
 
 from flask import g, request, session
 
-from app.db import transaction
 from app.errors import Forbidden, Unauthorized
 from app.http import context
 from app.http.ratelimit import admin_limit, limiter, session_or_address_key
-from app.identity import sessions
-from app.identity.scanners import Scanner, authenticate_scanner
+from app.identity import service as identity
+from app.identity.scanners import Scanner
 from app.identity.users import User
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -40,8 +39,7 @@ def start_session(user: User) -> str:
     """Log the user in: a fresh server-side session, cookie and CSRF token."""
     # The same lifetime create_app gives Flask (PERMANENT_SESSION_LIFETIME) for the cookie.
     lifetime = timedelta(hours=context.settings().security.session_lifetime_hours)
-    with transaction() as conn:
-        session_id = sessions.start_session(conn, user.id, lifetime)
+    session_id = identity.start_session(user.id, lifetime)
     session.clear()
     session.permanent = True
     session["uid"] = user.id
@@ -54,8 +52,7 @@ def end_session() -> None:
     """Log out: the server-side row goes, so copies of the cookie stop working too."""
     session_id = session.get("sid")
     if isinstance(session_id, str):
-        with transaction() as conn:
-            sessions.end_session(conn, session_id)
+        identity.end_session(session_id)
     session.clear()
 
 
@@ -80,8 +77,7 @@ def _live_session_user() -> User | None:
     uid, session_id = session.get("uid"), session.get("sid")
     if not isinstance(uid, int) or not isinstance(session_id, str):
         return None
-    with transaction() as conn:
-        user = sessions.user_for_session(conn, session_id, uid)
+    user = identity.user_for_session(session_id, uid)
     if user is None:
         session.clear()
     return user
@@ -141,8 +137,7 @@ def require_scanner(view: Callable[..., Any]) -> Callable[..., Any]:
         token = bearer_token()
         scanner = None
         if token:
-            with transaction() as conn:
-                scanner = authenticate_scanner(conn, token)
+            scanner = identity.authenticate_scanner(token)
         if scanner is None:
             raise Unauthorized(
                 "a valid scanner token is required",

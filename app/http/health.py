@@ -13,11 +13,10 @@ import hmac
 
 from flask import Blueprint, Response, jsonify
 
-from app.db import transaction
 from app.errors import ApiError
 from app.http.context import settings
 from app.http.guards import optional_admin, public, require_admin_or_bearer
-from app.migrations import current_revisions, head_revisions
+from app.migrations import database_revisions, head_revisions
 from app.observability import render_metrics
 
 blueprint = Blueprint("health", __name__)
@@ -33,8 +32,7 @@ def healthz():
 @public
 def readyz():
     try:
-        with transaction() as conn:
-            current = current_revisions(conn)
+        current = database_revisions()
     except ApiError as exc:
         return jsonify({"status": "unavailable", "reason": exc.code}), 503
     heads = head_revisions()

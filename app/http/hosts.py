@@ -13,13 +13,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-import sqlalchemy as sa
 from flask import Blueprint, jsonify
 
-from app.db import transaction
 from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
+from app.scan_control.reads import host_history
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
 
@@ -58,35 +57,6 @@ def _port_item(doc) -> dict[str, Any]:
     return item
 
 
-_EXECUTIONS = sa.text(
-    """
-    SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,
-           e.finished_at, e.profile
-      FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
-     WHERE t.owner_id = :owner_id AND e.kind = 'ports'
-       AND EXISTS (
-           SELECT 1 FROM jsonb_array_elements_text(e.targets) target
-            WHERE target ~ '^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$'
-              AND CASE WHEN target ~ ':' THEN family(CAST(:ip AS inet)) = 6
-                       ELSE family(CAST(:ip AS inet)) = 4 END
-              AND CAST(:ip AS inet) <<= CAST(target AS inet))
-     ORDER BY e.id DESC
-     LIMIT :limit
-    """
-)
-_CHANGES = sa.text(
-    """
-    SELECT c.id, c.kind, c.port, c.transport, c.execution_id, c.task_id, c.finished_at,
-           c.old_service, c.new_service, c.old_product, c.new_product,
-           c.old_cert_sha256, c.new_cert_sha256
-      FROM analysis_changes c
-     WHERE c.owner_id = :owner_id AND c.ip = CAST(:ip AS inet)
-     ORDER BY c.id DESC
-     LIMIT :limit
-    """
-)
-
-
 def host_view(user, raw_ip: str) -> dict[str, Any]:
     ip = host_address(raw_ip)
     store = context.store()
@@ -122,13 +92,9 @@ def host_view(user, raw_ip: str) -> dict[str, Any]:
             key = str(tls.get("sha256") or f"{doc.port}/{doc.transport}")
             entry = certificates.setdefault(key, {**tls, "ports": []})
             entry["ports"].append(doc.port)
-    with transaction() as conn:
-        executions = conn.execute(
-            _EXECUTIONS, {"owner_id": user.id, "ip": ip, "limit": MAX_EXECUTIONS}
-        ).all()
-        changes = conn.execute(
-            _CHANGES, {"owner_id": user.id, "ip": ip, "limit": MAX_CHANGES}
-        ).all()
+    executions, changes = host_history(
+        user.id, ip, max_executions=MAX_EXECUTIONS, max_changes=MAX_CHANGES
+    )
     return {
         "ip": ip,
         "ports": [_port_item(doc) for doc in docs],
@@ -138,38 +104,8 @@ def host_view(user, raw_ip: str) -> dict[str, Any]:
             {"name": name, "sources": sorted(sources)} for name, sources in sorted(names.items())
         ],
         "certificates": list(certificates.values()),
-        "executions": [
-            {
-                "execution_id": row.execution_id,
-                "task_id": row.task_id,
-                "task_name": row.task_name,
-                "status": row.status,
-                "profile": row.profile,
-                "finished_at": row.finished_at.isoformat() if row.finished_at else None,
-            }
-            for row in executions
-        ],
-        "changes": [
-            {
-                "kind": row.kind,
-                "port": row.port,
-                "transport": row.transport,
-                "execution_id": row.execution_id,
-                "task_id": row.task_id,
-                "at": row.finished_at.isoformat(),
-                "old": {
-                    "service": row.old_service,
-                    "product": row.old_product,
-                    "cert_sha256": row.old_cert_sha256,
-                },
-                "new": {
-                    "service": row.new_service,
-                    "product": row.new_product,
-                    "cert_sha256": row.new_cert_sha256,
-                },
-            }
-            for row in changes
-        ],
+        "executions": executions,
+        "changes": changes,
     }
 
 

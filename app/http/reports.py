@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import base64
 
-import sqlalchemy as sa
 from flask import Blueprint, Response, jsonify
 
-from app.db import transaction
-from app.errors import Conflict, NotFound
+from app.errors import NotFound
 from app.http import context
 from app.http.guards import current_user, require_admin, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.reports import definitions, records, templates
+from app.reports import service as reports
 
 blueprint = Blueprint("reports", __name__)
 
@@ -78,28 +77,14 @@ def run_definition_route(definition_id: int):
     return jsonify({"report": report}), 202
 
 
-def _visible_report(report_id: int):
-    user = current_user()
-    with transaction() as conn:
-        row = records.get_report_row(conn, report_id)
-        if row is None or (not user.is_admin and row.owner_id != user.id):
-            raise NotFound("report not found", code="report_not_found")
-        deliveries = records.deliveries_of(conn, [report_id]).get(report_id, [])
-    return row, deliveries
-
-
 @blueprint.get("/api/reports")
 @require_user
 def list_reports_route():
     limit = page_limit()
     cursor = decode_cursor()
-    with transaction() as conn:
-        items, next_id = records.list_reports(
-            conn,
-            owner_id=current_user().id,
-            limit=limit,
-            after_id=int(cursor["id"]) if cursor else None,
-        )
+    items, next_id = reports.list_reports(
+        current_user().id, limit=limit, after_id=int(cursor["id"]) if cursor else None
+    )
     return jsonify(
         {"items": items, "next_cursor": encode_cursor({"id": next_id}) if next_id else None}
     )
@@ -108,14 +93,14 @@ def list_reports_route():
 @blueprint.get("/api/reports/<int:report_id>")
 @require_user
 def get_report_route(report_id: int):
-    row, deliveries = _visible_report(report_id)
+    row, deliveries = reports.visible_report(current_user(), report_id)
     return jsonify({"report": records.report_dict(row, deliveries)})
 
 
 @blueprint.get("/api/reports/<int:report_id>/mail.html")
 @require_user
 def report_mail_route(report_id: int):
-    row, _ = _visible_report(report_id)
+    row, _ = reports.visible_report(current_user(), report_id)
     if row.html is None:
         raise NotFound("this report has no archived mail", code="report_mail_not_found")
     html = row.html
@@ -140,35 +125,23 @@ def report_mail_route(report_id: int):
 @blueprint.post("/api/reports/<int:report_id>/retry")
 @require_admin
 def retry_report_route(report_id: int):
-    with transaction() as conn:
-        exists = conn.execute(
-            sa.text("SELECT 1 FROM reports WHERE id = :id"), {"id": report_id}
-        ).scalar()
-    if not exists:
-        raise NotFound("report not found", code="report_not_found")
     # A failed report is generated again; a ready one sends its failed deliveries again.
-    if not records.retry_failed(report_id) and not records.resend_failed_deliveries(report_id):
-        raise Conflict(
-            "only a failed report, or one with failed deliveries, can be retried",
-            code="report_not_failed",
-        )
-    row, deliveries = _visible_report(report_id)
+    reports.retry_report(report_id)
+    row, deliveries = reports.visible_report(current_user(), report_id)
     return jsonify({"report": records.report_dict(row, deliveries)}), 202
 
 
 @blueprint.get("/api/reports/templates")
 @require_admin
 def list_templates_route():
-    with transaction() as conn:
-        return jsonify({"items": templates.list_templates(conn)})
+    return jsonify({"items": reports.list_templates()})
 
 
 @blueprint.post("/api/reports/templates")
 @require_admin
 def add_template_route():
     body = templates.validate_template_version(json_body())
-    with transaction() as conn:
-        templates.add_template_version(conn, body, user_id=current_user().id)
+    reports.add_template_version(body, user_id=current_user().id)
     return jsonify({"template": {"name": body["name"], "version": body["version"]}}), 201
 
 
@@ -176,6 +149,5 @@ def add_template_route():
 @require_admin
 def publish_template_route(name: str):
     body = json_body()
-    with transaction() as conn:
-        templates.publish_template_version(conn, name, body.get("version"))
+    reports.publish_template_version(name, body.get("version"))
     return jsonify({"template": {"name": name, "published_version": body.get("version")}})

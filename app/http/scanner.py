@@ -13,6 +13,7 @@ from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_scanner, require_scanner
 from app.http.requests import json_body
+from app.identity.scanners import parse_agent_report, record_agent_report
 from app.observability import emit
 from app.scan_control.dispatch import (
     EXECUTION_KINDS,
@@ -33,8 +34,10 @@ def _lease_seconds() -> int:
 @require_scanner
 def claim():
     kinds = EXECUTION_KINDS
+    report = None
     if request.content_length:
         body = json_body()
+        report = parse_agent_report(body.get("agent"))
         requested = body.get("kinds")
         if requested is not None:
             if (
@@ -50,6 +53,9 @@ def claim():
             kinds = tuple(requested)
     scanner = current_scanner()
     with transaction() as conn:
+        # What the agent says about itself is kept in the claim's transaction (docs/
+        # scanner-protocol.md, "Scanner status"); unchanged values write nothing.
+        record_agent_report(conn, scanner.id, report)
         claimed = claim_next_execution(
             conn, scanner_id=scanner.id, lease_seconds=_lease_seconds(), kinds=kinds
         )
@@ -66,7 +72,9 @@ def claim():
 def renew_lease(execution_id: int):
     body = json_body()
     token = parse_claim_token(body.get("claim_token"))
+    report = parse_agent_report(body.get("agent"))
     with transaction() as conn:
+        record_agent_report(conn, current_scanner().id, report)
         expires = renew_execution_lease(
             conn,
             execution_id=execution_id,

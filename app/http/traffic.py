@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from flask import Blueprint, jsonify, request
 
 from app.cursors import bad_cursor
-from app.db import transaction
 from app.errors import ValidationError
 from app.http import context
 from app.http.guards import require_bearer, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.observability import emit
+from app.traffic import service as traffic_rollups
 from app.traffic.business_time import BusinessCalendar
-from app.traffic.rows import RowQuery, query_rows, upsert_rows, validate_rows
+from app.traffic.rows import RowQuery, validate_rows
 
 blueprint = Blueprint("traffic", __name__, url_prefix="/api/traffic")
 
@@ -48,8 +48,7 @@ def ingest_rollups():
     records = validate_rows(
         body.get("rows"), max_rows=context.settings().traffic.max_rows_per_request
     )
-    with transaction() as conn:
-        written = upsert_rows(conn, records)
+    written = traffic_rollups.store_rollups(records)
     emit(
         "TrafficRollupsIngested",
         rows=len(records),
@@ -114,8 +113,7 @@ def list_rollups():
         limit=page_limit(default=1000, maximum=10000),
         after=after,  # type: ignore[arg-type]
     )
-    with transaction() as conn:
-        items, next_key = query_rows(conn, query)
+    items, next_key = traffic_rollups.read_rows(query)
     return jsonify(
         {
             "items": items,

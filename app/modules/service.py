@@ -375,6 +375,12 @@ class ReportRenderService:
 _LIVE: weakref.WeakSet[ReportRenderService] = weakref.WeakSet()
 
 
+def recent_selection_revisions(*, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest published renderer revisions, newest first (the console's rollback list)."""
+    with transaction() as conn:
+        return sel.recent_revisions(conn, limit=limit)
+
+
 def close_all_services() -> None:
     """Exit hooks (gunicorn ``worker_exit``, atexit): no worker process outlives its host."""
     for service in list(_LIVE):

@@ -86,6 +86,7 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     host_pages,
     ops_pages,
     report_pages,
+    scanner_pages,
     schedule_pages,
     session_pages,
     task_pages,

@@ -1,29 +1,22 @@
-"""Admin pages: scanners, users and the report renderer's publish/rollback (WEB-6).
+"""Admin pages: users and the report renderer's publish/rollback (WEB-6).
 
-They call the same audited identity and module services as the admin API. A
-new scanner's token is shown once, on the page that answers the create form
-(never stored, never redirected to, not cached); revoking disables the token at
-once. Publishing the renderer is optimistic like the API: the form carries the
-revision the admin saw, and when someone else published in between the page
-says so, shows the current state and lets them decide again.
+They call the same audited identity and module services as the admin API (the
+scanners' page is ``scanner_pages``). Publishing the renderer is optimistic like
+the API: the form carries the revision the admin saw, and when someone else
+published in between the page says so, shows the current state and lets them
+decide again.
 """
 
 from __future__ import annotations
 
 from flask import redirect, render_template, request, url_for
 
-from app.db import transaction
 from app.errors import ApiError, Conflict
 from app.http import context
 from app.http.requests import int_arg
-from app.identity.scanners import (
-    create_scanner_audited,
-    list_scanners,
-    set_scanner_disabled_audited,
-)
-from app.identity.users import create_user_audited, list_users, set_disabled
-from app.modules.selection import Selection, recent_revisions
-from app.modules.service import MAX_CHANGE_REASON
+from app.identity import service as identity
+from app.modules.selection import Selection
+from app.modules.service import MAX_CHANGE_REASON, recent_selection_revisions
 from app.web import blueprint
 from app.web.access import page_admin, signed_in_user
 
@@ -37,56 +30,10 @@ def _error_message(error: ApiError) -> str:
     return error.message
 
 
-# -- scanners ---------------------------------------------------------------------------
-def _scanners_page(*, created=None, token=None, error=None, status=200):
-    after = int_arg("after", minimum=0)
-    with transaction() as conn:
-        items = list_scanners(conn, limit=PAGE_SIZE + 1, after_id=after)
-    next_url = (
-        url_for("web.scanners", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
-    )
-    body = render_template(
-        "console/scanners.html",
-        items=items[:PAGE_SIZE],
-        created=created,
-        token=token,
-        error=error,
-        next_url=next_url,
-    )
-    headers = {"Cache-Control": "no-store"} if token else {}
-    return body, status, headers
-
-
-@blueprint.route("/scanners", methods=["GET", "POST"])
-@page_admin
-def scanners():
-    if request.method == "GET":
-        return _scanners_page()
-    try:
-        with transaction() as conn:
-            scanner, token = create_scanner_audited(
-                conn, request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
-            )
-    except ApiError as refused:
-        return _scanners_page(error=_error_message(refused), status=refused.status)
-    return _scanners_page(created=scanner, token=token, status=201)
-
-
-@blueprint.post("/scanners/<int:scanner_id>/revoke")
-@page_admin
-def scanner_revoke(scanner_id: int):
-    with transaction() as conn:
-        set_scanner_disabled_audited(
-            conn, scanner_id, True, actor_user_id=signed_in_user().id, via="console"
-        )
-    return redirect(url_for("web.scanners"), code=303)
-
-
 # -- users ------------------------------------------------------------------------------
 def _users_page(*, created=None, error=None, status=200):
     after = int_arg("after", minimum=0)
-    with transaction() as conn:
-        items = list_users(conn, limit=PAGE_SIZE + 1, after_id=after)
+    items = identity.list_users(limit=PAGE_SIZE + 1, after_id=after)
     next_url = (
         url_for("web.users", after=items[PAGE_SIZE - 1].id) if len(items) > PAGE_SIZE else None
     )
@@ -106,15 +53,13 @@ def users():
     if request.method == "GET":
         return _users_page()
     try:
-        with transaction() as conn:
-            user = create_user_audited(
-                conn,
-                request.form.get("username", ""),
-                request.form.get("password", ""),
-                is_admin=request.form.get("is_admin") == "on",
-                actor_user_id=signed_in_user().id,
-                via="console",
-            )
+        user = identity.create_user(
+            request.form.get("username", ""),
+            request.form.get("password", ""),
+            is_admin=request.form.get("is_admin") == "on",
+            actor_user_id=signed_in_user().id,
+            via="console",
+        )
     except ApiError as refused:
         return _users_page(error=_error_message(refused), status=refused.status)
     return _users_page(created=user, status=201)
@@ -123,11 +68,7 @@ def users():
 @blueprint.post("/users/<int:user_id>/<any(disable, enable):action>")
 @page_admin
 def user_set_disabled(user_id: int, action: str):
-    actor = signed_in_user()
-    if action == "disable" and user_id == actor.id:
-        raise Conflict("an admin cannot disable their own account", code="cannot_disable_self")
-    with transaction() as conn:
-        set_disabled(conn, user_id, action == "disable", actor_user_id=actor.id, via="console")
+    identity.set_user_disabled(user_id, action == "disable", actor=signed_in_user(), via="console")
     return redirect(url_for("web.users"), code=303)
 
 
@@ -135,8 +76,7 @@ def user_set_disabled(user_id: int, action: str):
 def _renderer_page(*, notice=None, error=None, conflict=None, form=None, status=200):
     service = context.report_renderer()
     state = service.status() if service is not None else None
-    with transaction() as conn:
-        history = recent_revisions(conn, limit=10)
+    history = recent_selection_revisions(limit=10)
     body = render_template(
         "console/renderer.html",
         state=state,

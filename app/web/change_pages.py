@@ -14,10 +14,9 @@ import ipaddress
 from flask import render_template, request, url_for
 
 from app.analysis.changes import CHANGE_KINDS
-from app.analysis.queries import endpoint_history, task_changes
-from app.db import transaction
-from app.errors import NotFound, ValidationError
-from app.scan_control.query import task_visible
+from app.analysis.service import endpoint_history
+from app.errors import ValidationError
+from app.scan_control.reads import changes_of_task
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 
@@ -47,16 +46,14 @@ def _endpoint_from_request() -> tuple[str, int, str]:
 def asset_history():
     ip, port, transport = _endpoint_from_request()
     cursor = request.args.get("cursor") or None
-    with transaction() as conn:
-        history = endpoint_history(
-            conn,
-            owner_id=signed_in_user().id,
-            ip=ip,
-            port=port,
-            transport=transport,
-            limit=PAGE_SIZE,
-            cursor=cursor,
-        )
+    history = endpoint_history(
+        owner_id=signed_in_user().id,
+        ip=ip,
+        port=port,
+        transport=transport,
+        limit=PAGE_SIZE,
+        cursor=cursor,
+    )
     key = {"ip": ip, "port": port, "transport": transport}
     next_url = None
     if history["next_cursor"]:
@@ -76,10 +73,7 @@ def task_changes_page(task_id: int):
     if kind is not None and kind not in CHANGE_KINDS:
         raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
     cursor = request.args.get("cursor") or None
-    with transaction() as conn:
-        if not task_visible(conn, signed_in_user(), task_id):
-            raise NotFound("task not found", code="task_not_found")
-        page = task_changes(conn, task_id, kind=kind, limit=PAGE_SIZE, cursor=cursor)
+    page = changes_of_task(signed_in_user(), task_id, kind=kind, limit=PAGE_SIZE, cursor=cursor)
     next_url = None
     if page["next_cursor"]:
         next_url = url_for(

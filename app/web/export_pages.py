@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from flask import redirect, render_template, request, url_for
 
-from app.db import transaction
-from app.exports import records, service
+from app.exports import service
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.observability import emit
@@ -39,13 +38,13 @@ def task_export(task_id: int):
 def exports():
     cursor = decode_cursor()
     after = int(cursor["id"]) if cursor else None
-    with transaction() as conn:
-        rows, next_id = records.list_exports(
-            conn, owner_id=signed_in_user().id, limit=PAGE_SIZE, after_id=after
-        )
-    settings = context.settings()
-    store = context.object_store()
-    items = [service.describe(settings, row, store) for row in rows]
+    items, next_id = service.list_exports(
+        context.settings(),
+        context.object_store(),
+        signed_in_user().id,
+        limit=PAGE_SIZE,
+        after_id=after,
+    )
     next_url = url_for("web.exports", cursor=encode_cursor({"id": next_id})) if next_id else None
     in_flight = any(item["status"] in ("queued", "building") for item in items)
     return render_template(

@@ -18,11 +18,11 @@ from typing import Any
 
 from flask import redirect, render_template, request, url_for
 
-from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.reports import definitions, records
+from app.reports import service as report_service
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 
@@ -49,13 +49,9 @@ def reports():
 def _render_reports(form: dict[str, str], field_errors: dict[str, str], status: int = 200):
     user = signed_in_user()
     cursor = decode_cursor()
-    with transaction() as conn:
-        items, next_id = records.list_reports(
-            conn,
-            owner_id=user.id,
-            limit=PAGE_SIZE,
-            after_id=int(cursor["id"]) if cursor else None,
-        )
+    items, next_id = report_service.list_reports(
+        user.id, limit=PAGE_SIZE, after_id=int(cursor["id"]) if cursor else None
+    )
     next_url = None
     if next_id:
         next_url = url_for("web.reports", cursor=encode_cursor({"id": next_id}))
@@ -119,12 +115,7 @@ def report_definition_delete(definition_id: int):
 @blueprint.get("/reports/<int:report_id>")
 @page_user
 def report_detail(report_id: int):
-    user = signed_in_user()
-    with transaction() as conn:
-        row = records.get_report_row(conn, report_id)
-        if row is None or (not user.is_admin and row.owner_id != user.id):
-            raise NotFound("report not found", code="report_not_found")
-        deliveries = records.deliveries_of(conn, [report_id]).get(report_id, [])
+    row, deliveries = report_service.visible_report(signed_in_user(), report_id)
     return render_template(
         "console/report.html",
         report=records.report_dict(row, deliveries),

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from flask import redirect, render_template, request, send_from_directory, url_for
 
-from app.analysis.queries import recent_change_counts
-from app.db import transaction
+from app.analysis.service import recent_change_counts
 from app.errors import RateLimited
 from app.http import context
 from app.http.auth import throttle_login
 from app.http.guards import end_session, live_session_user, start_session
-from app.identity.users import authenticate
+from app.identity import service as identity
 from app.observability import emit
-from app.scan_control.query import list_tasks
+from app.scan_control.fleet import fleet_online
+from app.scan_control.reads import bounded_task_count
 from app.search.port import current_asset_count
 from app.web import blueprint
 from app.web.access import page_public, page_user, safe_next, signed_in_user
@@ -64,9 +64,8 @@ def sign_in():
         )
         return body, 429, {"Retry-After": str(wait)}
     user = None
-    if username and password and len(username) <= 64 and len(password) <= 1024:
-        with transaction() as conn:
-            user = authenticate(conn, username, password)
+    if username and password:
+        user = identity.check_credentials(username, password)
     if user is None:
         emit("LoginFailed")
         body = render_template(
@@ -87,12 +86,6 @@ def sign_out():
     emit("Logout", user_id=signed_in_user().id)
     end_session()
     return redirect(url_for("web.sign_in"), code=303)
-
-
-def _bounded_task_count(user, status: str) -> tuple[int, bool]:
-    with transaction() as conn:
-        page = list_tasks(conn, user, limit=TASK_COUNT_CAP, cursor=None, status=status)
-    return len(page.items), page.next_cursor is not None
 
 
 @blueprint.get("/")
@@ -122,12 +115,13 @@ def dashboard():
             for name, values in found.facets.items()
         },
     }
-    with transaction() as conn:
-        recent = recent_change_counts(
-            conn, user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP
-        )
-    running = _bounded_task_count(user, "running")
-    queued = _bounded_task_count(user, "queued")
+    recent = recent_change_counts(user.id, days=RECENT_DAYS, execution_cap=RECENT_EXECUTION_CAP)
+    running = bounded_task_count(user, "running", cap=TASK_COUNT_CAP)
+    queued = bounded_task_count(user, "queued", cap=TASK_COUNT_CAP)
+    # Work waits and nobody will take it: say so, with the command that starts a scanner.
+    no_scanner = (queued[0] > 0 or running[0] > 0) and not fleet_online(
+        offline_seconds=context.settings().scan.scanner_offline_seconds
+    )
     backlog = renderer = None
     if user.is_admin:
         from app.projection.outbox import backlog as outbox_backlog
@@ -143,6 +137,8 @@ def dashboard():
         recent_days=RECENT_DAYS,
         running=running,
         queued=queued,
+        no_scanner=no_scanner,
+        server_url=request.host_url.rstrip("/"),
         backlog=backlog,
         renderer=renderer,
     )

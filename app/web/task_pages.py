@@ -1,4 +1,6 @@
-"""Task pages: the list, the create form, a task with its executions, its results (WEB-4).
+"""Task pages: the list, the create form, a task with its runs and executions, its results
+(WEB-4); Run now, Cancel a run and Delete (after a confirmation page) post to the same
+services as the API (issue 33).
 
 Lists page by keyset (the same signed cursors as the API), so a deep page costs
 what the first one does. The create form goes through the same validation as
@@ -19,7 +21,7 @@ from app.analysis.changes import CHANGE_KINDS
 from app.errors import ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
-from app.scan_control import service
+from app.scan_control import purge, runs, service
 from app.scan_control.creation import validate_task_request
 from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
@@ -28,6 +30,7 @@ from app.web.access import page_user, signed_in_user
 from app.web.schedule_pages import schedule_for_page
 
 PAGE_SIZE = 50
+RUNS_SHOWN = 20
 MAX_TEXTAREA_LINES = 10_000
 IN_FLIGHT_PROJECTION = ("pending", "running", "retrying")
 
@@ -134,6 +137,7 @@ def task_detail(task_id: int):
     task, executions, changes = service.task_page(
         signed_in_user(), task_id, limit=PAGE_SIZE, cursor=cursor
     )
+    task_runs, _ = runs.runs_of_task(signed_in_user(), task_id, limit=RUNS_SHOWN)
     next_url = None
     if executions.next_cursor:
         next_url = url_for(
@@ -147,6 +151,7 @@ def task_detail(task_id: int):
         in_flight=task_in_flight(task),
         changes=changes,
         change_kinds=CHANGE_KINDS,
+        runs=[r.public() for r in task_runs],
         schedule=schedule_for_page(task_id),
     )
 
@@ -171,3 +176,31 @@ def task_results(task_id: int):
         next_url=next_url,
         first_url=url_for("web.task_results", task_id=task_id) if cursor else None,
     )
+
+
+@blueprint.post("/tasks/<int:task_id>/runs")
+@page_user
+def task_run_now(task_id: int):
+    runs.start_run(task_id, trigger="manual", limits=context.settings().scan, user=signed_in_user())
+    return redirect(url_for("web.task_detail", task_id=task_id), code=303)
+
+
+@blueprint.post("/tasks/<int:task_id>/runs/<int:run_id>/cancel")
+@page_user
+def task_run_cancel(task_id: int, run_id: int):
+    runs.cancel_run(signed_in_user(), task_id, run_id)
+    return redirect(url_for("web.task_detail", task_id=task_id), code=303)
+
+
+@blueprint.get("/tasks/<int:task_id>/delete")
+@page_user
+def task_delete_confirm(task_id: int):
+    task = service.find_task(signed_in_user(), task_id)
+    return render_template("console/task_delete.html", task=task)
+
+
+@blueprint.post("/tasks/<int:task_id>/delete")
+@page_user
+def task_delete(task_id: int):
+    purge.request_delete(signed_in_user(), task_id)
+    return redirect(url_for("web.tasks"), code=303)

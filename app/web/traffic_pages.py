@@ -19,11 +19,10 @@ from datetime import UTC, datetime, timedelta
 
 from flask import render_template, request
 
-from app.db import transaction
 from app.errors import ValidationError
 from app.http import context
 from app.http.traffic import instant_arg
-from app.traffic import rows
+from app.traffic import service as traffic_rollups
 from app.traffic.business_time import BusinessCalendar
 from app.web import blueprint
 from app.web.access import page_user
@@ -91,8 +90,7 @@ def traffic():
     chart = None
     points: list = []
     cut = None
-    with transaction() as conn:
-        domains, more_domains = rows.domains(conn, limit=MAX_DOMAINS)
+    domains, more_domains = traffic_rollups.list_domains(limit=MAX_DOMAINS)
     try:
         granularity = _granularity()
         domain = values["domain"] or (domains[0] if domains else "")
@@ -109,19 +107,17 @@ def traffic():
         domain, granularity = values["domain"], values["granularity"]
     if error is None and domain:
         try:
-            with transaction() as conn:
-                latest = None
-                if start is None and end is None:
-                    latest = rows.latest_bucket(conn, domain=domain, granularity=granularity)
-                start, end = _range(start, end, granularity, latest)
-                points, cut = rows.bounded_series(
-                    conn,
-                    domain=domain,
-                    granularity=granularity,
-                    start=start,
-                    end=end,
-                    max_rows=MAX_ROWS,
-                )
+            latest = None
+            if start is None and end is None:
+                latest = traffic_rollups.latest_bucket(domain=domain, granularity=granularity)
+            start, end = _range(start, end, granularity, latest)
+            points, cut = traffic_rollups.bounded_series(
+                domain=domain,
+                granularity=granularity,
+                start=start,
+                end=end,
+                max_rows=MAX_ROWS,
+            )
         except ValidationError as invalid:
             error = invalid.message
         else:

@@ -191,6 +191,33 @@ CONSOLE_ROUTES: list[Route] = [
         {**_page(409, owned=True), OTHER: 404},
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    # Run 1 still runs: 409 run_active means the caller got past access control.
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/runs",
+        lambda w: f"/console/tasks/{w.task_id}/runs",
+        _page(409, owned=True),
+    ),
+    # The owner cancels first; the admin, after, finds the run no longer active (409).
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/runs/<int:run_id>/cancel",
+        lambda w: f"/console/tasks/{w.task_id}/runs/{w.run_id}/cancel",
+        {**_page(303, owned=True), ADMIN: 409},
+    ),
+    _html(
+        "GET",
+        "/console/tasks/<int:task_id>/delete",
+        lambda w: f"/console/tasks/{w.task_id}/delete",
+        _page(200, owned=True),
+    ),
+    # The owner deletes first; for the admin, after, the task is gone (404).
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/delete",
+        lambda w: f"/console/tasks/{w.task_id}/delete",
+        {**_page(303, owned=True), ADMIN: 404},
+    ),
     # Rollups belong to no user (as on /api/traffic/rollups): every signed-in caller reads them.
     _html("GET", "/console/traffic", lambda w: "/console/traffic", _page(200)),
     _html("GET", "/console/reports", lambda w: "/console/reports", _page(200)),
@@ -318,6 +345,15 @@ ROUTES: list[Route] = [
         lambda w: "/api/scanners",
         lambda w: {"name": f"made-scanner-{next(_names)}"},
         _admin_route(201),
+    ),
+    # Everyone signed in may list; a non-admin sees only the scanners they created.
+    Route("GET", "/api/scanners", lambda w: "/api/scanners", None, _user_route(200, owned=False)),
+    Route(
+        "POST",
+        "/api/scanners/<int:scanner_id>/disable",
+        lambda w: f"/api/scanners/{w.callers[OTHER_SCANNER].id}/disable",
+        None,
+        _admin_route(200),
     ),
     Route(
         "GET",

@@ -21,7 +21,18 @@ _TIME = {"type": "string", "format": "date-time"}
 _MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _TEXTS = {"type": "array", "items": _TEXT}
 _IDS = {"type": "array", "items": {"type": "integer"}}
-_KINDS = ["new", "gone", "reappeared", "changed"]
+# Change kinds, then the condition kinds the periodic jobs evaluate (docs/alerts.md).
+_KINDS = ["new", "gone", "reappeared", "changed", "scanner_offline", "certificate_expires"]
+_DAYS = {
+    "type": ["integer", "null"],
+    "minimum": 1,
+    "maximum": 3650,
+    "description": "certificate_expires: how many days before not_after (required with it)",
+}
+_BACK_ONLINE = {
+    "type": "boolean",
+    "description": "scanner_offline: also tell when the scanner is back online",
+}
 
 _FILTER = {
     "type": "object",
@@ -44,6 +55,8 @@ _RULE_FIELDS: dict[str, Any] = {
     "mode": {"type": "string", "enum": ["each", "digest"]},
     "enabled": {"type": "boolean"},
     "global": {"type": "boolean", "description": "admins only: a rule over every owner"},
+    "days": _DAYS,
+    "back_online": _BACK_ONLINE,
 }
 
 RULE = obj(
@@ -60,7 +73,8 @@ RULE = obj(
         "enabled": {"type": "boolean"},
         "created_at": _TIME,
         "updated_at": _TIME,
-    }
+    },
+    {"days": _DAYS, "back_online": _BACK_ONLINE},
 )
 
 CHANNEL = obj(

@@ -10,6 +10,7 @@ from app.http.openapi import (
     alerts,
     auth_admin,
     exports,
+    fleet,
     inventory,
     monitoring,
     reports,
@@ -20,7 +21,18 @@ from app.http.openapi import (
 from app.http.openapi.components import SCHEMAS, errors
 
 # One module per area; a new area's module is added here.
-AREAS = (auth_admin, tasks, scanner, reports, exports, system, inventory, alerts, monitoring)
+AREAS = (
+    auth_admin,
+    tasks,
+    scanner,
+    fleet,
+    reports,
+    exports,
+    system,
+    inventory,
+    alerts,
+    monitoring,
+)
 
 # Every operation can answer with the error envelope: any client error, and 503 when the
 # database or the search store is unavailable (with Retry-After).

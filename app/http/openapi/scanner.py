@@ -5,13 +5,31 @@ from __future__ import annotations
 
 from app.http.openapi.components import SCANNER, body, json_response, obj, path_id
 
+# What the agent says about itself on every claim and renewal (optional; the fleet list
+# shows it). A bad value is a 400 naming ``agent.<field>``.
+AGENT = {
+    "type": "object",
+    "properties": {
+        "version": {"type": ["string", "null"], "maxLength": 64},
+        "hostname": {"type": ["string", "null"], "maxLength": 255},
+        "engines": {
+            "type": "object",
+            "maxProperties": 8,
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,31}$"},
+            "additionalProperties": {"type": ["string", "null"], "maxLength": 64},
+        },
+    },
+    "additionalProperties": False,
+}
+
 OPERATIONS = {
     ("post", "/api/scanner/claim"): {
         "summary": "Claim the next queued execution (204 when there is none)",
         "tags": ["scanner"],
         "security": SCANNER,
         "requestBody": body(
-            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}}), required=False
+            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}, "agent": AGENT}),
+            required=False,
         ),
         "responses": {
             "200": json_response(
@@ -25,7 +43,7 @@ OPERATIONS = {
         "tags": ["scanner"],
         "security": SCANNER,
         "parameters": [path_id("execution_id")],
-        "requestBody": body(obj({"claim_token": {"type": "string"}})),
+        "requestBody": body(obj({"claim_token": {"type": "string"}}, {"agent": AGENT})),
         "responses": {
             "200": json_response("renewed", obj({"lease_expires_at": {"type": "string"}}))
         },

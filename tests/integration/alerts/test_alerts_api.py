@@ -4,12 +4,14 @@ and the outbound address rule (docs/alerts.md)."""
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 
 import pytest
 import sqlalchemy as sa
 
 from app.alerts import outbound, senders
-from app.alerts.channels import Channel, create_channel
+from app.alerts.channels import Channel, create_channel, load_channel
 from app.alerts.outbound import OutboundPolicy, PermanentDeliveryError
 from app.db import transaction
 from app.identity.users import User
@@ -223,3 +225,48 @@ def _now():
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+def test_apprise_connections_are_judged_on_the_address_connected(
+    api, settings, receiver, monkeypatch
+) -> None:
+    # The name passes no check of its own: only the address the plugin's own connection
+    # goes to is judged, after the library's resolution (here: a name that answers
+    # loopback, as a rebinding name would at connection time).
+    real_getaddrinfo = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        return real_getaddrinfo(
+            "127.0.0.1" if host == "hooks.example.test" else host, *args, **kwargs
+        )
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    user = User(id=api.create_user()["id"], username="u", is_admin=False, disabled=False)
+    url = receiver.apprise_url.replace("127.0.0.1", "hooks.example.test")
+    created = create_channel(settings, user, {"kind": "apprise", "url": url})
+    channel = load_channel(user, created["id"])
+    message = senders.Message("msg_y", "netmap.test", _now(), {})
+    strict = settings.replace(alerts={"allow_private_targets": False})
+    with pytest.raises(PermanentDeliveryError, match=r"127\.0\.0\.1 \(loopback\)"):
+        senders.send(strict, channel, message)
+    assert receiver.apprise_posts() == []
+    assert senders.send(settings, channel, message) == "sent"
+    assert len(receiver.apprise_posts()) == 1
+
+
+def test_the_connection_guard_holds_in_its_block_and_context_only(receiver) -> None:
+    strict = OutboundPolicy(allow_private=False, timeout_seconds=5, max_response_bytes=1024)
+    seen_elsewhere: list[str] = []
+
+    def other_thread() -> None:
+        socket.create_connection(("127.0.0.1", receiver.port), timeout=5).close()
+        seen_elsewhere.append("connected")
+
+    with outbound.guarded_connections(strict) as refused:
+        with pytest.raises(outbound.RefusedAddress):
+            socket.create_connection(("127.0.0.1", receiver.port), timeout=5)
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert refused == ["127.0.0.1 (loopback)"] and seen_elsewhere == ["connected"]
+    socket.create_connection(("127.0.0.1", receiver.port), timeout=5).close()

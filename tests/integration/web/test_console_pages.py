@@ -463,3 +463,32 @@ def test_export_from_the_task_page(api):
     assert "No exports." in other.get("/console/exports").text
     bad = _post_form(client, task_url + "/exports", {"format": "exe"}, from_page=task_url)
     assert bad.status_code == 400
+
+
+def test_task_page_runs_cancel_run_now_and_delete(api):
+    client, _ = _user_client(api)
+    response = _post_form(
+        client, "/console/tasks/new", {"name": "runs", "targets": "192.0.2.0/30", "ports": "22"}
+    )
+    task_url = response.headers["Location"]
+    page = client.get(task_url).text
+    (run_row,) = re.findall(r'<tr data-run-id="(\d+)">', page)
+    assert 'id="run-now-form"' in page and 'data-field="status">queued' in page
+
+    busy = _post_form(client, task_url + "/runs", {}, from_page=task_url)
+    assert busy.status_code == 409 and 'data-error-code="run_active"' in busy.text
+    cancelled = _post_form(client, f"{task_url}/runs/{run_row}/cancel", {}, from_page=task_url)
+    assert cancelled.status_code == 303 and cancelled.headers["Location"] == task_url
+    page = client.get(task_url).text
+    assert 'data-field="status">cancelled' in page
+    started = _post_form(client, task_url + "/runs", {}, from_page=task_url)
+    assert started.status_code == 303
+    page = client.get(task_url).text
+    assert len(re.findall(r"<tr data-run-id=", page)) == 2
+
+    confirm = client.get(task_url + "/delete")
+    assert confirm.status_code == 200 and "cannot be undone" in confirm.text
+    deleted = _post_form(client, task_url + "/delete", {}, from_page=task_url + "/delete")
+    assert deleted.status_code == 303 and deleted.headers["Location"] == "/console/tasks"
+    assert client.get(task_url).status_code == 404
+    assert task_url not in client.get("/console/tasks").text

@@ -1,0 +1,66 @@
+"""The scanner fleet: each scanner's status and what its agent reported; revoking a token."""
+
+from __future__ import annotations
+
+from app.http.openapi.components import USER, json_response, obj, path_id
+
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+_NULLABLE_ID = {"type": ["integer", "null"]}
+
+SCANNER_ITEM = obj(
+    {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "status": {"type": "string", "enum": ["never_seen", "online", "busy", "offline"]},
+        "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
+        "version": _NULLABLE_TEXT,
+        "hostname": _NULLABLE_TEXT,
+        "engines": {
+            "type": "object",
+            "description": "engine name (nmap, masscan) -> its version (null: not known)",
+            "additionalProperties": _NULLABLE_TEXT,
+        },
+        "current_execution_id": _NULLABLE_ID,
+    },
+    {
+        "disabled": {"type": "boolean"},
+        "last_execution_id": _NULLABLE_ID,
+        "observations_per_second": {
+            "type": ["number", "null"],
+            "description": "observations of the last finished execution per second it ran",
+        },
+        "created_at": {"type": "string", "format": "date-time"},
+    },
+)
+
+OPERATIONS = {
+    ("get", "/api/scanners"): {
+        "summary": "The scanners with their status (admins: all; others: those they created)",
+        "tags": ["scanners"],
+        "security": USER,
+        "responses": {
+            "200": json_response(
+                "scanners by id",
+                obj({"items": {"type": "array", "items": SCANNER_ITEM}}),
+            )
+        },
+    },
+    ("post", "/api/scanners/{scanner_id}/disable"): {
+        "summary": "Revoke a scanner's token: its next call answers 401 (admin, audited)",
+        "tags": ["scanners"],
+        "security": USER,
+        "parameters": [path_id("scanner_id")],
+        "responses": {
+            "200": json_response(
+                "revoked",
+                obj(
+                    {
+                        "id": {"type": "integer"},
+                        "name": {"type": "string"},
+                        "disabled": {"const": True},
+                    }
+                ),
+            )
+        },
+    },
+}

@@ -1,0 +1,103 @@
+"""Identity as the API, the console and the request guards use it.
+
+Each function here is one short transaction of its own (docs/architecture.md, rule:
+services own transactions); the HTTP routes and the console pages call the same
+functions, so the two front ends share one path for signing in, sessions, users and
+scanners. The functions taking a connection (``users``, ``scanners``, ``sessions``)
+stay for callers that compose them into a larger transaction (the CLI, seeding, tests).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from app.db import transaction
+from app.errors import Conflict
+from app.identity import scanners, sessions, users
+from app.identity.scanners import Scanner, ScannerListing
+from app.identity.user_record import User
+
+# Longer credentials are refused without hashing (a cheap guard against slow-hash abuse).
+MAX_LOGIN_USERNAME = 64
+MAX_LOGIN_PASSWORD = 1024
+
+
+# -- signing in and sessions ------------------------------------------------------------
+def check_credentials(username: str, password: str) -> User | None:
+    """The enabled user these credentials name, or None (over-long ones are refused unread)."""
+    if len(username) > MAX_LOGIN_USERNAME or len(password) > MAX_LOGIN_PASSWORD:
+        return None
+    with transaction() as conn:
+        return users.authenticate(conn, username, password)
+
+
+def start_session(user_id: int, lifetime: timedelta) -> str:
+    """A new server-side session for the user; returns its id (kept in the cookie)."""
+    with transaction() as conn:
+        return sessions.start_session(conn, user_id, lifetime)
+
+
+def end_session(session_id: str) -> None:
+    with transaction() as conn:
+        sessions.end_session(conn, session_id)
+
+
+def user_for_session(session_id: str, user_id: int) -> User | None:
+    """The user of a live session, or None when it ended, expired or the user is disabled."""
+    with transaction() as conn:
+        return sessions.user_for_session(conn, session_id, user_id)
+
+
+def change_own_password(user_id: int, current_password: Any, new_password: Any) -> User:
+    """A user changing their own password (every session of the user ends)."""
+    with transaction() as conn:
+        return users.change_own_password(conn, user_id, current_password, new_password)
+
+
+def authenticate_scanner(token: str) -> Scanner | None:
+    with transaction() as conn:
+        return scanners.authenticate_scanner(conn, token)
+
+
+# -- administration (audited) ----------------------------------------------------------
+def create_user(
+    username: Any, password: Any, *, is_admin: bool, actor_user_id: int | None, via: str
+) -> User:
+    with transaction() as conn:
+        return users.create_user_audited(
+            conn, username, password, is_admin=is_admin, actor_user_id=actor_user_id, via=via
+        )
+
+
+def set_user_disabled(user_id: int, disabled: bool, *, actor: User, via: str) -> User:
+    """Disable (ending every session) or enable a user; an admin cannot disable themself."""
+    if disabled and user_id == actor.id:
+        raise Conflict("an admin cannot disable their own account", code="cannot_disable_self")
+    with transaction() as conn:
+        return users.set_disabled(conn, user_id, disabled, actor_user_id=actor.id, via=via)
+
+
+def list_users(*, limit: int, after_id: int | None = None) -> list[User]:
+    with transaction() as conn:
+        return users.list_users(conn, limit=limit, after_id=after_id)
+
+
+def create_scanner(name: Any, *, actor_user_id: int | None, via: str) -> tuple[Scanner, str]:
+    """A new scanner and its token (shown once)."""
+    with transaction() as conn:
+        return scanners.create_scanner_audited(conn, name, actor_user_id=actor_user_id, via=via)
+
+
+def set_scanner_disabled(
+    scanner_id: int, disabled: bool, *, actor_user_id: int | None, via: str
+) -> Scanner:
+    with transaction() as conn:
+        return scanners.set_scanner_disabled_audited(
+            conn, scanner_id, disabled, actor_user_id=actor_user_id, via=via
+        )
+
+
+def list_scanners(*, limit: int, after_id: int | None = None) -> list[ScannerListing]:
+    with transaction() as conn:
+        return scanners.list_scanners(conn, limit=limit, after_id=after_id)

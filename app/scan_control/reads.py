@@ -1,0 +1,90 @@
+"""What a user may read of tasks, one short transaction per call.
+
+The API routes and the console pages call these same functions (docs/architecture.md,
+rule: services own transactions): a task another user owns is "not found" to the
+caller the same way on both. The connection-taking queries in ``query`` stay for
+callers composing a larger transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from app.analysis.queries import host_changes, task_changes
+from app.db import transaction
+from app.errors import NotFound
+from app.identity.users import User
+from app.scan_control.query import list_tasks, task_visible
+
+
+def _task_not_found() -> NotFound:
+    return NotFound("task not found", code="task_not_found")
+
+
+def require_visible_task(user: User, task_id: int) -> None:
+    """404 ``task_not_found`` unless the user owns the task (or is an admin)."""
+    with transaction() as conn:
+        if not task_visible(conn, user, task_id):
+            raise _task_not_found()
+
+
+def changes_of_task(
+    user: User, task_id: int, *, kind: str | None, limit: int, cursor: str | None
+) -> dict[str, Any]:
+    """One keyset page of a visible task's changes (visibility and page in one transaction)."""
+    with transaction() as conn:
+        if not task_visible(conn, user, task_id):
+            raise _task_not_found()
+        return task_changes(conn, task_id, kind=kind, limit=limit, cursor=cursor)
+
+
+def bounded_task_count(user: User, status: str, *, cap: int) -> tuple[int, bool]:
+    """How many of the user's tasks have ``status``, counted up to ``cap``; and whether
+    there are more than that."""
+    with transaction() as conn:
+        page = list_tasks(conn, user, limit=cap, cursor=None, status=status)
+    return len(page.items), page.next_cursor is not None
+
+
+_HOST_EXECUTIONS = sa.text(
+    """
+    SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,
+           e.finished_at, e.profile
+      FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
+     WHERE t.owner_id = :owner_id AND e.kind = 'ports'
+       AND EXISTS (
+           SELECT 1 FROM jsonb_array_elements_text(e.targets) target
+            WHERE target ~ '^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$'
+              AND CASE WHEN target ~ ':' THEN family(CAST(:ip AS inet)) = 6
+                       ELSE family(CAST(:ip AS inet)) = 4 END
+              AND CAST(:ip AS inet) <<= CAST(target AS inet))
+     ORDER BY e.id DESC
+     LIMIT :limit
+    """
+)
+
+
+def host_history(
+    owner_id: int, ip: str, *, max_executions: int, max_changes: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The owner's newest port executions whose targets cover ``ip``, and the newest
+    changes seen on it (the host view), read in one transaction."""
+    with transaction() as conn:
+        rows = conn.execute(
+            _HOST_EXECUTIONS, {"owner_id": owner_id, "ip": ip, "limit": max_executions}
+        ).all()
+        changes = host_changes(conn, owner_id=owner_id, ip=ip, limit=max_changes)
+    executions = [
+        {
+            "execution_id": row.execution_id,
+            "task_id": row.task_id,
+            "task_name": row.task_name,
+            "status": row.status,
+            "profile": row.profile,
+            "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+        }
+        for row in rows
+    ]
+    return executions, changes

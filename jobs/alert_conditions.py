@@ -1,0 +1,55 @@
+"""Periodic jobs: evaluate the condition alert rules (docs/alerts.md, "Condition rules").
+
+``alert-scanner-offline`` (every ``[alerts] conditions_interval_seconds``) and
+``alert-certificate-expiry`` (every ``[alerts] certificate_interval_seconds``) each run on
+one runner at a time under the periodic lease (``jobs.base.PeriodicJob``); what they find
+becomes messages in the deliveries outbox, sent by the ``alert_delivery`` job. Each
+episode is marked in the transaction that creates its messages, so a second runner, a
+retried tick or a restart finds it marked and sends nothing twice.
+"""
+
+from __future__ import annotations
+
+from app.alerts.conditions import evaluate_certificate_expiry, evaluate_scanner_offline
+from app.config import Settings
+from jobs.base import JobContext, PeriodicJob, PeriodicLease
+
+
+def scanner_offline_job(settings: Settings) -> PeriodicJob:
+    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
+        evaluate_scanner_offline(settings)
+
+    return PeriodicJob(
+        "alert-scanner-offline",
+        tick,
+        interval_seconds=settings.alerts.conditions_interval_seconds,
+        lease_seconds=60,
+    )
+
+
+def certificate_expiry_job(settings: Settings) -> PeriodicJob:
+    store = None
+
+    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
+        nonlocal store
+        if store is None:  # opened once per worker process, after the fork
+            from app.search import open_store
+
+            store = open_store(settings)
+
+        def check() -> None:
+            ctx.check_cancelled()
+            lease.check()  # stop between pages once the lease is lost
+
+        evaluate_certificate_expiry(settings, store, check=check)
+
+    return PeriodicJob(
+        "alert-certificate-expiry",
+        tick,
+        interval_seconds=settings.alerts.certificate_interval_seconds,
+        lease_seconds=300,
+    )
+
+
+def jobs(settings: Settings) -> list[PeriodicJob]:
+    return [scanner_offline_job(settings), certificate_expiry_job(settings)]

@@ -1,0 +1,140 @@
+"""Text facts of the search language (``cert.issuer:``, ``title:`` …) on a realistic table.
+
+Migration 1100 indexes each text fact's expression with a partial trigram index. These
+tests plan the searches over thousands of analysed rows, with the planner free to choose:
+a rare issuer is found through its index, a common one is estimated near its real
+count (so a first page is not a full read and sort), and both answer exactly what the
+condition evaluated with no index answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from app import db
+from app.search.port import AssetQuery
+from app.search.postgres_queries import asset_search_statement
+from app.search.query_language import parse_query
+from app.search.seed import seed_current_assets
+from tests.support.search_documents import at
+
+OWNER = 7
+ENDPOINTS = 20_000
+SERVICES = (
+    (22, "ssh", "OpenSSH", "9.6p1", "SSH-2.0-OpenSSH_9.6p1"),
+    (443, "https", "nginx", "1.24.0", "HTTP/1.1 200 OK"),
+)
+RARE_HOST = "10.0.3.7"
+
+
+@pytest.fixture
+def certified(postgres_store) -> None:
+    with db.transaction() as conn:
+        seed_current_assets(
+            conn,
+            owner_id=OWNER,
+            execution_id=1,
+            low=0,
+            high=ENDPOINTS,
+            seen=at(0),
+            services=SERVICES,
+        )
+        # Every HTTPS asset has a certificate from a common CA and a page title; one has a
+        # rare issuer. The SSH assets keep no TLS facts.
+        for table in ("search_assets_user", "search_assets_global"):
+            conn.execute(
+                sa.text(
+                    f"UPDATE {table} SET details = jsonb_build_object("
+                    "'tls', jsonb_build_object('issuer', CASE WHEN host(ip) = :rare "
+                    "THEN 'CN=Quokka Root,O=Marsupial' ELSE 'CN=Common CA,O=netmap' END, "
+                    "'subject_cn', host(ip)), "
+                    "'http', jsonb_build_object('title', 'Welcome ' || host(ip))) "
+                    "WHERE port = 443"
+                ),
+                {"rare": RARE_HOST},
+            )
+    # As autovacuum leaves the tables: statistics, and the partial indexes' sizes.
+    with db.get_engine().connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(sa.text("VACUUM ANALYZE search_assets_user"))
+        conn.execute(sa.text("VACUUM ANALYZE search_assets_global"))
+
+
+def _query(text: str, scope: str, **extra: Any) -> AssetQuery:
+    node = parse_query(text, now=datetime(2026, 12, 2, tzinfo=UTC)).node
+    owner = {"owner_id": OWNER} if scope == "user" else {}
+    return AssetQuery(scope=scope, where=node, **owner, **extra)
+
+
+def _plan(query: AssetQuery) -> dict[str, Any]:
+    sql, params = asset_search_statement(query, text_ids=None)
+    with db.transaction() as conn:
+        answer = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
+    document = answer if isinstance(answer, list) else json.loads(answer)
+    return document[0]["Plan"]
+
+
+def _nodes(plan: dict[str, Any]):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def _all(store, query: AssetQuery) -> list[tuple[str, int]]:
+    found, cursor = [], None
+    while True:
+        page = store.search_assets(dataclasses.replace(query, cursor=cursor, limit=500))
+        found.extend((item.ip, item.port) for item in page.items)
+        if (cursor := page.next_cursor) is None:
+            return found
+
+
+def _without_indexes(scope: str, condition: str) -> list[tuple[str, int]]:
+    owner = f"AND owner_id = {OWNER}" if scope == "user" else ""
+    with db.transaction() as conn:
+        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
+            conn.execute(sa.text(f"SET LOCAL {setting} = off"))
+        rows = conn.execute(
+            sa.text(
+                f"SELECT host(ip), port FROM search_assets_{scope} "
+                f"WHERE {condition} AND status = 'open' {owner} ORDER BY ip_order, port"
+            )
+        ).all()
+    return [tuple(row) for row in rows]
+
+
+@pytest.mark.parametrize("scope", ["user", "global"])
+def test_a_rare_issuer_is_found_through_its_trigram_index(postgres_store, certified, scope):
+    plan = _plan(_query('cert.issuer:"Quokka Root"', scope))
+    names = {node.get("Index Name") for node in _nodes(plan)}
+    assert f"ix_search_assets_{scope}_tls_issuer_trgm" in names, plan
+    assert not [n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"], plan
+    assert _all(postgres_store, _query('cert.issuer:"Quokka Root"', scope)) == [(RARE_HOST, 443)]
+
+
+@pytest.mark.parametrize("scope", ["user", "global"])
+def test_a_common_issuer_is_estimated_near_its_count(postgres_store, certified, scope):
+    common = ENDPOINTS // len(SERVICES) - 1
+    plan = _plan(_query('cert.issuer:"Common CA"', scope, limit=50))
+    scans = [n for n in _nodes(plan) if "Scan" in n["Node Type"]]
+    # Guessed at a handful of rows, the page would be a full read and sort of the view.
+    assert scans[-1]["Plan Rows"] >= common / 10, plan
+    found = _all(postgres_store, _query('cert.issuer:"Common CA"', scope))
+    assert found == _without_indexes(scope, "details->'tls'->>'issuer' ILIKE '%Common CA%'")
+    assert len(found) == common
+
+
+def test_titles_and_negations_answer_as_the_plain_condition(postgres_store, certified):
+    assert _all(postgres_store, _query('title:"Welcome 10.0.3."', "user")) == _without_indexes(
+        "user", "details->'http'->>'title' ILIKE '%Welcome 10.0.3.%'"
+    )
+    # Assets with no TLS facts are outside the index and still match the negation.
+    negated = _all(postgres_store, _query('-cert.issuer:"Common CA"', "user"))
+    assert len(negated) == ENDPOINTS - (ENDPOINTS // len(SERVICES) - 1)
+    assert (RARE_HOST, 443) in negated
