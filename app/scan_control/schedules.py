@@ -94,10 +94,12 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
             details={"field": "name", "value": name},
         )
     now = _utcnow()
-    spec = parse_schedule(body["schedule"], limits, now=now) if "schedule" in body else None
     with transaction() as conn:
         if not task_visible(conn, user, task_id):
             raise NotFound("task not found", code="task_not_found")
+        # Parsed once the task is known to be the caller's: another user's task is a 404
+        # whatever the body says (parsing is CPU only, no I/O inside the transaction).
+        spec = parse_schedule(body["schedule"], limits, now=now) if "schedule" in body else None
         if "name" in body:
             conn.execute(
                 sa.text("UPDATE scan_tasks SET name = :name, updated_at = now() WHERE id = :id"),

@@ -151,6 +151,14 @@ CONSOLE_ROUTES: list[Route] = [
         lambda w: f"/console/tasks/{w.task_id}",
         _page(200, owned=True),
     ),
+    # The matrix's JSON body leaves the form empty: a cron line "" is refused (400) once
+    # past access control.
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/schedule",
+        lambda w: f"/console/tasks/{w.task_id}/schedule",
+        _page(400, owned=True),
+    ),
     _html(
         "POST",
         "/console/tasks/<int:task_id>/schedule/pause",

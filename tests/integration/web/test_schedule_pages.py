@@ -55,3 +55,47 @@ def test_task_without_schedule_says_so_and_pause_is_refused(api):
     assert refused.status_code == 404 and refused.mimetype == "text/html"
     other, _ = _user_client(api)
     assert other.get(f"/console/tasks/{task_id}").status_code == 404
+
+
+def test_schedule_form_sets_replaces_and_removes_the_schedule(api):
+    client, _ = _user_client(api)
+    task_id = _task(client, None)
+    page = client.get(f"/console/tasks/{task_id}")
+    token = _csrf(page.text)
+    saved = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={
+            "csrf_token": token,
+            "kind": "cron",
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Berlin",
+            "jitter_seconds": "",
+        },
+    )
+    assert saved.status_code == 303
+    schedule = client.get(f"/api/tasks/{task_id}").get_json()["task"]["schedule"]
+    assert (schedule["cron"], schedule["timezone"]) == ("30 2 * * *", "Europe/Berlin")
+    page = client.get(f"/console/tasks/{task_id}")
+    assert 'value="30 2 * * *"' in page.text
+    every = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={"csrf_token": token, "kind": "every", "every_seconds": "3600"},
+    )
+    assert every.status_code == 303
+    schedule = client.get(f"/api/tasks/{task_id}").get_json()["task"]["schedule"]
+    assert schedule["every_seconds"] == 3600 and schedule["cron"] is None
+    bad = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={"csrf_token": token, "kind": "every", "every_seconds": "60"},
+    )
+    assert bad.status_code == 400 and "schedule.every_seconds" in bad.text
+    not_a_number = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={"csrf_token": token, "kind": "every", "every_seconds": "hourly"},
+    )
+    assert not_a_number.status_code == 400
+    removed = client.post(
+        f"/console/tasks/{task_id}/schedule", data={"csrf_token": token, "remove": "1"}
+    )
+    assert removed.status_code == 303
+    assert client.get(f"/api/tasks/{task_id}").get_json()["task"]["schedule"] is None
