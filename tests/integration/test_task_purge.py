@@ -122,6 +122,26 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert len(before_user) == ENDPOINTS + 20
     kept_before = [a for a in before_user if a[4] == kept_execution]
 
+    from app.exports.records import insert_export
+    from app.object_store import open_object_store
+
+    objects = open_object_store(settings)
+    with transaction() as conn:
+        export = insert_export(
+            conn,
+            owner_id=owner,
+            task_id=doomed_task,
+            task_name="doomed",
+            fmt="csv",
+            execution_ids=[doomed_execution],
+        )
+        conn.execute(
+            sa.text("UPDATE exports SET status = 'ready', object_key = :k WHERE id = :id"),
+            {"k": f"exports/doomed-{export.id}.csv", "id": export.id},
+        )
+    objects.put(f"exports/doomed-{export.id}.csv", b"ip,port\n", "text/csv")
+    assert objects.exists(f"exports/doomed-{export.id}.csv")
+
     status = purge.request_delete(admin, doomed_task)
     assert status["status"] == "queued" and status["phase"] == "assets"
     with pytest.raises(Exception) as again:
@@ -150,6 +170,8 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert row.removed["execution_endpoints"] == ENDPOINTS
     assert row.removed["facts"] == 300
     assert row.removed["executions"] == 1 and row.removed["tasks"] == 1
+    assert row.removed["exports"] == 1
+    assert not objects.exists(f"exports/doomed-{export.id}.csv")
 
     assert _leftovers([doomed_task], [doomed_execution]) == {}
     after_user, after_global = _assets(owner)
