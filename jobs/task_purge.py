@@ -161,6 +161,28 @@ def job(settings: Settings) -> TaskPurgeJob:
     return TaskPurgeJob(settings)
 
 
+def purge_old_runs(settings: Settings, store: SearchStore, check=lambda: None) -> tuple[int, int]:
+    """Remove the executions of every task's runs beyond ``[scan] keep_runs``, then those
+    runs; returns (runs, executions) removed."""
+    removed_runs = removed_executions = 0
+    while True:
+        check()
+        executions, empty_runs = purge.old_run_executions(
+            keep_runs=settings.scan.keep_runs, limit=EXECUTION_BATCH
+        )
+        if empty_runs:
+            removed_runs += purge.delete_runs(empty_runs)
+        if not executions:
+            if not empty_runs:
+                break
+            continue
+        purge_execution_batch(store, executions, check)
+        removed_executions += len(executions)
+    if removed_runs or removed_executions:
+        emit("OldRunsPurged", runs=removed_runs, executions=removed_executions)
+    return removed_runs, removed_executions
+
+
 def retention_job(settings: Settings) -> PeriodicJob:
     store: SearchStore | None = None
 
@@ -170,21 +192,12 @@ def retention_job(settings: Settings) -> PeriodicJob:
             from app.search import open_store
 
             store = open_store(settings)
-        removed_runs = removed_executions = 0
-        while not ctx.stopping.is_set():
+
+        def check() -> None:
+            if ctx.stopping.is_set():
+                raise Cancelled("runner stopping")
             lease.check()
-            executions, empty_runs = purge.old_run_executions(
-                keep_runs=settings.scan.keep_runs, limit=EXECUTION_BATCH
-            )
-            if empty_runs:
-                removed_runs += purge.delete_runs(empty_runs)
-            if not executions:
-                if not empty_runs:
-                    break
-                continue
-            purge_execution_batch(store, executions, lease.check)
-            removed_executions += len(executions)
-        if removed_runs or removed_executions:
-            emit("OldRunsPurged", runs=removed_runs, executions=removed_executions)
+
+        purge_old_runs(settings, store, check)
 
     return PeriodicJob("run-retention", retain, interval_seconds=300, lease_seconds=300)

@@ -236,3 +236,41 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     assert _leftovers([doomed_task], [doomed_execution]) == {}
     after_user, _ = _assets(owner)
     assert len(after_user) == SHARED + 20
+
+
+def test_runs_beyond_keep_runs_are_purged_with_their_executions(api, settings):
+    from tests.support.scanner_protocol import claim, observation
+
+    user = api.user()
+    scanner = api.scanner()
+    created = user.post(
+        "/api/tasks", json={"name": "kept", "targets": ["198.51.100.0/30"], "ports": "22"}
+    ).get_json()["task"]
+    for number in range(1, 5):
+        if number > 1:
+            assert user.post(f"/api/tasks/{created['id']}/runs").status_code == 201
+        final = claim(scanner).final(0, [observation(f"198.51.100.{number % 3 + 1}", 22)])
+        assert final.status_code == 200
+    with transaction() as conn:
+        old_executions = list(
+            conn.execute(
+                sa.text(
+                    "SELECT e.id FROM scan_executions e JOIN task_runs r ON r.id = e.run_id "
+                    "WHERE r.task_id = :t AND r.number <= 2"
+                ),
+                {"t": created["id"]},
+            ).scalars()
+        )
+    keep_two = settings.replace(scan={"keep_runs": 2})
+    store = PostgresStore(settings)
+    runs, executions = task_purge.purge_old_runs(keep_two, store)
+    assert (runs, executions) == (2, 2)
+    listed = user.get(f"/api/tasks/{created['id']}/runs").get_json()["items"]
+    assert [r["number"] for r in listed] == [4, 3]
+    leftovers = _leftovers([-1], old_executions)
+    assert leftovers == {}
+    assert task_purge.purge_old_runs(keep_two, store) == (0, 0)
+    task = user.get(f"/api/tasks/{created['id']}").get_json()["task"]
+    assert task["status"] == "succeeded" and task["latest_run"]["number"] == 4
+    results = user.get(f"/api/tasks/{created['id']}/results").get_json()
+    assert results["total_endpoints"] == 1
