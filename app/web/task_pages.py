@@ -161,7 +161,10 @@ def task_detail(task_id: int):
 def task_results(task_id: int):
     task = service.find_task(signed_in_user(), task_id)
     cursor = request.args.get("cursor") or None
-    page = context.store().execution_results(task_id, cursor=cursor, limit=PAGE_SIZE)
+    executions = runs.results_scope(signed_in_user(), task_id, None)  # the latest run's
+    page = context.store().execution_results(
+        task_id, cursor=cursor, limit=PAGE_SIZE, execution_ids=executions
+    )
     next_url = (
         url_for("web.task_results", task_id=task_id, cursor=page.next_cursor)
         if page.next_cursor

@@ -90,7 +90,16 @@ OPERATIONS = {
         "summary": "The endpoints the task's executions found, by address and port",
         "tags": ["tasks"],
         "security": USER,
-        "parameters": [path_id("task_id"), LIMIT, CURSOR],
+        "parameters": [
+            path_id("task_id"),
+            query(
+                "run",
+                {"type": "integer", "minimum": 1},
+                "the run whose results to list (default: the latest finished run)",
+            ),
+            LIMIT,
+            CURSOR,
+        ],
         "responses": {
             "200": json_response(
                 "a page of endpoints",
