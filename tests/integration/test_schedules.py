@@ -19,6 +19,7 @@ from app.scan_control import schedule_store
 from app.scan_control.runs import cancel_run
 from app.scan_control.schedule_rules import parse_schedule
 from app.scan_control.schedules import scheduled_run_starter, tick
+from app.search.postgres_store import PostgresStore
 from jobs import task_purge
 from jobs.base import JobContext
 
@@ -352,3 +353,38 @@ def test_a_deleted_task_fires_no_more_and_its_purge_removes_schedule_and_slots(a
             {"t": task["id"]},
         ).scalar()
     assert left == 0
+
+
+def test_purged_old_runs_leave_their_slots_recorded_without_a_run(api, settings):
+    user = api.user()
+    start = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+    task = create(user, None)
+    finish_active_run(task["id"])
+    set_schedule(task["id"], {"every_seconds": 600}, settings, start)
+    for n in range(1, 4):
+        moment = start + timedelta(minutes=10 * n)
+        assert [s.outcome for s in tick(limits=settings.scan, clock=lambda m=moment: m).slots] == [
+            "started"
+        ]
+        finish_active_run(task["id"])
+    newest = scheduled_runs(task["id"])[-1].id
+    keep_one = settings.replace(scan={"keep_runs": 1})
+    runs, _ = task_purge.purge_old_runs(keep_one, PostgresStore(settings))
+    assert runs == 3  # run 1 (from the task's creation) and two scheduled runs
+    assert [(s.outcome, s.run_id) for s in slots(task["id"])] == [
+        ("started", None),
+        ("started", None),
+        ("started", newest),
+    ]
+    # The fire times stay taken: replaying them starts nothing.
+    replay = start + timedelta(minutes=10)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE scan_task_schedules SET next_fire_at = :f, due_at = :f WHERE task_id = :t"
+            ),
+            {"f": replay, "t": task["id"]},
+        )
+    result = tick(limits=settings.scan, clock=lambda: replay)
+    assert [s.outcome for s in result.slots] == ["handled_before"]
+    assert len(scheduled_runs(task["id"])) == 1
