@@ -82,7 +82,7 @@ class TaskPurgeJob:
             LEASE_SECONDS, claimed_at=work.claimed_monotonic, runner_cancel=ctx.cancelled
         )
         heartbeat = Heartbeat(
-            lambda: purge.PURGE_ROWS.renew(work.task_id, work.claim_token, LEASE_SECONDS),
+            lambda: purge.PURGE_ROWS.renew(work.task_id, work.claim_token, work.lease_seconds),
             guard,
             interval=LEASE_SECONDS / 3,
             name=f"purge-{work.task_id}",

@@ -141,6 +141,7 @@ class PurgeClaim:
     cursor: int | None
     task_ids: tuple[int, ...]
     claimed_monotonic: float = 0.0  # when the claim was sent (the lease guard's start)
+    lease_seconds: float = 60.0  # the lease the claim took (each renewal extends by it)
 
 
 def claim_next_purge(*, lease_seconds: float) -> PurgeClaim | None:
@@ -178,6 +179,7 @@ def claim_next_purge(*, lease_seconds: float) -> PurgeClaim | None:
         cursor=row.cursor,
         task_ids=tuple(tree) or (row.task_id,),
         claimed_monotonic=sent,
+        lease_seconds=lease_seconds,
     )
 
 

@@ -283,3 +283,25 @@ def test_results_changes_and_exports_default_to_the_latest_finished_run(api):
     compare = user.get(f"/api/tasks/{task['id']}/changes?from_run={first_run}")
     assert compare.status_code == 400
     assert compare.get_json()["error"]["details"]["parameter"] == "to_run"
+
+
+def test_reports_show_the_latest_finished_run_and_do_not_wait_for_a_newer_one(api):
+    from app.reports import capture
+    from tests.support.scanner_protocol import claim, observation
+
+    user = api.user()
+    task = _create_task(user, targets=["198.51.100.0/30"], ports="22")
+    with transaction() as conn:
+        assert capture._pending_executions(conn, [task["id"]]) == 1  # run 1 not done
+    assert claim(api.scanner()).final(0, [observation("198.51.100.1", 22)]).status_code == 200
+    second = user.post(f"/api/tasks/{task['id']}/runs").get_json()["run"]
+    with transaction() as conn:
+        latest = capture._latest_executions(conn, [task["id"]])
+        pending = capture._pending_executions(conn, [task["id"]])
+        first_run_executions = conn.execute(
+            sa.text("SELECT array_agg(id) FROM scan_executions WHERE run_id = :r"),
+            {"r": task["latest_run"]["id"]},
+        ).scalar()
+    assert [row.id for row in latest] == list(first_run_executions)
+    assert pending == 0  # run 2 (queued) does not hold the report back
+    assert second["status"] == "queued"

@@ -50,6 +50,11 @@ SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"},
             "status": {"type": "string"},
             "execution_count": {"type": "integer"},
+            "scan": {"type": "boolean", "description": "false: an import-only task"},
+            "latest_run": {
+                "type": ["object", "null"],
+                "description": "the task's newest run (id, number, status, trigger, times, counts)",
+            },
             "schedule": {"oneOf": [{"$ref": "#/components/schemas/Schedule"}, {"type": "null"}]},
         },
     },
