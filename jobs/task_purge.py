@@ -16,6 +16,7 @@ from app.exports.service import delete_task_exports
 from app.leases.guard import LeaseGuard, LeaseLost
 from app.leases.heartbeat import Heartbeat
 from app.observability import emit
+from app.projection import outbox
 from app.scan_control import purge
 from app.search.port import SearchStore, task_purge
 from jobs.base import Cancelled, JobContext, PeriodicJob, PeriodicLease
@@ -110,6 +111,14 @@ class TaskPurgeJob:
     def _phases(self, work: purge.PurgeClaim, check) -> None:
         store = self.store()
         phase, cursor = work.phase, work.cursor
+        if phase == "assets" and cursor is None:
+            # Nothing more of these executions reaches the asset view; a projection page
+            # in flight is waited out (its lease), so the sweep below sees its result.
+            in_flight = outbox.discard(purge.all_execution_ids(work.task_ids))
+            if in_flight > 0:
+                purge.postpone(work, in_flight + 1)
+                emit("TaskPurgeWaitsForProjection", task_id=work.task_id, seconds=in_flight)
+                return
         if phase == "assets":
             purger = task_purge(store)
             excluded = purge.deleted_task_ids()

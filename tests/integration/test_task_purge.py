@@ -274,3 +274,39 @@ def test_runs_beyond_keep_runs_are_purged_with_their_executions(api, settings):
     assert task["status"] == "succeeded" and task["latest_run"]["number"] == 4
     results = user.get(f"/api/tasks/{created['id']}/results").get_json()
     assert results["total_endpoints"] == 1
+
+
+def test_a_projection_in_flight_is_waited_out_before_the_asset_sweep(api, settings, world):
+    store, owner, doomed_task, doomed_execution, _, _ = world
+    admin = User(id=owner, username="owner", is_admin=True, disabled=False)
+    with transaction() as conn:  # a projection worker holds the execution's outbox row
+        conn.execute(
+            sa.text(
+                "UPDATE scan_projection_outbox SET processed_at = NULL, phase = 'pages', "
+                "claim_token = gen_random_uuid(), lease_expires_at = now() + interval '30 s' "
+                "WHERE execution_id = :e"
+            ),
+            {"e": doomed_execution},
+        )
+    purge.request_delete(admin, doomed_task)
+    job = task_purge.TaskPurgeJob(settings)
+    job._store = store
+    ctx = _context(settings)
+    job.run(ctx, job.claim(ctx))
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT status, phase, claim_token, available_at > now() + interval '20 s' "
+                "AS later FROM task_purges WHERE task_id = :t"
+            ),
+            {"t": doomed_task},
+        ).one()
+        outbox_rows = conn.execute(
+            sa.text("SELECT count(*) FROM scan_projection_outbox WHERE execution_id = :e"),
+            {"e": doomed_execution},
+        ).scalar()
+    assert outbox_rows == 0  # never projected from now on
+    assert row.phase == "assets" and row.claim_token is None and row.later
+    assert job.claim(ctx) is None  # not before the projection's lease ran out
+    before, _ = _assets(owner)
+    assert len(before) == ENDPOINTS + 20  # nothing swept yet
