@@ -201,6 +201,12 @@ class RunnerSettings:
     shutdown_timeout_seconds: float = spec(30.0, min=0.5, max=3600)
     idle_backoff_max_seconds: float = spec(2.0, min=0.05, max=60)
     execution_recovery_interval_seconds: float = spec(15.0, min=0.5, max=3600)
+    schedule_tick_seconds: float = spec(
+        1.0, min=0.05, max=300, doc="how often the scheduler looks for due task schedules"
+    )
+    schedule_lease_seconds: float = spec(
+        30.0, min=1, max=3600, doc="lease of the scheduler's tick; a dead ticker's expires"
+    )
     worker_restart_backoff_seconds: float = spec(1.0, min=0.1, max=300)
     worker_timeout: float = spec(
         120.0,
@@ -237,6 +243,9 @@ class ScanSettings:
         min=10,
         max=86400,
         doc="a scanner with no claim, lease renewal or upload for this long is offline",
+    )
+    min_schedule_seconds: int = spec(
+        300, min=1, max=86400, doc="shortest gap a task schedule may have between fire times"
     )
     # Special-use address classes a task (or a DNS follow-up task, or the agent) may target;
     # the others (by default metadata, loopback, link_local, multicast, broadcast,

@@ -164,8 +164,12 @@ class PeriodicJob:
         *,
         interval_seconds: float,
         lease_seconds: float = 300.0,
+        completed_level: int = logging.INFO,
     ):
         self.name = name
+        # A job that runs every second (the scheduler's tick) logs its completions at DEBUG;
+        # a failed run is logged at ERROR whatever this says.
+        self.completed_level = completed_level
         self.function = function
         self.interval_seconds = interval_seconds
         self.lease_seconds = lease_seconds
@@ -202,7 +206,7 @@ class PeriodicJob:
             self._not_before = time.monotonic() + self.interval_seconds
             emit(
                 "PeriodicJobCompleted",
-                level=logging.INFO if error is None else logging.ERROR,
+                level=self.completed_level if error is None else logging.ERROR,
                 job=self.name,
                 duration_ms=round((time.perf_counter() - started) * 1000, 1),
                 success=error is None,

@@ -18,11 +18,13 @@ def job_kinds(settings: Settings) -> list[JobKind]:
         projection,
         reports,
         resource_sampling,
+        schedules,
         slow_sql_sampling,
     )
 
     kinds: list[JobKind] = [
         execution_recovery.job(settings),
+        schedules.job(settings),
         projection.job(settings),
         exports.job(settings),
         exports.expiry_job(settings),

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from app.analysis.purge import purge_executions
 from app.config import Settings
+from app.exports.service import delete_task_exports
 from app.leases.guard import LeaseGuard, LeaseLost
 from app.leases.heartbeat import Heartbeat
 from app.observability import emit
+from app.projection import outbox
 from app.scan_control import purge
 from app.search.port import SearchStore, task_purge
 from jobs.base import Cancelled, JobContext, PeriodicJob, PeriodicLease
@@ -57,6 +59,7 @@ class TaskPurgeJob:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._store: SearchStore | None = None
+        self._objects = None
 
     def store(self) -> SearchStore:
         if self._store is None:
@@ -64,6 +67,13 @@ class TaskPurgeJob:
 
             self._store = open_store(self.settings)
         return self._store
+
+    def objects(self):
+        if self._objects is None:
+            from app.object_store import open_object_store
+
+            self._objects = open_object_store(self.settings)
+        return self._objects
 
     def claim(self, ctx: JobContext) -> purge.PurgeClaim | None:
         return purge.claim_next_purge(lease_seconds=LEASE_SECONDS)
@@ -73,7 +83,7 @@ class TaskPurgeJob:
             LEASE_SECONDS, claimed_at=work.claimed_monotonic, runner_cancel=ctx.cancelled
         )
         heartbeat = Heartbeat(
-            lambda: purge.PURGE_ROWS.renew(work.task_id, work.claim_token, LEASE_SECONDS),
+            lambda: purge.PURGE_ROWS.renew(work.task_id, work.claim_token, work.lease_seconds),
             guard,
             interval=LEASE_SECONDS / 3,
             name=f"purge-{work.task_id}",
@@ -101,6 +111,14 @@ class TaskPurgeJob:
     def _phases(self, work: purge.PurgeClaim, check) -> None:
         store = self.store()
         phase, cursor = work.phase, work.cursor
+        if phase == "assets" and cursor is None:
+            # Nothing more of these executions reaches the asset view; a projection page
+            # in flight is waited out (its lease), so the sweep below sees its result.
+            in_flight = outbox.discard(purge.all_execution_ids(work.task_ids))
+            if in_flight > 0:
+                purge.postpone(work, in_flight + 1)
+                emit("TaskPurgeWaitsForProjection", task_id=work.task_id, seconds=in_flight)
+                return
         if phase == "assets":
             purger = task_purge(store)
             excluded = purge.deleted_task_ids()
@@ -133,6 +151,16 @@ class TaskPurgeJob:
                     break
                 removed = purge_execution_batch(store, executions, check)
                 purge.checkpoint(work, phase="executions", cursor=None, removed=removed)
+        while True:  # the tasks' exports: objects, then rows
+            check()
+            removed_exports = delete_task_exports(
+                self.settings, self.objects(), list(work.task_ids), limit=EXECUTION_BATCH
+            )
+            if not removed_exports:
+                break
+            purge.checkpoint(
+                work, phase="executions", cursor=None, removed={"exports": removed_exports}
+            )
         check()
         counts = purge.finish(work)
         emit("TaskPurged", task_id=work.task_id, **counts)
@@ -140,6 +168,28 @@ class TaskPurgeJob:
 
 def job(settings: Settings) -> TaskPurgeJob:
     return TaskPurgeJob(settings)
+
+
+def purge_old_runs(settings: Settings, store: SearchStore, check=lambda: None) -> tuple[int, int]:
+    """Remove the executions of every task's runs beyond ``[scan] keep_runs``, then those
+    runs; returns (runs, executions) removed."""
+    removed_runs = removed_executions = 0
+    while True:
+        check()
+        executions, empty_runs = purge.old_run_executions(
+            keep_runs=settings.scan.keep_runs, limit=EXECUTION_BATCH
+        )
+        if empty_runs:
+            removed_runs += purge.delete_runs(empty_runs)
+        if not executions:
+            if not empty_runs:
+                break
+            continue
+        purge_execution_batch(store, executions, check)
+        removed_executions += len(executions)
+    if removed_runs or removed_executions:
+        emit("OldRunsPurged", runs=removed_runs, executions=removed_executions)
+    return removed_runs, removed_executions
 
 
 def retention_job(settings: Settings) -> PeriodicJob:
@@ -151,21 +201,12 @@ def retention_job(settings: Settings) -> PeriodicJob:
             from app.search import open_store
 
             store = open_store(settings)
-        removed_runs = removed_executions = 0
-        while not ctx.stopping.is_set():
+
+        def check() -> None:
+            if ctx.stopping.is_set():
+                raise Cancelled("runner stopping")
             lease.check()
-            executions, empty_runs = purge.old_run_executions(
-                keep_runs=settings.scan.keep_runs, limit=EXECUTION_BATCH
-            )
-            if empty_runs:
-                removed_runs += purge.delete_runs(empty_runs)
-            if not executions:
-                if not empty_runs:
-                    break
-                continue
-            purge_execution_batch(store, executions, lease.check)
-            removed_executions += len(executions)
-        if removed_runs or removed_executions:
-            emit("OldRunsPurged", runs=removed_runs, executions=removed_executions)
+
+        purge_old_runs(settings, store, check)
 
     return PeriodicJob("run-retention", retain, interval_seconds=300, lease_seconds=300)

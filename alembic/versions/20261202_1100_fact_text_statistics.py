@@ -1,7 +1,7 @@
 """Statistics on the search language's text facts (issue 37).
 
 Revision ID: 20261202_1100
-Revises: 20261202_0960
+Revises: 20261202_1000
 Create Date: 2026-12-02
 
 ``title:``, ``server:``, ``cert.subject:`` and ``cert.issuer:`` are substring searches of
@@ -22,7 +22,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "20261202_1100"
-down_revision = "20261202_0960"
+down_revision = "20261202_1000"
 branch_labels = None
 depends_on = None
 

@@ -227,3 +227,31 @@ def expire_exports(settings: Settings, object_store: ObjectStore, *, limit: int 
         failed_deletes=sum(r.status == "failed" for r in results),
     )
     return expired
+
+
+def delete_task_exports(
+    settings: Settings, object_store: ObjectStore, task_ids: list[int], *, limit: int = 500
+) -> int:
+    """A deleted task's exports (bounded): their objects through the bounded deleter, then
+    the rows; returns how many went (0: none left). Failed object deletes are recorded
+    and retried by the deleter's own job."""
+    with transaction() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT id, object_key FROM exports WHERE task_id = ANY(:tasks) "
+                "ORDER BY id LIMIT :limit"
+            ),
+            {"tasks": task_ids, "limit": limit},
+        ).all()
+    if not rows:
+        return 0
+    delete_objects(
+        object_store,
+        [row.object_key for row in rows if row.object_key],
+        concurrency=settings.object_store.delete_concurrency,
+        origin="task_deleted",
+    )
+    with transaction() as conn:
+        return conn.execute(
+            sa.text("DELETE FROM exports WHERE id = ANY(:ids)"), {"ids": [r.id for r in rows]}
+        ).rowcount

@@ -17,7 +17,7 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import datetime_arg, int_arg, page_limit
 from app.saved_searches import service as saved_searches
-from app.scan_control.reads import require_visible_task
+from app.scan_control.runs import results_scope
 from app.search.asset_sort import asset_sort
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
 from app.search.query_language import MAX_QUERY_CHARS, And, Text, parse_query
@@ -31,9 +31,12 @@ _MAX_TEXT = 200
 @require_user
 def task_results(task_id: int):
     limit = page_limit(default=100, maximum=1000)
-    require_visible_task(current_user(), task_id)
+    executions = results_scope(current_user(), task_id, int_arg("run", minimum=1))
     page = context.store().execution_results(
-        task_id, cursor=request.args.get("cursor") or None, limit=limit
+        task_id,
+        cursor=request.args.get("cursor") or None,
+        limit=limit,
+        execution_ids=executions,
     )
     body = {
         "items": [_result_item(doc) for doc in page.items],

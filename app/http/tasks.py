@@ -1,7 +1,8 @@
-"""Task routes for logged-in users: create, list, detail, executions (SCN-2, SCN-5).
+"""Task routes for logged-in users: create, list, detail, update, executions (SCN-2, SCN-5),
+and the schedule's pause and resume (docs/schedules.md).
 
-Thin: each route calls one ``app.scan_control.service`` function, which owns its
-transaction. Runs, cancel and delete are in ``app.http.runs``.
+Thin: each route calls one ``app.scan_control.service`` or ``app.scan_control.schedules``
+function, which owns its transaction. Runs, cancel and delete are in ``app.http.runs``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
-from app.scan_control import service
-from app.scan_control.creation import validate_task_request
+from app.scan_control import schedules, service
 from app.scan_control.query import TASK_STATUSES
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
@@ -22,10 +22,27 @@ blueprint = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 @blueprint.post("")
 @require_user
 def create_task_route():
-    scan = context.settings().scan
-    task_request = validate_task_request(json_body(), scan)
-    task = service.create_task_for(current_user(), task_request, limits=scan)
+    task = schedules.create_task_for_user(current_user(), json_body(), context.settings().scan)
     return jsonify({"task": task}), 201
+
+
+@blueprint.patch("/<int:task_id>")
+@require_user
+def update_task_route(task_id: int):
+    task = schedules.update_task(current_user(), task_id, json_body(), context.settings().scan)
+    return jsonify({"task": task})
+
+
+@blueprint.post("/<int:task_id>/schedule/pause")
+@require_user
+def pause_schedule_route(task_id: int):
+    return jsonify({"schedule": schedules.set_paused(current_user(), task_id, True)})
+
+
+@blueprint.post("/<int:task_id>/schedule/resume")
+@require_user
+def resume_schedule_route(task_id: int):
+    return jsonify({"schedule": schedules.set_paused(current_user(), task_id, False)})
 
 
 @blueprint.get("")

@@ -229,3 +229,27 @@ def requeue_processed() -> int:
                 "WHERE processed_at IS NOT NULL AND claim_token IS NULL"
             )
         ).rowcount
+
+
+def discard(execution_ids: list[int]) -> float:
+    """Drop the outbox rows of executions whose task was deleted: what is not projected
+    yet never will be (the task purge, docs/architecture.md "Runs"). A worker holding
+    one loses it at its next checkpoint; returns how many seconds such a holder's lease
+    may still run (0: none in flight), so the caller waits before sweeping assets."""
+    if not execution_ids:
+        return 0.0
+    with transaction() as conn:
+        left = conn.execute(
+            sa.text(
+                """
+                WITH gone AS (
+                    DELETE FROM scan_projection_outbox WHERE execution_id = ANY(:ids)
+                    RETURNING claim_token, lease_expires_at
+                )
+                SELECT coalesce(max(extract(epoch FROM lease_expires_at - now())), 0)
+                  FROM gone WHERE claim_token IS NOT NULL AND lease_expires_at > now()
+                """
+            ),
+            {"ids": execution_ids},
+        ).scalar()
+    return max(0.0, float(left or 0.0))

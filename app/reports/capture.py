@@ -11,8 +11,10 @@ the search store compute once per execution before capture
 (``SearchStore.execution_aggregates``, the same on PostgreSQL and Elasticsearch),
 so the snapshot reads small rows whatever the number of endpoints.
 
-Completeness: a scope whose executions are still queued/running or whose
-projection is not ``ready`` is not complete. The job then waits (it is
+Each task of the scope is reported by one run: its latest finished run, or its
+latest run before any finished (``_REPORTED_RUNS``); deleted tasks are left out.
+Completeness: a scope whose reported runs still have queued/running executions or
+whose projection is not ``ready`` is not complete. The job then waits (it is
 postponed without spending an attempt) until ``wait_seconds`` after the
 report was created; after that the report is made with what there is and its
 statistics say so (``completeness.complete = false`` and a note).
@@ -119,15 +121,31 @@ class _AggregatesMissing(Exception):
     """An execution in the snapshot has no aggregates yet (it succeeded meanwhile)."""
 
 
+# The run a report shows of each task: its latest finished run, else (before any run
+# finished) its latest run; a run in progress after a finished one does not hold the
+# report back (docs/architecture.md "Runs").
+_REPORTED_RUNS = """
+    SELECT t.id AS task_id,
+           coalesce(
+               (SELECT r.id FROM task_runs r WHERE r.task_id = t.id AND r.finished_at IS NOT NULL
+                 ORDER BY r.number DESC LIMIT 1),
+               (SELECT r.id FROM task_runs r WHERE r.task_id = t.id
+                 ORDER BY r.number DESC LIMIT 1)) AS run_id
+      FROM scan_tasks t WHERE t.id = ANY(:tasks)
+"""
+
+
 def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
+    """The succeeded ports executions of each task's reported run."""
     return conn.execute(
         sa.text(
             f"""
-            SELECT DISTINCT ON (e.task_id) e.id, e.endpoint_count, e.ip_count,
+            SELECT e.id, e.endpoint_count, e.ip_count,
                    {projection_status_sql("e")} AS projection
-              FROM scan_executions e
-             WHERE e.task_id = ANY(:tasks) AND e.kind = 'ports' AND e.status = 'succeeded'
-             ORDER BY e.task_id, e.id DESC
+              FROM ({_REPORTED_RUNS}) w
+              JOIN scan_executions e ON e.run_id = w.run_id
+             WHERE e.kind = 'ports' AND e.status = 'succeeded'
+             ORDER BY e.task_id, e.id
             """  # noqa: S608 - the projection expression is our own SQL; values are bound
         ),
         {"tasks": task_ids},
@@ -137,8 +155,8 @@ def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
 def _pending_executions(conn: Connection, task_ids: list[int]) -> int:
     return conn.execute(
         sa.text(
-            "SELECT count(*) FROM scan_executions WHERE task_id = ANY(:tasks) "
-            "AND status IN ('queued', 'running')"
+            f"SELECT count(*) FROM ({_REPORTED_RUNS}) w JOIN scan_executions e "  # noqa: S608 - a module constant; values are bound
+            "ON e.run_id = w.run_id WHERE e.status IN ('queued', 'running')"
         ),
         {"tasks": task_ids},
     ).scalar_one()
@@ -176,7 +194,7 @@ def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
                 SELECT t.id FROM reports r JOIN scan_tasks t
                   ON (r.task_id IS NOT NULL AND t.id = r.task_id)
                   OR (r.task_id IS NULL AND t.owner_id = r.owner_id)
-                 WHERE r.id = :id
+                 WHERE r.id = :id AND t.deleted_at IS NULL
                 """
             ),
             {"id": report_id},

@@ -2,7 +2,9 @@
 
 The operator at the command line acts as an administrator (every task); ``create``
 names the owner with ``--owner``. Each command calls the same services as the API
-(``app.scan_control.service``, ``runs``, ``purge``) and prints one JSON document.
+(``app.scan_control.service``, ``runs``, ``purge``, ``schedules``) and prints one JSON
+document. ``schedule`` sets, replaces, removes, pauses or resumes a task's schedule with
+the validation of ``PATCH /api/tasks/<id>`` (the same 400 codes; docs/schedules.md).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def _run(state, work: Callable[[], Any]) -> None:
 
 @click.group("tasks")
 def tasks() -> None:
-    """Tasks and their runs (list, show, create, run, cancel, delete)."""
+    """Tasks and their runs (list, show, create, run, cancel, delete, schedule)."""
 
 
 @tasks.command("list")
@@ -149,3 +151,54 @@ def delete_command(state, task_id: int) -> None:
     from app.scan_control import purge
 
     _run(state, lambda: {"purge": purge.request_delete(_operator(), task_id)})
+
+
+@tasks.command("schedule")
+@click.argument("task_id", type=click.IntRange(min=1))
+@click.option("--cron", help='a five-field cron expression, e.g. "0 3 * * *"')
+@click.option("--timezone", help="the cron expression's IANA time zone (default UTC)")
+@click.option("--every", type=int, help="an interval in seconds instead of cron")
+@click.option("--start-at", help="ISO 8601 date-time: no fire time before it")
+@click.option("--end-at", help="ISO 8601 date-time: no fire time after it")
+@click.option("--jitter", type=int, help="start each run up to this many seconds late")
+@click.option("--remove", is_flag=True, help="remove the task's schedule")
+@click.option("--pause", "pause", flag_value="pause", help="pause the schedule")
+@click.option("--resume", "pause", flag_value="resume", help="resume the schedule")
+@click.pass_obj
+def schedule_command(
+    state,
+    task_id: int,
+    cron: str | None,
+    timezone: str | None,
+    every: int | None,
+    start_at: str | None,
+    end_at: str | None,
+    jitter: int | None,
+    remove: bool,
+    pause: str | None,
+) -> None:
+    """Set (--cron/--timezone or --every), --remove, --pause or --resume a task's schedule;
+    prints the schedule (null once removed)."""
+    from app.scan_control import schedules
+
+    timing = {
+        "cron": cron,
+        "timezone": timezone,
+        "every_seconds": every,
+        "start_at": start_at,
+        "end_at": end_at,
+        "jitter_seconds": jitter,
+    }
+    given = {k: v for k, v in timing.items() if v is not None}
+    if sum([bool(given), remove, pause is not None]) != 1:
+        raise click.UsageError(
+            "give the schedule (--cron [--timezone] or --every), or --remove, --pause, --resume"
+        )
+
+    def work():
+        if pause is not None:
+            return schedules.set_paused(_operator(), task_id, pause == "pause")
+        body = {"schedule": None if remove else given}
+        return schedules.update_task(_operator(), task_id, body, state.settings().scan)["schedule"]
+
+    _run(state, work)

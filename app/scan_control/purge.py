@@ -141,6 +141,7 @@ class PurgeClaim:
     cursor: int | None
     task_ids: tuple[int, ...]
     claimed_monotonic: float = 0.0  # when the claim was sent (the lease guard's start)
+    lease_seconds: float = 60.0  # the lease the claim took (each renewal extends by it)
 
 
 def claim_next_purge(*, lease_seconds: float) -> PurgeClaim | None:
@@ -178,6 +179,7 @@ def claim_next_purge(*, lease_seconds: float) -> PurgeClaim | None:
         cursor=row.cursor,
         task_ids=tuple(tree) or (row.task_id,),
         claimed_monotonic=sent,
+        lease_seconds=lease_seconds,
     )
 
 
@@ -348,3 +350,29 @@ def delete_runs(run_ids: list[int]) -> int:
         for task_id in sorted(set(tasks)):
             aggregate_task_status(conn, task_id)
     return len(tasks)
+
+
+def all_execution_ids(task_ids: tuple[int, ...]) -> list[int]:
+    with transaction() as conn:
+        return list(
+            conn.execute(
+                sa.text("SELECT id FROM scan_executions WHERE task_id = ANY(:ids)"),
+                {"ids": list(task_ids)},
+            ).scalars()
+        )
+
+
+def postpone(claim: PurgeClaim, seconds: float) -> None:
+    """Release the purge (phase and cursor kept) until ``seconds`` from now."""
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                f"""
+                UPDATE task_purges
+                   SET claim_token = NULL, lease_expires_at = NULL,
+                       available_at = now() + make_interval(secs => :wait)
+                 WHERE {_OWNED}
+                """  # noqa: S608 - _OWNED is a module constant; values are bound
+            ),
+            {"task_id": claim.task_id, "token": claim.claim_token, "wait": seconds},
+        )

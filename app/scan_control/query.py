@@ -17,6 +17,7 @@ from app.analysis.queries import execution_change_counts, task_change_counts
 from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.scan_control.runs import RUN_SELECT, resolve_run, run_from_row
+from app.scan_control.schedule_store import schedule_view
 from app.sql_filters import Filters
 
 TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed", "cancelled")
@@ -136,6 +137,7 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
             {"id": task_id},
         ).scalars()
     )
+    task["schedule"] = schedule_view(conn, task_id)
     return task
 
 

@@ -53,7 +53,7 @@ _HOST_EXECUTIONS = sa.text(
     SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,
            e.finished_at, e.profile
       FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
-     WHERE t.owner_id = :owner_id AND e.kind = 'ports'
+     WHERE t.owner_id = :owner_id AND e.kind = 'ports' AND t.deleted_at IS NULL
        AND EXISTS (
            SELECT 1 FROM jsonb_array_elements_text(e.targets) target
             WHERE target ~ '^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$'

@@ -438,3 +438,15 @@ def cancel_run(user: User | None, task_id: int, run_id: int) -> Run:
         run = get_run(conn, task_id, run_id)
     emit("TaskRunCancelled", task_id=task_id, run_id=run_id, executions=len(cancelled))
     return run
+
+
+def results_scope(user: User, task_id: int, run_id: int | None) -> list[int]:
+    """The executions whose results a task's results show: those of run ``run_id``, by
+    default the latest finished run (or the latest run before any finished); ``NotFound``
+    for a task the user may not see or a run not of this task."""
+    with transaction() as conn:
+        _visible_task(conn, user, task_id)
+        run = resolve_run(conn, task_id, run_id)
+        if run is None:
+            return []
+        return run_execution_ids(conn, run)

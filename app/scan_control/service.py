@@ -7,6 +7,7 @@ of ``creation`` and ``query``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from app.analysis.queries import task_change_counts
@@ -15,16 +16,27 @@ from app.db import transaction
 from app.errors import NotFound
 from app.identity.users import User
 from app.observability import emit
+from app.scan_control import schedule_store
 from app.scan_control.creation import TaskRequest, create_task
 from app.scan_control.query import Page, get_task, list_executions, list_tasks, task_visible
+from app.scan_control.schedule_rules import ScheduleSpec
 
 
 def create_task_for(
-    user: User, task_request: TaskRequest, *, limits: ScanSettings, via: str = "api"
+    user: User,
+    task_request: TaskRequest,
+    *,
+    limits: ScanSettings,
+    via: str = "api",
+    schedule: ScheduleSpec | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """Create the task (and run 1 unless import-only); returns the task as the API shows it."""
+    """Create the task (and run 1 unless import-only), with its schedule when given (its
+    first fire time counted from ``now``); returns the task as the API shows it."""
     with transaction() as conn:
         task_id = create_task(conn, owner_id=user.id, request=task_request, limits=limits)
+        if schedule is not None:
+            schedule_store.save(conn, task_id, schedule, now=now or datetime.now(UTC))
         task = get_task(conn, user, task_id)
     assert task is not None
     emit(

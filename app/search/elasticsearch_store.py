@@ -600,12 +600,22 @@ class ElasticsearchStore:
         self._ensure_ready()
         return self._removals.delete_execution_endpoints(ids)
 
-    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
+    def execution_results(
+        self,
+        task_id: int,
+        *,
+        cursor: str | None,
+        limit: int,
+        execution_ids: Sequence[int] | None = None,
+    ) -> ResultsPage:
         """At most ``limit`` endpoints of a task sorted by (ip, port, transport, execution),
         ``search_after`` the cursor's position; the first page also walks the IP
         composite aggregation once for the exact totals (ING-10)."""
         position = decode_results_cursor(cursor)
-        query = {"bool": {"filter": [{"term": {"task_id": task_id}}]}}
+        filters: list[dict[str, Any]] = [{"term": {"task_id": task_id}}]
+        if execution_ids is not None:
+            filters.append({"terms": {"execution_id": list(execution_ids)}})
+        query = {"bool": {"filter": filters}}
         total: int | None = None
         if position is None:
             total, total_ips = self._walk_ips(query)

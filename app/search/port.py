@@ -377,8 +377,16 @@ class SearchStore(Protocol):
     def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
         """Delete execution-scope endpoint documents by id; one already gone is a success."""
 
-    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        """A task's execution-scope endpoints, grouped by IP (ING-10).
+    def execution_results(
+        self,
+        task_id: int,
+        *,
+        cursor: str | None,
+        limit: int,
+        execution_ids: Sequence[int] | None = None,
+    ) -> ResultsPage:
+        """A task's execution-scope endpoints, grouped by IP (ING-10); with
+        ``execution_ids``, those executions' only (one run's), totals included.
 
         ``limit`` counts endpoints: a page holds at most ``limit`` of them, in
         address order (IPv4 as IPv4-mapped IPv6, like the ES ``ip`` type), then

@@ -124,9 +124,17 @@ class PostgresQueries:
             dns_records=int(row.dns_records),
         )
 
-    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        """One page of at most ``limit`` endpoints of a task, by (ip_order, port,
-        transport, execution_id) after the cursor's position.
+    def execution_results(
+        self,
+        task_id: int,
+        *,
+        cursor: str | None,
+        limit: int,
+        execution_ids: Sequence[int] | None = None,
+    ) -> ResultsPage:
+        """One page of at most ``limit`` endpoints of a task (of ``execution_ids`` only,
+        when given: one run's), by (ip_order, port, transport, execution_id) after the
+        cursor's position.
 
         The page is one range of ``ix_search_execution_endpoints_task_order`` read up to
         ``limit + 1`` entries, whatever the planner believes about the task: a running
@@ -137,14 +145,18 @@ class PostgresQueries:
 
         def page(conn: Connection) -> tuple[list[Any], int | None, int]:
             total_endpoints = None
+            ids = list(execution_ids) if execution_ids is not None else None
             if position is None:
-                total_endpoints, total_ips = task_result_totals(conn, task_id)
+                total_endpoints, total_ips = task_result_totals(conn, task_id, ids)
             else:
                 total_ips = position.total_ips
             params: dict[str, Any] = {"task_id": task_id, "limit": limit + 1}
             after = ""
+            if ids is not None:
+                after = RESULTS_OF_EXECUTIONS
+                params["execution_ids"] = ids
             if position is not None:
-                after = RESULTS_AFTER
+                after += RESULTS_AFTER
                 params.update(
                     c_ip=ip_order_text(position.ip),
                     c_port=position.port,
@@ -266,6 +278,7 @@ RESULTS_PAGE = f"""
      ORDER BY t.ip_order, t.port, t.transport, t.execution_id
      LIMIT :limit
 """  # noqa: S608 - table and column names are module constants; values are bound
+RESULTS_OF_EXECUTIONS = " AND t.execution_id = ANY(:execution_ids)"
 RESULTS_AFTER = (
     " AND (t.ip_order, t.port, t.transport, t.execution_id)"
     " > (CAST(:c_ip AS inet), :c_port, :c_transport, :c_execution)"
@@ -278,7 +291,10 @@ RESULTS_AFTER = (
 # may have seen the same address. Neither reads the task's endpoint rows.
 RESULT_TOTALS = f"""
     WITH executions AS (
-        SELECT execution_id, endpoints, ips FROM {ENDPOINT_COUNTS_TABLE} WHERE task_id = :task_id
+        SELECT execution_id, endpoints, ips FROM {ENDPOINT_COUNTS_TABLE}
+         WHERE task_id = :task_id
+           AND (CAST(:execution_ids AS bigint[]) IS NULL
+                OR execution_id = ANY(CAST(:execution_ids AS bigint[])))
     )
     SELECT coalesce(sum(endpoints), 0) AS endpoints,
            CASE WHEN count(*) <= 1 THEN coalesce(sum(ips), 0)
@@ -289,9 +305,14 @@ RESULT_TOTALS = f"""
 """  # noqa: S608 - table and column names are module constants; values are bound
 
 
-def task_result_totals(conn: Connection, task_id: int) -> tuple[int, int]:
-    """(endpoints, distinct addresses) of a task's execution endpoints (ING-10)."""
-    row = conn.execute(sa.text(RESULT_TOTALS), {"task_id": task_id}).one()
+def task_result_totals(
+    conn: Connection, task_id: int, execution_ids: list[int] | None = None
+) -> tuple[int, int]:
+    """(endpoints, distinct addresses) of a task's execution endpoints (ING-10), of
+    ``execution_ids`` only when given."""
+    row = conn.execute(
+        sa.text(RESULT_TOTALS), {"task_id": task_id, "execution_ids": execution_ids}
+    ).one()
     return int(row.endpoints), int(row.ips)
 
 

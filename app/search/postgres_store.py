@@ -351,8 +351,17 @@ class PostgresStore:
     def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
         return self._removals.delete_execution_endpoints(ids)
 
-    def execution_results(self, task_id: int, *, cursor: str | None, limit: int) -> ResultsPage:
-        return self._queries.execution_results(task_id, cursor=cursor, limit=limit)
+    def execution_results(
+        self,
+        task_id: int,
+        *,
+        cursor: str | None,
+        limit: int,
+        execution_ids: Sequence[int] | None = None,
+    ) -> ResultsPage:
+        return self._queries.execution_results(
+            task_id, cursor=cursor, limit=limit, execution_ids=execution_ids
+        )
 
     def search_assets(self, query: AssetQuery) -> AssetPage:
         return self._queries.search_assets(query)

@@ -87,6 +87,7 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     ops_pages,
     report_pages,
     scanner_pages,
+    schedule_pages,
     session_pages,
     task_pages,
     traffic_pages,

@@ -27,6 +27,7 @@ from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.schedule_pages import schedule_for_page
 
 PAGE_SIZE = 50
 RUNS_SHOWN = 20
@@ -151,6 +152,7 @@ def task_detail(task_id: int):
         changes=changes,
         change_kinds=CHANGE_KINDS,
         runs=[r.public() for r in task_runs],
+        schedule=schedule_for_page(task_id),
     )
 
 
@@ -159,7 +161,10 @@ def task_detail(task_id: int):
 def task_results(task_id: int):
     task = service.find_task(signed_in_user(), task_id)
     cursor = request.args.get("cursor") or None
-    page = context.store().execution_results(task_id, cursor=cursor, limit=PAGE_SIZE)
+    executions = runs.results_scope(signed_in_user(), task_id, None)  # the latest run's
+    page = context.store().execution_results(
+        task_id, cursor=cursor, limit=PAGE_SIZE, execution_ids=executions
+    )
     next_url = (
         url_for("web.task_results", task_id=task_id, cursor=page.next_cursor)
         if page.next_cursor

@@ -113,7 +113,7 @@ def test_a_run_with_mixed_outcomes_is_partial(api):
 
 
 def test_existing_executions_become_run_1_of_their_task(empty_database_url):
-    migrations.upgrade(empty_database_url, "20261202_0810")
+    migrations.upgrade(empty_database_url, "20261202_1100")
     engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -240,3 +240,68 @@ def test_a_cancelled_execution_answers_renewal_and_upload_with_execution_cancell
     )
     assert upload.status_code == 409
     assert upload.get_json()["error"]["code"] == "execution_cancelled"
+
+
+def test_results_changes_and_exports_default_to_the_latest_finished_run(api):
+    from tests.support.scanner_protocol import claim, observation
+
+    user = api.user()
+    scanner = api.scanner()
+    task = _create_task(user, targets=["198.51.100.0/30"], ports="22,80")
+    first_run = task["latest_run"]["id"]
+    assert claim(scanner).final(0, [observation("198.51.100.1", 22)]).status_code == 200
+    second = user.post(f"/api/tasks/{task['id']}/runs").get_json()["run"]
+    # Run 2 is not finished: results still show run 1.
+    page = user.get(f"/api/tasks/{task['id']}/results").get_json()
+    assert [(i["ip"], i["port"]) for i in page["items"]] == [("198.51.100.1", 22)]
+    assert claim(scanner).final(0, [observation("198.51.100.2", 80)]).status_code == 200
+
+    latest = user.get(f"/api/tasks/{task['id']}/results").get_json()
+    assert [(i["ip"], i["port"]) for i in latest["items"]] == [("198.51.100.2", 80)]
+    assert latest["total_endpoints"] == 1 and latest["total_ips"] == 1
+    older = user.get(f"/api/tasks/{task['id']}/results?run={first_run}").get_json()
+    assert [(i["ip"], i["port"]) for i in older["items"]] == [("198.51.100.1", 22)]
+    missing = user.get(f"/api/tasks/{task['id']}/results?run=999999")
+    assert missing.status_code == 404 and missing.get_json()["error"]["code"] == "run_not_found"
+    bad = user.get(f"/api/tasks/{task['id']}/results?run=x")
+    assert bad.status_code == 400
+
+    export = user.post(f"/api/tasks/{task['id']}/exports?run={first_run}", json={"format": "csv"})
+    assert export.status_code == 202
+    with transaction() as conn:
+        executions = conn.execute(
+            sa.text("SELECT execution_ids FROM exports WHERE id = :id"),
+            {"id": export.get_json()["export"]["id"]},
+        ).scalar()
+        first_executions = conn.execute(
+            sa.text("SELECT array_agg(id) FROM scan_executions WHERE run_id = :r"),
+            {"r": first_run},
+        ).scalar()
+    assert list(executions) == list(first_executions)
+    changes = user.get(f"/api/tasks/{task['id']}/changes").get_json()
+    assert changes["run_id"] == second["id"]
+    compare = user.get(f"/api/tasks/{task['id']}/changes?from_run={first_run}")
+    assert compare.status_code == 400
+    assert compare.get_json()["error"]["details"]["parameter"] == "to_run"
+
+
+def test_reports_show_the_latest_finished_run_and_do_not_wait_for_a_newer_one(api):
+    from app.reports import capture
+    from tests.support.scanner_protocol import claim, observation
+
+    user = api.user()
+    task = _create_task(user, targets=["198.51.100.0/30"], ports="22")
+    with transaction() as conn:
+        assert capture._pending_executions(conn, [task["id"]]) == 1  # run 1 not done
+    assert claim(api.scanner()).final(0, [observation("198.51.100.1", 22)]).status_code == 200
+    second = user.post(f"/api/tasks/{task['id']}/runs").get_json()["run"]
+    with transaction() as conn:
+        latest = capture._latest_executions(conn, [task["id"]])
+        pending = capture._pending_executions(conn, [task["id"]])
+        first_run_executions = conn.execute(
+            sa.text("SELECT array_agg(id) FROM scan_executions WHERE run_id = :r"),
+            {"r": task["latest_run"]["id"]},
+        ).scalar()
+    assert [row.id for row in latest] == list(first_run_executions)
+    assert pending == 0  # run 2 (queued) does not hold the report back
+    assert second["status"] == "queued"

@@ -122,6 +122,26 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert len(before_user) == ENDPOINTS + 20
     kept_before = [a for a in before_user if a[4] == kept_execution]
 
+    from app.exports.records import insert_export
+    from app.object_store import open_object_store
+
+    objects = open_object_store(settings)
+    with transaction() as conn:
+        export = insert_export(
+            conn,
+            owner_id=owner,
+            task_id=doomed_task,
+            task_name="doomed",
+            fmt="csv",
+            execution_ids=[doomed_execution],
+        )
+        conn.execute(
+            sa.text("UPDATE exports SET status = 'ready', object_key = :k WHERE id = :id"),
+            {"k": f"exports/doomed-{export.id}.csv", "id": export.id},
+        )
+    objects.put(f"exports/doomed-{export.id}.csv", b"ip,port\n", "text/csv")
+    assert objects.exists(f"exports/doomed-{export.id}.csv")
+
     status = purge.request_delete(admin, doomed_task)
     assert status["status"] == "queued" and status["phase"] == "assets"
     with pytest.raises(Exception) as again:
@@ -150,6 +170,8 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert row.removed["execution_endpoints"] == ENDPOINTS
     assert row.removed["facts"] == 300
     assert row.removed["executions"] == 1 and row.removed["tasks"] == 1
+    assert row.removed["exports"] == 1
+    assert not objects.exists(f"exports/doomed-{export.id}.csv")
 
     assert _leftovers([doomed_task], [doomed_execution]) == {}
     after_user, after_global = _assets(owner)
@@ -214,3 +236,77 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     assert _leftovers([doomed_task], [doomed_execution]) == {}
     after_user, _ = _assets(owner)
     assert len(after_user) == SHARED + 20
+
+
+def test_runs_beyond_keep_runs_are_purged_with_their_executions(api, settings):
+    from tests.support.scanner_protocol import claim, observation
+
+    user = api.user()
+    scanner = api.scanner()
+    created = user.post(
+        "/api/tasks", json={"name": "kept", "targets": ["198.51.100.0/30"], "ports": "22"}
+    ).get_json()["task"]
+    for number in range(1, 5):
+        if number > 1:
+            assert user.post(f"/api/tasks/{created['id']}/runs").status_code == 201
+        final = claim(scanner).final(0, [observation(f"198.51.100.{number % 3 + 1}", 22)])
+        assert final.status_code == 200
+    with transaction() as conn:
+        old_executions = list(
+            conn.execute(
+                sa.text(
+                    "SELECT e.id FROM scan_executions e JOIN task_runs r ON r.id = e.run_id "
+                    "WHERE r.task_id = :t AND r.number <= 2"
+                ),
+                {"t": created["id"]},
+            ).scalars()
+        )
+    keep_two = settings.replace(scan={"keep_runs": 2})
+    store = PostgresStore(settings)
+    runs, executions = task_purge.purge_old_runs(keep_two, store)
+    assert (runs, executions) == (2, 2)
+    listed = user.get(f"/api/tasks/{created['id']}/runs").get_json()["items"]
+    assert [r["number"] for r in listed] == [4, 3]
+    leftovers = _leftovers([-1], old_executions)
+    assert leftovers == {}
+    assert task_purge.purge_old_runs(keep_two, store) == (0, 0)
+    task = user.get(f"/api/tasks/{created['id']}").get_json()["task"]
+    assert task["status"] == "succeeded" and task["latest_run"]["number"] == 4
+    results = user.get(f"/api/tasks/{created['id']}/results").get_json()
+    assert results["total_endpoints"] == 1
+
+
+def test_a_projection_in_flight_is_waited_out_before_the_asset_sweep(api, settings, world):
+    store, owner, doomed_task, doomed_execution, _, _ = world
+    admin = User(id=owner, username="owner", is_admin=True, disabled=False)
+    with transaction() as conn:  # a projection worker holds the execution's outbox row
+        conn.execute(
+            sa.text(
+                "UPDATE scan_projection_outbox SET processed_at = NULL, phase = 'pages', "
+                "claim_token = gen_random_uuid(), lease_expires_at = now() + interval '30 s' "
+                "WHERE execution_id = :e"
+            ),
+            {"e": doomed_execution},
+        )
+    purge.request_delete(admin, doomed_task)
+    job = task_purge.TaskPurgeJob(settings)
+    job._store = store
+    ctx = _context(settings)
+    job.run(ctx, job.claim(ctx))
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT status, phase, claim_token, available_at > now() + interval '20 s' "
+                "AS later FROM task_purges WHERE task_id = :t"
+            ),
+            {"t": doomed_task},
+        ).one()
+        outbox_rows = conn.execute(
+            sa.text("SELECT count(*) FROM scan_projection_outbox WHERE execution_id = :e"),
+            {"e": doomed_execution},
+        ).scalar()
+    assert outbox_rows == 0  # never projected from now on
+    assert row.phase == "assets" and row.claim_token is None and row.later
+    assert job.claim(ctx) is None  # not before the projection's lease ran out
+    before, _ = _assets(owner)
+    assert len(before) == ENDPOINTS + 20  # nothing swept yet

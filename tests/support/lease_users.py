@@ -22,6 +22,7 @@ from app.exports import records as export_records
 from app.projection import outbox
 from app.reports import delivery
 from app.reports import records as report_records
+from app.scan_control import purge as task_purge
 from jobs.base import claim_periodic
 
 
@@ -81,6 +82,12 @@ USERS: dict[str, LeaseUser] = {
             lambda w: w.renew(),
             lambda w: ("runner_periodic_jobs", "name", w.name),
         ),
+        LeaseUser(
+            "task_purges",
+            lambda lease: task_purge.claim_next_purge(lease_seconds=lease),
+            lambda w: task_purge.PURGE_ROWS.renew(w.task_id, w.claim_token, w.lease_seconds),
+            lambda w: ("task_purges", "task_id", w.task_id),
+        ),
     )
 }
 
@@ -102,7 +109,7 @@ def token_of(work: Any) -> object:
 def make_work_for_every_user(api) -> None:
     """One unit of work in each queue: a scanned execution whose projection is done (the
     analysis queue's), one still to project (the outbox's), an export and a report, a
-    queued delivery of that report."""
+    queued delivery of that report, a deleted task's purge."""
     from tests.support.scanner_protocol import claim, make_task, observation
 
     projected = api.user()
@@ -116,6 +123,9 @@ def make_work_for_every_user(api) -> None:
     task = make_task(user, targets=("192.0.2.0/30",), ports="22")
     upload = claim(api.scanner())
     assert upload.final(0, [observation("192.0.2.1", 22)]).status_code == 200
+    doomed = make_task(user, targets=("192.0.2.8/30",), ports="22")
+    deleted = user.client.delete(f"/api/tasks/{doomed['id']}", headers=user._headers(None))
+    assert deleted.status_code == 202, deleted.get_json()  # a queued task purge
     exported = user.post(f"/api/tasks/{task['id']}/exports", json={"format": "csv"})
     assert exported.status_code == 202, exported.get_json()
     definition = user.post(

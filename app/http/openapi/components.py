@@ -50,6 +50,12 @@ SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"},
             "status": {"type": "string"},
             "execution_count": {"type": "integer"},
+            "scan": {"type": "boolean", "description": "false: an import-only task"},
+            "latest_run": {
+                "type": ["object", "null"],
+                "description": "the task's newest run (id, number, status, trigger, times, counts)",
+            },
+            "schedule": {"oneOf": [{"$ref": "#/components/schemas/Schedule"}, {"type": "null"}]},
         },
     },
     "TaskRequest": {
@@ -81,6 +87,49 @@ SCHEMAS: dict[str, Any] = {
                 "default": True,
                 "description": "false: an import-only task; nothing is queued, each import "
                 "becomes a run",
+            },
+            "schedule": {
+                "oneOf": [{"$ref": "#/components/schemas/ScheduleRequest"}, {"type": "null"}]
+            },
+        },
+    },
+    "ScheduleRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "Either cron (with timezone, default UTC) or every_seconds "
+        "(at least [scan] min_schedule_seconds). docs/schedules.md",
+        "properties": {
+            "cron": {"type": "string", "example": "0 3 * * *"},
+            "timezone": {"type": "string", "example": "Europe/Berlin"},
+            "every_seconds": {"type": "integer", "minimum": 1, "example": 3600},
+            "start_at": {"type": "string", "format": "date-time"},
+            "end_at": {"type": "string", "format": "date-time"},
+            "jitter_seconds": {"type": "integer", "minimum": 0, "default": 0},
+        },
+    },
+    "Schedule": {
+        "type": "object",
+        "required": ["paused", "next_run_at"],
+        "properties": {
+            "cron": {"type": ["string", "null"]},
+            "timezone": {"type": ["string", "null"]},
+            "every_seconds": {"type": ["integer", "null"]},
+            "start_at": {"type": ["string", "null"], "format": "date-time"},
+            "end_at": {"type": ["string", "null"], "format": "date-time"},
+            "jitter_seconds": {"type": "integer"},
+            "paused": {"type": "boolean"},
+            "next_run_at": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "when the next run starts (fire time plus jitter); null while "
+                "paused or after end_at",
+            },
+            "recent_slots": {
+                "type": "array",
+                "description": "the latest fire times handled: started (run_id) or skipped "
+                "(reason, e.g. run_active); caught_up counts the missed fire times a "
+                "catch-up run stands for",
+                "items": {"type": "object"},
             },
         },
     },

@@ -16,6 +16,7 @@ from app.http.openapi.components import (
 )
 
 _TASK = obj({"task": ref("Task")})
+_SCHEDULE = obj({"schedule": ref("Schedule")})
 
 OPERATIONS = {
     ("post", "/api/tasks"): {
@@ -45,6 +46,39 @@ OPERATIONS = {
         "parameters": [path_id("task_id")],
         "responses": {"200": json_response("the task", _TASK)},
     },
+    ("patch", "/api/tasks/{task_id}"): {
+        "summary": "Rename the task, or set, replace or remove (null) its schedule",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id")],
+        "requestBody": body(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "schedule": {
+                        "oneOf": [ref("ScheduleRequest"), {"type": "null"}],
+                    },
+                },
+            }
+        ),
+        "responses": {"200": json_response("the task", _TASK)},
+    },
+    ("post", "/api/tasks/{task_id}/schedule/pause"): {
+        "summary": "Pause the task's schedule (no runs start until resumed)",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id")],
+        "responses": {"200": json_response("the schedule", _SCHEDULE)},
+    },
+    ("post", "/api/tasks/{task_id}/schedule/resume"): {
+        "summary": "Resume the task's schedule from the next fire time after now",
+        "tags": ["tasks"],
+        "security": USER,
+        "parameters": [path_id("task_id")],
+        "responses": {"200": json_response("the schedule", _SCHEDULE)},
+    },
     ("get", "/api/tasks/{task_id}/executions"): {
         "summary": "The task's executions (one per scan job)",
         "tags": ["tasks"],
@@ -56,7 +90,16 @@ OPERATIONS = {
         "summary": "The endpoints the task's executions found, by address and port",
         "tags": ["tasks"],
         "security": USER,
-        "parameters": [path_id("task_id"), LIMIT, CURSOR],
+        "parameters": [
+            path_id("task_id"),
+            query(
+                "run",
+                {"type": "integer", "minimum": 1},
+                "the run whose results to list (default: the latest finished run)",
+            ),
+            LIMIT,
+            CURSOR,
+        ],
         "responses": {
             "200": json_response(
                 "a page of endpoints",

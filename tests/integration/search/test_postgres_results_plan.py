@@ -118,7 +118,7 @@ def test_results_pages_are_an_index_range_with_stale_statistics(postgres_store):
 
 def test_results_totals_never_read_the_tasks_rows(postgres_store):
     _stale_statistics(postgres_store)
-    plan = _explain(RESULT_TOTALS, {"task_id": NEW_TASK}, analyze=True)
+    plan = _explain(RESULT_TOTALS, {"task_id": NEW_TASK, "execution_ids": None}, analyze=True)
     relations = {node.get("Relation Name") for node in _nodes(plan)} - {None}
     assert "search_execution_endpoints" not in relations, relations
     assert "search_execution_endpoint_counts" in relations, relations
