@@ -597,6 +597,12 @@ class Settings:
     def data_dir(self) -> Path:
         return self.resolve_path(self.server.data_dir)
 
+    @property
+    def web_pid_file(self) -> Path:
+        """The web server's master pid (gunicorn ``pidfile``): how this instance's runner
+        finds this instance's web processes, and no other instance's on the same host."""
+        return self.data_dir / "run" / "web.pid"
+
     def resolve_path(self, value: str) -> Path:
         """Paths in the file are relative to the file; from env or defaults, to the cwd."""
         path = Path(value).expanduser()

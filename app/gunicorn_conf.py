@@ -15,7 +15,8 @@ The worker class is gthread with request heads read by its event loop
 (``app.gunicorn_worker``), so slow clients do not hold threads. gunicorn's
 control socket (25.1+) defaults to one path per user (``~/.gunicorn``), which
 two instances on one host would take from each other: it lives under the data
-directory, and is turned off when that path is too long for a Unix socket.
+directory, and is turned off when that path is too long for a Unix socket. The master's
+pid is written there too (``run/web.pid``) for the resource sampler.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ if len(str(_control_socket).encode()) <= 100:
     control_socket = str(_control_socket)
 else:
     control_socket_disable = True
+# The master's pid, under this instance's data directory: the runner's resource sampler
+# reads it to find this instance's web processes (not another instance's on the host).
+try:
+    _settings.web_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pidfile = str(_settings.web_pid_file)
+except OSError:
+    pass  # a read-only data directory: the sampler then sees no web processes on this host
 # A platform's grace period after SIGTERM is typically 30 s: finish in-flight requests within it.
 graceful_timeout = 25
 # Requests are logged as structured events by the app itself.

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import glob
 import json
 import logging
 import os
 import re
+import struct
 import sys
 import time
 import traceback
@@ -439,6 +441,52 @@ def register_scrape_collector(factory: Callable[[], Collector]) -> None:
     _scrape_collectors.append(factory)
 
 
+def _readable_metric_file(path: str) -> str | None:
+    """None when ``path`` reads as a metrics file, else why it cannot be read now."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    try:
+        for key, _value, _timestamp, _pos in MmapedDict.read_all_values_from_file(path):
+            json.loads(key)
+    except FileNotFoundError:
+        return "gone"  # a live gauge's file removed for its dead process meanwhile
+    except (struct.error, RuntimeError, ValueError) as exc:
+        # struct.error: shorter than its header. The process that owns the file is
+        # between creating it and sizing it (a window of a few instructions that a busy
+        # host stretches), or it was killed right there and the file stays empty.
+        return "empty" if isinstance(exc, struct.error) else "corrupt"
+    return None
+
+
+def _readable_files_collector(base: type) -> Any:
+    """prometheus_client's multiprocess collector, over the files that read whole.
+
+    Every process writing metrics creates its file (``histogram_<pid>.db`` …) the first
+    time it records one; the library's collector reads every file in the directory and
+    fails the whole scrape on one it cannot parse, so a scrape that met a file being
+    created (or left empty by a process killed while creating it) answered 500. Such a
+    file holds no sample yet: it is left out of this scrape and read once it is whole.
+    """
+
+    class ReadableFilesCollector(base):  # type: ignore[misc, valid-type]
+        def collect(self):
+            readable = []
+            for path in glob.glob(os.path.join(self._path, "*.db")):
+                problem = _readable_metric_file(path)
+                if problem is None:
+                    readable.append(path)
+                elif problem != "gone":
+                    emit(
+                        "MetricsFileSkipped",
+                        level=logging.DEBUG if problem == "empty" else logging.WARNING,
+                        file=os.path.basename(path),
+                        reason=problem,
+                    )
+            return self.merge(readable, accumulate=True)
+
+    return ReadableFilesCollector(None)
+
+
 def render_metrics() -> bytes:
     """The Prometheus text exposition for this process (or all gunicorn workers)."""
     from prometheus_client import CollectorRegistry, generate_latest
@@ -446,7 +494,7 @@ def render_metrics() -> bytes:
 
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        prometheus_multiprocess.MultiProcessCollector(registry)
+        registry.register(_readable_files_collector(prometheus_multiprocess.MultiProcessCollector))
     else:
         registry = _metric("REGISTRY")
     output = generate_latest(registry)

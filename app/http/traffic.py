@@ -7,7 +7,8 @@ validated completely before anything is written (400 names the row index and
 field) and upserted in one transaction. ``GET /api/traffic/rollups`` filters by
 domain, granularity and a ``from``/``to`` range on the bucket start: a date
 means midnight in the business time zone, a timestamp without offset is read
-in that zone too.
+in that zone too. Rows have snake_case field names; ``names=camelCase`` answers with
+netmap 0.1's names (``bucketStart`` …) for readers not yet moved (docs/upgrading.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from app.http.requests import decode_cursor, encode_cursor, json_body, page_limi
 from app.observability import emit
 from app.traffic import service as traffic_rollups
 from app.traffic.business_time import BusinessCalendar
-from app.traffic.rows import RowQuery, validate_rows
+from app.traffic.rows import RowQuery, validate_rows, with_former_names
 
 blueprint = Blueprint("traffic", __name__, url_prefix="/api/traffic")
 
@@ -90,6 +91,13 @@ def list_rollups():
             code="invalid_parameter",
             details={"parameter": "granularity", "allowed": ["5m", "day"]},
         )
+    names = request.args.get("names") or "snake_case"
+    if names not in ("snake_case", "camelCase"):
+        raise ValidationError(
+            "names must be snake_case or camelCase",
+            code="invalid_parameter",
+            details={"parameter": "names", "allowed": ["snake_case", "camelCase"]},
+        )
     start = instant_arg("from", calendar)
     end = instant_arg("to", calendar)
     if start and end and end < start:
@@ -114,6 +122,8 @@ def list_rollups():
         after=after,  # type: ignore[arg-type]
     )
     items, next_key = traffic_rollups.read_rows(query)
+    if names == "camelCase":
+        items = [with_former_names(item) for item in items]
     return jsonify(
         {
             "items": items,

@@ -2,8 +2,10 @@
 
 One runner at a time (a periodic job under a lease) samples the host it runs on
 every ``[ops] sample_seconds``: CPU, load, memory, swap, the data directory's
-volume (usage and I/O rates) and the RSS and CPU of every netmap process it can
-see on that host (the runner's own tree and gunicorn web processes). Samples
+volume (usage and I/O rates) and the RSS and CPU of this instance's processes on
+that host: the runner's own tree and the web server's (its master from the pid file
+under the data directory, ``run/web.pid``, and its workers), never another netmap
+instance's that happens to share the host. Samples
 are rows ``(sampled_at, host, metric, process, value)``; each sampling run also
 deletes rows older than ``resource_retention_hours`` and the oldest rows above
 ``resource_max_rows``, so the table stays bounded whatever the uptime.
@@ -17,6 +19,7 @@ runner still reports its own web processes).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -56,6 +59,37 @@ HOST_METRICS = (
 )
 PROCESS_METRICS = ("process_rss_bytes", "process_cpu_percent")
 METRICS = HOST_METRICS + PROCESS_METRICS
+
+
+def metric_unit(metric: str) -> str:
+    """``bytes``, ``bytes_per_second``, ``percent`` or ``""`` (a load average)."""
+    for suffix in ("bytes_per_second", "bytes", "percent"):
+        if metric.endswith("_" + suffix):
+            return suffix
+    return ""
+
+
+# What each metric is, in a reader's words (the console's tables and charts).
+METRIC_LABELS = {
+    "cpu_percent": "Host CPU used",
+    "load_1": "Load average (1 min)",
+    "load_5": "Load average (5 min)",
+    "load_15": "Load average (15 min)",
+    "memory_total_bytes": "Host memory",
+    "memory_available_bytes": "Host memory available",
+    "memory_used_percent": "Host memory used",
+    "swap_total_bytes": "Swap",
+    "swap_used_bytes": "Swap used",
+    "swap_used_percent": "Swap used",
+    "disk_total_bytes": "Data volume size",
+    "disk_free_bytes": "Data volume free",
+    "disk_used_percent": "Data volume used",
+    "disk_read_bytes_per_second": "Data volume reads",
+    "disk_write_bytes_per_second": "Data volume writes",
+    "disk_busy_percent": "Data volume busy",
+    "process_rss_bytes": "Memory (resident)",
+    "process_cpu_percent": "CPU",
+}
 
 # Rates need the previous counters; kept per sampling process (the first sample has none).
 _previous_io: dict[str, tuple[float, Any]] = {}
@@ -133,24 +167,47 @@ def _role(process: psutil.Process, runner_root: int | None) -> str | None:
     return None
 
 
-def netmap_processes(runner_root: int | None = None) -> dict[str, psutil.Process]:
-    """Processes of this host that belong to netmap, labelled ``role:pid``."""
+def _web_master(pid_file: Path) -> psutil.Process | None:
+    """The gunicorn master named by this instance's pid file, if it is still that process.
+
+    A pid file left by a master that died may name a pid the system gave to something
+    else since: the process must be a web server started before the file was written.
+    """
+    try:
+        pid = int(pid_file.read_text().strip())
+        written = pid_file.stat().st_mtime
+        process = psutil.Process(pid)
+        if "wsgi:app" not in " ".join(process.cmdline()):
+            return None
+        if process.create_time() > written + 1.0:
+            return None
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return process
+
+
+def netmap_processes(
+    runner_root: int | None = None, web_pid_file: Path | None = None
+) -> dict[str, psutil.Process]:
+    """This instance's processes on this host, labelled ``role:pid``.
+
+    The runner's process tree (``runner_root``) and the web server's: its master, read
+    from this instance's pid file (``Settings.web_pid_file``, under the data directory),
+    and the master's workers. Other netmap instances on the host (other data
+    directories) have their own pid files and trees, so their processes are not ours.
+    """
     found: dict[int, psutil.Process] = {}
+    roots = []
     if runner_root is not None:
-        try:
-            root = psutil.Process(runner_root)
-            found[root.pid] = root
+        with contextlib.suppress(psutil.Error):
+            roots.append(psutil.Process(runner_root))
+    if web_pid_file is not None and (master := _web_master(web_pid_file)) is not None:
+        roots.append(master)
+    for root in roots:
+        found[root.pid] = root
+        with contextlib.suppress(psutil.Error):
             for child in root.children(recursive=True):
                 found[child.pid] = child
-        except psutil.Error:
-            pass
-    for process in psutil.process_iter(["pid"]):
-        try:
-            cmdline = " ".join(process.cmdline())
-        except (psutil.Error, OSError):
-            continue
-        if "wsgi:app" in cmdline:
-            found.setdefault(process.pid, process)
     labelled = {}
     for pid, process in found.items():
         role = _role(process, runner_root)
@@ -192,7 +249,7 @@ def take_host_sample(
         pass
     values += [(metric, "", value) for metric, value in _io_rates(settings.data_dir)]
     seen = set()
-    for label, process in netmap_processes(runner_root).items():
+    for label, process in netmap_processes(runner_root, settings.web_pid_file).items():
         # Keep one Process object per pid so cpu_percent measures since the last sample.
         handle = _process_handles.setdefault(process.pid, process)
         seen.add(process.pid)
@@ -282,7 +339,13 @@ def series(
         key = (row.metric, row.host, row.process)
         entry = grouped.setdefault(
             key,
-            {"metric": row.metric, "host": row.host, "process": row.process or None, "points": []},
+            {
+                "metric": row.metric,
+                "unit": metric_unit(row.metric),
+                "host": row.host,
+                "process": row.process or None,
+                "points": [],
+            },
         )
         entry["points"].append([row.at.isoformat(), round(row.value, 3), round(row.peak, 3)])
     return list(grouped.values())

@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -371,7 +372,7 @@ def _capture(
             sa.text(
                 """
                 SELECT r.id, r.revision, r.period_kind, r.period_start, r.period_end,
-                       r.owner_id, r.task_id, d.name, d.recipients, d.template,
+                       r.owner_id, r.task_id, d.name, d.recipients, d.template, d.timezone,
                        extract(epoch FROM now() - r.created_at) AS age
                   FROM reports r JOIN report_definitions d ON d.id = r.definition_id
                  WHERE r.id = :id
@@ -411,15 +412,44 @@ def _capture(
         template_name=report.template,
         template=template,
         statistics=stats,
-        period={
-            "kind": report.period_kind,
-            "start": report.period_start.isoformat(),
-            "end": report.period_end.isoformat(),
-            "label": f"{report.period_start:%Y-%m-%d} to {report.period_end:%Y-%m-%d}",
-        },
+        period=period_in_zone(
+            report.period_kind, report.period_start, report.period_end, report.timezone
+        ),
         scope_label=scope_label,
         wait_for_data=waiting,
     )
+
+
+def _local_time(moment: datetime) -> str:
+    text = f"{moment:%Y-%m-%d %H:%M}"
+    if moment.second:
+        text += f":{moment:%S}"
+    return f"{text} {moment:%Z}"
+
+
+def period_in_zone(kind: str, start: datetime, end: datetime, zone: str) -> dict[str, str]:
+    """The period as a reader of the mail sees it: in the report's time zone, no microseconds.
+
+    ``start``/``end`` read like ``2026-12-01 00:00 CET``; ``start_iso``/``end_iso`` are the
+    same instants as ISO 8601 with the zone's offset, whole seconds, for templates that
+    format times themselves. The label names the local days the period covers.
+    """
+    tz = ZoneInfo(zone)
+    local_start = start.astimezone(tz).replace(microsecond=0)
+    local_end = end.astimezone(tz).replace(microsecond=0)
+    last_day = (local_end - timedelta(microseconds=1)).date() if local_end > local_start else None
+    label_end = last_day if last_day is not None else local_end.date()
+    return {
+        "kind": kind,
+        "timezone": zone,
+        "start": _local_time(local_start),
+        "end": _local_time(local_end),
+        "start_iso": local_start.isoformat(),
+        "end_iso": local_end.isoformat(),
+        "label": f"{local_start:%Y-%m-%d} to {label_end:%Y-%m-%d}"
+        if label_end != local_start.date()
+        else f"{local_start:%Y-%m-%d}",
+    }
 
 
 def input_checksum(payload: dict[str, Any]) -> str:

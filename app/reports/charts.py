@@ -13,6 +13,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 WIDTH_IN, HEIGHT_IN, DPI = 7.0, 3.0, 80
 
@@ -28,7 +29,12 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def services_chart(top_services: list[dict[str, Any]]) -> bytes:
+def _count_axis(axis: Any) -> None:
+    """A count axis: whole-number ticks only (no 0.5 endpoints), from 0, at least 0..1."""
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def services_figure(top_services: list[dict[str, Any]]) -> Figure:
     figure = Figure(figsize=(WIDTH_IN, HEIGHT_IN))
     axes = figure.add_subplot()
     names = [row["name"] for row in top_services] or ["none"]
@@ -36,10 +42,16 @@ def services_chart(top_services: list[dict[str, Any]]) -> bytes:
     axes.barh(names[::-1], counts[::-1], color="#2f80ed")
     axes.set_xlabel("endpoints")
     axes.set_title("Services")
-    return _png(figure)
+    axes.set_xlim(0, max(1, *counts))
+    _count_axis(axes.xaxis)
+    return figure
 
 
-def new_endpoints_chart(per_day: list[dict[str, Any]]) -> bytes:
+def services_chart(top_services: list[dict[str, Any]]) -> bytes:
+    return _png(services_figure(top_services))
+
+
+def new_endpoints_figure(per_day: list[dict[str, Any]]) -> Figure:
     figure = Figure(figsize=(WIDTH_IN, HEIGHT_IN))
     axes = figure.add_subplot()
     days = [row["day"] for row in per_day] or ["-"]
@@ -48,7 +60,13 @@ def new_endpoints_chart(per_day: list[dict[str, Any]]) -> bytes:
     axes.set_ylabel("new endpoints")
     axes.set_title("New endpoints per day")
     axes.tick_params(axis="x", labelrotation=30)
-    return _png(figure)
+    axes.set_ylim(0, max(1, *counts))
+    _count_axis(axes.yaxis)
+    return figure
+
+
+def new_endpoints_chart(per_day: list[dict[str, Any]]) -> bytes:
+    return _png(new_endpoints_figure(per_day))
 
 
 def report_charts(statistics: dict[str, Any]) -> dict[str, tuple[bytes, str]]:

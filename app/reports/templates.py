@@ -23,6 +23,10 @@ from app.renderer import contract as render_contract
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_TEMPLATE = "default"
 
+# "New" has one source in the default mail, subject and body alike: stats.new_endpoints,
+# the endpoints first seen in the period. The change analysis' own count of new endpoints
+# (stats.changes.new) covers only the latest scans and is 0 until they are analysed, so
+# the body shows the other change kinds from it, not a second "new".
 DEFAULT_SUBJECT = (
     "[netmap] {{ report.name }}: {{ stats.endpoints }} endpoints, "
     "{{ stats.new_endpoints }} new ({{ period.label }})"
@@ -47,10 +51,11 @@ p.note { color: #b44d12; font-size: 13px; }
 <tr><td>IP addresses</td><td class="num">{{ stats.ips }}</td></tr>
 <tr><td>New endpoints in the period</td><td class="num">{{ stats.new_endpoints }}</td></tr>
 <tr><td>Executions in the period</td><td class="num">{{ stats.executions.total }}</td></tr>
-{% if stats.changes %}<tr><td>Changes (new / changed / gone / reappeared)</td>
-<td class="num">{{ stats.changes.new }} / {{ stats.changes.changed }} /
-{{ stats.changes.gone }} / {{ stats.changes.reappeared }}</td></tr>{% endif %}
-<tr><td>Projection</td><td class="num">{{ stats.projection }}</td></tr>
+{% if stats.changes %}<tr><td>Changed / gone / reappeared in the latest scans</td>
+<td class="num">{{ stats.changes.changed }} / {{ stats.changes.gone }} /
+{{ stats.changes.reappeared }}</td></tr>
+{% if stats.changes.pending_executions %}<tr><td>Scans not compared with the previous one yet</td>
+<td class="num">{{ stats.changes.pending_executions }}</td></tr>{% endif %}{% endif %}
 </table>
 <h2>Top services</h2>
 <table class="grid" cellpadding="4" cellspacing="0">

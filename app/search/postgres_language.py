@@ -90,13 +90,8 @@ class _Spell:
         expression = FACT_SQL[c.field]
         op = _COMPARISONS[c.op]
         if kind == "text":
-            # The section test is the predicate of the partial trigram index on the
-            # expression (migration 1100); it changes no answer (no section: no value).
-            section = FACT_FIELDS[c.field][0]
-            return (
-                f"(jsonb_typeof(t.details->'{section}') = 'object' AND "
-                f"{expression} ILIKE {self.bind(like_pattern(c.value))})"
-            )
+            # Estimated from the expression's statistics (migration 1100).
+            return f"({expression} ILIKE {self.bind(like_pattern(c.value))})"
         if kind == "keyword":
             return f"({expression} = lower({self.bind(c.value)}))"
         if kind == "fingerprint":

@@ -1,4 +1,4 @@
-"""Partial sums and rollup rows: keys, adding sums, and the camelCase row shape (TRF-2).
+"""Partial sums and rollup rows: keys, adding sums, and the row shape (TRF-2).
 
 A *partial key* is ``(granularity, bucket_start_epoch, method, path)`` within one
 domain; its *sums* are the ten counters of ``logline`` (response bytes, request
@@ -104,19 +104,19 @@ class RowRenderer:
         values = list(sums)
         bucket_start, bucket_end, business_date, frozen = self._bucket(granularity, start)
         return {
-            "bucketStart": bucket_start,
-            "bucketEnd": bucket_end,
-            "businessDate": business_date,
+            "bucket_start": bucket_start,
+            "bucket_end": bucket_end,
+            "business_date": business_date,
             "granularity": granularity,
             "domain": domain,
             "method": method,
             "path": path,
-            "responseBytes": values[0],
-            "requestBytes": values[1] if values[2] else None,
-            "requestBytesKnownCount": values[2],
-            "totalRequests": values[3],
-            "statusCounts": dict(zip(STATUS_NAMES, values[STATUS_BASE + 1 :], strict=True)),
-            "sourceServer": self.source_server,
-            "generatedAt": self.generated_text,
+            "response_bytes": values[0],
+            "request_bytes": values[1] if values[2] else None,
+            "request_bytes_known_count": values[2],
+            "total_requests": values[3],
+            "status_counts": dict(zip(STATUS_NAMES, values[STATUS_BASE + 1 :], strict=True)),
+            "source_server": self.source_server,
+            "generated_at": self.generated_text,
             "frozen": frozen,
         }

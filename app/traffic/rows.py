@@ -1,7 +1,12 @@
 """Published rollup rows (``traffic_rollups``): validation, idempotent upsert, queries (TRF-2/7).
 
-Rows arrive in the API's camelCase shape, from the runner's own rollup or from
-``POST /api/traffic/rollups``. ``validate_rows`` checks every field and names
+Rows have snake_case field names like every other route (``bucket_start``,
+``total_requests`` …), from the runner's own rollup or from
+``POST /api/traffic/rollups``. The camelCase names of netmap 0.1 (``bucketStart`` …)
+are still accepted on ingest, so an nginx host running an older ``netmap traffic
+rollup`` keeps publishing while the server is upgraded first (docs/upgrading.md);
+``GET /api/traffic/rollups?names=camelCase`` answers with them for older readers.
+``validate_rows`` checks every field and names
 the row index and field of the first problem; nothing is written unless the
 whole batch is valid. ``upsert_rows`` is idempotent: a row whose values equal
 the stored ones is left untouched (``generated_at`` and ``updated_at`` stay), so
@@ -105,9 +110,54 @@ def _instant(row: dict, name: str) -> datetime:
     return parsed
 
 
+# netmap 0.1's camelCase field names → the snake_case names rows have now.
+FORMER_NAMES = {
+    "bucketStart": "bucket_start",
+    "bucketEnd": "bucket_end",
+    "businessDate": "business_date",
+    "responseBytes": "response_bytes",
+    "requestBytes": "request_bytes",
+    "requestBytesKnownCount": "request_bytes_known_count",
+    "totalRequests": "total_requests",
+    "statusCounts": "status_counts",
+    "sourceServer": "source_server",
+    "generatedAt": "generated_at",
+}
+_FORMER_BY_NAME = {name: former for former, name in FORMER_NAMES.items()}
+
+
+def with_former_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A row under netmap 0.1's camelCase names (``?names=camelCase``)."""
+    return {_FORMER_BY_NAME.get(name, name): value for name, value in row.items()}
+
+
+def _snake_case_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The row under snake_case names, and the name each field was sent under."""
+    if not any(name in FORMER_NAMES for name in row):
+        return row, {}
+    renamed: dict[str, Any] = {}
+    sent: dict[str, str] = {}
+    for name, value in row.items():
+        current = FORMER_NAMES.get(name, name)
+        if current in renamed:
+            raise _RowProblem(current, f"sent twice, as {current} and {_FORMER_BY_NAME[current]}")
+        renamed[current] = value
+        sent[current] = name
+    return renamed, sent
+
+
 def _record(row: Any) -> RollupRecord:
     if not isinstance(row, dict):
         raise _RowProblem("row", "must be an object")
+    row, sent = _snake_case_row(row)
+    try:
+        return _checked_record(row)
+    except _RowProblem as problem:
+        # Name the field as the client sent it.
+        raise _RowProblem(sent.get(problem.field, problem.field), problem.reason) from None
+
+
+def _checked_record(row: dict[str, Any]) -> RollupRecord:
     granularity = row.get("granularity")
     if granularity not in ("5m", "day"):
         raise _RowProblem("granularity", "must be 5m or day")
@@ -116,56 +166,58 @@ def _record(row: Any) -> RollupRecord:
         raise _RowProblem("domain", "must be a host name")
     method = _text(row, "method", max_length=32)
     path = _text(row, "path", max_length=MAX_PATH_BYTES)
-    start = _instant(row, "bucketStart")
-    end = _instant(row, "bucketEnd")
+    start = _instant(row, "bucket_start")
+    end = _instant(row, "bucket_end")
     length = (end - start).total_seconds()
     if granularity == "5m":
         if start.timestamp() % 300 or length != 300:
             raise _RowProblem(
-                "bucketEnd", "a 5m bucket starts on a 5-minute boundary and lasts 300 s"
+                "bucket_end", "a 5m bucket starts on a 5-minute boundary and lasts 300 s"
             )
     elif not 23 * 3600 <= length <= 25 * 3600:
-        raise _RowProblem("bucketEnd", "a day bucket lasts one business day (23 to 25 hours)")
-    raw_date = row.get("businessDate")
+        raise _RowProblem("bucket_end", "a day bucket lasts one business day (23 to 25 hours)")
+    raw_date = row.get("business_date")
     try:
         business_date = date.fromisoformat(raw_date) if isinstance(raw_date, str) else None
     except ValueError:
         business_date = None
     if business_date is None:
-        raise _RowProblem("businessDate", "must be a date such as 2026-08-01")
+        raise _RowProblem("business_date", "must be a date such as 2026-08-01")
     if abs((business_date - start.date()).days) > 1:
-        raise _RowProblem("businessDate", "must be the business date of bucketStart")
-    response_bytes = _count(row, "responseBytes")
-    known = _count(row, "requestBytesKnownCount")
-    total = _count(row, "totalRequests")
-    request_bytes = row.get("requestBytes")
+        raise _RowProblem("business_date", "must be the business date of bucket_start")
+    response_bytes = _count(row, "response_bytes")
+    known = _count(row, "request_bytes_known_count")
+    total = _count(row, "total_requests")
+    request_bytes = row.get("request_bytes")
     if request_bytes is not None:
-        request_bytes = _count(row, "requestBytes")
+        request_bytes = _count(row, "request_bytes")
     if known > total:
-        raise _RowProblem("requestBytesKnownCount", "cannot exceed totalRequests")
+        raise _RowProblem("request_bytes_known_count", "cannot exceed total_requests")
     if known == 0:
         if request_bytes:
-            raise _RowProblem("requestBytes", "must be null when requestBytesKnownCount is 0")
+            raise _RowProblem("request_bytes", "must be null when request_bytes_known_count is 0")
         request_bytes = None
     elif request_bytes is None:
-        raise _RowProblem("requestBytes", "must be an integer when requestBytesKnownCount > 0")
-    counts = row.get("statusCounts")
+        raise _RowProblem("request_bytes", "must be an integer when request_bytes_known_count > 0")
+    counts = row.get("status_counts")
     if not isinstance(counts, dict) or not set(counts) <= set(STATUS_NAMES):
-        raise _RowProblem("statusCounts", f"must be an object with keys among {list(STATUS_NAMES)}")
+        raise _RowProblem(
+            "status_counts", f"must be an object with keys among {list(STATUS_NAMES)}"
+        )
     statuses = []
     for name in STATUS_NAMES:
         value = counts.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BIGINT:
-            raise _RowProblem("statusCounts", f"{name} must be a non-negative integer")
+            raise _RowProblem("status_counts", f"{name} must be a non-negative integer")
         statuses.append(value)
     if sum(statuses) != total:
-        raise _RowProblem("statusCounts", "must add up to totalRequests")
-    source = row.get("sourceServer", "")
+        raise _RowProblem("status_counts", "must add up to total_requests")
+    source = row.get("source_server", "")
     if source is None:
         source = ""
     if not isinstance(source, str) or len(source) > 255 or "\x00" in source:
-        raise _RowProblem("sourceServer", "must be a string of at most 255 characters")
-    generated_at = _instant(row, "generatedAt")
+        raise _RowProblem("source_server", "must be a string of at most 255 characters")
+    generated_at = _instant(row, "generated_at")
     frozen = row.get("frozen", False)
     if not isinstance(frozen, bool):
         raise _RowProblem("frozen", "must be true or false")
@@ -213,7 +265,7 @@ def validate_rows(rows: Any, *, max_rows: int) -> list[RollupRecord]:
             raise ValidationError(
                 f"rows[{index}] repeats the key of an earlier row in this request",
                 code="invalid_row",
-                details={"index": index, "field": "bucketStart", "reason": "duplicate key"},
+                details={"index": index, "field": "bucket_start", "reason": "duplicate key"},
             )
         seen.add(record.key)
         records.append(record)
@@ -280,23 +332,23 @@ def _iso(value: datetime) -> str:
 def row_from_db(values: Any) -> dict[str, Any]:
     generated = values.generated_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return {
-        "bucketStart": _iso(values.bucket_start),
-        "bucketEnd": _iso(values.bucket_end),
-        "businessDate": values.business_date.isoformat(),
+        "bucket_start": _iso(values.bucket_start),
+        "bucket_end": _iso(values.bucket_end),
+        "business_date": values.business_date.isoformat(),
         "granularity": values.granularity,
         "domain": values.domain,
         "method": values.method,
         "path": values.path,
-        "responseBytes": values.response_bytes,
-        "requestBytes": values.request_bytes,
-        "requestBytesKnownCount": values.request_bytes_known_count,
-        "totalRequests": values.total_requests,
-        "statusCounts": {
+        "response_bytes": values.response_bytes,
+        "request_bytes": values.request_bytes,
+        "request_bytes_known_count": values.request_bytes_known_count,
+        "total_requests": values.total_requests,
+        "status_counts": {
             name: getattr(values, column)
             for name, column in zip(STATUS_NAMES, STATUS_COLUMNS, strict=True)
         },
-        "sourceServer": values.source_server,
-        "generatedAt": generated,
+        "source_server": values.source_server,
+        "generated_at": generated,
         "frozen": values.frozen,
     }
 
@@ -419,6 +471,22 @@ def latest_bucket(conn: Connection, *, domain: str, granularity: str) -> datetim
             """
         ),
         {"domain": domain, "granularity": granularity},
+    ).scalar()
+
+
+def earliest_bucket(
+    conn: Connection, *, domain: str, granularity: str, since: datetime
+) -> datetime | None:
+    """The oldest bucket start at or after ``since`` (one forward index probe)."""
+    return conn.execute(
+        sa.text(
+            """
+            SELECT bucket_start FROM traffic_rollups
+             WHERE domain = :domain AND granularity = :granularity AND bucket_start >= :since
+             ORDER BY bucket_start LIMIT 1
+            """
+        ),
+        {"domain": domain, "granularity": granularity, "since": since},
     ).scalar()
 
 

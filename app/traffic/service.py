@@ -7,7 +7,7 @@ write in their own transactions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.db import transaction
@@ -33,9 +33,20 @@ def list_domains(*, limit: int) -> tuple[list[str], bool]:
         return rows.domains(conn, limit=limit)
 
 
-def latest_bucket(*, domain: str, granularity: str) -> datetime | None:
+def default_range(
+    *, domain: str, granularity: str, span: timedelta, min_span: timedelta, bucket: timedelta
+) -> tuple[datetime, datetime]:
+    """No range given: up to the newest bucket, from the first one within ``span`` (at
+    least ``min_span``), so a short history fills the chart."""
     with transaction() as conn:
-        return rows.latest_bucket(conn, domain=domain, granularity=granularity)
+        latest = rows.latest_bucket(conn, domain=domain, granularity=granularity)
+        end = (latest + bucket) if latest else datetime.now(UTC)
+        start = end - span
+        if latest is not None:
+            first = rows.earliest_bucket(conn, domain=domain, granularity=granularity, since=start)
+            if first is not None:
+                start = min(max(start, first), end - min_span)
+    return start, end
 
 
 def bounded_series(

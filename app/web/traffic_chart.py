@@ -6,8 +6,10 @@ points into numbers only (polyline coordinates, tick positions, axis labels),
 and the template writes the SVG with autoescaping, so nothing a rollup or a
 query argument carries is ever spliced into markup here. Two panels share the
 time axis, as in the PNG chart of ``netmap traffic chart``: requests per
-bucket, and response/request bytes per bucket. 5-minute series are steps with
-empty buckets drawn as zero; day series are points joined by lines.
+bucket, and response/request bytes per bucket. Both are steps, one per bucket
+(5-minute series with empty buckets drawn as zero), so even a single bucket is a
+visible bar. Time labels sit on round local times (every 5, 10, 15, 30 minutes,
+hours or days, as many as fit) and count labels are whole numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ TOP = 30  # room for the first panel's name
 GAP = 60  # between the panels: the top panel's x labels and the next panel's name
 BOTTOM = 40
 FIVE_MINUTES = timedelta(minutes=5)
-X_TICKS = 6
+ONE_DAY = timedelta(days=1)
+X_TICKS = 6  # at most
+# Distances between time labels, the smallest that keeps them to X_TICKS is used.
+_TIME_STEPS = tuple(timedelta(minutes=m) for m in (5, 10, 15, 30, 60, 120, 180, 360, 720)) + tuple(
+    timedelta(days=d) for d in (1, 2, 7, 14, 28, 56, 91, 182, 364)
+)
+EDGE = 40  # a label this close to an end of the axis is anchored inside the chart
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 Point = tuple[datetime, int, int, int]
@@ -133,21 +141,22 @@ def build_chart(
     def y_of(value: int, top: float, maximum: float) -> float:
         return round(top + PANEL_HEIGHT - value / maximum * PANEL_HEIGHT, 1)
 
+    width = FIVE_MINUTES if granularity == "5m" else ONE_DAY
+
     def coordinates(index: int, top: float, maximum: float) -> str:
         pairs: list[str] = []
         for point in series:
             y = y_of(point[index], top, maximum)
-            if granularity == "5m":
-                pairs.append(f"{x_of(point[0])},{y}")
-                pairs.append(f"{x_of(point[0] + FIVE_MINUTES)},{y}")
-            else:
-                pairs.append(f"{x_of(point[0])},{y}")
+            pairs.append(f"{x_of(point[0])},{y}")
+            pairs.append(f"{x_of(point[0] + width)},{y}")
         return " ".join(pairs)
 
-    def y_ticks(top: float, maximum: float, label) -> list[Tick]:
+    def y_ticks(top: float, maximum: float, label, *, whole: bool) -> list[Tick]:
+        # The middle line only where it is a value the axis can have (no 0.5 requests).
+        shares = (0, 0.5, 1) if not whole or (maximum / 2).is_integer() else (0, 1)
         return [
             Tick(y_of(int(maximum * share), top, maximum), label(maximum * share))
-            for share in (0, 0.5, 1)
+            for share in shares
         ]
 
     panels = [
@@ -156,7 +165,7 @@ def build_chart(
             top=tops[0],
             bottom=tops[0] + PANEL_HEIGHT,
             lines=[Line("requests", "requests", coordinates(1, tops[0], requests_max))],
-            y_ticks=y_ticks(tops[0], requests_max, format_count),
+            y_ticks=y_ticks(tops[0], requests_max, format_count, whole=True),
         ),
         Panel(
             name=f"Bytes ({unit})",
@@ -166,15 +175,26 @@ def build_chart(
                 Line("response-bytes", "response bytes", coordinates(2, tops[1], bytes_max)),
                 Line("request-bytes", "request bytes", coordinates(3, tops[1], bytes_max)),
             ],
-            y_ticks=y_ticks(tops[1], bytes_max, lambda v: format_count(round(v / unit_size, 1))),
+            y_ticks=y_ticks(
+                tops[1],
+                bytes_max,
+                lambda v: format_count(round(v / unit_size, 1)),
+                whole=unit_size == 1,
+            ),
         ),
     ]
-    label_format = "%m-%d %H:%M" if granularity == "5m" else "%Y-%m-%d"
-    x_ticks = []
-    for index in range(X_TICKS):
-        moment = start + (end - start) * index / (X_TICKS - 1)
-        anchor = "start" if index == 0 else "end" if index == X_TICKS - 1 else "middle"
-        x_ticks.append(Tick(x_of(moment), moment.astimezone(tz).strftime(label_format), anchor))
+    x_ticks = [
+        Tick(
+            x_of(moment),
+            label,
+            "start"
+            if x_of(moment) < LEFT + EDGE
+            else "end"
+            if x_of(moment) > WIDTH - RIGHT - EDGE
+            else "middle",
+        )
+        for moment, label in time_ticks(start, end, tz, granularity)
+    ]
     every = "5 minutes" if granularity == "5m" else "day"
     title = f"{domain}: traffic per {every}"
     described = (
@@ -193,6 +213,34 @@ def build_chart(
         x_ticks=x_ticks,
         empty=not points,
     )
+
+
+def time_ticks(
+    start: datetime, end: datetime, tz: tzinfo, granularity: str
+) -> list[tuple[datetime, str]]:
+    """Labelled moments on round local times within [start, end], at most X_TICKS of them."""
+    span = end - start
+    smallest = FIVE_MINUTES if granularity == "5m" else ONE_DAY
+    step = next(
+        (s for s in _TIME_STEPS if s >= smallest and span / s <= X_TICKS - 1), _TIME_STEPS[-1]
+    )
+    local_start = start.astimezone(tz)
+    origin = local_start.replace(hour=0, minute=0, second=0, microsecond=0)
+    moment = origin + math.ceil((local_start - origin) / step) * step
+    ticks: list[tuple[datetime, str]] = []
+    last_day = None
+    while moment <= end and len(ticks) < X_TICKS:
+        local = moment.astimezone(tz)
+        if step >= ONE_DAY:
+            label = f"{local:%Y-%m-%d}"
+        elif local.date() != last_day:
+            label = f"{local:%m-%d %H:%M}"  # the date where a day starts, then times
+        else:
+            label = f"{local:%H:%M}"
+        last_day = local.date()
+        ticks.append((moment, label))
+        moment += step
+    return ticks
 
 
 def _local(moment: datetime, tz: tzinfo) -> str:

@@ -8,14 +8,16 @@ midnight in the business time zone) and is bounded: at most three days of
 number of buckets through the primary key's (domain, granularity, bucket_start)
 range, whatever the table holds, and reads at most ``MAX_ROWS`` rollup rows (one
 per path and bucket): past that the chart stops at the last complete bucket and
-says so. Without a range the page shows the time up to
-the domain's newest bucket. The domain list is a skip scan capped at
+says so. Without a range the page shows the last day (5-minute buckets) or month
+(day buckets) up to the domain's newest bucket, starting at its first bucket when that
+is later, and never less than an hour (a week of days): a domain with one bucket so
+far gets a chart of that bucket, not a day-wide empty axis. The domain list is a skip scan capped at
 ``MAX_DOMAINS``. A bad argument shows the form again with the message (400).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from flask import render_template, request
 
@@ -31,6 +33,7 @@ from app.web.traffic_chart import build_chart, format_bytes
 MAX_DOMAINS = 500
 BUCKET = {"5m": timedelta(minutes=5), "day": timedelta(days=1)}
 DEFAULT_SPAN = {"5m": timedelta(days=1), "day": timedelta(days=31)}
+MIN_DEFAULT_SPAN = {"5m": timedelta(hours=1), "day": timedelta(days=7)}
 MAX_SPAN = {"5m": timedelta(days=3), "day": timedelta(days=400)}
 MAX_DOMAIN_CHARS = 253
 # Rollup rows one page view aggregates at most: a busy domain has one row per path per
@@ -50,12 +53,10 @@ def _granularity() -> str:
 
 
 def _range(
-    start: datetime | None, end: datetime | None, granularity: str, latest: datetime | None
+    start: datetime | None, end: datetime | None, granularity: str
 ) -> tuple[datetime, datetime]:
     span = DEFAULT_SPAN[granularity]
     try:
-        if start is None and end is None:
-            end = (latest + BUCKET[granularity]) if latest else datetime.now(UTC)
         if start is None:
             start = end - span  # type: ignore[operator]
         if end is None:
@@ -107,10 +108,15 @@ def traffic():
         domain, granularity = values["domain"], values["granularity"]
     if error is None and domain:
         try:
-            latest = None
             if start is None and end is None:
-                latest = traffic_rollups.latest_bucket(domain=domain, granularity=granularity)
-            start, end = _range(start, end, granularity, latest)
+                start, end = traffic_rollups.default_range(
+                    domain=domain,
+                    granularity=granularity,
+                    span=DEFAULT_SPAN[granularity],
+                    min_span=MIN_DEFAULT_SPAN[granularity],
+                    bucket=BUCKET[granularity],
+                )
+            start, end = _range(start, end, granularity)
             points, cut = traffic_rollups.bounded_series(
                 domain=domain,
                 granularity=granularity,

@@ -570,3 +570,74 @@ def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
         assert browser.execute_script(_SIDEWAYS) > 1
         assert len(browser.execute_script(_UNNAMED_CONTROLS)) == 1
         assert len(browser.execute_script(_LOW_CONTRAST)) == 1
+
+
+# The asset filter bar's geometry: how far it reaches past its own box and past the page,
+# and every label that ended a line while its field started the next one.
+_FILTER_BAR = """
+const form = document.getElementById('asset-search');
+const box = form.getBoundingClientRect();
+const split = [];
+for (const label of form.querySelectorAll('label[for]')) {
+  const field = document.getElementById(label.htmlFor);
+  const a = label.getBoundingClientRect(), b = field.getBoundingClientRect();
+  if (b.top >= a.bottom - 1) split.push(label.htmlFor);
+}
+const controls = Array.from(form.querySelectorAll('input:not([type=hidden]), select, button'));
+return {
+  overflow: form.scrollWidth - form.clientWidth,
+  past_page: Math.max(...controls.map(c => c.getBoundingClientRect().right)) - window.innerWidth,
+  past_box: Math.max(...controls.map(c => c.getBoundingClientRect().right)) - box.right,
+  split: split,
+  search_width: document.getElementById('f-q').getBoundingClientRect().width,
+  sideways: document.documentElement.scrollWidth - window.innerWidth,
+  table_sideways: (() => {
+    const t = document.querySelector('main table');
+    const s = t && t.closest('.scroll');
+    return t ? (s ? s.getBoundingClientRect().right - window.innerWidth : 1e6) : 0;
+  })(),
+};
+"""
+
+
+def test_the_asset_filter_bar_and_table_fit_a_laptop_and_a_narrow_window(
+    database_url, tmp_path, browser
+):
+    with (
+        netmap_server(database_url, tmp_path / "server") as server,
+        evidence_on_failure(browser, tmp_path),
+    ):
+        url = server.url
+        created = server.post(
+            "/api/tasks", json={"name": "fit", "targets": ["127.0.0.1"], "ports": "22,443"}
+        )
+        assert created.status_code == 201, created.text
+        long_product = "Very-Long-Product-Name-Without-Any-Break-" * 4
+        scanner_upload(
+            url,
+            server.scanner_token("fit"),
+            [
+                observation(
+                    "127.0.0.1",
+                    443,
+                    hostname="a-rather-long-host-name.internal.example.com",
+                    service={"name": "https", "product": long_product, "version": "1.2.3"},
+                )
+            ],
+        )
+        sign_in(browser, url, "admin", ADMIN_PASSWORD)  # an admin has every filter
+        page = url + "/console/assets?scope=global&q=" + "port:443%20" * 12
+        for width in (1366, 1024, 480, 360):
+            browser.set_window_size(width, 900)
+            browser.get(page)
+            present(browser, By.ID, "asset-search")
+            wait_for(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "main table td"))
+            bar = browser.execute_script(_FILTER_BAR)
+            assert bar["overflow"] <= 1, (width, bar)
+            assert bar["past_page"] <= 1 and bar["past_box"] <= 1, (width, bar)
+            assert bar["split"] == [], (width, bar)  # a label stays beside its field
+            # The search language needs room: the box takes what the other filters leave.
+            assert bar["search_width"] >= (300 if width >= 1024 else 240), (width, bar)
+            browser.save_screenshot(str(tmp_path / f"assets-{width}.png"))
+            assert bar["sideways"] <= 1, (width, bar)  # the table scrolls in its own box
+            assert bar["table_sideways"] <= 1, (width, bar)

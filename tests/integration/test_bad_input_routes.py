@@ -115,18 +115,18 @@ def test_dates_at_the_edges_of_the_calendar_are_a_400(traffic_api, moment):
     ):
         assert _error(user.get(path))["code"] == "invalid_parameter", path
     row = {
-        "bucketStart": moment,
-        "bucketEnd": moment,
-        "businessDate": "2026-08-01",
+        "bucket_start": moment,
+        "bucket_end": moment,
+        "business_date": "2026-08-01",
         "granularity": "5m",
         "domain": "sc.example.com",
         "method": "GET",
         "path": "/",
-        "responseBytes": 1,
-        "requestBytesKnownCount": 0,
-        "totalRequests": 1,
-        "statusCounts": {"2xx": 1},
-        "generatedAt": moment,
+        "response_bytes": 1,
+        "request_bytes_known_count": 0,
+        "total_requests": 1,
+        "status_counts": {"2xx": 1},
+        "generated_at": moment,
     }
     response = user.client.post(
         "/api/traffic/rollups",

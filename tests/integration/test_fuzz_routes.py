@@ -183,18 +183,18 @@ def _valid_body(world: World, method: str, rule: str) -> dict[str, Any] | None:
         return {
             "rows": [
                 {
-                    "bucketStart": "2026-08-01T02:00:00Z",
-                    "bucketEnd": "2026-08-01T02:05:00Z",
-                    "businessDate": "2026-08-01",
+                    "bucket_start": "2026-08-01T02:00:00Z",
+                    "bucket_end": "2026-08-01T02:05:00Z",
+                    "business_date": "2026-08-01",
                     "granularity": "5m",
                     "domain": "sc.example.com",
                     "method": "GET",
                     "path": "/",
-                    "responseBytes": 1,
-                    "requestBytesKnownCount": 0,
-                    "totalRequests": 1,
-                    "statusCounts": {"2xx": 1},
-                    "generatedAt": now_iso(),
+                    "response_bytes": 1,
+                    "request_bytes_known_count": 0,
+                    "total_requests": 1,
+                    "status_counts": {"2xx": 1},
+                    "generated_at": now_iso(),
                 }
             ]
         }

@@ -30,20 +30,20 @@ def traffic_app(database_url, tmp_path):
 
 def row(**changes):
     value = {
-        "bucketStart": "2026-08-01T02:00:00Z",
-        "bucketEnd": "2026-08-01T02:05:00Z",
-        "businessDate": "2026-08-01",
+        "bucket_start": "2026-08-01T02:00:00Z",
+        "bucket_end": "2026-08-01T02:05:00Z",
+        "business_date": "2026-08-01",
         "granularity": "5m",
         "domain": "sc.example.com",
         "method": "GET",
         "path": "/a.webp",
-        "responseBytes": 1000,
-        "requestBytes": 84,
-        "requestBytesKnownCount": 2,
-        "totalRequests": 3,
-        "statusCounts": {"2xx": 2, "4xx": 1},
-        "sourceServer": "nginx-1",
-        "generatedAt": "2026-08-01T02:06:00Z",
+        "response_bytes": 1000,
+        "request_bytes": 84,
+        "request_bytes_known_count": 2,
+        "total_requests": 3,
+        "status_counts": {"2xx": 2, "4xx": 1},
+        "source_server": "nginx-1",
+        "generated_at": "2026-08-01T02:06:00Z",
         "frozen": False,
     }
     value.update(changes)
@@ -52,9 +52,9 @@ def row(**changes):
 
 def day_row(**changes):
     base = {
-        "bucketStart": "2026-07-30T16:00:00Z",
-        "bucketEnd": "2026-07-31T16:00:00Z",
-        "businessDate": "2026-07-31",
+        "bucket_start": "2026-07-30T16:00:00Z",
+        "bucket_end": "2026-07-31T16:00:00Z",
+        "business_date": "2026-07-31",
         "granularity": "day",
         "frozen": True,
     }
@@ -103,21 +103,21 @@ def test_token_comes_from_the_environment_alias():
 
 INVALID = [
     ({"granularity": "1h"}, "granularity"),
-    ({"bucketStart": "yesterday"}, "bucketStart"),
-    ({"bucketStart": "2026-08-01T02:01:00Z", "bucketEnd": "2026-08-01T02:06:00Z"}, "bucketEnd"),
-    ({"bucketStart": "2026-08-01T02:00:00"}, "bucketStart"),
-    ({"totalRequests": -1}, "totalRequests"),
-    ({"totalRequests": True}, "totalRequests"),
-    ({"requestBytesKnownCount": 4}, "requestBytesKnownCount"),
-    ({"requestBytes": None}, "requestBytes"),
-    ({"statusCounts": {"2xx": 1}}, "statusCounts"),
-    ({"statusCounts": {"2xx": 2, "4xx": 1, "7xx": 0}}, "statusCounts"),
+    ({"bucket_start": "yesterday"}, "bucket_start"),
+    ({"bucket_start": "2026-08-01T02:01:00Z", "bucket_end": "2026-08-01T02:06:00Z"}, "bucket_end"),
+    ({"bucket_start": "2026-08-01T02:00:00"}, "bucket_start"),
+    ({"total_requests": -1}, "total_requests"),
+    ({"total_requests": True}, "total_requests"),
+    ({"request_bytes_known_count": 4}, "request_bytes_known_count"),
+    ({"request_bytes": None}, "request_bytes"),
+    ({"status_counts": {"2xx": 1}}, "status_counts"),
+    ({"status_counts": {"2xx": 2, "4xx": 1, "7xx": 0}}, "status_counts"),
     ({"domain": "bad domain"}, "domain"),
     ({"path": ""}, "path"),
     ({"path": "/x\x00"}, "path"),
-    ({"businessDate": "2026-09-01"}, "businessDate"),
+    ({"business_date": "2026-09-01"}, "business_date"),
     ({"frozen": "yes"}, "frozen"),
-    ({"generatedAt": 5}, "generatedAt"),
+    ({"generated_at": 5}, "generated_at"),
 ]
 
 
@@ -151,9 +151,9 @@ def test_upsert_is_idempotent_and_updates_changed_rows(traffic_app):
     client = traffic_app.test_client()
     assert post(client, [row()]).status_code == 200
     first = stored()
-    assert post(client, [row(generatedAt="2026-08-01T03:00:00Z")]).status_code == 200
+    assert post(client, [row(generated_at="2026-08-01T03:00:00Z")]).status_code == 200
     assert stored() == first  # equal sums: the stored row is not touched
-    changed = row(totalRequests=4, statusCounts={"2xx": 3, "4xx": 1})
+    changed = row(total_requests=4, status_counts={"2xx": 3, "4xx": 1})
     assert post(client, [changed]).status_code == 200
     assert stored()[0][2] == 4
 
@@ -161,11 +161,11 @@ def test_upsert_is_idempotent_and_updates_changed_rows(traffic_app):
 def test_a_frozen_day_is_not_undone_by_a_stale_unfrozen_row(traffic_app):
     client = traffic_app.test_client()
     assert post(client, [day_row()]).status_code == 200
-    stale = day_row(frozen=False, totalRequests=1, statusCounts={"2xx": 1},
-                    requestBytesKnownCount=1)  # fmt: skip
+    stale = day_row(frozen=False, total_requests=1, status_counts={"2xx": 1},
+                    request_bytes_known_count=1)  # fmt: skip
     assert post(client, [stale]).status_code == 200
     assert stored()[0][2:4] == (3, True)
-    corrected = day_row(totalRequests=5, statusCounts={"2xx": 5})
+    corrected = day_row(total_requests=5, status_counts={"2xx": 5})
     assert post(client, [corrected]).status_code == 200
     assert stored()[0][2:4] == (5, True)
 
@@ -175,7 +175,7 @@ def test_query_filters_and_pages(traffic_app):
     rows = [
         row(path="/a"),
         row(path="/b"),
-        row(path="/a", bucketStart="2026-08-01T02:05:00Z", bucketEnd="2026-08-01T02:10:00Z"),
+        row(path="/a", bucket_start="2026-08-01T02:05:00Z", bucket_end="2026-08-01T02:10:00Z"),
         row(path="/a", domain="s3.example.com"),
         day_row(path="/a"),
     ]
@@ -189,23 +189,23 @@ def test_query_filters_and_pages(traffic_app):
     )
     assert response.status_code == 200
     items = response.get_json()["items"]
-    assert [(i["path"], i["bucketStart"]) for i in items] == [
+    assert [(i["path"], i["bucket_start"]) for i in items] == [
         ("/a", "2026-08-01T02:00:00Z"),
         ("/b", "2026-08-01T02:00:00Z"),
     ]
     assert items[0] == row(path="/a") | {
-        "statusCounts": {"1xx": 0, "2xx": 2, "3xx": 0, "4xx": 1, "5xx": 0, "other": 0}
+        "status_counts": {"1xx": 0, "2xx": 2, "3xx": 0, "4xx": 1, "5xx": 0, "other": 0}
     }
     # A bare date is midnight in the business zone (+08:00): 2026-08-01 = 2026-07-31T16:00Z.
     day = user.get("/api/traffic/rollups?granularity=day&from=2026-07-31&to=2026-08-01")
-    assert [i["businessDate"] for i in day.get_json()["items"]] == ["2026-07-31"]
+    assert [i["business_date"] for i in day.get_json()["items"]] == ["2026-07-31"]
     seen = []
     cursor = None
     while True:
         query = "/api/traffic/rollups?limit=2" + (f"&cursor={cursor}" if cursor else "")
         page = user.get(query).get_json()
         seen.extend(
-            (i["granularity"], i["domain"], i["path"], i["bucketStart"]) for i in page["items"]
+            (i["granularity"], i["domain"], i["path"], i["bucket_start"]) for i in page["items"]
         )
         cursor = page["next_cursor"]
         if not cursor:
@@ -228,3 +228,46 @@ def test_traffic_routes_carry_exactly_their_guard(traffic_app):
         ("/api/traffic/rollups", ("POST",)): "bearer",
         ("/api/traffic/rollups", ("GET",)): "user",
     }
+
+
+def test_rows_under_the_former_camelcase_names_are_still_accepted_and_served(traffic_app):
+    # netmap 0.1 spelled the row fields in camelCase; an nginx host running its
+    # `netmap traffic rollup` keeps publishing to an upgraded server (docs/upgrading.md).
+    client = traffic_app.test_client()
+    former = {FORMER.get(name, name): value for name, value in row().items()}
+    assert "bucketStart" in former and "bucket_start" not in former
+    assert post(client, [former]).status_code == 200
+    assert stored()[0][:3] == ("5m", "/a.webp", 3)
+
+    # A problem is named as the field was sent; one field under both names is refused.
+    bad = post(client, [former | {"totalRequests": -1}])
+    assert bad.status_code == 400
+    assert bad.get_json()["error"]["details"]["field"] == "totalRequests"
+    both = post(client, [row(path="/c") | {"totalRequests": 3}])
+    assert both.status_code == 400
+    assert both.get_json()["error"]["details"]["field"] == "total_requests"
+
+    user = Api(traffic_app).user()
+    items = user.get("/api/traffic/rollups").get_json()["items"]
+    assert set(items[0]) == set(row()) | {"frozen"}
+    assert all(name == name.lower() for name in items[0])
+    legacy = user.get("/api/traffic/rollups?names=camelCase").get_json()["items"]
+    assert set(legacy[0]) == set(former) | {"frozen"}
+    assert legacy[0]["totalRequests"] == items[0]["total_requests"] == 3
+    refused = user.get("/api/traffic/rollups?names=kebab")
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["details"]["parameter"] == "names"
+
+
+FORMER = {
+    "bucket_start": "bucketStart",
+    "bucket_end": "bucketEnd",
+    "business_date": "businessDate",
+    "response_bytes": "responseBytes",
+    "request_bytes": "requestBytes",
+    "request_bytes_known_count": "requestBytesKnownCount",
+    "total_requests": "totalRequests",
+    "status_counts": "statusCounts",
+    "source_server": "sourceServer",
+    "generated_at": "generatedAt",
+}

@@ -122,13 +122,13 @@ def rows_as_sums(rows: dict) -> dict:
     """MemorySink rows → the same shape as reference_sums (zero rows dropped)."""
     result = {}
     for row in rows.values():
-        bucket = int(datetime.fromisoformat(row["bucketStart"]).timestamp())
-        counts = row["statusCounts"]
+        bucket = int(datetime.fromisoformat(row["bucket_start"]).timestamp())
+        counts = row["status_counts"]
         sums = [
-            row["responseBytes"],
-            row["requestBytes"] or 0,
-            row["requestBytesKnownCount"],
-            row["totalRequests"],
+            row["response_bytes"],
+            row["request_bytes"] or 0,
+            row["request_bytes_known_count"],
+            row["total_requests"],
             counts["1xx"],
             counts["2xx"],
             counts["3xx"],
@@ -136,7 +136,7 @@ def rows_as_sums(rows: dict) -> dict:
             counts["5xx"],
             counts["other"],
         ]
-        if row["totalRequests"]:
+        if row["total_requests"]:
             result[(row["granularity"], bucket, row["method"], row["path"])] = sums
     return result
 
@@ -160,7 +160,7 @@ class MemorySink:
             key = (
                 row["domain"],
                 row["granularity"],
-                row["bucketStart"],
+                row["bucket_start"],
                 row["method"],
                 row["path"],
             )

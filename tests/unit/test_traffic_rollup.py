@@ -314,11 +314,11 @@ def test_day_rows_are_frozen_and_a_completed_day_is_cached(tmp_path):
     assert first["scanMode"] == "full"
     assert first["matchedLines"] == 6
     day_rows = [r for r in h.sink.rows.values() if r["granularity"] == "day"]
-    assert [(r["businessDate"], r["totalRequests"], r["frozen"]) for r in day_rows] == [
+    assert [(r["business_date"], r["total_requests"], r["frozen"]) for r in day_rows] == [
         ("2026-07-31", 6, True)
     ]
-    assert day_rows[0]["bucketStart"] == "2026-07-30T16:00:00Z"
-    assert day_rows[0]["bucketEnd"] == "2026-07-31T16:00:00Z"
+    assert day_rows[0]["bucket_start"] == "2026-07-30T16:00:00Z"
+    assert day_rows[0]["bucket_end"] == "2026-07-31T16:00:00Z"
     second = h.run("day", start=date(2026, 7, 31), end=date(2026, 7, 31))
     assert second["scanMode"] == "cached" and second["bytesRead"] == 0 and second["rows"] == 0
     h.now += 2 * 3600  # past day_cache_hours: revalidated by re-reading the files
@@ -451,22 +451,22 @@ def test_summary_fields_and_malformed_counts(tmp_path):
     assert summary["rows"] == summary["accepted"] == 1
     assert json.loads(json.dumps(summary)) == summary
     row = next(iter(h.sink.rows.values()))
-    assert row["sourceServer"] == "blue"
+    assert row["source_server"] == "blue"
     assert set(row) == {
-        "bucketStart",
-        "bucketEnd",
-        "businessDate",
+        "bucket_start",
+        "bucket_end",
+        "business_date",
         "granularity",
         "domain",
         "method",
         "path",
-        "responseBytes",
-        "requestBytes",
-        "requestBytesKnownCount",
-        "totalRequests",
-        "statusCounts",
-        "sourceServer",
-        "generatedAt",
+        "response_bytes",
+        "request_bytes",
+        "request_bytes_known_count",
+        "total_requests",
+        "status_counts",
+        "source_server",
+        "generated_at",
         "frozen",
     }
 
@@ -483,7 +483,7 @@ def test_unknown_request_lengths_are_counted_apart(tmp_path):
     )
     h.run()
     row = next(iter(h.sink.rows.values()))
-    assert (row["requestBytes"], row["requestBytesKnownCount"], row["totalRequests"]) == (
+    assert (row["request_bytes"], row["request_bytes_known_count"], row["total_requests"]) == (
         100,
         1,
         3,
@@ -567,8 +567,8 @@ def test_business_time_zone_decides_the_day(tmp_path):
     h.logs[DOMAIN].write_lines([nginx_line(at(7, 0), "/x")])  # 23:00 UTC on July 31
     h.run("day", start=date(2026, 7, 31), end=date(2026, 7, 31))
     (row,) = [r for r in h.sink.rows.values() if r["granularity"] == "day"]
-    assert row["businessDate"] == "2026-07-31"
-    assert row["bucketStart"] == "2026-07-31T00:00:00Z"
+    assert row["business_date"] == "2026-07-31"
+    assert row["bucket_start"] == "2026-07-31T00:00:00Z"
 
 
 def test_unsupported_and_empty_files_are_ignored(tmp_path):

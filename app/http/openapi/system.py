@@ -14,6 +14,30 @@ from app.http.openapi.components import (
 )
 
 _TEXT = {"type": "string"}
+_COUNT = {"type": "integer", "minimum": 0}
+# A rollup row. Its names are snake_case; netmap 0.1 used camelCase (bucketStart …),
+# still accepted on ingest and answered with ?names=camelCase (docs/upgrading.md).
+_ROLLUP_ROW = obj(
+    {
+        "granularity": {"type": "string", "enum": ["5m", "day"]},
+        "domain": _TEXT,
+        "method": _TEXT,
+        "path": _TEXT,
+    },
+    {
+        "bucket_start": {"type": "string", "format": "date-time"},
+        "bucket_end": {"type": "string", "format": "date-time"},
+        "business_date": {"type": "string", "format": "date"},
+        "response_bytes": _COUNT,
+        "request_bytes": {"type": ["integer", "null"], "minimum": 0},
+        "request_bytes_known_count": _COUNT,
+        "total_requests": _COUNT,
+        "status_counts": {"type": "object", "additionalProperties": _COUNT},
+        "source_server": _TEXT,
+        "generated_at": {"type": "string", "format": "date-time"},
+        "frozen": {"type": "boolean"},
+    },
+)
 
 OPERATIONS = {
     ("get", "/api/openapi.json"): {
@@ -55,6 +79,9 @@ OPERATIONS = {
     },
     ("get", "/api/system/resources"): {
         "summary": "Resource samples of this instance's processes and host (admin)",
+        "description": "Series per metric, host and process, averaged into at most "
+        "max_points buckets; each names its unit (bytes, bytes_per_second, percent, or "
+        "empty for a load average).",
         "tags": ["system"],
         "security": USER,
         "parameters": [query("from"), query("to"), query("metric")],
@@ -66,7 +93,25 @@ OPERATIONS = {
                         "from": _TEXT,
                         "to": _TEXT,
                         "max_points": {"type": "integer"},
-                        "series": {},
+                        "series": {
+                            "type": "array",
+                            "items": obj(
+                                {
+                                    "metric": _TEXT,
+                                    "unit": {
+                                        "type": "string",
+                                        "enum": ["bytes", "bytes_per_second", "percent", ""],
+                                    },
+                                    "host": _TEXT,
+                                    "process": {"type": ["string", "null"]},
+                                    "points": {
+                                        "type": "array",
+                                        "description": "[sampled at, average, peak] per bucket",
+                                        "items": {"type": "array"},
+                                    },
+                                }
+                            ),
+                        },
                     }
                 ),
             )
@@ -121,7 +166,7 @@ OPERATIONS = {
         "summary": "Ingest rollup rows from `netmap traffic rollup` (rollup bearer token)",
         "tags": ["traffic"],
         "security": [{"traffic": []}],
-        "requestBody": body(obj({"rows": {"type": "array", "items": {"type": "object"}}})),
+        "requestBody": body(obj({"rows": {"type": "array", "items": _ROLLUP_ROW}})),
         "responses": {"200": json_response("accepted", obj({"accepted": {"type": "integer"}}))},
     },
     ("get", "/api/traffic/rollups"): {
@@ -134,8 +179,9 @@ OPERATIONS = {
             query("from"),
             query("to"),
             query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}),
+            query("names", {"type": "string", "enum": ["snake_case", "camelCase"]}),
             CURSOR,
         ],
-        "responses": {"200": json_response("a page of rows", page())},
+        "responses": {"200": json_response("a page of rows", page(_ROLLUP_ROW))},
     },
 }

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+import psutil
 import sqlalchemy as sa
 
 from app.db import transaction
@@ -156,3 +160,63 @@ def test_latest_samples_are_gauges_on_metrics(api, engine, settings):
         in text
     )
     assert f'netmap_web_process_cpu_seconds_total{{host="{socket.gethostname()}"' in text
+
+
+def _web_server_lookalike() -> subprocess.Popen:
+    """A process with a web server's command line (``wsgi:app``) and one worker child."""
+    worker = "import time; time.sleep(120)"
+    master = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {worker!r}, 'wsgi:app'])\n"
+        "time.sleep(120)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", master, "wsgi:app"])
+
+
+def _tree(process: subprocess.Popen) -> set[int]:
+    def children():
+        return psutil.Process(process.pid).children(recursive=True)
+
+    deadline = time.monotonic() + 30
+    while not children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {process.pid} | {child.pid for child in children()}
+
+
+def _web_pids(values) -> set[int]:
+    return {
+        int(process.split(":")[1])
+        for metric, process, _v in values
+        if metric == "process_rss_bytes" and process.startswith("web:")
+    }
+
+
+def test_only_this_instances_web_processes_are_sampled(settings, tmp_path):
+    # Two web servers on this host: this instance's (its pid file under its data
+    # directory) and another instance's (its pid file under another data directory).
+    ours, theirs = _web_server_lookalike(), _web_server_lookalike()
+    try:
+        our_tree, their_tree = _tree(ours), _tree(theirs)
+        settings.web_pid_file.parent.mkdir(parents=True, exist_ok=True)
+        settings.web_pid_file.write_text(f"{ours.pid}\n")
+        other = tmp_path / "other-instance" / "run" / "web.pid"
+        other.parent.mkdir(parents=True)
+        other.write_text(f"{theirs.pid}\n")
+
+        sampled = _web_pids(resources.take_host_sample(settings))
+        assert sampled == our_tree and len(our_tree) == 2
+        assert not sampled & their_tree
+
+        # A pid file older than the process it names was left by a master that died:
+        # that pid now belongs to someone else.
+        written = psutil.Process(ours.pid).create_time() - 60
+        os.utime(settings.web_pid_file, (written, written))
+        assert _web_pids(resources.take_host_sample(settings)) == set()
+        settings.web_pid_file.unlink()
+        assert _web_pids(resources.take_host_sample(settings)) == set()
+    finally:
+        for process in (ours, theirs):
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+            process.kill()
+            process.wait()

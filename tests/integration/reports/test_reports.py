@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import email
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from email import policy
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
@@ -170,6 +172,34 @@ def test_on_demand_report_is_archived_and_written_to_the_outbox(api, settings):
     assert message["Message-ID"] in {d["message_id"] for d in report["deliveries"]}
     report = user.get(f"/api/reports/{report_id}").get_json()["report"]
     assert [d["status"] for d in report["deliveries"]] == ["written", "written"]
+
+
+def test_the_mail_reads_in_the_report_time_zone_and_says_new_once(api, settings):
+    # The scan's change analysis has not run (it is the runner's own job): its count of
+    # new endpoints is 0 meanwhile, and the mail used to say "8 new" in the subject and
+    # "new 0" in the body. Both now read the endpoints first seen in the period.
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, timezone="Asia/Kolkata")
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    assert _run(settings, Renderer(settings)).result == "ready"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["statistics"]["changes"]["new"] == 0
+    assert report["statistics"]["changes"]["pending_executions"] == 1
+    assert ": 8 endpoints, 8 new (" in report["subject"]
+
+    html = user.get(f"/api/reports/{report_id}/mail.html").get_data(as_text=True)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "New endpoints in the period 8" in text
+    # "New" appears as the row above and the chart's heading, nowhere else.
+    assert len(re.findall(r"\bnew\b", text, re.IGNORECASE)) == 2
+    assert "New endpoints per day" in text
+    assert "Scans not compared with the previous one yet 1" in text
+    # Period bounds in the report's zone, whole minutes or seconds, never microseconds.
+    start = datetime.fromisoformat(report["period"]["start"]).astimezone(ZoneInfo("Asia/Kolkata"))
+    assert f"{start:%Y-%m-%d %H:%M}" in text and "IST" in text
+    assert not re.search(r"\d:\d\d\.\d{6}|\+00:00", text)
 
 
 def test_temporary_renderer_failure_archives_nothing_and_retries_after_a_minute(api, settings):

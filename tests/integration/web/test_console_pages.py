@@ -492,3 +492,32 @@ def test_task_page_runs_cancel_run_now_and_delete(api):
     assert deleted.status_code == 303 and deleted.headers["Location"] == "/console/tasks"
     assert client.get(task_url).status_code == 404
     assert task_url not in client.get("/console/tasks").text
+
+
+_INTERNAL_TERMS = ("not_started", "not_applicable", "Projection", "projection backlog")
+
+
+def _visible_text(html: str) -> str:
+    body = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
+
+
+def test_scan_publishing_states_read_in_a_users_words(api):
+    client, _created = _user_client(api)
+    created = _post_form(
+        client,
+        "/console/tasks/new",
+        {"name": "words", "targets": "192.0.2.8\n", "ports": "22", "transports": "tcp"},
+    )
+    task_url = created.headers["Location"]
+    queued = _visible_text(client.get(task_url).text)
+    assert "In the asset view not started yet" in queued
+    upload = claim(api.scanner())
+    assert upload.final(0, [observation("192.0.2.8", 22)]).status_code == 200
+    scanned = _visible_text(client.get(task_url).text)
+    assert re.search(r"In the asset view (waiting to be published|published)", scanned)
+    admin, _ = _user_client(api, admin=True)  # the backlog card is an admin's
+    dashboard = _visible_text(admin.get("/console/").text)
+    assert "Scans waiting to reach the asset view" in dashboard
+    for text in (queued, scanned, dashboard):
+        assert not [term for term in _INTERNAL_TERMS if term in text], text

@@ -32,17 +32,17 @@ def _row(domain: str, start: datetime, path: str, requests: int, *, granularity=
     return {
         "domain": domain,
         "granularity": granularity,
-        "bucketStart": _iso(start),
-        "bucketEnd": _iso(end),
-        "businessDate": (start + timedelta(hours=8)).date().isoformat(),
+        "bucket_start": _iso(start),
+        "bucket_end": _iso(end),
+        "business_date": (start + timedelta(hours=8)).date().isoformat(),
         "method": "GET",
         "path": path,
-        "responseBytes": requests * 1000,
-        "requestBytes": requests * 100,
-        "requestBytesKnownCount": requests,
-        "totalRequests": requests,
-        "statusCounts": {"2xx": requests},
-        "generatedAt": _iso(T0),
+        "response_bytes": requests * 1000,
+        "request_bytes": requests * 100,
+        "request_bytes_known_count": requests,
+        "total_requests": requests,
+        "status_counts": {"2xx": requests},
+        "generated_at": _iso(T0),
     }
 
 
@@ -74,13 +74,14 @@ def test_a_user_sees_the_chart_of_a_domain_with_its_numbers(api) -> None:
     title = re.search(r'<title id="traffic-chart-title">([^<]*)</title>', page.text)
     assert title and title.group(1) == f"{DOMAIN}: traffic per 5 minutes"
     desc = re.search(r'<desc id="traffic-chart-desc">([^<]*)</desc>', page.text).group(1)
-    # Default range: the day up to the newest bucket; the other domain's 99 are not in it.
-    assert "2026-07-31 10:15 +0800 to 2026-08-01 10:15 +0800" in desc
+    # Default range: up to the newest bucket, from the first (the day before holds none), at
+    # least an hour; the other domain's 99 are not in it.
+    assert "2026-08-01 09:15 +0800 to 2026-08-01 10:15 +0800" in desc
     assert "2 buckets with traffic, 42 requests in total, at most 30" in desc
     assert "41.0 KiB sent" in desc
-    # Steps over every 5-minute bucket of the day (empty ones at zero): 288 buckets, 2 points each.
+    # Steps over every 5-minute bucket of the hour (empty ones at zero): 12 buckets, 2 points each.
     requests_line = re.search(r'<polyline class="series requests" points="([^"]+)"', page.text)
-    assert len(requests_line.group(1).split()) == 288 * 2
+    assert len(requests_line.group(1).split()) == 12 * 2
     assert re.findall(r'<option value="([^"]+)"', page.text)[:2] == ["api.example.com", DOMAIN]
     table = re.findall(r"<tr><td>([^<]+)</td><td class=\"number\">(\d+)</td>", page.text)
     assert table == [("2026-08-01 10:00", "12"), ("2026-08-01 10:10", "30")]
@@ -113,6 +114,43 @@ def test_no_rollups_yet_is_a_plain_message(api) -> None:
     page = client.get("/console/traffic")
     assert page.status_code == 200
     assert 'id="no-traffic"' in page.text and "<svg" not in page.text
+    # It names the command's real option (there is no --post).
+    assert "--endpoint URL" in page.text and "--post" not in page.text
+
+
+def _labels(svg: str, css: str) -> list[str]:
+    return re.findall(rf'<text class="{css}"[^>]*>([^<]*)</text>', svg)
+
+
+def test_a_single_bucket_is_a_visible_chart_with_round_labels(api) -> None:
+    _write([_row(DOMAIN, T0 + timedelta(minutes=15), "/", 1)])
+    client, _ = _user_client(api)
+    page = client.get(f"/console/traffic?domain={DOMAIN}")
+    assert page.status_code == 200 and 'id="traffic-empty"' not in page.text
+    desc = re.search(r'<desc id="traffic-chart-desc">([^<]*)</desc>', page.text).group(1)
+    assert desc.startswith("2026-08-01 09:20 +0800 to 2026-08-01 10:20 +0800: 1 buckets")
+    # The bucket is a bar of 1/12 of the plot's width at the top of the requests panel.
+    line = re.search(r'<polyline class="series requests" points="([^"]+)"', page.text).group(1)
+    points = [tuple(map(float, pair.split(","))) for pair in line.split()]
+    top = min(y for _, y in points)
+    bar = [x for x, y in points if y == top]
+    assert len(bar) == 2 and round(bar[1] - bar[0]) == round((960 - 84 - 16) / 12)
+    # Counts are whole numbers (no "0.5" requests, no "0.5 B"); times sit on round minutes.
+    y_labels = _labels(page.text, "y-label")
+    assert y_labels[:2] == ["0", "1"] and all("." not in label for label in y_labels[:2])
+    x_labels = _labels(page.text, "x-label")
+    times = x_labels[: len(x_labels) // 2]  # each panel repeats the time axis
+    assert 2 <= len(times) <= 6
+    assert all(re.fullmatch(r"(\d\d-\d\d )?\d\d:\d\d", label) for label in times), times
+    assert all(int(label[-2:]) % 5 == 0 for label in times), times
+
+    day = client.get(f"/console/traffic?domain={DOMAIN}&granularity=day")
+    assert day.status_code == 200  # no day rows: the day chart says so
+    _write([_row(DOMAIN, T0 - timedelta(hours=2), "/", 4, granularity="day")])
+    day = client.get(f"/console/traffic?domain={DOMAIN}&granularity=day")
+    line = re.search(r'<polyline class="series requests" points="([^"]+)"', day.text).group(1)
+    assert len(line.split()) == 2  # one day is a bar, not a lone invisible point
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", label) for label in _labels(day.text, "x-label"))
 
 
 def test_bad_arguments_are_400_naming_them(api) -> None:
@@ -219,7 +257,8 @@ def test_a_page_view_reads_a_range_of_the_primary_key_not_the_table(api, engine)
         conn.execute(sa.text("ANALYZE traffic_rollups"))
     client, _ = _user_client(api)
     plans = _plans_of_page(engine, client, f"/console/traffic?domain={DOMAIN}")
-    assert len(plans) == 3, [json.dumps(p)[:200] for p in plans]  # domains, newest, series
+    # domains, newest, first within the default span, series
+    assert len(plans) == 4, [json.dumps(p)[:200] for p in plans]
     for plan in plans:
         kinds = {node["Node Type"] for node in _nodes(plan)}
         assert "Seq Scan" not in kinds, json.dumps(plan)
@@ -229,7 +268,7 @@ def test_a_page_view_reads_a_range_of_the_primary_key_not_the_table(api, engine)
             for node in _nodes(plan)
             if node["Node Type"] in ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
         )
-        # Domain list: one probe per domain (42 + the end); series and newest: a few rows.
+        # Domain list: one probe per domain (42 + the end); series, newest, first: a few rows.
         assert scanned <= 50, json.dumps(plan)
 
 
