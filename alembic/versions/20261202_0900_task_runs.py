@@ -132,6 +132,7 @@ CREATE INDEX ix_search_execution_endpoints_endpoint
 DOWNGRADE = r"""
 DROP INDEX ix_search_execution_endpoints_endpoint;
 DROP TABLE task_purges;
+DELETE FROM scan_tasks WHERE deleted_at IS NOT NULL;
 DROP TRIGGER scan_executions_default_run ON scan_executions;
 DROP FUNCTION scan_executions_default_run();
 DELETE FROM scan_executions e USING task_runs r WHERE r.id = e.run_id AND r.number > 1;
