@@ -9,6 +9,7 @@ the other task's assets are exactly as before.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import threading
 
 import pytest
@@ -28,7 +29,7 @@ SHARED = 150
 
 
 def hosts(network: str, count: int) -> list[str]:
-    return [str(ip) for ip in list(ipaddress.ip_network(network).hosts())[:count]]
+    return [str(ip) for ip in itertools.islice(ipaddress.ip_network(network).hosts(), count)]
 
 
 def _context(settings) -> JobContext:
@@ -178,7 +179,8 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert len(after_user) == SHARED + 20 and len(after_global) == SHARED + 20
     # The other task's assets are unchanged, and so is its evidence.
     assert [a for a in after_user if a[4] == kept_execution] == kept_before
-    shared = {a[:3] for a in before_user if a[0] in set(hosts("10.7.0.0/18", SHARED))}
+    shared_hosts = set(hosts("10.7.0.0/18", SHARED))
+    shared = {a[:3] for a in before_user if a[0] in shared_hosts}
     assert {a[:3] for a in after_user} == shared | {
         (ip, 443, "tcp") for ip in hosts("10.9.0.0/24", 20)
     }
