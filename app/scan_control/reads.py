@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.analysis.queries import host_changes, task_changes
+from app.analysis.queries import host_changes
 from app.db import transaction
 from app.errors import NotFound
 from app.identity.users import User
@@ -28,16 +28,6 @@ def require_visible_task(user: User, task_id: int) -> None:
     with transaction() as conn:
         if not task_visible(conn, user, task_id):
             raise _task_not_found()
-
-
-def changes_of_task(
-    user: User, task_id: int, *, kind: str | None, limit: int, cursor: str | None
-) -> dict[str, Any]:
-    """One keyset page of a visible task's changes (visibility and page in one transaction)."""
-    with transaction() as conn:
-        if not task_visible(conn, user, task_id):
-            raise _task_not_found()
-        return task_changes(conn, task_id, kind=kind, limit=limit, cursor=cursor)
 
 
 def bounded_task_count(user: User, status: str, *, cap: int) -> tuple[int, bool]:

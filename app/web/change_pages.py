@@ -16,11 +16,14 @@ from flask import render_template, request, url_for
 from app.analysis.changes import CHANGE_KINDS
 from app.analysis.service import endpoint_history
 from app.errors import ValidationError
-from app.scan_control.reads import changes_of_task
+from app.http.requests import int_arg
+from app.scan_control.run_views import check_run_pair, compare, run_changes
+from app.scan_control.runs import runs_of_task
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 
 PAGE_SIZE = 100
+MAX_RUNS_LISTED = 50  # the newest runs offered for a comparison
 
 
 def _invalid(parameter: str, message: str) -> ValidationError:
@@ -69,15 +72,39 @@ def asset_history():
 @blueprint.get("/tasks/<int:task_id>/changes")
 @page_user
 def task_changes_page(task_id: int):
+    """One run's changes (``run``, default the latest finished), or what differs between
+    two runs (``from_run`` and ``to_run``, either order), as the API answers them."""
+    user = signed_in_user()
     kind = request.args.get("kind") or None
     if kind is not None and kind not in CHANGE_KINDS:
         raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
     cursor = request.args.get("cursor") or None
-    page = changes_of_task(signed_in_user(), task_id, kind=kind, limit=PAGE_SIZE, cursor=cursor)
+    from_run, to_run = int_arg("from_run", minimum=1), int_arg("to_run", minimum=1)
+    check_run_pair(from_run, to_run)
+    run_id = int_arg("run", minimum=1)
+    if from_run is not None and to_run is not None:
+        page = compare(
+            user,
+            task_id,
+            from_run=from_run,
+            to_run=to_run,
+            kind=kind,
+            limit=PAGE_SIZE,
+            cursor=cursor,
+        )
+        selection = {"from_run": from_run, "to_run": to_run}
+    else:
+        page = run_changes(user, task_id, run_id=run_id, kind=kind, limit=PAGE_SIZE, cursor=cursor)
+        selection = {"run": page["run_id"]} if page.get("run_id") else {}
+    task_runs, _ = runs_of_task(user, task_id, limit=MAX_RUNS_LISTED)
     next_url = None
     if page["next_cursor"]:
         next_url = url_for(
-            "web.task_changes_page", task_id=task_id, kind=kind, cursor=page["next_cursor"]
+            "web.task_changes_page",
+            task_id=task_id,
+            kind=kind,
+            cursor=page["next_cursor"],
+            **selection,
         )
     return render_template(
         "console/task_changes.html",
@@ -85,6 +112,12 @@ def task_changes_page(task_id: int):
         kind=kind,
         kinds=CHANGE_KINDS,
         page=page,
+        runs=task_runs,
+        selection=selection,
         next_url=next_url,
-        first_url=url_for("web.task_changes_page", task_id=task_id, kind=kind) if cursor else None,
+        first_url=(
+            url_for("web.task_changes_page", task_id=task_id, kind=kind, **selection)
+            if cursor
+            else None
+        ),
     )

@@ -94,3 +94,34 @@ def test_history_changes_dashboard_and_status_filter(api, settings) -> None:
     assert other.status_code == 200 and 'class="kind-' not in other.text
     assert 'id="history-status">never seen<' in other.text
     assert re.search(r'id="recent-new">.*?<span class="number">0<', bob.get("/console/").text, re.S)
+
+
+def test_the_changes_page_shows_a_run_and_compares_two(api, settings) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    scanner = api.scanner()
+    task = _scan(
+        alice,
+        scanner,
+        [observation("192.0.2.1", 22), observation("192.0.2.2", 80)],
+    )
+    _run_workers(settings)
+    second = alice.post(f"/api/tasks/{task}/runs")
+    assert second.status_code == 201, second.get_json()
+    run2 = second.get_json()["run"]["id"]
+    assert claim(scanner).final(0, [observation("192.0.2.1", 22)]).status_code == 200
+    _run_workers(settings)
+    run1 = alice.get(f"/api/tasks/{task}/runs").get_json()["items"][-1]["id"]
+
+    latest = client.get(f"/console/tasks/{task}/changes")  # the latest finished run: 2
+    assert latest.status_code == 200 and ", run 2</h1>" in latest.text
+    assert re.search(r'data-kind="gone">gone 1<', latest.text)
+    first = client.get(f"/console/tasks/{task}/changes?run={run1}")
+    assert ", run 1</h1>" in first.text and re.search(r'data-kind="new">new 2<', first.text)
+    compared = client.get(f"/console/tasks/{task}/changes?from_run={run1}&to_run={run2}")
+    assert compared.status_code == 200 and "run 1 → run 2" in compared.text
+    assert compared.text.count('class="kind-gone"') == 1 and "192.0.2.2:80/tcp" in compared.text
+    backwards = client.get(f"/console/tasks/{task}/changes?from_run={run2}&to_run={run1}")
+    assert backwards.text.count('class="kind-new"') == 1
+    half = client.get(f"/console/tasks/{task}/changes?from_run={run1}")
+    assert half.status_code == 400
