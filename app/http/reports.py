@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 
-from app.errors import NotFound
+from app.errors import NotFound, ValidationError
 from app.http import context
 from app.http.guards import current_user, require_admin, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
+from app.json_input import checked_object
 from app.reports import definitions, records, templates
 from app.reports import service as reports
 
@@ -69,10 +70,16 @@ def delete_definition_route(definition_id: int):
 @blueprint.post("/api/reports/definitions/<int:definition_id>/run")
 @require_user
 def run_definition_route(definition_id: int):
+    # An optional body ``{"run": <run id>}`` shows that run of the definition's task.
+    body = checked_object(json_body(), {"run"}) if request.content_length else {}
+    run_id = body.get("run")
+    if run_id is not None and (type(run_id) is not int or run_id < 1):
+        raise ValidationError("run must be a run id", details={"field": "run"})
     report = definitions.run_now(
         current_user(),
         definition_id,
         cooldown_seconds=context.settings().reports.run_now_cooldown_seconds,
+        run_id=run_id,
     )
     return jsonify({"report": report}), 202
 

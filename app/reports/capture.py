@@ -121,12 +121,14 @@ class _AggregatesMissing(Exception):
     """An execution in the snapshot has no aggregates yet (it succeeded meanwhile)."""
 
 
-# The run a report shows of each task: its latest finished run, else (before any run
+# The run a report shows of each task: the run asked for (an on-demand report of one
+# task may name one: ``:run``), else its latest finished run, else (before any run
 # finished) its latest run; a run in progress after a finished one does not hold the
 # report back (docs/architecture.md "Runs").
 _REPORTED_RUNS = """
     SELECT t.id AS task_id,
            coalesce(
+               CAST(:run AS bigint),
                (SELECT r.id FROM task_runs r WHERE r.task_id = t.id AND r.finished_at IS NOT NULL
                  ORDER BY r.number DESC LIMIT 1),
                (SELECT r.id FROM task_runs r WHERE r.task_id = t.id
@@ -135,7 +137,9 @@ _REPORTED_RUNS = """
 """
 
 
-def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
+def _latest_executions(
+    conn: Connection, task_ids: list[int], run_id: int | None = None
+) -> list[Any]:
     """The succeeded ports executions of each task's reported run."""
     return conn.execute(
         sa.text(
@@ -148,17 +152,17 @@ def _latest_executions(conn: Connection, task_ids: list[int]) -> list[Any]:
              ORDER BY e.task_id, e.id
             """  # noqa: S608 - the projection expression is our own SQL; values are bound
         ),
-        {"tasks": task_ids},
+        {"tasks": task_ids, "run": run_id},
     ).all()
 
 
-def _pending_executions(conn: Connection, task_ids: list[int]) -> int:
+def _pending_executions(conn: Connection, task_ids: list[int], run_id: int | None = None) -> int:
     return conn.execute(
         sa.text(
             f"SELECT count(*) FROM ({_REPORTED_RUNS}) w JOIN scan_executions e "  # noqa: S608 - a module constant; values are bound
             "ON e.run_id = w.run_id WHERE e.status IN ('queued', 'running')"
         ),
-        {"tasks": task_ids},
+        {"tasks": task_ids, "run": run_id},
     ).scalar_one()
 
 
@@ -177,13 +181,20 @@ def input_still_complete(conn: Connection, report_id: int, statistics: dict[str,
     incomplete snapshot after its bounded wait says so in its statistics; for it
     only the first rule applies.
     """
-    task_ids = _scope_task_ids(conn, report_id)
-    latest = _latest_executions(conn, task_ids)
+    task_ids, run_id = _scope_task_ids(conn, report_id), _report_run(conn, report_id)
+    latest = _latest_executions(conn, task_ids, run_id)
     if sorted(row.id for row in latest) != sorted(statistics["latest_executions"]):
         return False
     if not statistics["complete"]:
         return True
-    return _is_complete(_pending_executions(conn, task_ids), latest)
+    return _is_complete(_pending_executions(conn, task_ids, run_id), latest)
+
+
+def _report_run(conn: Connection, report_id: int) -> int | None:
+    """The run an on-demand report was asked to show (None: each task's latest)."""
+    return conn.execute(
+        sa.text("SELECT run_id FROM reports WHERE id = :id"), {"id": report_id}
+    ).scalar()
 
 
 def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
@@ -205,7 +216,12 @@ def _scope_task_ids(conn: Connection, report_id: int) -> list[int]:
 def _unaggregated(report_id: int) -> list[int]:
     """The scope's latest executions that have no stored aggregates (one short transaction)."""
     with transaction() as conn:
-        ids = [row.id for row in _latest_executions(conn, _scope_task_ids(conn, report_id))]
+        ids = [
+            row.id
+            for row in _latest_executions(
+                conn, _scope_task_ids(conn, report_id), _report_run(conn, report_id)
+            )
+        ]
         done = set(
             conn.execute(
                 sa.text(
@@ -292,8 +308,9 @@ def _statistics(
     preread: dict[int, ExecutionAggregates],
     *,
     last_round: bool,
+    run_id: int | None = None,
 ) -> dict[str, Any]:
-    latest = _latest_executions(conn, task_ids)
+    latest = _latest_executions(conn, task_ids, run_id)
     latest_ids = [row.id for row in latest]
     by_status = dict(
         conn.execute(
@@ -309,7 +326,7 @@ def _statistics(
             {"tasks": task_ids, "start": start, "end": end},
         ).all()
     )
-    pending = _pending_executions(conn, task_ids)
+    pending = _pending_executions(conn, task_ids, run_id)
     aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
     per_day: dict[str, int] = {}
     for row in aggregates:
@@ -372,7 +389,8 @@ def _capture(
             sa.text(
                 """
                 SELECT r.id, r.revision, r.period_kind, r.period_start, r.period_end,
-                       r.owner_id, r.task_id, d.name, d.recipients, d.template, d.timezone,
+                       r.owner_id, r.task_id, r.run_id, d.name, d.recipients, d.template,
+                       d.timezone,
                        extract(epoch FROM now() - r.created_at) AS age
                   FROM reports r JOIN report_definitions d ON d.id = r.definition_id
                  WHERE r.id = :id
@@ -395,6 +413,7 @@ def _capture(
             report.period_end,
             preread,
             last_round=last_round,
+            run_id=report.run_id,
         )
         template = published_template(conn, report.template)
     waiting = not stats["complete"] and float(report.age) < wait_seconds

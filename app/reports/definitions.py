@@ -25,6 +25,7 @@ from app.json_input import checked_name, checked_object
 from app.reports import records
 from app.reports.templates import TEMPLATE_NAME, template_exists
 from app.scan_control.query import get_task
+from app.scan_control.runs import get_run
 from app.timezones import is_iana_zone
 
 PERIODS = ("daily", "weekly", "on_demand")
@@ -223,8 +224,10 @@ def run_now(
     *,
     now: datetime | None = None,
     cooldown_seconds: float = 0.0,
+    run_id: int | None = None,
 ) -> dict[str, Any]:
-    """Queue an on-demand report of the definition (the last day up to now).
+    """Queue an on-demand report of the definition (the last day up to now); ``run_id``
+    shows that run of the definition's task instead of its latest finished one.
 
     ``cooldown_seconds`` ([reports] run_now_cooldown_seconds): a second run-now of one
     definition within that time answers 429 with Retry-After, so repeated clicks cannot
@@ -232,6 +235,8 @@ def run_now(
     check and the insert one step for concurrent requests."""
     with transaction() as conn:
         row = get_definition_row(conn, user, definition_id)
+        if run_id is not None:
+            _check_run_of_task(conn, row, run_id)
         if cooldown_seconds > 0:
             conn.execute(
                 sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-run-now'), :d)"),
@@ -253,5 +258,11 @@ def run_now(
                     retry_after=wait,
                     details={"definition_id": definition_id, "retry_after_seconds": wait},
                 )
-        report = records.create_on_demand_report(conn, row, now=now)
+        report = records.create_on_demand_report(conn, row, now=now, run_id=run_id)
     return report
+
+
+def _check_run_of_task(conn: Connection, definition: Any, run_id: int) -> None:
+    if definition.task_id is None:
+        raise _bad("run", "run needs a definition of one task (this one reports all tasks)")
+    get_run(conn, definition.task_id, run_id)  # 404 run_not_found: not this task's

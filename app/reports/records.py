@@ -55,13 +55,14 @@ def _insert_report(
     start: datetime,
     end: datetime,
     schedule_key: str | None,
+    run_id: int | None = None,
 ) -> int | None:
     report_id = conn.execute(
         sa.text(
             """
             INSERT INTO reports (definition_id, owner_id, task_id, period_kind, period_start,
-                                 period_end, schedule_key)
-            VALUES (:d, :o, :t, :k, :s, :e, :key)
+                                 period_end, schedule_key, run_id)
+            VALUES (:d, :o, :t, :k, :s, :e, :key, :run)
             ON CONFLICT (schedule_key) DO NOTHING
             RETURNING id
             """
@@ -74,6 +75,7 @@ def _insert_report(
             "s": start,
             "e": end,
             "key": schedule_key,
+            "run": run_id,
         },
     ).scalar()
     if report_id is not None:
@@ -82,7 +84,7 @@ def _insert_report(
 
 
 def create_on_demand_report(
-    conn: Connection, definition: Any, *, now: datetime | None = None
+    conn: Connection, definition: Any, *, now: datetime | None = None, run_id: int | None = None
 ) -> dict[str, Any]:
     end = now or conn.execute(sa.text("SELECT now()")).scalar_one()
     report_id = _insert_report(
@@ -92,6 +94,7 @@ def create_on_demand_report(
         start=end - timedelta(days=1),
         end=end,
         schedule_key=None,
+        run_id=run_id,
     )
     return report_dict(get_report_row(conn, report_id), [])
 
@@ -329,6 +332,7 @@ def report_dict(row: Any, deliveries: list[dict[str, Any]]) -> dict[str, Any]:
         "definition_name": row.definition_name,
         "owner_id": row.owner_id,
         "task_id": row.task_id,
+        "run_id": row.run_id,
         "status": row.status,
         "period": {
             "kind": row.period_kind,

@@ -148,6 +148,10 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "integer"},
             "status": {"type": "string"},
+            "run_id": {
+                "type": ["integer", "null"],
+                "description": "the run shown (null: each task's latest finished run)",
+            },
             "subject": {"type": ["string", "null"]},
             "statistics": {"type": ["object", "null"]},
             "deliveries": {"type": "array", "items": {"type": "object"}},

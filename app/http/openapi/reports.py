@@ -84,9 +84,12 @@ OPERATIONS = {
     },
     ("post", "/api/reports/definitions/{definition_id}/run"): {
         "summary": "Queue a report of this definition now",
+        "description": 'Optional body {"run": id}: show that run of the definition\'s task '
+        "(default: its latest finished run).",
         "tags": ["reports"],
         "security": USER,
         "parameters": [path_id("definition_id")],
+        "requestBody": body(obj({}, {"run": {"type": "integer", "minimum": 1}}), required=False),
         "responses": {"202": json_response("queued", _REPORT)},
     },
     ("get", "/api/reports"): {

@@ -716,3 +716,43 @@ def test_a_report_whose_input_became_incomplete_is_neither_archived_nor_delivere
         _make_due(report_id)
         assert _run(settings, Renderer(settings)).result == "ready"
         assert _count("SELECT count(*) FROM report_deliveries") == 2
+
+
+def test_an_on_demand_report_may_show_an_earlier_run(api, settings):
+    user, task = _scanned_task(api)
+    scanner = api.scanner()
+    again = user.post(f"/api/tasks/{task['id']}/runs")
+    assert again.status_code == 201, again.get_json()
+    upload = claim(scanner)
+    assert (
+        upload.final(0, [observation("192.0.2.1", 22, service={"name": "ssh"})]).status_code == 200
+    )
+    runs = user.get(f"/api/tasks/{task['id']}/runs").get_json()["items"]
+    run1 = next(r["id"] for r in runs if r["number"] == 1)
+    definition = _definition(user, task)
+    path = f"/api/reports/definitions/{definition['id']}/run"
+
+    latest = user.post(path).get_json()["report"]
+    assert latest["run_id"] is None
+    assert _run(settings, Renderer(settings)).result == "ready"
+    shown = user.post(path, json={"run": run1}).get_json()["report"]
+    assert shown["run_id"] == run1
+    assert _run(settings, Renderer(settings)).result == "ready"
+    endpoints = {
+        r["id"]: user.get(f"/api/reports/{r['id']}").get_json()["report"]["statistics"]["endpoints"]
+        for r in (latest, shown)
+    }
+    assert endpoints == {latest["id"]: 1, shown["id"]: 8}
+
+    # A run of another task, a run on an all-tasks definition, a bad body: refused.
+    _, other_task = _scanned_task(api, user)
+    other_run = user.get(f"/api/tasks/{other_task['id']}/runs").get_json()["items"][0]["id"]
+    assert user.post(path, json={"run": other_run}).status_code == 404
+    everything = user.post(
+        "/api/reports/definitions",
+        json={"name": "all", "scope": "all", "period": "on_demand", "recipients": ["a@b.c"]},
+    ).get_json()["definition"]
+    refused = user.post(f"/api/reports/definitions/{everything['id']}/run", json={"run": run1})
+    assert refused.status_code == 400 and refused.get_json()["error"]["details"]["field"] == "run"
+    for bad in ({"run": "1"}, {"run": 0}, {"runs": 1}):
+        assert user.post(path, json=bad).status_code == 400
