@@ -622,10 +622,12 @@ class Settings:
         return self.resolve_path(self.server.data_dir)
 
     @property
-    def web_pid_file(self) -> Path:
-        """The web server's master pid (gunicorn ``pidfile``): how this instance's runner
-        finds this instance's web processes, and no other instance's on the same host."""
-        return self.data_dir / "run" / "web.pid"
+    def web_pid_dir(self) -> Path:
+        """Where each web server master of this instance writes its pid (gunicorn
+        ``pidfile``, one file per bind address: several masters may serve one instance):
+        how this instance's runner finds its web processes, and no other instance's on
+        the same host."""
+        return self.data_dir / "run" / "web"
 
     def resolve_path(self, value: str) -> Path:
         """Paths in the file are relative to the file; from env or defaults, to the cwd."""

@@ -16,12 +16,13 @@ The worker class is gthread with request heads read by its event loop
 control socket (25.1+) defaults to one path per user (``~/.gunicorn``), which
 two instances on one host would take from each other: it lives under the data
 directory, and is turned off when that path is too long for a Unix socket. The master's
-pid is written there too (``run/web.pid``) for the resource sampler.
+pid is written there too (``run/web/<bind>.pid``) for the resource sampler.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -59,9 +60,11 @@ else:
     control_socket_disable = True
 # The master's pid, under this instance's data directory: the runner's resource sampler
 # reads it to find this instance's web processes (not another instance's on the host).
+# One file per master (named by its bind address): a second web process of the same
+# instance on this host must not find the first one's file and refuse to start.
 try:
-    _settings.web_pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pidfile = str(_settings.web_pid_file)
+    _settings.web_pid_dir.mkdir(parents=True, exist_ok=True)
+    pidfile = str(_settings.web_pid_dir / (re.sub(r"[^A-Za-z0-9.-]+", "_", bind) + ".pid"))
 except OSError:
     pass  # a read-only data directory: the sampler then sees no web processes on this host
 # A platform's grace period after SIGTERM is typically 30 s: finish in-flight requests within it.

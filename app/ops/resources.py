@@ -3,8 +3,8 @@
 One runner at a time (a periodic job under a lease) samples the host it runs on
 every ``[ops] sample_seconds``: CPU, load, memory, swap, the data directory's
 volume (usage and I/O rates) and the RSS and CPU of this instance's processes on
-that host: the runner's own tree and the web server's (its master from the pid file
-under the data directory, ``run/web.pid``, and its workers), never another netmap
+that host: the runner's own tree and the web servers' (each master from its pid file
+under the data directory, ``run/web/*.pid``, and its workers), never another netmap
 instance's that happens to share the host. Samples
 are rows ``(sampled_at, host, metric, process, value)``; each sampling run also
 deletes rows older than ``resource_retention_hours`` and the oldest rows above
@@ -187,13 +187,13 @@ def _web_master(pid_file: Path) -> psutil.Process | None:
 
 
 def netmap_processes(
-    runner_root: int | None = None, web_pid_file: Path | None = None
+    runner_root: int | None = None, web_pid_dir: Path | None = None
 ) -> dict[str, psutil.Process]:
     """This instance's processes on this host, labelled ``role:pid``.
 
-    The runner's process tree (``runner_root``) and the web server's: its master, read
-    from this instance's pid file (``Settings.web_pid_file``, under the data directory),
-    and the master's workers. Other netmap instances on the host (other data
+    The runner's process tree (``runner_root``) and the web servers': each master, read
+    from this instance's pid files (``Settings.web_pid_dir``, under the data directory),
+    and the masters' workers. Other netmap instances on the host (other data
     directories) have their own pid files and trees, so their processes are not ours.
     """
     found: dict[int, psutil.Process] = {}
@@ -201,8 +201,11 @@ def netmap_processes(
     if runner_root is not None:
         with contextlib.suppress(psutil.Error):
             roots.append(psutil.Process(runner_root))
-    if web_pid_file is not None and (master := _web_master(web_pid_file)) is not None:
-        roots.append(master)
+    if web_pid_dir is not None:
+        with contextlib.suppress(OSError):
+            for pid_file in sorted(web_pid_dir.glob("*.pid")):
+                if (master := _web_master(pid_file)) is not None:
+                    roots.append(master)
     for root in roots:
         found[root.pid] = root
         with contextlib.suppress(psutil.Error):
@@ -249,7 +252,7 @@ def take_host_sample(
         pass
     values += [(metric, "", value) for metric, value in _io_rates(settings.data_dir)]
     seen = set()
-    for label, process in netmap_processes(runner_root, settings.web_pid_file).items():
+    for label, process in netmap_processes(runner_root, settings.web_pid_dir).items():
         # Keep one Process object per pid so cpu_percent measures since the last sample.
         handle = _process_handles.setdefault(process.pid, process)
         seen.add(process.pid)

@@ -1,7 +1,7 @@
 """Two `netmap up` instances on one host: each samples its own processes only.
 
 Each instance's runner samples the host every second; the web processes it reports
-are those of its own web server (the master named by ``run/web.pid`` under its data
+are those of its own web server (the master named by its ``run/web/*.pid`` file under its data
 directory, and its workers), never the other instance's, which run on the same host
 with the same command line.
 """
@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 
 def _web_tree(data_dir) -> set[int]:
-    master = psutil.Process(int((data_dir / "run" / "web.pid").read_text()))
+    (pid_file,) = (data_dir / "run" / "web").glob("*.pid")
+    master = psutil.Process(int(pid_file.read_text()))
     assert "wsgi:app" in " ".join(master.cmdline())
     return {master.pid} | {child.pid for child in master.children(recursive=True)}
 

@@ -197,9 +197,10 @@ def test_only_this_instances_web_processes_are_sampled(settings, tmp_path):
     ours, theirs = _web_server_lookalike(), _web_server_lookalike()
     try:
         our_tree, their_tree = _tree(ours), _tree(theirs)
-        settings.web_pid_file.parent.mkdir(parents=True, exist_ok=True)
-        settings.web_pid_file.write_text(f"{ours.pid}\n")
-        other = tmp_path / "other-instance" / "run" / "web.pid"
+        pid_file = settings.web_pid_dir / "127.0.0.1_8000.pid"
+        settings.web_pid_dir.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{ours.pid}\n")
+        other = tmp_path / "other-instance" / "run" / "web" / "127.0.0.1_8000.pid"
         other.parent.mkdir(parents=True)
         other.write_text(f"{theirs.pid}\n")
 
@@ -210,9 +211,9 @@ def test_only_this_instances_web_processes_are_sampled(settings, tmp_path):
         # A pid file older than the process it names was left by a master that died:
         # that pid now belongs to someone else.
         written = psutil.Process(ours.pid).create_time() - 60
-        os.utime(settings.web_pid_file, (written, written))
+        os.utime(pid_file, (written, written))
         assert _web_pids(resources.take_host_sample(settings)) == set()
-        settings.web_pid_file.unlink()
+        pid_file.unlink()
         assert _web_pids(resources.take_host_sample(settings)) == set()
     finally:
         for process in (ours, theirs):
