@@ -1,12 +1,15 @@
-"""TLS certificate facts from the PEM nmap's ``ssl-cert`` script prints (issue 37).
+"""TLS certificate facts from the PEM nmap's ``ssl-cert`` script prints and the base64 DER
+of masscan's ``X509`` banner (issue 37).
 
-``certificate_facts(pem)`` reads one certificate with ``cryptography`` into the
-upload's ``tls`` document: subject CN, subject alternative names (DNS names and
-addresses), issuer (RFC 4514 text), not-before/not-after (UTC, ``…Z``), SHA-256
-fingerprint (lower-case hex), key type and size, and whether it is self-signed
-(issuer equals subject and the certificate's own key verifies its signature). The
-server indexes these keys for the search language (``app.search.endpoint_facts``).
-A PEM that does not parse gives ``None``: the scan goes on without the facts.
+``certificate_facts(pem)`` (and ``certificate_facts_base64_der``) reads one certificate
+with ``cryptography`` into the upload's ``tls`` document: subject CN, subject alternative
+names (DNS names and addresses), issuer (RFC 4514 text), not-before/not-after (UTC,
+``…Z``), SHA-256 fingerprint (lower-case hex), key type and size, and whether it is
+self-signed (issuer equals subject and the certificate's own key verifies its
+signature). The server indexes these keys for the search language
+(``app.search.endpoint_facts``). A certificate that does not parse gives ``None``: the
+scan goes on without the facts. naabu's output carries no certificate (only whether
+the port spoke TLS), so it has no facts to read.
 """
 
 from __future__ import annotations
@@ -39,13 +42,35 @@ def _key(public_key) -> tuple[str | None, int | None]:
 def certificate_facts(pem: str) -> dict[str, Any] | None:
     """The ``tls`` document of one PEM certificate, or ``None`` when it does not parse."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import NameOID
 
     try:
         cert = x509.load_pem_x509_certificate(pem.strip().encode("ascii", "replace"))
     except ValueError:
         return None
+    return _facts(cert)
+
+
+def certificate_facts_base64_der(text: str) -> dict[str, Any] | None:
+    """The ``tls`` document of a base64 DER certificate (masscan's ``X509`` banner), or
+    ``None`` when it does not decode or parse."""
+    import base64
+    import binascii
+
+    from cryptography import x509
+
+    try:
+        der = base64.b64decode("".join(text.split()), validate=True)
+        cert = x509.load_der_x509_certificate(der)
+    except (ValueError, binascii.Error):
+        return None
+    return _facts(cert)
+
+
+def _facts(cert) -> dict[str, Any]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
     facts: dict[str, Any] = {}
     try:
         names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)

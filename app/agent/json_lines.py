@@ -254,18 +254,27 @@ def _masscan_record(
         if isinstance(ttl, int):
             details["ttl"] = ttl
         if type(service) is dict:
-            found.append(
-                make_observation(
-                    observed_at=observed_at,
-                    ip=ip,
-                    port=port,
-                    transport=transport,
-                    state="open",
-                    name=_service_name(service.get("name")),
-                    banner=str(service.get("banner") or "") or None,
-                    details=details or None,
-                )
+            banner = str(service.get("banner") or "") or None
+            tls = None
+            if service.get("name") == "X509" and banner:
+                # masscan's X509 banner is the server's certificate, base64 DER: its facts
+                # (the upload's ``tls``, as from nmap's ssl-cert), not the blob, are kept.
+                from app.agent.certificates import certificate_facts_base64_der
+
+                tls, banner = certificate_facts_base64_der(banner), None
+            observation = make_observation(
+                observed_at=observed_at,
+                ip=ip,
+                port=port,
+                transport=transport,
+                state="open",
+                name=_service_name(service.get("name")),
+                banner=banner,
+                details=details or None,
             )
+            if tls:
+                observation["tls"] = tls
+            found.append(observation)
             continue
         state = _MASSCAN_STATES.get(str(status))
         if state is None:

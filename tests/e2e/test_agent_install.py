@@ -16,6 +16,22 @@ from tests.support.processes import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e
 
+CERTIFICATE_CHECK = """
+import datetime
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from app.agent.certificates import certificate_facts
+key = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agent.example.test")])
+now = datetime.datetime.now(datetime.timezone.utc)
+cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+print(certificate_facts(pem)["subject_cn"])
+"""
 SERVER_DISTRIBUTIONS = ("flask", "sqlalchemy", "psycopg2-binary", "gunicorn", "elasticsearch")
 
 
@@ -67,3 +83,7 @@ def test_wheel_with_the_agent_extra_runs_the_agent_without_the_server(tmp_path):
         cwd=tmp_path,
         timeout=60,
     )
+    # The default profile reads certificates (nmap's ssl-cert): the agent's own install
+    # carries what parses them.
+    read = _run([str(env_dir / "bin" / "python"), "-c", CERTIFICATE_CHECK], cwd=tmp_path)
+    assert read.stdout.strip() == "agent.example.test"

@@ -216,3 +216,30 @@ def test_imports_are_checked_against_the_tasks_scope(api):
     # Rows inside the scope are imported without asking.
     ok = _import(user, task["id"], inside.encode(), "naabu-jsonl", observed_at="import")
     assert ok.status_code == 201
+
+
+def test_a_masscan_x509_banner_makes_the_certificate_searchable(api, settings):
+    from app.projection.slices import ProjectionWorker
+    from app.search.postgres_store import PostgresStore
+    from tests.support.certificates import make_certificate
+    from tests.support.projection import drain
+    from tests.unit.test_agent_parsers import _der_base64
+
+    user = api.user()
+    task = make_task(user, targets=("192.0.2.0/28",), ports="443")
+    certificate, _ = make_certificate("shop.example.test")
+    record = (
+        '{"ip": "192.0.2.7", "timestamp": "1764633600", "ports": [{"port": 443, "proto": "tcp", '
+        f'"service": {{"name": "X509", "banner": "{_der_base64(certificate)}"}}}}]}}'
+    )
+    response = _import(
+        user, task["id"], f"[\n{record}\n]\n".encode(), "masscan-json", observed_at="import"
+    )
+    assert response.status_code == 201, response.get_json()
+    store = PostgresStore(settings)
+    try:
+        drain(ProjectionWorker(settings, store))
+    finally:
+        store.close()
+    found = user.get('/api/assets?q=cert.subject:"shop.example.test"').get_json()["items"]
+    assert [(a["ip"], a["port"]) for a in found] == [("192.0.2.7", 443)]

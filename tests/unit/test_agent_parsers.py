@@ -10,14 +10,17 @@ the older comma-first layout); naabu's lines follow its ``-json`` output.
 
 from __future__ import annotations
 
+import base64
 import io
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from app.agent.formats import ResultFormatError
 from app.agent.json_lines import read_masscan_json, read_naabu_jsonl
 from app.agent.nmap_xml import NmapXmlReader, banner_from_fingerprint, read_nmap_xml
+from tests.support.certificates import make_certificate
 from tests.support.listeners import BANNER
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"
@@ -281,3 +284,28 @@ def test_nmap_attributes_in_another_order_read_the_same_and_repeated_services_ar
     found[0]["details"]["conf"] = 1
     assert found[1]["service"] == {"name": "http", "product": "nginx"}
     assert found[1]["details"]["conf"] == 10
+
+
+def _der_base64(certificate) -> str:
+    return base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()
+
+
+def test_masscan_x509_banners_become_certificate_facts():
+    certificate, _ = make_certificate("shop.example.test", days=30, sans=("shop.example.test",))
+    record = (
+        '{"ip": "192.0.2.7", "timestamp": "1764633600", "ports": [{"port": 443, "proto": "tcp", '
+        f'"service": {{"name": "X509", "banner": "{_der_base64(certificate)}"}}}}]}}'
+    )
+    bad = (
+        '{"ip": "192.0.2.8", "timestamp": "1764633600", "ports": [{"port": 443, "proto": "tcp", '
+        '"service": {"name": "X509", "banner": "bm90IGEgY2VydGlmaWNhdGU="}}]}'
+    )
+    found = list(read_masscan_json(io.BytesIO(f"[\n{record},\n{bad}\n]\n".encode())))
+    tls = found[0]["tls"]
+    assert tls["subject_cn"] == "shop.example.test" and tls["sans"] == ["shop.example.test"]
+    assert tls["not_after"] == certificate.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert tls["self_signed"] is True
+    assert len(tls["sha256"]) == 64 and tls["key_type"] == "ec"
+    # The certificate is the facts, not a banner; one that does not parse is just dropped.
+    assert "banner" not in found[0].get("service", {})
+    assert "tls" not in found[1] and "banner" not in found[1].get("service", {})
