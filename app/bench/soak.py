@@ -9,7 +9,8 @@ On a scratch database it seeds ``--assets`` current assets of one user and start
 * ``--readers`` processes, logged in as the tasks' owner, alternate
   ``GET /api/tasks/<id>/results?limit=500`` (a first page, then the page after it,
   of a task being written) and ``GET /api/assets`` (several filters and sorts, and
-  next pages).
+  next pages; with ``--language``, ``bench search``'s search-language queries, the
+  port-443 assets given certificates as there).
 
 Clients are separate processes so the timing of a read is not the wait for a writer's
 JSON encoding in the same interpreter. After the window every writer sends its final
@@ -123,7 +124,16 @@ def _writer(url, writer, token, execution, batch, window, events) -> None:
     events.put(("writer_done", writer, execution["id"], sent))
 
 
-def _reader(url, reader, username, task_ids, window, events) -> None:
+def language_queries() -> tuple[str, ...]:
+    """``bench search``'s representative search-language queries as asset searches."""
+    from urllib.parse import quote
+
+    from app.bench.search import QUERIES
+
+    return tuple(f"/api/assets?q={quote(text)}&limit=50" for text in QUERIES.values())
+
+
+def _reader(url, reader, username, task_ids, window, events, asset_queries) -> None:
     """Alternate results pages and asset searches during ``window``; time each request."""
     import requests
 
@@ -150,7 +160,7 @@ def _reader(url, reader, username, task_ids, window, events) -> None:
                 path += f"&cursor={next_results}"
         else:
             route = "assets"
-            path = next_assets or ASSET_QUERIES[(reader + step // 2) % len(ASSET_QUERIES)]
+            path = next_assets or asset_queries[(reader + step // 2) % len(asset_queries)]
         started = time.perf_counter()
         answer = session.get(f"{url}{path}", timeout=600)
         elapsed = time.perf_counter() - started
@@ -162,7 +172,7 @@ def _reader(url, reader, username, task_ids, window, events) -> None:
             # A first page, then the page after it; then a first page again.
             next_results = cursor if next_results is None else None
         else:
-            base = ASSET_QUERIES[(reader + step // 2) % len(ASSET_QUERIES)]
+            base = asset_queries[(reader + step // 2) % len(asset_queries)]
             next_assets = f"{base}&cursor={cursor}" if cursor and next_assets is None else None
         events.put(("read", time.time(), elapsed, route))
         step += 1
@@ -174,7 +184,9 @@ def _start_server(scratch, max_batch: int) -> tuple[subprocess.Popen, str]:
     return server, url.rstrip("/")
 
 
-def _prepare(scratch, writers: int, assets: int) -> tuple[str, list[int], list[str]]:
+def _prepare(
+    scratch, writers: int, assets: int, certificates: bool = False
+) -> tuple[str, list[int], list[str]]:
     """The owner (with ``assets`` current assets), one queued task per writer whose
     execution may receive any 10/8 address, and one scanner token per writer."""
     import sqlalchemy as sa
@@ -227,6 +239,12 @@ def _prepare(scratch, writers: int, assets: int) -> tuple[str, list[int], list[s
                 services=SERVICES,
                 spread_minutes=7 * 24 * 60,
             )
+    if certificates:
+        # As bench search seeds them: a certificate on every port-443 asset.
+        from app.bench.search import _CERTIFICATES
+
+        with transaction() as conn:
+            conn.execute(sa.text(_CERTIFICATES), {"owner_id": owner.id})
     # What autovacuum does soon after a bulk load, done before the window opens rather
     # than in its first minute: the assets' visibility map and statistics that know
     # them, and none of the tasks about to be written (as for every running task).
@@ -352,8 +370,20 @@ def _verify(url: str, username: str, done: dict[int, tuple[int, int]]) -> dict[s
     "with the 128MB default it measures buffer eviction as much as the writes (as in "
     "bench upload and projection).",
 )
+@click.option(
+    "--language",
+    is_flag=True,
+    help="asset searches are bench search's search-language queries (port-443 assets get "
+    "certificates), instead of the filter parameters",
+)
 def command(
-    minutes: float, writers: int, readers: int, batch: int, assets: int, shared_buffers: str
+    minutes: float,
+    writers: int,
+    readers: int,
+    batch: int,
+    assets: int,
+    shared_buffers: str,
+    language: bool,
 ) -> None:
     """Ingest and reads together: per-minute ingest rate and read latency; one JSON object."""
     import sqlalchemy as sa
@@ -371,7 +401,8 @@ def command(
             # What the server runs with, as it reports it (not the option's spelling).
             server_buffers = conn.execute(sa.text("SHOW shared_buffers")).scalar_one()
         print(f"[soak] seeding {assets} current assets", file=sys.stderr, flush=True)
-        username, task_ids, tokens = _prepare(scratch, writers, assets)
+        username, task_ids, tokens = _prepare(scratch, writers, assets, certificates=language)
+        asset_queries = language_queries() if language else ASSET_QUERIES
         server, url = _start_server(scratch, max(batch, 5000))
         try:
             executions = [_claim(url, token) for token in tokens]
@@ -388,7 +419,10 @@ def command(
                 )
                 for w in range(writers)
             ] + [
-                context.Process(target=_reader, args=(url, r, username, task_ids, window, events))
+                context.Process(
+                    target=_reader,
+                    args=(url, r, username, task_ids, window, events, asset_queries),
+                )
                 for r in range(readers)
             ]
             for process in processes:
@@ -457,6 +491,7 @@ def command(
         "readers": readers,
         "batch": batch,
         "assets": assets,
+        "asset_queries": "search language" if language else "filters",
         "postgres_shared_buffers": server_buffers,
         "results_limit": RESULTS_LIMIT,
         "per_minute": per_minute,

@@ -43,3 +43,15 @@ def test_bench_soak_reports_minutes_goals_and_exact_counts():
         and goals["ingest_within_floor_every_minute"]
         and counts["exact"]
     )
+
+
+@pytest.mark.slow
+def test_bench_soak_with_search_language_reads():
+    report = run_bench(
+        "soak", "--minutes", "0.05", "--writers", "1", "--readers", "1", "--batch", "200",
+        "--assets", "2000", "--shared-buffers", "48MB", "--language",
+    )  # fmt: skip
+    assert report["asset_queries"] == "search language"
+    [minute] = report["per_minute"]
+    assert minute["assets"]["count"] > 0  # every query answered 200 (a 4xx stops the bench)
+    assert report["counts"]["exact"] is True
