@@ -7,10 +7,10 @@ from typing import Any
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
-    USER,
     body,
     json_response,
     obj,
+    operation,
     page,
     path_id,
     query,
@@ -122,40 +122,41 @@ DELIVERY = obj(
 )
 
 _DELIVERY_ID = {"name": "delivery_id", "in": "path", "required": True, "schema": _TEXT}
-_TAGS = ["alerts"]
-
-
-def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "tags": _TAGS, "security": USER, "responses": responses, **extra}
 
 
 OPERATIONS = {
-    ("post", "/api/alerts/rules"): _op(
+    ("post", "/api/alerts/rules"): operation(
+        "alerts",
         "Create an alert rule",
         {"201": json_response("the rule", obj({"rule": RULE}))},
         requestBody=body(obj({"name": _TEXT, "on": _RULE_FIELDS["on"]}, _RULE_FIELDS)),
     ),
-    ("get", "/api/alerts/rules"): _op(
+    ("get", "/api/alerts/rules"): operation(
+        "alerts",
         "Your alert rules (and the global ones)",
         {"200": json_response("the rules", obj({"items": {"type": "array", "items": RULE}}))},
     ),
-    ("get", "/api/alerts/rules/{rule_id}"): _op(
+    ("get", "/api/alerts/rules/{rule_id}"): operation(
+        "alerts",
         "One alert rule",
         {"200": json_response("the rule", obj({"rule": RULE}))},
         parameters=[path_id("rule_id")],
     ),
-    ("patch", "/api/alerts/rules/{rule_id}"): _op(
+    ("patch", "/api/alerts/rules/{rule_id}"): operation(
+        "alerts",
         "Change an alert rule (the fields given)",
         {"200": json_response("the rule", obj({"rule": RULE}))},
         parameters=[path_id("rule_id")],
         requestBody=body({"type": "object", "properties": _RULE_FIELDS}),
     ),
-    ("delete", "/api/alerts/rules/{rule_id}"): _op(
+    ("delete", "/api/alerts/rules/{rule_id}"): operation(
+        "alerts",
         "Delete an alert rule",
         {"204": {"description": "deleted"}},
         parameters=[path_id("rule_id")],
     ),
-    ("post", "/api/alerts/channels"): _op(
+    ("post", "/api/alerts/channels"): operation(
+        "alerts",
         "Create a channel (a webhook's secret is in this answer only)",
         {"201": json_response("the channel", obj({"channel": CHANNEL}))},
         requestBody=body(
@@ -165,26 +166,31 @@ OPERATIONS = {
             )
         ),
     ),
-    ("get", "/api/alerts/channels"): _op(
+    ("get", "/api/alerts/channels"): operation(
+        "alerts",
         "Your channels (never a secret or an Apprise URL)",
         {"200": json_response("the channels", obj({"items": {"type": "array", "items": CHANNEL}}))},
     ),
-    ("get", "/api/alerts/channels/{channel_id}"): _op(
+    ("get", "/api/alerts/channels/{channel_id}"): operation(
+        "alerts",
         "One channel",
         {"200": json_response("the channel", obj({"channel": CHANNEL}))},
         parameters=[path_id("channel_id")],
     ),
-    ("delete", "/api/alerts/channels/{channel_id}"): _op(
+    ("delete", "/api/alerts/channels/{channel_id}"): operation(
+        "alerts",
         "Delete a channel",
         {"204": {"description": "deleted"}},
         parameters=[path_id("channel_id")],
     ),
-    ("post", "/api/alerts/channels/{channel_id}/rotate-secret"): _op(
+    ("post", "/api/alerts/channels/{channel_id}/rotate-secret"): operation(
+        "alerts",
         "A new webhook secret (shown once); the old one signs too until previous_secret_until",
         {"200": json_response("the channel with its new secret", obj({"channel": CHANNEL}))},
         parameters=[path_id("channel_id")],
     ),
-    ("post", "/api/alerts/channels/{channel_id}/test"): _op(
+    ("post", "/api/alerts/channels/{channel_id}/test"): operation(
+        "alerts",
         "Send a test message now and report the outcome (not queued, not retried)",
         {
             "200": json_response(
@@ -197,7 +203,8 @@ OPERATIONS = {
         },
         parameters=[path_id("channel_id")],
     ),
-    ("get", "/api/alerts/deliveries"): _op(
+    ("get", "/api/alerts/deliveries"): operation(
+        "alerts",
         "The delivery log, newest first",
         {"200": json_response("a page of deliveries", page(DELIVERY))},
         parameters=[
@@ -211,12 +218,14 @@ OPERATIONS = {
             ),
         ],
     ),
-    ("get", "/api/alerts/deliveries/{delivery_id}"): _op(
+    ("get", "/api/alerts/deliveries/{delivery_id}"): operation(
+        "alerts",
         "One delivery",
         {"200": json_response("the delivery", obj({"delivery": DELIVERY}))},
         parameters=[_DELIVERY_ID],
     ),
-    ("post", "/api/alerts/deliveries/{delivery_id}/redeliver"): _op(
+    ("post", "/api/alerts/deliveries/{delivery_id}/redeliver"): operation(
+        "alerts",
         "Send a message again (same id, fresh retry window)",
         {"200": json_response("the delivery", obj({"delivery": DELIVERY}))},
         parameters=[_DELIVERY_ID],

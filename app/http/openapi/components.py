@@ -232,3 +232,23 @@ CURSOR = query("cursor", description="next_cursor of the previous page")
 USER = [{"session": []}]
 SCANNER = [{"scanner": []}]
 PUBLIC: list[dict[str, list]] = []
+
+
+def operation(
+    tag: str,
+    summary: str,
+    responses: dict[str, Any],
+    *,
+    security: list[dict[str, list]] = USER,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One operation's entry: its tag, summary, who may call it (a signed-in user unless
+    said otherwise) and its answers; ``extra`` adds ``parameters``, ``requestBody``,
+    ``description``."""
+    return {
+        "summary": summary,
+        "tags": [tag],
+        "security": security,
+        "responses": responses,
+        **extra,
+    }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.http.openapi.components import USER, json_response, obj, path_id
+from app.http.openapi.components import json_response, obj, operation, path_id
 
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 _NULLABLE_ID = {"type": ["integer", "null"]}
@@ -34,23 +34,20 @@ SCANNER_ITEM = obj(
 )
 
 OPERATIONS = {
-    ("get", "/api/scanners"): {
-        "summary": "The scanners with their status (admins: all; others: those they created)",
-        "tags": ["scanners"],
-        "security": USER,
-        "responses": {
+    ("get", "/api/scanners"): operation(
+        "scanners",
+        "The scanners with their status (admins: all; others: those they created)",
+        {
             "200": json_response(
                 "scanners by id",
                 obj({"items": {"type": "array", "items": SCANNER_ITEM}}),
             )
         },
-    },
-    ("post", "/api/scanners/{scanner_id}/disable"): {
-        "summary": "Revoke a scanner's token: its next call answers 401 (admin, audited)",
-        "tags": ["scanners"],
-        "security": USER,
-        "parameters": [path_id("scanner_id")],
-        "responses": {
+    ),
+    ("post", "/api/scanners/{scanner_id}/disable"): operation(
+        "scanners",
+        "Revoke a scanner's token: its next call answers 401 (admin, audited)",
+        {
             "200": json_response(
                 "revoked",
                 obj(
@@ -62,5 +59,6 @@ OPERATIONS = {
                 ),
             )
         },
-    },
+        parameters=[path_id("scanner_id")],
+    ),
 }

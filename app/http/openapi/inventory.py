@@ -7,10 +7,10 @@ import copy
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
-    USER,
     body,
     json_response,
     obj,
+    operation,
     page,
     path_id,
     query,
@@ -44,15 +44,10 @@ _FACET_VALUES = {
 _ASSET_PARAMETERS = copy.deepcopy(_TASK_OPERATIONS[("get", "/api/assets")]["parameters"])
 
 OPERATIONS = {
-    ("get", "/api/assets/facets"): {
-        "summary": "Top services, products, ports and certificate issuers of an asset search",
-        "tags": ["assets"],
-        "security": USER,
-        "parameters": [
-            *_ASSET_PARAMETERS,
-            query("size", {"type": "integer", "minimum": 1, "maximum": 50}),
-        ],
-        "responses": {
+    ("get", "/api/assets/facets"): operation(
+        "assets",
+        "Top services, products, ports and certificate issuers of an asset search",
+        {
             "200": json_response(
                 "capped counts",
                 obj(
@@ -64,62 +59,57 @@ OPERATIONS = {
                 ),
             )
         },
-    },
-    ("get", "/api/searches"): {
-        "summary": "Your saved searches",
-        "tags": ["searches"],
-        "security": USER,
-        "parameters": [LIMIT, CURSOR],
-        "responses": {"200": json_response("a page of saved searches", page(_SEARCH))},
-    },
-    ("post", "/api/searches"): {
-        "summary": "Save a search-language query under a name",
-        "tags": ["searches"],
-        "security": USER,
-        "requestBody": body({**_SEARCH_BODY, "required": ["name", "query"]}),
-        "responses": {"201": json_response("saved", obj({"search": _SEARCH}))},
-    },
-    ("get", "/api/searches/{search_id}"): {
-        "summary": "One saved search",
-        "tags": ["searches"],
-        "security": USER,
-        "parameters": [path_id("search_id")],
-        "responses": {"200": json_response("the search", obj({"search": _SEARCH}))},
-    },
-    ("patch", "/api/searches/{search_id}"): {
-        "summary": "Rename a saved search or change its query",
-        "tags": ["searches"],
-        "security": USER,
-        "parameters": [path_id("search_id")],
-        "requestBody": body(_SEARCH_BODY),
-        "responses": {"200": json_response("the search", obj({"search": _SEARCH}))},
-    },
-    ("delete", "/api/searches/{search_id}"): {
-        "summary": "Delete a saved search",
-        "tags": ["searches"],
-        "security": USER,
-        "parameters": [path_id("search_id")],
-        "responses": {"204": {"description": "deleted"}},
-    },
-    ("post", "/api/exports"): {
-        "summary": "Export the current assets a search-language query finds",
-        "tags": ["exports"],
-        "security": USER,
-        "requestBody": body(
+        parameters=[
+            *_ASSET_PARAMETERS,
+            query("size", {"type": "integer", "minimum": 1, "maximum": 50}),
+        ],
+    ),
+    ("get", "/api/searches"): operation(
+        "searches",
+        "Your saved searches",
+        {"200": json_response("a page of saved searches", page(_SEARCH))},
+        parameters=[LIMIT, CURSOR],
+    ),
+    ("post", "/api/searches"): operation(
+        "searches",
+        "Save a search-language query under a name",
+        {"201": json_response("saved", obj({"search": _SEARCH}))},
+        requestBody=body({**_SEARCH_BODY, "required": ["name", "query"]}),
+    ),
+    ("get", "/api/searches/{search_id}"): operation(
+        "searches",
+        "One saved search",
+        {"200": json_response("the search", obj({"search": _SEARCH}))},
+        parameters=[path_id("search_id")],
+    ),
+    ("patch", "/api/searches/{search_id}"): operation(
+        "searches",
+        "Rename a saved search or change its query",
+        {"200": json_response("the search", obj({"search": _SEARCH}))},
+        parameters=[path_id("search_id")],
+        requestBody=body(_SEARCH_BODY),
+    ),
+    ("delete", "/api/searches/{search_id}"): operation(
+        "searches",
+        "Delete a saved search",
+        {"204": {"description": "deleted"}},
+        parameters=[path_id("search_id")],
+    ),
+    ("post", "/api/exports"): operation(
+        "exports",
+        "Export the current assets a search-language query finds",
+        {"202": json_response("queued", obj({"export": ref("Export")}))},
+        requestBody=body(
             obj(
                 {"query": _TEXT},
                 {"format": {"type": "string", "enum": ["csv", "jsonl", "zip"]}},
             )
         ),
-        "responses": {"202": json_response("queued", obj({"export": ref("Export")}))},
-    },
-    ("get", "/api/hosts/{ip}"): {
-        "summary": "One host: its ports, names, certificates, covering tasks and changes",
-        "tags": ["assets"],
-        "security": USER,
-        "parameters": [
-            {"name": "ip", "in": "path", "required": True, "schema": {"type": "string"}}
-        ],
-        "responses": {"200": json_response("the host", {"type": "object"})},
-    },
+    ),
+    ("get", "/api/hosts/{ip}"): operation(
+        "assets",
+        "One host: its ports, names, certificates, covering tasks and changes",
+        {"200": json_response("the host", {"type": "object"})},
+        parameters=[{"name": "ip", "in": "path", "required": True, "schema": {"type": "string"}}],
+    ),
 }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from app.http.openapi.components import (
     LIMIT,
-    USER,
     json_response,
     obj,
+    operation,
     path_id,
     query,
 )
@@ -39,23 +39,16 @@ RUN = obj(
 _RUN = obj({"run": RUN})
 
 OPERATIONS = {
-    ("post", "/api/tasks/{task_id}/runs"): {
-        "summary": "Start a run of the task now (409 run_active while one is queued or running)",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "responses": {"201": json_response("the run, its executions queued", _RUN)},
-    },
-    ("get", "/api/tasks/{task_id}/runs"): {
-        "summary": "The task's runs, newest first",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [
-            path_id("task_id"),
-            LIMIT,
-            query("before", {"type": "integer", "minimum": 1}, "runs numbered below this"),
-        ],
-        "responses": {
+    ("post", "/api/tasks/{task_id}/runs"): operation(
+        "tasks",
+        "Start a run of the task now (409 run_active while one is queued or running)",
+        {"201": json_response("the run, its executions queued", _RUN)},
+        parameters=[path_id("task_id")],
+    ),
+    ("get", "/api/tasks/{task_id}/runs"): operation(
+        "tasks",
+        "The task's runs, newest first",
+        {
             "200": json_response(
                 "a page of runs",
                 obj(
@@ -66,34 +59,31 @@ OPERATIONS = {
                 ),
             )
         },
-    },
-    ("get", "/api/tasks/{task_id}/runs/{run_id}"): {
-        "summary": "One run with its counts",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id"), path_id("run_id")],
-        "responses": {"200": json_response("the run", _RUN)},
-    },
-    ("post", "/api/tasks/{task_id}/runs/{run_id}/cancel"): {
-        "summary": "Cancel a queued or running run (409 run_not_active otherwise)",
-        "description": "Queued executions are cancelled at once; a running execution's "
+        parameters=[
+            path_id("task_id"),
+            LIMIT,
+            query("before", {"type": "integer", "minimum": 1}, "runs numbered below this"),
+        ],
+    ),
+    ("get", "/api/tasks/{task_id}/runs/{run_id}"): operation(
+        "tasks",
+        "One run with its counts",
+        {"200": json_response("the run", _RUN)},
+        parameters=[path_id("task_id"), path_id("run_id")],
+    ),
+    ("post", "/api/tasks/{task_id}/runs/{run_id}/cancel"): operation(
+        "tasks",
+        "Cancel a queued or running run (409 run_not_active otherwise)",
+        {"200": json_response("the cancelled run", _RUN)},
+        parameters=[path_id("task_id"), path_id("run_id")],
+        description="Queued executions are cancelled at once; a running execution's "
         "scanner gets 409 execution_cancelled at its next lease renewal or upload and stops. "
         "What was already confirmed stays; a cancelled run marks nothing gone.",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id"), path_id("run_id")],
-        "responses": {"200": json_response("the cancelled run", _RUN)},
-    },
-    ("delete", "/api/tasks/{task_id}"): {
-        "summary": "Delete a task: hidden at once, its data purged in the background",
-        "description": "The task (and the DNS follow-up tasks it made) disappears from lists "
-        "and lookups at once; queued and running executions are cancelled. The runner's purge "
-        "removes its runs, executions, receipts and results in bounded batches, and the "
-        "current assets only this task had evidence for; assets other tasks saw stay.",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "responses": {
+    ),
+    ("delete", "/api/tasks/{task_id}"): operation(
+        "tasks",
+        "Delete a task: hidden at once, its data purged in the background",
+        {
             "202": json_response(
                 "the purge, queued",
                 obj(
@@ -113,5 +103,10 @@ OPERATIONS = {
                 ),
             )
         },
-    },
+        parameters=[path_id("task_id")],
+        description="The task (and the DNS follow-up tasks it made) disappears from lists "
+        "and lookups at once; queued and running executions are cancelled. The runner's purge "
+        "removes its runs, executions, receipts and results in bounded batches, and the "
+        "current assets only this task had evidence for; assets other tasks saw stay.",
+    ),
 }

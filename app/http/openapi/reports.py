@@ -5,10 +5,10 @@ from __future__ import annotations
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
-    USER,
     body,
     json_response,
     obj,
+    operation,
     page,
     path_id,
     ref,
@@ -28,113 +28,97 @@ _DEFINITION = obj({"definition": ref("ReportDefinition")})
 _REPORT = obj({"report": ref("Report")})
 
 OPERATIONS = {
-    ("post", "/api/reports/definitions"): {
-        "summary": "Define a report: a task (or all your assets), a period, recipients",
-        "tags": ["reports"],
-        "security": USER,
-        "requestBody": body(
+    ("post", "/api/reports/definitions"): operation(
+        "reports",
+        "Define a report: a task (or all your assets), a period, recipients",
+        {"201": json_response("created", _DEFINITION)},
+        requestBody=body(
             {
                 "type": "object",
                 "required": ["name", "period", "recipients"],
                 "properties": _DEFINITION_FIELDS,
             }
         ),
-        "responses": {"201": json_response("created", _DEFINITION)},
-    },
-    ("get", "/api/reports/definitions"): {
-        "summary": "Your report definitions",
-        "tags": ["reports"],
-        "security": USER,
-        "responses": {
+    ),
+    ("get", "/api/reports/definitions"): operation(
+        "reports",
+        "Your report definitions",
+        {
             "200": json_response(
                 "definitions",
                 obj({"items": {"type": "array", "items": ref("ReportDefinition")}}),
             )
         },
-    },
-    ("get", "/api/reports/definitions/{definition_id}"): {
-        "summary": "One report definition",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("definition_id")],
-        "responses": {"200": json_response("the definition", _DEFINITION)},
-    },
-    ("put", "/api/reports/definitions/{definition_id}"): {
-        "summary": "Change a report definition",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("definition_id")],
-        "requestBody": body({"type": "object", "properties": _DEFINITION_FIELDS}),
-        "responses": {"200": json_response("changed", _DEFINITION)},
-    },
-    ("patch", "/api/reports/definitions/{definition_id}"): {
-        "summary": "Change some fields of a report definition",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("definition_id")],
-        "requestBody": body({"type": "object", "properties": _DEFINITION_FIELDS}),
-        "responses": {"200": json_response("changed", _DEFINITION)},
-    },
-    ("delete", "/api/reports/definitions/{definition_id}"): {
-        "summary": "Delete a report definition",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("definition_id")],
-        "responses": {"200": json_response("deleted", obj({"deleted": {"type": "integer"}}))},
-    },
-    ("post", "/api/reports/definitions/{definition_id}/run"): {
-        "summary": "Queue a report of this definition now",
-        "description": 'Optional body {"run": id}: show that run of the definition\'s task '
+    ),
+    ("get", "/api/reports/definitions/{definition_id}"): operation(
+        "reports",
+        "One report definition",
+        {"200": json_response("the definition", _DEFINITION)},
+        parameters=[path_id("definition_id")],
+    ),
+    ("put", "/api/reports/definitions/{definition_id}"): operation(
+        "reports",
+        "Change a report definition",
+        {"200": json_response("changed", _DEFINITION)},
+        parameters=[path_id("definition_id")],
+        requestBody=body({"type": "object", "properties": _DEFINITION_FIELDS}),
+    ),
+    ("patch", "/api/reports/definitions/{definition_id}"): operation(
+        "reports",
+        "Change some fields of a report definition",
+        {"200": json_response("changed", _DEFINITION)},
+        parameters=[path_id("definition_id")],
+        requestBody=body({"type": "object", "properties": _DEFINITION_FIELDS}),
+    ),
+    ("delete", "/api/reports/definitions/{definition_id}"): operation(
+        "reports",
+        "Delete a report definition",
+        {"200": json_response("deleted", obj({"deleted": {"type": "integer"}}))},
+        parameters=[path_id("definition_id")],
+    ),
+    ("post", "/api/reports/definitions/{definition_id}/run"): operation(
+        "reports",
+        "Queue a report of this definition now",
+        {"202": json_response("queued", _REPORT)},
+        parameters=[path_id("definition_id")],
+        requestBody=body(obj({}, {"run": {"type": "integer", "minimum": 1}}), required=False),
+        description='Optional body {"run": id}: show that run of the definition\'s task '
         "(default: its latest finished run).",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("definition_id")],
-        "requestBody": body(obj({}, {"run": {"type": "integer", "minimum": 1}}), required=False),
-        "responses": {"202": json_response("queued", _REPORT)},
-    },
-    ("get", "/api/reports"): {
-        "summary": "Your reports, newest first",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [LIMIT, CURSOR],
-        "responses": {"200": json_response("a page of reports", page(ref("Report")))},
-    },
-    ("get", "/api/reports/{report_id}"): {
-        "summary": "One report: status, statistics, deliveries",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("report_id")],
-        "responses": {"200": json_response("the report", _REPORT)},
-    },
-    ("get", "/api/reports/{report_id}/mail.html"): {
-        "summary": "The report's mail as archived, with its images",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("report_id")],
-        "responses": {
-            "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}
-        },
-    },
-    ("post", "/api/reports/{report_id}/retry"): {
-        "summary": "Run a failed report again, or resend its failed deliveries (admin)",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [path_id("report_id")],
-        "responses": {"202": json_response("queued again", _REPORT)},
-    },
-    ("get", "/api/reports/templates"): {
-        "summary": "Mail templates and their versions (admin)",
-        "tags": ["reports"],
-        "security": USER,
-        "responses": {
-            "200": json_response("templates", obj({"items": {"type": "array", "items": {}}}))
-        },
-    },
-    ("post", "/api/reports/templates"): {
-        "summary": "Add a template version (admin)",
-        "tags": ["reports"],
-        "security": USER,
-        "requestBody": body(
+    ),
+    ("get", "/api/reports"): operation(
+        "reports",
+        "Your reports, newest first",
+        {"200": json_response("a page of reports", page(ref("Report")))},
+        parameters=[LIMIT, CURSOR],
+    ),
+    ("get", "/api/reports/{report_id}"): operation(
+        "reports",
+        "One report: status, statistics, deliveries",
+        {"200": json_response("the report", _REPORT)},
+        parameters=[path_id("report_id")],
+    ),
+    ("get", "/api/reports/{report_id}/mail.html"): operation(
+        "reports",
+        "The report's mail as archived, with its images",
+        {"200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}},
+        parameters=[path_id("report_id")],
+    ),
+    ("post", "/api/reports/{report_id}/retry"): operation(
+        "reports",
+        "Run a failed report again, or resend its failed deliveries (admin)",
+        {"202": json_response("queued again", _REPORT)},
+        parameters=[path_id("report_id")],
+    ),
+    ("get", "/api/reports/templates"): operation(
+        "reports",
+        "Mail templates and their versions (admin)",
+        {"200": json_response("templates", obj({"items": {"type": "array", "items": {}}}))},
+    ),
+    ("post", "/api/reports/templates"): operation(
+        "reports",
+        "Add a template version (admin)",
+        {"201": json_response("added", obj({"template": {"type": "object"}}))},
+        requestBody=body(
             obj(
                 {
                     "name": {"type": "string"},
@@ -145,16 +129,12 @@ OPERATIONS = {
                 {"enabled": {"type": "boolean"}},
             )
         ),
-        "responses": {"201": json_response("added", obj({"template": {"type": "object"}}))},
-    },
-    ("post", "/api/reports/templates/{name}/publish"): {
-        "summary": "Publish a template version (admin)",
-        "tags": ["reports"],
-        "security": USER,
-        "parameters": [
-            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-        ],
-        "requestBody": body(obj({"version": {"type": "string"}})),
-        "responses": {"200": json_response("published", obj({"template": {"type": "object"}}))},
-    },
+    ),
+    ("post", "/api/reports/templates/{name}/publish"): operation(
+        "reports",
+        "Publish a template version (admin)",
+        {"200": json_response("published", obj({"template": {"type": "object"}}))},
+        parameters=[{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+        requestBody=body(obj({"version": {"type": "string"}})),
+    ),
 }

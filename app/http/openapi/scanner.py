@@ -3,7 +3,7 @@ bodies in full; a scanner authenticates with its bearer token)."""
 
 from __future__ import annotations
 
-from app.http.openapi.components import SCANNER, body, json_response, obj, path_id
+from app.http.openapi.components import SCANNER, body, json_response, obj, operation, path_id
 
 # What the agent says about itself on every claim and renewal (optional; the fleet list
 # shows it). A bad value is a 400 naming ``agent.<field>``.
@@ -23,47 +23,49 @@ AGENT = {
 }
 
 OPERATIONS = {
-    ("post", "/api/scanner/claim"): {
-        "summary": "Claim the next queued execution (204 when there is none)",
-        "tags": ["scanner"],
-        "security": SCANNER,
-        "requestBody": body(
-            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}, "agent": AGENT}),
-            required=False,
-        ),
-        "responses": {
+    ("post", "/api/scanner/claim"): operation(
+        "scanner",
+        "Claim the next queued execution (204 when there is none)",
+        {
             "200": json_response(
                 "an execution under lease", obj({"execution": {"type": "object"}})
             ),
             "204": {"description": "nothing to do"},
         },
-    },
-    ("post", "/api/scanner/executions/{execution_id}/lease"): {
-        "summary": "Renew the lease of a claimed execution",
-        "tags": ["scanner"],
-        "security": SCANNER,
-        "parameters": [path_id("execution_id")],
-        "requestBody": body(obj({"claim_token": {"type": "string"}}, {"agent": AGENT})),
-        "responses": {
-            "200": json_response("renewed", obj({"lease_expires_at": {"type": "string"}}))
-        },
-    },
-    ("post", "/api/scanner/executions/{execution_id}/fail"): {
-        "summary": "Report a claimed execution failed",
-        "tags": ["scanner"],
-        "security": SCANNER,
-        "parameters": [path_id("execution_id")],
-        "requestBody": body(
-            obj({"claim_token": {"type": "string"}}, {"reason": {"type": "string"}})
+        security=SCANNER,
+        requestBody=body(
+            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}, "agent": AGENT}),
+            required=False,
         ),
-        "responses": {"200": json_response("recorded", obj({"success": {"const": True}}))},
-    },
-    ("post", "/api/scanner/executions/{execution_id}/uploads"): {
-        "summary": "Upload one batch of observations (the last one with is_final: true)",
-        "tags": ["scanner"],
-        "security": SCANNER,
-        "parameters": [path_id("execution_id")],
-        "requestBody": body(
+    ),
+    ("post", "/api/scanner/executions/{execution_id}/lease"): operation(
+        "scanner",
+        "Renew the lease of a claimed execution",
+        {"200": json_response("renewed", obj({"lease_expires_at": {"type": "string"}}))},
+        security=SCANNER,
+        parameters=[path_id("execution_id")],
+        requestBody=body(obj({"claim_token": {"type": "string"}}, {"agent": AGENT})),
+    ),
+    ("post", "/api/scanner/executions/{execution_id}/fail"): operation(
+        "scanner",
+        "Report a claimed execution failed",
+        {"200": json_response("recorded", obj({"success": {"const": True}}))},
+        security=SCANNER,
+        parameters=[path_id("execution_id")],
+        requestBody=body(obj({"claim_token": {"type": "string"}}, {"reason": {"type": "string"}})),
+    ),
+    ("post", "/api/scanner/executions/{execution_id}/uploads"): operation(
+        "scanner",
+        "Upload one batch of observations (the last one with is_final: true)",
+        {
+            "200": json_response(
+                "saved (0 when the batch was already confirmed)",
+                obj({"success": {"const": True}, "saved": {"type": "integer"}}),
+            )
+        },
+        security=SCANNER,
+        parameters=[path_id("execution_id")],
+        requestBody=body(
             obj(
                 {
                     "protocol_version": {"const": 1},
@@ -80,11 +82,5 @@ OPERATIONS = {
                 },
             )
         ),
-        "responses": {
-            "200": json_response(
-                "saved (0 when the batch was already confirmed)",
-                obj({"success": {"const": True}, "saved": {"type": "integer"}}),
-            )
-        },
-    },
+    ),
 }

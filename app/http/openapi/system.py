@@ -5,10 +5,10 @@ from __future__ import annotations
 from app.http.openapi.components import (
     CURSOR,
     PUBLIC,
-    USER,
     body,
     json_response,
     obj,
+    operation,
     page,
     query,
 )
@@ -40,52 +40,44 @@ _ROLLUP_ROW = obj(
 )
 
 OPERATIONS = {
-    ("get", "/api/openapi.json"): {
-        "summary": "This document (OpenAPI 3.1)",
-        "tags": ["system"],
-        "security": PUBLIC,
-        "responses": {"200": json_response("the document", obj({"openapi": _TEXT, "paths": {}}))},
-    },
-    ("get", "/healthz"): {
-        "summary": "The process is alive",
-        "tags": ["system"],
-        "security": PUBLIC,
-        "responses": {"200": json_response("alive", obj({"status": {"const": "ok"}}))},
-    },
-    ("get", "/readyz"): {
-        "summary": "Ready to serve: database reachable and schema current",
-        "tags": ["system"],
-        "security": PUBLIC,
-        "responses": {
+    ("get", "/api/openapi.json"): operation(
+        "system",
+        "This document (OpenAPI 3.1)",
+        {"200": json_response("the document", obj({"openapi": _TEXT, "paths": {}}))},
+        security=PUBLIC,
+    ),
+    ("get", "/healthz"): operation(
+        "system",
+        "The process is alive",
+        {"200": json_response("alive", obj({"status": {"const": "ok"}}))},
+        security=PUBLIC,
+    ),
+    ("get", "/readyz"): operation(
+        "system",
+        "Ready to serve: database reachable and schema current",
+        {
             "200": json_response("ready", obj({"status": {"const": "ready"}})),
             "503": json_response(
                 "not ready", obj({"status": {"const": "unavailable"}, "reason": _TEXT})
             ),
         },
-    },
-    ("get", "/metrics"): {
-        "summary": "Prometheus metrics (admin session or the metrics bearer token)",
-        "tags": ["system"],
-        "security": [{"session": []}, {"metrics": []}],
-        "responses": {
-            "200": {"description": "text exposition", "content": {"text/plain": {"schema": _TEXT}}}
-        },
-    },
-    ("get", "/api/config/check"): {
-        "summary": "The configuration check with effective values, secrets hidden (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "responses": {"200": json_response("the check", {"type": "object"})},
-    },
-    ("get", "/api/system/resources"): {
-        "summary": "Resource samples of this instance's processes and host (admin)",
-        "description": "Series per metric, host and process, averaged into at most "
-        "max_points buckets; each names its unit (bytes, bytes_per_second, percent, or "
-        "empty for a load average).",
-        "tags": ["system"],
-        "security": USER,
-        "parameters": [query("from"), query("to"), query("metric")],
-        "responses": {
+        security=PUBLIC,
+    ),
+    ("get", "/metrics"): operation(
+        "system",
+        "Prometheus metrics (admin session or the metrics bearer token)",
+        {"200": {"description": "text exposition", "content": {"text/plain": {"schema": _TEXT}}}},
+        security=[{"session": []}, {"metrics": []}],
+    ),
+    ("get", "/api/config/check"): operation(
+        "system",
+        "The configuration check with effective values, secrets hidden (admin)",
+        {"200": json_response("the check", {"type": "object"})},
+    ),
+    ("get", "/api/system/resources"): operation(
+        "system",
+        "Resource samples of this instance's processes and host (admin)",
+        {
             "200": json_response(
                 "series",
                 obj(
@@ -116,35 +108,36 @@ OPERATIONS = {
                 ),
             )
         },
-    },
-    ("get", "/api/system/slow-sql"): {
-        "summary": "The slowest statements (pg_stat_statements) (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "responses": {"200": json_response("the report", {"type": "object"})},
-    },
-    ("get", "/api/system/diagnostics"): {
-        "summary": "A redacted diagnostics archive for a bug report (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "responses": {
+        parameters=[query("from"), query("to"), query("metric")],
+        description="Series per metric, host and process, averaged into at most "
+        "max_points buckets; each names its unit (bytes, bytes_per_second, percent, or "
+        "empty for a load average).",
+    ),
+    ("get", "/api/system/slow-sql"): operation(
+        "system",
+        "The slowest statements (pg_stat_statements) (admin)",
+        {"200": json_response("the report", {"type": "object"})},
+    ),
+    ("get", "/api/system/diagnostics"): operation(
+        "system",
+        "A redacted diagnostics archive for a bug report (admin)",
+        {
             "200": {
                 "description": "ZIP archive",
                 "content": {"application/zip": {"schema": {"type": "string"}}},
             }
         },
-    },
-    ("get", "/api/modules/report-render"): {
-        "summary": "The published report renderer and its revision (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "responses": {"200": json_response("status", {"type": "object"})},
-    },
-    ("post", "/api/modules/report-render"): {
-        "summary": "Publish a renderer release (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "requestBody": body(
+    ),
+    ("get", "/api/modules/report-render"): operation(
+        "system",
+        "The published report renderer and its revision (admin)",
+        {"200": json_response("status", {"type": "object"})},
+    ),
+    ("post", "/api/modules/report-render"): operation(
+        "system",
+        "Publish a renderer release (admin)",
+        {"200": json_response("published", {"type": "object"})},
+        requestBody=body(
             obj(
                 {
                     "expectedRevision": {"type": "integer"},
@@ -153,27 +146,25 @@ OPERATIONS = {
                 }
             )
         ),
-        "responses": {"200": json_response("published", {"type": "object"})},
-    },
-    ("post", "/api/modules/report-render/close-stuck"): {
-        "summary": "Close the stuck draining renderer generations up to a revision (admin)",
-        "tags": ["system"],
-        "security": USER,
-        "requestBody": body(obj({"throughRevision": {"type": "integer", "minimum": 1}})),
-        "responses": {"202": json_response("requested", {"type": "object"})},
-    },
-    ("post", "/api/traffic/rollups"): {
-        "summary": "Ingest rollup rows from `netmap traffic rollup` (rollup bearer token)",
-        "tags": ["traffic"],
-        "security": [{"traffic": []}],
-        "requestBody": body(obj({"rows": {"type": "array", "items": _ROLLUP_ROW}})),
-        "responses": {"200": json_response("accepted", obj({"accepted": {"type": "integer"}}))},
-    },
-    ("get", "/api/traffic/rollups"): {
-        "summary": "Traffic rollup rows per domain and bucket",
-        "tags": ["traffic"],
-        "security": USER,
-        "parameters": [
+    ),
+    ("post", "/api/modules/report-render/close-stuck"): operation(
+        "system",
+        "Close the stuck draining renderer generations up to a revision (admin)",
+        {"202": json_response("requested", {"type": "object"})},
+        requestBody=body(obj({"throughRevision": {"type": "integer", "minimum": 1}})),
+    ),
+    ("post", "/api/traffic/rollups"): operation(
+        "traffic",
+        "Ingest rollup rows from `netmap traffic rollup` (rollup bearer token)",
+        {"200": json_response("accepted", obj({"accepted": {"type": "integer"}}))},
+        security=[{"traffic": []}],
+        requestBody=body(obj({"rows": {"type": "array", "items": _ROLLUP_ROW}})),
+    ),
+    ("get", "/api/traffic/rollups"): operation(
+        "traffic",
+        "Traffic rollup rows per domain and bucket",
+        {"200": json_response("a page of rows", page(_ROLLUP_ROW))},
+        parameters=[
             query("domain"),
             query("granularity", {"type": "string", "enum": ["5m", "day"]}),
             query("from"),
@@ -182,6 +173,5 @@ OPERATIONS = {
             query("names", {"type": "string", "enum": ["snake_case", "camelCase"]}),
             CURSOR,
         ],
-        "responses": {"200": json_response("a page of rows", page(_ROLLUP_ROW))},
-    },
+    ),
 }

@@ -5,10 +5,10 @@ from __future__ import annotations
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
-    USER,
     body,
     json_response,
     obj,
+    operation,
     page,
     path_id,
     query,
@@ -19,39 +19,36 @@ _TASK = obj({"task": ref("Task")})
 _SCHEDULE = obj({"schedule": ref("Schedule")})
 
 OPERATIONS = {
-    ("post", "/api/tasks"): {
-        "summary": "Create a task: what to scan",
-        "tags": ["tasks"],
-        "security": USER,
-        "requestBody": body(ref("TaskRequest")),
-        "responses": {"201": json_response("created, its executions queued", _TASK)},
-    },
-    ("get", "/api/tasks"): {
-        "summary": "Your tasks, newest first",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [
+    ("post", "/api/tasks"): operation(
+        "tasks",
+        "Create a task: what to scan",
+        {"201": json_response("created, its executions queued", _TASK)},
+        requestBody=body(ref("TaskRequest")),
+    ),
+    ("get", "/api/tasks"): operation(
+        "tasks",
+        "Your tasks, newest first",
+        {"200": json_response("a page of tasks", page(ref("Task")))},
+        parameters=[
             LIMIT,
             CURSOR,
             query("status"),
             query("q", description="part of the name"),
             query("parent_task_id", {"type": "integer", "minimum": 1}),
         ],
-        "responses": {"200": json_response("a page of tasks", page(ref("Task")))},
-    },
-    ("get", "/api/tasks/{task_id}"): {
-        "summary": "One task with its counts",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "responses": {"200": json_response("the task", _TASK)},
-    },
-    ("patch", "/api/tasks/{task_id}"): {
-        "summary": "Rename the task, or set, replace or remove (null) its schedule",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "requestBody": body(
+    ),
+    ("get", "/api/tasks/{task_id}"): operation(
+        "tasks",
+        "One task with its counts",
+        {"200": json_response("the task", _TASK)},
+        parameters=[path_id("task_id")],
+    ),
+    ("patch", "/api/tasks/{task_id}"): operation(
+        "tasks",
+        "Rename the task, or set, replace or remove (null) its schedule",
+        {"200": json_response("the task", _TASK)},
+        parameters=[path_id("task_id")],
+        requestBody=body(
             {
                 "type": "object",
                 "additionalProperties": False,
@@ -63,44 +60,29 @@ OPERATIONS = {
                 },
             }
         ),
-        "responses": {"200": json_response("the task", _TASK)},
-    },
-    ("post", "/api/tasks/{task_id}/schedule/pause"): {
-        "summary": "Pause the task's schedule (no runs start until resumed)",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "responses": {"200": json_response("the schedule", _SCHEDULE)},
-    },
-    ("post", "/api/tasks/{task_id}/schedule/resume"): {
-        "summary": "Resume the task's schedule from the next fire time after now",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id")],
-        "responses": {"200": json_response("the schedule", _SCHEDULE)},
-    },
-    ("get", "/api/tasks/{task_id}/executions"): {
-        "summary": "The task's executions (one per scan job)",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [path_id("task_id"), LIMIT, CURSOR],
-        "responses": {"200": json_response("a page of executions", page())},
-    },
-    ("get", "/api/tasks/{task_id}/results"): {
-        "summary": "The endpoints the task's executions found, by address and port",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [
-            path_id("task_id"),
-            query(
-                "run",
-                {"type": "integer", "minimum": 1},
-                "the run whose results to list (default: the latest finished run)",
-            ),
-            LIMIT,
-            CURSOR,
-        ],
-        "responses": {
+    ),
+    ("post", "/api/tasks/{task_id}/schedule/pause"): operation(
+        "tasks",
+        "Pause the task's schedule (no runs start until resumed)",
+        {"200": json_response("the schedule", _SCHEDULE)},
+        parameters=[path_id("task_id")],
+    ),
+    ("post", "/api/tasks/{task_id}/schedule/resume"): operation(
+        "tasks",
+        "Resume the task's schedule from the next fire time after now",
+        {"200": json_response("the schedule", _SCHEDULE)},
+        parameters=[path_id("task_id")],
+    ),
+    ("get", "/api/tasks/{task_id}/executions"): operation(
+        "tasks",
+        "The task's executions (one per scan job)",
+        {"200": json_response("a page of executions", page())},
+        parameters=[path_id("task_id"), LIMIT, CURSOR],
+    ),
+    ("get", "/api/tasks/{task_id}/results"): operation(
+        "tasks",
+        "The endpoints the task's executions found, by address and port",
+        {
             "200": json_response(
                 "a page of endpoints",
                 page(
@@ -110,12 +92,22 @@ OPERATIONS = {
                 ),
             )
         },
-    },
-    ("get", "/api/tasks/{task_id}/changes"): {
-        "summary": "What the task's scans changed: new, changed, gone, reappeared",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [
+        parameters=[
+            path_id("task_id"),
+            query(
+                "run",
+                {"type": "integer", "minimum": 1},
+                "the run whose results to list (default: the latest finished run)",
+            ),
+            LIMIT,
+            CURSOR,
+        ],
+    ),
+    ("get", "/api/tasks/{task_id}/changes"): operation(
+        "tasks",
+        "What the task's scans changed: new, changed, gone, reappeared",
+        {"200": json_response("a page of changes", page(counts={"type": "object"}))},
+        parameters=[
             path_id("task_id"),
             query("kind", {"type": "string", "enum": ["new", "changed", "gone", "reappeared"]}),
             query(
@@ -133,18 +125,17 @@ OPERATIONS = {
             LIMIT,
             CURSOR,
         ],
-        "responses": {"200": json_response("a page of changes", page(counts={"type": "object"}))},
-    },
-    ("post", "/api/tasks/{task_id}/imports"): {
-        "summary": "Import a result file (nmap XML, masscan JSON, naabu JSON) into the task",
-        "tags": ["tasks"],
-        "security": USER,
-        "parameters": [
+    ),
+    ("post", "/api/tasks/{task_id}/imports"): operation(
+        "tasks",
+        "Import a result file (nmap XML, masscan JSON, naabu JSON) into the task",
+        {"201": json_response("imported", obj({"import": {"type": "object"}}))},
+        parameters=[
             path_id("task_id"),
             query("format", {"type": "string", "enum": ["nmap-xml", "masscan-json", "naabu-json"]}),
             query("observed_at", {"type": "string", "enum": ["file", "import"]}),
         ],
-        "requestBody": {
+        requestBody={
             "required": True,
             "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
@@ -156,13 +147,12 @@ OPERATIONS = {
                 },
             },
         },
-        "responses": {"201": json_response("imported", obj({"import": {"type": "object"}}))},
-    },
-    ("get", "/api/assets"): {
-        "summary": "Search current assets (your view, or the global one)",
-        "tags": ["assets"],
-        "security": USER,
-        "parameters": [
+    ),
+    ("get", "/api/assets"): operation(
+        "assets",
+        "Search current assets (your view, or the global one)",
+        {"200": json_response("a page of current assets", page())},
+        parameters=[
             query("ip"),
             query("cidr"),
             query("port", {"type": "integer", "minimum": 1, "maximum": 65535}),
@@ -186,13 +176,12 @@ OPERATIONS = {
             LIMIT,
             CURSOR,
         ],
-        "responses": {"200": json_response("a page of current assets", page())},
-    },
-    ("get", "/api/assets/history"): {
-        "summary": "One endpoint's verdict and its events (new, changed, gone, reappeared)",
-        "tags": ["assets"],
-        "security": USER,
-        "parameters": [
+    ),
+    ("get", "/api/assets/history"): operation(
+        "assets",
+        "One endpoint's verdict and its events (new, changed, gone, reappeared)",
+        {"200": json_response("the history", {"type": "object"})},
+        parameters=[
             {"name": "ip", "in": "query", "required": True, "schema": {"type": "string"}},
             {
                 "name": "port",
@@ -204,6 +193,5 @@ OPERATIONS = {
             LIMIT,
             CURSOR,
         ],
-        "responses": {"200": json_response("the history", {"type": "object"})},
-    },
+    ),
 }
