@@ -33,22 +33,15 @@ def purge_execution_batch(
 ) -> dict[str, int]:
     """Everything of these executions: store data, analysis rows, then the rows."""
     removed: dict[str, int] = {}
-    purger = task_purge(store)
-    for step in (
-        (lambda: purger.purge_execution_data(execution_ids, limit=ROW_BATCH))
-        if purger is not None
-        else None,
-        lambda: purge_executions(execution_ids, limit=ROW_BATCH),
-    ):
-        if step is None:
-            continue
-        while True:
-            check()
-            done = step()
-            if not done:
-                break
+    steps = [lambda: purge_executions(execution_ids, limit=ROW_BATCH)]
+    if (purger := task_purge(store)) is not None:
+        steps.insert(0, lambda: purger.purge_execution_data(execution_ids, limit=ROW_BATCH))
+    for step in steps:  # each until it has nothing left (an empty count)
+        check()
+        while done := step():
             for key, count in done.items():
                 removed[key] = removed.get(key, 0) + count
+            check()
     removed["executions"] = purge.delete_executions(execution_ids)
     return removed
 
