@@ -28,6 +28,7 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
+from tests.support.agent_process import start_agent
 from tests.support.database import unique_name
 from tests.support.dns_server import dns_server
 from tests.support.flaky_proxy import flaky_proxy
@@ -61,30 +62,6 @@ def no_leftover_work(server):
                 "last_error = 'test cleanup' WHERE status IN ('queued', 'running')"
             )
         )
-
-
-def start_agent(
-    server, tmp_path, name: str, config: str, *args: str, url: str | None = None
-) -> LoggedProcess:
-    config_path = tmp_path / f"{name}.toml"
-    config_path.write_text(config)
-    command = [
-        sys.executable,
-        "-m",
-        "app.agent",
-        "--server",
-        url or server.url,
-        "--spool",
-        str(tmp_path / "spool"),
-        "--config",
-        str(config_path),
-        "--log-format",
-        "json",
-        "--kinds",
-        "ports",
-        *args,
-    ]
-    return LoggedProcess(command, base_env(NETMAP_SCANNER_TOKEN=server.token), tmp_path, name)
 
 
 def execution_of(server, task_id: int) -> dict:

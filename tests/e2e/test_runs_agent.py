@@ -12,7 +12,6 @@ One `netmap up` (web + runner) for the module, lease 10 s (renewals every ~3.3 s
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from contextlib import ExitStack
 
@@ -20,9 +19,10 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
+from tests.support.agent_process import start_agent
 from tests.support.database import unique_name
 from tests.support.netmap_server import netmap_server
-from tests.support.processes import LoggedProcess, base_env, wait_for
+from tests.support.processes import LoggedProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,25 +47,7 @@ def server(pg_server, template_db, tmp_path_factory):
 
 
 def run_agent(server, tmp_path, name: str, config: str = "[agent]\n") -> LoggedProcess:
-    config_path = tmp_path / f"{name}.toml"
-    config_path.write_text(config)
-    command = [
-        sys.executable,
-        "-m",
-        "app.agent",
-        "--server",
-        server.url,
-        "--spool",
-        str(tmp_path / "spool"),
-        "--config",
-        str(config_path),
-        "--log-format",
-        "json",
-        "--kinds",
-        "ports",
-        "--once",
-    ]
-    return LoggedProcess(command, base_env(NETMAP_SCANNER_TOKEN=server.token), tmp_path, name)
+    return start_agent(server, tmp_path, name, config, "--once")
 
 
 def listener() -> socket.socket:

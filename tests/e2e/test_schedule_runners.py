@@ -12,7 +12,6 @@ import itertools
 import os
 import signal
 import threading
-import time
 from datetime import datetime, timedelta
 
 import psutil
@@ -79,18 +78,6 @@ def scheduler_holder_pid() -> int | None:
     return int(holder.split(":")[-2]) if holder else None
 
 
-def catch_a_tick(timeout: float) -> int:
-    """The pid holding the scheduler's lease, caught while a tick runs. A tick holds it
-    for milliseconds every 0.2 s: polled every 10 ms, as wait_for's 100 ms steps can
-    miss every window on a loaded machine."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pid := scheduler_holder_pid():
-            return pid
-        time.sleep(0.01)
-    raise AssertionError(f"no tick in progress seen in {timeout}s")
-
-
 def test_two_runners_one_killed_and_a_restart_start_one_run_per_fire_time(
     api, database_url, tmp_path
 ):
@@ -133,7 +120,8 @@ def test_two_runners_one_killed_and_a_restart_start_one_run_per_fire_time(
 
         wait_for(lambda: handled() >= 3, 60, "three fire times")
         # Kill the runner whose worker holds the scheduler's lease, the moment it holds it.
-        victim_pid = catch_a_tick(timeout=60)
+        # A tick holds the lease for milliseconds every 0.2 s: asked every 10 ms.
+        victim_pid = wait_for(scheduler_holder_pid, 60, "a tick in progress", interval=0.01)
         victim = next(
             r for r in runners if victim_pid in {c.pid for c in psutil.Process(r.pid).children()}
         )

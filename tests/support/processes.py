@@ -131,11 +131,19 @@ def worker_pids(runner: LoggedProcess) -> set[int]:
     }
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float,
+    message: str = "condition",
+    *,
+    interval: float = 0.1,
+) -> Any:
+    """``predicate``'s first true value, asked every ``interval`` seconds (a shorter one
+    catches states that last milliseconds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")

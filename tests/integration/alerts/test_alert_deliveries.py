@@ -44,6 +44,18 @@ def _deliveries() -> list:
         return conn.execute(sa.text("SELECT * FROM alert_deliveries ORDER BY created_at, id")).all()
 
 
+def _new_endpoint_rule(user, receiver) -> None:
+    """A webhook channel at ``receiver`` (its secret given to the receiver to verify with)
+    and an ``each`` rule on new endpoints sending to it."""
+    hook = user.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
+    receiver.secrets.append(hook.get_json()["channel"]["secret"])
+    made = user.post(
+        "/api/alerts/rules",
+        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
+    )
+    assert made.status_code == 201, made.get_json()
+
+
 def _channels(user, receiver, mailbox) -> dict[str, dict]:
     webhook = user.post(
         "/api/alerts/channels", json={"kind": "webhook", "name": "hook", "url": receiver.url}
@@ -138,12 +150,7 @@ def test_a_closed_port_is_one_gone_alert_per_rule_and_channel(
 
 def test_receiver_down_then_up_is_delivered_with_the_same_id(api, settings, receiver) -> None:
     alice, scanner = api.user(), api.scanner()
-    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
-    receiver.secrets.append(hook.get_json()["channel"]["secret"])
-    alice.post(
-        "/api/alerts/rules",
-        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
-    )
+    _new_endpoint_rule(alice, receiver)
     receiver.fail_next = 4
     _scan(alice, scanner, [observation("192.0.2.1", 80)])
     _run_workers(settings)
@@ -159,12 +166,7 @@ def test_retries_end_dead_with_the_last_error_and_redeliver_sends_the_same_id(
     api, settings, receiver
 ) -> None:
     alice, scanner = api.user(), api.scanner()
-    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
-    receiver.secrets.append(hook.get_json()["channel"]["secret"])
-    alice.post(
-        "/api/alerts/rules",
-        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
-    )
+    _new_endpoint_rule(alice, receiver)
     receiver.fail_next = 1000
     _scan(alice, scanner, [observation("192.0.2.1", 80)])
     _run_workers(settings)
@@ -197,12 +199,7 @@ def test_each_mode_is_capped_per_change_set_and_the_rest_is_digested(
 ) -> None:
     capped = settings.replace(alerts={"max_messages_per_run": 2, "digest_changes": 2})
     alice, scanner = api.user(), api.scanner()
-    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
-    receiver.secrets.append(hook.get_json()["channel"]["secret"])
-    alice.post(
-        "/api/alerts/rules",
-        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
-    )
+    _new_endpoint_rule(alice, receiver)
     _scan(alice, scanner, [observation(f"192.0.2.{n}", 80) for n in range(1, 6)])
     _run_workers(capped)
     drain(capped)
@@ -238,12 +235,7 @@ def test_a_runner_killed_between_send_and_record_sends_the_same_id_again(
     import sys
 
     alice, scanner = api.user(), api.scanner()
-    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
-    receiver.secrets.append(hook.get_json()["channel"]["secret"])
-    alice.post(
-        "/api/alerts/rules",
-        json={"name": "new", "on": ["new"], "channels": [hook.get_json()["channel"]["id"]]},
-    )
+    _new_endpoint_rule(alice, receiver)
     _scan(alice, scanner, [observation("192.0.2.1", 80)])
     _run_workers(settings)
     (row,) = _deliveries()
