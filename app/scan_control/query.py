@@ -18,6 +18,7 @@ from app.identity.users import User
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.scan_control.runs import RUN_SELECT, resolve_run, run_from_row
 from app.scan_control.schedule_store import schedule_view
+from app.scan_control.visibility import owner_filter as _owner_filter
 from app.sql_filters import Filters
 
 TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed", "cancelled")
@@ -27,14 +28,6 @@ TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed",
 class Page:
     items: list[dict[str, Any]]
     next_cursor: dict[str, Any] | None
-
-
-def _owner_filter(user: User) -> Filters:
-    """Users see their own tasks (``t``), admins see all; a deleted task nobody sees."""
-    where = Filters().add("t.deleted_at IS NULL")
-    if user.is_admin:
-        return where
-    return where.add("t.owner_id = :owner_id", owner_id=user.id)
 
 
 def _task_dict(row: Any) -> dict[str, Any]:
@@ -139,16 +132,6 @@ def get_task(conn: Connection, user: User, task_id: int) -> dict[str, Any] | Non
     )
     task["schedule"] = schedule_view(conn, task_id)
     return task
-
-
-def task_visible(conn: Connection, user: User, task_id: int) -> bool:
-    where = Filters().add("t.id = :id", id=task_id).extend(_owner_filter(user))
-    return bool(
-        conn.execute(
-            sa.text(f"SELECT 1 FROM scan_tasks t WHERE {where.sql()}"),  # noqa: S608 - fixed WHERE fragments; values are bound
-            where.params,
-        ).scalar()
-    )
 
 
 def succeeded_execution_ids(conn: Connection, task_id: int, run_id: int | None = None) -> list[int]:

@@ -16,7 +16,8 @@ from app.analysis.queries import host_changes
 from app.db import transaction
 from app.errors import NotFound
 from app.identity.users import User
-from app.scan_control.query import list_tasks, task_visible
+from app.scan_control.query import list_tasks
+from app.scan_control.visibility import task_visible
 
 
 def _task_not_found() -> NotFound:

@@ -15,8 +15,8 @@ from app.analysis.queries import compare_runs, task_changes
 from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
-from app.scan_control.query import task_visible
 from app.scan_control.runs import resolve_run
+from app.scan_control.visibility import task_visible
 
 
 def _run_number(conn, task_id: int, run_id: int, parameter: str) -> int:

@@ -33,6 +33,7 @@ from app.observability import emit
 from app.scan_control.dispatch import aggregate_task_status
 from app.scan_control.planning import PlannedExecution, plan_executions
 from app.scan_control.run_status import ACTIVE_RUN_STATUSES, RUN_TRIGGERS
+from app.scan_control.visibility import task_visible
 from app.target_rules import ParsedTargets
 
 
@@ -355,11 +356,7 @@ def run_execution_ids(conn: Connection, run_id: int, *, succeeded_only: bool = F
 
 def _visible_task(conn: Connection, user: User | None, task_id: int) -> None:
     """NotFound unless the task exists, is not deleted and (for a user) is theirs."""
-    row = conn.execute(
-        sa.text("SELECT owner_id FROM scan_tasks WHERE id = :id AND deleted_at IS NULL"),
-        {"id": task_id},
-    ).one_or_none()
-    if row is None or (user is not None and not user.is_admin and row.owner_id != user.id):
+    if not task_visible(conn, user, task_id):
         raise NotFound("task not found", code="task_not_found")
 
 

@@ -38,10 +38,11 @@ from app.identity.users import User
 from app.observability import emit
 from app.scan_control import schedule_store, service
 from app.scan_control.creation import validate_task_request
-from app.scan_control.query import get_task, task_visible
+from app.scan_control.query import get_task
 from app.scan_control.runs import queue_run
 from app.scan_control.schedule_rules import latest_due, parse_schedule
 from app.scan_control.schedule_store import ScheduleRow, planned_slot
+from app.scan_control.visibility import task_visible
 
 # Starts a run of the task in the caller's transaction and returns its id; refuses with a
 # domain error (409 ``run_active`` when a run of the task is still active).

@@ -18,8 +18,9 @@ from app.identity.users import User
 from app.observability import emit
 from app.scan_control import schedule_store
 from app.scan_control.creation import TaskRequest, create_task
-from app.scan_control.query import Page, get_task, list_executions, list_tasks, task_visible
+from app.scan_control.query import Page, get_task, list_executions, list_tasks
 from app.scan_control.schedule_rules import ScheduleSpec
+from app.scan_control.visibility import task_visible
 
 
 def create_task_for(
