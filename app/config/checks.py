@@ -18,28 +18,35 @@ _SECURITY_DEFAULTS = {
 }
 
 
+# A leased job renews at least three times a lease, so one late renewal does not lose it.
+_HEARTBEATS = (
+    ("elasticsearch", "projection_heartbeat_seconds", "projection_lease_seconds"),
+    ("analysis", "heartbeat_seconds", "lease_seconds"),
+    ("exports", "heartbeat_seconds", "lease_seconds"),
+)
+
+
+def _heartbeat_within_lease(
+    settings: Settings, section: str, heartbeat_key: str, lease_key: str
+) -> ConfigProblem | None:
+    values = getattr(settings, section)
+    heartbeat, lease = getattr(values, heartbeat_key), getattr(values, lease_key)
+    if heartbeat * 3 <= lease:
+        return None
+    return ConfigProblem(
+        f"{section}.{heartbeat_key}",
+        heartbeat,
+        f"must be at most {section}.{lease_key} / 3 (= {lease / 3:g})",
+    )
+
+
 def cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
     errors: list[ConfigProblem] = []
     warnings: list[ConfigProblem] = []
-    es = settings.elasticsearch
-    if es.projection_heartbeat_seconds * 3 > es.projection_lease_seconds:
-        errors.append(
-            ConfigProblem(
-                "elasticsearch.projection_heartbeat_seconds",
-                es.projection_heartbeat_seconds,
-                "must be at most projection_lease_seconds / 3 "
-                f"(= {es.projection_lease_seconds / 3:g})",
-            )
-        )
-    analysis = settings.analysis
-    if analysis.heartbeat_seconds * 3 > analysis.lease_seconds:
-        errors.append(
-            ConfigProblem(
-                "analysis.heartbeat_seconds",
-                analysis.heartbeat_seconds,
-                f"must be at most lease_seconds / 3 (= {analysis.lease_seconds / 3:g})",
-            )
-        )
+    for section, heartbeat, lease in _HEARTBEATS:
+        problem = _heartbeat_within_lease(settings, section, heartbeat, lease)
+        if problem is not None:
+            errors.append(problem)
     prefix = settings.elasticsearch.index_prefix
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", prefix):
         errors.append(
@@ -115,7 +122,7 @@ DOMAIN_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-
 
 
 def _object_store_checks(settings: Settings) -> list[ConfigProblem]:
-    store, exports = settings.object_store, settings.exports
+    store = settings.object_store
     problems: list[ConfigProblem] = []
     if store.backend == "s3" and not store.bucket:
         problems.append(
@@ -134,14 +141,6 @@ def _object_store_checks(settings: Settings) -> list[ConfigProblem]:
                 "",
                 "set both access_key_id and secret_access_key, or neither "
                 "(then the AWS environment variables or profile are used)",
-            )
-        )
-    if exports.heartbeat_seconds * 3 > exports.lease_seconds:
-        problems.append(
-            ConfigProblem(
-                "exports.heartbeat_seconds",
-                exports.heartbeat_seconds,
-                f"must be at most exports.lease_seconds / 3 (= {exports.lease_seconds / 3:g})",
             )
         )
     return problems
