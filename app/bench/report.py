@@ -22,7 +22,6 @@ One JSON object on stdout; progress on stderr.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import sys
@@ -106,11 +105,8 @@ def _reports_through(
             registry.install(SLOT_NAME, BuiltinRenderModule(), release_id="builtin", revision=1)
         else:
             build_renderer_release("bench-report-worker", scratch)
-            release_settings = dataclasses.replace(
-                settings,
-                report_renderer=dataclasses.replace(
-                    settings.report_renderer, releases_directory=str(scratch)
-                ),
+            release_settings = settings.replace(
+                report_renderer=settings.report_renderer.replace(releases_directory=str(scratch)),
             )
             module = open_candidate(release_settings, "bench-report-worker")
             registry.install(SLOT_NAME, module, release_id="bench-report-worker", revision=1)
@@ -219,11 +215,8 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     server = _smtp_server()
     mail_settings = settings
     if server is not None:
-        mail_settings = dataclasses.replace(
-            settings,
-            smtp=dataclasses.replace(
-                settings.smtp, host="127.0.0.1", port=server[0], starttls=False, ssl=False
-            ),
+        mail_settings = settings.replace(
+            smtp=settings.smtp.replace(host="127.0.0.1", port=server[0], starttls=False, ssl=False),
         )
     started = time.perf_counter()
     sent = 0

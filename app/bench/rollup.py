@@ -178,13 +178,11 @@ def _first_and_last_epoch(path: Path) -> tuple[int, int]:
 @contextlib.contextmanager
 def _rollup_server(settings, token: str):
     """A netmap server for the standalone mode: the real app on 127.0.0.1, a free port."""
-    from dataclasses import replace
-
     from werkzeug.serving import make_server
 
     from app import create_app, db
 
-    settings = replace(settings, traffic=replace(settings.traffic, ingest_token=token))
+    settings = settings.replace(traffic={"ingest_token": token})
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     application = create_app(settings, engine=db.get_engine(), modules="off")
     server = make_server("127.0.0.1", 0, application, threaded=True)

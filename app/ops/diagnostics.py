@@ -29,7 +29,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.config import SECTIONS, ConfigCheck, Settings
+from app.config import ConfigCheck, Settings, secret_values
 from app.db import transaction
 from app.ops.config_check import (
     REDACTED,
@@ -44,22 +44,18 @@ ERROR_ROWS = 50
 
 def configured_secrets(settings: Settings) -> list[str]:
     """Every secret value this deployment knows (to be kept out of any output)."""
-    import dataclasses
-
     found: set[str] = set()
-    for name in SECTIONS:
-        section = getattr(settings, name)
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if f.metadata.get("secret") and isinstance(value, str) and value:
-                found.add(value)
-                if "://" in value:
-                    try:
-                        password = make_url(value).password
-                    except Exception:  # noqa: BLE001 - not an SQLAlchemy URL: keep the whole value
-                        password = None
-                    if password:
-                        found.add(str(password))
+    for value in secret_values(settings):
+        if not isinstance(value, str):
+            continue
+        found.add(value)
+        if "://" in value:
+            try:
+                password = make_url(value).password
+            except Exception:  # noqa: BLE001 - not an SQLAlchemy URL: keep the whole value
+                password = None
+            if password:
+                found.add(str(password))
     path = generated_secret_key_path(settings)
     try:
         if path.is_file():

@@ -40,7 +40,6 @@ def migrate(state, target: str, es_url: str | None, batch_size: int, restart: bo
 
     Progress goes to stderr, one JSON summary to stdout; exit 1 when counts differ.
     """
-    import dataclasses
 
     from app.cli_support import database_for_command
     from app.projection.outbox import requeue_processed
@@ -51,7 +50,7 @@ def migrate(state, target: str, es_url: str | None, batch_size: int, restart: bo
     settings = state.settings()
     es = settings.elasticsearch
     if es_url:
-        es = dataclasses.replace(es, url=es_url)
+        es = es.replace(url=es_url)
     if not es.url:
         raise click.UsageError("no cluster: set [elasticsearch] url or pass --es-url")
     with database_for_command(settings):

@@ -8,8 +8,6 @@ so the password never has to sit in a config file.
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
 
@@ -44,7 +42,7 @@ def set_smtp_password(state, password_stdin: bool) -> None:
                 "secret_key) as the server has it, or start `netmap up` once so that it "
                 f"generates {settings.data_dir / 'secret_key'}"
             )
-        security = dataclasses.replace(security, secret_key=key)
+        security = security.replace(secret_key=key)
     with database_for_command(settings):
         with transaction() as conn:
             put_secret(conn, SecretBox(security), SMTP_PASSWORD_SECRET, password, user_id=None)

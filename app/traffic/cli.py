@@ -122,14 +122,12 @@ def rollup_command(
     batch_size: int | None,
 ) -> None:
     """Run one rollup; prints one JSON summary line."""
-    import dataclasses
-
     from app.traffic.rollup import RollupOptions, RollupRun
 
     settings = state.settings()
     traffic_settings = settings.traffic
     if batch_size is not None:
-        traffic_settings = dataclasses.replace(traffic_settings, batch_size=batch_size)
+        traffic_settings = traffic_settings.replace(batch_size=batch_size)
     options = RollupOptions(
         granularity=granularity,
         start_date=start_date.date() if start_date else None,

@@ -11,7 +11,6 @@ import them from here.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +87,7 @@ def _setup(backend: str, settings: Settings, target: EsTarget) -> Iterator[Proje
             store.close()
         return
     es = es_settings_for(target.url, bulk_max_concurrency=1)
-    configured = settings.replace(elasticsearch={**dataclasses.asdict(es), **PROJECTION_DEFAULTS})
+    configured = settings.replace(elasticsearch={**es.model_dump(), **PROJECTION_DEFAULTS})
     store = ElasticsearchStore(configured.elasticsearch)
     store.ensure_schema()
     if target.simulator is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from dataclasses import replace
 
 from app.agent.about import detect, engine_version
 from app.config import AgentSettings
@@ -27,8 +26,7 @@ def test_missing_or_silent_engines_are_left_out(tmp_path):
     silent = _engine(tmp_path, "silent", "no idea", status=1)
     assert engine_version(str(tmp_path / "absent")) is None
     assert engine_version(silent) is None
-    settings = replace(
-        AgentSettings(),
+    settings = AgentSettings().replace(
         nmap_path=_engine(tmp_path, "nmap", "Nmap version 7.93 ( https://nmap.org )"),
         masscan_path=str(tmp_path / "absent"),
     )

@@ -144,3 +144,98 @@ def test_timezone_and_rate_limit_syntax_are_validated(tmp_path):
         load_settings(path, env={})
     keys = {p.key for p in info.value.check.errors}
     assert keys == {"traffic.timezone", "security.login_rate_limit"}
+
+
+# The rules below are what the pydantic-settings models must keep from the hand-written
+# loader they replaced: strict types from the file, text conversions from the environment,
+# one problem per key, the allowed values spelled out.
+
+
+def _errors(tmp_path, text: str = "", env: dict[str, str] | None = None) -> list[str]:
+    config = tmp_path / "netmap.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(config, env=env or {})
+    return [problem.render() for problem in info.value.check.errors]
+
+
+def test_the_file_is_strict_about_types(tmp_path):
+    errors = _errors(
+        tmp_path,
+        '[server]\nport = "8000"\n[agent]\nservice_detection = 1\n'
+        'nmap_extra_args = ["-Pn", 3]\n[database]\npool_timeout_seconds = "5"\n',
+    )
+    assert errors == [
+        "server.port = '8000': must be an integer",
+        "database.pool_timeout_seconds = '5': must be a number",
+        "agent.service_detection = 1: must be true or false",
+        "agent.nmap_extra_args = ['-Pn', 3]: must be a string",
+    ]
+
+
+def test_a_whole_number_is_a_float_and_a_list_is_a_tuple(tmp_path):
+    config = tmp_path / "netmap.toml"
+    config.write_text('[database]\npool_timeout_seconds = 3\n[traffic]\ndomains = ["a.example"]\n')
+    settings, _ = load_settings(config, env={})
+    assert settings.database.pool_timeout_seconds == 3.0
+    assert isinstance(settings.database.pool_timeout_seconds, float)
+    assert settings.traffic.domains == ("a.example",)
+    hash(settings)  # frozen all the way down: settings can key a cache
+
+
+def test_environment_text_converts_to_the_declared_type():
+    settings, check = load_settings(
+        env={
+            "NETMAP_AGENT_SERVICE_DETECTION": "yes",
+            "NETMAP_SMTP_STARTTLS": "off",
+            "NETMAP_SCAN_SPECIAL_USE_TARGETS": "loopback, private,",
+            "NETMAP_DATABASE_POOL_TIMEOUT_SECONDS": " 2.5 ",
+            "NETMAP_SERVER_WEB_WORKERS": "3",
+        }
+    )
+    assert settings.agent.service_detection is True
+    assert settings.smtp.starttls is False
+    assert settings.scan.special_use_targets == ("loopback", "private")
+    assert settings.database.pool_timeout_seconds == 2.5
+    assert settings.server.web_workers == 3
+    assert check.value_sources["server.web_workers"] == "environment:NETMAP_SERVER_WEB_WORKERS"
+
+
+def test_environment_text_that_does_not_convert_names_the_key_and_the_type(tmp_path):
+    errors = _errors(
+        tmp_path,
+        env={"NETMAP_AGENT_SERVICE_DETECTION": "maybe", "NETMAP_SERVER_PORT": "80.5"},
+    )
+    assert errors == [
+        "server.port = '80.5': must be an integer",
+        "agent.service_detection = 'maybe': must be true or false",
+    ]
+
+
+def test_a_choice_lists_what_is_allowed(tmp_path):
+    errors = _errors(tmp_path, '[smtp]\nsecurity = "ssl"\n[agent]\nnmap_timing = "T9"\n')
+    assert errors == [
+        "smtp.security = 'ssl': must be one of 'auto', 'starttls', 'tls', 'none'",
+        "agent.nmap_timing = 'T9': must be one of 'T0', 'T1', 'T2', 'T3', 'T4', 'T5'",
+    ]
+
+
+def test_a_section_that_is_not_a_table_and_an_unknown_key_are_named(tmp_path):
+    errors = _errors(tmp_path, "server = 5\n[search]\nfacts_retention = 3\n")
+    assert errors[0] == "server = 5: must be a table"
+    assert errors[1].startswith("search.facts_retention = 3: unknown key; known: ")
+    assert "facts_retention_months" in errors[1]
+
+
+def test_precedence_is_override_environment_file_platform_default(tmp_path):
+    config = tmp_path / "netmap.toml"
+    config.write_text("[server]\nweb_workers = 4\nweb_threads = 5\nupload_concurrency = 6\n")
+    env = {"NETMAP_SERVER_WEB_WORKERS": "7", "NETMAP_SERVER_WEB_THREADS": "8"}
+    settings, check = load_settings(config, env=env, overrides={"server": {"web_workers": 9}})
+    assert (settings.server.web_workers, settings.server.web_threads) == (9, 8)
+    assert settings.server.upload_concurrency == 6
+    sources = check.value_sources
+    assert sources["server.web_workers"] == "override"
+    assert sources["server.web_threads"] == "environment:NETMAP_SERVER_WEB_THREADS"
+    assert sources["server.upload_concurrency"] == "file"
+    assert sources["server.request_timeout_seconds"] == "default"

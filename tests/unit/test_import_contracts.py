@@ -50,11 +50,11 @@ def test_the_tree_keeps_every_contract():
 
 
 def test_an_upward_import_breaks_the_layers(tree: Path):
-    _append(tree / "app" / "config.py", "import app.http.context  # noqa")
+    _append(tree / "app" / "config" / "loading.py", "import app.http.context  # noqa")
     done = _lint(tree)
     assert done.returncode != 0
     assert "Entry points -> domains -> infrastructure BROKEN" in done.stdout
-    assert "app.config -> app.http.context" in done.stdout
+    assert "app.config.loading -> app.http.context" in done.stdout
 
 
 def test_a_loop_between_sibling_modules_is_found(tree: Path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import sqlalchemy as sa
@@ -176,7 +175,7 @@ def test_a_lost_lease_ends_a_retry_wait_at_once(es_projection):
     from tests.support.stores import ControlledStore
 
     slow_retries = ElasticsearchStore(
-        dataclasses.replace(es_projection.settings.elasticsearch, bulk_retry_backoff_ms=40_000)
+        es_projection.settings.elasticsearch.replace(bulk_retry_backoff_ms=40_000)
     )
     try:
         worker = es_projection.worker(

@@ -8,7 +8,6 @@ Message-ID, and the per-recipient outcome of 4xx and 5xx replies.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email
 import threading
 from email import policy
@@ -87,11 +86,8 @@ def _deliver_all(settings) -> dict[str, str]:
 def test_smtp_delivery_mime_images_recipients_and_per_recipient_errors(api, settings):
     smtp = LoopbackSmtp()
     try:
-        settings = dataclasses.replace(
-            settings,
-            smtp=dataclasses.replace(
-                settings.smtp, host="127.0.0.1", port=smtp.port, starttls=False, ssl=False
-            ),
+        settings = settings.replace(
+            smtp=settings.smtp.replace(host="127.0.0.1", port=smtp.port, starttls=False, ssl=False),
         )
         user, task = _scanned_task(api)
         recipients = ["alice@example.com", "reject@example.com", "later@example.com"]
@@ -171,10 +167,8 @@ def test_smtp_login_uses_the_password_stored_encrypted_by_the_cli(api, settings,
 
     smtp = LoopbackSmtp(authenticator=authenticator, auth_require_tls=False)
     try:
-        settings = dataclasses.replace(
-            settings,
-            smtp=dataclasses.replace(
-                settings.smtp,
+        settings = settings.replace(
+            smtp=settings.smtp.replace(
                 host="127.0.0.1",
                 port=smtp.port,
                 starttls=False,
@@ -206,10 +200,8 @@ def test_smtp_security_none_sends_to_a_plain_relay_and_starttls_names_the_settin
 
     smtp = LoopbackSmtp()  # a plain relay: no STARTTLS offered
     try:
-        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
-        insisting = dataclasses.replace(
-            settings, smtp=dataclasses.replace(plain, security="starttls")
-        )
+        plain = settings.smtp.replace(host="127.0.0.1", port=smtp.port)
+        insisting = settings.replace(smtp=plain.replace(security="starttls"))
         assert smtp_security(insisting.smtp) == "starttls"
         assert _send_one(insisting, api) == {"alice@example.com": "failed"}
         with transaction() as conn:
@@ -219,7 +211,7 @@ def test_smtp_security_none_sends_to_a_plain_relay_and_starttls_names_the_settin
         assert "does not offer STARTTLS" in error and '[smtp] security = "none"' in error
         assert smtp.recorder.messages == []
 
-        relaxed = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        relaxed = settings.replace(smtp=plain.replace(security="none"))
         assert _send_one(relaxed, api) == {"alice@example.com": "sent"}
         assert len(smtp.recorder.messages) == 1
     finally:
@@ -238,10 +230,8 @@ def test_smtp_security_auto_follows_the_older_switches():
 def test_retry_resends_the_deliveries_of_a_report_whose_deliveries_all_failed(api, settings):
     smtp = LoopbackSmtp()
     try:
-        plain = dataclasses.replace(settings.smtp, host="127.0.0.1", port=smtp.port)
-        failing = dataclasses.replace(
-            settings, smtp=dataclasses.replace(plain, security="starttls")
-        )
+        plain = settings.smtp.replace(host="127.0.0.1", port=smtp.port)
+        failing = settings.replace(smtp=plain.replace(security="starttls"))
         assert _send_one(failing, api) == {"alice@example.com": "failed"}
         with transaction() as conn:
             report_id = conn.execute(sa.text("SELECT max(id) FROM reports")).scalar_one()
@@ -254,7 +244,7 @@ def test_retry_resends_the_deliveries_of_a_report_whose_deliveries_all_failed(ap
         assert [(d["recipient"], d["status"]) for d in deliveries] == [
             ("alice@example.com", "queued")
         ]
-        working = dataclasses.replace(settings, smtp=dataclasses.replace(plain, security="none"))
+        working = settings.replace(smtp=plain.replace(security="none"))
         assert _deliver_all(working) == {"alice@example.com": "sent"}
         assert len(smtp.recorder.messages) == 1
         # Nothing failed any more: a second retry has nothing to do.

@@ -8,7 +8,6 @@ applied or after its worker died), recovery installs the builtin module.
 
 from __future__ import annotations
 
-import dataclasses
 import email
 import re
 import threading
@@ -558,9 +557,8 @@ def test_the_runner_job_kind_renders_through_the_process_renderer_service(api, s
     service = ReportRenderModules(settings)
     service.start(ctx)
     try:
-        settings = dataclasses.replace(
-            settings,
-            reports=dataclasses.replace(settings.reports, incomplete_wait_seconds=0),
+        settings = settings.replace(
+            reports=settings.reports.replace(incomplete_wait_seconds=0),
         )
         job = ReportGenerateJob(settings)
         work = job.claim(ctx)
