@@ -167,9 +167,9 @@ class ElasticsearchPurge:
             }
             if after is not None:
                 body["search_after"] = after
-            hits = self._search(self._names.execution_endpoints, body, what="task purge")[
+            hits = self._search(self._names.execution_endpoints, body, what="task purge")["hits"][
                 "hits"
-            ]["hits"]
+            ]
             for hit in hits:
                 endpoint = _endpoint(hit["_source"])
                 if endpoint not in endpoints:

@@ -54,8 +54,8 @@ from app.search.documents import EndpointDocument, FactDocument
 from app.search.export_text import ExportTextChunk, read_export_bounds, read_export_text
 from app.search.port import (
     AssetFacets,
-    AssetPurgeBatch,
     AssetPage,
+    AssetPurgeBatch,
     AssetQuery,
     AssetStatusUpdate,
     BatchKey,

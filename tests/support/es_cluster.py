@@ -453,7 +453,9 @@ class SimulatedCluster:
                 f'conflicts may only be "proceed" or "abort" but was [{conflicts}]',
             )
         if params.get("wait_for_completion", "true") != "true":
-            raise ApiFailure(400, "illegal_argument_exception", "background tasks are not simulated")
+            raise ApiFailure(
+                400, "illegal_argument_exception", "background tasks are not simulated"
+            )
         if params.get("slices", "1") != "1" or "slice" in body:
             raise ApiFailure(400, "illegal_argument_exception", "sliced requests are not simulated")
         max_docs = _max_docs(params.get("max_docs"), body.get("max_docs"))

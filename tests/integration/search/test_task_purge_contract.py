@@ -58,7 +58,7 @@ def world(settings, engine, store, monkeypatch):
         [(ip, 443) for ip in doomed_hosts[:SHARED] + extra_hosts],
         ports="443",
     )
-    foreign = scans.scan(
+    scans.scan(
         stranger,
         ["10.20.0.0/16"],
         [(ip, 443) for ip in doomed_hosts[SHARED : SHARED + FOREIGN]],
@@ -150,9 +150,7 @@ def test_the_purge_removes_the_task_and_only_the_assets_it_alone_saw(settings, w
 
 
 @pytest.mark.parametrize("dies_in", ["purge_task_assets", "purge_execution_data"])
-def test_a_purge_that_dies_after_a_store_call_ends_the_same_when_retried(
-    settings, world, dies_in
-):
+def test_a_purge_that_dies_after_a_store_call_ends_the_same_when_retried(settings, world, dies_in):
     before = _snapshot(world)
     _delete(world)
     store = ControlledStore(world["store"])
