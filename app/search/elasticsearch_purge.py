@@ -101,18 +101,9 @@ class ElasticsearchPurge:
     ) -> AssetPurgeBatch:
         # Evidence written since the last refresh must count: make it searchable first.
         self._refresh([self._names.execution_endpoints])
-        body: dict[str, Any] = {
-            "size": limit,
-            "track_total_hits": False,
-            "_source": _ENDPOINT_FIELDS,
-            "query": {"bool": {"filter": [{"terms": {"task_id": list(task_ids)}}]}},
-            "sort": [{"doc_id": "asc"}],
-        }
-        if after_key is not None:
-            body["search_after"] = [_after_id(after_key)]
-        hits = self._search(self._names.execution_endpoints, body, what="task purge")["hits"][
-            "hits"
-        ]
+        query = {"bool": {"filter": [{"terms": {"task_id": list(task_ids)}}]}}
+        after = None if after_key is None else [_after_id(after_key)]
+        hits = self._endpoint_page(query, size=limit, after=after)
         if not hits:
             return AssetPurgeBatch(last_key=None, endpoints=0, user_assets=0, global_assets=0)
         endpoints = {_endpoint(hit["_source"]) for hit in hits}
@@ -158,18 +149,7 @@ class ElasticsearchPurge:
         seen_by_owner: set[tuple[int, str, int, str]] = set()
         after: list[Any] | None = None
         while True:
-            body: dict[str, Any] = {
-                "size": EVIDENCE_PAGE,
-                "track_total_hits": False,
-                "_source": _ENDPOINT_FIELDS,
-                "query": query,
-                "sort": [{"doc_id": "asc"}],
-            }
-            if after is not None:
-                body["search_after"] = after
-            hits = self._search(self._names.execution_endpoints, body, what="task purge")["hits"][
-                "hits"
-            ]
+            hits = self._endpoint_page(query, size=EVIDENCE_PAGE, after=after)
             for hit in hits:
                 endpoint = _endpoint(hit["_source"])
                 if endpoint not in endpoints:
@@ -181,6 +161,22 @@ class ElasticsearchPurge:
             if len(hits) < EVIDENCE_PAGE:
                 return seen, seen_by_owner
             after = hits[-1]["sort"]
+
+    def _endpoint_page(
+        self, query: dict[str, Any], *, size: int, after: list[Any] | None
+    ) -> list[dict[str, Any]]:
+        """Up to ``size`` execution-endpoint hits in ``doc_id`` order after ``after``."""
+        body: dict[str, Any] = {
+            "size": size,
+            "track_total_hits": False,
+            "_source": _ENDPOINT_FIELDS,
+            "query": query,
+            "sort": [{"doc_id": "asc"}],
+        }
+        if after is not None:
+            body["search_after"] = after
+        answer = self._search(self._names.execution_endpoints, body, what="task purge")
+        return answer["hits"]["hits"]
 
     def _delete_assets(self, scope: str, ids: list[str]) -> int:
         """Delete current assets by id; the count of those that were there (a 404 is one
