@@ -30,7 +30,9 @@ from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
 
 
-class _Scanner:
+class UploadScanner:
+    """A scanner holding one claimed execution, sending its batches through a test client."""
+
     def __init__(self, client, token: str, execution: dict[str, Any], upload_id: str):
         self.client, self.token, self.execution, self.upload_id = (
             client,
@@ -102,7 +104,7 @@ def _measure_size(
         )
     client = app.test_client()
     claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
-    scanner = _Scanner(client, token, claimed.get_json()["execution"], f"bench-{size}")
+    scanner = UploadScanner(client, token, claimed.get_json()["execution"], f"bench-{size}")
     observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
 
     index, filled = 0, 0

@@ -108,8 +108,7 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     listed = viewer.get("/api/tasks?limit=500").get_json()["items"]
     assert doomed_task not in [t["id"] for t in listed] and kept_task in [t["id"] for t in listed]
 
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
+    job = task_purge.TaskPurgeJob(settings, store=store)
     ctx = job_context(settings)
     work = job.claim(ctx)
     assert work is not None and work.task_id == doomed_task
@@ -151,8 +150,7 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     admin = User(id=owner, username="owner", is_admin=True, disabled=False)
     purge.request_delete(admin, doomed_task)
     monkeypatch.setattr(task_purge, "ASSET_BATCH", 500)
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
+    job = task_purge.TaskPurgeJob(settings, store=store)
     ctx = job_context(settings)
 
     saved = purge.checkpoint
@@ -246,8 +244,7 @@ def test_a_projection_in_flight_is_waited_out_before_the_asset_sweep(api, settin
             {"e": doomed_execution},
         )
     purge.request_delete(admin, doomed_task)
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
+    job = task_purge.TaskPurgeJob(settings, store=store)
     ctx = job_context(settings)
     job.run(ctx, job.claim(ctx))
     with transaction() as conn:

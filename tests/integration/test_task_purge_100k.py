@@ -1,9 +1,9 @@
 """Deleting a task with 100,000 endpoints (issue 33, "Tests": delete at 100k).
 
-The task is filled through the real upload route with the upload benchmark's
-observations (``app.bench.upload_data``: what a scanner sends, so receipts, facts,
-execution endpoints and counters are what an upload writes), finalised and projected by
-the real projection worker. Another task of the same owner saw some of its endpoints
+The task is filled as ``netmap bench purge`` fills it (``app.bench.purge.fill_task``:
+the upload benchmark's observations sent through the real upload route, so receipts,
+facts, execution endpoints and counters are what an upload writes), finalised and
+projected by the real projection worker. Another task of the same owner saw some of its endpoints
 and some of its own. ``DELETE /api/tasks/<id>`` answers 202 and the task is gone from
 lists at once; the runner's purge job then works in the background while the API goes
 on answering (lists, the other task's results, the owner's assets), in many bounded
@@ -13,77 +13,24 @@ results and assets are exactly as before.
 
 from __future__ import annotations
 
-import json
 import threading
-from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
 
+from app.bench.purge import OWN, fill_task, run_purges
 from app.bench.upload_data import observations
 from app.db import transaction
 from app.projection.slices import ProjectionWorker
 from app.search.postgres_store import PostgresStore
 from jobs import task_purge
 from tests.support.projection import drain
-from tests.support.scanner_protocol import ClaimedUpload, claim, now_iso
-from tests.support.task_purge import leftover_rows, purge_row, run_purge
+from tests.support.task_purge import leftover_rows, purge_row
 
 pytestmark = pytest.mark.slow
 
 ENDPOINTS = 100_000
-BATCH = 5_000  # observations per upload ([scan] max_observations_per_batch)
 SHARED = 2_000  # of the task's endpoints, also seen by the other task
-OWN = 500  # the other task's endpoints the deleted task never saw
-
-
-def _task(user, name: str) -> int:
-    response = user.post("/api/tasks", json={"name": name, "targets": ["10.0.0.1"], "ports": "443"})
-    assert response.status_code == 201, response.get_json()
-    task_id = response.get_json()["task"]["id"]
-    # The benchmark's addresses span 10.0.0.0/8, more than a task may name; uploads must stay
-    # inside the execution's targets, so its execution says so (as `netmap bench upload`).
-    with transaction() as conn:
-        conn.execute(
-            sa.text("UPDATE scan_executions SET targets = CAST(:t AS jsonb) WHERE task_id = :id"),
-            {"t": json.dumps(["10.0.0.0/8"]), "id": task_id},
-        )
-    return task_id
-
-
-def _upload(claimed: ClaimedUpload, chunks: list[tuple[int, int]], *, clients: int = 1) -> None:
-    """The chunks' observations in batches of ``BATCH``, from ``clients`` threads at once
-    (a scanner may send batches concurrently; each needs its own HTTP client), then the final."""
-    observed_at = now_iso(-300)
-    batches = [
-        (low, min(BATCH, start + count - low))
-        for start, count in chunks
-        for low in range(start, start + count, BATCH)
-    ]
-    failures: list[object] = []
-
-    def send(indexes: range) -> None:
-        sender = ClaimedUpload(
-            scanner=replace(
-                claimed.scanner, client=claimed.scanner.client.application.test_client()
-            ),
-            execution=claimed.execution,
-        )
-        for index in indexes:
-            response = sender.batch(index, observations(*batches[index], observed_at))
-            if response.status_code != 200:
-                failures.append(response.get_json())
-
-    threads = [
-        threading.Thread(target=send, args=(range(n, len(batches), clients),))
-        for n in range(clients)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures, failures[:3]
-    assert claimed.final(len(batches)).status_code == 200
 
 
 def _results(session, task_id: int) -> list[dict]:
@@ -117,28 +64,18 @@ def _owner_assets(owner_id: int, addresses: list[str]) -> tuple[int, dict[tuple[
 def test_deleting_a_task_with_100k_endpoints(api, settings):
     user = api.user()
     scanner = api.scanner()
-    doomed = _task(user, "doomed")
-    _upload(claim(scanner), [(0, ENDPOINTS)], clients=2)
-    kept = _task(user, "kept")
-    _upload(claim(scanner), [(0, SHARED), (ENDPOINTS * 2, OWN)])
+    owner = user.user["id"]
+    doomed, doomed_execution = fill_task(api.app, scanner.token, owner, "doomed", [(0, ENDPOINTS)])
+    kept, _ = fill_task(api.app, scanner.token, owner, "kept", [(0, SHARED), (ENDPOINTS * 2, OWN)])
     store = PostgresStore(settings)
     try:
         drain(ProjectionWorker(settings, store))
-        owner = user.user["id"]
         seen_by_kept = observations(0, SHARED, "") + observations(ENDPOINTS * 2, OWN, "")
         kept_addresses = [o["ip"] for o in seen_by_kept]
         total, before = _owner_assets(owner, kept_addresses)
         assert total == ENDPOINTS + OWN and len(before) == SHARED + OWN
         kept_results = _results(user, kept)
         assert len(kept_results) == SHARED + OWN
-        with transaction() as conn:
-            executions = {
-                task: conn.execute(
-                    sa.text("SELECT id FROM scan_executions WHERE task_id = :t"), {"t": task}
-                ).scalar_one()
-                for task in (doomed, kept)
-            }
-
         deleted = user.delete(f"/api/tasks/{doomed}")
         assert deleted.status_code == 202
         assert deleted.get_json()["purge"]["status"] == "queued"
@@ -151,7 +88,7 @@ def test_deleting_a_task_with_100k_endpoints(api, settings):
 
         def purge() -> None:
             try:
-                run_purge(settings, store)
+                run_purges(settings, store)
             except BaseException as exc:  # reported below, in the test thread
                 failure.append(exc)
 
@@ -182,7 +119,7 @@ def test_deleting_a_task_with_100k_endpoints(api, settings):
         # Bounded: the asset sweep alone took one batch per ASSET_BATCH endpoints.
         assert row.batches >= ENDPOINTS // task_purge.ASSET_BATCH
 
-        assert leftover_rows([doomed], [executions[doomed]]) == {}
+        assert leftover_rows([doomed], [doomed_execution]) == {}
         # The other task's assets (the shared ones and its own) are all that is left, and
         # exactly as they were.
         assert _owner_assets(owner, kept_addresses) == (SHARED + OWN, before)

@@ -1,8 +1,9 @@
 """Running the task purge in tests and checking what it left (issue 33).
 
-``run_purge`` claims and runs purges with the runner's ``TaskPurgeJob`` on a given store
-until none is claimable; ``leftover_rows`` lists, table by table from the catalogue, the
-rows that still name a purged task or execution.
+``purge_job`` is the runner's ``TaskPurgeJob`` on a given store (``run_purges`` of
+``app.bench.purge`` runs every claimable purge to its end with it); ``leftover_rows``
+lists, table by table from the catalogue, the rows that still name a purged task or
+execution.
 """
 
 from __future__ import annotations
@@ -25,20 +26,7 @@ def job_context(settings: Settings) -> JobContext:
 
 
 def purge_job(settings: Settings, store: Any) -> task_purge.TaskPurgeJob:
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
-    return job
-
-
-def run_purge(settings: Settings, store: Any) -> int:
-    """Run every claimable purge to its end with ``store``; how many runs it took."""
-    job = purge_job(settings, store)
-    ctx = job_context(settings)
-    runs = 0
-    while (work := job.claim(ctx)) is not None:
-        job.run(ctx, work)
-        runs += 1
-    return runs
+    return task_purge.TaskPurgeJob(settings, store=store)
 
 
 def purge_row(task_id: int) -> Any:

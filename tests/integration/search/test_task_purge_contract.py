@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from app.bench.purge import run_purges
 from app.db import transaction
 from app.identity.user_record import User
 from app.scan_control import purge
@@ -22,7 +23,7 @@ from jobs import task_purge
 from tests.support.analysis import Scans, hosts
 from tests.support.search_documents import BASE_TIME, fact
 from tests.support.stores import ControlledStore
-from tests.support.task_purge import job_context, leftover_rows, purge_job, purge_row, run_purge
+from tests.support.task_purge import job_context, leftover_rows, purge_job, purge_row
 
 pytestmark = pytest.mark.contract
 
@@ -136,7 +137,7 @@ def test_the_purge_removes_the_task_and_only_the_assets_it_alone_saw(settings, w
     assert len(before["global"]) == DOOMED + EXTRA
     _delete(world)
 
-    assert run_purge(settings, world["store"]) == 1
+    assert run_purges(settings, world["store"]) == 1
     row = purge_row(world["tasks"]["doomed"])
     assert row.status == "done"
     assert row.removed["user_assets"] == DOOMED - SHARED
@@ -178,7 +179,7 @@ def test_a_purge_that_dies_after_a_store_call_ends_the_same_when_retried(setting
             {"t": world["tasks"]["doomed"]},
         )
 
-    assert run_purge(settings, world["store"]) == 1
+    assert run_purges(settings, world["store"]) == 1
     row = purge_row(world["tasks"]["doomed"])
     assert row.status == "done" and row.attempts == 2
     # A batch done again finds its documents gone and does not count them twice.
