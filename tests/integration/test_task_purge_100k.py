@@ -96,7 +96,7 @@ def test_deleting_a_task_with_100k_endpoints(api, settings):
         worker.start()
         answered_while_running = 0
         while worker.is_alive():
-            worker.join(timeout=0.1)  # paced: the API answers alongside, not instead
+            worker.join(timeout=0.5)  # paced: the API answers alongside, not instead
             running = purge_row(doomed).status == "running"
             listed = user.get("/api/tasks?limit=500")
             assets = user.get("/api/assets?limit=5")
