@@ -28,7 +28,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.progress import Progress
-from app.bench.upload import UploadScanner
+from app.bench.upload import claimed_bench_task
 from app.bench.upload_data import observations
 from app.db import transaction
 
@@ -42,28 +42,7 @@ def fill_task(
     """A task of ``owner_id`` whose one execution the scanner of ``token`` claimed, filled
     with the observations of ``chunks`` ((start, count) ranges of ``observations``) through
     the upload route, and finalised: (task id, execution id)."""
-    from app.scan_control.creation import create_task, validate_task_request
-
-    settings = app.extensions["netmap.settings"]
-    with transaction() as conn:
-        request = validate_task_request(
-            {"name": name, "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
-        )
-        task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
-        # The observations span 10.0.0.0/8 (more than a task may target); uploads must stay
-        # inside the execution's targets, so its one execution says so.
-        conn.execute(
-            sa.text(
-                "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) WHERE task_id = :t"
-            ),
-            {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
-        )
-    client = app.test_client()
-    claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
-    execution = claimed.get_json()["execution"]
-    if execution is None or execution["task_id"] != task_id:
-        raise click.ClickException(f"the scanner did not claim task {task_id}'s execution")
-    scanner = UploadScanner(client, token, execution, f"bench-{name}")
+    scanner = claimed_bench_task(app, owner_id, token, name)
     observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
     progress = Progress(f"fill {name}", total=sum(count for _, count in chunks))
     index = 0
@@ -77,7 +56,7 @@ def fill_task(
                 scanner.renew()
     scanner.send(scanner.body(index, final=True))
     progress.finish()
-    return task_id, execution["id"]
+    return scanner.execution["task_id"], scanner.execution["id"]
 
 
 def run_purges(settings: Any, store: Any) -> int:
