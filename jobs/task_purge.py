@@ -49,9 +49,11 @@ def purge_execution_batch(
 class TaskPurgeJob:
     name = "task_purge"
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, store: SearchStore | None = None):
+        """``store``: the search store to purge (by default the one the settings name,
+        opened on first use)."""
         self.settings = settings
-        self._store: SearchStore | None = None
+        self._store: SearchStore | None = store
         self._objects = None
 
     def store(self) -> SearchStore:

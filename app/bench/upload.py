@@ -30,7 +30,9 @@ from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
 
 
-class _Scanner:
+class UploadScanner:
+    """A scanner holding one claimed execution, sending its batches through a test client."""
+
     def __init__(self, client, token: str, execution: dict[str, Any], upload_id: str):
         self.client, self.token, self.execution, self.upload_id = (
             client,
@@ -80,16 +82,16 @@ class _Scanner:
         )
 
 
-def _measure_size(
-    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=(), postgres=None
-) -> dict[str, Any]:
+def claimed_bench_task(app, owner_id: int, token: str, name: str) -> UploadScanner:
+    """A task of ``owner_id`` for the synthetic observations (``upload_data``), its one
+    execution claimed by the scanner of ``token``."""
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
 
     settings = app.extensions["netmap.settings"]
     with transaction() as conn:
         request = validate_task_request(
-            {"name": f"bench {size}", "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
+            {"name": name, "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
         )
         task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
         # The bench's synthetic addresses span 10.0.0.0/8 (more than a task may target);
@@ -102,7 +104,18 @@ def _measure_size(
         )
     client = app.test_client()
     claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
-    scanner = _Scanner(client, token, claimed.get_json()["execution"], f"bench-{size}")
+    execution = claimed.get_json()["execution"]
+    if execution is None or execution["task_id"] != task_id:
+        raise click.ClickException(f"the scanner did not claim task {task_id}'s execution")
+    return UploadScanner(client, token, execution, name.replace(" ", "-"))
+
+
+def _measure_size(
+    app, owner_id, token, size, samples, batch, fill_batch, latency_batches=(), postgres=None
+) -> dict[str, Any]:
+    from app.db import transaction
+
+    scanner = claimed_bench_task(app, owner_id, token, f"bench {size}")
     observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
 
     index, filled = 0, 0

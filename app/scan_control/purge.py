@@ -49,6 +49,7 @@ def _status(row: Any) -> dict[str, Any]:
         "status": row.status,
         "phase": row.phase,
         "removed": row.removed,
+        "batches": row.batches,
         "attempts": row.attempts,
         "last_error": row.last_error,
         "created_at": row.created_at.isoformat(),
@@ -190,13 +191,14 @@ class PurgeLost(Exception):
 def checkpoint(
     claim: PurgeClaim, *, phase: str, cursor: int | None, removed: dict[str, int]
 ) -> None:
-    """Save the purge's position and add ``removed`` to its counts (token + lease checked)."""
+    """Save the purge's position, add ``removed`` to its counts and count the batch
+    (token + lease checked)."""
     with transaction() as conn:
         saved = conn.execute(
             sa.text(
                 f"""
                 UPDATE task_purges
-                   SET phase = :phase, cursor = :cursor,
+                   SET phase = :phase, cursor = :cursor, batches = batches + 1,
                        removed = (
                            SELECT coalesce(jsonb_object_agg(k, v), '{{}}'::jsonb) FROM (
                                SELECT k, sum(v)::bigint AS v FROM (

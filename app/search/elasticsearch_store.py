@@ -70,6 +70,7 @@ from app.search.documents import (
 )
 from app.search.elasticsearch_bulk import BulkOperation, BulkSender, operation, shard_operations
 from app.search.elasticsearch_language import query as language_query
+from app.search.elasticsearch_purge import ElasticsearchPurge
 from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
@@ -97,6 +98,7 @@ from app.search.port import (
     FACET_FIELDS,
     AssetFacets,
     AssetPage,
+    AssetPurgeBatch,
     AssetQuery,
     AssetStatusUpdate,
     BatchKey,
@@ -131,7 +133,8 @@ class ElasticsearchStore:
     """``SearchStore`` on an Elasticsearch cluster."""
 
     name = "elasticsearch"
-    capabilities: frozenset[Capability] = frozenset()  # none of the optional abilities
+    # Of the optional abilities (app/search/port.py), only the task purge.
+    capabilities: frozenset[Capability] = frozenset({Capability.TASK_PURGE})
 
     def __init__(self, settings: ElasticsearchSettings, *, client: Elasticsearch | None = None):
         self._settings = settings
@@ -150,6 +153,9 @@ class ElasticsearchStore:
         self._known_fact_indices: set[str] = set()
         self._removals = ElasticsearchRemovals(
             settings, self.names, self._bulk, self._search, self._fact_indices
+        )
+        self._purge = ElasticsearchPurge(
+            settings, self.names, self._client, self._bulk, self._call, self._search
         )
 
     # -- schema ---------------------------------------------------------------------
@@ -599,6 +605,25 @@ class ElasticsearchStore:
     def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
         self._ensure_ready()
         return self._removals.delete_execution_endpoints(ids)
+
+    # -- a deleted task's documents (``TaskPurge``; ``elasticsearch_purge``) -------------
+
+    def purge_task_assets(
+        self,
+        task_ids: Sequence[int],
+        *,
+        excluded_task_ids: Sequence[int],
+        after_key: int | None,
+        limit: int,
+    ) -> AssetPurgeBatch:
+        self._ensure_ready()
+        return self._purge.purge_task_assets(
+            task_ids, excluded_task_ids=excluded_task_ids, after_key=after_key, limit=limit
+        )
+
+    def purge_execution_data(self, execution_ids: Sequence[int], *, limit: int) -> dict[str, int]:
+        self._ensure_ready()
+        return self._purge.purge_execution_data(execution_ids, limit=limit)
 
     def execution_results(
         self,

@@ -491,15 +491,29 @@ class CurrentAssetCount(Protocol):
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int: ...
 
 
-class TaskPurge(Protocol):
-    """Optional capability of a store (PostgreSQL): a deleted task's data removed in
-    bounded batches (``app.search.postgres_purge``, docs/architecture.md "Runs").
+@dataclass(frozen=True)
+class AssetPurgeBatch:
+    """One batch of a deleted task's asset sweep (``TaskPurge.purge_task_assets``)."""
 
-    ``purge_task_assets`` removes, for one batch of the tasks' execution endpoints after
-    ``after_key``, the current assets no task outside ``excluded_task_ids`` has evidence
-    for; ``purge_execution_data`` removes up to ``limit`` rows per kind of the
-    executions' own data (endpoints, facts, counters) and returns what it removed
-    (empty: nothing left). Without it, a purge removes the database's rows only.
+    last_key: int | None  # the cursor for the next batch; None: the task had no more
+    endpoints: int  # execution endpoints looked at
+    user_assets: int  # owner-view documents removed
+    global_assets: int  # global-view documents removed
+
+
+class TaskPurge(Protocol):
+    """Optional capability of a store (both adapters): a deleted task's data removed in
+    bounded batches (``app.search.postgres_purge``, ``app.search.elasticsearch_purge``,
+    docs/architecture.md "Runs").
+
+    ``purge_task_assets`` removes, for one batch of at most ``limit`` of the tasks'
+    execution endpoints after ``after_key`` (an opaque cursor of the adapter's, a
+    bigint), the current assets no task outside ``excluded_task_ids`` has evidence
+    for; ``purge_execution_data`` removes up to ``limit`` documents or rows per kind of
+    the executions' own data (endpoints, facts, counters) and returns what it removed
+    (empty: nothing left). Both are safe to repeat after a crash: what is gone stays
+    gone and is not counted again. Without the capability, a purge removes the
+    database's rows only.
     """
 
     def purge_task_assets(
@@ -509,7 +523,7 @@ class TaskPurge(Protocol):
         excluded_task_ids: Sequence[int],
         after_key: int | None,
         limit: int,
-    ) -> Any: ...
+    ) -> AssetPurgeBatch: ...
 
     def purge_execution_data(
         self, execution_ids: Sequence[int], *, limit: int

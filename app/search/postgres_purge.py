@@ -11,19 +11,11 @@ own rows: execution endpoints, facts and the per-execution counters.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-
-@dataclass(frozen=True)
-class AssetPurgeBatch:
-    last_key: int | None  # the cursor for the next batch; None: the task had no more
-    endpoints: int  # execution endpoints looked at
-    user_assets: int  # owner-view documents removed
-    global_assets: int  # global-view documents removed
-
+from app.search.port import AssetPurgeBatch
 
 _ASSETS_BATCH = sa.text(
     """

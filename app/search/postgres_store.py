@@ -55,6 +55,7 @@ from app.search.export_text import ExportTextChunk, read_export_bounds, read_exp
 from app.search.port import (
     AssetFacets,
     AssetPage,
+    AssetPurgeBatch,
     AssetQuery,
     AssetStatusUpdate,
     BatchKey,
@@ -70,11 +71,7 @@ from app.search.port import (
 )
 from app.search.postgres_aggregates import execution_aggregates
 from app.search.postgres_pages import ServerPages
-from app.search.postgres_purge import (
-    AssetPurgeBatch,
-    purge_execution_data_batch,
-    purge_task_assets_batch,
-)
+from app.search.postgres_purge import purge_execution_data_batch, purge_task_assets_batch
 from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
 from app.search.postgres_retention import drop_month, fact_partitions, months_to_keep_from

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import threading
 
 import pytest
 import sqlalchemy as sa
@@ -20,9 +19,9 @@ from app.identity.user_record import User
 from app.scan_control import purge
 from app.search.postgres_store import PostgresStore
 from jobs import task_purge
-from jobs.base import JobContext
 from tests.support.analysis import Scans
 from tests.support.search_documents import fact
+from tests.support.task_purge import job_context, leftover_rows
 
 ENDPOINTS = 4000
 SHARED = 150
@@ -30,12 +29,6 @@ SHARED = 150
 
 def hosts(network: str, count: int) -> list[str]:
     return [str(ip) for ip in itertools.islice(ipaddress.ip_network(network).hosts(), count)]
-
-
-def _context(settings) -> JobContext:
-    return JobContext(
-        settings=settings, worker_id=0, stopping=threading.Event(), cancelled=threading.Event()
-    )
 
 
 def _assets(owner_id: int) -> list[tuple]:
@@ -51,44 +44,6 @@ def _assets(owner_id: int) -> list[tuple]:
             sa.text("SELECT host(ip), port, transport FROM search_assets_global ORDER BY ip, port")
         ).all()
     return [tuple(r) for r in user], [tuple(r) for r in world]
-
-
-def _leftovers(task_ids: list[int], execution_ids: list[int]) -> dict[str, int]:
-    """Rows naming a deleted task or execution, per table and column, from the catalogue."""
-    found: dict[str, int] = {}
-    with transaction() as conn:
-        columns = conn.execute(
-            sa.text(
-                """
-                SELECT c.table_name, c.column_name FROM information_schema.columns c
-                  JOIN information_schema.tables t
-                    ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-                 WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'
-                   AND c.column_name IN ('task_id', 'execution_id', 'parent_task_id')
-                   AND c.table_name <> 'task_purges'
-                """
-            )
-        ).all()
-        for table, column in columns:
-            ids = execution_ids if column == "execution_id" else task_ids
-            count = conn.execute(
-                sa.text(f"SELECT count(*) FROM {table} WHERE {column} = ANY(:ids)"),
-                {"ids": ids},
-            ).scalar()
-            if count:
-                found[f"{table}.{column}"] = count
-        tasks = conn.execute(
-            sa.text("SELECT count(*) FROM scan_tasks WHERE id = ANY(:ids)"), {"ids": task_ids}
-        ).scalar()
-        if tasks:
-            found["scan_tasks.id"] = tasks
-        runs = conn.execute(
-            sa.text("SELECT count(*) FROM task_runs WHERE task_id = ANY(:ids)"), {"ids": task_ids}
-        ).scalar()
-        if runs:
-            found["task_runs.task_id"] = runs
-    assert len(columns) >= 10  # the check sees the schema
-    return found
 
 
 @pytest.fixture
@@ -153,9 +108,8 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     listed = viewer.get("/api/tasks?limit=500").get_json()["items"]
     assert doomed_task not in [t["id"] for t in listed] and kept_task in [t["id"] for t in listed]
 
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
-    ctx = _context(settings)
+    job = task_purge.TaskPurgeJob(settings, store=store)
+    ctx = job_context(settings)
     work = job.claim(ctx)
     assert work is not None and work.task_id == doomed_task
     job.run(ctx, work)
@@ -174,7 +128,7 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     assert row.removed["exports"] == 1
     assert not objects.exists(f"exports/doomed-{export.id}.csv")
 
-    assert _leftovers([doomed_task], [doomed_execution]) == {}
+    assert leftover_rows([doomed_task], [doomed_execution]) == {}
     after_user, after_global = _assets(owner)
     assert len(after_user) == SHARED + 20 and len(after_global) == SHARED + 20
     # The other task's assets are unchanged, and so is its evidence.
@@ -196,9 +150,8 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     admin = User(id=owner, username="owner", is_admin=True, disabled=False)
     purge.request_delete(admin, doomed_task)
     monkeypatch.setattr(task_purge, "ASSET_BATCH", 500)
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
-    ctx = _context(settings)
+    job = task_purge.TaskPurgeJob(settings, store=store)
+    ctx = job_context(settings)
 
     saved = purge.checkpoint
     calls = {"n": 0}
@@ -235,7 +188,7 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
             sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
         ).one()
     assert row.status == "done" and row.attempts == 2
-    assert _leftovers([doomed_task], [doomed_execution]) == {}
+    assert leftover_rows([doomed_task], [doomed_execution]) == {}
     after_user, _ = _assets(owner)
     assert len(after_user) == SHARED + 20
 
@@ -269,7 +222,7 @@ def test_runs_beyond_keep_runs_are_purged_with_their_executions(api, settings):
     assert (runs, executions) == (2, 2)
     listed = user.get(f"/api/tasks/{created['id']}/runs").get_json()["items"]
     assert [r["number"] for r in listed] == [4, 3]
-    leftovers = _leftovers([-1], old_executions)
+    leftovers = leftover_rows([-1], old_executions)
     assert leftovers == {}
     assert task_purge.purge_old_runs(keep_two, store) == (0, 0)
     task = user.get(f"/api/tasks/{created['id']}").get_json()["task"]
@@ -291,9 +244,8 @@ def test_a_projection_in_flight_is_waited_out_before_the_asset_sweep(api, settin
             {"e": doomed_execution},
         )
     purge.request_delete(admin, doomed_task)
-    job = task_purge.TaskPurgeJob(settings)
-    job._store = store
-    ctx = _context(settings)
+    job = task_purge.TaskPurgeJob(settings, store=store)
+    ctx = job_context(settings)
     job.run(ctx, job.claim(ctx))
     with transaction() as conn:
         row = conn.execute(

@@ -3,6 +3,10 @@
 Near-real-time like a cluster: writes go to ``live`` documents, searches read
 the ``searchable`` view that ``_refresh`` copies from them. Bulk items are
 applied one by one with the statuses and error bodies a cluster returns.
+Delete by query, like a cluster's, finds its documents in the searchable view
+and deletes each only if it is still the version that view holds (else a
+version conflict: the request stops, or counts it and goes on with
+``conflicts=proceed``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import json
+import math
 import threading
 import time
 import uuid
@@ -432,6 +437,68 @@ class SimulatedCluster:
             raise ApiFailure(400, "illegal_argument_exception", f"script [{script_id}] unknown")
         return implementation(document_id, source, script.get("params") or {})
 
+    # delete by query ----------------------------------------------------------------------
+
+    def delete_by_query(
+        self, indices: list[SimulatedIndex], body: dict[str, Any], params: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        """``POST /<index>/_delete_by_query`` run to completion (``wait_for_completion``):
+        the status and the response a cluster gives, with its honest counts."""
+        started = time.perf_counter()
+        conflicts = params.get("conflicts", "abort")
+        if conflicts not in ("abort", "proceed"):
+            raise ApiFailure(
+                400,
+                "illegal_argument_exception",
+                f'conflicts may only be "proceed" or "abort" but was [{conflicts}]',
+            )
+        if params.get("wait_for_completion", "true") != "true":
+            raise ApiFailure(
+                400, "illegal_argument_exception", "background tasks are not simulated"
+            )
+        if params.get("slices", "1") != "1" or "slice" in body:
+            raise ApiFailure(400, "illegal_argument_exception", "sliced requests are not simulated")
+        max_docs = _max_docs(params.get("max_docs"), body.get("max_docs"))
+        scroll_size = int(params.get("scroll_size", 1000))
+        query = body.get("query")
+        deleted = version_conflicts = total = 0
+        failures: list[dict[str, Any]] = []
+        with self.lock:
+            for index in indices:
+                for document_id, seen in list(index.searchable.items()):
+                    if max_docs is not None and deleted >= max_docs:
+                        break
+                    if failures or not matches(query, seen.source, index.mapping):
+                        continue
+                    total += 1
+                    current = index.live.get(document_id)
+                    if current is None or current.seq_no != seen.seq_no:
+                        # Changed or deleted since the searchable view was made.
+                        version_conflicts += 1
+                        if conflicts == "abort":
+                            failures.append(_conflict(index, document_id, seen, current))
+                        continue
+                    del index.live[document_id]
+                    deleted += 1
+            if params.get("refresh") == "true":
+                for index in indices:
+                    index.refresh()
+        answer = {
+            "took": int((time.perf_counter() - started) * 1000),
+            "timed_out": False,
+            "total": total,
+            "deleted": deleted,
+            "batches": math.ceil(total / scroll_size),
+            "version_conflicts": version_conflicts,
+            "noops": 0,
+            "retries": {"bulk": 0, "search": 0},
+            "throttled_millis": 0,
+            "requests_per_second": -1.0,
+            "throttled_until_millis": 0,
+            "failures": failures,
+        }
+        return (409 if failures else 200), answer
+
     # search ---------------------------------------------------------------------------
 
     def search(self, indices: list[SimulatedIndex], body: dict[str, Any]) -> dict[str, Any]:
@@ -487,13 +554,13 @@ class SimulatedCluster:
                 if total <= cap
                 else {"value": cap, "relation": "gte"}
             )
+        wanted = _source_filter(body.get("_source", True))
         for index, document_id, source in hits[:size]:
-            hit: dict[str, Any] = {
-                "_index": index.name,
-                "_id": document_id,
-                "_score": None,
-                "_source": source,
-            }
+            hit: dict[str, Any] = {"_index": index.name, "_id": document_id, "_score": None}
+            if wanted is not False:
+                hit["_source"] = (
+                    source if wanted is True else {k: v for k, v in source.items() if k in wanted}
+                )
             if sort_spec:
                 hit["sort"] = [
                     sort_value(mapping.kind(n), first_key(mapping.kind(n), source, n, m))
@@ -506,3 +573,52 @@ class SimulatedCluster:
                 name: aggregate(spec, [h[2] for h in hits], mapping) for name, spec in aggs.items()
             }
         return response
+
+
+def _source_filter(value: Any) -> bool | frozenset[str]:
+    """``_source`` of a search: true/false, or the top-level fields to return."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return frozenset([value])
+    if isinstance(value, list) and all(isinstance(v, str) and "*" not in v for v in value):
+        return frozenset(value)
+    raise ApiFailure(400, "illegal_argument_exception", f"_source [{value!r}] is not simulated")
+
+
+def _max_docs(in_params: str | None, in_body: Any) -> int | None:
+    """``max_docs`` from the URL or the body (one value); -1 or absent: every match."""
+    values = {int(v) for v in (in_params, in_body) if v is not None}
+    if len(values) > 1:
+        raise ApiFailure(
+            400, "illegal_argument_exception", "[max_docs] set to two different values"
+        )
+    if not values:
+        return None
+    (value,) = values
+    if value == -1:
+        return None
+    if value <= 0:
+        raise ApiFailure(
+            400, "action_request_validation_exception", "maxDocs should be greater than 0"
+        )
+    return value
+
+
+def _conflict(
+    index: SimulatedIndex, document_id: str, seen: StoredDocument, current: StoredDocument | None
+) -> dict[str, Any]:
+    now = "the document is deleted" if current is None else f"current seqNo [{current.seq_no}]"
+    return {
+        "index": index.name,
+        "id": document_id,
+        "cause": {
+            "type": "version_conflict_engine_exception",
+            "reason": f"[{document_id}]: version conflict, required seqNo [{seen.seq_no}], "
+            f"primary term [1]. {now}",
+            "index_uuid": index.uuid,
+            "shard": "0",
+            "index": index.name,
+        },
+        "status": 409,
+    }

@@ -230,7 +230,11 @@ def matches(query: dict[str, Any] | None, source: dict[str, Any], mapping: Index
     if kind == "terms":
         ((name, wanted),) = body.items()
         field_kind = mapping.kind(name)
-        return any(_term(field_kind, field_values(source, name), w, {}) for w in wanted)
+        exact, others = _terms_lookup(field_kind, wanted)
+        values = field_values(source, name)
+        if any(comparable(field_kind, v) in exact for v in values):
+            return True
+        return any(_term(field_kind, values, w, {}) for w in others)
     if kind == "range":
         name, spec = _field_and_spec(body, "gte")
         field_kind = mapping.kind(name)
@@ -262,6 +266,25 @@ def matches(query: dict[str, Any] | None, source: dict[str, Any], mapping: Index
     if kind == "ids":
         raise QueryError("ids queries are matched by the caller")
     raise QueryError(f"unsupported query [{kind}]")
+
+
+# A query is matched against every document of an index: a ``terms`` list is turned into
+# a set once per request (the list object is the key; kept so its id is not reused).
+_TERMS_CACHE: dict[tuple[int, str], tuple[list[Any], frozenset[Any], list[Any]]] = {}
+
+
+def _terms_lookup(field_kind: str, wanted: list[Any]) -> tuple[frozenset[Any], list[Any]]:
+    """The set of exact values of a ``terms`` list, and the rest (CIDR blocks)."""
+    key = (id(wanted), field_kind)
+    cached = _TERMS_CACHE.get(key)
+    if cached is not None and cached[0] is wanted:
+        return cached[1], cached[2]
+    others = [w for w in wanted if field_kind == "ip" and isinstance(w, str) and "/" in w]
+    exact = frozenset(comparable(field_kind, w) for w in wanted if w not in others)
+    if len(_TERMS_CACHE) > 256:
+        _TERMS_CACHE.clear()
+    _TERMS_CACHE[key] = (wanted, exact, others)
+    return exact, others
 
 
 def as_list(value: Any) -> list[Any]:

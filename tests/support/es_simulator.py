@@ -13,8 +13,13 @@ It answers the official client with the response shapes and headers it expects
   against the index mapping (``ip``, numbers, dates, ``dynamic: strict``);
 * ``_refresh`` (near-real-time: searches see only refreshed documents),
   ``_count``, ``_search`` with ``bool``/``term``/``terms``/``range``/``wildcard``
-  queries, sorting with ``search_after``, ``track_total_hits``, and ``terms``
-  and ``composite`` aggregations (``terms`` and hourly ``date_histogram`` sources).
+  queries, sorting with ``search_after``, ``track_total_hits``, ``_source`` field
+  lists, and ``terms`` and ``composite`` aggregations (``terms`` and hourly
+  ``date_histogram`` sources);
+* ``POST /<index>/_delete_by_query`` run to completion: ``max_docs`` (URL or body),
+  ``conflicts`` (``abort``: 409 with the conflict in ``failures``; ``proceed``:
+  counted in ``version_conflicts``), ``refresh``, ``scroll_size`` (``batches``);
+  sliced and background requests are refused as not simulated.
 
 Stored scripts are not interpreted: a script whose id ends in
 ``merge-endpoint`` runs ``app.search.documents.merge_endpoints`` (the rule the
@@ -308,6 +313,10 @@ class _Handler(BaseHTTPRequestHandler):
                     },
                 }
             return 200, cluster.search(indices, request)
+        if len(segments) == 2 and segments[1] == "_delete_by_query" and method == "POST":
+            with cluster.lock:
+                indices = cluster.resolve(segments[0], ignore_unavailable=ignore)
+            return cluster.delete_by_query(indices, self._json(body), params)
         if len(segments) == 1:
             with cluster.lock:
                 if method == "PUT":

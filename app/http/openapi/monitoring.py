@@ -97,6 +97,7 @@ OPERATIONS = {
                                 },
                                 "phase": {"type": "string"},
                                 "removed": {"type": "object"},
+                                "batches": {"type": "integer"},
                             }
                         )
                     }

@@ -159,6 +159,85 @@ def test_stored_script_upserts_route_every_version_through_the_merge(es):
     assert missing["items"][0]["update"]["status"] == 400
 
 
+def _fill(es, count: int, index: str = "sim-d") -> None:
+    lines = []
+    for n in range(count):
+        lines += [{"index": {"_index": index, "_id": f"d{n:03}"}}, {"port": n % 4, "name": "x"}]
+    assert bulk(es, lines)["errors"] is False
+
+
+def test_delete_by_query_sees_the_searchable_view_and_counts_what_it_deleted(es):
+    _fill(es, 30)
+    # Nothing is searchable yet: nothing to delete, as on a cluster.
+    nothing = es.delete_by_query(index="sim-d", query={"match_all": {}})
+    assert (nothing["total"], nothing["deleted"], nothing["batches"]) == (0, 0, 0)
+    es.indices.refresh(index="sim-d")
+    first = es.delete_by_query(
+        index="sim-d", query={"terms": {"port": [1, 2]}}, max_docs=10, scroll_size=4
+    )
+    assert (first["total"], first["deleted"], first["batches"]) == (10, 10, 3)
+    assert first["version_conflicts"] == 0 and first["failures"] == []
+    # Without refresh the deleted documents are still searchable; deleting them again
+    # meets version conflicts (they are gone since the view was made).
+    assert es.count(index="sim-d", query={"terms": {"port": [1, 2]}})["count"] == 15
+    again = es.delete_by_query(
+        index="sim-d",
+        query={"terms": {"port": [1, 2]}},
+        conflicts="proceed",
+        refresh=True,
+    )
+    assert (again["deleted"], again["version_conflicts"], again["total"]) == (5, 10, 15)
+    assert es.count(index="sim-d", query={"terms": {"port": [1, 2]}})["count"] == 0
+    assert es.count(index="sim-d")["count"] == 15
+
+
+def test_delete_by_query_aborts_on_a_version_conflict_unless_told_to_proceed(es):
+    _fill(es, 6)
+    es.indices.refresh(index="sim-d")
+    # A document changed after the searchable view was made.
+    bulk(es, [{"index": {"_index": "sim-d", "_id": "d000"}}, {"port": 9, "name": "y"}])
+    with pytest.raises(ApiError) as conflict:
+        es.delete_by_query(index="sim-d", query={"match_all": {}})
+    assert conflict.value.meta.status == 409
+    (failure,) = conflict.value.body["failures"]
+    assert failure["id"] == "d000"
+    assert failure["cause"]["type"] == "version_conflict_engine_exception"
+    proceeded = es.delete_by_query(
+        index="sim-d", query={"match_all": {}}, conflicts="proceed", refresh=True
+    )
+    assert (proceeded["deleted"], proceeded["version_conflicts"]) == (5, 1)
+    assert es.count(index="sim-d")["count"] == 1  # the changed document, now searchable
+
+
+def test_delete_by_query_refuses_what_a_cluster_refuses(es):
+    _fill(es, 2)
+    cases = [
+        ({"conflicts": "sometimes"}, "illegal_argument_exception"),
+        ({"max_docs": 0}, "action_request_validation_exception"),
+        ({"slices": 2}, "illegal_argument_exception"),
+        ({"wait_for_completion": False}, "illegal_argument_exception"),
+    ]
+    for options, error_type in cases:
+        with pytest.raises(ApiError) as refused:
+            es.delete_by_query(index="sim-d", query={"match_all": {}}, **options)
+        assert refused.value.meta.status == 400
+        assert refused.value.body["error"]["type"] == error_type
+    with pytest.raises(ApiError) as missing:
+        es.delete_by_query(index="sim-missing", query={"match_all": {}})
+    assert missing.value.meta.status == 404
+    skipped = es.delete_by_query(index="sim-none-*", query={"match_all": {}})
+    assert skipped["deleted"] == 0
+
+
+def test_search_returns_the_source_fields_asked_for(es):
+    _fill(es, 1)
+    es.indices.refresh(index="sim-d")
+    (hit,) = es.search(index="sim-d", query={"match_all": {}}, source=["port"])["hits"]["hits"]
+    assert hit["_source"] == {"port": 0}
+    (bare,) = es.search(index="sim-d", query={"match_all": {}}, source=False)["hits"]["hits"]
+    assert "_source" not in bare
+
+
 def test_status_faults_hit_the_nth_matching_request(simulator, es):
     simulator.inject(Fault("status", endpoint="_count", nth=2, status=503))
     es.indices.create(index="sim-c")
