@@ -2,7 +2,7 @@
 
 On a scratch database: one owner, 3 webhook channels at a local receiver (a threaded
 HTTP server in this process that verifies every Standard Webhooks signature), 10 rules
-in ``digest`` mode with varied kinds and filters (ports, services, CIDRs, fields), and
+in ``digest`` mode (``--mode each``: single messages up to the cap, the rest digested) with varied kinds and filters (ports, services, CIDRs, fields), and
 one execution's change set of ``--changes`` rows generated in SQL (mixed new, changed,
 gone, reappeared). Timed:
 
@@ -99,7 +99,14 @@ class _Receiver:
 @click.command("alerts")
 @click.option("--changes", type=click.IntRange(100, 2_000_000), default=100_000, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True)
-def command(changes: int, workers: int) -> None:
+@click.option(
+    "--mode",
+    type=click.Choice(["digest", "each"]),
+    default="digest",
+    show_default=True,
+    help="the rules' mode: one digest per channel, or capped single messages and a digest",
+)
+def command(changes: int, workers: int, mode: str) -> None:
     """Time alert rule evaluation and delivery of one change set of N changes."""
     from app.alerts.channels import new_secret
     from app.alerts.deliveries import claim_next, deliver
@@ -142,7 +149,7 @@ def command(changes: int, workers: int) -> None:
                     sa.text(
                         "INSERT INTO alert_rules (owner_id, name, on_kinds, fields, cidrs, ports, "
                         "services, channel_ids, mode) VALUES (:o, :name, :on, :fields, "
-                        "CAST(:cidrs AS cidr[]), :ports, :services, :channels, 'digest')"
+                        "CAST(:cidrs AS cidr[]), :ports, :services, :channels, :mode)"
                     ),
                     {
                         "o": owner,
@@ -153,6 +160,7 @@ def command(changes: int, workers: int) -> None:
                         "ports": rule.get("ports", []),
                         "services": rule.get("services", []),
                         "channels": channel_ids,
+                        "mode": mode,
                     },
                 )
             task_id = conn.execute(
@@ -226,6 +234,7 @@ def command(changes: int, workers: int) -> None:
             "benchmark": "alerts",
             "changes": changes,
             "rules": len(RULES),
+            "mode": mode,
             "channels": len(channel_ids),
             "messages": created,
             "evaluation_seconds": round(evaluation, 3),
