@@ -25,6 +25,8 @@ attempt sends, so receivers can drop duplicates.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -188,46 +190,35 @@ def change_set_hook(settings: AlertSettings) -> ChangeSetHook:
     def hook(conn: Connection, claim: AnalysisClaim, counts: ChangeCounts) -> dict[str, int]:
         if claim.run_id is None:
             return {}
+        change_set = ChangeSet(claim.owner_id, claim.execution_id, claim.task_id, claim.run_id)
         return alerts_for_change_set(
-            conn,
-            settings,
-            owner_id=claim.owner_id,
-            execution_id=claim.execution_id,
-            task_id=claim.task_id,
-            run_id=claim.run_id,
-            changed=any(counts.as_dict().values()),
+            conn, settings, change_set, changed=any(counts.as_dict().values())
         )
 
     return hook
 
 
+@dataclass(frozen=True)
+class ChangeSet:
+    """Whose change set, of which execution, task and run."""
+
+    owner_id: int
+    execution_id: int
+    task_id: int
+    run_id: int
+
+
 def alerts_for_change_set(
-    conn: Connection,
-    settings: AlertSettings,
-    *,
-    owner_id: int,
-    execution_id: int,
-    task_id: int,
-    run_id: int,
-    changed: bool,
+    conn: Connection, settings: AlertSettings, change_set: ChangeSet, *, changed: bool
 ) -> dict[str, int]:
     """On ``conn`` (the transaction committing the execution's change set): lock the run,
     create the change set's messages, and the run's digests if it was the run's last
     change set. Returns the messages created by kind."""
-    run = lock_run(conn, run_id)
+    run = lock_run(conn, change_set.run_id)
     if run is None:
         return {}
-    created: dict[str, int] = {}
-    if changed:
-        created = enqueue_alerts(
-            conn,
-            settings,
-            owner_id=owner_id,
-            execution_id=execution_id,
-            task_id=task_id,
-            run_id=run.id,
-        )
-    if run.finished and not run_awaits_analysis(conn, run.id, besides=execution_id):
+    created = enqueue_alerts(conn, settings, change_set) if changed else {}
+    if run.finished and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id):
         digests = emit_run_digests(conn, settings, run)
         if digests:
             created["digest"] = digests
@@ -235,34 +226,28 @@ def alerts_for_change_set(
 
 
 def enqueue_alerts(
-    conn: Connection,
-    settings: AlertSettings,
-    *,
-    owner_id: int,
-    execution_id: int,
-    task_id: int,
-    run_id: int,
+    conn: Connection, settings: AlertSettings, change_set: ChangeSet
 ) -> dict[str, int]:
     """Create the change set's single messages and add the rest to the run's digests, on
     ``conn`` (the analysis's transaction, holding the run's lock)."""
     row = conn.execute(
         _ENQUEUE,
         {
-            "owner_id": owner_id,
-            "execution_id": execution_id,
-            "task_id": task_id,
-            "run_id": run_id,
+            "owner_id": change_set.owner_id,
+            "execution_id": change_set.execution_id,
+            "task_id": change_set.task_id,
+            "run_id": change_set.run_id,
             "cap": settings.max_messages_per_run,
             "digest_changes": settings.digest_changes,
-            "link": run_changes_link(settings, task_id, run_id),
+            "link": run_changes_link(settings, change_set.task_id, change_set.run_id),
         },
     ).one()
     created = {"each": int(row.singles)} if row.singles else {}
     if row.singles or row.accumulated:
         emit(
             "AlertMessagesCreated",
-            execution_id=execution_id,
-            run_id=run_id,
+            execution_id=change_set.execution_id,
+            run_id=change_set.run_id,
             each=int(row.singles),
             digests_added_to=int(row.accumulated),
         )

@@ -112,7 +112,7 @@ def command(changes: int, workers: int, mode: str) -> None:
     """Time alert rule evaluation and delivery of one change set of N changes."""
     from app.alerts.channels import new_secret
     from app.alerts.deliveries import claim_next, deliver
-    from app.alerts.evaluate import alerts_for_change_set
+    from app.alerts.evaluate import ChangeSet, alerts_for_change_set
     from app.bench.cpu import server_cpu_seconds
     from app.bench.scratch import scratch_database
     from app.identity.secrets_at_rest import SecretBox
@@ -213,10 +213,7 @@ def command(changes: int, workers: int, mode: str) -> None:
             created = alerts_for_change_set(
                 conn,
                 settings.alerts,
-                owner_id=owner,
-                execution_id=execution_id,
-                task_id=task_id,
-                run_id=run_id,
+                ChangeSet(owner, execution_id, task_id, run_id),
                 changed=True,
             )
         committed = time.perf_counter()

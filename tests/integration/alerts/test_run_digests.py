@@ -20,6 +20,7 @@ from app.analysis.worker import AnalysisWorker
 from app.db import transaction
 from app.projection.slices import ProjectionWorker
 from app.search.postgres_store import PostgresStore
+from tests.integration.alerts.test_alert_deliveries import _deliveries as all_deliveries
 from tests.integration.alerts.test_alert_deliveries import drain
 from tests.integration.analysis.test_analysis_api import _run_workers
 from tests.support.projection import drain as drain_projection
@@ -67,15 +68,10 @@ def _finish_next(scanner, hosts: int = 2):
     return upload
 
 
-def _deliveries(kind: str | None = None) -> list:
-    with transaction() as conn:
-        return conn.execute(
-            sa.text(
-                "SELECT * FROM alert_deliveries WHERE :k IS NULL OR message_kind = :k "
-                "ORDER BY rule_id, channel_id, id"
-            ),
-            {"k": kind},
-        ).all()
+def _deliveries(kind: str) -> list:
+    """The messages of one kind, by rule and channel."""
+    rows = [d for d in all_deliveries() if d.message_kind == kind]
+    return sorted(rows, key=lambda d: (d.rule_id, d.channel_id, d.id))
 
 
 def _digests_received(receiver) -> list[dict]:
@@ -198,6 +194,8 @@ def test_a_run_whose_last_execution_failed_sends_its_digest_from_the_periodic_jo
 
 
 def _two_execution_run(api, receiver) -> tuple[list[int], int, dict]:
+    """Two webhook channels, a digest rule, and a run of two finished executions:
+    (channels, run id, task with its owner's id as ``owner_id``)."""
     alice, scanner = api.user(), api.scanner()
     hooks = _webhooks(alice, receiver, 2)
     _rule(alice, "digest", hooks, "digest")
@@ -205,7 +203,8 @@ def _two_execution_run(api, receiver) -> tuple[list[int], int, dict]:
     assert made.status_code == 201
     _finish_next(scanner)
     _finish_next(scanner)
-    return hooks, made.get_json()["task"]["latest_run"]["id"], made.get_json()["task"]
+    task = {**made.get_json()["task"], "owner_id": alice.id}
+    return hooks, task["latest_run"]["id"], task
 
 
 def _hide_from_claims(execution_id: int, hidden: bool) -> None:
@@ -275,7 +274,7 @@ def test_two_last_change_sets_deciding_at_once_take_turns_on_the_run(
     commits its own change set (queue row to ``publish``) after deciding. The run's lock
     makes the second decide after the first committed, so it sends the digests; without
     it both would see the other's change set pending and neither would."""
-    from app.alerts.evaluate import alerts_for_change_set
+    from app.alerts.evaluate import ChangeSet, alerts_for_change_set
 
     hooks, run_id, task = _two_execution_run(api, receiver)
     _run_workers(settings)
@@ -297,7 +296,7 @@ def test_two_last_change_sets_deciding_at_once_take_turns_on_the_run(
             {"ids": executions},
         )
 
-    owner = _owner(run_id)
+    owner = task["owner_id"]
     inside = threading.Barrier(2, timeout=60)
     made: dict[int, dict] = {}
     backends: dict[int, int] = {}
@@ -324,14 +323,9 @@ def test_two_last_change_sets_deciding_at_once_take_turns_on_the_run(
         with transaction() as conn:
             backends[execution_id] = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
             inside.wait()
+            change_set = ChangeSet(owner, execution_id, task["id"], run_id)
             made[execution_id] = alerts_for_change_set(
-                conn,
-                settings.alerts,
-                owner_id=owner,
-                execution_id=execution_id,
-                task_id=task["id"],
-                run_id=run_id,
-                changed=False,
+                conn, settings.alerts, change_set, changed=False
             )
             decided[execution_id].set()
             until_the_other_decided_or_waits(execution_id)
@@ -347,17 +341,6 @@ def test_two_last_change_sets_deciding_at_once_take_turns_on_the_run(
         thread.join(60)
     assert sorted(m.get("digest", 0) for m in made.values()) == [0, 2]
     assert sorted(d.channel_id for d in _deliveries("digest")) == sorted(hooks)
-
-
-def _owner(run_id: int) -> int:
-    with transaction() as conn:
-        return conn.execute(
-            sa.text(
-                "SELECT t.owner_id FROM task_runs r JOIN scan_tasks t ON t.id = r.task_id "
-                "WHERE r.id = :r"
-            ),
-            {"r": run_id},
-        ).scalar_one()
 
 
 def test_a_second_digest_for_the_same_rule_run_and_channel_is_refused(api, settings) -> None:
