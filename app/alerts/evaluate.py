@@ -19,8 +19,9 @@ Digest contents are added up per rule and run in ``alert_run_digests`` by every 
 set of the run; the digest messages are created when the run's last change set commits
 (``app.alerts.run_digests``).
 
-Every message gets its id here (``msg_`` and 32 hex digits): the id every delivery
-attempt sends, so receivers can drop duplicates.
+Every single message gets its id here (``msg_`` and 32 hex digits; a digest's id is
+derived from rule, run and channel in ``run_digests``): the id every delivery attempt
+sends, so receivers can drop duplicates.
 """
 
 from __future__ import annotations
