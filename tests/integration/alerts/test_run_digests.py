@@ -20,6 +20,9 @@ from app.analysis.worker import AnalysisWorker
 from app.db import transaction
 from app.projection.slices import ProjectionWorker
 from app.search.postgres_store import PostgresStore
+from jobs.alert_conditions import jobs as condition_jobs
+from jobs.alert_conditions import run_digests_job
+from jobs.base import JobContext
 from tests.integration.alerts.test_alert_deliveries import _deliveries as all_deliveries
 from tests.integration.alerts.test_alert_deliveries import drain
 from tests.integration.analysis.test_analysis_api import _run_workers
@@ -186,7 +189,16 @@ def test_a_run_whose_last_execution_failed_sends_its_digest_from_the_periodic_jo
     )
     assert failed.status_code == 200, failed.get_json()
 
-    assert send_finished_run_digests(settings) == 1
+    # The runner's periodic job sends it (one tick, as a runner worker runs it).
+    job = run_digests_job(settings)
+    assert job.name in [j.name for j in condition_jobs(settings)]
+    context = JobContext(
+        settings=settings, worker_id=0, stopping=threading.Event(), cancelled=threading.Event()
+    )
+    work = job.claim(context)
+    assert work is not None
+    job.run(context, work)
+    assert len(_deliveries("digest")) == 1
     drain(settings)
     (data,) = _digests_received(receiver)
     assert data["run_status"] == "partial" and data["counts"]["new"] == 4
