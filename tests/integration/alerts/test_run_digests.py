@@ -377,3 +377,33 @@ def test_a_second_digest_for_the_same_rule_run_and_channel_is_refused(api, setti
         conn.execute(insert, {**row, "id": "msg_first"})
     with pytest.raises(sa.exc.IntegrityError), transaction() as conn:
         conn.execute(insert, {**row, "id": "msg_second"})
+
+
+def test_a_digest_the_periodic_job_could_not_write_is_sent_at_a_later_tick(
+    api, settings, receiver
+) -> None:
+    alice, scanner = api.user(), api.scanner()
+    hooks = _webhooks(alice, receiver, 1)
+    _rule(alice, "digest", hooks, "digest")
+    task = _task(alice)
+    _finish_next(scanner)
+    _run_workers(settings)
+    cancelled = alice.post(f"/api/tasks/{task['id']}/runs/{task['latest_run']['id']}/cancel")
+    assert cancelled.status_code == 200
+    with transaction() as conn:
+        # The messages' table is out of reach: the tick's transaction fails and rolls back.
+        conn.execute(sa.text("ALTER TABLE alert_deliveries RENAME TO alert_deliveries_away"))
+    try:
+        assert send_finished_run_digests(settings) == 0
+    finally:
+        with transaction() as conn:
+            conn.execute(sa.text("ALTER TABLE alert_deliveries_away RENAME TO alert_deliveries"))
+    with transaction() as conn:
+        unsent = conn.execute(
+            sa.text("SELECT count(*) FROM alert_run_digests WHERE emitted_at IS NULL")
+        ).scalar()
+    assert unsent == 1  # not marked: nothing is lost
+    assert send_finished_run_digests(settings) == 1
+    drain(settings)
+    (data,) = _digests_received(receiver)
+    assert data["run_status"] == "cancelled" and data["counts"]["new"] == 2
