@@ -62,6 +62,15 @@ def _task(user, ports: str = "80") -> dict:
     return task
 
 
+def _digest_task(api, receiver, channels: int):
+    """A user with ``channels`` webhooks at ``receiver``, a digest rule on new endpoints
+    sending to them, a scanner, and a task of three executions (one run)."""
+    alice, scanner = api.user(), api.scanner()
+    hooks = _webhooks(alice, receiver, channels)
+    _rule(alice, "digest", hooks, "digest")
+    return alice, scanner, hooks, _task(alice)
+
+
 def _finish_next(scanner, hosts: int = 2):
     """Claim the next execution and finish it with ``hosts`` new endpoints in its network."""
     upload = claim(scanner)
@@ -148,10 +157,7 @@ def test_a_run_of_three_executions_has_one_digest_per_channel_and_one_each_cap(
 
 
 def test_a_cancelled_run_sends_its_digest_from_the_periodic_job(api, settings, receiver) -> None:
-    alice, scanner = api.user(), api.scanner()
-    hooks = _webhooks(alice, receiver, 2)
-    _rule(alice, "digest", hooks, "digest")
-    task = _task(alice)
+    alice, scanner, _hooks, task = _digest_task(api, receiver, 2)
     run_id = task["latest_run"]["id"]
     _finish_next(scanner, hosts=3)
     _run_workers(settings)
@@ -174,10 +180,7 @@ def test_a_cancelled_run_sends_its_digest_from_the_periodic_job(api, settings, r
 def test_a_run_whose_last_execution_failed_sends_its_digest_from_the_periodic_job(
     api, settings, receiver
 ) -> None:
-    alice, scanner = api.user(), api.scanner()
-    hooks = _webhooks(alice, receiver, 1)
-    _rule(alice, "digest", hooks, "digest")
-    task = _task(alice)
+    _alice, scanner, _hooks, task = _digest_task(api, receiver, 1)
     _finish_next(scanner)
     _finish_next(scanner)
     _run_workers(settings)
@@ -382,10 +385,7 @@ def test_a_second_digest_for_the_same_rule_run_and_channel_is_refused(api, setti
 def test_a_digest_the_periodic_job_could_not_write_is_sent_at_a_later_tick(
     api, settings, receiver
 ) -> None:
-    alice, scanner = api.user(), api.scanner()
-    hooks = _webhooks(alice, receiver, 1)
-    _rule(alice, "digest", hooks, "digest")
-    task = _task(alice)
+    alice, scanner, _hooks, task = _digest_task(api, receiver, 1)
     _finish_next(scanner)
     _run_workers(settings)
     cancelled = alice.post(f"/api/tasks/{task['id']}/runs/{task['latest_run']['id']}/cancel")
