@@ -1,6 +1,7 @@
 """Periodic jobs: evaluate the condition alert rules (docs/alerts.md, "Condition rules").
 
-``alert-scanner-offline`` and ``alert-run-failed`` (every ``[alerts]
+``alert-scanner-offline``, ``alert-run-failed`` and ``alert-run-digests`` (the digests of
+runs that ended without a last analysis sending them; every ``[alerts]
 conditions_interval_seconds``) and
 ``alert-certificate-expiry`` (every ``[alerts] certificate_interval_seconds``) each run on
 one runner at a time under the periodic lease (``jobs.base.PeriodicJob``); what they find
@@ -16,6 +17,7 @@ from app.alerts.conditions import (
     evaluate_run_failed,
     evaluate_scanner_offline,
 )
+from app.alerts.run_digests import send_finished_run_digests
 from app.config import Settings
 from jobs.base import JobContext, PeriodicJob, PeriodicLease
 
@@ -40,6 +42,11 @@ def scanner_offline_job(settings: Settings) -> PeriodicJob:
 
 def run_failed_job(settings: Settings) -> PeriodicJob:
     return _quick_condition_job("alert-run-failed", evaluate_run_failed, settings)
+
+
+def run_digests_job(settings: Settings) -> PeriodicJob:
+    """The digests of runs that ended without a last analysis sending them."""
+    return _quick_condition_job("alert-run-digests", send_finished_run_digests, settings)
 
 
 def certificate_expiry_job(settings: Settings) -> PeriodicJob:
@@ -70,5 +77,6 @@ def jobs(settings: Settings) -> list[PeriodicJob]:
     return [
         scanner_offline_job(settings),
         run_failed_job(settings),
+        run_digests_job(settings),
         certificate_expiry_job(settings),
     ]

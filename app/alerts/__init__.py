@@ -1,10 +1,11 @@
 """Change alerts (docs/alerts.md): rules over change sets, channels, and the deliveries outbox.
 
-The package owns ``alert_rules``, ``alert_channels`` and ``alert_deliveries``.
-``evaluate`` turns a committed change set into messages inside the analysis's
-transaction; ``deliveries`` hands them to the runner under leases; ``senders``
-speaks webhook (Standard Webhooks), email and Apprise through ``outbound``'s
-address checks.
+The package owns ``alert_rules``, ``alert_channels``, ``alert_deliveries``,
+``alert_condition_marks`` and ``alert_run_digests``. ``evaluate`` turns a committed change
+set into messages inside the analysis's transaction, adding to its run's digests, which
+``run_digests`` sends once the run is over; ``deliveries`` hands them to the runner under
+leases; ``senders`` speaks webhook (Standard Webhooks), email and Apprise through
+``outbound``'s address checks.
 """
 
 import logging

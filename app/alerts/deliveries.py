@@ -199,7 +199,7 @@ def record_failure(
 
 
 _LOG_COLUMNS = (
-    "d.id, d.rule_id, d.channel_id, c.kind AS channel_kind, d.execution_id, d.task_id, "
+    "d.id, d.rule_id, d.channel_id, c.kind AS channel_kind, d.execution_id, d.task_id, d.run_id, "
     "d.message_kind, d.event_type, d.status, d.attempts, d.last_error, d.created_at, "
     "d.first_attempt_at, d.delivered_at, d.available_at"
 )
@@ -216,6 +216,7 @@ def public(row: Any) -> dict[str, Any]:
         "channel_kind": row.channel_kind,
         "execution_id": row.execution_id,
         "task_id": row.task_id,
+        "run_id": row.run_id,
         "message_kind": row.message_kind,
         "event_type": row.event_type,
         "status": row.status,

@@ -1,31 +1,48 @@
 """Rule evaluation: a committed change set becomes alert messages in one statement.
 
-``enqueue_alerts`` runs inside the change analysis's transaction (``app.analysis.changes
-.analyse``), so the change set and its messages commit together or not at all. The
+``change_set_hook`` runs inside the change analysis's transaction (``app.analysis.changes
+.analyse``), so the change set and its messages commit together or not at all. It locks
+the execution's run first (``scan_control.run_status.lock_run``): the analyses of one
+run's change sets take their turns, so the run's counters below never race. The
 evaluation is set-based: the change set (``CHANGE_SET_SQL``) is joined with the owner's
-enabled rules (and global ones) and their channels, filtered in SQL, numbered per rule
-and channel, and inserted as ``alert_deliveries`` rows; no change passes through Python.
+enabled rules (and global ones) and their channels, filtered in SQL, numbered per rule,
+and inserted as ``alert_deliveries`` rows; no change passes through Python.
 
-Messages per change set (a run's change set: docs/alerts.md), rule and channel:
+Messages per run (a task's pass over its targets; docs/alerts.md), rule and channel:
 
-* ``each``: one message per change, the first ``[alerts] max_messages_per_run`` of them;
-  the rest are folded into one digest message;
-* ``digest``: one message with the counts by kind, the first ``[alerts] digest_changes``
-  changes and a link to the change set.
+* ``each``: one message per change, the first ``[alerts] max_messages_per_run`` of the
+  whole run; the rest are folded into the run's digest;
+* ``digest``: one message for the run with the counts by kind, the first ``[alerts]
+  digest_changes`` changes and a link to the run's changes.
 
-Every message gets its id here (``msg_`` and 32 hex digits): the id every delivery
-attempt sends, so receivers can drop duplicates.
+Digest contents are added up per rule and run in ``alert_run_digests`` by every change
+set of the run; the digest messages are created when the run's last change set commits
+(``app.alerts.run_digests``).
+
+Every single message gets its id here (``msg_`` and 32 hex digits; a digest's id is
+derived from rule, run and channel in ``run_digests``): the id every delivery attempt
+sends, so receivers can drop duplicates.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS, CHANGE_SET_SQL, ChangeSetHook
-from app.analysis.queue import AnalysisClaim
+from app.alerts.run_digests import emit_run_digests
+from app.analysis.changes import (
+    ANALYSIS_FIELDS,
+    CHANGE_KINDS,
+    CHANGE_SET_SQL,
+    ChangeCounts,
+    ChangeSetHook,
+)
+from app.analysis.queue import AnalysisClaim, run_awaits_analysis
 from app.config import AlertSettings
 from app.observability import emit
+from app.scan_control.run_status import lock_run
 
 # A rule's ``fields`` speak of documents' fields; the change set keeps the banner's hash.
 _COLUMN_OF_FIELD = {("banner" if c == "banner_hash" else c): c for c in ANALYSIS_FIELDS}
@@ -66,12 +83,15 @@ def _matches() -> str:
 
 def enqueue_sql() -> str:
     per_kind = ", ".join(f"count(*) FILTER (WHERE x.kind = '{k}') AS {k}" for k in CHANGE_KINDS)
-    # A folded digest counts what it carries: the rule's changes minus the single messages.
-    counts = ", ".join(
-        f"'{k}', t.{k} - (SELECT count(*) FROM firsts s WHERE s.rule_id = r.id "  # noqa: S608 - constants
+    # What the run's digest takes from this change set, per kind: the rule's matches
+    # minus the single messages sent now.
+    digested = ", ".join(
+        f"t.{k} - (SELECT count(*) FROM firsts s WHERE s.rule_id = r.id "  # noqa: S608 - constants
         f"AND s.n <= r.singles AND s.kind = '{k}')"
         for k in CHANGE_KINDS
     )
+    kinds = ", ".join(CHANGE_KINDS)
+    added = ", ".join(f"{k} = a.{k} + EXCLUDED.{k}" for k in CHANGE_KINDS)
     old_values, new_values = _values("old", "f"), _values("new", "f")
     changed_fields = _changed_fields("f")
     # Per rule, not per channel: the change set is compared with each rule once. Counts
@@ -79,13 +99,20 @@ def enqueue_sql() -> str:
     # by id (a top-N per rule), so only those are turned into JSON. The change set is
     # not materialised: each top-N reads the (execution_id, id) index in order and stops
     # after its N matches (measured: 0.47 against 1.44 CPU seconds for 100k changes).
+    # The run's digest row (``alert_run_digests``) says how many single messages the rule
+    # has left in the run and how many changes its digest still lists; the caller holds
+    # the run's lock, so no other change set of the run moves them meanwhile.
     return f"""
     WITH x AS NOT MATERIALIZED ({CHANGE_SET_SQL}),
     rules AS MATERIALIZED (
         SELECT r.id, r.owner_id, r.name, r.mode, r.on_kinds, r.fields, r.cidrs, r.ports,
-               r.services, r.products, r.task_ids,
-               CASE WHEN r.mode = 'each' THEN :cap ELSE 0 END AS singles
+               r.services, r.products, r.task_ids, r.channel_ids,
+               CASE WHEN r.mode = 'each'
+                    THEN greatest(0, :cap - coalesce(a.singles_sent, 0)) ELSE 0 END AS singles,
+               greatest(0, :digest_changes - coalesce(jsonb_array_length(a.changes), 0))
+               AS listable
           FROM alert_rules r
+          LEFT JOIN alert_run_digests a ON a.rule_id = r.id AND a.run_id = :run_id
          WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
     ),
     totals AS MATERIALIZED (
@@ -108,87 +135,121 @@ def enqueue_sql() -> str:
           CROSS JOIN LATERAL (
               SELECT x.*, row_number() OVER (ORDER BY x.id) AS n
                 FROM (SELECT x.* FROM x WHERE {_matches()}
-                       ORDER BY x.id LIMIT r.singles + :digest_changes) AS x
+                       ORDER BY x.id LIMIT r.singles + r.listable) AS x
           ) AS f
     ),
-    messages AS (
-        SELECT r.id AS rule_id, r.owner_id, 'each' AS message_kind,
-               'netmap.change.' || f.kind AS event_type,
+    singles AS (
+        INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, execution_id, task_id,
+                                      run_id, message_kind, event_type, payload)
+        SELECT 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''), r.id, c.id,
+               r.owner_id, :execution_id, :task_id, :run_id, 'each', 'netmap.change.' || f.kind,
                jsonb_build_object('rule', jsonb_build_object('id', r.id, 'name', r.name),
-                                  'change', f.change, 'link', :link) AS payload
-          FROM rules r JOIN firsts f ON f.rule_id = r.id AND f.n <= r.singles
-        UNION ALL
-        -- A digest rule's changes, and an ``each`` rule's beyond the cap (folded).
-        SELECT r.id, r.owner_id, 'digest', 'netmap.digest',
-               jsonb_build_object('rule', jsonb_build_object('id', r.id, 'name', r.name),
-                                  'execution_id', CAST(:execution_id AS bigint),
-                                  'task_id', CAST(:task_id AS bigint),
-                                  'folded', r.mode = 'each', 'total', t.total - r.singles,
-                                  'counts', jsonb_build_object({counts}),
-                                  'changes', d.changes,
-                                  'more', t.total - r.singles - jsonb_array_length(d.changes),
-                                  'link', :link)
+                                  'change', f.change, 'link', :link)
           FROM rules r
-          JOIN totals t ON t.rule_id = r.id AND t.total > r.singles
+          JOIN firsts f ON f.rule_id = r.id AND f.n <= r.singles
+          JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
+        RETURNING 1
+    ),
+    -- A digest rule's changes, and an ``each`` rule's beyond the run's cap (folded), are
+    -- added to the run's digest, which is sent when the run ends (app.alerts.run_digests).
+    accumulated AS (
+        INSERT INTO alert_run_digests AS a (rule_id, run_id, owner_id, task_id, folded,
+                                            singles_sent, total, {kinds}, changes,
+                                            executions)
+        SELECT r.id, :run_id, r.owner_id, :task_id, r.mode = 'each',
+               least(r.singles, t.total), t.total - least(r.singles, t.total), {digested},
+               d.changes, 1
+          FROM rules r
+          JOIN totals t ON t.rule_id = r.id
           CROSS JOIN LATERAL (
               SELECT coalesce(jsonb_agg(f.change ORDER BY f.n), '[]') AS changes
                 FROM firsts f WHERE f.rule_id = r.id AND f.n > r.singles
           ) AS d
-    ),
-    inserted AS (
-        INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, execution_id, task_id,
-                                      message_kind, event_type, payload)
-        SELECT 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''), m.rule_id,
-               c.id, m.owner_id, :execution_id, :task_id, m.message_kind, m.event_type,
-               m.payload
-          FROM messages m
-          JOIN alert_rules r ON r.id = m.rule_id
-          JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
-        RETURNING message_kind
+        ON CONFLICT (rule_id, run_id) DO UPDATE
+           SET folded = EXCLUDED.folded, singles_sent = a.singles_sent + EXCLUDED.singles_sent,
+               total = a.total + EXCLUDED.total, {added}, changes = a.changes || EXCLUDED.changes,
+               executions = a.executions + 1, updated_at = now()
+        RETURNING 1
     )
-    SELECT message_kind, count(*) AS n FROM inserted GROUP BY message_kind
+    SELECT (SELECT count(*) FROM singles) AS singles,
+           (SELECT count(*) FROM accumulated) AS accumulated
     """  # noqa: S608 - fragments are module constants; values are bound
 
 
 _ENQUEUE = sa.text(enqueue_sql())
 
 
-def change_set_link(settings: AlertSettings, task_id: int) -> str:
-    """Where a person reads the change set (the console's task changes page)."""
-    return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes"
+def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
+    """Where a person reads the run's changes (the console's task changes page, that run)."""
+    return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
 
 
 def change_set_hook(settings: AlertSettings) -> ChangeSetHook:
-    """The analysis's ``on_change_set``: a change set's messages, in its transaction."""
+    """The analysis's ``on_change_set``: in the transaction that commits an execution's
+    change set, its messages, and the run's digests once it was the run's last one."""
 
-    def hook(conn: Connection, claim: AnalysisClaim) -> dict[str, int]:
-        return enqueue_alerts(
-            conn,
-            settings,
-            owner_id=claim.owner_id,
-            execution_id=claim.execution_id,
-            task_id=claim.task_id,
+    def hook(conn: Connection, claim: AnalysisClaim, counts: ChangeCounts) -> dict[str, int]:
+        if claim.run_id is None:
+            return {}
+        change_set = ChangeSet(claim.owner_id, claim.execution_id, claim.task_id, claim.run_id)
+        return alerts_for_change_set(
+            conn, settings, change_set, changed=any(counts.as_dict().values())
         )
 
     return hook
 
 
-def enqueue_alerts(
-    conn: Connection, settings: AlertSettings, *, owner_id: int, execution_id: int, task_id: int
+@dataclass(frozen=True)
+class ChangeSet:
+    """Whose change set, of which execution, task and run."""
+
+    owner_id: int
+    execution_id: int
+    task_id: int
+    run_id: int
+
+
+def alerts_for_change_set(
+    conn: Connection, settings: AlertSettings, change_set: ChangeSet, *, changed: bool
 ) -> dict[str, int]:
-    """Create the change set's messages on ``conn`` (the analysis's transaction)."""
-    rows = conn.execute(
+    """On ``conn`` (the transaction committing the execution's change set): lock the run,
+    create the change set's messages, and the run's digests if it was the run's last
+    change set. Returns the messages created by kind."""
+    run = lock_run(conn, change_set.run_id)
+    if run is None:
+        return {}
+    created = enqueue_alerts(conn, settings, change_set) if changed else {}
+    if run.finished and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id):
+        digests = emit_run_digests(conn, settings, run)
+        if digests:
+            created["digest"] = digests
+    return created
+
+
+def enqueue_alerts(
+    conn: Connection, settings: AlertSettings, change_set: ChangeSet
+) -> dict[str, int]:
+    """Create the change set's single messages and add the rest to the run's digests, on
+    ``conn`` (the analysis's transaction, holding the run's lock)."""
+    row = conn.execute(
         _ENQUEUE,
         {
-            "owner_id": owner_id,
-            "execution_id": execution_id,
-            "task_id": task_id,
+            "owner_id": change_set.owner_id,
+            "execution_id": change_set.execution_id,
+            "task_id": change_set.task_id,
+            "run_id": change_set.run_id,
             "cap": settings.max_messages_per_run,
             "digest_changes": settings.digest_changes,
-            "link": change_set_link(settings, task_id),
+            "link": run_changes_link(settings, change_set.task_id, change_set.run_id),
         },
-    ).all()
-    created = {r.message_kind: int(r.n) for r in rows}
-    if created:
-        emit("AlertMessagesCreated", execution_id=execution_id, **created)
+    ).one()
+    created = {"each": int(row.singles)} if row.singles else {}
+    if row.singles or row.accumulated:
+        emit(
+            "AlertMessagesCreated",
+            execution_id=change_set.execution_id,
+            run_id=change_set.run_id,
+            each=int(row.singles),
+            digests_added_to=int(row.accumulated),
+        )
     return created

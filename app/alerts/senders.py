@@ -154,7 +154,12 @@ def summary_text(message: Message) -> tuple[str, str]:
         return title, "\n".join(lines)
     counts = data.get("counts", {})
     title = "netmap: " + ", ".join(f"{counts[k]} {k}" for k in counts if counts[k]) + f" ({rule})"
-    lines = [f"Rule: {rule}", f"Changes: {data.get('total', 0)}"]
+    lines = [f"Rule: {rule}"]
+    if data.get("run_number") is not None:
+        lines.append(
+            f"Task #{data.get('task_id')}, run {data['run_number']} ({data.get('run_status')})"
+        )
+    lines.append(f"Changes: {data.get('total', 0)}")
     for change in data.get("changes", []):
         lines.append(f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}")
     if data.get("more"):

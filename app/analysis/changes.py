@@ -375,8 +375,9 @@ def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
 
 # Work that commits with a change set, inside its transaction: the entry points wire the
 # alerts' messages here (``app.alerts.evaluate.change_set_hook``), so the analysis does not
-# import the domains that read its change sets.
-ChangeSetHook = Callable[[Connection, AnalysisClaim], object]
+# import the domains that read its change sets. It runs for every analysed execution, an
+# empty change set included: the last one of a run is what sends the run's digest.
+ChangeSetHook = Callable[[Connection, AnalysisClaim, "ChangeCounts"], object]
 
 
 def analyse(
@@ -446,8 +447,8 @@ def analyse(
                 "superseded": counts.superseded,
             },
         )
-        if on_change_set is not None and any(counts.as_dict().values()):
-            on_change_set(conn, claim)
+        if on_change_set is not None:
+            on_change_set(conn, claim, counts)
         queue.advance(conn, claim, phase="publish")
     return counts
 

@@ -71,6 +71,8 @@ class AnalysisClaim:
     claimed_monotonic: float
     # The execution's run was cancelled: its sightings count, its absences do not.
     run_cancelled: bool = False
+    # The run the execution belongs to (its change set is part of the run's).
+    run_id: int | None = None
 
 
 # The execution's order key; an execution without a finish time (it never ended)
@@ -126,6 +128,26 @@ def enqueue(conn: Connection, execution_id: int, task_id: int) -> None:
     )
 
 
+def run_awaits_analysis(conn: Connection, run_id: int, *, besides: int) -> bool:
+    """True while an execution of the run other than ``besides`` has a change set still to
+    commit (queued, or claimed and not past ``analyse``). A row being analysed by another
+    transaction counts until that transaction commits."""
+    return bool(
+        conn.execute(
+            sa.text(
+                """
+                SELECT EXISTS (
+                    SELECT 1 FROM scan_executions e
+                      JOIN scan_analysis_queue q ON q.execution_id = e.id
+                     WHERE e.run_id = :run AND e.id <> :besides
+                       AND q.processed_at IS NULL AND q.phase = 'analyse')
+                """
+            ),
+            {"run": run_id, "besides": besides},
+        ).scalar()
+    )
+
+
 def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
     """Claim the next analysable execution, or ``None`` when nothing is due."""
     sent_at = time.monotonic()
@@ -136,7 +158,8 @@ def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
         execution = conn.execute(
             sa.text(
                 f"""
-                SELECT e.task_id, t.owner_id, e.kind, e.status, {_FINISHED} AS finished_at,
+                SELECT e.task_id, e.run_id, t.owner_id, e.kind, e.status,
+                       {_FINISHED} AS finished_at,
                        e.targets, e.ports, e.transports,
                        EXISTS (SELECT 1 FROM task_runs r
                                 WHERE r.id = e.run_id AND r.status = 'cancelled')
@@ -165,6 +188,7 @@ def claim_next(*, lease_seconds: float) -> AnalysisClaim | None:
         lease_seconds=lease_seconds,
         claimed_monotonic=sent_at,
         run_cancelled=bool(execution.run_cancelled),
+        run_id=execution.run_id,
     )
 
 

@@ -337,7 +337,7 @@ class AlertSettings(Section):
         24.0, min=0.01, max=720, doc="a delivery is retried this long, then marked dead"
     )
     max_messages_per_run: int = spec(
-        50, min=1, max=100000, doc="`each` messages per change set, rule and channel; rest digested"
+        50, min=1, max=100000, doc="`each` messages per run, rule and channel; the rest digested"
     )
     digest_changes: int = spec(20, min=1, max=1000, doc="changes listed in a digest message")
     allow_private_targets: bool = spec(

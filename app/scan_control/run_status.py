@@ -7,6 +7,8 @@ executions say. A cancelled run keeps ``cancelled`` whatever its executions do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -78,3 +80,34 @@ def refresh_active_runs(conn: Connection, task_id: int) -> None:
             ),
             {"id": row.id, "status": status, "finished": status in FINISHED_RUN_STATUSES},
         )
+
+
+@dataclass(frozen=True)
+class RunState:
+    id: int
+    task_id: int
+    number: int
+    status: str
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_RUN_STATUSES
+
+
+def lock_run(conn: Connection, run_id: int, *, skip_locked: bool = False) -> RunState | None:
+    """Lock one run's row in the caller's transaction and say where it stands.
+
+    The alerts hold it while they decide whether the run's digest is due (app.alerts
+    .run_digests), so two analyses of the same run decide one after the other. The run's
+    status changes under the same lock (``refresh_active_runs``, ``runs.cancel_run``).
+    None: no such run, or (``skip_locked``) another transaction holds it now.
+    """
+    wait = "SKIP LOCKED" if skip_locked else ""
+    row = conn.execute(
+        sa.text(
+            "SELECT id, task_id, number, status FROM task_runs WHERE id = :run "  # noqa: S608 - constants
+            f"FOR UPDATE {wait}"
+        ),
+        {"run": run_id},
+    ).one_or_none()
+    return None if row is None else RunState(row.id, row.task_id, row.number, row.status)

@@ -109,6 +109,7 @@ DELIVERY = obj(
         "channel_kind": _TEXT,
         "execution_id": {"type": ["integer", "null"]},
         "task_id": {"type": ["integer", "null"]},
+        "run_id": {"type": ["integer", "null"], "description": "the run the message is about"},
         "message_kind": _TEXT,
         "event_type": _TEXT,
         "status": {"type": "string", "enum": ["pending", "delivered", "dead"]},
