@@ -14,7 +14,7 @@ import itertools
 from typing import Any
 
 from app.search.endpoint_facts import FACT_FIELDS, FACT_SQL, MAX_TEXT
-from app.search.postgres_schema import ASSET_TEXTS_TABLE, TEXT_ID_EXPRESSION
+from app.search.postgres_schema import ASSET_TABLES, ASSET_TEXTS_TABLE, TEXT_ID_EXPRESSION
 from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
 from app.search.query_language import And, Clause, Node, Not, Or, Text
 
@@ -29,9 +29,10 @@ _TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
 
 
 class _Spell:
-    def __init__(self) -> None:
+    def __init__(self, status: str = "t.status") -> None:
         self.params: dict[str, Any] = {}
         self._names = itertools.count()
+        self.status = status
 
     def bind(self, value: Any) -> str:
         name = f"q{next(self._names)}"
@@ -68,7 +69,9 @@ class _Spell:
             )
         if field == "port":
             return f"(t.port {op} {self.bind(c.value)})"
-        if field in ("transport", "state", "status"):
+        if field == "status":
+            return f"({self.status} = {self.bind(c.value)})"
+        if field in ("transport", "state"):
             return f"(t.{field} = {self.bind(c.value)})"
         if field in _KEYWORD_COLUMNS:
             return f"(lower({_KEYWORD_COLUMNS[field]}) = lower({self.bind(c.value)}))"
@@ -121,8 +124,30 @@ def time_text(moment: Any) -> str:
     )
 
 
-def condition(node: Node) -> tuple[str, dict[str, Any]]:
-    """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…)."""
-    spell = _Spell()
+def condition(node: Node, *, status: str = "t.status") -> tuple[str, dict[str, Any]]:
+    """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
+    ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's)."""
+    spell = _Spell(status)
     sql = spell.node(node)
     return sql, spell.params
+
+
+def asset_match(node: Node, *, endpoint: str, status: str) -> tuple[str, dict[str, Any]]:
+    """SQL: the current asset of owner ``:owner_id`` at the endpoint of row ``endpoint``
+    (its ``ip``, ``port``, ``transport``) matches the tree, ``status`` standing for the
+    asset's status. For callers that test other rows against the language inside their
+    own statement (the alert rules' search filters, ``SearchStore`` capability
+    ``ASSET_CONDITIONS_IN_DATABASE``). The asset is found by the ordering index
+    ``(owner_id, ip_order, port, transport)``; ``endpoint`` and ``status`` are the
+    caller's constant fragments."""
+    sql, params = condition(node, status=status)
+    ip_order = (
+        f"CASE WHEN family({endpoint}.ip) = 4 THEN ('::ffff:' || host({endpoint}.ip))::inet "
+        f"ELSE {endpoint}.ip END"
+    )
+    return (
+        f"EXISTS (SELECT 1 FROM {ASSET_TABLES['user']} t WHERE t.owner_id = :owner_id "  # noqa: S608 - constants and the caller's constant fragments; values are bound
+        f"AND t.ip_order = {ip_order} AND t.port = {endpoint}.port "
+        f"AND t.transport = {endpoint}.transport AND t.ip = {endpoint}.ip AND {sql})",
+        params,
+    )

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import ValidationError
 from app.observability import stage
+from app.search.aggregates import UNKNOWN_SERVICE, ExecutionAggregates, hour_text
 from app.search.asset_sort import (
     AssetPosition,
     asset_sort,
@@ -37,6 +38,7 @@ from app.search.ids import normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
     FACET_FIELDS,
+    AssetAggregates,
     AssetFacets,
     AssetPage,
     AssetQuery,
@@ -243,6 +245,46 @@ class PostgresQueries:
                 )
         return AssetFacets(sampled=min(sampled, sample), capped=sampled > sample, facets=found)
 
+    def asset_aggregates(self, query: AssetQuery, *, top: int) -> AssetAggregates:
+        """Exact report aggregates over every asset the search finds (one statement: the
+        matching rows' few columns once, then a count and a grouped list each)."""
+        everything = replace(query, cursor=None, sort="ip", order="asc", limit=ALL_ROWS)
+
+        def read(conn: Connection) -> list[Any]:
+            text_ids = matching_text_ids(conn, query.text) if query.text else None
+            if text_ids == ():
+                return []
+            sql, params = asset_search_statement(
+                everything, text_ids=text_ids, select=AGGREGATE_COLUMNS
+            )
+            params.update(top=top, unknown=UNKNOWN_SERVICE)
+            return conn.execute(sa.text(ASSET_AGGREGATES.replace("@assets@", sql)), params).all()
+
+        rows = self._run(read)
+        endpoints = ips = 0
+        services, products, ports, hours = [], [], [], []
+        for row in rows:
+            if row.list == "total":
+                endpoints, ips = int(row.n), int(row.ips)
+            elif row.list == "service":
+                services.append({"name": row.name, "count": int(row.n)})
+            elif row.list == "product":
+                products.append({"name": row.name, "count": int(row.n)})
+            elif row.list == "port":
+                ports.append({"port": row.port, "transport": row.transport, "count": int(row.n)})
+            else:
+                hours.append({"hour": hour_text(row.hour), "count": int(row.n)})
+        return AssetAggregates(
+            endpoints=endpoints,
+            ips=ips,
+            lists=ExecutionAggregates(
+                services=services,
+                products=products,
+                ports=ports,
+                first_seen_hours=sorted(hours, key=lambda h: h["hour"]),
+            ),
+        )
+
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
 
@@ -334,6 +376,25 @@ FACETS = (
     "UNION ALL (SELECT 'cert.issuer', t.issuer, NULL, count(*) FROM c t "
     "WHERE t.issuer IS NOT NULL "
     'GROUP BY t.issuer ORDER BY count(*) DESC, t.issuer COLLATE "C" LIMIT :facet_size)'
+)
+
+# Report aggregates of the assets a search finds (``asset_aggregates``): the rows' few
+# columns once, then the lists ranked as ``app.search.aggregates`` ranks them (ties in
+# code-point order, hours in UTC).
+ALL_ROWS = 2**62
+AGGREGATE_COLUMNS = "t.ip, t.port, t.transport, t.service, t.product, t.first_seen"
+ASSET_AGGREGATES = (
+    "WITH s AS MATERIALIZED (@assets@) "
+    "SELECT 'total' AS list, NULL AS name, NULL::integer AS port, NULL AS transport, "
+    "NULL::timestamptz AS hour, count(*) AS n, count(DISTINCT s.ip) AS ips FROM s "
+    "UNION ALL (SELECT 'service', coalesce(s.service, :unknown), NULL, NULL, NULL, count(*), "
+    'NULL FROM s GROUP BY 2 ORDER BY count(*) DESC, 2 COLLATE "C" LIMIT :top) '
+    "UNION ALL (SELECT 'product', s.product, NULL, NULL, NULL, count(*), NULL FROM s "
+    'WHERE s.product IS NOT NULL GROUP BY 2 ORDER BY count(*) DESC, 2 COLLATE "C" LIMIT :top) '
+    "UNION ALL (SELECT 'port', NULL, s.port, s.transport, NULL, count(*), NULL FROM s "
+    'GROUP BY 3, 4 ORDER BY count(*) DESC, 3, 4 COLLATE "C" LIMIT :top) '
+    "UNION ALL (SELECT 'hour', NULL, NULL, NULL, date_trunc('hour', s.first_seen, 'UTC'), "
+    "count(*), NULL FROM s GROUP BY 5)"
 )
 
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
