@@ -23,7 +23,7 @@ from app.search.port import asset_conditions_in_database
 blueprint = Blueprint("alerts", __name__, url_prefix="/api/alerts")
 
 
-def _queries_supported() -> bool:
+def queries_supported() -> bool:
     """Whether rules may filter by a search (the store tests it inside the analysis)."""
     return asset_conditions_in_database(context.store()) is not None
 
@@ -31,7 +31,7 @@ def _queries_supported() -> bool:
 @blueprint.post("/rules")
 @require_user
 def create_rule_route():
-    rule = rules.create_rule(current_user(), json_body(), queries_supported=_queries_supported())
+    rule = rules.create_rule(current_user(), json_body(), queries_supported=queries_supported())
     return jsonify({"rule": rule}), 201
 
 
@@ -51,7 +51,7 @@ def get_rule_route(rule_id: int):
 @require_user
 def update_rule_route(rule_id: int):
     rule = rules.update_rule(
-        current_user(), rule_id, json_body(), queries_supported=_queries_supported()
+        current_user(), rule_id, json_body(), queries_supported=queries_supported()
     )
     return jsonify({"rule": rule})
 

@@ -388,13 +388,16 @@ ASSET_AGGREGATES = (
     "SELECT 'total' AS list, NULL AS name, NULL::integer AS port, NULL AS transport, "
     "NULL::timestamptz AS hour, count(*) AS n, count(DISTINCT s.ip) AS ips FROM s "
     "UNION ALL (SELECT 'service', coalesce(s.service, :unknown), NULL, NULL, NULL, count(*), "
-    'NULL FROM s GROUP BY 2 ORDER BY count(*) DESC, 2 COLLATE "C" LIMIT :top) '
+    "NULL FROM s GROUP BY coalesce(s.service, :unknown) "
+    'ORDER BY count(*) DESC, coalesce(s.service, :unknown) COLLATE "C" LIMIT :top) '
     "UNION ALL (SELECT 'product', s.product, NULL, NULL, NULL, count(*), NULL FROM s "
-    'WHERE s.product IS NOT NULL GROUP BY 2 ORDER BY count(*) DESC, 2 COLLATE "C" LIMIT :top) '
+    "WHERE s.product IS NOT NULL GROUP BY s.product "
+    'ORDER BY count(*) DESC, s.product COLLATE "C" LIMIT :top) '
     "UNION ALL (SELECT 'port', NULL, s.port, s.transport, NULL, count(*), NULL FROM s "
-    'GROUP BY 3, 4 ORDER BY count(*) DESC, 3, 4 COLLATE "C" LIMIT :top) '
+    'GROUP BY s.port, s.transport ORDER BY count(*) DESC, s.port, s.transport COLLATE "C" '
+    "LIMIT :top) "
     "UNION ALL (SELECT 'hour', NULL, NULL, NULL, date_trunc('hour', s.first_seen, 'UTC'), "
-    "count(*), NULL FROM s GROUP BY 5)"
+    "count(*), NULL FROM s GROUP BY date_trunc('hour', s.first_seen, 'UTC'))"
 )
 
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
