@@ -2,7 +2,7 @@
 
 A definition names one of the owner's tasks (``task_id``) or all of them
 (``scope: "all"``, or ``scope: {"search": id}`` / ``{"query": "…"}`` to report only the
-current assets a search finds, docs/reports.md), a period (``daily`` | ``weekly`` |
+current assets a search finds, docs/inventory.md), a period (``daily`` | ``weekly`` |
 ``on_demand``), the recipients, the template and the time zone the period boundaries are taken
 in. Every field is checked before anything is written; a task that is not the
 caller's is reported as not found (its existence is nobody else's business).

@@ -431,7 +431,7 @@ class SearchStore(Protocol):
         """The report aggregates of the current assets matching ``query`` (its filters,
         ``where`` and status; sort, cursor and limit ignored): how many, on how many
         addresses, and the lists of ``execution_aggregates`` over them; exact, and the same
-        from every adapter (a report scoped by a search, docs/reports.md)."""
+        from every adapter (a report scoped by a search, docs/inventory.md)."""
 
     # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, declared as
     # ``Capability.SIGHTINGS_IN_DATABASE``; the change analysis uses it when it is there.

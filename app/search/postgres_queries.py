@@ -46,6 +46,7 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
 )
+from app.search.postgres_language import FactTextIds
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
@@ -54,12 +55,15 @@ from app.search.postgres_schema import (
     EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
     FACT_COUNTS_TABLE,
+    FACT_TEXT_KEYS,
+    FACT_TEXTS_TABLE,
     SELECT_ENDPOINT,
     SELECT_STATUS,
     TEXT_ID_EXPRESSION,
     month_bounds,
 )
 from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
+from app.search.query_language import Clause, Node, walk
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -194,10 +198,10 @@ class PostgresQueries:
         order = asset_sort(query.sort, query.order)
 
         def page(conn: Connection) -> list[Any]:
-            text_ids = matching_text_ids(conn, query.text) if query.text else None
-            if text_ids == ():
+            statement = looked_up_statement(conn, query)
+            if statement is None:
                 return []  # no text in either view matches: nothing to read
-            sql, params = asset_search_statement(query, text_ids=text_ids)
+            sql, params = statement
             return conn.execute(sa.text(sql), params).all()
 
         rows = self._run(page)
@@ -221,19 +225,13 @@ class PostgresQueries:
         the ordering index, then a sort of at most ``sample`` rows per field)."""
         sampled_query = replace(query, cursor=None, sort="ip", order="asc", limit=sample)
 
-        def facets(conn: Connection) -> list[Any]:
-            text_ids = matching_text_ids(conn, query.text) if query.text else None
-            if text_ids == ():
-                return []
-            # Only the columns the facets read: a sample of thousands of rows would
-            # otherwise carry every banner and document along.
-            sql, params = asset_search_statement(
-                sampled_query, text_ids=text_ids, select=FACET_COLUMNS
+        # Only the columns the facets read: a sample of thousands of rows would otherwise
+        # carry every banner and document along.
+        rows = self._run(
+            lambda conn: _grouped(
+                conn, sampled_query, FACET_COLUMNS, FACETS, "@sample@", facet_size=size
             )
-            params["facet_size"] = size
-            return conn.execute(sa.text(FACETS.replace("@sample@", sql)), params).all()
-
-        rows = self._run(facets)
+        )
         found: dict[str, list[tuple[object, int]]] = {name: [] for name in FACET_FIELDS}
         sampled = 0
         for row in rows:
@@ -250,17 +248,17 @@ class PostgresQueries:
         matching rows' few columns once, then a count and a grouped list each)."""
         everything = replace(query, cursor=None, sort="ip", order="asc", limit=ALL_ROWS)
 
-        def read(conn: Connection) -> list[Any]:
-            text_ids = matching_text_ids(conn, query.text) if query.text else None
-            if text_ids == ():
-                return []
-            sql, params = asset_search_statement(
-                everything, text_ids=text_ids, select=AGGREGATE_COLUMNS
+        rows = self._run(
+            lambda conn: _grouped(
+                conn,
+                everything,
+                AGGREGATE_COLUMNS,
+                ASSET_AGGREGATES,
+                "@assets@",
+                top=top,
+                unknown=UNKNOWN_SERVICE,
             )
-            params.update(top=top, unknown=UNKNOWN_SERVICE)
-            return conn.execute(sa.text(ASSET_AGGREGATES.replace("@assets@", sql)), params).all()
-
-        rows = self._run(read)
+        )
         endpoints = ips = 0
         services, products, ports, hours = [], [], [], []
         for row in rows:
@@ -424,14 +422,75 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
     return None if len(found) > TEXT_IDS_CAP else found
 
 
+# Certificate text values a search names outright (see matching_fact_text_ids); beyond
+# this many it leaves the clause to the expression's own ILIKE.
+FACT_TEXT_IDS_CAP = 1000
+MATCHING_FACT_TEXT_IDS = sa.text(
+    f"SELECT CAST(id AS text) FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
+    "WHERE text ILIKE :text LIMIT :cap"
+)
+
+
+def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
+    """The keys of the distinct certificate values each ``cert.issuer``/``cert.subject``
+    clause of the tree matches (migration 1610), as ``matching_text_ids`` does for free
+    text: named outright, each key is weighed by the view's statistics of its expression,
+    so a rare value is an index lookup and a common one is read in page order. A clause
+    matching more than the cap is left out (the expression's ILIKE decides it)."""
+    found: FactTextIds = {}
+    for clause in walk(node):
+        if not isinstance(clause, Clause) or clause.field not in FACT_TEXT_KEYS:
+            continue
+        wanted = (clause.field, clause.value)
+        if wanted in found:
+            continue
+        ids = conn.execute(
+            MATCHING_FACT_TEXT_IDS,
+            {"text": like_pattern(clause.value), "cap": FACT_TEXT_IDS_CAP + 1},
+        )
+        keys = tuple(ids.scalars())
+        if len(keys) <= FACT_TEXT_IDS_CAP:
+            found[wanted] = keys
+    return found
+
+
+def looked_up_statement(
+    conn: Connection, query: AssetQuery, *, select: str | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """``asset_search_statement`` after the lookups of distinct values it names (the free
+    text's, the certificate clauses'); None when the free text matches no text at all."""
+    text_ids = matching_text_ids(conn, query.text) if query.text else None
+    if text_ids == ():
+        return None
+    fact_ids = matching_fact_text_ids(conn, query.where)  # type: ignore[arg-type]
+    return asset_search_statement(query, text_ids=text_ids, select=select, fact_ids=fact_ids)
+
+
+def _grouped(
+    conn: Connection, query: AssetQuery, select: str, template: str, slot: str, **extra: Any
+) -> list[Any]:
+    """The rows of ``template`` (facets, aggregates) with the search's statement, reading
+    only ``select``, in its ``slot``; none when the free text matches no text."""
+    statement = looked_up_statement(conn, query, select=select)
+    if statement is None:
+        return []
+    sql, params = statement
+    return conn.execute(sa.text(template.replace(slot, sql)), {**params, **extra}).all()
+
+
 def asset_search_statement(
-    query: AssetQuery, *, text_ids: Sequence[str] | None = None, select: str | None = None
+    query: AssetQuery,
+    *,
+    text_ids: Sequence[str] | None = None,
+    select: str | None = None,
+    fact_ids: FactTextIds | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
     ``None`` to match the texts in a subquery instead. ``select``: the columns to read
-    instead of whole documents (the facets read a few)."""
+    instead of whole documents (the facets read a few). ``fact_ids``: the certificate
+    clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -482,7 +541,10 @@ def asset_search_statement(
                 text=like_pattern(query.text),
             )
     if query.where is not None:
-        language_sql, language_params = language_condition(query.where)  # type: ignore[arg-type]
+        language_sql, language_params = language_condition(
+            query.where,  # type: ignore[arg-type]
+            fact_ids=fact_ids,
+        )
         where.add(language_sql, **language_params)
     for name, condition in (
         ("first_seen_from", "t.first_seen >= :first_seen_from"),

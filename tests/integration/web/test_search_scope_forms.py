@@ -82,7 +82,7 @@ def test_the_report_form_offers_ones_saved_searches_as_a_scope(api) -> None:
     assert "assets matching <code>tag:dmz</code>" in client.get("/console/reports").text
 
     refused = _report_form(client, {**base, "name": "x", "query": "port:"})
-    assert refused.status_code == 400 and 'id="query-error"' in refused.text
+    assert refused.status_code == 400 and 'id="def-query-error"' in refused.text
     both = _report_form(
         client,
         {**base, "name": "y", "task_id": "1", "search": str(mine)},
