@@ -9,7 +9,10 @@ per execution (``scan_executions.endpoint_count`` / ``ip_count``) and from
 counts per hour of each succeeded execution), which ``prepare_aggregates`` has
 the search store compute once per execution before capture
 (``SearchStore.execution_aggregates``, the same on PostgreSQL and Elasticsearch),
-so the snapshot reads small rows whatever the number of endpoints.
+so the snapshot reads small rows whatever the number of endpoints. A definition scoped
+by a search (``{"search"}``/``{"query"}``, docs/inventory.md) takes its endpoint figures
+from the current assets the search finds instead: the store aggregates them
+(``SearchStore.asset_aggregates``) just before the snapshot, with no connection held.
 
 Each task of the scope is reported by one run: its latest finished run, or its
 latest run before any finished (``_REPORTED_RUNS``); deleted tasks are left out.
