@@ -30,10 +30,9 @@ class AnalysisJob:
             from app.alerts.evaluate import change_set_hook
             from app.search import open_store
 
+            store = open_store(self.settings)
             self._worker = AnalysisWorker(
-                self.settings,
-                open_store(self.settings),
-                on_change_set=change_set_hook(self.settings.alerts),
+                self.settings, store, on_change_set=change_set_hook(self.settings.alerts, store)
             )
         return self._worker
 

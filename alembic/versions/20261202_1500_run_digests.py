@@ -1,7 +1,7 @@
 """Alert digests per run (issue 34: one digest per run and channel; the ``each`` cap per run).
 
 Revision ID: 20261202_1500
-Revises: 20261202_1130
+Revises: 20261202_1400
 Create Date: 2026-12-02
 
 Owned by ``app/alerts``:
@@ -21,7 +21,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "20261202_1500"
-down_revision = "20261202_1130"
+down_revision = "20261202_1400"
 branch_labels = None
 depends_on = None
 

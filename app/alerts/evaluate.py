@@ -27,6 +27,8 @@ sends, so receivers can drop duplicates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -41,8 +43,12 @@ from app.analysis.changes import (
 )
 from app.analysis.queue import AnalysisClaim, run_awaits_analysis
 from app.config import AlertSettings
+from app.errors import ValidationError
 from app.observability import emit
+from app.saved_searches import records as saved_queries
 from app.scan_control.run_status import lock_run
+from app.search.port import SearchStore, asset_conditions_in_database
+from app.search.query_language import parse_query
 
 # A rule's ``fields`` speak of documents' fields; the change set keeps the banner's hash.
 _COLUMN_OF_FIELD = {("banner" if c == "banner_hash" else c): c for c in ANALYSIS_FIELDS}
@@ -78,7 +84,9 @@ def _matches() -> str:
            AND (cardinality(r.products) = 0
                 OR coalesce(x.new_product, x.old_product) = ANY(r.products))
            AND (cardinality(r.task_ids) = 0 OR x.task_id = ANY(r.task_ids))
-           AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})"""
+           AND (NOT r.searched
+                OR EXISTS (SELECT 1 FROM searched q WHERE q.rule_id = r.id AND q.change_id = x.id))
+           AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})"""  # noqa: S608 - module constants
 
 
 def enqueue_sql() -> str:
@@ -104,9 +112,15 @@ def enqueue_sql() -> str:
     # the run's lock, so no other change set of the run moves them meanwhile.
     return f"""
     WITH x AS NOT MATERIALIZED ({CHANGE_SET_SQL}),
+    -- The changes each search-filtered rule's search found (``search_matches``).
+    searched AS MATERIALIZED (
+        SELECT * FROM unnest(CAST(:searched_rules AS bigint[]),
+                             CAST(:searched_changes AS bigint[])) AS q(rule_id, change_id)
+    ),
     rules AS MATERIALIZED (
         SELECT r.id, r.owner_id, r.name, r.mode, r.on_kinds, r.fields, r.cidrs, r.ports,
                r.services, r.products, r.task_ids, r.channel_ids,
+               (r.search_id IS NOT NULL OR r.query IS NOT NULL) AS searched,
                CASE WHEN r.mode = 'each'
                     THEN greatest(0, :cap - coalesce(a.singles_sent, 0)) ELSE 0 END AS singles,
                greatest(0, :digest_changes - coalesce(jsonb_array_length(a.changes), 0))
@@ -184,16 +198,17 @@ def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
     return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
 
 
-def change_set_hook(settings: AlertSettings) -> ChangeSetHook:
+def change_set_hook(settings: AlertSettings, store: SearchStore) -> ChangeSetHook:
     """The analysis's ``on_change_set``: in the transaction that commits an execution's
-    change set, its messages, and the run's digests once it was the run's last one."""
+    change set, its messages, and the run's digests once it was the run's last one.
+    ``store`` is the search store, which tests the rules' search filters."""
 
     def hook(conn: Connection, claim: AnalysisClaim, counts: ChangeCounts) -> dict[str, int]:
         if claim.run_id is None:
             return {}
         change_set = ChangeSet(claim.owner_id, claim.execution_id, claim.task_id, claim.run_id)
         return alerts_for_change_set(
-            conn, settings, change_set, changed=any(counts.as_dict().values())
+            conn, settings, change_set, changed=any(counts.as_dict().values()), store=store
         )
 
     return hook
@@ -210,7 +225,12 @@ class ChangeSet:
 
 
 def alerts_for_change_set(
-    conn: Connection, settings: AlertSettings, change_set: ChangeSet, *, changed: bool
+    conn: Connection,
+    settings: AlertSettings,
+    change_set: ChangeSet,
+    *,
+    changed: bool,
+    store: SearchStore | None = None,
 ) -> dict[str, int]:
     """On ``conn`` (the transaction committing the execution's change set): lock the run,
     create the change set's messages, and the run's digests if it was the run's last
@@ -218,7 +238,7 @@ def alerts_for_change_set(
     run = lock_run(conn, change_set.run_id)
     if run is None:
         return {}
-    created = enqueue_alerts(conn, settings, change_set) if changed else {}
+    created = enqueue_alerts(conn, settings, change_set, store=store) if changed else {}
     if run.finished and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id):
         digests = emit_run_digests(conn, settings, run)
         if digests:
@@ -226,14 +246,87 @@ def alerts_for_change_set(
     return created
 
 
+# The enabled search-filtered rules a change set of ``:owner_id`` is compared with.
+_SEARCHED_RULES = sa.text(
+    """
+    SELECT r.id, r.search_id, r.query FROM alert_rules r
+     WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
+       AND (r.search_id IS NOT NULL OR r.query IS NOT NULL)
+       AND r.on_kinds && CAST(:kinds AS text[])
+     ORDER BY r.id
+    """
+)
+# What a search's ``status:`` reads for a change: the asset's status once the change is
+# published (the analysis publishes it after this transaction), so ``status:gone`` finds
+# gone changes. A rule's search has no default status: a rule on ``gone`` filtered by
+# ``port:22`` hears of a gone SSH port.
+_STATUS_AFTER_CHANGE = "CASE WHEN x.kind = 'gone' THEN 'gone' ELSE 'open' END"
+
+
+def search_matches(
+    conn: Connection, store: SearchStore | None, *, owner_id: int, execution_id: int
+) -> list[tuple[int, int]]:
+    """(rule id, change id) for each change a search-filtered rule's search finds.
+
+    The search language is tested by the search store itself, against the current asset
+    of each changed endpoint (``asset_match_sql``: the PostgreSQL store's own translation
+    of the language, inside this transaction), so a rule's search finds what the same
+    search finds on the Assets page. Durations (``cert.expires:<30d``) count from now. A
+    saved search is read as it is now. A store without the capability (Elasticsearch) is
+    refused such rules when they are written; one found anyway (the store was switched)
+    matches nothing and says so in an event.
+    """
+    rules = conn.execute(_SEARCHED_RULES, {"owner_id": owner_id, "kinds": list(CHANGE_KINDS)})
+    rules = rules.all()
+    if not rules:
+        return []
+    in_database = asset_conditions_in_database(store) if store is not None else None
+    saved = saved_queries.queries_of(conn, [r.search_id for r in rules if r.search_id])
+    now = datetime.now(UTC)
+    pairs: list[tuple[int, int]] = []
+    for rule in rules:
+        text = rule.query if rule.query is not None else saved.get(rule.search_id)
+        if in_database is None or text is None:
+            emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="store" if text else "search")
+            continue
+        try:
+            node = parse_query(text, now=now).node
+        except ValidationError:
+            emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="unreadable")
+            continue
+        params: dict[str, Any] = {"owner_id": owner_id, "execution_id": execution_id}
+        condition = "TRUE"  # an empty saved search finds every asset
+        if node is not None:
+            condition, found = in_database.asset_match_sql(
+                node, endpoint="x", status=_STATUS_AFTER_CHANGE
+            )
+            params.update(found)
+        ids = conn.execute(
+            sa.text(f"SELECT x.id FROM ({CHANGE_SET_SQL}) x WHERE {condition}"),  # noqa: S608 - the change set is a constant; the condition is the store's, its values bound
+            params,
+        ).scalars()
+        pairs.extend((rule.id, change_id) for change_id in ids)
+    return pairs
+
+
 def enqueue_alerts(
-    conn: Connection, settings: AlertSettings, change_set: ChangeSet
+    conn: Connection,
+    settings: AlertSettings,
+    change_set: ChangeSet,
+    *,
+    store: SearchStore | None = None,
 ) -> dict[str, int]:
     """Create the change set's single messages and add the rest to the run's digests, on
-    ``conn`` (the analysis's transaction, holding the run's lock)."""
+    ``conn`` (the analysis's transaction, holding the run's lock). ``store`` tests the
+    rules' search filters (without one, such rules match nothing)."""
+    searched = search_matches(
+        conn, store, owner_id=change_set.owner_id, execution_id=change_set.execution_id
+    )
     row = conn.execute(
         _ENQUEUE,
         {
+            "searched_rules": [rule_id for rule_id, _ in searched],
+            "searched_changes": [change_id for _, change_id in searched],
             "owner_id": change_set.owner_id,
             "execution_id": change_set.execution_id,
             "task_id": change_set.task_id,

@@ -24,10 +24,11 @@ from app.db import transaction
 from app.errors import Forbidden, NotFound, ValidationError
 from app.identity.users import User
 from app.json_input import checked_name, checked_object
+from app.saved_searches import references
 from app.search.documents import FIELD_RULES
 
 MODES = ("each", "digest")
-FILTER_KEYS = ("cidrs", "ports", "services", "products", "tasks", "tags")
+FILTER_KEYS = ("cidrs", "ports", "services", "products", "tasks", "tags", "search", "query")
 MAX_LIST = 1000
 RULE_KINDS = CHANGE_KINDS + CONDITION_KINDS
 MAX_DAYS = 3650
@@ -45,7 +46,8 @@ _FIELDS = {
 }
 _COLUMNS = (
     "id, owner_id, is_global, name, on_kinds, fields, cidrs, ports, services, products, "
-    "task_ids, tags, channel_ids, mode, enabled, days, back_online, created_at, updated_at"
+    "task_ids, tags, channel_ids, mode, enabled, days, back_online, search_id, query, "
+    "created_at, updated_at"
 )
 
 
@@ -79,13 +81,18 @@ def _integers(value: Any, field: str, *, low: int, high: int) -> list[int]:
     return out
 
 
-def _filter(value: Any) -> dict[str, list[Any]]:
+def _filter(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _bad("filter", "filter must be an object")
     unknown = sorted(set(value) - set(FILTER_KEYS))
     if unknown:
         raise _bad(f"filter.{unknown[0]}", f"unknown filter {unknown[0]!r}", "unknown_field")
-    out: dict[str, list[Any]] = {}
+    out: dict[str, Any] = {}
+    # A search-language filter: one of the owner's saved searches or a query of the rule's
+    # own (app.saved_searches.references), ANDed with the lists.
+    out["search_id"], out["query"] = references.checked(
+        value.get("search"), value.get("query"), prefix="filter"
+    )
     cidrs = []
     for text in _strings(value.get("cidrs", []), "filter.cidrs"):
         try:
@@ -128,6 +135,8 @@ def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
             products=chosen["products"],
             task_ids=chosen["tasks"],
             tags=chosen["tags"],
+            search_id=chosen["search_id"],
+            query=chosen["query"],
         )
     if "channels" in body or not partial:
         channels = _integers(body.get("channels"), "channels", low=1, high=2**63 - 1)
@@ -184,6 +193,8 @@ def public(row: Any) -> dict[str, Any]:
             "products": list(row.products),
             "tasks": list(row.task_ids),
             "tags": list(row.tags),
+            "search": row.search_id,
+            "query": row.query,
         },
         "channels": list(row.channel_ids),
         "mode": row.mode,
@@ -207,27 +218,53 @@ def _check_channels(conn: Connection, user: User, channel_ids: list[int]) -> Non
         raise NotFound(f"channel {missing[0]} not found", code="channel_not_found")
 
 
+def _check_search(conn: Connection, values: dict[str, Any], owner_id: int) -> None:
+    """A saved search named by the filter must be the rule owner's (404 naming the field),
+    and the store must be able to test the language against changes (below)."""
+    if values.get("search_id") is not None:
+        references.check_owned(conn, owner_id, values["search_id"], field="filter.search")
+
+
+def _check_store(values: dict[str, Any], *, queries_supported: bool) -> None:
+    # The search filter is tested against the changed endpoints' current assets inside the
+    # analysis's statement, which needs the search store's tables in this database
+    # (capability ASSET_CONDITIONS_IN_DATABASE); elsewhere such a rule could never match,
+    # so it is refused rather than kept silently deaf.
+    if queries_supported:
+        return
+    for key, field in (("search_id", "filter.search"), ("query", "filter.query")):
+        if values.get(key) is not None:
+            raise _bad(
+                field,
+                "this search store cannot filter changes by a search (PostgreSQL store only)",
+                "unsupported_filter",
+            )
+
+
 def _visible(user: User) -> str:
     # Owners see their own rules; an admin also sees (and manages) global rules.
     return "(owner_id = :uid OR (:admin AND is_global))"
 
 
-def create_rule(user: User, body: Any) -> dict[str, Any]:
+def create_rule(user: User, body: Any, *, queries_supported: bool = True) -> dict[str, Any]:
     values = validate_rule(body)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
     check_whole_rule(values["on_kinds"], values.get("days"), values.get("task_ids", []))
+    _check_store(values, queries_supported=queries_supported)
     with transaction() as conn:
         _check_channels(conn, user, values["channel_ids"])
+        _check_search(conn, values, user.id)
         row = conn.execute(
             sa.text(
                 f"""
                 INSERT INTO alert_rules (owner_id, is_global, name, on_kinds, fields, cidrs,
                                          ports, services, products, task_ids, tags,
-                                         channel_ids, mode, enabled, days, back_online)
+                                         channel_ids, mode, enabled, days, back_online,
+                                         search_id, query)
                 VALUES (:owner, :is_global, :name, :on_kinds, :fields, CAST(:cidrs AS cidr[]),
                         :ports, :services, :products, :task_ids, :tags, :channel_ids, :mode,
-                        :enabled, :days, :back_online)
+                        :enabled, :days, :back_online, :search_id, :query)
                 RETURNING {_COLUMNS}
                 """  # noqa: S608 - column list is a constant
             ),
@@ -244,6 +281,8 @@ def create_rule(user: User, body: Any) -> dict[str, Any]:
                 "enabled": values.get("enabled", True),
                 "days": values.get("days"),
                 "back_online": values.get("back_online", False),
+                "search_id": values.get("search_id"),
+                "query": values.get("query"),
                 **{k: values[k] for k in ("name", "on_kinds", "channel_ids", "mode")},
             },
         ).one()
@@ -277,12 +316,16 @@ def get_rule(user: User, rule_id: int) -> dict[str, Any]:
         return public(_get(conn, user, rule_id))
 
 
-def update_rule(user: User, rule_id: int, body: Any) -> dict[str, Any]:
+def update_rule(
+    user: User, rule_id: int, body: Any, *, queries_supported: bool = True
+) -> dict[str, Any]:
     values = validate_rule(body, partial=True)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
+    _check_store(values, queries_supported=queries_supported)
     with transaction() as conn:
         current = _get(conn, user, rule_id, lock=True)
+        _check_search(conn, values, current.owner_id)
         check_whole_rule(
             values.get("on_kinds", list(current.on_kinds)),
             values.get("days", current.days),

@@ -173,7 +173,7 @@ def command(endpoints: int) -> None:
     ) as scratch:
         store = PostgresStore(scratch.settings)
         worker = AnalysisWorker(
-            scratch.settings, store, on_change_set=change_set_hook(scratch.settings.alerts)
+            scratch.settings, store, on_change_set=change_set_hook(scratch.settings.alerts, store)
         )
         with transaction() as conn:
             owner_id = conn.execute(

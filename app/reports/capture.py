@@ -9,7 +9,10 @@ per execution (``scan_executions.endpoint_count`` / ``ip_count``) and from
 counts per hour of each succeeded execution), which ``prepare_aggregates`` has
 the search store compute once per execution before capture
 (``SearchStore.execution_aggregates``, the same on PostgreSQL and Elasticsearch),
-so the snapshot reads small rows whatever the number of endpoints.
+so the snapshot reads small rows whatever the number of endpoints. A definition scoped
+by a search (``{"search"}``/``{"query"}``, docs/inventory.md) takes its endpoint figures
+from the current assets the search finds instead: the store aggregates them
+(``SearchStore.asset_aggregates``) just before the snapshot, with no connection held.
 
 Each task of the scope is reported by one run: its latest finished run, or its
 latest run before any finished (``_REPORTED_RUNS``); deleted tasks are left out.
@@ -36,8 +39,10 @@ from app.db import transaction
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.reports.records import ReportClaim
 from app.reports.templates import TemplateVersion, published_template
+from app.saved_searches import records as saved_records
 from app.search.aggregates import ExecutionAggregates
-from app.search.port import SearchStore
+from app.search.port import AssetAggregates, AssetQuery, SearchStore
+from app.search.query_language import parse_query
 
 TOP_N = 10
 INCOMPLETE_WAIT_SECONDS = 1800.0
@@ -300,6 +305,82 @@ def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
     return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
 
 
+def _new_per_day(aggregates: list[Any], start: datetime, end: datetime) -> dict[str, int]:
+    """Endpoints first seen on each day of the period, from the hourly counts."""
+    per_day: dict[str, int] = {}
+    for row in aggregates:
+        for entry in row.first_seen_hours:
+            hour = datetime.fromisoformat(entry["hour"])
+            if start <= hour < end:
+                day = hour.date().isoformat()
+                per_day[day] = per_day.get(day, 0) + entry["count"]
+    return per_day
+
+
+@dataclass(frozen=True)
+class SearchedAssets:
+    """A search-scoped report's figures: the owner's current assets the search finds,
+    aggregated by the search store (``SearchStore.asset_aggregates``) before the snapshot,
+    with no connection held."""
+
+    label: str
+    search_id: int | None
+    query: str
+    found: AssetAggregates
+
+    def statistics(self, start: datetime, end: datetime) -> dict[str, Any]:
+        lists = self.found.lists
+        per_day = _new_per_day([lists], start, end)
+        return {
+            "endpoints": self.found.endpoints,
+            "ips": self.found.ips,
+            "new_endpoints": sum(per_day.values()),
+            "new_endpoints_per_day": [{"day": d, "count": n} for d, n in sorted(per_day.items())],
+            "top_services": lists.services[:TOP_N],
+            "top_products": lists.products[:TOP_N],
+            "top_ports": lists.ports[:TOP_N],
+            "search": {"search_id": self.search_id, "query": self.query},
+        }
+
+
+_REPORT_SEARCH = sa.text(
+    """
+    SELECT r.owner_id, d.search_id, d.query
+      FROM reports r JOIN report_definitions d ON d.id = r.definition_id
+     WHERE r.id = :id AND r.task_id IS NULL
+       AND (d.search_id IS NOT NULL OR d.query IS NOT NULL)
+    """
+)
+
+
+def _searched_assets(report_id: int, store: SearchStore) -> SearchedAssets | None:
+    """The figures of a search-scoped report (None for a task or "all" scope): the query
+    (a saved search as it is now) read in one short transaction, then aggregated by the
+    store. Durations count from now; without ``status:`` open assets are counted, as the
+    Assets page lists them."""
+    with transaction() as conn:
+        row = conn.execute(_REPORT_SEARCH, {"id": report_id}).one_or_none()
+        if row is None:
+            return None
+        if row.search_id is not None:
+            saved = saved_records.get(conn, row.owner_id, row.search_id)
+            # The foreign key keeps a used search; its owner is the definition's.
+            text, label = (saved.query, f"Search {saved.name}") if saved else ("", "Search")
+        else:
+            text, label = row.query, f"Search {row.query}"
+    parsed = parse_query(text)
+    found = store.asset_aggregates(
+        AssetQuery(
+            scope="user",
+            owner_id=row.owner_id,
+            where=parsed.node,
+            status="all" if parsed.names_status else "open",
+        ),
+        top=AGGREGATE_TOP,
+    )
+    return SearchedAssets(label=label, search_id=row.search_id, query=text, found=found)
+
+
 def _statistics(
     conn: Connection,
     task_ids: list[int],
@@ -328,13 +409,7 @@ def _statistics(
     )
     pending = _pending_executions(conn, task_ids, run_id)
     aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
-    per_day: dict[str, int] = {}
-    for row in aggregates:
-        for entry in row.first_seen_hours:
-            hour = datetime.fromisoformat(entry["hour"])
-            if start <= hour < end:
-                day = hour.date().isoformat()
-                per_day[day] = per_day.get(day, 0) + entry["count"]
+    per_day = _new_per_day(aggregates, start, end)
     projection = aggregate_projection_status([row.projection for row in latest])
     complete = _is_complete(pending, latest)
     return {
@@ -364,13 +439,20 @@ def capture(
     """The snapshot of one claimed report. Executions of the scope without stored
     aggregates (``prepare_aggregates`` did not run, or they succeeded since) are read
     from ``store`` first, with no connection held, and used without being stored."""
+    searched = _searched_assets(claim.report_id, store)
     for attempt in range(CAPTURE_ROUNDS):
         preread = {
             execution_id: store.execution_aggregates(execution_id, top=AGGREGATE_TOP)
             for execution_id in _unaggregated(claim.report_id)
         }
         try:
-            return _capture(claim, wait_seconds, preread, last_round=attempt == CAPTURE_ROUNDS - 1)
+            return _capture(
+                claim,
+                wait_seconds,
+                preread,
+                last_round=attempt == CAPTURE_ROUNDS - 1,
+                searched=searched,
+            )
         except _AggregatesMissing:
             continue
     raise AssertionError("unreachable: the last round does not raise")
@@ -382,6 +464,7 @@ def _capture(
     preread: dict[int, ExecutionAggregates],
     *,
     last_round: bool,
+    searched: SearchedAssets | None = None,
 ) -> Capture:
     with transaction(isolation_level="REPEATABLE READ") as conn:
         _check_claim(conn, claim)
@@ -404,6 +487,8 @@ def _capture(
                 sa.text("SELECT name FROM scan_tasks WHERE id = :id"), {"id": report.task_id}
             ).scalar()
             scope_label = f"Task {scope}"
+        elif searched is not None:
+            scope_label = searched.label
         else:
             scope_label = f"All tasks ({len(task_ids)})"
         stats = _statistics(
@@ -416,6 +501,8 @@ def _capture(
             run_id=report.run_id,
         )
         template = published_template(conn, report.template)
+    if searched is not None:
+        stats.update(searched.statistics(report.period_start, report.period_end))
     waiting = not stats["complete"] and float(report.age) < wait_seconds
     stats["completeness"] = {
         "complete": stats["complete"],

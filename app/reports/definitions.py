@@ -1,8 +1,9 @@
 """Report definitions: owner-scoped CRUD and the validation that keeps bad input out (REP-1).
 
 A definition names one of the owner's tasks (``task_id``) or all of them
-(``scope: "all"``), a period (``daily`` | ``weekly`` | ``on_demand``), the
-recipients, the template and the time zone the period boundaries are taken
+(``scope: "all"``, or ``scope: {"search": id}`` / ``{"query": "…"}`` to report only the
+current assets a search finds, docs/inventory.md), a period (``daily`` | ``weekly`` |
+``on_demand``), the recipients, the template and the time zone the period boundaries are taken
 in. Every field is checked before anything is written; a task that is not the
 caller's is reported as not found (its existence is nobody else's business).
 """
@@ -24,6 +25,7 @@ from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.reports import records
 from app.reports.templates import TEMPLATE_NAME, template_exists
+from app.saved_searches import references
 from app.scan_control.query import get_task
 from app.scan_control.runs import get_run
 from app.timezones import is_iana_zone
@@ -35,7 +37,7 @@ _ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9-]+(\.[
 _FIELDS = {"name", "task_id", "scope", "period", "recipients", "template", "timezone", "enabled"}
 _COLUMNS = (
     "id, owner_id, name, task_id, period, recipients, template, timezone, enabled, revision, "
-    "created_at, updated_at"
+    "search_id, query, created_at, updated_at"
 )
 
 
@@ -55,8 +57,17 @@ def validate_definition(
         task_id, scope = body.get("task_id"), body.get("scope")
         if (task_id is None) == (scope is None):
             raise _bad("task_id", 'give either task_id or "scope": "all"')
-        if scope is not None and scope != "all":
-            raise _bad("scope", 'scope must be "all"')
+        out["search_id"], out["query"] = None, None
+        if isinstance(scope, dict):
+            # All the owner's tasks, the figures narrowed to the assets a search finds.
+            checked_object(scope, {"search", "query"})
+            if scope.get("search") is None and scope.get("query") is None:
+                raise _bad("scope", 'scope must be "all", {"search": id} or {"query": "…"}')
+            out["search_id"], out["query"] = references.checked(
+                scope.get("search"), scope.get("query"), prefix="scope"
+            )
+        elif scope is not None and scope != "all":
+            raise _bad("scope", 'scope must be "all", {"search": id} or {"query": "…"}')
         if task_id is not None and (
             isinstance(task_id, bool) or not isinstance(task_id, int) or not 1 <= task_id < 2**63
         ):
@@ -107,9 +118,16 @@ def _recipients(value: Any, limit: int = MAX_RECIPIENTS) -> list[str]:
     return seen
 
 
-def _check_references(conn: Connection, user: User, fields: dict[str, Any]) -> None:
+def _check_references(
+    conn: Connection, user: User, fields: dict[str, Any], owner_id: int | None = None
+) -> None:
+    """The task must be visible to ``user``; a saved search must be the definition
+    owner's (``owner_id``, default the user's own)."""
     if fields.get("task_id") is not None and get_task(conn, user, fields["task_id"]) is None:
         raise NotFound("task not found", code="task_not_found", details={"field": "task_id"})
+    if fields.get("search_id") is not None:
+        owner = user.id if owner_id is None else owner_id
+        references.check_owned(conn, owner, fields["search_id"], field="scope.search")
     if "template" in fields and not template_exists(conn, fields["template"]):
         raise ValidationError(
             "unknown template", code="unknown_template", details={"field": "template"}
@@ -122,7 +140,7 @@ def definition_dict(row: Any) -> dict[str, Any]:
         "owner_id": row.owner_id,
         "name": row.name,
         "task_id": row.task_id,
-        "scope": "task" if row.task_id is not None else "all",
+        "scope": _scope(row),
         "period": row.period,
         "recipients": list(row.recipients),
         "template": row.template,
@@ -132,6 +150,17 @@ def definition_dict(row: Any) -> dict[str, Any]:
         "created_at": row.created_at.isoformat(),
         "updated_at": row.updated_at.isoformat(),
     }
+
+
+def _scope(row: Any) -> str | dict[str, Any]:
+    """As written: "task" (see ``task_id``), "all", or the search object."""
+    if row.task_id is not None:
+        return "task"
+    if row.search_id is not None:
+        return {"search": row.search_id}
+    if row.query is not None:
+        return {"query": row.query}
+    return "all"
 
 
 def _visible(user: User) -> tuple[str, dict[str, Any]]:
@@ -159,9 +188,10 @@ def create_definition(
             sa.text(
                 f"""
                 INSERT INTO report_definitions
-                       (owner_id, name, task_id, period, recipients, template, timezone, enabled)
+                       (owner_id, name, task_id, period, recipients, template, timezone, enabled,
+                        search_id, query)
                 VALUES (:owner, :name, :task_id, :period, :recipients, :template, :timezone,
-                        :enabled)
+                        :enabled, :search_id, :query)
                 RETURNING {_COLUMNS}
                 """  # noqa: S608 - fixed column list; values are bound
             ),
@@ -193,7 +223,9 @@ def update_definition(
     with transaction() as conn:
         existing = get_definition_row(conn, user, definition_id)
         owner = User(id=existing.owner_id, username="", is_admin=False, disabled=False)
-        _check_references(conn, owner if not user.is_admin else user, fields)
+        _check_references(
+            conn, owner if not user.is_admin else user, fields, owner_id=existing.owner_id
+        )
         if not fields:
             return definition_dict(existing)
         assignments = ", ".join(f"{name} = :{name}" for name in fields)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from psycopg2.errors import ForeignKeyViolation
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -123,11 +124,41 @@ def update(conn: Connection, owner_id: int, search_id: int, values: dict[str, st
         raise _duplicate(values.get("name", "")) from None
 
 
+# The foreign keys that hold a saved search (migration 1600) and what the user calls them.
+_USERS_OF = {
+    "fk_alert_rules_search": "an alert rule",
+    "fk_report_definitions_search": "a report definition",
+}
+
+
 def delete(conn: Connection, owner_id: int, search_id: int) -> bool:
-    return (
-        conn.execute(
-            sa.text("DELETE FROM saved_searches WHERE id = :id AND owner_id = :owner_id"),
-            {"id": search_id, "owner_id": owner_id},
-        ).rowcount
-        == 1
+    """Delete one of the owner's searches; 409 ``in_use`` while an alert rule or report
+    definition refers to it (their foreign keys refuse the delete: no check-then-act race
+    with a rule being saved at the same moment)."""
+    try:
+        with conn.begin_nested():
+            deleted = conn.execute(
+                sa.text("DELETE FROM saved_searches WHERE id = :id AND owner_id = :owner_id"),
+                {"id": search_id, "owner_id": owner_id},
+            ).rowcount
+    except IntegrityError as exc:
+        if not isinstance(exc.orig, ForeignKeyViolation):
+            raise
+        holder = _USERS_OF.get(
+            str(exc.orig.diag.constraint_name), "an alert rule or report definition"
+        )
+        raise Conflict(
+            f"the saved search is used by {holder}; change or delete that first",
+            code="in_use",
+            details={"search_id": search_id, "used_by": holder},
+        ) from None
+    return deleted == 1
+
+
+def queries_of(conn: Connection, search_ids: list[int]) -> dict[int, str]:
+    """The current query of each saved search (for the rules and reports that use them)."""
+    rows = conn.execute(
+        sa.text("SELECT id, query FROM saved_searches WHERE id = ANY(:ids)"),
+        {"ids": list(search_ids)},
     )
+    return {row.id: row.query for row in rows}

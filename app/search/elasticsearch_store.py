@@ -96,6 +96,7 @@ from app.search.ids import current_asset_id, normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
     FACET_FIELDS,
+    AssetAggregates,
     AssetFacets,
     AssetPage,
     AssetPurgeBatch,
@@ -468,7 +469,12 @@ class ElasticsearchStore:
         )
 
     def _ip_buckets(
-        self, query: dict[str, Any], *, after: str | None, track_total: bool
+        self,
+        query: dict[str, Any],
+        *,
+        after: str | None,
+        track_total: bool,
+        index: str | None = None,
     ) -> dict[str, Any]:
         """One page of the IP composite aggregation (the answer as Elasticsearch gave it)."""
         composite: dict[str, Any] = {
@@ -483,17 +489,18 @@ class ElasticsearchStore:
             "query": query,
             "aggs": {"ips": {"composite": composite}},
         }
-        return self._search(self.names.execution_endpoints, body)
+        return self._search(index or self.names.execution_endpoints, body)
 
-    def _walk_ips(self, query: dict[str, Any]) -> tuple[int, int]:
+    def _walk_ips(self, query: dict[str, Any], index: str | None = None) -> tuple[int, int]:
         """Walk the IP composite aggregation to its end: the exact endpoint total (first
-        page, ``track_total_hits``) and the exact number of IPs."""
+        page, ``track_total_hits``) and the exact number of IPs (of the execution
+        endpoints, or of ``index``)."""
         endpoints = 0
         ips = 0
         after: str | None = None
         first = True
         while True:
-            answer = self._ip_buckets(query, after=after, track_total=first)
+            answer = self._ip_buckets(query, after=after, track_total=first, index=index)
             if first:
                 endpoints = _count_value(answer["hits"]["total"]["value"])
                 first = False
@@ -509,10 +516,25 @@ class ElasticsearchStore:
         """Exact counts from composite aggregations walked to their end (a ``terms``
         aggregation's top list is approximate across shards); ranked like PostgreSQL."""
         query = {"bool": {"filter": [{"term": {"execution_id": execution_id}}]}}
+        return self._aggregates(self.names.execution_endpoints, query, top)
+
+    def asset_aggregates(self, query: AssetQuery, *, top: int) -> AssetAggregates:
+        """The same lists over the current assets the search finds, with their exact count
+        and distinct addresses (the IP composite walked to its end)."""
+        index = self.names.assets.get(query.scope)
+        if index is None:
+            raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
+        search = asset_search_body(replace(query, cursor=None, sort="ip", order="asc"))["query"]
+        endpoints, ips = self._walk_ips(search, index)
+        return AssetAggregates(
+            endpoints=endpoints, ips=ips, lists=self._aggregates(index, search, top)
+        )
+
+    def _aggregates(self, index: str, query: dict[str, Any], top: int) -> ExecutionAggregates:
         services: dict[str, int] = {}
         total = 0
         for key, count, answer in self._composite(
-            query, [{"service": {"terms": {"field": "service"}}}], track_total=True
+            index, query, [{"service": {"terms": {"field": "service"}}}], track_total=True
         ):
             if answer is not None:
                 total = _count_value(answer["hits"]["total"]["value"])
@@ -524,13 +546,14 @@ class ElasticsearchStore:
         products = {
             key["product"]: count
             for key, count, _ in self._composite(
-                query, [{"product": {"terms": {"field": "product"}}}]
+                index, query, [{"product": {"terms": {"field": "product"}}}]
             )
             if key is not None
         }
         ports = {
             (int(key["port"]), key["transport"]): count
             for key, count, _ in self._composite(
+                index,
                 query,
                 [
                     {"port": {"terms": {"field": "port"}}},
@@ -542,6 +565,7 @@ class ElasticsearchStore:
         first_seen = {
             datetime.fromtimestamp(int(key["hour"]) / 1000, UTC): count
             for key, count, _ in self._composite(
+                index,
                 query,
                 [{"hour": {"date_histogram": {"field": "first_seen", "calendar_interval": "1h"}}}],
             )
@@ -555,9 +579,14 @@ class ElasticsearchStore:
         )
 
     def _composite(
-        self, query: dict[str, Any], sources: list[dict[str, Any]], *, track_total: bool = False
+        self,
+        index: str,
+        query: dict[str, Any],
+        sources: list[dict[str, Any]],
+        *,
+        track_total: bool = False,
     ) -> Iterator[tuple[dict[str, Any] | None, int, dict[str, Any] | None]]:
-        """Every bucket of a composite aggregation over the execution endpoints, page by
+        """Every bucket of a composite aggregation over ``index``, page by
         page: (key, doc_count, the first answer or None). An empty result still yields
         the first answer once, with key None, so its total is seen."""
         after: dict[str, Any] | None = None
@@ -572,7 +601,7 @@ class ElasticsearchStore:
                 "query": query,
                 "aggs": {"buckets": {"composite": composite}},
             }
-            answer = self._search(self.names.execution_endpoints, body, what="aggregates")
+            answer = self._search(index, body, what="aggregates")
             result = answer.get("aggregations", {}).get("buckets", {"buckets": []})
             buckets = result["buckets"]
             if first and (track_total or not buckets):

@@ -287,6 +287,16 @@ class AssetFacets:
 
 
 @dataclass(frozen=True)
+class AssetAggregates:
+    """``SearchStore.asset_aggregates``: the matching assets' count, distinct addresses and
+    the report lists (``ExecutionAggregates``) over them."""
+
+    endpoints: int
+    ips: int
+    lists: ExecutionAggregates
+
+
+@dataclass(frozen=True)
 class AssetPage:
     items: list[EndpointDocument]
     next_cursor: str | None = None
@@ -303,6 +313,7 @@ class Capability(StrEnum):
     CURRENT_ASSET_COUNT = "current_asset_count"  # ``CurrentAssetCount``
     TASK_PURGE = "task_purge"  # ``TaskPurge``
     FACT_RETENTION = "fact_retention"  # ``FactRetention``
+    ASSET_CONDITIONS_IN_DATABASE = "asset_conditions_in_database"  # ``AssetConditionsInDatabase``
 
 
 class SearchStore(Protocol):
@@ -415,6 +426,12 @@ class SearchStore(Protocol):
         """The report aggregates of one execution's endpoints (``app.search.aggregates``):
         top ``top`` services, products and ports, and endpoints first seen per UTC hour;
         exact, and the same lists from every adapter for the same observations."""
+
+    def asset_aggregates(self, query: AssetQuery, *, top: int) -> AssetAggregates:
+        """The report aggregates of the current assets matching ``query`` (its filters,
+        ``where`` and status; sort, cursor and limit ignored): how many, on how many
+        addresses, and the lists of ``execution_aggregates`` over them; exact, and the same
+        from every adapter (a report scoped by a search, docs/inventory.md)."""
 
     # Optional capability (PostgreSQL): ``SightingsInDatabase`` below, declared as
     # ``Capability.SIGHTINGS_IN_DATABASE``; the change analysis uses it when it is there.
@@ -537,6 +554,22 @@ class FactRetention(Protocol):
     def drop_fact_months_before(self, kept_from: date) -> list[str]: ...
 
 
+class AssetConditionsInDatabase(Protocol):
+    """Optional capability of a store (PostgreSQL): current assets tested inside another
+    domain's statement, because they are tables of the system-of-record database.
+
+    ``asset_match_sql(node, endpoint=, status=)`` is an SQL condition with its bound
+    parameters: the current asset of owner ``:owner_id`` at the endpoint of the caller's
+    row ``endpoint`` (columns ``ip``, ``port``, ``transport``) matches the parsed search
+    language tree ``node``, with ``status`` (an SQL expression) read as the asset's
+    status. The alert rules' search filters use it in the change analysis's transaction.
+    """
+
+    def asset_match_sql(
+        self, node: object, *, endpoint: str, status: str
+    ) -> tuple[str, dict[str, Any]]: ...
+
+
 # The one place a store's optional abilities are checked: each accessor returns the store
 # typed as the capability when the store declares it in ``capabilities``, else None.
 
@@ -581,6 +614,12 @@ def fact_retention(store: SearchStore) -> FactRetention | None:
     return None
 
 
+def asset_conditions_in_database(store: SearchStore) -> AssetConditionsInDatabase | None:
+    if has_capability(store, Capability.ASSET_CONDITIONS_IN_DATABASE):
+        return cast(AssetConditionsInDatabase, store)
+    return None
+
+
 # Which protocol each capability promises (tests check every adapter against it).
 CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.SERVER_SIDE_PAGES: ServerSidePages,
@@ -589,4 +628,5 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.CURRENT_ASSET_COUNT: CurrentAssetCount,
     Capability.TASK_PURGE: TaskPurge,
     Capability.FACT_RETENTION: FactRetention,
+    Capability.ASSET_CONDITIONS_IN_DATABASE: AssetConditionsInDatabase,
 }

@@ -14,7 +14,12 @@ import itertools
 from typing import Any
 
 from app.search.endpoint_facts import FACT_FIELDS, FACT_SQL, MAX_TEXT
-from app.search.postgres_schema import ASSET_TEXTS_TABLE, TEXT_ID_EXPRESSION
+from app.search.postgres_schema import (
+    ASSET_TABLES,
+    ASSET_TEXTS_TABLE,
+    FACT_TEXT_KEYS,
+    TEXT_ID_EXPRESSION,
+)
 from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
 from app.search.query_language import And, Clause, Node, Not, Or, Text
 
@@ -28,10 +33,18 @@ _KEYWORD_COLUMNS = {
 _TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
 
 
+# A certificate text clause's matching distinct values (``FACT_TEXTS_TABLE`` keys), looked
+# up before the statement is spelled (``postgres_queries.matching_fact_text_ids``); a clause
+# without an entry is spelled as the expression's own ILIKE.
+FactTextIds = dict[tuple[str, str], tuple[str, ...]]
+
+
 class _Spell:
-    def __init__(self) -> None:
+    def __init__(self, status: str = "t.status", fact_ids: FactTextIds | None = None) -> None:
         self.params: dict[str, Any] = {}
         self._names = itertools.count()
+        self.status = status
+        self.fact_ids = fact_ids or {}
 
     def bind(self, value: Any) -> str:
         name = f"q{next(self._names)}"
@@ -68,7 +81,9 @@ class _Spell:
             )
         if field == "port":
             return f"(t.port {op} {self.bind(c.value)})"
-        if field in ("transport", "state", "status"):
+        if field == "status":
+            return f"({self.status} = {self.bind(c.value)})"
+        if field in ("transport", "state"):
             return f"(t.{field} = {self.bind(c.value)})"
         if field in _KEYWORD_COLUMNS:
             return f"(lower({_KEYWORD_COLUMNS[field]}) = lower({self.bind(c.value)}))"
@@ -90,6 +105,14 @@ class _Spell:
         expression = FACT_SQL[c.field]
         op = _COMPARISONS[c.op]
         if kind == "text":
+            ids = self.fact_ids.get((c.field, c.value))
+            if ids is not None:
+                # The rows whose value is one of the matching distinct values (migration
+                # 1610): the key's index finds a rare one, its statistics tell a common one.
+                if not ids:
+                    return "(FALSE)"
+                key = FACT_TEXT_KEYS[c.field]
+                return f"({key} = ANY(CAST({self.bind(list(ids))} AS uuid[])))"
             # Estimated from the expression's statistics (migration 1100).
             return f"({expression} ILIKE {self.bind(like_pattern(c.value))})"
         if kind == "keyword":
@@ -121,8 +144,33 @@ def time_text(moment: Any) -> str:
     )
 
 
-def condition(node: Node) -> tuple[str, dict[str, Any]]:
-    """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…)."""
-    spell = _Spell()
+def condition(
+    node: Node, *, status: str = "t.status", fact_ids: FactTextIds | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
+    ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's);
+    ``fact_ids``: the certificate text clauses' matching value keys, where looked up."""
+    spell = _Spell(status, fact_ids)
     sql = spell.node(node)
     return sql, spell.params
+
+
+def asset_match(node: Node, *, endpoint: str, status: str) -> tuple[str, dict[str, Any]]:
+    """SQL: the current asset of owner ``:owner_id`` at the endpoint of row ``endpoint``
+    (its ``ip``, ``port``, ``transport``) matches the tree, ``status`` standing for the
+    asset's status. For callers that test other rows against the language inside their
+    own statement (the alert rules' search filters, ``SearchStore`` capability
+    ``ASSET_CONDITIONS_IN_DATABASE``). The asset is found by the ordering index
+    ``(owner_id, ip_order, port, transport)``; ``endpoint`` and ``status`` are the
+    caller's constant fragments."""
+    sql, params = condition(node, status=status)
+    ip_order = (
+        f"CASE WHEN family({endpoint}.ip) = 4 THEN ('::ffff:' || host({endpoint}.ip))::inet "
+        f"ELSE {endpoint}.ip END"
+    )
+    return (
+        f"EXISTS (SELECT 1 FROM {ASSET_TABLES['user']} t WHERE t.owner_id = :owner_id "  # noqa: S608 - constants and the caller's constant fragments; values are bound
+        f"AND t.ip_order = {ip_order} AND t.port = {endpoint}.port "
+        f"AND t.transport = {endpoint}.transport AND t.ip = {endpoint}.ip AND {sql})",
+        params,
+    )

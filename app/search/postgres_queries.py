@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import ValidationError
 from app.observability import stage
+from app.search.aggregates import UNKNOWN_SERVICE, ExecutionAggregates, hour_text
 from app.search.asset_sort import (
     AssetPosition,
     asset_sort,
@@ -37,6 +38,7 @@ from app.search.ids import normalise_ip
 from app.search.port import (
     ASSET_STATUS_FILTERS,
     FACET_FIELDS,
+    AssetAggregates,
     AssetFacets,
     AssetPage,
     AssetQuery,
@@ -44,6 +46,7 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
 )
+from app.search.postgres_language import FactTextIds
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
@@ -52,12 +55,15 @@ from app.search.postgres_schema import (
     EXECUTION_IPS_TABLE,
     EXECUTION_TABLE,
     FACT_COUNTS_TABLE,
+    FACT_TEXT_KEYS,
+    FACT_TEXTS_TABLE,
     SELECT_ENDPOINT,
     SELECT_STATUS,
     TEXT_ID_EXPRESSION,
     month_bounds,
 )
 from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
+from app.search.query_language import Clause, Node, walk
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -192,10 +198,10 @@ class PostgresQueries:
         order = asset_sort(query.sort, query.order)
 
         def page(conn: Connection) -> list[Any]:
-            text_ids = matching_text_ids(conn, query.text) if query.text else None
-            if text_ids == ():
+            statement = looked_up_statement(conn, query)
+            if statement is None:
                 return []  # no text in either view matches: nothing to read
-            sql, params = asset_search_statement(query, text_ids=text_ids)
+            sql, params = statement
             return conn.execute(sa.text(sql), params).all()
 
         rows = self._run(page)
@@ -219,19 +225,13 @@ class PostgresQueries:
         the ordering index, then a sort of at most ``sample`` rows per field)."""
         sampled_query = replace(query, cursor=None, sort="ip", order="asc", limit=sample)
 
-        def facets(conn: Connection) -> list[Any]:
-            text_ids = matching_text_ids(conn, query.text) if query.text else None
-            if text_ids == ():
-                return []
-            # Only the columns the facets read: a sample of thousands of rows would
-            # otherwise carry every banner and document along.
-            sql, params = asset_search_statement(
-                sampled_query, text_ids=text_ids, select=FACET_COLUMNS
+        # Only the columns the facets read: a sample of thousands of rows would otherwise
+        # carry every banner and document along.
+        rows = self._run(
+            lambda conn: _grouped(
+                conn, sampled_query, FACET_COLUMNS, FACETS, "@sample@", facet_size=size
             )
-            params["facet_size"] = size
-            return conn.execute(sa.text(FACETS.replace("@sample@", sql)), params).all()
-
-        rows = self._run(facets)
+        )
         found: dict[str, list[tuple[object, int]]] = {name: [] for name in FACET_FIELDS}
         sampled = 0
         for row in rows:
@@ -242,6 +242,46 @@ class PostgresQueries:
                     (row.number if row.facet == "port" else row.value, int(row.count))
                 )
         return AssetFacets(sampled=min(sampled, sample), capped=sampled > sample, facets=found)
+
+    def asset_aggregates(self, query: AssetQuery, *, top: int) -> AssetAggregates:
+        """Exact report aggregates over every asset the search finds (one statement: the
+        matching rows' few columns once, then a count and a grouped list each)."""
+        everything = replace(query, cursor=None, sort="ip", order="asc", limit=ALL_ROWS)
+
+        rows = self._run(
+            lambda conn: _grouped(
+                conn,
+                everything,
+                AGGREGATE_COLUMNS,
+                ASSET_AGGREGATES,
+                "@assets@",
+                top=top,
+                unknown=UNKNOWN_SERVICE,
+            )
+        )
+        endpoints = ips = 0
+        services, products, ports, hours = [], [], [], []
+        for row in rows:
+            if row.list == "total":
+                endpoints, ips = int(row.n), int(row.ips)
+            elif row.list == "service":
+                services.append({"name": row.name, "count": int(row.n)})
+            elif row.list == "product":
+                products.append({"name": row.name, "count": int(row.n)})
+            elif row.list == "port":
+                ports.append({"port": row.port, "transport": row.transport, "count": int(row.n)})
+            else:
+                hours.append({"hour": hour_text(row.hour), "count": int(row.n)})
+        return AssetAggregates(
+            endpoints=endpoints,
+            ips=ips,
+            lists=ExecutionAggregates(
+                services=services,
+                products=products,
+                ports=ports,
+                first_seen_hours=sorted(hours, key=lambda h: h["hour"]),
+            ),
+        )
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         """Open current assets of one owner (or all, ``owner_id`` None), up to ``cap + 1``.
@@ -336,6 +376,28 @@ FACETS = (
     'GROUP BY t.issuer ORDER BY count(*) DESC, t.issuer COLLATE "C" LIMIT :facet_size)'
 )
 
+# Report aggregates of the assets a search finds (``asset_aggregates``): the rows' few
+# columns once, then the lists ranked as ``app.search.aggregates`` ranks them (ties in
+# code-point order, hours in UTC).
+ALL_ROWS = 2**62
+AGGREGATE_COLUMNS = "t.ip, t.port, t.transport, t.service, t.product, t.first_seen"
+ASSET_AGGREGATES = (
+    "WITH s AS MATERIALIZED (@assets@) "
+    "SELECT 'total' AS list, NULL AS name, NULL::integer AS port, NULL AS transport, "
+    "NULL::timestamptz AS hour, count(*) AS n, count(DISTINCT s.ip) AS ips FROM s "
+    "UNION ALL (SELECT 'service', coalesce(s.service, :unknown), NULL, NULL, NULL, count(*), "
+    "NULL FROM s GROUP BY coalesce(s.service, :unknown) "
+    'ORDER BY count(*) DESC, coalesce(s.service, :unknown) COLLATE "C" LIMIT :top) '
+    "UNION ALL (SELECT 'product', s.product, NULL, NULL, NULL, count(*), NULL FROM s "
+    "WHERE s.product IS NOT NULL GROUP BY s.product "
+    'ORDER BY count(*) DESC, s.product COLLATE "C" LIMIT :top) '
+    "UNION ALL (SELECT 'port', NULL, s.port, s.transport, NULL, count(*), NULL FROM s "
+    'GROUP BY s.port, s.transport ORDER BY count(*) DESC, s.port, s.transport COLLATE "C" '
+    "LIMIT :top) "
+    "UNION ALL (SELECT 'hour', NULL, NULL, NULL, date_trunc('hour', s.first_seen, 'UTC'), "
+    "count(*), NULL FROM s GROUP BY date_trunc('hour', s.first_seen, 'UTC'))"
+)
+
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
 # leaves the texts to a subquery.
 TEXT_IDS_CAP = 1000
@@ -360,14 +422,75 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
     return None if len(found) > TEXT_IDS_CAP else found
 
 
+# Certificate text values a search names outright (see matching_fact_text_ids); beyond
+# this many it leaves the clause to the expression's own ILIKE.
+FACT_TEXT_IDS_CAP = 1000
+MATCHING_FACT_TEXT_IDS = sa.text(
+    f"SELECT CAST(id AS text) FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
+    "WHERE text ILIKE :text LIMIT :cap"
+)
+
+
+def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
+    """The keys of the distinct certificate values each ``cert.issuer``/``cert.subject``
+    clause of the tree matches (migration 1610), as ``matching_text_ids`` does for free
+    text: named outright, each key is weighed by the view's statistics of its expression,
+    so a rare value is an index lookup and a common one is read in page order. A clause
+    matching more than the cap is left out (the expression's ILIKE decides it)."""
+    found: FactTextIds = {}
+    for clause in walk(node):
+        if not isinstance(clause, Clause) or clause.field not in FACT_TEXT_KEYS:
+            continue
+        wanted = (clause.field, clause.value)
+        if wanted in found:
+            continue
+        ids = conn.execute(
+            MATCHING_FACT_TEXT_IDS,
+            {"text": like_pattern(clause.value), "cap": FACT_TEXT_IDS_CAP + 1},
+        )
+        keys = tuple(ids.scalars())
+        if len(keys) <= FACT_TEXT_IDS_CAP:
+            found[wanted] = keys
+    return found
+
+
+def looked_up_statement(
+    conn: Connection, query: AssetQuery, *, select: str | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """``asset_search_statement`` after the lookups of distinct values it names (the free
+    text's, the certificate clauses'); None when the free text matches no text at all."""
+    text_ids = matching_text_ids(conn, query.text) if query.text else None
+    if text_ids == ():
+        return None
+    fact_ids = matching_fact_text_ids(conn, query.where)  # type: ignore[arg-type]
+    return asset_search_statement(query, text_ids=text_ids, select=select, fact_ids=fact_ids)
+
+
+def _grouped(
+    conn: Connection, query: AssetQuery, select: str, template: str, slot: str, **extra: Any
+) -> list[Any]:
+    """The rows of ``template`` (facets, aggregates) with the search's statement, reading
+    only ``select``, in its ``slot``; none when the free text matches no text."""
+    statement = looked_up_statement(conn, query, select=select)
+    if statement is None:
+        return []
+    sql, params = statement
+    return conn.execute(sa.text(template.replace(slot, sql)), {**params, **extra}).all()
+
+
 def asset_search_statement(
-    query: AssetQuery, *, text_ids: Sequence[str] | None = None, select: str | None = None
+    query: AssetQuery,
+    *,
+    text_ids: Sequence[str] | None = None,
+    select: str | None = None,
+    fact_ids: FactTextIds | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
     ``None`` to match the texts in a subquery instead. ``select``: the columns to read
-    instead of whole documents (the facets read a few)."""
+    instead of whole documents (the facets read a few). ``fact_ids``: the certificate
+    clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -418,7 +541,10 @@ def asset_search_statement(
                 text=like_pattern(query.text),
             )
     if query.where is not None:
-        language_sql, language_params = language_condition(query.where)  # type: ignore[arg-type]
+        language_sql, language_params = language_condition(
+            query.where,  # type: ignore[arg-type]
+            fact_ids=fact_ids,
+        )
         where.add(language_sql, **language_params)
     for name, condition in (
         ("first_seen_from", "t.first_seen >= :first_seen_from"),

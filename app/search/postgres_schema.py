@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from app.observability import emit
 from app.search.documents import PROBED_FIELDS
-from app.search.endpoint_facts import CERT_SHA256_SQL
+from app.search.endpoint_facts import CERT_SHA256_SQL, FACT_SQL
 from app.search.port import StoreUnavailable
 
 FACTS_TABLE = "search_facts"
@@ -35,6 +35,13 @@ EXECUTION_TABLE = "search_execution_endpoints"
 ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
 # The distinct texts of the asset views, filled by triggers (migration 0170).
 ASSET_TEXTS_TABLE = "search_asset_texts"
+# The distinct certificate issuers and subjects of the asset views, filled by triggers
+# (migration 1610), and each view row's key into it per field: the views' partial indexes
+# are on exactly these expressions, so a query must spell them the same way.
+FACT_TEXTS_TABLE = "search_asset_fact_texts"
+FACT_TEXT_KEYS = {
+    name: f"(md5({FACT_SQL[name]})::uuid)" for name in ("cert.issuer", "cert.subject")
+}
 # Exact per-execution counters maintained by the write statements (migration 0060).
 FACT_COUNTS_TABLE = "search_execution_fact_counts"
 EXECUTION_IPS_TABLE = "search_execution_ips"
@@ -401,6 +408,7 @@ STORE_TABLES = (
     EXECUTION_TABLE,
     *ASSET_TABLES.values(),
     ASSET_TEXTS_TABLE,
+    FACT_TEXTS_TABLE,
     FACT_COUNTS_TABLE,
     EXECUTION_IPS_TABLE,
     ENDPOINT_COUNTS_TABLE,

@@ -53,6 +53,7 @@ from app.search.aggregates import ExecutionAggregates
 from app.search.documents import EndpointDocument, FactDocument
 from app.search.export_text import ExportTextChunk, read_export_bounds, read_export_text
 from app.search.port import (
+    AssetAggregates,
     AssetFacets,
     AssetPage,
     AssetPurgeBatch,
@@ -70,6 +71,7 @@ from app.search.port import (
     StoreUnavailable,
 )
 from app.search.postgres_aggregates import execution_aggregates
+from app.search.postgres_language import asset_match
 from app.search.postgres_pages import ServerPages
 from app.search.postgres_purge import purge_execution_data_batch, purge_task_assets_batch
 from app.search.postgres_queries import PostgresQueries
@@ -368,6 +370,14 @@ class PostgresStore:
 
     def execution_aggregates(self, execution_id: int, *, top: int) -> ExecutionAggregates:
         return self._run(lambda conn: execution_aggregates(conn, execution_id, top=top))
+
+    def asset_aggregates(self, query: AssetQuery, *, top: int) -> AssetAggregates:
+        return self._queries.asset_aggregates(query, top=top)
+
+    def asset_match_sql(
+        self, node: object, *, endpoint: str, status: str
+    ) -> tuple[str, dict[str, Any]]:
+        return asset_match(node, endpoint=endpoint, status=status)  # type: ignore[arg-type]
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)

@@ -3,23 +3,39 @@
 Reads go through the same services as ``/api/alerts`` with the same scoping (a user
 sees their own rules, channels and deliveries). "Test" sends a test message now and
 shows the outcome; "Redeliver" queues a message again with its id. Both are POSTs
-carrying the session's CSRF token. Rules and channels are created through the API
+carrying the session's CSRF token. A change rule can be made here (name, change kinds,
+channels, mode and a search filter: one of the user's saved searches or a query),
+through the API's own validation (``rules.create_rule``), a refused field shown next to
+it with the input kept; everything else about rules, and channels, through the API
 (docs/alerts.md): a channel's secret is shown once, in that answer.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import redirect, render_template, request, url_for
 
 from app.alerts import channels, deliveries, rules
-from app.errors import ValidationError
+from app.analysis.changes import CHANGE_KINDS
+from app.errors import NotFound, ValidationError
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.search_choices import saved_search_choices, search_reference
 
 PAGE_SIZE = 100
+EMPTY_RULE = {"name": "", "mode": "each", "search": "", "query": ""}
+# A refused field of the API (``details.field``) and the form field it is shown at.
+_FORM_FIELD = {"filter.search": "search", "filter.query": "query"}
 
 
-def _render(test_result: dict | None = None, status: int = 200):
+def _render(
+    test_result: dict | None = None,
+    status: int = 200,
+    *,
+    form: dict[str, Any] | None = None,
+    field_errors: dict[str, str] | None = None,
+):
     user = signed_in_user()
     wanted = request.args.get("status") or None
     if wanted not in (None, *deliveries.STATUSES):
@@ -40,9 +56,41 @@ def _render(test_result: dict | None = None, status: int = 200):
             statuses=deliveries.STATUSES,
             wanted=wanted,
             test_result=test_result,
+            form=form or {**EMPTY_RULE, "on": [], "channels": []},
+            field_errors=field_errors or {},
+            kinds=CHANGE_KINDS,
+            modes=rules.MODES,
+            searches=saved_search_choices(user.id),
         ),
         status,
     )
+
+
+@blueprint.post("/alerts/rules")
+@page_user
+def alerts_rule_create():
+    from app.http.alerts import queries_supported
+
+    form: dict[str, Any] = {k: request.form.get(k, d)[:4000] for k, d in EMPTY_RULE.items()}
+    form["on"] = request.form.getlist("on")
+    form["channels"] = request.form.getlist("channels")
+    body: dict[str, Any] = {
+        "name": form["name"],
+        "on": form["on"],
+        # A box that is not a number is refused by the validation, naming ``channels``.
+        "channels": [int(c) if c.isdecimal() and len(c) <= 19 else c for c in form["channels"]],
+        "mode": form["mode"],
+    }
+    searched = search_reference(form)
+    if searched is not None:
+        body["filter"] = searched
+    try:
+        rules.create_rule(signed_in_user(), body, queries_supported=queries_supported())
+    except (ValidationError, NotFound) as refused:
+        field = (refused.details or {}).get("field") or "form"
+        field = _FORM_FIELD.get(field, field)
+        return _render(status=400, form=form, field_errors={field: refused.message})
+    return redirect(url_for("web.alerts_page"), code=303)
 
 
 @blueprint.get("/alerts")

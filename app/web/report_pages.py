@@ -25,6 +25,7 @@ from app.reports import definitions, records
 from app.reports import service as report_service
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.search_choices import saved_search_choices, search_reference
 
 PAGE_SIZE = 50
 
@@ -37,6 +38,8 @@ EMPTY_FORM = {
     "recipients": "",
     "template": "default",
     "timezone": "UTC",
+    "search": "",
+    "query": "",
 }
 
 
@@ -64,6 +67,7 @@ def _render_reports(form: dict[str, str], field_errors: dict[str, str], status: 
         form=form,
         field_errors=field_errors,
         periods=PERIOD_CHOICES,
+        searches=saved_search_choices(user.id),
     )
     return body, status
 
@@ -78,8 +82,11 @@ def _definition_body(form: dict[str, str]) -> dict[str, Any]:
         "timezone": form["timezone"].strip() or "UTC",
     }
     task = form["task_id"].strip().lstrip("#")
+    searched = search_reference(form)
+    if searched is not None:
+        body["scope"] = searched  # with a task number too: refused, naming task_id
     if not task:
-        body["scope"] = "all"
+        body.setdefault("scope", "all")
     elif task.isdecimal() and len(task) <= 19:
         body["task_id"] = int(task)
     else:
@@ -99,8 +106,9 @@ def report_definition_create():
         )
     except (ValidationError, NotFound) as refused:
         field = (refused.details or {}).get("field") or "form"
-        if field == "scope":
-            field = "task_id"
+        field = {"scope": "task_id", "scope.search": "search", "scope.query": "query"}.get(
+            field, field
+        )
         return _render_reports(form, {field: refused.message}, status=400)
     return redirect(url_for("web.reports"), code=303)
 

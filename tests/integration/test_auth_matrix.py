@@ -278,6 +278,8 @@ CONSOLE_ROUTES: list[Route] = [
     _html("GET", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(200)),
     _html("POST", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(400)),
     _html("GET", "/console/alerts", lambda w: "/console/alerts", _page(200)),
+    # An empty rule form is refused by the validation: the caller got past access control.
+    _html("POST", "/console/alerts/rules", lambda w: "/console/alerts/rules", _page(400)),
     _html(
         "POST",
         "/console/alerts/channels/<int:channel_id>/test",

@@ -144,7 +144,9 @@ class Scans:
 
     def analyse(self, worker: AnalysisWorker | None = None) -> list[AnalysisOutcome]:
         worker = worker or AnalysisWorker(
-            self.settings, self.store, on_change_set=change_set_hook(self.settings.alerts)
+            self.settings,
+            self.store,
+            on_change_set=change_set_hook(self.settings.alerts, self.store),
         )
         outcomes = []
         for _ in range(10_000):

@@ -51,6 +51,17 @@ _FILTER = {
         "products": _TEXTS,
         "tasks": _IDS,
         "tags": _TEXTS,
+        "search": {
+            "type": ["integer", "null"],
+            "description": "one of your saved searches; the changed endpoint's current asset "
+            "must match it (read when a change set is evaluated; not with query)",
+        },
+        "query": {
+            "type": ["string", "null"],
+            "maxLength": 1000,
+            "description": "a search-language query of the rule's own (not with search); "
+            "PostgreSQL search store only",
+        },
     },
 }
 

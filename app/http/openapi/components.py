@@ -157,6 +157,18 @@ SCHEMAS: dict[str, Any] = {
             "deliveries": {"type": "array", "items": {"type": "object"}},
         },
     },
+    "SearchReference": {
+        "type": "object",
+        "description": (
+            "one of your saved searches (read when used, so edits apply; while referenced "
+            "it cannot be deleted) or a search-language query of its own; not both"
+        ),
+        "properties": {
+            "search": {"type": "integer", "description": "a saved search id (/api/searches)"},
+            "query": {"type": "string", "maxLength": 1000, "description": "search language"},
+        },
+        "additionalProperties": False,
+    },
     "ReportDefinition": {
         "type": "object",
         "required": ["id", "name", "period", "recipients"],
@@ -164,7 +176,13 @@ SCHEMAS: dict[str, Any] = {
             "id": {"type": "integer"},
             "name": {"type": "string"},
             "task_id": {"type": ["integer", "null"]},
-            "scope": {"type": "string", "enum": ["task", "all"]},
+            "scope": {
+                "oneOf": [
+                    {"type": "string", "enum": ["task", "all"]},
+                    {"$ref": "#/components/schemas/SearchReference"},
+                ],
+                "description": "task (see task_id), all, or the search that narrows all tasks",
+            },
             "period": {"type": "string"},
             "recipients": {"type": "array", "items": {"type": "string"}},
         },

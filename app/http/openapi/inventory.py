@@ -92,7 +92,12 @@ OPERATIONS = {
     ("delete", "/api/searches/{search_id}"): operation(
         "searches",
         "Delete a saved search",
-        {"204": {"description": "deleted"}},
+        {
+            "204": {"description": "deleted"},
+            "409": json_response(
+                "in_use: an alert rule or report definition uses it", ref("Error")
+            ),
+        },
         parameters=[path_id("search_id")],
     ),
     ("post", "/api/exports"): operation(

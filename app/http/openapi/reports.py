@@ -17,7 +17,13 @@ from app.http.openapi.components import (
 _DEFINITION_FIELDS = {
     "name": {"type": "string"},
     "task_id": {"type": "integer"},
-    "scope": {"type": "string", "enum": ["all"]},
+    "scope": {
+        "oneOf": [{"type": "string", "enum": ["all"]}, ref("SearchReference")],
+        "description": (
+            'all your tasks, or {"search": id} / {"query": "…"}: all your tasks, the figures '
+            "counted over the current assets the search finds"
+        ),
+    },
     "period": {"type": "string", "enum": ["daily", "weekly", "on_demand"]},
     "recipients": {"type": "array", "items": {"type": "string", "format": "email"}},
     "template": {"type": "string"},
@@ -30,7 +36,8 @@ _REPORT = obj({"report": ref("Report")})
 OPERATIONS = {
     ("post", "/api/reports/definitions"): operation(
         "reports",
-        "Define a report: a task (or all your assets), a period, recipients",
+        "Define a report: a task (or all your assets, or those a search finds), a period, "
+        "recipients",
         {"201": json_response("created", _DEFINITION)},
         requestBody=body(
             {

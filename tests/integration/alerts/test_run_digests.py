@@ -244,7 +244,7 @@ def test_two_analysers_racing_on_a_run_make_one_digest_per_channel(api, settings
         # executions are normally claimed one after the other: the first is hidden while
         # the second is claimed.)
         workers = [
-            AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts))
+            AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts, store))
             for _ in range(2)
         ]
         first = workers[0].claim()

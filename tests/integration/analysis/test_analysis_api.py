@@ -37,7 +37,9 @@ def _run_workers(settings) -> None:
     store = PostgresStore(settings)
     try:
         drain(ProjectionWorker(settings, store))
-        worker = AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts))
+        worker = AnalysisWorker(
+            settings, store, on_change_set=change_set_hook(settings.alerts, store)
+        )
         while (work := worker.claim()) is not None:
             assert worker.run(work).result == "completed"
     finally:

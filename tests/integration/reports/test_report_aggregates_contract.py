@@ -19,8 +19,9 @@ from app.db import transaction
 from app.reports import records
 from app.reports.capture import AGGREGATE_TOP, capture, prepare_aggregates
 from app.search.elasticsearch_store import ElasticsearchStore
-from app.search.port import StorageScope
+from app.search.port import AssetQuery, StorageScope
 from app.search.postgres_store import PostgresStore
+from tests.integration.analysis.test_analysis_api import _run_workers
 from tests.support.es_target import EsTarget, drop_prefix, es_settings_for
 from tests.support.scanner_protocol import claim, make_task, now_iso, observation
 
@@ -158,3 +159,110 @@ def test_aggregates_of_an_execution_without_endpoints_are_empty_on_both(stores):
             "ports": [],
             "first_seen_hours": [],
         }
+
+
+def _copy_current_assets(postgres, elasticsearch, owner_id: int) -> int:
+    page = postgres.search_assets(
+        AssetQuery(scope="user", owner_id=owner_id, status="all", limit=500)
+    )
+    assert page.next_cursor is None
+    assert elasticsearch.publish_current(page.items, max_operations=50, max_bytes=1 << 22).ok
+    elasticsearch.refresh_current()
+    return len(page.items)
+
+
+def test_a_report_scoped_by_a_search_counts_what_the_search_finds_on_both_stores(
+    api, settings, stores
+):
+    postgres, elasticsearch = stores
+    user = api.user()
+    make_task(user, targets=("192.0.2.0/28",), ports="22,53,443,40001")
+    assert claim(api.scanner()).final(0, _observations()).status_code == 200
+    _run_workers(settings)  # the projection makes them current assets
+    assert _copy_current_assets(postgres, elasticsearch, user.id) == 14
+
+    saved = user.post(
+        "/api/searches", json={"name": "OpenSSH", "query": "port:22 product:OpenSSH"}
+    ).get_json()["search"]
+    expected = {
+        saved["id"]: {
+            "endpoints": 4,
+            "ips": 4,
+            "top_services": [{"name": "ssh", "count": 4}],
+            "top_ports": [{"port": 22, "transport": "tcp", "count": 4}],
+            "new_endpoints": 4,
+        },
+        "service:https OR port:40001": {
+            "endpoints": 6,
+            "ips": 4,
+            "top_services": [{"name": "https", "count": 4}, {"name": "unknown", "count": 2}],
+            "top_ports": [
+                {"port": 443, "transport": "tcp", "count": 4},
+                {"port": 40001, "transport": "tcp", "count": 2},
+            ],
+            "new_endpoints": 6,
+        },
+    }
+    for scope, figures in expected.items():
+        key = "search" if isinstance(scope, int) else "query"
+        made = user.post(
+            "/api/reports/definitions",
+            json={
+                "name": f"scoped {key}",
+                "scope": {key: scope},
+                "period": "on_demand",
+                "recipients": ["a@example.com"],
+            },
+        )
+        assert made.status_code == 201, made.get_json()
+        definition = made.get_json()["definition"]
+        assert definition["scope"] == {key: scope} and definition["task_id"] is None
+        assert user.post(f"/api/reports/definitions/{definition['id']}/run").status_code == 202
+        work = records.claim_next_job(lease_seconds=60)
+        captured = {}
+        for store in (postgres, elasticsearch):
+            snapshot = capture(work, store=store, wait_seconds=0)
+            captured[store.name] = {k: snapshot.statistics[k] for k in (*figures, "search")}
+            label = snapshot.scope_label
+        assert captured["elasticsearch"] == captured["postgres"]
+        found = captured["postgres"]
+        assert {k: found[k] for k in figures} == figures
+        query = saved["query"] if key == "search" else scope
+        assert found["search"]["query"] == query
+        assert label == ("Search OpenSSH" if key == "search" else f"Search {scope}")
+
+    # The report definition holds the saved search: it cannot be deleted meanwhile.
+    refused = user.delete(f"/api/searches/{saved['id']}")
+    assert refused.status_code == 409
+    assert refused.get_json()["error"]["code"] == "in_use"
+    assert "report definition" in refused.get_json()["error"]["message"]
+
+
+def test_report_scopes_are_checked_and_a_search_must_be_the_owners(api):
+    alice, bob = api.user(), api.user()
+    saved = alice.post("/api/searches", json={"name": "s", "query": "port:22"}).get_json()
+    saved_id = saved["search"]["id"]
+    body = {"name": "r", "period": "on_demand", "recipients": ["a@example.com"]}
+    for scope, status, code, field in (
+        ({"search": saved_id}, 404, "search_not_found", "scope.search"),  # bob's request
+        ({"search": saved_id, "query": "port:22"}, 400, "validation_failed", "scope.search"),
+        ({"query": "port:"}, 400, "invalid_query", "scope.query"),
+        ({"query": ""}, 400, "invalid_query", "scope.query"),
+        ({}, 400, "validation_failed", "scope"),
+        ({"task": 1}, 400, "unknown_field", None),
+        ("some", 400, "validation_failed", "scope"),
+    ):
+        answer = bob.post("/api/reports/definitions", json={**body, "scope": scope})
+        assert answer.status_code == status, (scope, answer.get_json())
+        error = answer.get_json()["error"]
+        assert error["code"] == code, (scope, error)
+        if field is not None:
+            assert error["details"]["field"] == field, (scope, error)
+    mine = alice.post("/api/reports/definitions", json={**body, "scope": {"search": saved_id}})
+    assert mine.status_code == 201, mine.get_json()
+    definition = mine.get_json()["definition"]
+    # A PATCH back to "all" releases the search, which may then be deleted.
+    patched = alice.patch(f"/api/reports/definitions/{definition['id']}", json={"scope": "all"})
+    assert patched.status_code == 200, patched.get_json()
+    assert patched.get_json()["definition"]["scope"] == "all"
+    assert alice.delete(f"/api/searches/{saved_id}").status_code == 204

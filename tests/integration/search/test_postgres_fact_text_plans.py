@@ -1,10 +1,12 @@
 """Text facts of the search language (``cert.issuer:``, ``title:`` …) on a realistic table.
 
-Migration 1100 keeps statistics on each text fact's expression. These tests plan the
-searches over thousands of analysed rows, with the planner free to choose: a common
-issuer is estimated near its real count (so a first page is read in page order, not
-the whole view read and sorted), and rare and common values answer exactly what the
-condition evaluated on its own answers.
+Migration 1100 keeps statistics on each text fact's expression; migration 1610 keys the
+certificate issuer and subject to their distinct values, with an index and statistics
+on the key. These tests plan the searches over thousands of analysed rows, with the
+planner free to choose: a common issuer is estimated near its real count (so a first
+page is read in page order, not the whole view read and sorted), a rare issuer or
+subject is read through its key's index (not by scanning every certificate), and rare
+and common values answer exactly what the condition evaluated on its own answers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sqlalchemy as sa
 
 from app import db
 from app.search.port import AssetQuery
-from app.search.postgres_queries import asset_search_statement
+from app.search.postgres_queries import looked_up_statement
 from app.search.query_language import parse_query
 from app.search.seed import seed_current_assets
 from tests.support.search_documents import at
@@ -73,8 +75,10 @@ def _query(text: str, scope: str, **extra: Any) -> AssetQuery:
 
 
 def _plan(query: AssetQuery) -> dict[str, Any]:
-    sql, params = asset_search_statement(query, text_ids=None)
     with db.transaction() as conn:
+        statement = looked_up_statement(conn, query)
+        assert statement is not None
+        sql, params = statement
         answer = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
     document = answer if isinstance(answer, list) else json.loads(answer)
     return document[0]["Plan"]
@@ -126,6 +130,32 @@ def test_a_common_issuer_is_estimated_near_its_count(postgres_store, certified, 
     found = _all(postgres_store, _query('cert.issuer:"Common CA"', scope))
     assert found == _without_indexes(scope, "details->'tls'->>'issuer' ILIKE '%Common CA%'")
     assert len(found) == common
+
+
+@pytest.mark.parametrize("scope", ["user", "global"])
+@pytest.mark.parametrize(
+    ("text", "index"),
+    [('cert.issuer:"Quokka Root"', "cert_issuer"), (f'cert.subject:"{RARE_HOST}"', "cert_subject")],
+)
+def test_a_rare_certificate_value_is_read_through_its_key_index(
+    postgres_store, certified, scope, text, index
+):
+    plan = _plan(_query(text, scope, limit=50))
+    used = {n.get("Index Name") for n in _nodes(plan)}
+    assert f"ix_search_assets_{scope}_{index}" in used, plan
+    found = _all(postgres_store, _query(text, scope))
+    value = "Quokka Root" if index == "cert_issuer" else RARE_HOST
+    key = "issuer" if index == "cert_issuer" else "subject_cn"
+    assert found == _without_indexes(scope, f"details->'tls'->>'{key}' ILIKE '%{value}%'")
+    assert (RARE_HOST, 443) in found
+
+
+def test_values_no_certificate_has_find_nothing_and_their_negation_everything(
+    postgres_store, certified
+):
+    assert _all(postgres_store, _query('cert.issuer:"Wombat"', "user")) == []
+    everything = _all(postgres_store, _query('-cert.subject:"Wombat"', "user"))
+    assert len(everything) == ENDPOINTS
 
 
 def test_titles_and_negations_answer_as_the_plain_condition(postgres_store, certified):

@@ -1,0 +1,29 @@
+"""The saved searches the console's rule and report forms offer, and a form's choice (a
+saved search or a query of its own) as the API's ``{"search": id}`` / ``{"query": …}``
+(app.saved_searches.references)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.saved_searches import service as saved_searches
+
+# How many of one's saved searches a form offers, oldest first.
+SEARCH_CHOICES = 200
+
+
+def saved_search_choices(owner_id: int) -> list[Any]:
+    """The user's saved searches a form offers as a filter or scope (by id)."""
+    rows, _more = saved_searches.list_searches(owner_id, limit=SEARCH_CHOICES, after_id=None)
+    return rows
+
+
+def search_reference(form: dict[str, str]) -> dict[str, Any] | None:
+    """A form's saved-search choice or query as the API's ``{"search"}``/``{"query"}``."""
+    chosen, query = form["search"].strip(), form["query"].strip()
+    if chosen:
+        # A value that is not a number is refused by the validation, naming the field.
+        return {"search": int(chosen) if chosen.isdecimal() and len(chosen) <= 19 else chosen}
+    if query:
+        return {"query": query}
+    return None
