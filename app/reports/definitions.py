@@ -274,15 +274,17 @@ def run_now(
                 sa.text("SELECT pg_advisory_xact_lock(hashtext('netmap-run-now'), :d)"),
                 {"d": definition_id % 2**31},
             )
+            # clock_timestamp(), not now(): this transaction may have started before the
+            # one it waited for on the lock, so now() can precede that report's created_at.
             elapsed = conn.execute(
                 sa.text(
-                    "SELECT extract(epoch FROM now() - max(created_at)) FROM reports "
+                    "SELECT extract(epoch FROM clock_timestamp() - max(created_at)) FROM reports "
                     "WHERE definition_id = :d AND period_kind = 'on_demand'"
                 ),
                 {"d": definition_id},
             ).scalar_one()
             if elapsed is not None and float(elapsed) < cooldown_seconds:
-                wait = math.ceil(cooldown_seconds - float(elapsed))
+                wait = math.ceil(cooldown_seconds - max(0.0, float(elapsed)))
                 raise TooManyQueued(
                     f"this definition was run {float(elapsed):.0f}s ago; run it again in "
                     f"{wait}s ([reports] run_now_cooldown_seconds)",
