@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-import sqlalchemy as sa
 
 from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
@@ -83,23 +82,12 @@ class _Scanner:
 def _measure_size(
     app, owner_id, token, size, samples, batch, fill_batch, latency_batches=(), postgres=None
 ) -> dict[str, Any]:
+    from app.bench.upload_http import create_executions
     from app.db import transaction
-    from app.scan_control.creation import create_task, validate_task_request
 
-    settings = app.extensions["netmap.settings"]
-    with transaction() as conn:
-        request = validate_task_request(
-            {"name": f"bench {size}", "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
-        )
-        task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
-        # The bench's synthetic addresses span 10.0.0.0/8 (more than a task may target);
-        # uploads must stay inside the execution's targets, so its one execution says so.
-        conn.execute(
-            sa.text(
-                "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) WHERE task_id = :t"
-            ),
-            {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
-        )
+    # The bench's synthetic addresses span 10.0.0.0/8 (more than a task may target);
+    # uploads must stay inside the execution's targets, so its one execution says so.
+    create_executions(owner_id, 1, app.extensions["netmap.settings"], f"bench {size}", ports="443")
     client = app.test_client()
     claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
     scanner = _Scanner(client, token, claimed.get_json()["execution"], f"bench-{size}")
