@@ -39,6 +39,7 @@ against N (matplotlib PNG). Progress on stderr.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -99,8 +100,20 @@ def observations(start: int, count: int, observed_at: str, now: datetime) -> lis
     return items
 
 
+def targets(start: int, count: int) -> list[str]:
+    """The CIDRs of exactly the addresses of endpoints ``start`` .. ``start + count - 1``
+    (whole hosts: both multiples of five). An execution's targets are the scope in
+    which its change analysis looks for endpoints gone; one covering every address
+    would find all the other executions' endpoints gone."""
+    first = ipaddress.IPv4Address(_address(start // 5))
+    last = ipaddress.IPv4Address(_address((start + count) // 5 - 1))
+    return [str(net) for net in ipaddress.summarize_address_range(first, last)]
+
+
 def parse_steps(text: str | None, endpoints: int) -> list[int]:
     """``1e6,3e6`` -> [1000000, 3000000], with ``endpoints`` as the last step."""
+    if endpoints % 5:
+        raise click.BadParameter("a multiple of 5 (whole hosts)", param_hint="--endpoints")
     steps = set()
     for part in (text or "").split(","):
         if not part.strip():
@@ -109,13 +122,32 @@ def parse_steps(text: str | None, endpoints: int) -> list[int]:
             value = float(part)
         except ValueError:
             raise click.BadParameter(f"{part!r} is not a number", param_hint="--steps") from None
-        if value != int(value) or not 1 <= value <= endpoints:
+        if value != int(value) or not 1 <= value <= endpoints or value % 5:
             raise click.BadParameter(
-                f"{part!r}: a whole number between 1 and --endpoints", param_hint="--steps"
+                f"{part!r}: a multiple of 5 (whole hosts) between 5 and --endpoints",
+                param_hint="--steps",
             )
         steps.add(int(value))
     steps.add(endpoints)
     return sorted(steps)
+
+
+def analysis_worker(settings, store):
+    """The runner's change-analysis worker, with the alert rules' hook as the runner has."""
+    from app.alerts.evaluate import change_set_hook
+    from app.analysis.worker import AnalysisWorker
+
+    return AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts))
+
+
+def analyse_queued(worker) -> float:
+    """Analyse every queued execution whose projection is ready; the seconds it took."""
+    started = time.perf_counter()
+    while (claim := worker.claim()) is not None:
+        outcome = worker.run(claim)
+        if outcome.result != "completed":
+            raise click.ClickException(f"analysis ended {outcome.result}")
+    return time.perf_counter() - started
 
 
 class _Grower:
@@ -123,17 +155,13 @@ class _Grower:
 
     def __init__(self, scratch, store, url: str, server_pid: int, owner_id: int, tokens):
         from app import create_app
-        from app.alerts.evaluate import change_set_hook
-        from app.analysis.worker import AnalysisWorker
         from app.db import get_engine
 
         self.scratch, self.settings, self.store = scratch, scratch.settings, store
         self.url, self.server_pid, self.owner_id = url, server_pid, owner_id
         self.fill_tokens, self.probe_token = tokens[:-1], tokens[-1]
         self.pgdata = scratch.directory / "pgdata"
-        self.analysis = AnalysisWorker(
-            self.settings, store, on_change_set=change_set_hook(self.settings.alerts)
-        )
+        self.analysis = analysis_worker(self.settings, store)
         self.app = create_app(self.settings, engine=get_engine(), modules="off")
         self.reader = self.app.test_client()
         login = self.reader.post(
@@ -155,10 +183,17 @@ class _Grower:
         from app.bench.upload_http import ScannerClient, create_executions
 
         clients_n = len(self.fill_tokens)
-        create_executions(self.owner_id, clients_n, self.settings, label, ports=PORT_SPEC)
-        clients = [ScannerClient(self.url, token) for token in self.fill_tokens]
-        shares = [count // clients_n + (n < count % clients_n) for n in range(clients_n)]
+        hosts = count // 5
+        shares = [(hosts // clients_n + (n < hosts % clients_n)) * 5 for n in range(clients_n)]
         starts = [self.endpoints + sum(shares[:n]) for n in range(clients_n)]
+        clients = []
+        # One execution at a time, claimed at once: each scanner uploads its own range.
+        for token, start, share in zip(self.fill_tokens, starts, shares, strict=True):
+            create_executions(
+                self.owner_id, 1, self.settings, label, ports=PORT_SPEC,
+                targets=targets(start, share),
+            )  # fmt: skip
+            clients.append(ScannerClient(self.url, token))
         progress = Progress(label, total=count, interval=5.0)
         lock = threading.Lock()
         finals: list[float] = []
@@ -223,13 +258,7 @@ class _Grower:
         return result
 
     def analyse_all(self) -> float:
-        """Analyse every queued execution; the seconds it took."""
-        started = time.perf_counter()
-        while (claim := self.analysis.claim()) is not None:
-            outcome = self.analysis.run(claim)
-            if outcome.result != "completed":
-                raise click.ClickException(f"analysis ended {outcome.result}")
-        return time.perf_counter() - started
+        return analyse_queued(self.analysis)
 
     # -- the probe -----------------------------------------------------------------------
 
@@ -240,8 +269,9 @@ class _Grower:
         from app.db import transaction
 
         [task_id] = create_executions(
-            self.owner_id, 1, self.settings, f"scale probe {self.endpoints}", ports=PORT_SPEC
-        )
+            self.owner_id, 1, self.settings, f"scale probe {self.endpoints}", ports=PORT_SPEC,
+            targets=targets(self.endpoints, count),
+        )  # fmt: skip
         client = ScannerClient(self.url, self.probe_token)
         bodies = [
             client.body(
@@ -331,21 +361,33 @@ _SIZES = """
      GROUP BY 1, 2
 """
 
+_ASSETS = """
+    SELECT count(*) AS total, count(*) FILTER (WHERE status = 'gone') AS gone
+      FROM search_assets_user WHERE owner_id = :o
+"""
+
 _AUTOVACUUM = """
     SELECT relname, n_live_tup, n_dead_tup, n_mod_since_analyze
       FROM pg_stat_user_tables WHERE schemaname = 'public'
 """
 
 
-def database_sizes(conn, endpoints: int) -> dict[str, Any]:
-    """Bytes per million endpoints of each table (with its TOAST) and each index, the
-    monthly partitions summed into their parent; relations under 64 KiB left out."""
-    per_million = 1e6 / endpoints
+def relation_bytes(conn) -> tuple[dict[str, int], dict[str, int]]:
+    """Bytes of each table (with its TOAST) and of each index, the monthly partitions
+    summed into their parent; relations under 64 KiB left out: (tables, indexes)."""
     tables: dict[str, int] = {}
     indexes: dict[str, int] = {}
     for row in conn.execute(sa.text(_SIZES)):
         if int(row.bytes) >= 65536:
-            (indexes if row.is_index else tables)[row.name] = round(int(row.bytes) * per_million)
+            (indexes if row.is_index else tables)[row.name] = int(row.bytes)
+    return tables, indexes
+
+
+def database_sizes(conn, endpoints: int) -> dict[str, Any]:
+    """The database's bytes, and per million endpoints by table and by index."""
+    per_million = 1e6 / endpoints
+    found = relation_bytes(conn)
+    tables, indexes = ({k: round(v * per_million) for k, v in f.items()} for f in found)
     total = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
     return {
         "database_bytes": int(total),
@@ -456,8 +498,10 @@ def command(
     from app.search import open_store
 
     sizes = parse_steps(steps, endpoints)
-    if probe > sizes[0]:
-        raise click.BadParameter("at most the smallest step", param_hint="--probe")
+    if probe > sizes[0] or probe % 5:
+        raise click.BadParameter(
+            "a multiple of 5 (whole hosts), at most the smallest step", param_hint="--probe"
+        )
     overrides: dict[str, dict[str, object]] = {
         "ingest": {"max_observations_per_batch": BATCH},
         "analysis": {"lease_seconds": 600, "heartbeat_seconds": 30},
@@ -482,12 +526,9 @@ def command(
                 step.update(grower.probe(probe, repeats, captures))
                 step.update(grower.search(repeats))
                 with transaction() as conn:
-                    step["assets"] = int(
-                        conn.execute(
-                            sa.text("SELECT count(*) FROM search_assets_user WHERE owner_id = :o"),
-                            {"o": owner.id},
-                        ).scalar_one()
-                    )
+                    assets = conn.execute(sa.text(_ASSETS), {"o": owner.id}).one()
+                    # Every endpoint current and open: no run found another's endpoints gone.
+                    step["assets"], step["assets_gone"] = int(assets.total), int(assets.gone)
                     step["autovacuum"] = autovacuum_backlog(conn)
                     step.update(database_sizes(conn, size))
                 step.update(grower.rss())

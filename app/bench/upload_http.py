@@ -116,10 +116,18 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
 
 
 def create_executions(
-    owner_id: int, count: int, settings, name: str, *, ports: str = "443-700"
+    owner_id: int,
+    count: int,
+    settings,
+    name: str,
+    *,
+    ports: str = "443-700",
+    targets: list[str] | None = None,
 ) -> list[int]:
     """``count`` tasks of one queued execution each, named ``name`` and a number, whose
-    execution may upload any address of 10.0.0.0/8 on ``ports``; returns the task ids."""
+    execution may upload any address of ``targets`` (default 10.0.0.0/8, more than a
+    task may name) on ``ports``; returns the task ids. The targets are also the scope
+    in which the change analysis looks for endpoints gone."""
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
 
@@ -135,7 +143,7 @@ def create_executions(
                     "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
                     "WHERE task_id = :t"
                 ),
-                {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
+                {"t": task_id, "targets": json.dumps(targets or ["10.0.0.0/8"])},
             )
             task_ids.append(task_id)
     return task_ids

@@ -37,7 +37,7 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
     assert [step["endpoints"] for step in steps] == [2000, 4000]
     for step in steps:
         # The database holds exactly the step's endpoints, all of them current assets.
-        assert step["assets"] == step["endpoints"]
+        assert step["assets"] == step["endpoints"] and step["assets_gone"] == 0
         assert step["fill"]["endpoints"] == 1000  # the step less the probe and what was there
         for key in PROBE_MEASURES:
             assert step[key] > 0, key
@@ -70,12 +70,20 @@ def test_steps_parse_counts_and_end_at_endpoints():
     assert parse_steps("4000,2000", 4000) == [2000, 4000]
 
 
-@pytest.mark.parametrize("steps", ["2e6", "1.5", "zero", "0"])
+@pytest.mark.parametrize("steps", ["2e6", "1.5", "zero", "0", "1001"])
 def test_steps_outside_endpoints_or_not_counts_are_refused(steps):
     import click
 
     with pytest.raises(click.BadParameter):
         parse_steps(steps, 1_000_000)
+
+
+def test_targets_are_exactly_the_hosts_of_a_range():
+    from app.bench.scale import targets
+
+    assert targets(0, 5) == ["10.0.0.0/32"]
+    assert targets(5, 15) == ["10.0.0.1/32", "10.0.0.2/31"]
+    assert targets(0, 5 * 512) == ["10.0.0.0/23"]
 
 
 def test_bad_steps_answer_a_usage_error_not_a_traceback():
