@@ -370,6 +370,8 @@ _AUTOVACUUM = """
     SELECT relname, n_live_tup, n_dead_tup, n_mod_since_analyze
       FROM pg_stat_user_tables WHERE schemaname = 'public'
 """
+# A table of a few rows (alembic_version) is "all dead" after one update: not a backlog.
+_BACKLOG_MIN_ROWS = 1000
 
 
 def relation_bytes(conn) -> tuple[dict[str, int], dict[str, int]]:
@@ -399,10 +401,12 @@ def database_sizes(conn, endpoints: int) -> dict[str, Any]:
 
 def autovacuum_backlog(conn) -> dict[str, Any]:
     """What autovacuum has not caught up with yet: dead rows, rows changed since the last
-    analyze, the table worst off, and the autovacuum workers running now."""
+    analyze, the table worst off (of those with at least ``_BACKLOG_MIN_ROWS`` rows),
+    and the autovacuum workers running now."""
     conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
     rows = conn.execute(sa.text(_AUTOVACUUM)).all()
-    worst = max(rows, key=lambda r: r.n_dead_tup / max(r.n_live_tup + r.n_dead_tup, 1))
+    sizable = [r for r in rows if r.n_live_tup + r.n_dead_tup >= _BACKLOG_MIN_ROWS] or rows
+    worst = max(sizable, key=lambda r: r.n_dead_tup / max(r.n_live_tup + r.n_dead_tup, 1))
     workers = conn.execute(
         sa.text("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
     ).scalar_one()
