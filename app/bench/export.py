@@ -255,6 +255,21 @@ def _delete_throughput(
     return measured
 
 
+def _result_of(child: Any, results: Any) -> dict[str, Any]:
+    """The child's result; a child that ends without one (it failed to start, or died)
+    is an error, not a wait for ever."""
+    import queue
+
+    while True:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                raise click.ClickException(
+                    f"the export build process ended with status {child.exitcode} and no result"
+                ) from None
+
+
 def measure_build(
     settings: Settings,
     fmt: str,
@@ -276,7 +291,7 @@ def measure_build(
     child = spawn.Process(target=_build_in_child, args=(settings, export_id, queue))
     database_before = server_cpu_seconds(pgdata) if pgdata else 0.0
     child.start()
-    measured = queue.get()
+    measured = _result_of(child, queue)
     child.join()
     # Includes the claim and the child's connecting: a few milliseconds.
     database_cpu = server_cpu_seconds(pgdata) - database_before if pgdata else None
