@@ -21,9 +21,11 @@ operations whose cost must not depend on the database's size:
 * ``search`` and ``facets``: ``bench search``'s representative queries over all assets;
 
 and the state at that size: database bytes per million endpoints by table and by index
-(partitions summed into their parent), autovacuum's backlog (dead and not yet analysed
-rows, workers running), the web server's RSS (its process tree) and this process's RSS,
-which runs the runner's projection and analysis work. The fill itself reports its rate
+(partitions summed into their parent), autovacuum's backlog right after the fill (dead
+and not yet analysed rows, workers running; then the bench runs ``ANALYZE``, as
+autovacuum would soon, so every step is measured with fresh statistics), the web
+server's RSS (its process tree) and this process's RSS, which runs the runner's
+projection and analysis work. The fill itself reports its rate
 and the CPU the web server and PostgreSQL spent per thousand observations.
 
 The observations (``observations`` below) spread five services over each address so
@@ -421,6 +423,13 @@ def autovacuum_backlog(conn) -> dict[str, Any]:
     }
 
 
+def analyze() -> None:
+    from app.db import get_engine
+
+    with get_engine().connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("ANALYZE"))
+
+
 def flat_measures(step: dict[str, Any], prefix: str = "") -> dict[str, float]:
     """The step's latencies and rates (keys ending ``_ms`` / ``_per_s``), nested keys
     joined with dots."""
@@ -527,13 +536,20 @@ def command(
                 grow = size - probe - grower.endpoints
                 if grow > 0:
                     step["fill"] = grower.fill(grow, f"fill {size}")
+                with transaction() as conn:
+                    step["autovacuum"] = autovacuum_backlog(conn)
+                # What autovacuum gives within a minute or so of a bulk load (its backlog
+                # right after the fill is reported above): fresh statistics, so every
+                # step's plans are the steady state's, not a moment's.
+                started = time.perf_counter()
+                analyze()
+                step["analyze_ms"] = round((time.perf_counter() - started) * 1000, 1)
                 step.update(grower.probe(probe, repeats, captures))
                 step.update(grower.search(repeats))
                 with transaction() as conn:
                     assets = conn.execute(sa.text(_ASSETS), {"o": owner.id}).one()
                     # Every endpoint current and open: no run found another's endpoints gone.
                     step["assets"], step["assets_gone"] = int(assets.total), int(assets.gone)
-                    step["autovacuum"] = autovacuum_backlog(conn)
                     step.update(database_sizes(conn, size))
                 step.update(grower.rss())
                 step["load_average_1m"] = round(os.getloadavg()[0], 2)
