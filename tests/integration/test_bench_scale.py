@@ -22,6 +22,14 @@ PROBE_MEASURES = (
     "results_page_p95_ms",
     "search_max_p95_ms",
     "facets_max_p95_ms",
+    "upload_500_cpu_ms",
+    "final_cpu_ms",
+    "projection_cpu_ms_per_1k",
+    "analysis_cpu_ms",
+    "export_cpu_ms_per_1k_rows",
+    "report_capture_cpu_ms",
+    "results_page_cpu_ms",
+    "search_cpu_ms",
 )
 
 
