@@ -487,10 +487,12 @@ def plot(steps: list[dict[str, Any]], path: Path) -> None:
     measures = [flat_measures(step) for step in steps]
     names = sorted({name for m in measures for name in m})
     figure, (latency, rate, disk) = pyplot.subplots(3, 1, figsize=(11, 15))
-    for name in names:
+    # Ten colours repeat: the line style tells the lines of one colour apart.
+    styles = ("-", "--", ":", "-.")
+    for n, name in enumerate(names):
         values = [m.get(name, float("nan")) for m in measures]
         axis = latency if name.endswith("_ms") else rate
-        axis.plot(sizes, values, marker="o", label=name)
+        axis.plot(sizes, values, marker="o", linestyle=styles[n // 10 % 4], label=name)
     for table in steps[-1]["table_bytes_per_million_endpoints"]:
         values = [s["table_bytes_per_million_endpoints"].get(table, 0) / 2**20 for s in steps]
         disk.plot(sizes, values, marker="o", label=table)
