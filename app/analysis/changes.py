@@ -129,12 +129,21 @@ def _analysis_sql(sightings_sql: str) -> str:
          WHERE :check_absence
     ),
     scoped AS (
+        -- One range of the primary key (owner_id, ip, …) per target network. As a plain
+        -- join the planner cannot see how narrow the ranges are (their bounds come from
+        -- the networks) and read the whole table once instead: linear in the owner's
+        -- endpoints, 1.6 s at a million for a 10,000-endpoint run. OFFSET 0 keeps the
+        -- subquery from being flattened back into that join.
         SELECT a.*
           FROM scope c
-          JOIN analysis_assets a
-            ON a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi AND a.ip <<= c.net
-         WHERE a.port <@ CAST(:ports AS int4multirange)
-           AND a.transport = ANY(CAST(:transports AS text[]))
+          CROSS JOIN LATERAL (
+              SELECT * FROM analysis_assets a
+               WHERE a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi
+                 AND a.ip <<= c.net
+                 AND a.port <@ CAST(:ports AS int4multirange)
+                 AND a.transport = ANY(CAST(:transports AS text[]))
+              OFFSET 0
+          ) a
     ),
     compared AS MATERIALIZED (
         SELECT s.ip AS s_ip, s.port AS s_port, s.transport AS s_transport, {s_values},

@@ -255,6 +255,70 @@ def _delete_throughput(
     return measured
 
 
+def _result_of(child: Any, results: Any) -> dict[str, Any]:
+    """The child's result; a child that ends without one (it failed to start, or died)
+    is an error, not a wait for ever."""
+    import queue
+
+    while True:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                raise click.ClickException(
+                    f"the export build process ended with status {child.exitcode} and no result"
+                ) from None
+
+
+def measure_build(
+    settings: Settings,
+    fmt: str,
+    task_id: int,
+    execution_ids: list[int],
+    pgdata: Path | None,
+    *,
+    remove: bool = True,
+) -> dict[str, Any]:
+    """Queue one export of ``execution_ids`` and build it with the runner's code in a
+    freshly spawned process: rows, bytes, rates, CPU and the builder's RSS growth.
+    ``remove``: delete the built object afterwards (room for the next build and the disk)."""
+    from app.object_store import open_object_store
+
+    export_id = _queue_export(fmt, task_id, execution_ids)
+    print(f"[build {fmt}] export {export_id} …", file=sys.stderr, flush=True)
+    spawn = multiprocessing.get_context("spawn")
+    queue = spawn.Queue()
+    child = spawn.Process(target=_build_in_child, args=(settings, export_id, queue))
+    database_before = server_cpu_seconds(pgdata) if pgdata else 0.0
+    child.start()
+    measured = _result_of(child, queue)
+    child.join()
+    # Includes the claim and the child's connecting: a few milliseconds.
+    database_cpu = server_cpu_seconds(pgdata) - database_before if pgdata else None
+    if measured["result"] != "ready":
+        raise click.ClickException(f"export build {fmt} ended {measured}")
+    seconds = measured["seconds"]
+    if remove:
+        objects = open_object_store(settings)
+        objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
+        objects.close()
+    return {
+        "rows": measured["rows"],
+        "bytes": measured["bytes"],
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(measured["rows"] / seconds, 1),
+        "mb_per_s": round(measured["bytes"] / seconds / 1e6, 2),
+        # This process's own CPU time (the database's is not in it): less sensitive to
+        # other load on a shared machine than the wall-clock rate.
+        "cpu_seconds": round(measured["cpu_seconds"], 2),
+        "rows_per_cpu_s": round(measured["rows"] / max(measured["cpu_seconds"], 1e-9), 1),
+        # The database server's CPU time during the build (it writes the export text).
+        "database_cpu_seconds": None if database_cpu is None else round(database_cpu, 2),
+        "rss_growth_mib": round(measured["rss_growth_mib"], 1),
+        "rss_baseline_mib": round(measured["rss_baseline_mib"], 1),
+    }
+
+
 def run_benchmark(
     settings: Settings,
     *,
@@ -286,39 +350,9 @@ def run_benchmark(
         ).scalar_one()
         conn.execute(sa.text("ANALYZE search_execution_endpoints"))
     builds: dict[str, Any] = {}
-    spawn = multiprocessing.get_context("spawn")
     for fmt in formats:
-        export_id = _queue_export(fmt, task_id, execution_ids)
-        print(f"[build {fmt}] {endpoints} endpoints …", file=sys.stderr, flush=True)
-        queue = spawn.Queue()
-        child = spawn.Process(target=_build_in_child, args=(settings, export_id, queue))
-        database_before = server_cpu_seconds(pgdata) if pgdata else 0.0
-        child.start()
-        measured = queue.get()
-        child.join()
-        # Includes the claim and the child's connecting: a few milliseconds.
-        database_cpu = server_cpu_seconds(pgdata) - database_before if pgdata else None
-        if measured["result"] != "ready":
-            raise click.ClickException(f"export build {fmt} ended {measured}")
-        seconds = measured["seconds"]
-        builds[fmt] = {
-            "rows": measured["rows"],
-            "bytes": measured["bytes"],
-            "seconds": round(seconds, 3),
-            "rows_per_s": round(measured["rows"] / seconds, 1),
-            "mb_per_s": round(measured["bytes"] / seconds / 1e6, 2),
-            # This process's own CPU time (the database's is not in it): less sensitive to
-            # other load on a shared machine than the wall-clock rate.
-            "cpu_seconds": round(measured["cpu_seconds"], 2),
-            "rows_per_cpu_s": round(measured["rows"] / max(measured["cpu_seconds"], 1e-9), 1),
-            # The database server's CPU time during the build (it writes the export text).
-            "database_cpu_seconds": None if database_cpu is None else round(database_cpu, 2),
-            "rss_growth_mib": round(measured["rss_growth_mib"], 1),
-            "rss_baseline_mib": round(measured["rss_baseline_mib"], 1),
-        }
+        builds[fmt] = measure_build(settings, fmt, task_id, execution_ids, pgdata)
         print(f"[build {fmt}] {builds[fmt]}", file=sys.stderr, flush=True)
-        # Make room for the next build's measurements (and the disk).
-        objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
     deletes = _delete_throughput(settings, delete_objects_count, delete_repeats, store_server_pid)
     objects.close()
     return {

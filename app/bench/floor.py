@@ -145,10 +145,10 @@ def command(observations: int, batch: int, repeats: int) -> None:
         with transaction() as conn:
             owner = create_user(conn, "bench", secrets.token_urlsafe(24), is_admin=True)
             token = create_scanner(conn, "bench-floor")[1]
-        upload_http._executions(owner.id, 1, scratch.settings, observations)
+        upload_http.create_executions(owner.id, 1, scratch.settings, f"bench http {observations}")
         server, url, _, _ = upload_http.start_server(scratch, None, "", batch)
         try:
-            client = upload_http._Client(url, token)
+            client = upload_http.ScannerClient(url, token)
             observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
             bodies = [
                 client.body(make_observations(start, min(batch, observations - start), observed_at))

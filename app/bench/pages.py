@@ -128,7 +128,7 @@ def _next_link(html: str) -> str | None:
     return html_module.unescape(found.group(1)) if found else None
 
 
-def _timed(client, path: str, repeats: int) -> tuple[list[float], list[float], Any]:
+def timed_gets(client, path: str, repeats: int) -> tuple[list[float], list[float], Any]:
     """Wall and process-CPU seconds of ``repeats`` GETs of ``path`` (after one that warms
     the template cache and the page's index pages), and the last response."""
     samples: list[float] = []
@@ -223,7 +223,7 @@ def command(assets: int, results: int, repeats: int) -> None:
                 pages[name] = following
         timings: dict[str, dict[str, float]] = {}
         for name, path in pages.items():
-            samples, _cpu, _response = _timed(client, path, repeats)
+            samples, _cpu, _response = timed_gets(client, path, repeats)
             timings[name] = summary_ms(samples)
             print(f"[pages] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
         # The JSON pages scanners' users and scripts read, at their largest page: wall
@@ -235,7 +235,7 @@ def command(assets: int, results: int, repeats: int) -> None:
         }
         api: dict[str, dict[str, float]] = {}
         for name, path in api_pages.items():
-            samples, cpu, response = _timed(client, path, repeats)
+            samples, cpu, response = timed_gets(client, path, repeats)
             api[name] = {
                 **summary_ms(samples),
                 "cpu_p50_ms": summary_ms(cpu)["p50_ms"],

@@ -197,7 +197,7 @@ def _queue(execution_ids: list[int]) -> None:
             )
 
 
-def _drain(
+def drain(
     settings: Settings,
     store: SearchStore,
     workers: int,
@@ -300,7 +300,7 @@ def run_benchmark(
     execution_ids = _seed(store, endpoints, executions, BASE_TIME, facts)
     _queue(execution_ids)
     settle_heap()  # as a runner worker does once booted (jobs.runner.worker_main)
-    first = _drain(settings, store, workers, endpoints, "publish", pgdata)
+    first = drain(settings, store, workers, endpoints, "publish", pgdata)
     es = settings.elasticsearch
     result: dict[str, Any] = {
         "benchmark": "projection",
@@ -323,7 +323,7 @@ def run_benchmark(
     if republish:
         later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1), facts)
         _queue(later)
-        again = _drain(settings, store, workers, endpoints, "republish", pgdata)
+        again = drain(settings, store, workers, endpoints, "republish", pgdata)
         result["republish"] = again
         result["republish_endpoints_per_s"] = again["endpoints_per_s"]
     return result

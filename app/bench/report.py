@@ -138,6 +138,54 @@ def _reports_through(
     return {"reports": made, "reports_per_minute": round(made / seconds * 60, 1)}
 
 
+def insert_definition(conn: Any, owner_id: int, task_id: int) -> Any:
+    """An on-demand report definition of one task with two recipients (id, owner_id,
+    task_id), in the caller's transaction."""
+    import sqlalchemy as sa
+
+    return conn.execute(
+        sa.text(
+            "INSERT INTO report_definitions (owner_id, name, task_id, period, recipients, "
+            "template) VALUES (:o, 'bench', :t, 'on_demand', "
+            "ARRAY['a@example.com', 'b@example.com'], 'default') "
+            "RETURNING id, owner_id, task_id"
+        ),
+        {"o": owner_id, "t": task_id},
+    ).one()
+
+
+def time_captures(search: Any, definition: Any, captures: int) -> tuple[float, list[float]]:
+    """Queue and claim one report of ``definition``, prepare its aggregates (timed once),
+    then time ``captures`` capture transactions of it; the job is left done, so the
+    report pipeline does not pick it up. Returns (aggregate seconds, capture seconds)."""
+    import sqlalchemy as sa
+
+    from app.db import transaction
+    from app.reports import records
+    from app.reports.capture import capture, prepare_aggregates
+
+    with transaction() as conn:
+        records.create_on_demand_report(conn, definition)
+    work = records.claim_next_job(lease_seconds=600)
+    started = time.perf_counter()
+    prepare_aggregates(work.report_id, search)
+    aggregate_seconds = time.perf_counter() - started
+    holds = []
+    for _ in range(captures):
+        started = time.perf_counter()
+        capture(work, store=search, wait_seconds=0)
+        holds.append(time.perf_counter() - started)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE report_jobs SET status = 'done', claim_token = NULL, "
+                "lease_expires_at = NULL WHERE report_id = :id"
+            ),
+            {"id": work.report_id},
+        )
+    return aggregate_seconds, holds
+
+
 def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -> dict[str, Any]:
     import sqlalchemy as sa
 
@@ -146,7 +194,6 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
     from app.db import transaction
     from app.object_store import open_object_store
     from app.reports import records
-    from app.reports.capture import capture, prepare_aggregates
     from app.reports.delivery import claim_next_delivery, deliver
     from app.search import open_store
 
@@ -166,37 +213,13 @@ def _one_size(settings: Settings, endpoints: int, captures: int, reports: int) -
             sa.text("UPDATE scan_executions SET endpoint_count = :n WHERE id = :e"),
             {"n": endpoints, "e": execution_ids[0]},
         )
-        definition = conn.execute(
-            sa.text(
-                "INSERT INTO report_definitions (owner_id, name, task_id, period, recipients, "
-                "template) VALUES (:o, 'bench', :t, 'on_demand', "
-                "ARRAY['a@example.com', 'b@example.com'], 'default') "
-                "RETURNING id, owner_id, task_id"
-            ),
-            {"o": task.owner_id, "t": task.id},
-        ).one()
+        definition = insert_definition(conn, task.owner_id, task.id)
 
     def queue_one() -> None:
         with transaction() as conn:
             records.create_on_demand_report(conn, definition)
 
-    queue_one()
-    work = records.claim_next_job(lease_seconds=600)
-    started = time.perf_counter()
-    prepare_aggregates(work.report_id, search)
-    aggregate_seconds = time.perf_counter() - started
-    holds = []
-    for _ in range(captures):
-        started = time.perf_counter()
-        capture(work, store=search, wait_seconds=0)
-        holds.append(time.perf_counter() - started)
-    with transaction() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE report_jobs SET status = 'done', claim_token = NULL, "
-                "lease_expires_at = NULL"
-            )
-        )
+    aggregate_seconds, holds = time_captures(search, definition, captures)
     print(f"[{endpoints}] capture {summary_ms(holds)}", file=sys.stderr, flush=True)
 
     store = open_object_store(settings)

@@ -48,6 +48,32 @@ _CERTIFICATES = """
 """
 
 
+def time_queries(
+    store, owner_id: int, repeats: int, now: datetime
+) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """Each of ``QUERIES`` (a 50-row first page) and ``FACETS`` ``repeats`` times over the
+    owner's current assets through the store: (timings by name, rows or sampled by name)."""
+    from app.search.port import AssetQuery
+    from app.search.query_language import parse_query
+
+    timings: dict[str, dict[str, float]] = {}
+    found: dict[str, int] = {}
+    for name, text in {**QUERIES, **FACETS}.items():
+        node = parse_query(text, now=now).node
+        query = AssetQuery(scope="user", owner_id=owner_id, where=node, limit=50)
+        samples = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            if name in FACETS:
+                found[name] = store.asset_facets(query, size=10, sample=10_000).sampled
+            else:
+                found[name] = len(store.search_assets(query).items)
+            samples.append(time.perf_counter() - begin)
+        timings[name] = summary_ms(samples)
+        print(f"[search] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
+    return timings, found
+
+
 @click.command("search")
 @click.option("--assets", default=100_000, show_default=True, help="current assets of the user")
 @click.option("--repeats", default=10, show_default=True, help="runs per query")
@@ -62,8 +88,6 @@ def command(assets: int, repeats: int) -> None:
     from app.http import context
     from app.identity.users import create_user
     from app.scan_control.creation import create_task, validate_task_request
-    from app.search.port import AssetQuery
-    from app.search.query_language import parse_query
 
     if not 1 <= assets <= 5_000_000:
         raise click.BadParameter("between 1 and 5,000,000", param_hint="--assets")
@@ -94,22 +118,7 @@ def command(assets: int, repeats: int) -> None:
             conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM ANALYZE"))
         seeded_seconds = time.monotonic() - started
         now = datetime.now(UTC)
-        timings: dict[str, dict[str, float]] = {}
-        found: dict[str, int] = {}
-        for name, text in {**QUERIES, **FACETS}.items():
-            node = parse_query(text, now=now).node
-            query = AssetQuery(scope="user", owner_id=user.id, where=node, limit=50)
-            samples = []
-            for _ in range(repeats):
-                begin = time.perf_counter()
-                if name in FACETS:
-                    result = store.asset_facets(query, size=10, sample=10_000)
-                    found[name] = result.sampled
-                else:
-                    found[name] = len(store.search_assets(query).items)
-                samples.append(time.perf_counter() - begin)
-            timings[name] = summary_ms(samples)
-            print(f"[search] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
+        timings, found = time_queries(store, user.id, repeats, now)
         worst = max(t["p95_ms"] for t in timings.values())
         print(
             json.dumps(

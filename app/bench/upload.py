@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-import sqlalchemy as sa
 
 from app.bench.counts import execution_counts
 from app.bench.cpu import postmaster_pid, tree_cpu_seconds
@@ -85,23 +84,13 @@ class UploadScanner:
 def claimed_bench_task(app, owner_id: int, token: str, name: str) -> UploadScanner:
     """A task of ``owner_id`` for the synthetic observations (``upload_data``), its one
     execution claimed by the scanner of ``token``."""
-    from app.db import transaction
-    from app.scan_control.creation import create_task, validate_task_request
+    from app.bench.upload_http import create_executions
 
-    settings = app.extensions["netmap.settings"]
-    with transaction() as conn:
-        request = validate_task_request(
-            {"name": name, "targets": ["10.0.0.1"], "ports": "443"}, settings.scan
-        )
-        task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
-        # The bench's synthetic addresses span 10.0.0.0/8 (more than a task may target);
-        # uploads must stay inside the execution's targets, so its one execution says so.
-        conn.execute(
-            sa.text(
-                "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) WHERE task_id = :t"
-            ),
-            {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
-        )
+    # The bench's synthetic addresses span 10.0.0.0/8 (more than a task may target);
+    # uploads must stay inside the execution's targets, so its one execution says so.
+    (task_id,) = create_executions(
+        owner_id, 1, app.extensions["netmap.settings"], name, ports="443"
+    )
     client = app.test_client()
     claimed = client.post("/api/scanner/claim", headers={"Authorization": f"Bearer {token}"})
     execution = claimed.get_json()["execution"]

@@ -37,7 +37,7 @@ from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
 
 
-class _Client:
+class ScannerClient:
     """One scanner: its token, its claimed execution, its pre-encoded batches."""
 
     def __init__(self, url: str, token: str):
@@ -115,16 +115,27 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     return server, url, configured.web_workers, configured.web_threads
 
 
-def _executions(owner_id: int, count: int, settings, size: int) -> None:
-    """``count`` pending executions whose targets cover the bench's addresses."""
+def create_executions(
+    owner_id: int,
+    count: int,
+    settings,
+    name: str,
+    *,
+    ports: str = "443-700",
+    targets: list[str] | None = None,
+) -> list[int]:
+    """``count`` tasks of one queued execution each, named ``name`` and a number, whose
+    execution may upload any address of ``targets`` (default 10.0.0.0/8, more than a
+    task may name) on ``ports``; returns the task ids. The targets are also the scope
+    in which the change analysis looks for endpoints gone."""
     from app.db import transaction
     from app.scan_control.creation import create_task, validate_task_request
 
+    task_ids = []
     with transaction() as conn:
         for n in range(count):
             request = validate_task_request(
-                {"name": f"bench http {size} {n}", "targets": ["10.0.0.1"], "ports": "443-700"},
-                settings.scan,
+                {"name": f"{name} {n}", "targets": ["10.0.0.1"], "ports": ports}, settings.scan
             )
             task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
             conn.execute(
@@ -132,8 +143,10 @@ def _executions(owner_id: int, count: int, settings, size: int) -> None:
                     "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
                     "WHERE task_id = :t"
                 ),
-                {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
+                {"t": task_id, "targets": json.dumps(targets or ["10.0.0.0/8"])},
             )
+            task_ids.append(task_id)
+    return task_ids
 
 
 def measure_http(
@@ -150,8 +163,8 @@ def measure_http(
 ) -> dict[str, Any]:
     from app.db import transaction
 
-    _executions(owner_id, len(tokens), scratch.settings, size)
-    clients = [_Client(url, token) for token in tokens]
+    create_executions(owner_id, len(tokens), scratch.settings, f"bench http {size}")
+    clients = [ScannerClient(url, token) for token in tokens]
     observed_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
     # Each client its own addresses: every observation of the run is a distinct endpoint.
     span = size + samples * sum(latency_sizes)
