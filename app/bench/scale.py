@@ -140,7 +140,7 @@ def analysis_worker(settings, store):
     from app.alerts.evaluate import change_set_hook
     from app.analysis.worker import AnalysisWorker
 
-    return AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts))
+    return AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts, store))
 
 
 def analyse_queued(worker) -> float:
