@@ -9,13 +9,12 @@ Everything a caller needs is importable from ``app.config``.
 from app.config.checks import DOMAIN_NAME
 from app.config.loading import (
     CONFIG_ENV,
-    allowed_text,
     check_settings,
     load_settings,
     redacted_snapshot,
     secret_values,
 )
-from app.config.problems import ConfigCheck, ConfigError, ConfigProblem, is_secret_key
+from app.config.problems import ConfigCheck, ConfigError, ConfigProblem
 from app.config.sections import (
     SECTIONS,
     AgentSettings,
@@ -78,9 +77,7 @@ __all__ = [
     "Settings",
     "SmtpSettings",
     "TrafficSettings",
-    "allowed_text",
     "check_settings",
-    "is_secret_key",
     "load_settings",
     "normalise_platform_database_url",
     "redacted_snapshot",

@@ -23,7 +23,7 @@ from pydantic_settings import TomlConfigSettingsSource
 
 from app.config.checks import cross_checks
 from app.config.problems import ConfigCheck, ConfigError, ConfigProblem
-from app.config.sections import SECTIONS, Section, Settings
+from app.config.sections import SECTIONS, Section, Settings, is_secret
 from app.config.sources import NetmapEnvSource, PlatformEnvSource
 
 CONFIG_ENV = "NETMAP_CONFIG"
@@ -184,13 +184,13 @@ def load_settings(
     if platform.found:
         sources.append("platform")
 
-    settings = Settings()
+    settings: Settings | None = None
     try:
         settings = Settings(**merged, config_path=str(Path(path).resolve()) if path else None)
     except ValidationError as exc:
         errors.extend(_problems(exc, merged, value_sources))
     warnings: list[ConfigProblem] = []
-    if not errors:
+    if settings is not None and not errors:
         errors, warnings = cross_checks(settings)
     check = ConfigCheck(
         errors=tuple(errors),
@@ -198,7 +198,7 @@ def load_settings(
         sources=tuple(sources),
         value_sources=value_sources,
     )
-    if errors:
+    if errors or settings is None:
         raise ConfigError(check)
     return settings, check
 
@@ -213,10 +213,8 @@ def _fields(settings: Settings) -> Iterator[tuple[str, str, Any, bool]]:
     """(section, key, value, secret) for every setting."""
     for section_name in SECTIONS:
         section: Section = getattr(settings, section_name)
-        for key, info in type(section).model_fields.items():
-            extra = info.json_schema_extra
-            secret = bool(isinstance(extra, dict) and extra.get("secret"))
-            yield section_name, key, getattr(section, key), secret
+        for key in type(section).model_fields:
+            yield section_name, key, getattr(section, key), is_secret(type(section), key)
 
 
 def redacted_snapshot(settings: Settings) -> dict[str, dict[str, Any]]:

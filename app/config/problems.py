@@ -6,16 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config.sections import SECTIONS
+from app.config.sections import SECTIONS, is_secret
 
 
 def is_secret_key(dotted: str) -> bool:
     """Whether ``section.key`` is declared secret (its value is never shown)."""
     section, _, key = dotted.partition(".")
-    model = SECTIONS.get(section)
-    info = model.model_fields.get(key) if model is not None else None
-    extra = info.json_schema_extra if info is not None else None
-    return bool(isinstance(extra, dict) and extra.get("secret"))
+    return section in SECTIONS and is_secret(SECTIONS[section], key)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,13 @@ def spec(
     )
 
 
+def is_secret(section: type[BaseModel], key: str) -> bool:
+    """Whether ``key`` of ``section`` is declared secret (its value is never shown)."""
+    info = section.model_fields.get(key)
+    extra = info.json_schema_extra if info is not None else None
+    return bool(isinstance(extra, dict) and extra.get("secret"))
+
+
 class Section(BaseModel):
     """One ``[section]`` of the file: strict, frozen, and unknown keys are errors."""
 
