@@ -276,12 +276,10 @@ def measure_build(
     task_id: int,
     execution_ids: list[int],
     pgdata: Path | None,
-    *,
-    remove: bool = True,
 ) -> dict[str, Any]:
     """Queue one export of ``execution_ids`` and build it with the runner's code in a
-    freshly spawned process: rows, bytes, rates, CPU and the builder's RSS growth.
-    ``remove``: delete the built object afterwards (room for the next build and the disk)."""
+    freshly spawned process: rows, bytes, rates, CPU and the builder's RSS growth. The
+    built object is deleted afterwards (room for the next build and the disk)."""
     from app.object_store import open_object_store
 
     export_id = _queue_export(fmt, task_id, execution_ids)
@@ -298,10 +296,9 @@ def measure_build(
     if measured["result"] != "ready":
         raise click.ClickException(f"export build {fmt} ended {measured}")
     seconds = measured["seconds"]
-    if remove:
-        objects = open_object_store(settings)
-        objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
-        objects.close()
+    objects = open_object_store(settings)
+    objects.delete(f"exports/{export_id}/netmap-task-{task_id}-export-{export_id}.{fmt}")
+    objects.close()
     return {
         "rows": measured["rows"],
         "bytes": measured["bytes"],

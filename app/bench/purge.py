@@ -75,15 +75,6 @@ def run_purges(settings: Any, store: Any) -> int:
     return runs
 
 
-def _project(settings: Any, store: Any) -> None:
-    from app.projection.slices import ProjectionWorker
-
-    worker = ProjectionWorker(settings, store)
-    stopping, cancelled = threading.Event(), threading.Event()
-    while (claim := worker.claim()) is not None:
-        worker.run_slice(claim, stopping=stopping, cancelled=cancelled)
-
-
 def _owner_assets(owner_id: int) -> int:
     with transaction() as conn:
         return conn.execute(
@@ -104,6 +95,7 @@ def command(endpoints: int, shared: int) -> None:
     """Time the purge of a deleted task with N endpoints (PostgreSQL store, scratch data)."""
     from app import close_app, create_app, db
     from app.bench.cpu import CpuClock
+    from app.bench.projection import drain
     from app.bench.scratch import scratch_database
     from app.identity.scanners import create_scanner
     from app.identity.users import create_user
@@ -123,7 +115,11 @@ def command(endpoints: int, shared: int) -> None:
                 _, token = create_scanner(conn, "bench-scanner")
             doomed, _ = fill_task(app, token, owner.id, "doomed", [(0, endpoints)])
             fill_task(app, token, owner.id, "kept", [(0, shared), (endpoints * 2, OWN)])
-            _project(scratch.settings, store)
+            projected = drain(
+                scratch.settings, store, 1, endpoints + shared + OWN, "purge projection", None
+            )
+            if projected["failed_slices"]:
+                raise click.ClickException(f"projection failed: {projected}")
             before = _owner_assets(owner.id)
 
             purge.request_delete(owner, doomed)

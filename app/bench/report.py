@@ -158,7 +158,6 @@ def time_captures(search: Any, definition: Any, captures: int) -> tuple[float, l
     """Queue and claim one report of ``definition``, prepare its aggregates (timed once),
     then time ``captures`` capture transactions of it; the job is left done, so the
     report pipeline does not pick it up. Returns (aggregate seconds, capture seconds)."""
-    import sqlalchemy as sa
 
     from app.db import transaction
     from app.reports import records
@@ -176,13 +175,7 @@ def time_captures(search: Any, definition: Any, captures: int) -> tuple[float, l
         capture(work, store=search, wait_seconds=0)
         holds.append(time.perf_counter() - started)
     with transaction() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE report_jobs SET status = 'done', claim_token = NULL, "
-                "lease_expires_at = NULL WHERE report_id = :id"
-            ),
-            {"id": work.report_id},
-        )
+        records.mark_job_done(conn, work.report_id)
     return aggregate_seconds, holds
 
 

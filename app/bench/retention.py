@@ -37,7 +37,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from app.bench.scale import BATCH, PORT_SPEC, observations
+from app.bench.scale import BATCH, PORT_SPEC, observations, relation_bytes
 
 _STATE = """
     SELECT (SELECT count(*) FROM task_runs WHERE task_id = :t) AS runs,
@@ -51,7 +51,6 @@ _STATE = """
 
 
 def _state(conn, task_id: int) -> dict[str, Any]:
-    from app.bench.scale import relation_bytes
     from app.search.postgres_retention import fact_partitions
 
     row = conn.execute(sa.text(_STATE), {"t": task_id}).one()
@@ -91,19 +90,15 @@ def _vacuum() -> None:
 def _queue_day(task_id: int, day: int, settings) -> None:
     """Day 0's run came with the task; later days start the next run as the scheduler
     does. Its execution may upload the bench's addresses (10.0.0.0/8)."""
+    from app.bench.upload_http import widen_targets
     from app.db import transaction
     from app.scan_control.runs import start_run
 
-    if day:
-        start_run(task_id, trigger="schedule", limits=settings.scan)
+    if not day:
+        return  # created with the task, its execution already widened
+    start_run(task_id, trigger="schedule", limits=settings.scan)
     with transaction() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
-                "WHERE task_id = :t AND status = 'queued'"
-            ),
-            {"t": task_id, "targets": json.dumps(["10.0.0.0/8"])},
-        )
+        widen_targets(conn, task_id, ["10.0.0.0/8"])
 
 
 @click.command("retention")

@@ -115,6 +115,18 @@ def start_server(scratch, es_url: str | None, prefix: str, max_batch: int):
     return server, url, configured.web_workers, configured.web_threads
 
 
+def widen_targets(conn, task_id: int, targets: list[str]) -> None:
+    """Let the task's queued executions upload any address of ``targets`` (the bench's
+    synthetic addresses span more than a task may name)."""
+    conn.execute(
+        sa.text(
+            "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
+            "WHERE task_id = :t AND status = 'queued'"
+        ),
+        {"t": task_id, "targets": json.dumps(targets)},
+    )
+
+
 def create_executions(
     owner_id: int,
     count: int,
@@ -138,13 +150,7 @@ def create_executions(
                 {"name": f"{name} {n}", "targets": ["10.0.0.1"], "ports": ports}, settings.scan
             )
             task_id = create_task(conn, owner_id=owner_id, request=request, limits=settings.scan)
-            conn.execute(
-                sa.text(
-                    "UPDATE scan_executions SET targets = CAST(:targets AS jsonb) "
-                    "WHERE task_id = :t"
-                ),
-                {"t": task_id, "targets": json.dumps(targets or ["10.0.0.0/8"])},
-            )
+            widen_targets(conn, task_id, targets or ["10.0.0.0/8"])
             task_ids.append(task_id)
     return task_ids
 

@@ -209,14 +209,7 @@ def commit(
                 "images": _json(stored_images),
             },
         )
-        conn.execute(
-            sa.text(
-                "UPDATE report_jobs SET status = 'done', claim_token = NULL, "
-                "lease_expires_at = NULL, error_kind = NULL, last_error = NULL, "
-                "updated_at = now() WHERE report_id = :id"
-            ),
-            {"id": claim.report_id},
-        )
+        records.mark_job_done(conn, claim.report_id)
         if rendered is not None:
             for recipient in snapshot.recipients:
                 conn.execute(

@@ -237,6 +237,18 @@ def requeue_after_temporary_error(
     return status
 
 
+def mark_job_done(conn: Connection, report_id: int) -> None:
+    """The report's generation job is finished (its lease released), on ``conn``."""
+    conn.execute(
+        sa.text(
+            "UPDATE report_jobs SET status = 'done', claim_token = NULL, "
+            "lease_expires_at = NULL, error_kind = NULL, last_error = NULL, "
+            "updated_at = now() WHERE report_id = :id"
+        ),
+        {"id": report_id},
+    )
+
+
 def retry_failed(report_id: int) -> bool:
     """Admin: re-queue a failed report with a fresh attempt budget."""
     with transaction() as conn:
