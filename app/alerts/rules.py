@@ -26,6 +26,7 @@ from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.saved_searches import references
 from app.search.documents import FIELD_RULES
+from app.search.port import SearchStore, asset_conditions_in_database
 
 MODES = ("each", "digest")
 FILTER_KEYS = ("cidrs", "ports", "services", "products", "tasks", "tags", "search", "query")
@@ -219,18 +220,17 @@ def _check_channels(conn: Connection, user: User, channel_ids: list[int]) -> Non
 
 
 def _check_search(conn: Connection, values: dict[str, Any], owner_id: int) -> None:
-    """A saved search named by the filter must be the rule owner's (404 naming the field),
-    and the store must be able to test the language against changes (below)."""
+    """A saved search named by the filter must be the rule owner's (404 naming the field)."""
     if values.get("search_id") is not None:
         references.check_owned(conn, owner_id, values["search_id"], field="filter.search")
 
 
-def _check_store(values: dict[str, Any], *, queries_supported: bool) -> None:
+def _check_store(values: dict[str, Any], store: SearchStore) -> None:
     # The search filter is tested against the changed endpoints' current assets inside the
     # analysis's statement, which needs the search store's tables in this database
     # (capability ASSET_CONDITIONS_IN_DATABASE); elsewhere such a rule could never match,
     # so it is refused rather than kept silently deaf.
-    if queries_supported:
+    if asset_conditions_in_database(store) is not None:
         return
     for key, field in (("search_id", "filter.search"), ("query", "filter.query")):
         if values.get(key) is not None:
@@ -246,12 +246,14 @@ def _visible(user: User) -> str:
     return "(owner_id = :uid OR (:admin AND is_global))"
 
 
-def create_rule(user: User, body: Any, *, queries_supported: bool = True) -> dict[str, Any]:
+def create_rule(user: User, body: Any, *, store: SearchStore) -> dict[str, Any]:
+    """Create a rule; ``store`` is the search store, which must be able to test a rule's
+    search filter (``_check_store``)."""
     values = validate_rule(body)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
     check_whole_rule(values["on_kinds"], values.get("days"), values.get("task_ids", []))
-    _check_store(values, queries_supported=queries_supported)
+    _check_store(values, store)
     with transaction() as conn:
         _check_channels(conn, user, values["channel_ids"])
         _check_search(conn, values, user.id)
@@ -316,13 +318,11 @@ def get_rule(user: User, rule_id: int) -> dict[str, Any]:
         return public(_get(conn, user, rule_id))
 
 
-def update_rule(
-    user: User, rule_id: int, body: Any, *, queries_supported: bool = True
-) -> dict[str, Any]:
+def update_rule(user: User, rule_id: int, body: Any, *, store: SearchStore) -> dict[str, Any]:
     values = validate_rule(body, partial=True)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
-    _check_store(values, queries_supported=queries_supported)
+    _check_store(values, store)
     with transaction() as conn:
         current = _get(conn, user, rule_id, lock=True)
         _check_search(conn, values, current.owner_id)

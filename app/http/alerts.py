@@ -18,20 +18,14 @@ from app.alerts.senders import Message, send
 from app.http import context
 from app.http.guards import current_user, require_user
 from app.http.requests import decode_cursor, encode_cursor, int_arg, json_body, page_limit
-from app.search.port import asset_conditions_in_database
 
 blueprint = Blueprint("alerts", __name__, url_prefix="/api/alerts")
-
-
-def queries_supported() -> bool:
-    """Whether rules may filter by a search (the store tests it inside the analysis)."""
-    return asset_conditions_in_database(context.store()) is not None
 
 
 @blueprint.post("/rules")
 @require_user
 def create_rule_route():
-    rule = rules.create_rule(current_user(), json_body(), queries_supported=queries_supported())
+    rule = rules.create_rule(current_user(), json_body(), store=context.store())
     return jsonify({"rule": rule}), 201
 
 
@@ -50,9 +44,7 @@ def get_rule_route(rule_id: int):
 @blueprint.patch("/rules/<int:rule_id>")
 @require_user
 def update_rule_route(rule_id: int):
-    rule = rules.update_rule(
-        current_user(), rule_id, json_body(), queries_supported=queries_supported()
-    )
+    rule = rules.update_rule(current_user(), rule_id, json_body(), store=context.store())
     return jsonify({"rule": rule})
 
 

@@ -19,9 +19,10 @@ from flask import redirect, render_template, request, url_for
 from app.alerts import channels, deliveries, rules
 from app.analysis.changes import CHANGE_KINDS
 from app.errors import NotFound, ValidationError
+from app.http import context
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
-from app.web.search_choices import saved_search_choices, search_reference
+from app.web.search_choices import form_id, saved_search_choices, search_reference
 
 PAGE_SIZE = 100
 EMPTY_RULE = {"name": "", "mode": "each", "search": "", "query": ""}
@@ -69,23 +70,20 @@ def _render(
 @blueprint.post("/alerts/rules")
 @page_user
 def alerts_rule_create():
-    from app.http.alerts import queries_supported
-
     form: dict[str, Any] = {k: request.form.get(k, d)[:4000] for k, d in EMPTY_RULE.items()}
     form["on"] = request.form.getlist("on")
     form["channels"] = request.form.getlist("channels")
     body: dict[str, Any] = {
         "name": form["name"],
         "on": form["on"],
-        # A box that is not a number is refused by the validation, naming ``channels``.
-        "channels": [int(c) if c.isdecimal() and len(c) <= 19 else c for c in form["channels"]],
+        "channels": [form_id(c) for c in form["channels"]],
         "mode": form["mode"],
     }
     searched = search_reference(form)
     if searched is not None:
         body["filter"] = searched
     try:
-        rules.create_rule(signed_in_user(), body, queries_supported=queries_supported())
+        rules.create_rule(signed_in_user(), body, store=context.store())
     except (ValidationError, NotFound) as refused:
         field = (refused.details or {}).get("field") or "form"
         field = _FORM_FIELD.get(field, field)

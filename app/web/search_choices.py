@@ -18,12 +18,17 @@ def saved_search_choices(owner_id: int) -> list[Any]:
     return rows
 
 
+def form_id(text: str) -> int | str:
+    """A form's id field as a number; anything else is passed on for the validation to
+    refuse, naming its field."""
+    return int(text) if text.isdecimal() and len(text) <= 19 else text
+
+
 def search_reference(form: dict[str, str]) -> dict[str, Any] | None:
     """A form's saved-search choice or query as the API's ``{"search"}``/``{"query"}``."""
     chosen, query = form["search"].strip(), form["query"].strip()
     if chosen:
-        # A value that is not a number is refused by the validation, naming the field.
-        return {"search": int(chosen) if chosen.isdecimal() and len(chosen) <= 19 else chosen}
+        return {"search": form_id(chosen)}
     if query:
         return {"query": query}
     return None

@@ -149,3 +149,64 @@ def test_a_rule_search_selects_the_changes_whose_assets_it_finds(api, settings, 
     _scan(alice, scanner, [o for o in first if o["port"] == 22])  # ... and gone again
     _run_workers(settings)
     assert _messages(gone_web["id"])[2:] == [("netmap.change.gone", "192.0.2.2", 80)]
+
+
+def test_a_store_that_cannot_test_searches_refuses_and_skips_search_rules(
+    es_target, engine, api, settings, receiver, caplog
+) -> None:
+    """On the Elasticsearch store the assets are not in the analysis's database, so a rule
+    with a search filter is refused when written (create and update), and one found
+    anyway (the store was switched) matches nothing and says so in an event."""
+    import logging
+    import uuid
+
+    from app import close_app, create_app
+    from app.alerts.evaluate import search_matches
+    from app.search.elasticsearch_store import ElasticsearchStore
+    from tests.support.api import Api
+
+    prefix = f"nmt-{uuid.uuid4().hex[:10]}"
+    es_settings = settings.replace(elasticsearch={"url": es_target.url, "index_prefix": prefix})
+    es_app = create_app(es_settings, engine=engine, modules="off")
+    try:
+        alice = Api(es_app).user()
+        channel = _hook(alice, receiver)
+        search = _search(alice, "port:22")
+        for filters, field in (
+            ({"search": search["id"]}, "filter.search"),
+            ({"query": "port:22"}, "filter.query"),
+        ):
+            refused = _rule(alice, channel, ["new"], **filters)
+            assert refused.status_code == 400, refused.get_json()
+            error = refused.get_json()["error"]
+            assert (error["code"], error["details"]["field"]) == ("unsupported_filter", field)
+        plain = _rule(alice, channel, ["new"], ports=[22])
+        assert plain.status_code == 201, plain.get_json()
+        rule_id = plain.get_json()["rule"]["id"]
+        patched = alice.patch(f"/api/alerts/rules/{rule_id}", json={"filter": {"query": "x"}})
+        assert patched.status_code == 400
+        assert patched.get_json()["error"]["code"] == "unsupported_filter"
+    finally:
+        close_app(es_app)
+
+    # A search rule written while the PostgreSQL store served, evaluated with the other.
+    bob, scanner = api.user(), api.scanner()
+    searched = _rule(bob, _hook(bob, receiver), ["new"], query="port:22")
+    assert searched.status_code == 201, searched.get_json()
+    _scan(bob, scanner, [observation("192.0.2.9", 22)])
+    with transaction() as conn:
+        execution_id = conn.execute(sa.text("SELECT max(id) FROM scan_executions")).scalar_one()
+    store = ElasticsearchStore(es_settings.elasticsearch)
+    try:
+        with caplog.at_level(logging.INFO, logger="netmap.events"):
+            with transaction() as conn:
+                found = search_matches(conn, store, owner_id=bob.id, execution_id=execution_id)
+    finally:
+        store.close()
+    assert found == []
+    skipped = [
+        r.netmap_fields
+        for r in caplog.records
+        if getattr(r, "netmap_event", "") == "AlertRuleSearchSkipped"
+    ]
+    assert skipped == [{"rule_id": searched.get_json()["rule"]["id"], "reason": "store"}], skipped

@@ -4,6 +4,9 @@ at its field with nothing written."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import sqlalchemy as sa
 
 from app.db import transaction
@@ -53,14 +56,16 @@ def test_the_rule_form_offers_ones_saved_searches_and_makes_a_filtered_rule(api)
     # Another user's search (posted by hand) and a query that does not parse are refused
     # at their fields, the input kept, nothing written.
     for data, shown in (
-        ({"search": str(theirs)}, "saved search"),
+        ({"search": str(theirs)}, f"saved search {theirs} not found"),
         ({"query": "port:abc"}, "column 6"),
     ):
         body = {"name": "bad", "on": ["new"], "channels": [str(channel_id)], **data}
         refused = _post_form(client, "/console/alerts/rules", body, from_page="/console/alerts")
         assert refused.status_code == 400, refused.text
         field = "search" if "search" in data else "query"
-        assert f'id="rule-{field}-error"' in refused.text and shown in refused.text
+        # The message inside the field's own error (the page lists other rules too).
+        error = re.search(rf'id="rule-{field}-error">([^<]*)<', refused.text)
+        assert error is not None and shown in html.unescape(error.group(1)), refused.text
         assert 'value="bad"' in refused.text
     assert _count("alert_rules") == 1
 
