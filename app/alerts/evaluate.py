@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.alerts.run_digests import emit_run_digests
+from app.alerts.run_digests import emit_run_digests, run_changes_link
 from app.analysis.changes import (
     ANALYSIS_FIELDS,
     CHANGE_KINDS,
@@ -167,10 +167,10 @@ def enqueue_sql() -> str:
     -- A digest rule's changes, and an ``each`` rule's beyond the run's cap (folded), are
     -- added to the run's digest, which is sent when the run ends (app.alerts.run_digests).
     accumulated AS (
-        INSERT INTO alert_run_digests AS a (rule_id, run_id, owner_id, task_id, folded,
+        INSERT INTO alert_run_digests AS a (rule_id, run_id, folded,
                                             singles_sent, total, {kinds}, changes,
                                             executions)
-        SELECT r.id, :run_id, r.owner_id, :task_id, r.mode = 'each',
+        SELECT r.id, :run_id, r.mode = 'each',
                least(r.singles, t.total), t.total - least(r.singles, t.total), {digested},
                d.changes, 1
           FROM rules r
@@ -191,11 +191,6 @@ def enqueue_sql() -> str:
 
 
 _ENQUEUE = sa.text(enqueue_sql())
-
-
-def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
-    """Where a person reads the run's changes (the console's task changes page, that run)."""
-    return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
 
 
 def change_set_hook(settings: AlertSettings, store: SearchStore) -> ChangeSetHook:
@@ -252,7 +247,7 @@ _SEARCHED_RULES = sa.text(
     SELECT r.id, r.search_id, r.query FROM alert_rules r
      WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
        AND (r.search_id IS NOT NULL OR r.query IS NOT NULL)
-       AND r.on_kinds && CAST(:kinds AS text[])
+       AND r.on_kinds && CAST(:kinds AS text[])  -- change rules, not condition ones
      ORDER BY r.id
     """
 )

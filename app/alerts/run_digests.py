@@ -46,10 +46,10 @@ _EMIT = sa.text(
     INSERT INTO alert_deliveries (id, rule_id, channel_id, owner_id, task_id, run_id,
                                   message_kind, event_type, payload)
     SELECT 'msg_' || md5(concat_ws(':', 'run_digest', d.rule_id, d.run_id, c.id)),
-           r.id, c.id, r.owner_id, d.task_id, d.run_id, 'digest', 'netmap.digest',
+           r.id, c.id, r.owner_id, :task_id, d.run_id, 'digest', 'netmap.digest',
            jsonb_build_object(
                'rule', jsonb_build_object('id', r.id, 'name', r.name),
-               'task_id', d.task_id, 'run_id', d.run_id,
+               'task_id', :task_id, 'run_id', d.run_id,
                'run_number', CAST(:run_number AS integer),
                'run_status', CAST(:run_status AS text),
                'change_sets', d.executions,
@@ -58,12 +58,12 @@ _EMIT = sa.text(
                                             'gone', d.gone, 'reappeared', d.reappeared),
                'changes', d.changes,
                'more', d.total - jsonb_array_length(d.changes),
-               'link', CAST(:link AS text) || '/tasks/' || d.task_id || '/changes?run='
-                       || d.run_id)
+               'link', CAST(:link AS text))
       FROM due d
       -- A rule disabled before its run ended sends nothing more for it.
       JOIN alert_rules r ON r.id = d.rule_id AND r.enabled
       JOIN alert_channels c ON c.id = ANY(r.channel_ids) AND c.owner_id = r.owner_id
+     -- An ``each`` rule's row holds only what its singles left over: often nothing.
      WHERE d.total > 0
     ON CONFLICT DO NOTHING
     RETURNING id
@@ -85,6 +85,11 @@ _DUE_RUNS = sa.text(
 )
 
 
+def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
+    """Where a person reads the run's changes (the console's task changes page, that run)."""
+    return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
+
+
 def emit_run_digests(conn: Connection, settings: AlertSettings, run: RunState) -> int:
     """Create the run's digest messages on ``conn``, whose transaction holds the run's
     lock and has checked that the run is over; returns how many were created."""
@@ -94,7 +99,8 @@ def emit_run_digests(conn: Connection, settings: AlertSettings, run: RunState) -
             "run_id": run.id,
             "run_number": run.number,
             "run_status": run.status,
-            "link": settings.public_url.rstrip("/"),
+            "task_id": run.task_id,
+            "link": run_changes_link(settings, run.task_id, run.id),
         },
     ).all()
     if made:
@@ -109,7 +115,7 @@ def _emit_if_over(settings: AlertSettings, run_id: int) -> int:
         run = lock_run(conn, run_id, skip_locked=True)
         if run is None or not run.finished:
             return 0
-        if run_awaits_analysis(conn, run.id, besides=0):
+        if run_awaits_analysis(conn, run.id):
             return 0
         return emit_run_digests(conn, settings, run)
 

@@ -128,8 +128,8 @@ def enqueue(conn: Connection, execution_id: int, task_id: int) -> None:
     )
 
 
-def run_awaits_analysis(conn: Connection, run_id: int, *, besides: int) -> bool:
-    """True while an execution of the run other than ``besides`` has a change set still to
+def run_awaits_analysis(conn: Connection, run_id: int, *, besides: int | None = None) -> bool:
+    """True while an execution of the run (other than ``besides``) has a change set still to
     commit (queued, or claimed and not past ``analyse``). A row being analysed by another
     transaction counts until that transaction commits."""
     return bool(
@@ -139,7 +139,7 @@ def run_awaits_analysis(conn: Connection, run_id: int, *, besides: int) -> bool:
                 SELECT EXISTS (
                     SELECT 1 FROM scan_executions e
                       JOIN scan_analysis_queue q ON q.execution_id = e.id
-                     WHERE e.run_id = :run AND e.id <> :besides
+                     WHERE e.run_id = :run AND e.id IS DISTINCT FROM :besides
                        AND q.processed_at IS NULL AND q.phase = 'analyse')
                 """
             ),
