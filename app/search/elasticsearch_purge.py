@@ -45,6 +45,9 @@ from app.search.port import (
 Search = Callable[..., dict[str, Any]]
 # ``ElasticsearchStore._call``: runs one client request, mapping its errors.
 Call = Callable[[Callable[[], Any]], Any]
+# ``ElasticsearchStore._refresh_for_purge``: refreshes indices (missing ones skipped),
+# a shard failure raising ``StoreUnavailable``.
+Refresh = Callable[[list[str]], None]
 
 EVIDENCE_PAGE = 5_000  # other tasks' execution endpoints read per search
 CONFLICT_ATTEMPTS = 3  # delete-by-query rounds that met only documents changing meanwhile
@@ -81,6 +84,7 @@ class ElasticsearchPurge:
         bulk: BulkSender,
         call: Call,
         search: Search,
+        refresh: Refresh,
     ):
         self._settings = settings
         self._names = names
@@ -88,6 +92,7 @@ class ElasticsearchPurge:
         self._bulk = bulk
         self._call = call
         self._search = search
+        self._refresh = refresh
 
     # -- assets -------------------------------------------------------------------------
 
@@ -237,11 +242,3 @@ class ElasticsearchPurge:
             if deleted or not int(answer.get("version_conflicts") or 0):
                 return deleted
         raise StoreUnavailable(f"delete by query on {index} kept meeting version conflicts")
-
-    def _refresh(self, indices: list[str]) -> None:
-        answer = self._call(
-            lambda: self._client.indices.refresh(index=indices, ignore_unavailable=True)
-        )
-        failed = int((answer.get("_shards") or {}).get("failed") or 0)
-        if failed:
-            raise StoreUnavailable(f"refresh before the task purge failed on {failed} shard(s)")

@@ -156,7 +156,13 @@ class ElasticsearchStore:
             settings, self.names, self._bulk, self._search, self._fact_indices
         )
         self._purge = ElasticsearchPurge(
-            settings, self.names, self._client, self._bulk, self._call, self._search
+            settings,
+            self.names,
+            self._client,
+            self._bulk,
+            self._call,
+            self._search,
+            self._refresh_for_purge,
         )
 
     # -- schema ---------------------------------------------------------------------
@@ -433,6 +439,12 @@ class ElasticsearchStore:
                     )
                 )
                 _check_shards(answer, "refresh")
+
+    def _refresh_for_purge(self, indices: list[str]) -> None:
+        answer = self._call(
+            lambda: self._client.indices.refresh(index=indices, ignore_unavailable=True)
+        )
+        _check_shards(answer, "refresh before the task purge")
 
     def refresh_current(self) -> None:
         answer = self._call(

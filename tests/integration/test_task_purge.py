@@ -21,7 +21,7 @@ from app.search.postgres_store import PostgresStore
 from jobs import task_purge
 from tests.support.analysis import Scans
 from tests.support.search_documents import fact
-from tests.support.task_purge import job_context, leftover_rows
+from tests.support.task_purge import job_context, leftover_rows, purge_job, purge_row
 
 ENDPOINTS = 4000
 SHARED = 150
@@ -108,17 +108,14 @@ def test_delete_hides_the_task_and_the_purge_removes_only_its_evidence(api, sett
     listed = viewer.get("/api/tasks?limit=500").get_json()["items"]
     assert doomed_task not in [t["id"] for t in listed] and kept_task in [t["id"] for t in listed]
 
-    job = task_purge.TaskPurgeJob(settings, store=store)
+    job = purge_job(settings, store)
     ctx = job_context(settings)
     work = job.claim(ctx)
     assert work is not None and work.task_id == doomed_task
     job.run(ctx, work)
     assert job.claim(ctx) is None
 
-    with transaction() as conn:
-        row = conn.execute(
-            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
-        ).one()
+    row = purge_row(doomed_task)
     assert row.status == "done" and row.finished_at is not None
     assert row.removed["user_assets"] == ENDPOINTS - SHARED
     assert row.removed["global_assets"] == ENDPOINTS - SHARED
@@ -150,7 +147,7 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     admin = User(id=owner, username="owner", is_admin=True, disabled=False)
     purge.request_delete(admin, doomed_task)
     monkeypatch.setattr(task_purge, "ASSET_BATCH", 500)
-    job = task_purge.TaskPurgeJob(settings, store=store)
+    job = purge_job(settings, store)
     ctx = job_context(settings)
 
     saved = purge.checkpoint
@@ -172,10 +169,7 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     monkeypatch.setattr(purge, "checkpoint", expiring_checkpoint)
     first = job.claim(ctx)
     job.run(ctx, first)  # stops at its next checkpoint: the lease is gone
-    with transaction() as conn:
-        row = conn.execute(
-            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
-        ).one()
+    row = purge_row(doomed_task)
     assert row.status == "running" and row.phase == "assets" and row.cursor is not None
     assert row.removed["user_assets"] < ENDPOINTS - SHARED
     monkeypatch.setattr(purge, "checkpoint", saved)
@@ -183,10 +177,7 @@ def test_a_purge_taken_over_after_a_lost_lease_resumes_where_it_stopped(
     second = job.claim(ctx)
     assert second.task_id == doomed_task and second.cursor == row.cursor
     job.run(ctx, second)
-    with transaction() as conn:
-        row = conn.execute(
-            sa.text("SELECT * FROM task_purges WHERE task_id = :t"), {"t": doomed_task}
-        ).one()
+    row = purge_row(doomed_task)
     assert row.status == "done" and row.attempts == 2
     assert leftover_rows([doomed_task], [doomed_execution]) == {}
     after_user, _ = _assets(owner)
@@ -244,7 +235,7 @@ def test_a_projection_in_flight_is_waited_out_before_the_asset_sweep(api, settin
             {"e": doomed_execution},
         )
     purge.request_delete(admin, doomed_task)
-    job = task_purge.TaskPurgeJob(settings, store=store)
+    job = purge_job(settings, store)
     ctx = job_context(settings)
     job.run(ctx, job.claim(ctx))
     with transaction() as conn:
