@@ -29,6 +29,8 @@ UPGRADE = """
 CREATE TABLE alert_run_digests (
     rule_id      bigint      NOT NULL REFERENCES alert_rules (id) ON DELETE CASCADE,
     run_id       bigint      NOT NULL REFERENCES task_runs (id) ON DELETE CASCADE,
+    owner_id     bigint      NOT NULL,
+    task_id      bigint      NOT NULL,
     folded       boolean     NOT NULL,
     singles_sent integer     NOT NULL DEFAULT 0,
     total        integer     NOT NULL DEFAULT 0,
