@@ -80,6 +80,12 @@ def test_password_change_ends_every_session_and_keeps_the_caller_logged_in(api):
         "/api/auth/login", json={"username": created["username"], "password": DEFAULT_PASSWORD}
     )
     assert old.status_code == 401
+    # The product hashes at scrypt's full cost (test users are made cheaper, tests/support).
+    with transaction() as conn:
+        stored = conn.execute(
+            sa.text("SELECT password_hash FROM users WHERE id = :id"), {"id": created["id"]}
+        ).scalar()
+    assert stored.startswith("scrypt:32768:8:1$")
 
 
 def test_password_change_follows_the_password_policy(api):

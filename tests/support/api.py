@@ -7,12 +7,15 @@ CSRF header, exactly as a browser or scanner would send them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.security import generate_password_hash
 
 from app.db import transaction
 from app.identity.scanners import create_scanner
@@ -20,6 +23,19 @@ from app.identity.users import create_user
 
 _counter = itertools.count(1)
 DEFAULT_PASSWORD = "correct horse battery staple"
+
+# The product hashes passwords with scrypt at its full cost (app.identity.users), about
+# 0.1 CPU-s per hash and again per sign-in: thousands of test users made that minutes of
+# the suite. Users made here get a hash of the same scheme at a cost of 2**10, once per
+# password; werkzeug reads the cost from the stored hash, so signing in checks it cheaply
+# too. Passwords set or changed through the product (the account routes, the CLI) are
+# hashed at full cost as always, and tests/unit and the account tests check that.
+_TEST_HASH_METHOD = "scrypt:1024:8:1"
+
+
+@functools.cache
+def _test_password_hash(password: str, method: str = "") -> str:
+    return generate_password_hash(password, method=_TEST_HASH_METHOD)
 
 
 @dataclass
@@ -92,7 +108,10 @@ class Api:
         self, username: str | None = None, *, admin: bool = False, password: str = DEFAULT_PASSWORD
     ) -> dict[str, Any]:
         username = username or f"user{next(_counter)}"
-        with transaction() as conn:
+        with (
+            mock.patch("app.identity.users.generate_password_hash", _test_password_hash),
+            transaction() as conn,
+        ):
             user = create_user(conn, username, password, is_admin=admin)
         return {"id": user.id, "username": user.username, "password": password}
 
