@@ -311,3 +311,39 @@ def test_a_run_digest_waits_for_every_execution_pending_searched_rules(es, recei
     assert data["change_sets"] == 2 and data["total"] == 4 and data["counts"]["new"] == 4
     assert sorted({c["port"] for c in data["changes"]}) == [22]
     assert _pending() == []
+
+
+def test_two_processes_evaluating_the_same_pending_change_set_create_its_messages_once(
+    es, receiver
+) -> None:
+    """The worker's step and the job racing on one pending execution: both ask the store,
+    the run's lock makes them take turns, and only the one that deletes the row writes."""
+    settings, api = es
+    alice, scanner = api.user(), api.scanner()
+    rule = _rule(alice, _hook(alice, receiver), ["new"], query="port:22").get_json()["rule"]
+    _scan(alice, scanner, [observation(f"192.0.2.{n}", 22) for n in (1, 2, 3)])
+    _crashed_workers(settings)
+    (execution_id,) = _pending()
+
+    results: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def evaluate() -> None:
+        store = ElasticsearchStore(settings.elasticsearch)
+        try:
+            start.wait()
+            results.append(evaluate_pending(settings.alerts, store, execution_id))
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=evaluate) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and sorted(results) == [0, 3], (errors, results)
+    assert [ip for _, ip, _ in _messages(rule["id"])] == ["192.0.2.1", "192.0.2.2", "192.0.2.3"]
+    assert _pending() == []
