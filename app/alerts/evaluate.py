@@ -265,6 +265,7 @@ _SEARCHED_RULES = sa.text(
      WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
        AND (r.search_id IS NOT NULL OR r.query IS NOT NULL)
        AND r.on_kinds && CAST(:kinds AS text[])  -- change rules, not condition ones
+       AND r.created_at <= coalesce(CAST(:as_of AS timestamptz), 'infinity')
      ORDER BY r.id
     """
 )
@@ -290,10 +291,16 @@ class SearchedRule:
     text: str | None
 
 
-def searched_rules(conn: Connection, owner_id: int) -> list[SearchedRule]:
+def searched_rules(
+    conn: Connection, owner_id: int, *, as_of: datetime | None = None
+) -> list[SearchedRule]:
     """The enabled search-filtered rules a change set of ``owner_id`` is compared with,
-    each with its search's text as it is now (a saved search is read, not copied)."""
-    rows = conn.execute(_SEARCHED_RULES, {"owner_id": owner_id, "kinds": list(CHANGE_KINDS)})
+    each with its search's text as it is now (a saved search is read, not copied);
+    ``as_of``: only the rules created by then (a change set evaluated after its commit
+    is not news to a rule made after it)."""
+    rows = conn.execute(
+        _SEARCHED_RULES, {"owner_id": owner_id, "kinds": list(CHANGE_KINDS), "as_of": as_of}
+    )
     rows = rows.all()
     saved = saved_queries.queries_of(conn, [r.search_id for r in rows if r.search_id])
     return [

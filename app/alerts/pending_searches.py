@@ -12,6 +12,7 @@ must count what those rules will find.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -25,6 +26,9 @@ class PendingChangeSet:
     run_id: int
     owner_id: int
     task_id: int
+    # When the analysis committed the change set (its transaction's start): the rules it
+    # is compared with are those that existed then, as in the in-database test.
+    created_at: datetime
 
 
 _RECORD = sa.text(
@@ -37,7 +41,7 @@ _RECORD = sa.text(
 
 _READ = sa.text(
     """
-    SELECT p.execution_id, p.run_id, p.owner_id, e.task_id
+    SELECT p.execution_id, p.run_id, p.owner_id, e.task_id, p.created_at
       FROM alert_searched_pending p JOIN scan_executions e ON e.id = p.execution_id
      WHERE p.execution_id = :execution_id
     """
@@ -55,7 +59,7 @@ def read(conn: Connection, execution_id: int) -> PendingChangeSet | None:
     row = conn.execute(_READ, {"execution_id": execution_id}).one_or_none()
     if row is None:
         return None
-    return PendingChangeSet(row.execution_id, row.run_id, row.owner_id, row.task_id)
+    return PendingChangeSet(row.execution_id, row.run_id, row.owner_id, row.task_id, row.created_at)
 
 
 def due(conn: Connection, *, limit: int) -> list[int]:

@@ -105,7 +105,7 @@ def evaluate_pending(
         pending = pending_searches.read(conn, execution_id)
         if pending is None:
             return 0
-        rules = searched_rules(conn, pending.owner_id)
+        rules = searched_rules(conn, pending.owner_id, as_of=pending.created_at)
         changes = conn.execute(_CHANGED_ENDPOINTS, {"execution_id": execution_id}).all()
     pairs = _matches(matcher, pending.owner_id, rules, changes)
     if check is not None:

@@ -235,6 +235,27 @@ def test_a_crash_after_the_commit_is_recovered_by_the_job_once(es, receiver) -> 
     assert set(receiver.ids().values()) == {1}
 
 
+def test_a_rule_made_after_the_change_set_committed_does_not_hear_of_it(es, receiver) -> None:
+    # On PostgreSQL the rules are read in the analysis's transaction; evaluated later, the
+    # change set is still compared with the rules that existed when it committed.
+    settings, api = es
+    alice, scanner = api.user(), api.scanner()
+    channel = _hook(alice, receiver)
+    before = _rule(alice, channel, ["new"], query="port:22").get_json()["rule"]
+    _scan(alice, scanner, [observation("192.0.2.1", 22)])
+    _crashed_workers(settings)
+    (execution_id,) = _pending()
+    after = _rule(alice, channel, ["new"], query="port:22").get_json()["rule"]
+
+    store = ElasticsearchStore(settings.elasticsearch)
+    try:
+        assert evaluate_pending(settings.alerts, store, execution_id) == 1
+    finally:
+        store.close()
+    assert _messages(before["id"]) == [("netmap.change.new", "192.0.2.1", 22)]
+    assert _messages(after["id"]) == []
+
+
 def test_a_store_outage_after_the_commit_leaves_the_rules_to_the_job(es, receiver, caplog) -> None:
     settings, api = es
     alice, scanner = api.user(), api.scanner()
