@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Iterator
 
-import pytest
 import sqlalchemy as sa
 
-from app import close_app, create_app
 from app.alerts.evaluate import change_set_hook
 from app.alerts.run_digests import send_finished_run_digests
 from app.alerts.searched_changes import evaluate_due, evaluate_pending, follow_up
@@ -34,28 +30,8 @@ from tests.integration.alerts.test_alert_deliveries import drain
 from tests.integration.alerts.test_alert_search_filters import _messages, _rule, _search
 from tests.integration.alerts.test_alerts_api import _hook
 from tests.integration.analysis.test_analysis_api import _scan
-from tests.support.api import Api
 from tests.support.projection import drain as drain_projection
 from tests.support.scanner_protocol import claim, observation
-
-
-@pytest.fixture
-def es(es_target, engine, settings) -> Iterator[tuple[object, Api]]:
-    """Settings naming a fresh index prefix on the Elasticsearch target, and the API of an
-    app serving that store."""
-    es_settings = settings.replace(
-        elasticsearch={
-            "url": es_target.url,
-            "index_prefix": f"nmt-{uuid.uuid4().hex[:10]}",
-            "bulk_retry_backoff_ms": 10,
-            "index_replicas": 0,
-        }
-    )
-    es_app = create_app(es_settings, engine=engine, modules="off")
-    try:
-        yield es_settings, Api(es_app)
-    finally:
-        close_app(es_app)
 
 
 def _run_workers(settings, *, follow_up_store: ElasticsearchStore | None = None) -> None:
