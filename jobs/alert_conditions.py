@@ -1,8 +1,9 @@
 """Periodic jobs: evaluate the condition alert rules (docs/alerts.md, "Condition rules").
 
-``alert-scanner-offline``, ``alert-run-failed`` and ``alert-run-digests`` (the digests of
-runs that ended without a last analysis sending them; every ``[alerts]
-conditions_interval_seconds``) and
+``alert-scanner-offline``, ``alert-run-failed``, ``alert-run-digests`` (the digests of
+runs that ended without a last analysis sending them) and ``alert-searched-changes`` (the
+search-filtered rules an analysis left pending on the Elasticsearch store,
+``app.alerts.searched_changes``), every ``[alerts] conditions_interval_seconds``, and
 ``alert-certificate-expiry`` (every ``[alerts] certificate_interval_seconds``) each run on
 one runner at a time under the periodic lease (``jobs.base.PeriodicJob``); what they find
 becomes messages in the deliveries outbox, sent by the ``alert_delivery`` job. Each
@@ -18,6 +19,7 @@ from app.alerts.conditions import (
     evaluate_scanner_offline,
 )
 from app.alerts.run_digests import send_finished_run_digests
+from app.alerts.searched_changes import evaluate_due
 from app.config import Settings
 from jobs.base import JobContext, PeriodicJob, PeriodicLease
 
@@ -49,6 +51,32 @@ def run_digests_job(settings: Settings) -> PeriodicJob:
     return _quick_condition_job("alert-run-digests", send_finished_run_digests, settings)
 
 
+def searched_changes_job(settings: Settings) -> PeriodicJob:
+    """Search-filtered rules left pending after an analysis (Elasticsearch store): the
+    worker crashed after the commit, or the store was out."""
+    store = None
+
+    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
+        nonlocal store
+        if store is None:  # opened once per worker process, after the fork
+            from app.search import open_store
+
+            store = open_store(settings)
+
+        def check() -> None:
+            ctx.check_cancelled()
+            lease.check()  # no messages written once the lease is lost
+
+        evaluate_due(settings.alerts, store, check=check)
+
+    return PeriodicJob(
+        "alert-searched-changes",
+        tick,
+        interval_seconds=settings.alerts.conditions_interval_seconds,
+        lease_seconds=300,
+    )
+
+
 def certificate_expiry_job(settings: Settings) -> PeriodicJob:
     store = None
 
@@ -78,5 +106,6 @@ def jobs(settings: Settings) -> list[PeriodicJob]:
         scanner_offline_job(settings),
         run_failed_job(settings),
         run_digests_job(settings),
+        searched_changes_job(settings),
         certificate_expiry_job(settings),
     ]

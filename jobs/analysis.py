@@ -28,11 +28,15 @@ class AnalysisJob:
     def worker(self) -> AnalysisWorker:
         if self._worker is None:
             from app.alerts.evaluate import change_set_hook
+            from app.alerts.searched_changes import follow_up
             from app.search import open_store
 
             store = open_store(self.settings)
             self._worker = AnalysisWorker(
-                self.settings, store, on_change_set=change_set_hook(self.settings.alerts, store)
+                self.settings,
+                store,
+                on_change_set=change_set_hook(self.settings.alerts, store),
+                after_change_set=follow_up(self.settings.alerts, store),
             )
         return self._worker
 

@@ -19,6 +19,13 @@ Digest contents are added up per rule and run in ``alert_run_digests`` by every 
 set of the run; the digest messages are created when the run's last change set commits
 (``app.alerts.run_digests``).
 
+A rule's search filter (``filter.search`` / ``filter.query``) is tested here when the
+search store can test assets inside this statement (PostgreSQL). Elsewhere
+(Elasticsearch) no transaction may wait on the store: this statement evaluates the other
+rules (``rules_of``) and records the execution in ``alert_searched_pending``;
+``app.alerts.searched_changes`` asks the store once the analysis has committed and
+creates those rules' messages with the same statement, and the run's digests wait for it.
+
 Every single message gets its id here (``msg_`` and 32 hex digits; a digest's id is
 derived from rule, run and channel in ``run_digests``): the id every delivery attempt
 sends, so receivers can drop duplicates.
@@ -33,6 +40,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.alerts import pending_searches
 from app.alerts.run_digests import emit_run_digests, run_changes_link
 from app.analysis.changes import (
     ANALYSIS_FIELDS,
@@ -47,7 +55,7 @@ from app.errors import ValidationError
 from app.observability import emit
 from app.saved_searches import records as saved_queries
 from app.scan_control.run_status import lock_run
-from app.search.port import SearchStore, asset_conditions_in_database
+from app.search.port import SearchStore, asset_conditions_in_database, asset_matches
 from app.search.query_language import parse_query
 
 # A rule's ``fields`` speak of documents' fields; the change set keeps the banner's hash.
@@ -128,6 +136,10 @@ def enqueue_sql() -> str:
           FROM alert_rules r
           LEFT JOIN alert_run_digests a ON a.rule_id = r.id AND a.run_id = :run_id
          WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
+           -- ``RULES_OF``: which rules this pass evaluates (search-filtered ones may be
+           -- evaluated in a pass of their own, after the analysis, ``searched_changes``).
+           AND (:rules_of = 'all'
+                OR (r.search_id IS NOT NULL OR r.query IS NOT NULL) = (:rules_of = 'searched'))
     ),
     totals AS MATERIALIZED (
         SELECT r.id AS rule_id, count(*) AS total, {per_kind}
@@ -229,12 +241,17 @@ def alerts_for_change_set(
 ) -> dict[str, int]:
     """On ``conn`` (the transaction committing the execution's change set): lock the run,
     create the change set's messages, and the run's digests if it was the run's last
-    change set. Returns the messages created by kind."""
+    change set and no search-filtered rules of the run are still to be evaluated
+    (``pending_searches``). Returns the messages created by kind."""
     run = lock_run(conn, change_set.run_id)
     if run is None:
         return {}
     created = enqueue_alerts(conn, settings, change_set, store=store) if changed else {}
-    if run.finished and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id):
+    if (
+        run.finished
+        and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id)
+        and not pending_searches.run_awaits(conn, run.id)
+    ):
         digests = emit_run_digests(conn, settings, run)
         if digests:
             created["digest"] = digests
@@ -244,50 +261,103 @@ def alerts_for_change_set(
 # The enabled search-filtered rules a change set of ``:owner_id`` is compared with.
 _SEARCHED_RULES = sa.text(
     """
-    SELECT r.id, r.search_id, r.query FROM alert_rules r
+    SELECT r.id, r.search_id, r.query, r.on_kinds FROM alert_rules r
      WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
        AND (r.search_id IS NOT NULL OR r.query IS NOT NULL)
        AND r.on_kinds && CAST(:kinds AS text[])  -- change rules, not condition ones
+       AND r.created_at <= coalesce(CAST(:as_of AS timestamptz), 'infinity')
      ORDER BY r.id
     """
 )
 # What a search's ``status:`` reads for a change: the asset's status once the change is
 # published (the analysis publishes it after this transaction), so ``status:gone`` finds
 # gone changes. A rule's search has no default status: a rule on ``gone`` filtered by
-# ``port:22`` hears of a gone SSH port.
+# ``port:22`` hears of a gone SSH port. ``status_after_change`` says the same in Python.
 _STATUS_AFTER_CHANGE = "CASE WHEN x.kind = 'gone' THEN 'gone' ELSE 'open' END"
+
+
+def status_after_change(kind: str) -> str:
+    """``_STATUS_AFTER_CHANGE`` for one change kind."""
+    return "gone" if kind == "gone" else "open"
+
+
+@dataclass(frozen=True)
+class SearchedRule:
+    """An enabled search-filtered rule: its change kinds and its search's text now (None:
+    its saved search is gone)."""
+
+    id: int
+    kinds: tuple[str, ...]
+    text: str | None
+
+
+def searched_rules(
+    conn: Connection, owner_id: int, *, as_of: datetime | None = None
+) -> list[SearchedRule]:
+    """The enabled search-filtered rules a change set of ``owner_id`` is compared with,
+    each with its search's text as it is now (a saved search is read, not copied);
+    ``as_of``: only the rules created by then (a change set evaluated after its commit
+    is not news to a rule made after it)."""
+    rows = conn.execute(
+        _SEARCHED_RULES, {"owner_id": owner_id, "kinds": list(CHANGE_KINDS), "as_of": as_of}
+    )
+    rows = rows.all()
+    saved = saved_queries.queries_of(conn, [r.search_id for r in rows if r.search_id])
+    return [
+        SearchedRule(
+            r.id,
+            tuple(r.on_kinds),
+            r.query if r.query is not None else saved.get(r.search_id),
+        )
+        for r in rows
+    ]
+
+
+def parsed_search(rule: SearchedRule, now: datetime) -> tuple[bool, object | None]:
+    """(usable, parsed tree) of a rule's search; an unusable one (saved search gone, text
+    no longer readable) is skipped with an ``AlertRuleSearchSkipped`` event. A tree of
+    None (an empty saved search) finds every asset."""
+    if rule.text is None:
+        emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="search")
+        return False, None
+    try:
+        return True, parse_query(rule.text, now=now).node
+    except ValidationError:
+        emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="unreadable")
+        return False, None
 
 
 def search_matches(
     conn: Connection, store: SearchStore | None, *, owner_id: int, execution_id: int
 ) -> list[tuple[int, int]]:
-    """(rule id, change id) for each change a search-filtered rule's search finds.
+    """(rule id, change id) for each change a search-filtered rule's search finds, inside
+    the analysis's transaction.
 
     The search language is tested by the search store itself, against the current asset
     of each changed endpoint (``asset_match_sql``: the PostgreSQL store's own translation
     of the language, inside this transaction), so a rule's search finds what the same
     search finds on the Assets page. Durations (``cert.expires:<30d``) count from now. A
-    saved search is read as it is now. A store without the capability (Elasticsearch) is
-    refused such rules when they are written; one found anyway (the store was switched)
-    matches nothing and says so in an event.
+    saved search is read as it is now. A store that can test assets only outside this
+    transaction (Elasticsearch) has its own pass (``searched_changes``); one that can do
+    neither is refused such rules when they are written, and one found anyway (the store
+    was switched) matches nothing and says so in an event.
     """
-    rules = conn.execute(_SEARCHED_RULES, {"owner_id": owner_id, "kinds": list(CHANGE_KINDS)})
-    rules = rules.all()
+    rules = searched_rules(conn, owner_id)
     if not rules:
         return []
     in_database = asset_conditions_in_database(store) if store is not None else None
-    saved = saved_queries.queries_of(conn, [r.search_id for r in rules if r.search_id])
     now = datetime.now(UTC)
     pairs: list[tuple[int, int]] = []
     for rule in rules:
-        text = rule.query if rule.query is not None else saved.get(rule.search_id)
-        if in_database is None or text is None:
-            emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="store" if text else "search")
+        if in_database is None:
+            emit(
+                "AlertRuleSearchSkipped",
+                rule_id=rule.id,
+                reason="store" if rule.text is not None else "search",
+            )
             continue
-        try:
-            node = parse_query(text, now=now).node
-        except ValidationError:
-            emit("AlertRuleSearchSkipped", rule_id=rule.id, reason="unreadable")
+        usable, node = parsed_search(rule, now)
+        if not usable:
             continue
         params: dict[str, Any] = {"owner_id": owner_id, "execution_id": execution_id}
         condition = "TRUE"  # an empty saved search finds every asset
@@ -304,6 +374,16 @@ def search_matches(
     return pairs
 
 
+def searches_after_commit(store: SearchStore | None) -> bool:
+    """Whether the search-filtered rules are evaluated after the analysis commits: the
+    store can test assets, but not inside the analysis's statement (Elasticsearch)."""
+    return (
+        store is not None
+        and asset_conditions_in_database(store) is None
+        and asset_matches(store) is not None
+    )
+
+
 def enqueue_alerts(
     conn: Connection,
     settings: AlertSettings,
@@ -313,15 +393,51 @@ def enqueue_alerts(
 ) -> dict[str, int]:
     """Create the change set's single messages and add the rest to the run's digests, on
     ``conn`` (the analysis's transaction, holding the run's lock). ``store`` tests the
-    rules' search filters (without one, such rules match nothing)."""
-    searched = search_matches(
-        conn, store, owner_id=change_set.owner_id, execution_id=change_set.execution_id
-    )
+    rules' search filters: here (PostgreSQL), or after the commit (Elasticsearch: the
+    rules without a search are evaluated here and the execution is recorded as pending
+    for the others, ``searched_changes``); without one, such rules match nothing."""
+    if not searches_after_commit(store):
+        searched = search_matches(
+            conn, store, owner_id=change_set.owner_id, execution_id=change_set.execution_id
+        )
+        return _enqueue(conn, settings, change_set, searched, rules_of="all")
+    created = _enqueue(conn, settings, change_set, [], rules_of="unsearched")
+    if searched_rules(conn, change_set.owner_id):
+        pending_searches.record(
+            conn,
+            execution_id=change_set.execution_id,
+            run_id=change_set.run_id,
+            owner_id=change_set.owner_id,
+        )
+    return created
+
+
+def enqueue_searched(
+    conn: Connection,
+    settings: AlertSettings,
+    change_set: ChangeSet,
+    searched: list[tuple[int, int]],
+) -> dict[str, int]:
+    """The search-filtered rules' pass over a change set evaluated after its analysis
+    (``searched_changes``): ``searched`` holds the (rule, change) pairs the store found;
+    the caller holds the run's lock, like the analysis's transaction does."""
+    return _enqueue(conn, settings, change_set, searched, rules_of="searched")
+
+
+def _enqueue(
+    conn: Connection,
+    settings: AlertSettings,
+    change_set: ChangeSet,
+    searched: list[tuple[int, int]],
+    *,
+    rules_of: str,
+) -> dict[str, int]:
     row = conn.execute(
         _ENQUEUE,
         {
             "searched_rules": [rule_id for rule_id, _ in searched],
             "searched_changes": [change_id for _, change_id in searched],
+            "rules_of": rules_of,
             "owner_id": change_set.owner_id,
             "execution_id": change_set.execution_id,
             "task_id": change_set.task_id,

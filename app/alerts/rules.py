@@ -26,7 +26,7 @@ from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.saved_searches import references
 from app.search.documents import FIELD_RULES
-from app.search.port import SearchStore, asset_conditions_in_database
+from app.search.port import SearchStore, asset_conditions_in_database, asset_matches
 
 MODES = ("each", "digest")
 FILTER_KEYS = ("cidrs", "ports", "services", "products", "tasks", "tags", "search", "query")
@@ -226,17 +226,18 @@ def _check_search(conn: Connection, values: dict[str, Any], owner_id: int) -> No
 
 
 def _check_store(values: dict[str, Any], store: SearchStore) -> None:
-    # The search filter is tested against the changed endpoints' current assets inside the
-    # analysis's statement, which needs the search store's tables in this database
-    # (capability ASSET_CONDITIONS_IN_DATABASE); elsewhere such a rule could never match,
-    # so it is refused rather than kept silently deaf.
-    if asset_conditions_in_database(store) is not None:
+    # The search filter is tested against the changed endpoints' current assets by the
+    # search store: inside the analysis's statement (PostgreSQL, capability
+    # ASSET_CONDITIONS_IN_DATABASE) or right after it commits (Elasticsearch,
+    # ASSET_MATCHES). A store that can do neither could never match such a rule, so it
+    # is refused rather than kept silently deaf.
+    if asset_conditions_in_database(store) is not None or asset_matches(store) is not None:
         return
     for key, field in (("search_id", "filter.search"), ("query", "filter.query")):
         if values.get(key) is not None:
             raise _bad(
                 field,
-                "this search store cannot filter changes by a search (PostgreSQL store only)",
+                "this search store cannot filter changes by a search",
                 "unsupported_filter",
             )
 

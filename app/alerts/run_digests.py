@@ -3,11 +3,14 @@
 Every change set of a run adds to its rules' rows of ``alert_run_digests`` (in the
 analysis's transaction, ``app.alerts.evaluate``). The digest messages are created from
 those rows once nothing more can come: the run has ended (succeeded, partial, failed or
-cancelled) and none of its executions still has a change set to commit. Two places get
-there:
+cancelled), none of its executions still has a change set to commit and none has
+search-filtered rules still to evaluate (``alert_searched_pending``, Elasticsearch store:
+``app.alerts.searched_changes``). Three places get there:
 
 * the analysis of the run's last change set (``evaluate.change_set_hook``), in its own
   transaction: the usual case, so a digest leaves with the change set that completes it;
+* the evaluation of the run's last pending search-filtered rules
+  (``searched_changes.evaluate_pending``), in its own transaction;
 * the ``alert-run-digests`` periodic job (``send_finished_run_digests``) for runs that
   end without a last analysis: the last execution failed or was cancelled after the
   others had been analysed, or the run was cancelled.
@@ -26,6 +29,7 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.alerts import pending_searches
 from app.analysis.queue import run_awaits_analysis
 from app.config import AlertSettings, Settings
 from app.db import transaction
@@ -110,12 +114,13 @@ def emit_run_digests(conn: Connection, settings: AlertSettings, run: RunState) -
 
 def _emit_if_over(settings: AlertSettings, run_id: int) -> int:
     """One run, in one short transaction: its digests, if it is over and nothing of it
-    awaits analysis. A run an analysis holds now is skipped: that analysis decides."""
+    awaits analysis or a search-filtered rules' pass. A run an analysis holds now is
+    skipped: that analysis decides."""
     with transaction() as conn:
         run = lock_run(conn, run_id, skip_locked=True)
         if run is None or not run.finished:
             return 0
-        if run_awaits_analysis(conn, run.id):
+        if run_awaits_analysis(conn, run.id) or pending_searches.run_awaits(conn, run.id):
             return 0
         return emit_run_digests(conn, settings, run)
 

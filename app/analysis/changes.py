@@ -387,6 +387,10 @@ def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
 # import the domains that read its change sets. It runs for every analysed execution, an
 # empty change set included: the last one of a run is what sends the run's digest.
 ChangeSetHook = Callable[[Connection, AnalysisClaim, "ChangeCounts"], object]
+# Work that follows a committed change set, outside any transaction (the alerts' search
+# filters on a store that cannot test assets inside one, ``app.alerts.searched_changes``).
+# It must not fail the analysis: what it leaves undone, its owner finishes by itself.
+ChangeSetFollowUp = Callable[[AnalysisClaim], None]
 
 
 def analyse(

@@ -41,11 +41,14 @@ class AnalysisWorker:
         settings: Settings,
         store: SearchStore,
         on_change_set: changes.ChangeSetHook | None = None,
+        after_change_set: changes.ChangeSetFollowUp | None = None,
     ):
         self.settings = settings
         self.store = store
         # What commits with each change set (the alert messages; wired by the caller).
         self.on_change_set = on_change_set
+        # What follows each committed change set (alerts that ask the search store).
+        self.after_change_set = after_change_set
 
     def claim(self) -> AnalysisClaim | None:
         return queue.claim_next(lease_seconds=self.settings.analysis.lease_seconds)
@@ -85,6 +88,10 @@ class AnalysisWorker:
                     guard.renewed(analysed)
                     if sql is None:
                         changes.drop_staged(claim.execution_id)
+                if self.after_change_set is not None:
+                    # Also on a claim recovered past ``analyse``: a crash may have come
+                    # between the commit and this step (it finds nothing if it was done).
+                    self.after_change_set(claim)
                 pushed = status_sync.push_statuses(claim, self.store, check_lease=check)
                 check()
             if not queue.complete(claim):

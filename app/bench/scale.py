@@ -136,11 +136,17 @@ def parse_steps(text: str | None, endpoints: int) -> list[int]:
 
 
 def analysis_worker(settings, store):
-    """The runner's change-analysis worker, with the alert rules' hook as the runner has."""
+    """The runner's change-analysis worker, with the alert rules' hooks as the runner has."""
     from app.alerts.evaluate import change_set_hook
+    from app.alerts.searched_changes import follow_up
     from app.analysis.worker import AnalysisWorker
 
-    return AnalysisWorker(settings, store, on_change_set=change_set_hook(settings.alerts, store))
+    return AnalysisWorker(
+        settings,
+        store,
+        on_change_set=change_set_hook(settings.alerts, store),
+        after_change_set=follow_up(settings.alerts, store),
+    )
 
 
 def analyse_queued(worker) -> float:

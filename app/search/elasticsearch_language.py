@@ -51,7 +51,9 @@ def _range(field: str, c: Clause, spell=lambda v: v) -> dict[str, Any]:
     return {"range": {field: {_RANGE[c.op]: spell(c.value)}}}
 
 
-def clause(c: Clause) -> dict[str, Any]:
+def clause(c: Clause, status: str | None = None) -> dict[str, Any]:
+    """One clause; ``status`` (``open`` | ``gone``), when given, is the status every asset
+    is taken to have: a ``status:`` clause is then true or false whatever is stored."""
     field = c.field
     if field in ("ip", "net"):
         return {"term": {"ip": c.value}}
@@ -59,6 +61,8 @@ def clause(c: Clause) -> dict[str, Any]:
         return _range("port", c)
     if field in ("transport", "state"):
         return {"term": {field: c.value}}
+    if field == "status" and status is not None:
+        return {"match_all": {}} if c.value == status else {"match_none": {}}
     if field == "status":
         # A document the analysis never touched has no status field: it is open.
         if c.value == "gone":
@@ -89,14 +93,19 @@ def clause(c: Clause) -> dict[str, Any]:
     raise ValueError(f"no query for field {field!r}")
 
 
-def query(node: Node) -> dict[str, Any]:
-    """The DSL query of a parsed tree."""
+def query(node: Node, *, status: str | None = None) -> dict[str, Any]:
+    """The DSL query of a parsed tree; ``status`` as for ``clause``."""
     if isinstance(node, And):
-        return {"bool": {"filter": [query(n) for n in node.nodes]}}
+        return {"bool": {"filter": [query(n, status=status) for n in node.nodes]}}
     if isinstance(node, Or):
-        return {"bool": {"should": [query(n) for n in node.nodes], "minimum_should_match": 1}}
+        return {
+            "bool": {
+                "should": [query(n, status=status) for n in node.nodes],
+                "minimum_should_match": 1,
+            }
+        }
     if isinstance(node, Not):
-        return {"bool": {"must_not": [query(node.node)]}}
+        return {"bool": {"must_not": [query(node.node, status=status)]}}
     if isinstance(node, Text):
         return {
             "bool": {
@@ -106,4 +115,4 @@ def query(node: Node) -> dict[str, Any]:
                 "minimum_should_match": 1,
             }
         }
-    return clause(node)
+    return clause(node, status)

@@ -106,6 +106,7 @@ from app.search.port import (
     BulkItemResult,
     BulkResult,
     Capability,
+    Endpoint,
     ExecutionCounts,
     FinalRequestPlan,
     ResultsPage,
@@ -122,6 +123,8 @@ from app.search.results_cursor import (
     encode_results_cursor,
 )
 
+# Assets asked for by id in one search (``matching_endpoints``): a bounded request body.
+ASSET_MATCH_BATCH = 1000
 COMPOSITE_PAGE = 10_000  # buckets per composite request when walking every IP
 RETRY_ON_CONFLICT = 3
 MAX_COUNT = 2**63 - 1
@@ -134,8 +137,11 @@ class ElasticsearchStore:
     """``SearchStore`` on an Elasticsearch cluster."""
 
     name = "elasticsearch"
-    # Of the optional abilities (app/search/port.py), only the task purge.
-    capabilities: frozenset[Capability] = frozenset({Capability.TASK_PURGE})
+    # Of the optional abilities (app/search/port.py): the task purge, and assets tested
+    # against a search by their ids (the alert rules' search filters).
+    capabilities: frozenset[Capability] = frozenset(
+        {Capability.TASK_PURGE, Capability.ASSET_MATCHES}
+    )
 
     def __init__(self, settings: ElasticsearchSettings, *, client: Elasticsearch | None = None):
         self._settings = settings
@@ -740,6 +746,40 @@ class ElasticsearchStore:
             order = asset_sort(query.sort, query.order)
             next_cursor = encode_asset_cursor(order, _position(order.sort, hits[-1]["sort"]))
         return AssetPage(items=[_document(hit) for hit in hits], next_cursor=next_cursor)
+
+    def matching_endpoints(
+        self,
+        owner_id: int,
+        node: object | None,
+        *,
+        status: str,
+        endpoints: Sequence[Endpoint],
+    ) -> set[Endpoint]:
+        """The owner's current assets among ``endpoints`` that the search finds, asked by
+        document id in batches of ``ASSET_MATCH_BATCH``, ``status`` standing for each
+        asset's status (the caller's, not the stored field: an analysis may not have
+        published it yet)."""
+        if status not in ("open", "gone"):
+            raise ValueError(f"status must be open or gone, not {status!r}")
+        filters: list[dict[str, Any]] = [{"term": {"owner_id": owner_id}}]
+        if node is not None:
+            filters.append(language_query(node, status=status))  # type: ignore[arg-type]
+        found: set[Endpoint] = set()
+        wanted = list(dict.fromkeys(endpoints))
+        for start in range(0, len(wanted), ASSET_MATCH_BATCH):
+            by_id = {
+                current_asset_id("user", owner_id, ip, port, transport): (ip, port, transport)
+                for ip, port, transport in wanted[start : start + ASSET_MATCH_BATCH]
+            }
+            body = {
+                "size": len(by_id),
+                "_source": False,
+                "track_total_hits": False,
+                "query": {"bool": {"filter": [{"ids": {"values": list(by_id)}}, *filters]}},
+            }
+            answer = self._search(self.names.assets["user"], body, what="asset_matches")
+            found.update(by_id[hit["_id"]] for hit in answer["hits"]["hits"])
+        return found
 
     def asset_facets(self, query: AssetQuery, *, size: int, sample: int) -> AssetFacets:
         """Facets over at most ``sample`` matching assets: ``terminate_after`` stops each

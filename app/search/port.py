@@ -314,6 +314,7 @@ class Capability(StrEnum):
     TASK_PURGE = "task_purge"  # ``TaskPurge``
     FACT_RETENTION = "fact_retention"  # ``FactRetention``
     ASSET_CONDITIONS_IN_DATABASE = "asset_conditions_in_database"  # ``AssetConditionsInDatabase``
+    ASSET_MATCHES = "asset_matches"  # ``AssetMatches``
 
 
 class SearchStore(Protocol):
@@ -570,6 +571,33 @@ class AssetConditionsInDatabase(Protocol):
     ) -> tuple[str, dict[str, Any]]: ...
 
 
+# An endpoint as ``AssetMatches`` takes and returns it: (ip, port, transport).
+Endpoint = tuple[str, int, str]
+
+
+class AssetMatches(Protocol):
+    """Optional capability of a store (Elasticsearch): which of some current assets a
+    search finds, asked outside any database transaction.
+
+    ``matching_endpoints(owner_id, node, status=, endpoints=)`` returns those of
+    ``endpoints`` whose current asset of owner ``owner_id`` exists and matches the parsed
+    search language tree ``node`` (None: every asset), ``status`` (``open`` | ``gone``)
+    being read as the asset's status whatever the document says. It asks in bounded
+    batches, so the list may be long. The alert rules' search filters use it after the
+    change analysis commits, where the store cannot test assets inside the analysis's
+    statement (``AssetConditionsInDatabase``).
+    """
+
+    def matching_endpoints(
+        self,
+        owner_id: int,
+        node: object | None,
+        *,
+        status: str,
+        endpoints: Sequence[Endpoint],
+    ) -> set[Endpoint]: ...
+
+
 # The one place a store's optional abilities are checked: each accessor returns the store
 # typed as the capability when the store declares it in ``capabilities``, else None.
 
@@ -620,6 +648,12 @@ def asset_conditions_in_database(store: SearchStore) -> AssetConditionsInDatabas
     return None
 
 
+def asset_matches(store: SearchStore) -> AssetMatches | None:
+    if has_capability(store, Capability.ASSET_MATCHES):
+        return cast(AssetMatches, store)
+    return None
+
+
 # Which protocol each capability promises (tests check every adapter against it).
 CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.SERVER_SIDE_PAGES: ServerSidePages,
@@ -629,4 +663,5 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.TASK_PURGE: TaskPurge,
     Capability.FACT_RETENTION: FactRetention,
     Capability.ASSET_CONDITIONS_IN_DATABASE: AssetConditionsInDatabase,
+    Capability.ASSET_MATCHES: AssetMatches,
 }

@@ -95,7 +95,9 @@ class PostgresStore:
     """``SearchStore`` on the application's PostgreSQL database."""
 
     name = "postgres"
-    capabilities = frozenset(Capability)  # every optional ability (app/search/port.py)
+    # Every optional ability (app/search/port.py) but ``ASSET_MATCHES``: its assets are
+    # tested inside the caller's statement instead (``ASSET_CONDITIONS_IN_DATABASE``).
+    capabilities = frozenset(Capability) - {Capability.ASSET_MATCHES}
 
     def __init__(self, settings: Settings, *, engine: Engine | None = None):
         self._settings = settings

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.alerts.evaluate import change_set_hook
+from app.alerts.searched_changes import follow_up
 from app.analysis.worker import AnalysisOutcome, AnalysisWorker
 from app.config import Settings
 from app.db import transaction
@@ -147,6 +148,7 @@ class Scans:
             self.settings,
             self.store,
             on_change_set=change_set_hook(self.settings.alerts, self.store),
+            after_change_set=follow_up(self.settings.alerts, self.store),
         )
         outcomes = []
         for _ in range(10_000):

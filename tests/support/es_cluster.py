@@ -468,7 +468,7 @@ class SimulatedCluster:
                 for document_id, seen in list(index.searchable.items()):
                     if max_docs is not None and deleted >= max_docs:
                         break
-                    if failures or not matches(query, seen.source, index.mapping):
+                    if failures or not matches(query, seen.source, index.mapping, document_id):
                         continue
                     total += 1
                     current = index.live.get(document_id)
@@ -508,7 +508,7 @@ class SimulatedCluster:
         with self.lock:
             for index in indices:
                 for document_id, stored in index.searchable.items():
-                    if matches(query, stored.source, index.mapping):
+                    if matches(query, stored.source, index.mapping, document_id):
                         hits.append((index, document_id, stored.source))
         mapping = indices[0].mapping if indices else IndexMapping()
         sort_spec = [sort_field(s) for s in as_list(body.get("sort"))]

@@ -200,8 +200,14 @@ def _field_and_spec(body: dict[str, Any], value_key: str) -> tuple[str, dict[str
     return name, spec
 
 
-def matches(query: dict[str, Any] | None, source: dict[str, Any], mapping: IndexMapping) -> bool:
-    """Whether ``source`` matches the query (the subset of the DSL netmap uses)."""
+def matches(
+    query: dict[str, Any] | None,
+    source: dict[str, Any],
+    mapping: IndexMapping,
+    document_id: str | None = None,
+) -> bool:
+    """Whether ``source`` (the document ``document_id``) matches the query (the subset of
+    the DSL netmap uses)."""
     if not query:
         return True
     ((kind, body),) = query.items()
@@ -212,16 +218,16 @@ def matches(query: dict[str, Any] | None, source: dict[str, Any], mapping: Index
     if kind == "bool":
         for clause in ("filter", "must"):
             for sub in as_list(body.get(clause)):
-                if not matches(sub, source, mapping):
+                if not matches(sub, source, mapping, document_id):
                     return False
         for sub in as_list(body.get("must_not")):
-            if matches(sub, source, mapping):
+            if matches(sub, source, mapping, document_id):
                 return False
         should = as_list(body.get("should"))
         if should:
             default = 0 if (body.get("filter") or body.get("must")) else 1
             needed = int(body.get("minimum_should_match", default))
-            if sum(matches(sub, source, mapping) for sub in should) < needed:
+            if sum(matches(sub, source, mapping, document_id) for sub in should) < needed:
                 return False
         return True
     if kind == "term":
@@ -264,7 +270,9 @@ def matches(query: dict[str, Any] | None, source: dict[str, Any], mapping: Index
     if kind == "exists":
         return bool(field_values(source, body["field"]))
     if kind == "ids":
-        raise QueryError("ids queries are matched by the caller")
+        if document_id is None:
+            raise QueryError("an ids query needs the document's id")
+        return document_id in as_list(body.get("values"))
     raise QueryError(f"unsupported query [{kind}]")
 
 

@@ -60,7 +60,7 @@ _FILTER = {
             "type": ["string", "null"],
             "maxLength": 1000,
             "description": "a search-language query of the rule's own (not with search); "
-            "PostgreSQL search store only",
+            "the changed endpoint's current asset must match it",
         },
     },
 }

@@ -1,15 +1,19 @@
-"""Fixtures for alert tests: a loopback webhook receiver, an aiosmtpd server, and
-settings that let alerts reach them (``allow_private_targets``) with test-sized retries."""
+"""Fixtures for alert tests: a loopback webhook receiver, an aiosmtpd server, settings
+that let alerts reach them (``allow_private_targets``) with test-sized retries, and an
+app on the Elasticsearch store (``es``)."""
 
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from aiosmtpd.controller import Controller
 
+from app import close_app, create_app
 from app.config import Settings
+from tests.support.api import Api
 from tests.support.settings import make_settings
 from tests.support.webhook_receiver import WebhookReceiver
 
@@ -66,3 +70,22 @@ def settings(database_url: str, tmp_path, mailbox) -> Settings:
             "from_address": "netmap@example.test",
         },
     )
+
+
+@pytest.fixture
+def es(es_target, engine, settings) -> Iterator[tuple[object, Api]]:
+    """Settings naming a fresh index prefix on the Elasticsearch target, and the API of an
+    app serving that store."""
+    es_settings = settings.replace(
+        elasticsearch={
+            "url": es_target.url,
+            "index_prefix": f"nmt-{uuid.uuid4().hex[:10]}",
+            "bulk_retry_backoff_ms": 10,
+            "index_replicas": 0,
+        }
+    )
+    es_app = create_app(es_settings, engine=engine, modules="off")
+    try:
+        yield es_settings, Api(es_app)
+    finally:
+        close_app(es_app)

@@ -151,25 +151,38 @@ def test_a_rule_search_selects_the_changes_whose_assets_it_finds(api, settings, 
     assert _messages(gone_web["id"])[2:] == [("netmap.change.gone", "192.0.2.2", 80)]
 
 
+class _StoreWithoutSearches:
+    """A search store that can test no asset against a search: neither inside the
+    analysis's statement nor after it (no optional ability at all)."""
+
+    name = "minimal"
+    capabilities: frozenset = frozenset()
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_store_that_cannot_test_searches_refuses_and_skips_search_rules(
-    es_target, engine, api, settings, receiver, caplog
+    app, api, receiver, caplog
 ) -> None:
-    """On the Elasticsearch store the assets are not in the analysis's database, so a rule
-    with a search filter is refused when written (create and update), and one found
-    anyway (the store was switched) matches nothing and says so in an event."""
+    """A store with neither ability would leave a search-filtered rule deaf: such a rule is
+    refused when written (create and update), and one found anyway (the store was
+    switched) matches nothing and says so in an event."""
     import logging
-    import uuid
 
-    from app import close_app, create_app
     from app.alerts.evaluate import search_matches
-    from app.search.elasticsearch_store import ElasticsearchStore
-    from tests.support.api import Api
+    from app.http import context
 
-    prefix = f"nmt-{uuid.uuid4().hex[:10]}"
-    es_settings = settings.replace(elasticsearch={"url": es_target.url, "index_prefix": prefix})
-    es_app = create_app(es_settings, engine=engine, modules="off")
+    # A search rule written while the PostgreSQL store served.
+    bob, scanner = api.user(), api.scanner()
+    searched = _rule(bob, _hook(bob, receiver), ["new"], query="port:22")
+    assert searched.status_code == 201, searched.get_json()
+
+    minimal = _StoreWithoutSearches()
+    served = app.extensions[context.STORE]
+    app.extensions[context.STORE] = minimal
     try:
-        alice = Api(es_app).user()
+        alice = api.user()
         channel = _hook(alice, receiver)
         search = _search(alice, "port:22")
         for filters, field in (
@@ -187,22 +200,14 @@ def test_a_store_that_cannot_test_searches_refuses_and_skips_search_rules(
         assert patched.status_code == 400
         assert patched.get_json()["error"]["code"] == "unsupported_filter"
     finally:
-        close_app(es_app)
+        app.extensions[context.STORE] = served
 
-    # A search rule written while the PostgreSQL store served, evaluated with the other.
-    bob, scanner = api.user(), api.scanner()
-    searched = _rule(bob, _hook(bob, receiver), ["new"], query="port:22")
-    assert searched.status_code == 201, searched.get_json()
     _scan(bob, scanner, [observation("192.0.2.9", 22)])
     with transaction() as conn:
         execution_id = conn.execute(sa.text("SELECT max(id) FROM scan_executions")).scalar_one()
-    store = ElasticsearchStore(es_settings.elasticsearch)
-    try:
-        with caplog.at_level(logging.INFO, logger="netmap.events"):
-            with transaction() as conn:
-                found = search_matches(conn, store, owner_id=bob.id, execution_id=execution_id)
-    finally:
-        store.close()
+    with caplog.at_level(logging.INFO, logger="netmap.events"):
+        with transaction() as conn:
+            found = search_matches(conn, minimal, owner_id=bob.id, execution_id=execution_id)
     assert found == []
     skipped = [
         r.netmap_fields
@@ -210,3 +215,31 @@ def test_a_store_that_cannot_test_searches_refuses_and_skips_search_rules(
         if getattr(r, "netmap_event", "") == "AlertRuleSearchSkipped"
     ]
     assert skipped == [{"rule_id": searched.get_json()["rule"]["id"], "reason": "store"}], skipped
+
+
+def test_the_elasticsearch_store_accepts_search_filters(es_target, engine, settings, receiver):
+    """Elasticsearch tests a rule's search after the analysis commits
+    (test_alert_search_filters_es.py): such rules are accepted there."""
+    import uuid
+
+    from app import close_app, create_app
+    from tests.support.api import Api
+
+    prefix = f"nmt-{uuid.uuid4().hex[:10]}"
+    es_settings = settings.replace(elasticsearch={"url": es_target.url, "index_prefix": prefix})
+    es_app = create_app(es_settings, engine=engine, modules="off")
+    try:
+        alice = Api(es_app).user()
+        channel = _hook(alice, receiver)
+        search = _search(alice, "port:22")
+        made = _rule(alice, channel, ["gone"], search=search["id"])
+        assert made.status_code == 201, made.get_json()
+        own = _rule(alice, channel, ["new"], query="port:22")
+        assert own.status_code == 201, own.get_json()
+        patched = alice.patch(
+            f"/api/alerts/rules/{own.get_json()['rule']['id']}",
+            json={"filter": {"query": "service:ssh"}},
+        )
+        assert patched.status_code == 200, patched.get_json()
+    finally:
+        close_app(es_app)

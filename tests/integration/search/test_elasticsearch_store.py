@@ -23,7 +23,7 @@ from app.search.port import (
 )
 from tests.support.es_simulator import EsSimulator, Fault
 from tests.support.es_target import es_settings_for
-from tests.support.search_documents import at, current_asset, execution_endpoint, fact
+from tests.support.search_documents import BASE_TIME, at, current_asset, execution_endpoint, fact
 
 NOVEMBER = StorageScope(months=("2026.11",))
 BULK_EVENT = "ElasticsearchBulkCompleted"
@@ -349,3 +349,53 @@ def test_reads_before_any_write_are_empty(simulator):
     assert store.read_execution_endpoints(1, after_id=None, limit=10) == []
     assert simulator.index_names() == []  # reading created nothing
     store.close()
+
+
+def test_matching_endpoints_asks_by_id_in_batches_with_the_status_given(
+    simulator, store, monkeypatch
+):
+    """The alert rules' search filters (``AssetMatches``): the owner's assets among the
+    endpoints that the search finds, ``status`` taken as given whatever is stored, in
+    batches of ``ASSET_MATCH_BATCH`` ids."""
+    from app.search import elasticsearch_store
+    from app.search.port import AssetStatusUpdate, asset_matches
+    from app.search.query_language import parse_query
+
+    monkeypatch.setattr(elasticsearch_store, "ASSET_MATCH_BATCH", 2)
+    docs = [
+        current_asset("user", f"192.0.2.{i}", port, owner_id=7, service=service)
+        for i, (port, service) in enumerate(((22, "ssh"), (22, "ssh"), (80, "http"), (22, "ssh")))
+    ]
+    docs.append(current_asset("user", "192.0.2.9", 22, owner_id=8, service="ssh"))
+    store.publish_current(docs, max_operations=100, max_bytes=1 << 20).raise_for_failures()
+    # One asset is stored as gone; the caller's status is what a search reads.
+    store.apply_asset_status(
+        [AssetStatusUpdate("user", 7, "192.0.2.3", 22, "tcp", "gone")]
+    ).raise_for_failures()
+    store.refresh_current()
+    simulator.reset_requests()
+
+    matcher = asset_matches(store)
+    assert matcher is not None
+    endpoints = [(f"192.0.2.{i}", p, "tcp") for i, p in ((0, 22), (1, 22), (2, 80), (3, 22))]
+    endpoints += [("192.0.2.9", 22, "tcp"), ("192.0.2.50", 22, "tcp")]  # another's; none
+    now = BASE_TIME
+    ssh = parse_query("port:22 service:ssh", now=now).node
+    assert matcher.matching_endpoints(7, ssh, status="open", endpoints=endpoints) == {
+        ("192.0.2.0", 22, "tcp"),
+        ("192.0.2.1", 22, "tcp"),
+        ("192.0.2.3", 22, "tcp"),
+    }
+    assert len(simulator.requests_to("_search")) == 3  # six ids, two per request
+    gone = parse_query("port:22 status:gone", now=now).node
+    assert matcher.matching_endpoints(7, gone, status="open", endpoints=endpoints) == set()
+    assert matcher.matching_endpoints(7, gone, status="gone", endpoints=endpoints) == {
+        ("192.0.2.0", 22, "tcp"),
+        ("192.0.2.1", 22, "tcp"),
+        ("192.0.2.3", 22, "tcp"),
+    }
+    everything = matcher.matching_endpoints(7, None, status="gone", endpoints=endpoints)
+    assert everything == set(endpoints[:4])
+    assert matcher.matching_endpoints(7, ssh, status="open", endpoints=[]) == set()
+    with pytest.raises(ValueError):
+        matcher.matching_endpoints(7, ssh, status="all", endpoints=endpoints)
