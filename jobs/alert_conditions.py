@@ -51,53 +51,45 @@ def run_digests_job(settings: Settings) -> PeriodicJob:
     return _quick_condition_job("alert-run-digests", send_finished_run_digests, settings)
 
 
-def searched_changes_job(settings: Settings) -> PeriodicJob:
-    """Search-filtered rules left pending after an analysis (Elasticsearch store): the
-    worker crashed after the commit, or the store was out."""
+def _store_job(name: str, evaluate, settings: Settings, *, interval_seconds: int) -> PeriodicJob:
+    """A job that asks the search store: ``evaluate(store, check)``, the store opened once
+    per worker process (after the fork), ``check`` ending the tick once the lease is lost
+    or the runner stops, so nothing is written by a holder that is no longer one."""
     store = None
 
     def tick(ctx: JobContext, lease: PeriodicLease) -> None:
         nonlocal store
-        if store is None:  # opened once per worker process, after the fork
+        if store is None:
             from app.search import open_store
 
             store = open_store(settings)
 
         def check() -> None:
             ctx.check_cancelled()
-            lease.check()  # no messages written once the lease is lost
+            lease.check()
 
-        evaluate_due(settings.alerts, store, check=check)
+        evaluate(store, check)
 
-    return PeriodicJob(
+    return PeriodicJob(name, tick, interval_seconds=interval_seconds, lease_seconds=300)
+
+
+def searched_changes_job(settings: Settings) -> PeriodicJob:
+    """Search-filtered rules left pending after an analysis (Elasticsearch store): the
+    worker crashed after the commit, or the store was out."""
+    return _store_job(
         "alert-searched-changes",
-        tick,
+        lambda store, check: evaluate_due(settings.alerts, store, check=check),
+        settings,
         interval_seconds=settings.alerts.conditions_interval_seconds,
-        lease_seconds=300,
     )
 
 
 def certificate_expiry_job(settings: Settings) -> PeriodicJob:
-    store = None
-
-    def tick(ctx: JobContext, lease: PeriodicLease) -> None:
-        nonlocal store
-        if store is None:  # opened once per worker process, after the fork
-            from app.search import open_store
-
-            store = open_store(settings)
-
-        def check() -> None:
-            ctx.check_cancelled()
-            lease.check()  # stop between pages once the lease is lost
-
-        evaluate_certificate_expiry(settings, store, check=check)
-
-    return PeriodicJob(
+    return _store_job(
         "alert-certificate-expiry",
-        tick,
+        lambda store, check: evaluate_certificate_expiry(settings, store, check=check),
+        settings,
         interval_seconds=settings.alerts.certificate_interval_seconds,
-        lease_seconds=300,
     )
 
 

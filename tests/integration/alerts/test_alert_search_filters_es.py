@@ -63,6 +63,22 @@ def _workers(settings, *, follow: bool, follow_up_store) -> None:
         store.close()
 
 
+def _digest_rule(user, channel: dict, query: str) -> dict:
+    """A digest-mode rule on new changes, filtered by ``query``."""
+    made = user.post(
+        "/api/alerts/rules",
+        json={
+            "name": "d",
+            "on": ["new"],
+            "channels": [channel["id"]],
+            "mode": "digest",
+            "filter": {"query": query},
+        },
+    )
+    assert made.status_code == 201, made.get_json()
+    return made.get_json()["rule"]
+
+
 def _pending() -> list[int]:
     with transaction() as conn:
         return list(
@@ -154,16 +170,7 @@ def test_a_crash_after_the_commit_is_recovered_by_the_job_once(es, receiver) -> 
     alice, scanner = api.user(), api.scanner()
     channel = _hook(alice, receiver)
     each = _rule(alice, channel, ["new"], query="port:22").get_json()["rule"]
-    digest = alice.post(
-        "/api/alerts/rules",
-        json={
-            "name": "d",
-            "on": ["new"],
-            "channels": [channel["id"]],
-            "mode": "digest",
-            "filter": {"query": "port:22"},
-        },
-    ).get_json()["rule"]
+    digest = _digest_rule(alice, channel, "port:22")
     plain = _rule(alice, channel, ["new"], ports=[80]).get_json()["rule"]
     observations = [observation(ip, 22) for ip in ("192.0.2.1", "192.0.2.2")] + [
         observation("192.0.2.1", 80)
@@ -269,16 +276,7 @@ def test_a_run_digest_waits_for_every_execution_pending_searched_rules(es, recei
     settings, api = es
     alice, scanner = api.user(), api.scanner()
     channel = _hook(alice, receiver)
-    digest = alice.post(
-        "/api/alerts/rules",
-        json={
-            "name": "d",
-            "on": ["new"],
-            "channels": [channel["id"]],
-            "mode": "digest",
-            "filter": {"query": "port:22"},
-        },
-    ).get_json()["rule"]
+    digest = _digest_rule(alice, channel, "port:22")
     made = alice.post(
         "/api/tasks",
         json={"name": "two", "targets": ["192.0.2.0/24", "198.51.100.0/24"], "ports": "22,80"},
