@@ -222,5 +222,11 @@ def test_http_values_answer_as_the_plain_condition(postgres_store, certified, te
     for scope in ("user", "global"):
         found = _all(postgres_store, _query(text, scope))
         assert found == _without_indexes(scope, condition), (text, scope)
-    if "-title:x" in text:
-        assert (LONG_TITLE_HOST, 443) in found
+
+
+def test_a_title_over_the_length_cap_is_absent(postgres_store, certified):
+    # The page carries it (the raw JSON finds it) and no search reads it.
+    raw = "details->'http'->>'title' ILIKE '%Quokka Portal%'"
+    assert _without_indexes("user", raw) == [(LONG_TITLE_HOST, 443)]
+    assert _all(postgres_store, _query('title:"Quokka Portal"', "user")) == []
+    assert (LONG_TITLE_HOST, 443) in _all(postgres_store, _query('-title:"Quokka Portal"', "user"))
