@@ -3,8 +3,9 @@
 On a scratch database it seeds ``--assets`` open current assets of one user
 (``app.search.seed``, as ``bench pages`` does; five services per host), gives the
 port-443 ones a certificate (``details.tls``: issuer, not-after spread over four
-weeks, fingerprint), VACUUM ANALYZEs, then runs eleven representative search-language
-queries (one of them a rare certificate subject)
+weeks, fingerprint) and a page (``details.http``: a title naming the host, one
+server), VACUUM ANALYZEs, then runs twelve representative search-language queries (two
+of them rare values: a certificate subject, a page title)
 (a 50-row first page each, as ``GET /api/assets`` asks) and the facets of two
 searches ``--repeats`` times through the store, and prints p50/p95 per query in one
 JSON object (progress on stderr). The goal of the issue is a p95 of 150 ms each.
@@ -32,6 +33,7 @@ QUERIES = {
     "cert_expires": "cert.expires:<30d",
     "cert_issuer": 'cert.issuer:"Bench CA"',
     "cert_subject_rare": 'cert.subject:"10.0.77.7"',
+    "title_rare": 'title:"host 10.0.77.7"',
     "last_seen_service": "last_seen:>30d service:https",
     "or_not": "(port:22 OR port:3306) -product:mysql",
 }
@@ -43,7 +45,9 @@ _CERTIFICATES = """
              'subject_cn', host(ip),
              'sha256', encode(sha256(convert_to(host(ip), 'UTF8')), 'hex'),
              'not_after', to_char(TIMESTAMP '2026-12-01' + ((key & 31) % 28) * interval '1 day',
-                                  'YYYY-MM-DD"T"HH24:MI:SS"Z"')))
+                                  'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+             'http', jsonb_build_object('title', 'Sign in - host ' || host(ip),
+                                        'server', 'nginx/1.24.0'))
      WHERE owner_id = :owner_id AND port = 443
 """
 
@@ -78,7 +82,7 @@ def time_queries(
 @click.option("--assets", default=100_000, show_default=True, help="current assets of the user")
 @click.option("--repeats", default=10, show_default=True, help="runs per query")
 def command(assets: int, repeats: int) -> None:
-    """p95 of eleven search-language queries and of facets (PostgreSQL); one JSON object."""
+    """p95 of twelve search-language queries and of facets (PostgreSQL); one JSON object."""
     import sqlalchemy as sa
 
     from app import create_app

@@ -33,9 +33,10 @@ _KEYWORD_COLUMNS = {
 _TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
 
 
-# A certificate text clause's matching distinct values (``FACT_TEXTS_TABLE`` keys), looked
-# up before the statement is spelled (``postgres_queries.matching_fact_text_ids``); a clause
-# without an entry is spelled as the expression's own ILIKE.
+# A text fact clause's (certificate issuer or subject, page title or server) matching
+# distinct values (``FACT_TEXTS_TABLE`` keys), looked up before the statement is spelled
+# (``postgres_queries.matching_fact_text_ids``); a clause without an entry is spelled as
+# the expression's own ILIKE.
 FactTextIds = dict[tuple[str, str], tuple[str, ...]]
 
 
@@ -107,8 +108,9 @@ class _Spell:
         if kind == "text":
             ids = self.fact_ids.get((c.field, c.value))
             if ids is not None:
-                # The rows whose value is one of the matching distinct values (migration
-                # 1610): the key's index finds a rare one, its statistics tell a common one.
+                # The rows whose value is one of the matching distinct values (migrations
+                # 1610, 1800): the key's index finds a rare one, its statistics tell a
+                # common one.
                 if not ids:
                     return "(FALSE)"
                 key = FACT_TEXT_KEYS[c.field]
@@ -149,7 +151,7 @@ def condition(
 ) -> tuple[str, dict[str, Any]]:
     """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
     ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's);
-    ``fact_ids``: the certificate text clauses' matching value keys, where looked up."""
+    ``fact_ids``: the text fact clauses' matching value keys, where looked up."""
     spell = _Spell(status, fact_ids)
     sql = spell.node(node)
     return sql, spell.params

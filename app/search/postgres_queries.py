@@ -422,7 +422,7 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
     return None if len(found) > TEXT_IDS_CAP else found
 
 
-# Certificate text values a search names outright (see matching_fact_text_ids); beyond
+# Text fact values (certificate, HTTP) a search names outright (see matching_fact_text_ids); beyond
 # this many it leaves the clause to the expression's own ILIKE.
 FACT_TEXT_IDS_CAP = 1000
 MATCHING_FACT_TEXT_IDS = sa.text(
@@ -432,8 +432,9 @@ MATCHING_FACT_TEXT_IDS = sa.text(
 
 
 def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
-    """The keys of the distinct certificate values each ``cert.issuer``/``cert.subject``
-    clause of the tree matches (migration 1610), as ``matching_text_ids`` does for free
+    """The keys of the distinct values each ``cert.issuer``/``cert.subject`` clause
+    (migration 1610) and ``title``/``server`` clause (migration 1800) of the tree
+    matches, as ``matching_text_ids`` does for free
     text: named outright, each key is weighed by the view's statistics of its expression,
     so a rare value is an index lookup and a common one is read in page order. A clause
     matching more than the cap is left out (the expression's ILIKE decides it)."""
@@ -458,7 +459,7 @@ def looked_up_statement(
     conn: Connection, query: AssetQuery, *, select: str | None = None
 ) -> tuple[str, dict[str, Any]] | None:
     """``asset_search_statement`` after the lookups of distinct values it names (the free
-    text's, the certificate clauses'); None when the free text matches no text at all."""
+    text's, the text fact clauses'); None when the free text matches no text at all."""
     text_ids = matching_text_ids(conn, query.text) if query.text else None
     if text_ids == ():
         return None
@@ -489,7 +490,7 @@ def asset_search_statement(
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
     ``None`` to match the texts in a subquery instead. ``select``: the columns to read
-    instead of whole documents (the facets read a few). ``fact_ids``: the certificate
+    instead of whole documents (the facets read a few). ``fact_ids``: the text fact
     clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:

@@ -35,12 +35,14 @@ EXECUTION_TABLE = "search_execution_endpoints"
 ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
 # The distinct texts of the asset views, filled by triggers (migration 0170).
 ASSET_TEXTS_TABLE = "search_asset_texts"
-# The distinct certificate issuers and subjects of the asset views, filled by triggers
-# (migration 1610), and each view row's key into it per field: the views' partial indexes
-# are on exactly these expressions, so a query must spell them the same way.
+# The distinct certificate issuers and subjects (migration 1610) and HTTP titles and
+# servers (migration 1800) of the asset views, filled by triggers, and each view row's key
+# into it per field: the views' partial indexes are on exactly these expressions, so a
+# query must spell them the same way.
 FACT_TEXTS_TABLE = "search_asset_fact_texts"
 FACT_TEXT_KEYS = {
-    name: f"(md5({FACT_SQL[name]})::uuid)" for name in ("cert.issuer", "cert.subject")
+    name: f"(md5({FACT_SQL[name]})::uuid)"
+    for name in ("cert.issuer", "cert.subject", "title", "server")
 }
 # Exact per-execution counters maintained by the write statements (migration 0060).
 FACT_COUNTS_TABLE = "search_execution_fact_counts"

@@ -53,7 +53,8 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         assert set(step["search"]) == {
             "port_p95_ms", "service_p95_ms", "product_not_port_p95_ms", "net_p95_ms",
             "net_port_p95_ms", "free_text_p95_ms", "cert_expires_p95_ms", "cert_issuer_p95_ms",
-            "cert_subject_rare_p95_ms", "last_seen_service_p95_ms", "or_not_p95_ms",
+            "cert_subject_rare_p95_ms", "title_rare_p95_ms", "last_seen_service_p95_ms",
+            "or_not_p95_ms",
         }  # fmt: skip
         assert set(step["facets"]) == {"facets_all_p95_ms", "facets_port_p95_ms"}
         tables = step["table_bytes_per_million_endpoints"]

@@ -2,11 +2,12 @@
 
 Migration 1100 keeps statistics on each text fact's expression; migration 1610 keys the
 certificate issuer and subject to their distinct values, with an index and statistics
-on the key. These tests plan the searches over thousands of analysed rows, with the
-planner free to choose: a common issuer is estimated near its real count (so a first
-page is read in page order, not the whole view read and sorted), a rare issuer or
-subject is read through its key's index (not by scanning every certificate), and rare
-and common values answer exactly what the condition evaluated on its own answers.
+on the key, and migration 1800 does the same for the HTTP title and server. These tests
+plan the searches over thousands of analysed rows, with the planner free to choose: a
+common issuer or server is estimated near its real count (so a first page is read in
+page order, not the whole view read and sorted), a rare issuer, subject, title or
+server is read through its key's index (not by scanning every certificate or page), and
+rare and common values answer exactly what the condition evaluated on its own answers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ SERVICES = (
     (443, "https", "nginx", "1.24.0", "HTTP/1.1 200 OK"),
 )
 RARE_HOST = "10.0.3.7"
+# A page whose server is rare, and one whose title is over the length a search reads.
+RARE_SERVER_HOST = "10.0.20.2"
+LONG_TITLE_HOST = "10.0.20.1"
 
 
 @pytest.fixture
@@ -47,8 +51,9 @@ def certified(postgres_store) -> None:
             seen=at(0),
             services=SERVICES,
         )
-        # Every HTTPS asset has a certificate from a common CA and a page title; one has a
-        # rare issuer. The SSH assets keep no TLS facts.
+        # Every HTTPS asset has a certificate from a common CA and a page (a title naming
+        # the host, a common server); one has a rare issuer, one a rare server, one a title
+        # over the length cap. The SSH assets keep no TLS or HTTP facts.
         for table in ("search_assets_user", "search_assets_global"):
             conn.execute(
                 sa.text(
@@ -56,10 +61,13 @@ def certified(postgres_store) -> None:
                     "'tls', jsonb_build_object('issuer', CASE WHEN host(ip) = :rare "
                     "THEN 'CN=Quokka Root,O=Marsupial' ELSE 'CN=Common CA,O=netmap' END, "
                     "'subject_cn', host(ip)), "
-                    "'http', jsonb_build_object('title', 'Welcome ' || host(ip))) "
+                    "'http', jsonb_build_object('title', CASE WHEN host(ip) = :long "
+                    "THEN repeat('x', 1100) || ' Quokka Portal' ELSE 'Welcome ' || host(ip) END, "
+                    "'server', CASE WHEN host(ip) = :server "
+                    "THEN 'Quokka-httpd/2.0' ELSE 'nginx/1.24.0' END)) "
                     "WHERE port = 443"
                 ),
-                {"rare": RARE_HOST},
+                {"rare": RARE_HOST, "long": LONG_TITLE_HOST, "server": RARE_SERVER_HOST},
             )
     # As autovacuum leaves the tables: statistics, and the partial indexes' sizes.
     with db.get_engine().connect() as conn:
@@ -133,21 +141,37 @@ def test_a_common_issuer_is_estimated_near_its_count(postgres_store, certified, 
 
 
 @pytest.mark.parametrize("scope", ["user", "global"])
-@pytest.mark.parametrize(
-    ("text", "index"),
-    [('cert.issuer:"Quokka Root"', "cert_issuer"), (f'cert.subject:"{RARE_HOST}"', "cert_subject")],
-)
-def test_a_rare_certificate_value_is_read_through_its_key_index(
-    postgres_store, certified, scope, text, index
+def test_a_common_server_is_estimated_near_its_count(postgres_store, certified, scope):
+    common = ENDPOINTS // len(SERVICES) - 1
+    plan = _plan(_query("server:NGINX", scope, limit=50))
+    scans = [n for n in _nodes(plan) if "Scan" in n["Node Type"]]
+    assert scans[-1]["Plan Rows"] >= common / 10, plan
+    assert not [n for n in _nodes(plan) if n["Node Type"] == "Sort"], plan
+    found = _all(postgres_store, _query("server:NGINX", scope))
+    assert found == _without_indexes(scope, "details->'http'->>'server' ILIKE '%nginx%'")
+    assert len(found) == common
+
+
+# (query, index suffix, details section, key, value as the plain condition reads it)
+RARE_VALUES = [
+    ('cert.issuer:"Quokka Root"', "cert_issuer", "tls", "issuer", "Quokka Root"),
+    (f'cert.subject:"{RARE_HOST}"', "cert_subject", "tls", "subject_cn", RARE_HOST),
+    (f'title:"welcome {RARE_HOST}"', "http_title", "http", "title", f"welcome {RARE_HOST}"),
+    ("server:quokka-HTTPD", "http_server", "http", "server", "quokka-HTTPD"),
+]
+
+
+@pytest.mark.parametrize("scope", ["user", "global"])
+@pytest.mark.parametrize(("text", "index", "section", "key", "value"), RARE_VALUES)
+def test_a_rare_text_fact_is_read_through_its_key_index(
+    postgres_store, certified, scope, text, index, section, key, value
 ):
     plan = _plan(_query(text, scope, limit=50))
     used = {n.get("Index Name") for n in _nodes(plan)}
     assert f"ix_search_assets_{scope}_{index}" in used, plan
     found = _all(postgres_store, _query(text, scope))
-    value = "Quokka Root" if index == "cert_issuer" else RARE_HOST
-    key = "issuer" if index == "cert_issuer" else "subject_cn"
-    assert found == _without_indexes(scope, f"details->'tls'->>'{key}' ILIKE '%{value}%'")
-    assert (RARE_HOST, 443) in found
+    assert found
+    assert found == _without_indexes(scope, f"details->'{section}'->>'{key}' ILIKE '%{value}%'")
 
 
 def test_values_no_certificate_has_find_nothing_and_their_negation_everything(
@@ -166,3 +190,43 @@ def test_titles_and_negations_answer_as_the_plain_condition(postgres_store, cert
     negated = _all(postgres_store, _query('-cert.issuer:"Common CA"', "user"))
     assert len(negated) == ENDPOINTS - (ENDPOINTS // len(SERVICES) - 1)
     assert (RARE_HOST, 443) in negated
+
+
+# The plain condition of each HTTP field: the expression the search language reads
+# (a string of at most 1024 characters), evaluated with no index at all.
+_TITLE = (
+    "(CASE WHEN jsonb_typeof(details->'http'->'title') = 'string' AND "
+    "length(details->'http'->>'title') <= 1024 THEN details->'http'->>'title' END)"
+)
+_SERVER = "(details->'http'->>'server')"
+
+
+@pytest.mark.parametrize(
+    ("text", "condition"),
+    [
+        # More than a thousand matching titles: the expression's own ILIKE decides.
+        ('title:"Welcome 10.0."', f"{_TITLE} ILIKE '%Welcome 10.0.%'"),
+        (f'-title:"Welcome {RARE_HOST}"', f"({_TITLE} ILIKE '%Welcome {RARE_HOST}%') IS NOT TRUE"),
+        ("-server:nginx", f"({_SERVER} ILIKE '%nginx%') IS NOT TRUE"),
+        ("-server:quokka", f"({_SERVER} ILIKE '%quokka%') IS NOT TRUE"),
+        # A wildcard of LIKE is a plain character in the language.
+        ('title:"Welcome 10.0.3_7"', "FALSE"),
+        ("server:%", "FALSE"),
+        # A title over the length cap reads as absent: found by no search, by every negation.
+        ('title:"Quokka Portal"', "FALSE"),
+        ('-title:"Quokka Portal"', "TRUE"),
+        ("-title:x", f"({_TITLE} ILIKE '%x%') IS NOT TRUE"),
+    ],
+)
+def test_http_values_answer_as_the_plain_condition(postgres_store, certified, text, condition):
+    for scope in ("user", "global"):
+        found = _all(postgres_store, _query(text, scope))
+        assert found == _without_indexes(scope, condition), (text, scope)
+
+
+def test_a_title_over_the_length_cap_is_absent(postgres_store, certified):
+    # The page carries it (the raw JSON finds it) and no search reads it.
+    raw = "details->'http'->>'title' ILIKE '%Quokka Portal%'"
+    assert _without_indexes("user", raw) == [(LONG_TITLE_HOST, 443)]
+    assert _all(postgres_store, _query('title:"Quokka Portal"', "user")) == []
+    assert (LONG_TITLE_HOST, 443) in _all(postgres_store, _query('-title:"Quokka Portal"', "user"))

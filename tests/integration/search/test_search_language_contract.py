@@ -95,7 +95,15 @@ def _assets(owner: int):
             seen=at(-10),
         ),
         current_asset("user", "192.0.2.7", 53, "udp", owner_id=owner, service="domain"),
-        current_asset("user", "2001:db8::1", 443, owner_id=owner, tags=("dmz",)),
+        # A server header over the length a search reads: absent for every field.
+        current_asset(
+            "user",
+            "2001:db8::1",
+            443,
+            owner_id=owner,
+            tags=("dmz",),
+            details={"http": {"server": "x" * 1025 + " Quokka"}},
+        ),
     ]
 
 
@@ -187,6 +195,16 @@ ALL = sorted(
         ('title:"login"', [("10.0.0.5", 443)]),
         ("title:42", []),
         ("server:nginx", [("10.0.0.5", 443)]),
+        ("server:NGINX/1.22", [("10.0.0.5", 443)]),
+        ("-server:nginx", sorted(set(ALL) - {("10.0.0.5", 443)})),
+        ("server:quokka", []),
+        ("-server:quokka", ALL),
+        ("title:dash", [("10.1.2.3", 8443)]),
+        ('-title:"login"', sorted(set(ALL) - {("10.0.0.5", 443)})),
+        ("-title:42", ALL),
+        ('title:"page login"', []),
+        ("title:page server:nginx", [("10.0.0.5", 443)]),
+        ("title:dashboard OR server:nginx", [("10.0.0.5", 443), ("10.1.2.3", 8443)]),
         ("nginx", [("10.0.0.5", 443), ("192.0.2.7", 80)]),
         ('"SSH-2.0"', [("10.0.0.5", 22)]),
         (
@@ -235,7 +253,7 @@ _VALUES = {
     "tag": ["dmz", "tls"],
     "transport": ["tcp", "udp"],
     "title": ["login", "DASH", '"page"'],
-    "server": ["nginx"],
+    "server": ["nginx", "QUOKKA", '"1.22"'],
     "cert.expires": ["<30d", ">1y", "<2027-01-01", "2026-12-20"],
     "cert.issuer": ['"Let\'s"', "localhost"],
     "cert.san": ["localhost", "EXAMPLE.com"],
