@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.alerts import pending_searches
-from app.alerts.run_digests import emit_run_digests, run_changes_link
+from app.alerts.run_digests import emit_run_digests, run_changes_link, run_is_done
 from app.analysis.changes import (
     ANALYSIS_FIELDS,
     CHANGE_KINDS,
@@ -49,7 +49,7 @@ from app.analysis.changes import (
     ChangeCounts,
     ChangeSetHook,
 )
-from app.analysis.queue import AnalysisClaim, run_awaits_analysis
+from app.analysis.queue import AnalysisClaim
 from app.config import AlertSettings
 from app.errors import ValidationError
 from app.observability import emit
@@ -247,11 +247,7 @@ def alerts_for_change_set(
     if run is None:
         return {}
     created = enqueue_alerts(conn, settings, change_set, store=store) if changed else {}
-    if (
-        run.finished
-        and not run_awaits_analysis(conn, run.id, besides=change_set.execution_id)
-        and not pending_searches.run_awaits(conn, run.id)
-    ):
+    if run_is_done(conn, run, besides=change_set.execution_id):
         digests = emit_run_digests(conn, settings, run)
         if digests:
             created["digest"] = digests
@@ -259,15 +255,18 @@ def alerts_for_change_set(
 
 
 # The enabled search-filtered rules a change set of ``:owner_id`` is compared with.
-_SEARCHED_RULES = sa.text(
-    """
-    SELECT r.id, r.search_id, r.query, r.on_kinds FROM alert_rules r
+_SEARCHED_RULES_WHERE = """
      WHERE r.enabled AND (r.owner_id = :owner_id OR r.is_global)
        AND (r.search_id IS NOT NULL OR r.query IS NOT NULL)
        AND r.on_kinds && CAST(:kinds AS text[])  -- change rules, not condition ones
        AND r.created_at <= coalesce(CAST(:as_of AS timestamptz), 'infinity')
-     ORDER BY r.id
-    """
+"""
+_SEARCHED_RULES = sa.text(
+    f"SELECT r.id, r.search_id, r.query, r.on_kinds FROM alert_rules r{_SEARCHED_RULES_WHERE}"  # noqa: S608 - a module constant
+    " ORDER BY r.id"
+)
+_ANY_SEARCHED_RULE = sa.text(
+    f"SELECT EXISTS (SELECT 1 FROM alert_rules r{_SEARCHED_RULES_WHERE})"  # noqa: S608 - a module constant
 )
 # What a search's ``status:`` reads for a change: the asset's status once the change is
 # published (the analysis publishes it after this transaction), so ``status:gone`` finds
@@ -402,7 +401,13 @@ def enqueue_alerts(
         )
         return _enqueue(conn, settings, change_set, searched, rules_of="all")
     created = _enqueue(conn, settings, change_set, [], rules_of="unsearched")
-    if searched_rules(conn, change_set.owner_id):
+    # Whether any rule would be asked, not the rules themselves: their searches are read
+    # by the pass after the commit.
+    any_rule = conn.execute(
+        _ANY_SEARCHED_RULE,
+        {"owner_id": change_set.owner_id, "kinds": list(CHANGE_KINDS), "as_of": None},
+    ).scalar()
+    if any_rule:
         pending_searches.record(
             conn,
             execution_id=change_set.execution_id,

@@ -94,6 +94,17 @@ def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
     return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
 
 
+def run_is_done(conn: Connection, run: RunState, *, besides: int | None = None) -> bool:
+    """Whether the run's digests may go now: it has ended, none of its executions (but
+    ``besides``, the one whose change set the caller is committing) still awaits
+    analysis, and none has search-filtered rules still to evaluate."""
+    return (
+        run.finished
+        and not run_awaits_analysis(conn, run.id, besides=besides)
+        and not pending_searches.run_awaits(conn, run.id)
+    )
+
+
 def emit_run_digests(conn: Connection, settings: AlertSettings, run: RunState) -> int:
     """Create the run's digest messages on ``conn``, whose transaction holds the run's
     lock and has checked that the run is over; returns how many were created."""
@@ -118,9 +129,7 @@ def _emit_if_over(settings: AlertSettings, run_id: int) -> int:
     skipped: that analysis decides."""
     with transaction() as conn:
         run = lock_run(conn, run_id, skip_locked=True)
-        if run is None or not run.finished:
-            return 0
-        if run_awaits_analysis(conn, run.id) or pending_searches.run_awaits(conn, run.id):
+        if run is None or not run_is_done(conn, run):
             return 0
         return emit_run_digests(conn, settings, run)
 

@@ -40,9 +40,9 @@ from app.alerts.evaluate import (
     searches_after_commit,
     status_after_change,
 )
-from app.alerts.run_digests import emit_run_digests
+from app.alerts.run_digests import emit_run_digests, run_is_done
 from app.analysis.changes import CHANGE_SET_SQL
-from app.analysis.queue import AnalysisClaim, run_awaits_analysis
+from app.analysis.queue import AnalysisClaim
 from app.config import AlertSettings
 from app.db import transaction
 from app.observability import emit
@@ -116,11 +116,7 @@ def evaluate_pending(
             return 0
         change_set = ChangeSet(pending.owner_id, execution_id, pending.task_id, pending.run_id)
         created = sum(enqueue_searched(conn, settings, change_set, pairs).values())
-        if (
-            run.finished
-            and not run_awaits_analysis(conn, run.id)
-            and not pending_searches.run_awaits(conn, run.id)
-        ):
+        if run_is_done(conn, run):
             created += emit_run_digests(conn, settings, run)
     return created
 
