@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.config import load_settings
+from app.observability import configure_logging
 from app.ops.config_check import emit_check, full_check
 from tests.support.api import Api
 from tests.support.processes import base_env, netmap_command
@@ -144,6 +145,9 @@ def test_no_secret_in_cli_text_json_or_start_up_events(tmp_path, capfd):
     assert report["effective"]["smtp"]["password"] == "<set>"
     assert report["effective"]["traffic"]["source_server"].startswith("https://<redacted>@logs")
     settings, loaded = load_settings(path, env={}, overrides={"runner": {"heartbeat_seconds": 2.0}})
+    # As a process starts: logging configured, then the check's events. Without this the
+    # events reach stderr only if an earlier test in this worker configured logging.
+    configure_logging()
     emit_check(full_check(settings, loaded), "web")
     captured = capfd.readouterr()
     assert "ConfigWarning" in captured.err
