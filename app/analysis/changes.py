@@ -30,6 +30,19 @@ What may decide what (ANA-3):
 The sightings come from the search store: the PostgreSQL adapter offers them
 as SQL (``execution_sightings_sql``) that runs inside this statement; any
 other store is read in keyset pages and staged in ``analysis_sightings``.
+
+Bounded statements: an execution may hold millions of endpoints, and a rescan
+of a wide scope may find millions absent, while every statement must end
+within the database's statement timeout. So the statement runs once per
+*slice* of the address order, each slice holding at most ``[analysis]
+slice_endpoints`` sightings and as many of the owner's endpoints in scope
+(plus the other ports of its last address), all inside the one transaction:
+the change set still commits whole or not at all. Slices are disjoint ranges
+of addresses, and every comparison is between rows of the same address, so
+the slices together compute exactly what one statement would. An execution
+with more sightings than a slice is first copied from the store into
+``analysis_sightings`` in keyset pages (the staged copy has the address
+order the slices need).
 """
 
 from __future__ import annotations
@@ -37,7 +50,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -139,6 +151,7 @@ def _analysis_sql(sightings_sql: str) -> str:
           CROSS JOIN LATERAL (
               SELECT * FROM analysis_assets a
                WHERE a.owner_id = :owner_id AND a.ip BETWEEN c.lo AND c.hi
+                 AND a.ip > CAST(:after_ip AS inet) AND a.ip <= CAST(:upto_ip AS inet)
                  AND a.ip <<= c.net
                  AND a.port <@ CAST(:ports AS int4multirange)
                  AND a.transport = ANY(CAST(:transports AS text[]))
@@ -149,7 +162,8 @@ def _analysis_sql(sightings_sql: str) -> str:
         SELECT s.ip AS s_ip, s.port AS s_port, s.transport AS s_transport, {s_values},
                a.ip AS a_ip, a.port AS a_port, a.transport AS a_transport,
                a.status AS a_status, {a_old}
-          FROM ({sightings_sql}) s
+          FROM (SELECT * FROM ({sightings_sql}) s0
+                 WHERE s0.ip > CAST(:after_ip AS inet) AND s0.ip <= CAST(:upto_ip AS inet)) s
           FULL JOIN scoped a ON a.ip = s.ip AND a.port = s.port AND a.transport = s.transport
          WHERE (s.ip IS NULL AND a.status = 'open')
             OR (s.ip IS NOT NULL
@@ -227,6 +241,35 @@ def _analysis_sql(sightings_sql: str) -> str:
     """  # noqa: S608 - fragments are module constants; values are bound
 
 
+# The ends of the address order: every host address sorts after the first (a /0
+# network sorts before its own first address) and none after the last.
+BEFORE_ALL_ADDRESSES = "0.0.0.0/0"
+LAST_ADDRESS = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
+
+# Where the next slice ends: the address of the ``:skip``-th sighting after ``:after_ip``
+# (staged copy only), or of the ``:skip``-th endpoint of the owner inside the scope's
+# outer bounds (only when absence is checked), whichever comes first; NULL when neither
+# has that many left, so the slice runs to the end. Both read a primary-key range in
+# order and stop at the row wanted.
+_NEXT_SLICE_END_SQL = """
+    WITH scope AS (
+        SELECT min(set_masklen(network(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END))
+                   AS lo,
+               max(set_masklen(broadcast(net), CASE family(net) WHEN 4 THEN 32 ELSE 128 END))
+                   AS hi
+          FROM unnest(CAST(:networks AS inet[])) AS n(net)
+    )
+    SELECT least(
+        (SELECT s.ip FROM analysis_sightings s
+          WHERE :staged AND s.execution_id = :execution_id AND s.ip > CAST(:after_ip AS inet)
+          ORDER BY s.ip OFFSET :skip LIMIT 1),
+        (SELECT a.ip FROM analysis_assets a, scope
+          WHERE :check_absence AND a.owner_id = :owner_id AND a.ip > CAST(:after_ip AS inet)
+            AND a.ip BETWEEN scope.lo AND scope.hi
+          ORDER BY a.ip OFFSET :skip LIMIT 1))
+"""
+
+
 @dataclass(frozen=True)
 class ExecutionScope:
     """What an execution scanned, as the analysis's SQL parameters."""
@@ -282,6 +325,7 @@ class ChangeCounts:
     reappeared: int = 0
     absence_checked: bool = False
     superseded: bool = False
+    slices: int = 0  # statements the change set took (0: nothing to analyse)
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in CHANGE_KINDS}
@@ -302,11 +346,7 @@ def stage_sightings(
     from app.search.encoding import dumps
     from app.search.endpoint_facts import certificate_fingerprint
 
-    with transaction() as conn:
-        conn.execute(
-            sa.text("DELETE FROM analysis_sightings WHERE execution_id = :e"),
-            {"e": claim.execution_id},
-        )
+    drop_staged(claim.execution_id)
     after: str | None = None
     while True:
         check_lease()
@@ -353,6 +393,57 @@ def stage_sightings(
             return
 
 
+def sightings_exceed(claim: AnalysisClaim, sightings_sql: str, limit: int) -> bool:
+    """Whether the execution has more than ``limit`` sightings (reads at most limit + 1)."""
+    with transaction() as conn:
+        found = conn.execute(
+            sa.text(f"SELECT count(*) FROM (SELECT 1 FROM ({sightings_sql}) s LIMIT :n) c"),  # noqa: S608 - the store's constant SQL
+            {"execution_id": claim.execution_id, "n": limit + 1},
+        ).scalar_one()
+    return int(found) > limit
+
+
+def stage_sightings_from_database(
+    claim: AnalysisClaim, page_sql: str, *, page_size: int, check_lease: Callable[[], None]
+) -> int:
+    """Copy the execution's sightings from the store's tables into ``analysis_sightings``.
+
+    One short transaction per keyset page of the store's ``execution_sightings_page_sql``,
+    so no statement grows with the execution; returns the rows staged.
+    """
+    drop_staged(claim.execution_id)
+    after: str | None = None
+    staged = 0
+    while True:
+        check_lease()
+        with transaction() as conn:
+            page = conn.execute(
+                sa.text(
+                    f"""
+                    WITH page AS MATERIALIZED ({page_sql}),
+                    copied AS (
+                        INSERT INTO analysis_sightings (execution_id, ip, port, transport, state,
+                                                        service, product, version, banner_hash,
+                                                        hostname, cert_sha256)
+                        SELECT :execution_id, ip, port, transport, state, service, product,
+                               version, banner_hash, hostname, cert_sha256
+                          FROM page
+                         -- In the primary key's order: appends to its index, not inserts
+                         -- all over it.
+                         ORDER BY ip, port, transport
+                        ON CONFLICT DO NOTHING
+                    )
+                    SELECT count(*) AS n, CAST(max(CAST(id AS text)) AS text) AS last FROM page
+                    """  # noqa: S608 - the store's constant SQL; values are bound
+                ),
+                {"execution_id": claim.execution_id, "after_id": after, "limit": page_size},
+            ).one()
+        staged += int(page.n)
+        if page.n < page_size:
+            return staged
+        after = page.last
+
+
 def _take_watermark(conn: Connection, claim: AnalysisClaim) -> bool:
     """Lock the owner's watermark; True when this execution is the newest so far."""
     conn.execute(
@@ -394,15 +485,22 @@ ChangeSetFollowUp = Callable[[AnalysisClaim], None]
 
 
 def analyse(
-    claim: AnalysisClaim, *, sightings_sql: str | None, on_change_set: ChangeSetHook | None = None
+    claim: AnalysisClaim,
+    *,
+    sightings_sql: str | None,
+    on_change_set: ChangeSetHook | None = None,
+    slice_endpoints: int = 250_000,
 ) -> ChangeCounts:
     """Compute and commit the execution's change set and summary; moves the row to ``publish``.
 
     One transaction: ownership is proven (and the queue row locked) first, so a
     worker that lost its claim writes nothing, and a crash leaves nothing behind.
-    ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy.
-    ``on_change_set`` (the alert messages, docs/alerts.md) runs in this same
-    transaction: no change set without its alerts, no alert without its change.
+    ``sightings_sql`` is the store's own SELECT, or ``None`` for the staged copy;
+    the store's SELECT is only given for an execution of at most ``slice_endpoints``
+    sightings (``sightings_exceed``), larger ones are staged first. The change set
+    is computed in slices of at most ``slice_endpoints`` endpoints each (module
+    docstring). ``on_change_set`` (the alert messages, docs/alerts.md) runs in this
+    same transaction: no change set without its alerts, no alert without its change.
     """
     scope = execution_scope(claim)
     analysable = claim.status == "succeeded" and claim.kind == "ports"
@@ -420,25 +518,43 @@ def analyse(
                 and bool(scope.networks)
                 and bool(scope.transports)
             )
-            rows = conn.execute(
-                sa.text(_analysis_sql(sightings_sql or STAGED_SIGHTINGS_SQL)),
-                {
-                    "owner_id": claim.owner_id,
-                    "execution_id": claim.execution_id,
-                    "task_id": claim.task_id,
-                    "finished_at": claim.finished_at,
-                    "current": current,
-                    "check_absence": check_absence,
-                    "networks": list(scope.networks),
-                    "ports": scope.ports,
-                    "transports": list(scope.transports),
-                },
-            ).all()
-            found: dict[str, Any] = {r.kind: int(r.n) for r in rows}
+            params = {
+                "owner_id": claim.owner_id,
+                "execution_id": claim.execution_id,
+                "task_id": claim.task_id,
+                "finished_at": claim.finished_at,
+                "current": current,
+                "check_absence": check_absence,
+                "networks": list(scope.networks),
+                "ports": scope.ports,
+                "transports": list(scope.transports),
+            }
+            statement = sa.text(_analysis_sql(sightings_sql or STAGED_SIGHTINGS_SQL))
+            found: dict[str, int] = dict.fromkeys(CHANGE_KINDS, 0)
+            slices = 0
+            after = BEFORE_ALL_ADDRESSES
+            while after is not None:
+                upto = conn.execute(
+                    sa.text(_NEXT_SLICE_END_SQL),
+                    {
+                        **params,
+                        "staged": sightings_sql is None,
+                        "after_ip": after,
+                        "skip": slice_endpoints - 1,
+                    },
+                ).scalar()
+                rows = conn.execute(
+                    statement, {**params, "after_ip": after, "upto_ip": upto or LAST_ADDRESS}
+                ).all()
+                for r in rows:
+                    found[r.kind] += int(r.n)
+                slices += 1
+                after = upto
             counts = ChangeCounts(
-                **{k: found.get(k, 0) for k in CHANGE_KINDS},
+                **found,
                 absence_checked=check_absence,
                 superseded=not current,
+                slices=slices,
             )
         conn.execute(
             sa.text(
@@ -466,9 +582,19 @@ def analyse(
     return counts
 
 
-def drop_staged(execution_id: int) -> None:
-    """The staged copy is only needed by the analysis statement."""
-    with transaction() as conn:
-        conn.execute(
-            sa.text("DELETE FROM analysis_sightings WHERE execution_id = :e"), {"e": execution_id}
-        )
+def drop_staged(execution_id: int, *, chunk: int = 50_000) -> None:
+    """The staged copy is only needed by the analysis; deleted in bounded chunks."""
+    while True:
+        with transaction() as conn:
+            deleted = conn.execute(
+                sa.text(
+                    """
+                    DELETE FROM analysis_sightings
+                     WHERE ctid = ANY(ARRAY(SELECT ctid FROM analysis_sightings
+                                             WHERE execution_id = :e LIMIT :n))
+                    """
+                ),
+                {"e": execution_id, "n": chunk},
+            ).rowcount
+        if deleted < chunk:
+            return

@@ -73,17 +73,35 @@ class AnalysisWorker:
                 if phase == "analyse":
                     in_database = sightings_in_database(self.store)
                     sql = in_database.execution_sightings_sql() if in_database else None
-                    if sql is None and claim.kind == "ports" and claim.status == "succeeded":
+                    analysable = claim.kind == "ports" and claim.status == "succeeded"
+                    if sql is None and analysable:
                         changes.stage_sightings(
                             claim,
                             self.store,
                             page_size=config.stage_page_size,
                             check_lease=check,
                         )
+                    elif (
+                        in_database is not None
+                        and analysable
+                        and changes.sightings_exceed(claim, sql, config.slice_endpoints)
+                    ):
+                        # Too large for one statement: copied into the analysis's own
+                        # table, whose address order the slices follow.
+                        changes.stage_sightings_from_database(
+                            claim,
+                            in_database.execution_sightings_page_sql(),
+                            page_size=config.slice_endpoints,
+                            check_lease=check,
+                        )
+                        sql = None
                     check()
                     analysed = time.monotonic()
                     counts = changes.analyse(
-                        claim, sightings_sql=sql, on_change_set=self.on_change_set
+                        claim,
+                        sightings_sql=sql,
+                        on_change_set=self.on_change_set,
+                        slice_endpoints=config.slice_endpoints,
                     )
                     guard.renewed(analysed)
                     if sql is None:
@@ -128,5 +146,6 @@ class AnalysisWorker:
             duration_ms=round((time.perf_counter() - started) * 1000, 1),
             pushed=pushed,
             **(counts.as_dict() if counts else {}),
+            **({"slices": counts.slices} if counts else {}),
         )
         return AnalysisOutcome(claim.execution_id, "completed", counts, pushed)

@@ -160,7 +160,13 @@ def _peak_rss_mb() -> float:
 @click.option(
     "--endpoints", type=click.IntRange(1000, 5_000_000), default=100_000, show_default=True
 )
-def command(endpoints: int) -> None:
+@click.option(
+    "--slice-endpoints",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help="[analysis] slice_endpoints for this run (default: the setting's default)",
+)
+def command(endpoints: int, slice_endpoints: int | None) -> None:
     """Time the change analysis of one N-endpoint execution against N current endpoints."""
     from app.alerts.evaluate import change_set_hook
     from app.analysis.worker import AnalysisWorker
@@ -168,7 +174,13 @@ def command(endpoints: int) -> None:
     from app.search.postgres_store import PostgresStore
 
     with scratch_database(
-        overrides={"analysis": {"lease_seconds": 600, "heartbeat_seconds": 30}},
+        overrides={
+            "analysis": {
+                "lease_seconds": 600,
+                "heartbeat_seconds": 30,
+                **({"slice_endpoints": slice_endpoints} if slice_endpoints else {}),
+            }
+        },
         server_tuning={"shared_buffers": "256MB", "max_wal_size": "4GB"},
     ) as scratch:
         store = PostgresStore(scratch.settings)
@@ -230,6 +242,8 @@ def command(endpoints: int) -> None:
             "endpoints_per_cpu_s": round(observed / cpu) if cpu else None,
             "load_average_1m": round(os.getloadavg()[0], 2),
             "changes": outcome.counts.as_dict(),
+            "slice_endpoints": scratch.settings.analysis.slice_endpoints,
+            "slices": outcome.counts.slices,
             "statuses_pushed": outcome.pushed,
             "first_scan_seconds": round(first_seconds, 3),
             "first_scan_endpoints_per_s": round(endpoints / first_seconds),

@@ -69,6 +69,48 @@ def server_cpu_seconds(pgdata: Path) -> float:
     return tree_cpu_seconds(postmaster_pid(pgdata))
 
 
+# Server processes that work for nobody's request: their CPU during a timed phase is the
+# server's own upkeep (flushing, vacuuming), not the phase's work.
+_BACKGROUND_TITLES = (
+    "checkpointer",
+    "background writer",
+    "walwriter",
+    "autovacuum",
+    "logical replication",
+    "archiver",
+)
+
+
+def server_background_cpu_seconds(pgdata: Path) -> float:
+    """CPU seconds of the server's background processes (checkpointer, background
+    writer, WAL writer, autovacuum launcher and workers): recognised by the process
+    title each sets. An autovacuum worker that exits mid-phase hands its time to the
+    postmaster (reaped), which counts as foreground: an underestimate, never a false
+    background."""
+    root = postmaster_pid(pgdata)
+    if root is None:
+        return 0.0
+    total = 0
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return 0.0
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                text = handle.read()
+            fields = text[text.rindex(")") + 2 :].split()
+            if int(fields[1]) != root:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                title = handle.read().decode("utf-8", "replace").removeprefix("postgres: ")
+        except OSError:
+            continue  # exited meanwhile
+        if title.startswith(_BACKGROUND_TITLES):
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class CpuClock:
     """CPU seconds since ``start()``: this process (all threads) and the scratch server."""

@@ -58,6 +58,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
+from app.bench.cpu import server_background_cpu_seconds, server_cpu_seconds
 from app.bench.stats import summary_ms
 
 BATCH = 500
@@ -292,6 +293,7 @@ class _Grower:
         ]
         # CPU milliseconds of each phase (web server, PostgreSQL and this process): on a
         # shared machine the wall times carry the neighbours' load, the CPU the work.
+        background = server_background_cpu_seconds(self.pgdata)
         cpu = [self.cpu_seconds()]
         uploads = [client.send(body) for body in bodies]
         cpu.append(self.cpu_seconds())
@@ -312,6 +314,7 @@ class _Grower:
         hold = summary_ms(holds)
         results = self._results_page(task_id, repeats)
         cpu.append(self.cpu_seconds())
+        background = server_background_cpu_seconds(self.pgdata) - background
         spent = [(b - a) * 1000 for a, b in itertools.pairwise(cpu)]
         upload = summary_ms(uploads)
         export_cpu_ms = (export["cpu_seconds"] + (export["database_cpu_seconds"] or 0)) * 1000
@@ -336,6 +339,12 @@ class _Grower:
             "results_page_p95_ms": results["p95_ms"],
             # The timed requests and the one that warms the page up.
             "results_page_cpu_ms": round(spent[6] / (repeats + 1), 2),
+            # The same without the neighbours: the requesting thread and the server's
+            # foreground processes only (``results_page_cpu_ms`` counts every process).
+            "results_page_request_cpu_ms": results["request_cpu_ms"],
+            # What the server's checkpointer, writers and autovacuum spent meanwhile,
+            # over the whole probe: CPU the phases above were charged for but did not do.
+            "probe_server_background_cpu_ms": round(background * 1000, 1),
         }
 
     def cpu_seconds(self) -> float:
@@ -351,10 +360,15 @@ class _Grower:
         from app.bench.pages import timed_gets
 
         path = f"/api/tasks/{task_id}/results?limit=50"
+        thread, server = time.thread_time(), self._server_foreground_cpu_seconds()
         samples, _cpu, response = timed_gets(self.reader, path, repeats)
+        spent = (time.thread_time() - thread) + (self._server_foreground_cpu_seconds() - server)
         if len(response.get_json()["items"]) != 50:
             raise click.ClickException(f"{path} did not answer 50 rows")
-        return summary_ms(samples)
+        return {**summary_ms(samples), "request_cpu_ms": round(spent * 1000 / (repeats + 1), 2)}
+
+    def _server_foreground_cpu_seconds(self) -> float:
+        return server_cpu_seconds(self.pgdata) - server_background_cpu_seconds(self.pgdata)
 
     def search(self, repeats: int) -> dict[str, Any]:
         from app.bench.search import FACETS, time_queries

@@ -335,6 +335,12 @@ class AnalysisSettings(Section):
         5000, min=100, max=50000, doc="endpoints per page staged from a search store elsewhere"
     )
     prune_interval_seconds: float = spec(3600.0, min=10, max=86400)
+    slice_endpoints: int = spec(
+        250_000,
+        min=1,
+        max=10_000_000,
+        doc="endpoints per analysis statement; larger executions are analysed in slices",
+    )
 
 
 class AlertSettings(Section):

@@ -470,10 +470,15 @@ class SightingsInDatabase(Protocol):
     execution's endpoints as (ip, port, transport, state, service, product, version,
     banner_hash) that the change analysis runs inside its own statement (ANA-2);
     without it the analysis stages pages of ``read_execution_endpoints`` into its own
-    table.
+    table. ``execution_sightings_page_sql`` is the same SELECT with the endpoint's
+    ``id`` first, one keyset page of it (``:after_id``, NULL for the first page, and
+    ``:limit``, in ``id`` order): the analysis copies an execution too large for one
+    statement into its own table in such pages, then works through it in slices.
     """
 
     def execution_sightings_sql(self) -> str: ...
+
+    def execution_sightings_page_sql(self) -> str: ...
 
 
 class ExportTextInDatabase(Protocol):

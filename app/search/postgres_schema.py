@@ -374,12 +374,23 @@ SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
 
 # An execution's endpoints as the change analysis compares them (ANA-2): the banner
 # only as a hash, so a change of banner is detected without carrying the text along.
-EXECUTION_SIGHTINGS_SQL = f"""
-    SELECT ip, port, transport, state, service, product, version,
+_SIGHTING_COLUMNS = f"""ip, port, transport, state, service, product, version,
            md5(banner) AS banner_hash, hostname,
-           {CERT_SHA256_SQL.replace("t.details", "details")} AS cert_sha256
+           {CERT_SHA256_SQL.replace("t.details", "details")} AS cert_sha256"""
+EXECUTION_SIGHTINGS_SQL = f"""
+    SELECT {_SIGHTING_COLUMNS}
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id
+"""  # noqa: S608 - fragments are module constants; values are bound
+# One keyset page of the same, by ``(execution_id, id)``'s index. The parameters are
+# sent as literals (psycopg2), so the first page's ``OR true`` folds away before planning.
+EXECUTION_SIGHTINGS_PAGE_SQL = f"""
+    SELECT id, {_SIGHTING_COLUMNS}
+      FROM {EXECUTION_TABLE}
+     WHERE execution_id = :execution_id
+       AND (id > CAST(:after_id AS uuid) OR CAST(:after_id AS uuid) IS NULL)
+     ORDER BY id
+     LIMIT :limit
 """  # noqa: S608 - fragments are module constants; values are bound
 
 STATUS_RECORD = "key bigint, id uuid, status text, gone_since timestamptz, gone_execution_id bigint"

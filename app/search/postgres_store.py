@@ -78,6 +78,7 @@ from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
 from app.search.postgres_retention import drop_month, fact_partitions, months_to_keep_from
 from app.search.postgres_schema import (
+    EXECUTION_SIGHTINGS_PAGE_SQL,
     EXECUTION_SIGHTINGS_SQL,
     check_tables,
     create_partitions,
@@ -407,6 +408,9 @@ class PostgresStore:
 
     def execution_sightings_sql(self) -> str:
         return EXECUTION_SIGHTINGS_SQL
+
+    def execution_sightings_page_sql(self) -> str:
+        return EXECUTION_SIGHTINGS_PAGE_SQL
 
     def close(self) -> None:
         """The engine belongs to the process (app.db); only our page threads to stop."""

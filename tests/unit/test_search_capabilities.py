@@ -52,6 +52,7 @@ def test_only_the_postgres_store_gives_its_sightings_as_sql():
     try:
         assert sightings_in_database(postgres) is postgres
         assert ":execution_id" in postgres.execution_sightings_sql()
+        assert ":after_id" in postgres.execution_sightings_page_sql()
         assert sightings_in_database(ControlledStore(postgres)) is not None
         assert sightings_in_database(elasticsearch) is None
         assert sightings_in_database(ControlledStore(elasticsearch)) is None

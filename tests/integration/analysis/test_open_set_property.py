@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,7 +66,15 @@ def _recomputed(executions: list[dict]) -> set[tuple[str, int, str]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.lists(execution_strategy, min_size=1, max_size=5, unique_by=lambda e: e["finish"]))
-def test_open_set_equals_recomputation_from_all_sightings(pg_scans: Scans, executions) -> None:
+# One statement per execution, and slices of two endpoints (staged, several statements).
+@pytest.mark.parametrize("slice_endpoints", [250_000, 2])
+def test_open_set_equals_recomputation_from_all_sightings(
+    pg_scans: Scans, slice_endpoints: int, executions
+) -> None:
+    pg_scans = Scans(
+        settings=pg_scans.settings.replace(analysis={"slice_endpoints": slice_endpoints}),
+        store=pg_scans.store,
+    )
     owner = pg_scans.owner()
     for order, execution in enumerate(executions):
         execution["order"] = order
