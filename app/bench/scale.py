@@ -26,7 +26,9 @@ and not yet analysed rows, workers running; then the bench runs ``VACUUM (ANALYZ
 ``vacuum_analyze_ms``: what autovacuum would do over the next minutes, so every step is
 measured with fresh statistics and visibility maps, and not while autovacuum works
 through the bulk load of the fill, which a database growing at a scanner fleet's pace
-spreads over days), the web
+spreads over days; then a ``CHECKPOINT``, ``checkpoint_ms``, so the pages the fill and
+VACUUM left dirty are written by the checkpointer and not by the probe's statements
+evicting them), the web
 server's RSS (its process tree) and this process's RSS, which runs the runner's
 projection and analysis work. The fill itself reports its rate
 and the CPU the web server and PostgreSQL spent per thousand observations.
@@ -342,6 +344,7 @@ class _Grower:
             # The same without the neighbours: the requesting thread and the server's
             # foreground processes only (``results_page_cpu_ms`` counts every process).
             "results_page_request_cpu_ms": results["request_cpu_ms"],
+            "results_page_thread_cpu_ms": results["thread_cpu_ms"],
             # What the server's checkpointer, writers and autovacuum spent meanwhile,
             # over the whole probe: CPU the phases above were charged for but did not do.
             "probe_server_background_cpu_ms": round(background * 1000, 1),
@@ -362,10 +365,15 @@ class _Grower:
         path = f"/api/tasks/{task_id}/results?limit=50"
         thread, server = time.thread_time(), self._server_foreground_cpu_seconds()
         samples, _cpu, response = timed_gets(self.reader, path, repeats)
-        spent = (time.thread_time() - thread) + (self._server_foreground_cpu_seconds() - server)
+        thread = time.thread_time() - thread
+        server = self._server_foreground_cpu_seconds() - server
         if len(response.get_json()["items"]) != 50:
             raise click.ClickException(f"{path} did not answer 50 rows")
-        return {**summary_ms(samples), "request_cpu_ms": round(spent * 1000 / (repeats + 1), 2)}
+        return {
+            **summary_ms(samples),
+            "request_cpu_ms": round((thread + server) * 1000 / (repeats + 1), 2),
+            "thread_cpu_ms": round(thread * 1000 / (repeats + 1), 2),
+        }
 
     def _server_foreground_cpu_seconds(self) -> float:
         return server_cpu_seconds(self.pgdata) - server_background_cpu_seconds(self.pgdata)
@@ -485,6 +493,16 @@ def vacuum_analyze() -> None:
         conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM (ANALYZE)"))
 
 
+def checkpoint() -> None:
+    """Write out what the fill and VACUUM left dirty in shared buffers. Without it the
+    probe's own statements evict those pages, each backend writing them itself (``EXPLAIN
+    (BUFFERS)``: ``written=``), and charge the step's operations for the bulk load."""
+    from app.db import get_engine
+
+    with get_engine().connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("CHECKPOINT"))
+
+
 def flat_measures(step: dict[str, Any], prefix: str = "") -> dict[str, float]:
     """The step's latencies and rates (keys ending ``_ms`` / ``_per_s``), nested keys
     joined with dots."""
@@ -601,6 +619,9 @@ def command(
                 started = time.perf_counter()
                 vacuum_analyze()
                 step["vacuum_analyze_ms"] = round((time.perf_counter() - started) * 1000, 1)
+                started = time.perf_counter()
+                checkpoint()
+                step["checkpoint_ms"] = round((time.perf_counter() - started) * 1000, 1)
                 step.update(grower.probe(probe, repeats, captures))
                 step.update(grower.search(repeats))
                 with transaction() as conn:

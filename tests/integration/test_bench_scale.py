@@ -29,7 +29,11 @@ PROBE_MEASURES = (
     "export_cpu_ms_per_1k_rows",
     "report_capture_cpu_ms",
     "results_page_cpu_ms",
+    "results_page_request_cpu_ms",
+    "results_page_thread_cpu_ms",
     "search_cpu_ms",
+    "vacuum_analyze_ms",
+    "checkpoint_ms",
 )
 
 
@@ -66,6 +70,9 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         assert set(step["autovacuum"]) >= {"dead_tuples", "modified_since_analyze"}
         assert step["web_rss_mb"] >= step["web_rss_max_process_mb"] > 0
         assert step["runner_rss_mb"] > 0
+        # The request's own CPU is part of what every process spent meanwhile.
+        assert step["results_page_thread_cpu_ms"] <= step["results_page_request_cpu_ms"]
+        assert step["probe_server_background_cpu_ms"] >= 0
         # Every latency and rate follows the naming rule, so the plot finds them all.
         measures = flat_measures(step)
         assert all(value >= 0 for value in measures.values())
