@@ -81,20 +81,21 @@ _BACKGROUND_TITLES = (
 )
 
 
-def server_background_cpu_seconds(pgdata: Path) -> float:
-    """CPU seconds of the server's background processes (checkpointer, background
-    writer, WAL writer, autovacuum launcher and workers): recognised by the process
-    title each sets. An autovacuum worker that exits mid-phase hands its time to the
-    postmaster (reaped), which counts as foreground: an underestimate, never a false
-    background."""
+def _server_children_cpu(pgdata: Path) -> tuple[float, float]:
+    """(foreground, background) CPU seconds of the live children of the server of
+    ``pgdata``: background are the processes that work for nobody's request
+    (checkpointer, background writer, WAL writer, autovacuum launcher and workers),
+    recognised by the process title each sets; foreground the client backends. The
+    postmaster is neither: it holds what its exited children spent, autovacuum workers
+    included, which would charge a whole vacuum to whatever phase it ended in."""
     root = postmaster_pid(pgdata)
     if root is None:
-        return 0.0
-    total = 0
+        return 0.0, 0.0
+    foreground = background = 0
     try:
         entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     for entry in entries:
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
@@ -106,9 +107,24 @@ def server_background_cpu_seconds(pgdata: Path) -> float:
                 title = handle.read().decode("utf-8", "replace").removeprefix("postgres: ")
         except OSError:
             continue  # exited meanwhile
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime
         if title.startswith(_BACKGROUND_TITLES):
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+            background += ticks
+        else:
+            foreground += ticks
+    tick = os.sysconf("SC_CLK_TCK")
+    return foreground / tick, background / tick
+
+
+def server_background_cpu_seconds(pgdata: Path) -> float:
+    """CPU seconds of the server's live background processes (``_server_children_cpu``)."""
+    return _server_children_cpu(pgdata)[1]
+
+
+def server_foreground_cpu_seconds(pgdata: Path) -> float:
+    """CPU seconds of the server's live client backends (``_server_children_cpu``): a
+    pooled connection's work, without what exited processes handed the postmaster."""
+    return _server_children_cpu(pgdata)[0]
 
 
 @dataclass

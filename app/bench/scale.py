@@ -60,7 +60,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from app.bench.cpu import server_background_cpu_seconds, server_cpu_seconds
+from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_seconds
 from app.bench.stats import summary_ms
 
 BATCH = 500
@@ -342,7 +342,7 @@ class _Grower:
             # The timed requests and the one that warms the page up.
             "results_page_cpu_ms": round(spent[6] / (repeats + 1), 2),
             # The same without the neighbours: the requesting thread and the server's
-            # foreground processes only (``results_page_cpu_ms`` counts every process).
+            # live client backends only (``results_page_cpu_ms`` counts every process).
             "results_page_request_cpu_ms": results["request_cpu_ms"],
             "results_page_thread_cpu_ms": results["thread_cpu_ms"],
             # What the server's checkpointer, writers and autovacuum spent meanwhile,
@@ -376,7 +376,7 @@ class _Grower:
         }
 
     def _server_foreground_cpu_seconds(self) -> float:
-        return server_cpu_seconds(self.pgdata) - server_background_cpu_seconds(self.pgdata)
+        return server_foreground_cpu_seconds(self.pgdata)
 
     def search(self, repeats: int) -> dict[str, Any]:
         from app.bench.search import FACETS, time_queries
