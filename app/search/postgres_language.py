@@ -20,7 +20,13 @@ from app.search.postgres_schema import (
     FACT_TEXT_KEYS,
     TEXT_ID_EXPRESSION,
 )
-from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
+from app.search.postgres_values import (
+    distinct_text_contains,
+    ip_order_range,
+    ip_order_text,
+    like_pattern,
+    searched_text,
+)
 from app.search.query_language import And, Clause, Node, Not, Or, Text
 
 _COMPARISONS = {"=": "=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
@@ -64,7 +70,13 @@ class _Spell:
             # ``q`` filter has always been read.
             return (
                 f"({TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; the value is bound
-                f"WHERE x.text ILIKE {self.bind(like_pattern(node.text))}))"
+                "WHERE "
+                + distinct_text_contains(
+                    "x.text",
+                    self.bind(like_pattern(node.text)),
+                    self.bind(searched_text(node.text)),
+                )
+                + "))"
             )
         return self.clause(node)
 

@@ -62,7 +62,13 @@ from app.search.postgres_schema import (
     TEXT_ID_EXPRESSION,
     month_bounds,
 )
-from app.search.postgres_values import ip_order_range, ip_order_text, like_pattern
+from app.search.postgres_values import (
+    distinct_text_contains,
+    ip_order_range,
+    ip_order_text,
+    like_pattern,
+    searched_text,
+)
 from app.search.query_language import Clause, Node, walk
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
@@ -403,7 +409,7 @@ ASSET_AGGREGATES = (
 TEXT_IDS_CAP = 1000
 MATCHING_TEXT_IDS = sa.text(
     f"SELECT CAST(id AS text) FROM {ASSET_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-    "WHERE text ILIKE :text LIMIT :cap"
+    f"WHERE {distinct_text_contains('text', ':text', ':value')} LIMIT :cap"
 )
 
 
@@ -417,7 +423,7 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
     the page's order and filtering. A join to the texts table would be planned with the
     average rows per text instead, the same for a rare text and a common one.
     """
-    ids = conn.execute(MATCHING_TEXT_IDS, {"text": like_pattern(text), "cap": TEXT_IDS_CAP + 1})
+    ids = conn.execute(MATCHING_TEXT_IDS, _contains_params(text, cap=TEXT_IDS_CAP + 1))
     found = tuple(ids.scalars())
     return None if len(found) > TEXT_IDS_CAP else found
 
@@ -427,8 +433,13 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
 FACT_TEXT_IDS_CAP = 1000
 MATCHING_FACT_TEXT_IDS = sa.text(
     f"SELECT CAST(id AS text) FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-    "WHERE text ILIKE :text LIMIT :cap"
+    f"WHERE {distinct_text_contains('text', ':text', ':value')} LIMIT :cap"
 )
+
+
+def _contains_params(text: str, **extra: Any) -> dict[str, Any]:
+    """The parameters of ``distinct_text_contains('text', ':text', ':value')``."""
+    return {"text": like_pattern(text), "value": searched_text(text), **extra}
 
 
 def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
@@ -447,7 +458,7 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
             continue
         ids = conn.execute(
             MATCHING_FACT_TEXT_IDS,
-            {"text": like_pattern(clause.value), "cap": FACT_TEXT_IDS_CAP + 1},
+            _contains_params(clause.value, cap=FACT_TEXT_IDS_CAP + 1),
         )
         keys = tuple(ids.scalars())
         if len(keys) <= FACT_TEXT_IDS_CAP:
@@ -538,8 +549,9 @@ def asset_search_statement(
         else:
             where.add(
                 f"{TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; values are bound
-                "WHERE x.text ILIKE :text)",
+                f"WHERE {distinct_text_contains('x.text', ':text', ':text_value')})",
                 text=like_pattern(query.text),
+                text_value=searched_text(query.text),
             )
     if query.where is not None:
         language_sql, language_params = language_condition(

@@ -9,10 +9,30 @@ from typing import Any
 from app.cursors import bad_cursor
 
 
+def searched_text(text: str) -> str:
+    """The text a substring search looks for: ``text`` without control characters."""
+    return "".join(ch for ch in text if ch >= " ")
+
+
 def like_pattern(text: str) -> str:
-    cleaned = "".join(ch for ch in text if ch >= " ")
-    escaped = cleaned.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = searched_text(text).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def distinct_text_contains(column: str, pattern: str, value: str) -> str:
+    """SQL: the distinct text ``column`` contains the searched value (``value``, bound to
+    ``searched_text``; ``pattern``, bound to its ``like_pattern``).
+
+    The first condition is the one the tables' trigram index answers (migration 1900):
+    the folded value inside the folded text, whose trigrams span punctuation, so an
+    address or a host name is not read as a handful of short, common words. The fold
+    maps character by character, so it never loses a text that contains the value; the
+    ``ILIKE`` decides exactly, as it always has.
+    """
+    return (
+        f"(netmap_text_fold({column}) LIKE '%' || netmap_text_fold({value}) || '%' "
+        f"AND {column} ILIKE {pattern})"
+    )
 
 
 def ip_order_range(cidr: str) -> tuple[str, str]:

@@ -235,7 +235,8 @@ def test_a_rare_text_is_found_through_the_texts_then_the_view_index(realistic, q
 
 def test_among_many_texts_the_matching_ones_come_from_the_trigram_index(postgres_store, realistic):
     # Texts accumulate over the views' history (a text whose assets changed stays); the
-    # ones a search matches must still be found through ix_search_asset_texts_trgm.
+    # ones a search matches must still be found through the trigram index (migration 1900:
+    # over the folded text).
     with db.transaction() as conn:
         conn.execute(
             sa.text(
@@ -248,11 +249,11 @@ def test_among_many_texts_the_matching_ones_come_from_the_trigram_index(postgres
         conn.execute(sa.text("ANALYZE search_asset_texts"))
         texts_plan = conn.execute(
             sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS)),
-            {"text": "%quokka-httpd%", "cap": 1001},
+            {"text": "%quokka-httpd%", "value": "quokka-httpd", "cap": 1001},
         ).scalar_one()
     document = texts_plan if isinstance(texts_plan, list) else json.loads(texts_plan)
     indexes = {node.get("Index Name") for node in _nodes(document[0]["Plan"])}
-    assert "ix_search_asset_texts_trgm" in indexes, document
+    assert "ix_search_asset_texts_fold_trgm" in indexes, document
     for query in _queries(text="quokka-httpd"):
         view = f"ix_search_assets_{query.scope}_text"
         assert view in {node.get("Index Name") for node in _nodes(_plan(query))}, query
