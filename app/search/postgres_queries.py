@@ -151,7 +151,8 @@ class PostgresQueries:
         The page is one range of ``ix_search_execution_endpoints_task_order`` read up to
         ``limit + 1`` entries, whatever the planner believes about the task: a running
         task is newer than the last ANALYZE, estimated at one row, and a plan that
-        depends on that estimate (the earlier IP-page subquery) re-ran per row.
+        depends on that estimate (the earlier IP-page subquery) re-ran per row, or read
+        and sorted the whole execution (``RESULTS_PAGE_PLANNING``).
         """
         position = decode_results_cursor(cursor)
 
@@ -175,6 +176,7 @@ class PostgresQueries:
                     c_transport=position.transport,
                     c_execution=position.execution_id,
                 )
+            conn.execute(sa.text(RESULTS_PAGE_PLANNING))  # the page's last statement
             rows = conn.execute(sa.text(RESULTS_PAGE.format(after=after)), params).all()
             return rows, total_endpoints, total_ips
 
@@ -325,6 +327,13 @@ RESULTS_PAGE = f"""
      LIMIT :limit
 """  # noqa: S608 - table and column names are module constants; values are bound
 RESULTS_OF_EXECUTIONS = " AND t.execution_id = ANY(:execution_ids)"
+# Run before RESULTS_PAGE in its transaction. The page is always one ordered range of
+# ix_search_execution_endpoints_task_order, but an execution newer than the last ANALYZE
+# (every new run's, and ANALYZE comes rarely to a table of millions) is estimated at one
+# row, and for one row reading it through (execution_id, id) and sorting looks as cheap:
+# that read and sorted the whole execution for every page. Sorting priced out, the
+# planner takes the ordered range; it may still sort where nothing else answers.
+RESULTS_PAGE_PLANNING = "SET LOCAL enable_sort = off"
 RESULTS_AFTER = (
     " AND (t.ip_order, t.port, t.transport, t.execution_id)"
     " > (CAST(:c_ip AS inet), :c_port, :c_transport, :c_execution)"
