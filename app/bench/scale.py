@@ -19,6 +19,9 @@ operations whose cost must not depend on the database's size:
 * ``report_capture_hold_p95_ms`` (report captures of the probe task);
 * ``results_page_p95_ms`` (``GET /api/tasks/<id>/results``, 50 rows, in-process app);
 * ``search`` and ``facets``: ``bench search``'s representative queries over all assets;
+* ``statements``: for the upload and the projection, the buffers their statements
+  touched per endpoint and the costliest statements per call (``pg_stat_statements``,
+  which the scratch server preloads): where a cost that grew with the database went;
 
 and the state at that size: database bytes per million endpoints by table and by index
 (partitions summed into their parent), autovacuum's backlog right after the fill (dead
@@ -47,7 +50,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import itertools
 import json
 import os
 import sys
@@ -61,6 +63,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_seconds
+from app.bench.statements import phase_statements, read_counters
 from app.bench.stats import summary_ms
 
 BATCH = 500
@@ -163,6 +166,25 @@ def analyse_queued(worker) -> float:
         if outcome.result != "completed":
             raise click.ClickException(f"analysis ended {outcome.result}")
     return time.perf_counter() - started
+
+
+class _Laps:
+    """CPU milliseconds of consecutive phases. What runs between a ``lap`` and a
+    ``restart`` (the benchmark's own bookkeeping, such as reading statement counters)
+    is charged to no phase."""
+
+    def __init__(self, read) -> None:
+        self._read = read
+        self._mark = read()
+        self.spent: list[float] = []
+
+    def lap(self) -> None:
+        now = self._read()
+        self.spent.append((now - self._mark) * 1000)
+        self._mark = now
+
+    def restart(self) -> None:
+        self._mark = self._read()
 
 
 class _Grower:
@@ -296,28 +318,35 @@ class _Grower:
         # CPU milliseconds of each phase (web server, PostgreSQL and this process): on a
         # shared machine the wall times carry the neighbours' load, the CPU the work.
         background = server_background_cpu_seconds(self.pgdata)
-        cpu = [self.cpu_seconds()]
+        counters = [self._statement_counters()]
+        laps = _Laps(self.cpu_seconds)
         uploads = [client.send(body) for body in bodies]
-        cpu.append(self.cpu_seconds())
+        laps.lap()
+        counters.append(self._statement_counters())
+        laps.restart()
         final = client.send(client.body([], final=True))
-        cpu.append(self.cpu_seconds())
+        laps.lap()
+        counters.append(self._statement_counters())
+        laps.restart()
         self.endpoints += count
         execution_id = int(client.execution["id"])
         projection = self.project(count, "probe projection")
-        cpu.append(self.cpu_seconds())
+        laps.lap()
+        counters.append(self._statement_counters())
+        laps.restart()
         analysis_seconds = analyse_queued(self.analysis)
-        cpu.append(self.cpu_seconds())
+        laps.lap()
         export = measure_build(self.settings, "csv", task_id, [execution_id], self.pgdata)
         with transaction() as conn:
             definition = insert_definition(conn, self.owner_id, task_id)
-        cpu.append(self.cpu_seconds())
+        laps.lap()
         _aggregate, holds = time_captures(self.store, definition, captures)
-        cpu.append(self.cpu_seconds())
+        laps.lap()
         hold = summary_ms(holds)
         results = self._results_page(task_id, repeats)
-        cpu.append(self.cpu_seconds())
+        laps.lap()
         background = server_background_cpu_seconds(self.pgdata) - background
-        spent = [(b - a) * 1000 for a, b in itertools.pairwise(cpu)]
+        spent = laps.spent
         upload = summary_ms(uploads)
         export_cpu_ms = (export["cpu_seconds"] + (export["database_cpu_seconds"] or 0)) * 1000
         return {
@@ -348,7 +377,19 @@ class _Grower:
             # What the server's checkpointer, writers and autovacuum spent meanwhile,
             # over the whole probe: CPU the phases above were charged for but did not do.
             "probe_server_background_cpu_ms": round(background * 1000, 1),
+            # Where the upload's and the projection's work went: buffers touched per
+            # endpoint and the costliest statements per call (pg_stat_statements).
+            "statements": {
+                "upload": phase_statements(counters[0], counters[1], count),
+                "projection": phase_statements(counters[2], counters[3], count),
+            },
         }
+
+    def _statement_counters(self):
+        from app.db import transaction
+
+        with transaction() as conn:
+            return read_counters(conn)
 
     def cpu_seconds(self) -> float:
         from app.bench.cpu import server_cpu_seconds, tree_cpu_seconds

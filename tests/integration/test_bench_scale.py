@@ -73,6 +73,13 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         # The request's own CPU is part of what every process spent meanwhile.
         assert step["results_page_thread_cpu_ms"] <= step["results_page_request_cpu_ms"]
         assert step["probe_server_background_cpu_ms"] >= 0
+        # Where the probe's writes went, from the server's statement counters: the
+        # upload's costliest statement is one of its COPYs, each call a whole batch.
+        upload, projection = step["statements"]["upload"], step["statements"]["projection"]
+        assert upload["buffers_per_endpoint"] > 0 and projection["buffers_per_endpoint"] > 0
+        assert upload["top"][0]["query"].startswith("COPY search_")
+        assert upload["top"][0]["rows_per_call"] == 500
+        assert all(entry["calls"] > 0 for entry in upload["top"] + projection["top"])
         # Every latency and rate follows the naming rule, so the plot finds them all.
         measures = flat_measures(step)
         assert all(value >= 0 for value in measures.values())
