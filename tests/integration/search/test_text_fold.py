@@ -108,8 +108,7 @@ def test_a_rare_address_among_many_is_read_through_the_folded_index(
         conn.execute(sa.text(f"CREATE INDEX ix_plain ON {table} USING gin (text gin_trgm_ops)"))
         plain = conn.execute(
             sa.text(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM {table} "
-                "WHERE text ILIKE :text"
+                f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM {table} WHERE text ILIKE :text"
             ),
             params,
         ).scalar_one()
