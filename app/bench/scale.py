@@ -169,9 +169,8 @@ def analyse_queued(worker) -> float:
 
 
 class _Laps:
-    """CPU milliseconds of consecutive phases. What runs between a ``lap`` and a
-    ``restart`` (the benchmark's own bookkeeping, such as reading statement counters)
-    is charged to no phase."""
+    """CPU milliseconds of consecutive phases; what runs ``aside`` (the benchmark's own
+    bookkeeping, such as reading statement counters) is charged to no phase."""
 
     def __init__(self, read) -> None:
         self._read = read
@@ -183,8 +182,11 @@ class _Laps:
         self.spent.append((now - self._mark) * 1000)
         self._mark = now
 
-    def restart(self) -> None:
+    def aside(self, work):
+        """``work()``'s result, its CPU charged to no phase."""
+        result = work()
         self._mark = self._read()
+        return result
 
 
 class _Grower:
@@ -318,22 +320,19 @@ class _Grower:
         # CPU milliseconds of each phase (web server, PostgreSQL and this process): on a
         # shared machine the wall times carry the neighbours' load, the CPU the work.
         background = server_background_cpu_seconds(self.pgdata)
-        counters = [self._statement_counters()]
+        counters = [read_counters()]
         laps = _Laps(self.cpu_seconds)
         uploads = [client.send(body) for body in bodies]
         laps.lap()
-        counters.append(self._statement_counters())
-        laps.restart()
+        counters.append(laps.aside(read_counters))
         final = client.send(client.body([], final=True))
         laps.lap()
-        counters.append(self._statement_counters())
-        laps.restart()
+        counters.append(laps.aside(read_counters))
         self.endpoints += count
         execution_id = int(client.execution["id"])
         projection = self.project(count, "probe projection")
         laps.lap()
-        counters.append(self._statement_counters())
-        laps.restart()
+        counters.append(laps.aside(read_counters))
         analysis_seconds = analyse_queued(self.analysis)
         laps.lap()
         export = measure_build(self.settings, "csv", task_id, [execution_id], self.pgdata)
@@ -384,12 +383,6 @@ class _Grower:
                 "projection": phase_statements(counters[2], counters[3], count),
             },
         }
-
-    def _statement_counters(self):
-        from app.db import transaction
-
-        with transaction() as conn:
-            return read_counters(conn)
 
     def cpu_seconds(self) -> float:
         from app.bench.cpu import server_cpu_seconds, tree_cpu_seconds

@@ -1,5 +1,6 @@
-"""Where a benchmark phase's work goes, statement by statement: ``pg_stat_statements``
-read before and after the phase (the scratch server preloads it).
+"""Where a benchmark phase's work goes, statement by statement: the server's
+``pg_stat_statements`` counters (read by ``app.ops.slow_sql``; the scratch server
+preloads the extension) before and after the phase.
 
 CPU per row says *that* a write grew with the database; the buffers each statement
 touched per call say *where*: an index descent that gained a level touches one more page
@@ -9,58 +10,42 @@ server's own, so the figures do not depend on the machine's load.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
+from app.ops.slow_sql import read_statements
 
-_COUNTERS = """
-    SELECT queryid, min(query) AS query, sum(calls) AS calls, sum(rows) AS rows,
-           sum(shared_blks_hit + shared_blks_read) AS buffers,
-           sum(shared_blks_read) AS read, sum(shared_blks_dirtied) AS dirtied,
-           sum(total_exec_time) AS exec_ms, sum(wal_records) AS wal_records
-      FROM pg_stat_statements
-     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-     GROUP BY queryid
-"""
-_FIELDS = ("calls", "rows", "buffers", "read", "dirtied", "exec_ms", "wal_records")
-_SPACE = re.compile(r"\s+")
+# The counters a phase is measured by (``read_statements``' keys).
+FIELDS = (
+    "calls", "rows", "shared_blocks", "read_blocks", "dirtied_blocks", "total_ms", "wal_records",
+)  # fmt: skip
+# pg_stat_statements keeps 5,000 statements by default: read them all, so a statement
+# cannot drop out of one reading and distort the difference.
+_ALL_STATEMENTS = 5000
+
+Counters = dict[str, dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class Counters:
-    query: str
-    calls: float
-    rows: float
-    buffers: float
-    read: float
-    dirtied: float
-    exec_ms: float
-    wal_records: float
-
-
-def read_counters(conn) -> dict[int, Counters] | None:
-    """Every statement's cumulative counters in this database, by query id; None when
-    the extension is not there to read (the phase then reports no statements)."""
-    installed = conn.execute(
-        sa.text("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'")
-    ).first()
-    if installed is None:
+def read_counters() -> Counters | None:
+    """Every statement's cumulative counters in this database by query id (summed over
+    the roles that ran it); None when they cannot be read (the phase then reports no
+    statements, rather than zeros)."""
+    reading = read_statements(limit=_ALL_STATEMENTS)
+    if reading.status != "ok":
         return None
-    return {
-        int(row.queryid): Counters(
-            _SPACE.sub(" ", row.query or "").strip(),
-            *(float(getattr(row, name) or 0) for name in _FIELDS),
+    counters: Counters = {}
+    for statement in reading.statements:
+        summed = counters.setdefault(
+            statement["queryid"],
+            {"query": " ".join(statement["query"].split()), **dict.fromkeys(FIELDS, 0)},
         )
-        for row in conn.execute(sa.text(_COUNTERS))
-        if row.queryid is not None
-    }
+        for name in FIELDS:
+            summed[name] += statement[name]
+    return counters
 
 
 def phase_statements(
-    before: dict[int, Counters] | None,
-    after: dict[int, Counters] | None,
+    before: Counters | None,
+    after: Counters | None,
     endpoints: int,
     *,
     top: int = 5,
@@ -72,28 +57,26 @@ def phase_statements(
         return None
     spent: list[tuple[str, dict[str, float]]] = []
     for queryid, now in after.items():
-        then = before.get(queryid)
-        delta = {
-            name: getattr(now, name) - (getattr(then, name) if then else 0.0) for name in _FIELDS
-        }
+        then = before.get(queryid, {})
+        delta = {name: now[name] - then.get(name, 0) for name in FIELDS}
         if delta["calls"] > 0:
-            spent.append((now.query, delta))
-    spent.sort(key=lambda item: -item[1]["buffers"])
-    total = {name: sum(delta[name] for _, delta in spent) for name in _FIELDS}
+            spent.append((now["query"], delta))
+    spent.sort(key=lambda item: -item[1]["shared_blocks"])
+    total = {name: sum(delta[name] for _, delta in spent) for name in FIELDS}
     return {
         "statements": len(spent),
-        "buffers_per_endpoint": round(total["buffers"] / endpoints, 2),
-        "read_per_endpoint": round(total["read"] / endpoints, 3),
-        "dirtied_per_endpoint": round(total["dirtied"] / endpoints, 3),
+        "buffers_per_endpoint": round(total["shared_blocks"] / endpoints, 2),
+        "read_per_endpoint": round(total["read_blocks"] / endpoints, 3),
+        "dirtied_per_endpoint": round(total["dirtied_blocks"] / endpoints, 3),
         "wal_records_per_endpoint": round(total["wal_records"] / endpoints, 2),
         "top": [
             {
                 "query": query[:query_chars],
                 "calls": int(delta["calls"]),
                 "rows_per_call": round(delta["rows"] / delta["calls"], 1),
-                "buffers_per_call": round(delta["buffers"] / delta["calls"], 1),
-                "read_per_call": round(delta["read"] / delta["calls"], 2),
-                "exec_ms_per_call": round(delta["exec_ms"] / delta["calls"], 3),
+                "buffers_per_call": round(delta["shared_blocks"] / delta["calls"], 1),
+                "read_per_call": round(delta["read_blocks"] / delta["calls"], 2),
+                "exec_ms_per_call": round(delta["total_ms"] / delta["calls"], 3),
             }
             for query, delta in spent[:top]
         ],

@@ -73,7 +73,9 @@ def read_statements(engine: Engine | None = None, *, limit: int = BASELINE_LIMIT
             rows = conn.execute(
                 sa.text(
                     f"""
-                    SELECT queryid, query, calls, total_exec_time, max_exec_time, rows
+                    SELECT queryid, query, calls, total_exec_time, max_exec_time, rows,
+                           shared_blks_hit + shared_blks_read AS shared_blocks,
+                           shared_blks_read, shared_blks_dirtied, wal_records
                       FROM {view}
                      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
                        AND queryid IS NOT NULL
@@ -108,6 +110,12 @@ def read_statements(engine: Engine | None = None, *, limit: int = BASELINE_LIMIT
             "total_ms": float(r.total_exec_time),
             "max_ms": float(r.max_exec_time),
             "rows": int(r.rows),
+            # Pages touched in shared buffers, of them read from outside, and dirtied;
+            # WAL records: what a benchmark phase's statements did, beyond their time.
+            "shared_blocks": int(r.shared_blocks),
+            "read_blocks": int(r.shared_blks_read),
+            "dirtied_blocks": int(r.shared_blks_dirtied),
+            "wal_records": int(r.wal_records),
         }
         for r in rows
     ]
