@@ -161,7 +161,8 @@ def purge(
             context, [dict(f.body) for f in kept], [f.observed_at for f in kept]
         )
         store.delete_execution_endpoints(
-            [execution_endpoint_id(execution_id, *endpoint) for endpoint in sorted(touched)]
+            execution_id,
+            [execution_endpoint_id(execution_id, *endpoint) for endpoint in sorted(touched)],
         ).raise_for_failures()
         if rebuilt:
             store.write_execution_endpoints(rebuilt).raise_for_failures()

@@ -22,6 +22,7 @@ from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
 from app.search.documents import EndpointDocument, FactDocument, merge_all, newest_fields_key
 from app.search.ids import (
     CANONICAL_IPV4,
+    FACT_ID_SCHEME,
     execution_endpoint_ids,
     fact_ids,
     ipv4_value,
@@ -166,6 +167,7 @@ class UploadContext:
     upload_id: str
     stream: str
     batch_index: int
+    fact_ids: int = FACT_ID_SCHEME  # the receipt's scheme (``Reservation.fact_ids``)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -256,7 +258,12 @@ def fact_documents(
         for record in body.dns_records
     )
     ids = fact_ids(
-        context.execution_id, context.upload_id, context.stream, context.batch_index, len(items)
+        context.execution_id,
+        context.upload_id,
+        context.stream,
+        context.batch_index,
+        len(items),
+        scheme=context.fact_ids,
     )
     return [
         FactDocument(

@@ -37,6 +37,7 @@ index, never the upload's whole history).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ from app.scan_control.executions import (
     lock_for_upload,
     raise_if_cancelled,
 )
+from app.search.ids import FACT_ID_SCHEME
 from app.search.migrate import has_migrated_history
 from app.search.port import StorageScope
 
@@ -100,6 +102,9 @@ class Reservation:
     # "rejected": the batch is refused, but a stream repair made in the same
     # transaction must still commit; the caller raises this after commit.
     error: Conflict | None = None
+    # The fact id scheme the batch's facts are written under: the receipt's own on a
+    # retry (``app.search.ids.FACT_ID_SCHEME``), so a redo rewrites the very same ids.
+    fact_ids: int = FACT_ID_SCHEME
 
 
 def lease_lost() -> Conflict:
@@ -422,7 +427,7 @@ def _existing_receipt(
     for the claim that confirmed it (or the current one), else ``lease_lost``."""
     existing = conn.execute(
         sa.text(
-            "SELECT status, checksum, is_final, claim_token FROM scan_upload_receipts "
+            "SELECT status, checksum, is_final, claim_token, fact_ids FROM scan_upload_receipts "
             "WHERE execution_id = :e AND upload_id = :u AND stream = :s AND batch_index = :b"
         ),
         key,
@@ -497,7 +502,8 @@ def reserve_batch(
                 ),
                 {**key, "t": token},
             )
-        return _reserved(conn, "retry_pending", execution, body, months)
+        reservation = _reserved(conn, "retry_pending", execution, body, months)
+        return dataclasses.replace(reservation, fact_ids=existing.fact_ids)
 
     if not execution.holds_claim(token):
         raise lease_lost()

@@ -305,6 +305,7 @@ def _handle(
         upload_id=body.upload_id,
         stream=body.stream,
         batch_index=body.batch_index,
+        fact_ids=reservation.fact_ids,
     )
     with stage("enrichment"):
         normalised = [normalise_observation(o) for o in body.observations]

@@ -150,7 +150,9 @@ class ElasticsearchRemovals:
             [operation("delete", names.facts(f.month), f.id, None) for f in facts], "facts"
         )
 
-    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+    def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
+        # Document ids are unique across executions: the execution only narrows a lookup
+        # in the PostgreSQL store, whose key leads with it.
         index = self._names.execution_endpoints
         return self._delete(
             [operation("delete", index, i, None) for i in dict.fromkeys(ids)],

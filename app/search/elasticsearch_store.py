@@ -649,9 +649,9 @@ class ElasticsearchStore:
         self._ensure_ready()
         return self._removals.delete_facts(facts)
 
-    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+    def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
         self._ensure_ready()
-        return self._removals.delete_execution_endpoints(ids)
+        return self._removals.delete_execution_endpoints(execution_id, ids)
 
     # -- a deleted task's documents (``TaskPurge``; ``elasticsearch_purge``) -------------
 

@@ -84,16 +84,57 @@ def _digest_after_encoded(prefix: hashlib._Hash, encoded: bytes) -> str:
     return state.hexdigest()[:ID_HEX_CHARS]
 
 
-def fact_id(execution_id: int, upload_id: str, stream: str, batch_index: int, position: int) -> str:
-    return _digest("fact", execution_id, upload_id, stream, batch_index, position)
+# A fact id leads with its execution's id (48 bits, hex), then the digest's first 80 bits.
+# The facts' primary key is on the id, and a random id sends every insert to a random
+# leaf of that key: once the key no longer fits in memory each new fact costs a page
+# read (docs/scaling.md, "Keys with insert locality"). Led by the execution, a run's
+# facts land side by side at the key's newest end. The 80 bits hash every identity part
+# (the execution included), so ids stay unique even where the 48-bit prefix wraps.
+# Scheme 1 is the digest alone: a batch whose receipt was reserved under it (before
+# migration 2000) is redone under it, so a retry across an upgrade overwrites its facts
+# instead of doubling them (the receipt keeps the scheme, ``scan_upload_receipts.fact_ids``).
+FACT_ID_SCHEME = 2
+EXECUTION_PREFIX_CHARS = 12
+_EXECUTION_PREFIX_MASK = (1 << (4 * EXECUTION_PREFIX_CHARS)) - 1
+
+
+def fact_id(
+    execution_id: int,
+    upload_id: str,
+    stream: str,
+    batch_index: int,
+    position: int,
+    *,
+    scheme: int = FACT_ID_SCHEME,
+) -> str:
+    prefix = _prefix("fact", execution_id, upload_id, stream, batch_index)
+    return _fact_ids(prefix, execution_id, (position,), scheme)[0]
 
 
 def fact_ids(
-    execution_id: int, upload_id: str, stream: str, batch_index: int, count: int
+    execution_id: int,
+    upload_id: str,
+    stream: str,
+    batch_index: int,
+    count: int,
+    *,
+    scheme: int = FACT_ID_SCHEME,
 ) -> list[str]:
     """``fact_id`` of positions ``0..count-1`` of one batch."""
     prefix = _prefix("fact", execution_id, upload_id, stream, batch_index)
-    return [_digest_after(prefix, position) for position in range(count)]
+    return _fact_ids(prefix, execution_id, range(count), scheme)
+
+
+def _fact_ids(
+    prefix: hashlib._Hash, execution_id: int, positions: Iterable[int], scheme: int
+) -> list[str]:
+    if scheme == 1:
+        return [_digest_after(prefix, position) for position in positions]
+    if scheme != FACT_ID_SCHEME:
+        raise ValueError(f"unknown fact id scheme {scheme!r}")
+    head = f"{int(execution_id) & _EXECUTION_PREFIX_MASK:0{EXECUTION_PREFIX_CHARS}x}"
+    tail = ID_HEX_CHARS - EXECUTION_PREFIX_CHARS
+    return [head + _digest_after(prefix, position)[:tail] for position in positions]
 
 
 def execution_endpoint_id(execution_id: int, ip: str, port: int, transport: str) -> str:

@@ -386,8 +386,9 @@ class SearchStore(Protocol):
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         """Delete facts by id; a fact already gone is a success (200), not a failure."""
 
-    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
-        """Delete execution-scope endpoint documents by id; one already gone is a success."""
+    def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
+        """Delete execution ``execution_id``'s endpoint documents by id; one already gone is
+        a success."""
 
     def execution_results(
         self,

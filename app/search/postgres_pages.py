@@ -194,7 +194,7 @@ def page_statement() -> str:
     loses the checkpoint after it, so the page is merged again, and merges are
     idempotent.
     """
-    merge_clause = merge_on_conflict()
+    global_merge, user_merge = merge_on_conflict(GLOBAL_TABLE), merge_on_conflict(USER_TABLE)
     columns = ", ".join(_DOCUMENT_COLUMNS)
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
     global_digest, user_digest = _digests("x.parts", "t.owner_id")
@@ -229,14 +229,14 @@ def page_statement() -> str:
             SELECT g_key, g_id, {columns} FROM hashed
              WHERE (SELECT oversized FROM verdict) = 0
              ORDER BY g_key
-            {merge_clause}
+            {global_merge}
             RETURNING t.key
         ), u AS (
             INSERT INTO {USER_TABLE} AS t (key, id, {columns}, owner_id)
             SELECT u_key, u_id, {columns}, owner_id FROM hashed
              WHERE (SELECT oversized FROM verdict) = 0 AND u_key IS NOT NULL
              ORDER BY u_key
-            {merge_clause}
+            {user_merge}
             RETURNING t.key
         )
         SELECT v.endpoints, v.part_endpoints, v.oversized, v.owned,

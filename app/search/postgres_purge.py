@@ -6,6 +6,12 @@ other task has evidence for: no execution endpoint of a task outside ``excluded`
 deleted tasks) for the same endpoint (the same owner's, for the owner's view). Assets
 another task also saw stay. ``purge_execution_data_batch`` then deletes the executions'
 own rows: execution endpoints, facts and the per-execution counters.
+
+The execution endpoints' primary key leads with the execution (migration 2000), so the
+walk reads each of the tasks' executions from its key (at most ``limit`` rows after the
+cursor each) and keeps the first ``limit`` of them by key. The tasks' executions are
+those with a counter row: every write of an execution endpoint keeps its execution's
+counters in the same transaction (ING-2), so an execution with rows has one.
 """
 
 from __future__ import annotations
@@ -20,10 +26,16 @@ from app.search.port import AssetPurgeBatch
 _ASSETS_BATCH = sa.text(
     """
     WITH b AS (
-        SELECT key, owner_id, ip_order, port, transport
-          FROM search_execution_endpoints
-         WHERE task_id = ANY(:tasks) AND key > :after
-         ORDER BY key LIMIT :limit
+        SELECT x.key, x.owner_id, x.ip_order, x.port, x.transport
+          FROM search_execution_endpoint_counts c
+         CROSS JOIN LATERAL (
+               SELECT e.key, e.owner_id, e.ip_order, e.port, e.transport
+                 FROM search_execution_endpoints e
+                WHERE e.execution_id = c.execution_id AND e.key > :after
+                ORDER BY e.key LIMIT :limit
+         ) AS x
+         WHERE c.task_id = ANY(:tasks)
+         ORDER BY x.key LIMIT :limit
     ),
     u AS (SELECT DISTINCT owner_id, ip_order, port, transport FROM b WHERE owner_id IS NOT NULL),
     user_removed AS (
@@ -82,8 +94,9 @@ def purge_task_assets_batch(
 _EXECUTION_DATA = (
     (
         "execution_endpoints",
-        "DELETE FROM search_execution_endpoints WHERE key IN (SELECT key FROM "
-        "search_execution_endpoints WHERE execution_id = ANY(:ids) LIMIT :limit)",
+        "DELETE FROM search_execution_endpoints WHERE (execution_id, key) IN (SELECT "
+        "execution_id, key FROM search_execution_endpoints WHERE execution_id = ANY(:ids) "
+        "LIMIT :limit)",
     ),
     (
         "facts",

@@ -78,7 +78,7 @@ _DELETE_ENDPOINTS = f"""
     WITH gone AS (
         DELETE FROM {EXECUTION_TABLE} AS t
          USING unnest(CAST(:keys AS bigint[]), CAST(:ids AS uuid[])) AS d(key, id)
-         WHERE t.key = d.key AND t.id = d.id
+         WHERE t.execution_id = :execution_id AND t.key = d.key AND t.id = d.id
         RETURNING replace(t.id::text, '-', '') AS id, t.execution_id, t.ip
     ), lonely AS (
         -- An address leaves the execution's set when none of its endpoints is left.
@@ -150,11 +150,15 @@ class PostgresRemovals:
         items = tuple(BulkItemResult(f.id, FACTS_TABLE, 200) for f in facts)
         return BulkResult(items=items, requests=1, attempts=1)
 
-    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
+    def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
         if not ids:
             return BulkResult()
         ordered = sorted(set(ids), key=pg_key)  # lock order, as for merges
-        params = {"keys": [pg_key(i) for i in ordered], "ids": list(ordered)}
+        params = {
+            "execution_id": execution_id,
+            "keys": [pg_key(i) for i in ordered],
+            "ids": list(ordered),
+        }
         self._run(lambda conn: conn.execute(sa.text(_DELETE_ENDPOINTS), params).all())
         items = tuple(BulkItemResult(i, EXECUTION_TABLE, 200) for i in ids)
         return BulkResult(items=items, requests=1, attempts=1)

@@ -155,8 +155,19 @@ def _probed_sets() -> list[str]:
     return sets
 
 
-def merge_on_conflict() -> str:
-    """``ON CONFLICT … DO UPDATE`` of merge_endpoints for a table aliased ``t``.
+# Each endpoint table's primary key, the merges' conflict target. Execution endpoints
+# lead with their execution (migration 2000): a run's rows then land side by side in
+# the key instead of on random leaves, which cost a page read each once the key
+# outgrows memory (docs/scaling.md, "Keys with insert locality").
+CONFLICT_TARGETS = {
+    EXECUTION_TABLE: "execution_id, key",
+    ASSET_TABLES["global"]: "key",
+    ASSET_TABLES["user"]: "key",
+}
+
+
+def merge_on_conflict(table: str) -> str:
+    """``ON CONFLICT … DO UPDATE`` of merge_endpoints for ``table`` aliased ``t``.
 
     Every merge statement (shards here, server-side projection pages in
     ``postgres_pages``) uses this one text, so the rule cannot drift between them.
@@ -173,7 +184,7 @@ def merge_on_conflict() -> str:
         + _probed_sets()
     )
     return f"""
-        ON CONFLICT (key) DO UPDATE SET
+        ON CONFLICT ({CONFLICT_TARGETS[table]}) DO UPDATE SET
         first_seen = LEAST(t.first_seen, excluded.first_seen),
         first_execution_id = CASE WHEN {older}
             THEN excluded.first_execution_id ELSE t.first_execution_id END,
@@ -192,7 +203,7 @@ def merge_statement(table: str) -> str:
         INSERT INTO {table} AS t ({names})
         SELECT {names}
         FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
-        {merge_on_conflict()}
+        {merge_on_conflict(table)}
     """  # noqa: S608 - table and column names are module constants; values are bound
     if table != EXECUTION_TABLE:
         return merge + "RETURNING key, (xmax = 0) AS created"

@@ -350,8 +350,8 @@ class PostgresStore:
     def delete_facts(self, facts: Sequence[FactDocument]) -> BulkResult:
         return self._removals.delete_facts(facts)
 
-    def delete_execution_endpoints(self, ids: Sequence[str]) -> BulkResult:
-        return self._removals.delete_execution_endpoints(ids)
+    def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
+        return self._removals.delete_execution_endpoints(execution_id, ids)
 
     def execution_results(
         self,

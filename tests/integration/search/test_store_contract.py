@@ -323,7 +323,7 @@ def test_deleting_facts_and_endpoints_keeps_the_counts_exact(store):
 
     gone = [endpoints[0].id, endpoints[2].id]
     assert store.delete_facts(facts[:3]).ok
-    assert store.delete_execution_endpoints(gone).ok
+    assert store.delete_execution_endpoints(43, gone).ok
     store.refresh(NOVEMBER)
     after = store.count(NOVEMBER, 43)
     assert (after.observations, after.endpoints, after.ips) == (1, 1, 1)
@@ -335,7 +335,7 @@ def test_deleting_facts_and_endpoints_keeps_the_counts_exact(store):
 
     # Deleting what is gone already succeeds and changes nothing (a repeated removal).
     assert store.delete_facts(facts[:3]).ok
-    assert store.delete_execution_endpoints(gone).ok
+    assert store.delete_execution_endpoints(43, gone).ok
     # An endpoint written again after its removal counts again, once.
     assert store.write_execution_endpoints([endpoints[2]]).ok
     store.refresh(NOVEMBER)
