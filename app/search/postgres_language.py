@@ -25,6 +25,7 @@ from app.search.postgres_values import (
     ip_order_range,
     ip_order_text,
     like_pattern,
+    same_family,
     searched_text,
 )
 from app.search.query_language import And, Clause, Node, Not, Or, Text
@@ -82,15 +83,16 @@ class _Spell:
 
     def clause(self, c: Clause) -> str:
         field, op = c.field, _COMPARISONS[c.op]
+        # ``ip_order`` is ``ip`` with IPv4 spelled as IPv4-mapped IPv6: equal ``ip_order``
+        # and family is equal ``ip``, a block's ``ip_order`` range and family is ``<<=``.
         if field == "ip":
-            ip = self.bind(c.value)
             order = self.bind(ip_order_text(c.value))
-            return f"(t.ip = CAST({ip} AS inet) AND t.ip_order = CAST({order} AS inet))"
+            return f"(t.ip_order = CAST({order} AS inet) AND {same_family('t.ip', c.value)})"
         if field == "net":
             first, last = ip_order_range(c.value)
             return (
-                f"(network_subeq(t.ip, CAST({self.bind(c.value)} AS inet)) AND t.ip_order "
-                f"BETWEEN CAST({self.bind(first)} AS inet) AND CAST({self.bind(last)} AS inet))"
+                f"(t.ip_order BETWEEN CAST({self.bind(first)} AS inet) "
+                f"AND CAST({self.bind(last)} AS inet) AND {same_family('t.ip', c.value)})"
             )
         if field == "port":
             return f"(t.port {op} {self.bind(c.value)})"

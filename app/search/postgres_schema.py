@@ -155,14 +155,16 @@ def _probed_sets() -> list[str]:
     return sets
 
 
-# Each endpoint table's primary key, the merges' conflict target. Execution endpoints
-# lead with their execution (migration 2000): a run's rows then land side by side in
-# the key instead of on random leaves, which cost a page read each once the key
-# outgrows memory (docs/scaling.md, "Keys with insert locality").
+# Each endpoint table's primary key, the merges' conflict target (migration 2000).
+# ``key`` alone is a hash, so every insert would land on a random leaf, which costs a
+# page read once the key outgrows memory (docs/scaling.md, "Keys with insert
+# locality"). Led by the execution (a run's rows), and by the owner and address (a new
+# range of addresses), new rows land side by side instead. The leading columns are
+# hashed into ``key`` too, so one document still has one row.
 CONFLICT_TARGETS = {
     EXECUTION_TABLE: "execution_id, key",
-    ASSET_TABLES["global"]: "key",
-    ASSET_TABLES["user"]: "key",
+    ASSET_TABLES["global"]: "ip, key",
+    ASSET_TABLES["user"]: "owner_id, ip, key",
 }
 
 
@@ -404,7 +406,10 @@ EXECUTION_SIGHTINGS_PAGE_SQL = f"""
      LIMIT :limit
 """  # noqa: S608 - fragments are module constants; values are bound
 
-STATUS_RECORD = "key bigint, id uuid, status text, gone_since timestamptz, gone_execution_id bigint"
+STATUS_RECORD = (
+    "owner_id bigint, ip inet, key bigint, id uuid, status text, gone_since timestamptz, "
+    "gone_execution_id bigint"
+)
 
 
 @functools.lru_cache(maxsize=1024)

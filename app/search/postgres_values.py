@@ -38,21 +38,34 @@ def distinct_text_contains(column: str, pattern: str, value: str) -> str:
 def ip_order_range(cidr: str) -> tuple[str, str]:
     """The ``ip_order`` bounds of every address ``ip <<= cidr`` accepts.
 
-    The asset search asks for ``ip <<= cidr`` and also for ``ip_order`` between these
-    bounds, so a CIDR search is a range of the ordering index (``owner_id`` first in
-    the user view), or of the second column of a sort index, instead of needing an
-    index on ``ip`` that every projection write would maintain (migration 0160). The
-    bounds are the ones PostgreSQL itself derives for ``<<=`` on a B-tree (the
-    network, then its last address as a host); an IPv4 block becomes the same block
-    of IPv4-mapped IPv6, as ``ip_order`` spells IPv4. The range may hold
-    more (an IPv6 ``::ffff:a.b.c.d`` beside IPv4 ``a.b.c.d``); ``ip <<= cidr`` stays the
-    condition that decides, so the answer is exactly the one of ``ip <<= cidr`` alone.
+    The asset search asks for ``ip_order`` between these bounds, so a CIDR search is a
+    range of the ordering index (``owner_id`` first in the user view), or of the second
+    column of a sort index. The bounds are the ones PostgreSQL itself derives for
+    ``<<=`` on a B-tree (the network, then its last address as a host), which hold
+    exactly the host addresses of the block; an IPv4 block becomes the same block of
+    IPv4-mapped IPv6, as ``ip_order`` spells IPv4. The range may hold more (an IPv6
+    ``::ffff:a.b.c.d`` beside IPv4 ``a.b.c.d``); the block's family, asked for beside
+    it, decides, so the answer is exactly the one of ``ip <<= cidr``.
     """
     network = ipaddress.ip_network(cidr, strict=False)
     last = ip_order_text(network.broadcast_address)
     if network.version == 4:
         return f"{ip_order_text(network.network_address)}/{96 + network.prefixlen}", last
     return str(network), last
+
+
+def same_family(column: str, address: str) -> str:
+    """SQL: ``column`` (an inet) is of the family of ``address`` (an address or block).
+
+    Beside an ``ip_order`` condition this makes it exact (``ip_order_range``) without
+    asking for ``ip`` itself, which would offer the planner the asset views' primary
+    keys (they lead with ``ip``, migration 2000) to combine with the ordering index for
+    nothing. Written as a function call, which the planner counts as a fixed third:
+    ``=`` on an expression without statistics would count as 0.5 %, and a block
+    estimated at 0.5 % of its size makes sorting all of it look free next to reading a
+    sort index's range."""
+    version = ipaddress.ip_network(address, strict=False).version
+    return f"int4eq(family({column}), {version})"
 
 
 def ip_order_text(value: Any) -> str:

@@ -42,7 +42,7 @@ from app.search.encoding import (
     has_nul,
     utc_text,
 )
-from app.search.ids import current_asset_id, pg_key
+from app.search.ids import current_asset_id, normalise_ip, pg_key
 from app.search.port import (
     AssetStatusUpdate,
     BulkItemResult,
@@ -52,6 +52,7 @@ from app.search.port import (
 )
 from app.search.postgres_schema import (
     ASSET_TABLES,
+    CONFLICT_TARGETS,
     EXECUTION_TABLE,
     FACT_COLUMNS,
     FACTS_TABLE,
@@ -348,12 +349,16 @@ class PostgresWrites:
             )
         outcome: dict[tuple[str, str], BulkItemResult] = {}
         requests = 0
+        # Each row is found through its table's primary key (all of its columns).
+        keys_of = {table: CONFLICT_TARGETS[table].split(", ") for table in by_table}
         for table, rows in by_table.items():
             rows.sort(key=lambda r: r[0])  # lock order, as for merges
             for shard in shards(rows, self._batch_size):
                 payload = dumps(
                     [
                         {
+                            "owner_id": u.owner_id,
+                            "ip": normalise_ip(u.ip),
                             "key": key,
                             "id": document_id,
                             "status": u.status,
@@ -369,7 +374,8 @@ class PostgresWrites:
                        SET status = r.status, gone_since = r.gone_since,
                            gone_execution_id = r.gone_execution_id
                       FROM json_to_recordset(CAST(:rows AS json)) AS r({STATUS_RECORD})
-                     WHERE t.key = r.key AND t.id = r.id
+                     WHERE {" AND ".join(f"t.{c} = r.{c}" for c in keys_of[table])}
+                       AND t.id = r.id
                     RETURNING t.key
                     """  # noqa: S608 - fragments are module constants; values are bound
                 )

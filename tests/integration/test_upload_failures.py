@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from app import create_app
 from app.db import transaction
+from app.search.ids import fact_id
 from app.search.port import StoreUnavailable
 from tests.support.api import Api
 from tests.support.scanner_protocol import claim, make_task, now_iso, observation, upload_body
@@ -349,3 +350,68 @@ def test_legacy_receipts_without_storage_references_use_the_full_history_scope(a
         getattr(r, "netmap_event", None) == "ScanSummaryLegacyIndexScope" for r in caplog.records
     )
     assert scalar("SELECT observation_count FROM scan_executions") == 1
+
+
+def test_a_batch_pending_across_the_fact_id_upgrade_is_redone_under_its_own_ids(api):
+    """A batch reserved before migration 2000 wrote digest-only fact ids (scheme 1); its
+    retry after the upgrade must overwrite those facts, not add execution-led copies."""
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    with transaction() as conn:
+        conn.execute(
+            sa.text(
+                """
+                CREATE TABLE fail_next_confirm (armed boolean);
+                INSERT INTO fail_next_confirm VALUES (true);
+                CREATE FUNCTION fail_confirm() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF (SELECT armed FROM fail_next_confirm) THEN
+                    RAISE EXCEPTION 'injected confirm failure'
+                          USING ERRCODE = 'serialization_failure';
+                  END IF;
+                  RETURN NEW;
+                END $$;
+                CREATE TRIGGER fail_confirm BEFORE UPDATE OF status ON scan_upload_receipts
+                  FOR EACH ROW EXECUTE FUNCTION fail_confirm();
+                """
+            )
+        )
+    items = [observation("192.0.2.1", 80), observation("192.0.2.1", 443)]
+    assert upload.batch(0, items).status_code == 500
+    # The state an older release left: its receipt (scheme 1) and its facts' ids.
+    with transaction() as conn:
+        facts = conn.execute(
+            sa.text(
+                "SELECT id::text AS id, execution_id, upload_id, stream, batch_index, position "
+                "FROM search_facts ORDER BY position"
+            )
+        ).all()
+        assert [f.id.replace("-", "")[:12] for f in facts] == [f"{facts[0].execution_id:012x}"] * 2
+        old_ids = [
+            fact_id(f.execution_id, f.upload_id, f.stream, f.batch_index, f.position, scheme=1)
+            for f in facts
+        ]
+        for fact, old in zip(facts, old_ids, strict=True):
+            conn.execute(
+                sa.text(
+                    "UPDATE search_facts SET id = CAST(:old AS uuid) WHERE id = CAST(:id AS uuid)"
+                ),
+                {"old": old, "id": fact.id},
+            )
+        conn.execute(sa.text("UPDATE scan_upload_receipts SET fact_ids = 1"))
+        conn.execute(sa.text("UPDATE fail_next_confirm SET armed = false"))
+
+    retried = upload.post(upload.sent[-1])
+    assert retried.status_code == 200 and retried.get_json()["saved"] == 2
+    stored = [
+        r.replace("-", "") for r in _column("SELECT id::text FROM search_facts ORDER BY position")
+    ]
+    assert stored == old_ids  # the same two facts, not two more
+    assert upload.final(1, []).status_code == 200
+    assert scalar("SELECT observation_count FROM scan_executions") == 2
+
+
+def _column(sql: str) -> list[str]:
+    with transaction() as conn:
+        return list(conn.execute(sa.text(sql)).scalars())

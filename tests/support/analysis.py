@@ -61,27 +61,32 @@ class Scans:
         kind: str = "ports",
         finished_at: datetime | None = None,
         queued: bool = True,
+        task_id: int | None = None,
     ) -> int:
-        """One finished execution; the clock moves a minute per scan unless told the time."""
+        """One finished execution (another run of ``task_id`` when given, else of a new
+        task); the clock moves a minute per scan unless told the time."""
         if finished_at is None:
             self.clock += timedelta(minutes=1)
             finished_at = self.clock
         with transaction() as conn:
-            task_id = conn.execute(
-                sa.text(
-                    "INSERT INTO scan_tasks (owner_id, name, targets, ports, transports, "
-                    "scan_plan, status) VALUES (:o, :n, CAST(:targets AS jsonb), :ports, "
-                    ":transports, '{}', :status) RETURNING id"
-                ),
-                {
-                    "o": owner_id,
-                    "n": f"scan-{next(_names)}",
-                    "targets": json.dumps(list(targets)),
-                    "ports": ports,
-                    "transports": list(transports),
-                    "status": "succeeded" if status == "succeeded" else "failed",
-                },
-            ).scalar_one()
+            task_id = (
+                task_id
+                or conn.execute(
+                    sa.text(
+                        "INSERT INTO scan_tasks (owner_id, name, targets, ports, transports, "
+                        "scan_plan, status) VALUES (:o, :n, CAST(:targets AS jsonb), :ports, "
+                        ":transports, '{}', :status) RETURNING id"
+                    ),
+                    {
+                        "o": owner_id,
+                        "n": f"scan-{next(_names)}",
+                        "targets": json.dumps(list(targets)),
+                        "ports": ports,
+                        "transports": list(transports),
+                        "status": "succeeded" if status == "succeeded" else "failed",
+                    },
+                ).scalar_one()
+            )
             execution_id = conn.execute(
                 sa.text(
                     "INSERT INTO scan_executions (task_id, kind, status, targets, ports, "

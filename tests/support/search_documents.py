@@ -128,9 +128,13 @@ def fact(
     )
 
 
-def forge_key_collision(table: str, document_id: str, *, owner_id: int = 999) -> None:
+def forge_key_collision(
+    table: str, document_id: str, *, ip: str, owner_id: int | None = None
+) -> None:
     """Store, in a PostgreSQL asset table, another id with ``document_id``'s 64-bit key
-    (address 203.0.113.9 port 9), so writing ``document_id`` there must be refused."""
+    at its address ``ip`` (and owner, in the user view) on port 9, so writing
+    ``document_id`` there must be refused. The views' primary keys are (owner,) address
+    and key (migration 2000): only there can two ids' keys collide."""
     import sqlalchemy as sa
 
     from app.db import transaction
@@ -144,9 +148,9 @@ def forge_key_collision(table: str, document_id: str, *, owner_id: int = 999) ->
                 f"INSERT INTO {table} (key, id, ip, port, transport, first_seen, "
                 "first_execution_id, last_seen, last_execution_id, observation_key"
                 f"{', owner_id' if user_table else ''}) VALUES (:key, CAST(:id AS uuid), "
-                "'203.0.113.9', 9, 'tcp', now() - interval '10 minutes', 1, "
+                "CAST(:ip AS inet), 9, 'tcp', now() - interval '10 minutes', 1, "
                 "now() - interval '10 minutes', 1, ''"
                 f"{', :owner' if user_table else ''})"
             ),
-            {"key": pg_key(document_id), "id": forged, "owner": owner_id},
+            {"key": pg_key(document_id), "id": forged, "ip": ip, "owner": owner_id},
         )

@@ -49,6 +49,11 @@ def leftover_rows(task_ids: list[int], execution_ids: list[int]) -> dict[str, in
                  WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'
                    AND c.column_name IN ('task_id', 'execution_id', 'parent_task_id')
                    AND c.table_name <> 'task_purges'
+                   -- The owner's analysis watermark is a position in time order (finish
+                   -- time, then execution id), not a reference: it outlives the execution,
+                   -- or a run finished earlier but analysed later would override newer
+                   -- decisions (app.analysis.changes).
+                   AND c.table_name <> 'analysis_owner_watermarks'
                 """
             )
         ).all()

@@ -263,7 +263,10 @@ def test_a_failed_bulk_item_does_not_advance_the_cursor(projection):
         simulator.reset_requests()
         expected_error = "mapper_parsing_exception"
     else:
-        forge_key_collision("search_assets_user", failing_id)
+        failing = target[failing_id]
+        forge_key_collision(
+            "search_assets_user", failing_id, ip=failing.ip, owner_id=failing.owner_id
+        )
         expected_error = "id_collision"
     outcome = run_one_slice(projection.worker())
     assert outcome.result == "retry" and expected_error in outcome.error

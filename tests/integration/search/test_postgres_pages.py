@@ -152,7 +152,7 @@ def test_server_page_keyset_and_collisions(postgres_store, engine):
     docs = [execution_endpoint(5, f"198.51.100.{n}", 443, owner_id=2) for n in range(1, 6)]
     postgres_store.write_execution_endpoints(docs).raise_for_failures()
     victim = current_asset("global", "198.51.100.3", 443)
-    forge_key_collision("search_assets_global", victim.id)
+    forge_key_collision("search_assets_global", victim.id, ip="198.51.100.3")
     ordered = sorted(d.id for d in docs)
     first = postgres_store.publish_execution_page(5, after_id=None, limit=3, max_bytes=1 << 20)
     second = postgres_store.publish_execution_page(

@@ -28,13 +28,13 @@ from tests.support.sql import counted_statements
 
 def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):
     doc = current_asset("user", "192.0.2.1", 80, owner_id=1, service="http", seen=at(0))
-    forge_key_collision("search_assets_user", doc.id, owner_id=9)
+    forge_key_collision("search_assets_user", doc.id, ip="192.0.2.1", owner_id=1)
     result = postgres_store.publish_current([doc], max_operations=10, max_bytes=1 << 20)
     (item,) = result.items
     assert (item.status, item.error_type) == (409, "id_collision")
     with db.transaction() as conn:
-        row = conn.execute(sa.text("SELECT owner_id, host(ip) FROM search_assets_user")).one()
-    assert tuple(row) == (9, "203.0.113.9")
+        row = conn.execute(sa.text("SELECT owner_id, host(ip), port FROM search_assets_user")).one()
+    assert tuple(row) == (1, "192.0.2.1", 9)  # the forged row, unmerged
 
 
 def test_two_ids_sharing_a_key_in_one_batch(postgres_store):

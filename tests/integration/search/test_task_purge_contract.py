@@ -1,6 +1,6 @@
 """Deleting a task purges the same documents from every store adapter (issue 33, STO-2).
 
-One owner's task shares some endpoints with another task of the same owner and some
+One owner's task (two runs) shares some endpoints with another task of the same owner and some
 with another owner's task. The runner's purge job, with small batches so that every
 phase takes several, runs against PostgreSQL and against the Elasticsearch adapter:
 afterwards the task's rows, execution endpoints and facts are gone, the owner's assets
@@ -31,6 +31,7 @@ DOOMED = 240  # endpoints of the deleted task
 SHARED = 40  # of them, also seen by the owner's other task
 FOREIGN = 30  # of them, also seen by another owner's task
 EXTRA = 20  # the owner's other task's own endpoints
+RERUN = 30  # endpoints only the deleted task's second run saw
 FACTS = 50
 SCOPE = StorageScope(months=(BASE_TIME.strftime("%Y.%m"),))
 FACT_BATCH = [BatchKey("u-1", "main", 0)]
@@ -65,8 +66,18 @@ def world(settings, engine, store, monkeypatch):
         [(ip, 443) for ip in doomed_hosts[SHARED : SHARED + FOREIGN]],
         ports="443",
     )
-    scans.settle()
     tasks = {name: _task_of(e) for name, e in (("doomed", doomed), ("kept", kept))}
+    # A second run of the deleted task, with endpoints of its own: the sweep walks every
+    # execution of the task (each from its own key), not just the first.
+    rerun_hosts = hosts("10.22.0.0/16", RERUN)
+    rerun = scans.scan(
+        owner,
+        ["10.20.0.0/16", "10.22.0.0/16"],
+        [(ip, 443) for ip in doomed_hosts[DOOMED // 2 :] + rerun_hosts],
+        ports="443",
+        task_id=tasks["doomed"],
+    )
+    scans.settle()
     for execution_id, task_id in ((doomed, tasks["doomed"]), (kept, tasks["kept"])):
         written = store.write_facts(
             [fact(execution_id, i, task_id=task_id, owner_id=owner) for i in range(FACTS)]
@@ -79,6 +90,7 @@ def world(settings, engine, store, monkeypatch):
         "owner": owner,
         "stranger": stranger,
         "doomed": doomed,
+        "rerun": rerun,
         "kept": kept,
         "tasks": tasks,
         "doomed_hosts": doomed_hosts,
@@ -120,9 +132,10 @@ def _assert_purged(world, before: dict[str, object]) -> None:
     assert after["kept_endpoints"] == SHARED + EXTRA == before["kept_endpoints"]
     assert after["kept_facts"] == FACTS == before["kept_facts"]
     # The deleted task's own documents are gone.
-    assert store.read_execution_endpoints(world["doomed"], after_id=None, limit=10) == []
+    for execution in (world["doomed"], world["rerun"]):
+        assert store.read_execution_endpoints(execution, after_id=None, limit=10) == []
     assert store.batch_facts(SCOPE, world["doomed"], FACT_BATCH) == []
-    assert leftover_rows([world["tasks"]["doomed"]], [world["doomed"]]) == {}
+    assert leftover_rows([world["tasks"]["doomed"]], [world["doomed"], world["rerun"]]) == {}
 
 
 def _delete(world) -> None:
@@ -133,20 +146,20 @@ def _delete(world) -> None:
 
 def test_the_purge_removes_the_task_and_only_the_assets_it_alone_saw(settings, world):
     before = _snapshot(world)
-    assert len(before["owner"]) == DOOMED + EXTRA
-    assert len(before["global"]) == DOOMED + EXTRA
+    assert len(before["owner"]) == DOOMED + EXTRA + RERUN
+    assert len(before["global"]) == DOOMED + EXTRA + RERUN
     _delete(world)
 
     assert run_purges(settings, world["store"]) == 1
     row = purge_row(world["tasks"]["doomed"])
     assert row.status == "done"
-    assert row.removed["user_assets"] == DOOMED - SHARED
-    assert row.removed["global_assets"] == DOOMED - SHARED - FOREIGN
-    assert row.removed["execution_endpoints"] == DOOMED
+    assert row.removed["user_assets"] == DOOMED - SHARED + RERUN
+    assert row.removed["global_assets"] == DOOMED - SHARED - FOREIGN + RERUN
+    assert row.removed["execution_endpoints"] == DOOMED + DOOMED // 2 + RERUN
     assert row.removed["facts"] == FACTS
-    assert row.removed["executions"] == 1 and row.removed["tasks"] == 1
-    # 240 endpoints at 64 a batch: four asset batches, then the execution batch.
-    assert row.batches >= 5
+    assert row.removed["executions"] == 2 and row.removed["tasks"] == 1
+    # 390 endpoints of two runs at 64 a batch: seven asset batches, then the executions.
+    assert row.batches >= 8
     _assert_purged(world, before)
 
 
@@ -183,6 +196,6 @@ def test_a_purge_that_dies_after_a_store_call_ends_the_same_when_retried(setting
     row = purge_row(world["tasks"]["doomed"])
     assert row.status == "done" and row.attempts == 2
     # A batch done again finds its documents gone and does not count them twice.
-    assert row.removed["user_assets"] <= DOOMED - SHARED
-    assert row.removed.get("execution_endpoints", 0) <= DOOMED
+    assert row.removed["user_assets"] <= DOOMED - SHARED + RERUN
+    assert row.removed.get("execution_endpoints", 0) <= DOOMED + DOOMED // 2 + RERUN
     _assert_purged(world, before)
