@@ -17,7 +17,7 @@ from app.search.port import StoreUnavailable
 from tests.support.api import Api
 from tests.support.scanner_protocol import claim, make_task, now_iso, observation, upload_body
 from tests.support.settings import make_settings
-from tests.support.sql import scalar
+from tests.support.sql import rows, scalar
 from tests.support.stores import install
 
 
@@ -74,10 +74,9 @@ def test_store_failure_leaves_a_pending_receipt_that_the_retry_completes(api):
     assert scalar("SELECT confirmed_count FROM scan_upload_stream") == 1
 
 
-def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
-    user, scanner = api.user(), api.scanner()
-    make_task(user, ports="80,443")
-    upload = claim(scanner)
+def _fail_the_next_confirm() -> None:
+    """Make confirming a receipt fail (a database error) until ``fail_next_confirm`` is
+    disarmed: the batch's store writes are done and its receipt stays pending."""
     with transaction() as conn:
         conn.execute(
             sa.text(
@@ -97,6 +96,13 @@ def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
                 """
             )
         )
+
+
+def test_store_success_then_confirm_failure_is_completed_by_the_retry(api):
+    user, scanner = api.user(), api.scanner()
+    make_task(user, ports="80,443")
+    upload = claim(scanner)
+    _fail_the_next_confirm()
     failed = upload.batch(0, [observation("192.0.2.1")])
     assert failed.status_code == 500  # a database error keeps its own class, not a 503
     assert scalar("SELECT status FROM scan_upload_receipts") == "pending"
@@ -358,25 +364,7 @@ def test_a_batch_pending_across_the_fact_id_upgrade_is_redone_under_its_own_ids(
     user, scanner = api.user(), api.scanner()
     make_task(user, ports="80,443")
     upload = claim(scanner)
-    with transaction() as conn:
-        conn.execute(
-            sa.text(
-                """
-                CREATE TABLE fail_next_confirm (armed boolean);
-                INSERT INTO fail_next_confirm VALUES (true);
-                CREATE FUNCTION fail_confirm() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                  IF (SELECT armed FROM fail_next_confirm) THEN
-                    RAISE EXCEPTION 'injected confirm failure'
-                          USING ERRCODE = 'serialization_failure';
-                  END IF;
-                  RETURN NEW;
-                END $$;
-                CREATE TRIGGER fail_confirm BEFORE UPDATE OF status ON scan_upload_receipts
-                  FOR EACH ROW EXECUTE FUNCTION fail_confirm();
-                """
-            )
-        )
+    _fail_the_next_confirm()
     items = [observation("192.0.2.1", 80), observation("192.0.2.1", 443)]
     assert upload.batch(0, items).status_code == 500
     # The state an older release left: its receipt (scheme 1) and its facts' ids.
@@ -405,13 +393,8 @@ def test_a_batch_pending_across_the_fact_id_upgrade_is_redone_under_its_own_ids(
     retried = upload.post(upload.sent[-1])
     assert retried.status_code == 200 and retried.get_json()["saved"] == 2
     stored = [
-        r.replace("-", "") for r in _column("SELECT id::text FROM search_facts ORDER BY position")
+        r.id.replace("-", "") for r in rows("SELECT id::text FROM search_facts ORDER BY position")
     ]
     assert stored == old_ids  # the same two facts, not two more
     assert upload.final(1, []).status_code == 200
     assert scalar("SELECT observation_count FROM scan_executions") == 2
-
-
-def _column(sql: str) -> list[str]:
-    with transaction() as conn:
-        return list(conn.execute(sa.text(sql)).scalars())
