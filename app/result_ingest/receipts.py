@@ -523,8 +523,9 @@ def reserve_batch(
             """
             INSERT INTO scan_upload_receipts
                    (execution_id, upload_id, stream, batch_index, is_final, checksum,
-                    observation_count, status, claim_token, storage_references)
-            VALUES (:e, :u, :s, :b, :final, :checksum, :count, 'pending', :t, :months)
+                    observation_count, status, claim_token, storage_references, fact_ids)
+            VALUES (:e, :u, :s, :b, :final, :checksum, :count, 'pending', :t, :months,
+                    :fact_ids)
             """
         ),
         {
@@ -534,6 +535,7 @@ def reserve_batch(
             "count": body.item_count,
             "t": token,
             "months": list(months),
+            "fact_ids": FACT_ID_SCHEME,  # what ``Reservation.fact_ids`` says for "new"
         },
     )
     return _reserved(conn, "new", execution, body, months)

@@ -8,8 +8,9 @@ deterministic current-asset ids in SQL and merges both documents with the
 very ``ON CONFLICT`` clause the shard statements use (``merge_on_conflict``).
 It returns the page size, the new cursor and, item by item, which merges were
 not confirmed (``RETURNING`` lists every written key; a key that comes back
-missing is a 64-bit collision with another endpoint, reported as a failed
-409 item, never merged).
+missing is a 64-bit collision with another endpoint at the same address, the
+only place the views' primary keys let two ids meet, reported as a failed 409
+item, never merged).
 
 Ids: ``app.search.ids.current_asset_id`` is SHA-256 over ``b"asset"`` and
 length-prefixed UTF-8 parts (scope, owner or ``global``, normalised IP, port,
@@ -27,9 +28,9 @@ projection keeps using the generic path.
 A page whose documents might exceed the per-operation byte limit (an estimate
 that can only over-count) is not written here: the caller falls back to the
 generic path, which measures the real bytes and raises ``OperationTooLarge``
-(never truncating). Two endpoints of one page sharing a 64-bit key make
-PostgreSQL refuse the statement (cardinality violation); that page also falls
-back, where the collision is reported per item.
+(never truncating). Two endpoints of one page sharing a primary key (the same
+address and 64-bit key) make PostgreSQL refuse the statement (cardinality
+violation); that page also falls back, where the collision is reported per item.
 """
 
 from __future__ import annotations

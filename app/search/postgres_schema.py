@@ -12,6 +12,7 @@ share one text of every rule:
 * ``merge_statement`` merges one shard of endpoint documents into a table (and, for
   execution endpoints, keeps the execution's exact counters);
 * ``fact_statements`` writes a shard of facts with exact counters;
+* ``status_statement`` sets the analysis's status fields of current assets;
 * ``check_tables`` and ``create_partitions`` are the schema check and the monthly
   fact partitions created on demand.
 """
@@ -161,10 +162,10 @@ def _probed_sets() -> list[str]:
 # locality"). Led by the execution (a run's rows), and by the owner and address (a new
 # range of addresses), new rows land side by side instead. The leading columns are
 # hashed into ``key`` too, so one document still has one row.
-CONFLICT_TARGETS = {
-    EXECUTION_TABLE: "execution_id, key",
-    ASSET_TABLES["global"]: "ip, key",
-    ASSET_TABLES["user"]: "owner_id, ip, key",
+PRIMARY_KEYS = {
+    EXECUTION_TABLE: ("execution_id", "key"),
+    ASSET_TABLES["global"]: ("ip", "key"),
+    ASSET_TABLES["user"]: ("owner_id", "ip", "key"),
 }
 
 
@@ -186,7 +187,7 @@ def merge_on_conflict(table: str) -> str:
         + _probed_sets()
     )
     return f"""
-        ON CONFLICT ({CONFLICT_TARGETS[table]}) DO UPDATE SET
+        ON CONFLICT ({", ".join(PRIMARY_KEYS[table])}) DO UPDATE SET
         first_seen = LEAST(t.first_seen, excluded.first_seen),
         first_execution_id = CASE WHEN {older}
             THEN excluded.first_execution_id ELSE t.first_execution_id END,
@@ -410,6 +411,20 @@ STATUS_RECORD = (
     "owner_id bigint, ip inet, key bigint, id uuid, status text, gone_since timestamptz, "
     "gone_execution_id bigint"
 )
+
+
+def status_statement(table: str) -> str:
+    """Set the analysis's status fields of ``table``'s rows in ``:rows`` (``STATUS_RECORD``
+    each), each found through its primary key; returns the keys of the rows it found."""
+    found = " AND ".join(f"t.{c} = r.{c}" for c in PRIMARY_KEYS[table])
+    return f"""
+        UPDATE {table} AS t
+           SET status = r.status, gone_since = r.gone_since,
+               gone_execution_id = r.gone_execution_id
+          FROM json_to_recordset(CAST(:rows AS json)) AS r({STATUS_RECORD})
+         WHERE {found} AND t.id = r.id
+        RETURNING t.key
+    """  # noqa: S608 - table and column names are module constants; values are bound
 
 
 @functools.lru_cache(maxsize=1024)

@@ -52,17 +52,16 @@ from app.search.port import (
 )
 from app.search.postgres_schema import (
     ASSET_TABLES,
-    CONFLICT_TARGETS,
     EXECUTION_TABLE,
     FACT_COLUMNS,
     FACTS_TABLE,
-    STATUS_RECORD,
     TABLE_COLUMNS,
     execution_copy_counts_statement,
     fact_statements,
     merge_statement,
     month_start,
     partition_name,
+    status_statement,
 )
 
 # ``PostgresStore._run``: ``run(work, *, relaxed_commit=False)`` runs ``work(conn)`` in one
@@ -83,6 +82,9 @@ class PostgresWrites:
         self._batch_size = batch_size
         self._ensure_partitions = ensure_partitions
         self._merge_sql = {table: sa.text(merge_statement(table)) for table in TABLE_COLUMNS}
+        self._status_sql = {
+            table: sa.text(status_statement(table)) for table in ASSET_TABLES.values()
+        }
         (
             self._fact_insert_sql,
             self._fact_lock_sql,
@@ -349,9 +351,8 @@ class PostgresWrites:
             )
         outcome: dict[tuple[str, str], BulkItemResult] = {}
         requests = 0
-        # Each row is found through its table's primary key (all of its columns).
-        keys_of = {table: CONFLICT_TARGETS[table].split(", ") for table in by_table}
         for table, rows in by_table.items():
+            statement = self._status_sql[table]
             rows.sort(key=lambda r: r[0])  # lock order, as for merges
             for shard in shards(rows, self._batch_size):
                 payload = dumps(
@@ -367,17 +368,6 @@ class PostgresWrites:
                         }
                         for key, document_id, u in shard
                     ]
-                )
-                statement = sa.text(
-                    f"""
-                    UPDATE {table} AS t
-                       SET status = r.status, gone_since = r.gone_since,
-                           gone_execution_id = r.gone_execution_id
-                      FROM json_to_recordset(CAST(:rows AS json)) AS r({STATUS_RECORD})
-                     WHERE {" AND ".join(f"t.{c} = r.{c}" for c in keys_of[table])}
-                       AND t.id = r.id
-                    RETURNING t.key
-                    """  # noqa: S608 - fragments are module constants; values are bound
                 )
                 requests += 1
                 found = set(

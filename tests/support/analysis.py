@@ -69,9 +69,8 @@ class Scans:
             self.clock += timedelta(minutes=1)
             finished_at = self.clock
         with transaction() as conn:
-            task_id = (
-                task_id
-                or conn.execute(
+            if task_id is None:
+                task_id = conn.execute(
                     sa.text(
                         "INSERT INTO scan_tasks (owner_id, name, targets, ports, transports, "
                         "scan_plan, status) VALUES (:o, :n, CAST(:targets AS jsonb), :ports, "
@@ -86,7 +85,6 @@ class Scans:
                         "status": "succeeded" if status == "succeeded" else "failed",
                     },
                 ).scalar_one()
-            )
             execution_id = conn.execute(
                 sa.text(
                     "INSERT INTO scan_executions (task_id, kind, status, targets, ports, "
