@@ -33,7 +33,7 @@ from elasticsearch import Elasticsearch
 from app.config import ElasticsearchSettings
 from app.search.elasticsearch_bulk import BulkSender, operation, shard_operations
 from app.search.elasticsearch_schema import IndexNames
-from app.search.ids import current_asset_id, normalise_ip
+from app.search.ids import current_asset_id, cursor_after_id, cursor_key, normalise_ip
 from app.search.port import (
     AssetPurgeBatch,
     BulkResult,
@@ -51,21 +51,9 @@ Refresh = Callable[[list[str]], None]
 
 EVIDENCE_PAGE = 5_000  # other tasks' execution endpoints read per search
 CONFLICT_ATTEMPTS = 3  # delete-by-query rounds that met only documents changing meanwhile
-_SHIFT = 2**63
-_ID_TAIL = "f" * 16
 _ENDPOINT_FIELDS = ["doc_id", "ip", "port", "transport", "owner_id"]
 
 Endpoint = tuple[str, int, str]
-
-
-def cursor_key(document_id: str) -> int:
-    """The purge row's cursor for an execution-endpoint id: its first 64 bits, signed."""
-    return int(document_id[:16], 16) - _SHIFT
-
-
-def _after_id(key: int) -> str:
-    """The greatest id whose first 64 bits are the cursor's: ``search_after`` it."""
-    return f"{key + _SHIFT:016x}{_ID_TAIL}"
 
 
 def _endpoint(source: dict[str, Any]) -> Endpoint:
@@ -107,7 +95,7 @@ class ElasticsearchPurge:
         # Evidence written since the last refresh must count: make it searchable first.
         self._refresh([self._names.execution_endpoints])
         query = {"bool": {"filter": [{"terms": {"task_id": list(task_ids)}}]}}
-        after = None if after_key is None else [_after_id(after_key)]
+        after = None if after_key is None else [cursor_after_id(after_key)]
         hits = self._endpoint_page(query, size=limit, after=after)
         if not hits:
             return AssetPurgeBatch(last_key=None, endpoints=0, user_assets=0, global_assets=0)

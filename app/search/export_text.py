@@ -298,7 +298,7 @@ def _compiled(conn: Connection, csv: bool, jsonl: bool) -> Any:
 
 # The id ending every ``chunk_rows``-th endpoint after ``after``: the keyset ranges that
 # readers on several connections can write at the same time. The ids come from the
-# (execution_id, id) index; no row is read.
+# primary key, (execution_id, id); no row is read.
 _BOUNDS = sa.text(
     f"""
     SELECT replace(s.id::text, '-', '') AS id

@@ -177,3 +177,20 @@ def current_asset_id(scope: str, owner_id: int | None, ip: str, port: int, trans
 def pg_key(document_id: str) -> int:
     """First 64 bits of the id as a signed bigint."""
     return int.from_bytes(bytes.fromhex(document_id[:16]), "big", signed=True)
+
+
+# A walk over execution endpoints in id order keeps its place in a bigint (a purge
+# row's ``cursor``): the id's first 64 bits, shifted so that the integers sort as the
+# ids do. Both stores' deleted-task sweeps use it (``postgres_purge``,
+# ``elasticsearch_purge``).
+_CURSOR_SHIFT = 2**63
+
+
+def cursor_key(document_id: str) -> int:
+    """The cursor of an id: its first 64 bits, less 2**63 (id order, as a bigint)."""
+    return int(document_id[:16], 16) - _CURSOR_SHIFT
+
+
+def cursor_after_id(key: int) -> str:
+    """The greatest id whose first 64 bits are the cursor's: a walk resumes after it."""
+    return f"{key + _CURSOR_SHIFT:016x}{'f' * 16}"

@@ -8,7 +8,7 @@ is harmless). It is resumable and bounded:
 
 * facts in pages of ``batch_size`` by fact id (the partitions' primary keys, a
   merge of index ranges), then execution endpoints execution by execution in
-  pages of ``batch_size`` by id (``ix_search_execution_endpoints_execution_id_id``);
+  pages of ``batch_size`` by id (the primary key, ``(execution_id, id)``);
 * each page is read in a short transaction, written to Elasticsearch with no
   database connection held, and only then recorded in ``search_store_migrations``
   (the checkpoint this package owns), so an interrupted run resumes after the

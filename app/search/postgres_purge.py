@@ -1,17 +1,19 @@
 """Removing a deleted task's data from the PostgreSQL store, in bounded batches (issue 33).
 
-``purge_task_assets_batch`` walks the task's execution endpoints by key and removes the
+``purge_task_assets_batch`` walks the task's execution endpoints by id and removes the
 current-asset documents (the owner's and the global view's) of those endpoints that no
 other task has evidence for: no execution endpoint of a task outside ``excluded`` (the
 deleted tasks) for the same endpoint (the same owner's, for the owner's view). Assets
 another task also saw stay. ``purge_execution_data_batch`` then deletes the executions'
 own rows: execution endpoints, facts and the per-execution counters.
 
-The execution endpoints' primary key leads with the execution (migration 2000), so the
+The execution endpoints' primary key is ``(execution_id, id)`` (migration 2100), so the
 walk reads each of the tasks' executions from its key (at most ``limit`` rows after the
-cursor each) and keeps the first ``limit`` of them by key. The tasks' executions are
+cursor each) and keeps the first ``limit`` of them by id. The tasks' executions are
 those with a counter row: every write of an execution endpoint keeps its execution's
-counters in the same transaction (ING-2), so an execution with rows has one.
+counters in the same transaction (ING-2), so an execution with rows has one. The
+cursor is the last id's first 64 bits (``app.search.ids.cursor_key``), as in the
+Elasticsearch store's sweep.
 """
 
 from __future__ import annotations
@@ -21,21 +23,23 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.search.ids import cursor_after_id, cursor_key
 from app.search.port import AssetPurgeBatch
 
 _ASSETS_BATCH = sa.text(
     """
     WITH b AS (
-        SELECT x.key, x.owner_id, x.ip_order, x.port, x.transport
+        SELECT x.id, x.owner_id, x.ip_order, x.port, x.transport
           FROM search_execution_endpoint_counts c
          CROSS JOIN LATERAL (
-               SELECT e.key, e.owner_id, e.ip_order, e.port, e.transport
+               SELECT e.id, e.owner_id, e.ip_order, e.port, e.transport
                  FROM search_execution_endpoints e
-                WHERE e.execution_id = c.execution_id AND e.key > :after
-                ORDER BY e.key LIMIT :limit
+                WHERE e.execution_id = c.execution_id
+                  AND (CAST(:after AS uuid) IS NULL OR e.id > CAST(:after AS uuid))
+                ORDER BY e.id LIMIT :limit
          ) AS x
          WHERE c.task_id = ANY(:tasks)
-         ORDER BY x.key LIMIT :limit
+         ORDER BY x.id LIMIT :limit
     ),
     u AS (SELECT DISTINCT owner_id, ip_order, port, transport FROM b WHERE owner_id IS NOT NULL),
     user_removed AS (
@@ -58,7 +62,8 @@ _ASSETS_BATCH = sa.text(
                   AND o.task_id <> ALL(:excluded))
         RETURNING 1
     )
-    SELECT (SELECT max(key) FROM b) AS last_key, (SELECT count(*) FROM b) AS endpoints,
+    SELECT (SELECT replace(max(id::text COLLATE "C"), '-', '') FROM b) AS last_id,
+           (SELECT count(*) FROM b) AS endpoints,
            (SELECT count(*) FROM user_removed) AS user_assets,
            (SELECT count(*) FROM global_removed) AS global_assets
     """
@@ -78,12 +83,12 @@ def purge_task_assets_batch(
         {
             "tasks": list(task_ids),
             "excluded": list(excluded_task_ids),
-            "after": after_key if after_key is not None else -(2**63),
+            "after": cursor_after_id(after_key) if after_key is not None else None,
             "limit": limit,
         },
     ).one()
     return AssetPurgeBatch(
-        last_key=row.last_key,
+        last_key=cursor_key(row.last_id) if row.last_id is not None else None,
         endpoints=int(row.endpoints),
         user_assets=int(row.user_assets),
         global_assets=int(row.global_assets),
@@ -94,8 +99,8 @@ def purge_task_assets_batch(
 _EXECUTION_DATA = (
     (
         "execution_endpoints",
-        "DELETE FROM search_execution_endpoints WHERE (execution_id, key) IN (SELECT "
-        "execution_id, key FROM search_execution_endpoints WHERE execution_id = ANY(:ids) "
+        "DELETE FROM search_execution_endpoints WHERE (execution_id, id) IN (SELECT "
+        "execution_id, id FROM search_execution_endpoints WHERE execution_id = ANY(:ids) "
         "LIMIT :limit)",
     ),
     (

@@ -83,6 +83,19 @@ from app.sql_filters import Filters
 Run = Callable[..., Any]
 
 
+# One keyset page of an execution's endpoints, in the order of its primary key
+# ``(execution_id, id)``. The parameters are sent as literals (psycopg2), so the first
+# page's ``IS NULL`` folds away before planning.
+EXECUTION_PAGE = f"""
+    SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id
+      FROM {EXECUTION_TABLE} t
+     WHERE t.execution_id = :execution_id
+       AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+     ORDER BY t.id
+     LIMIT :limit
+"""  # noqa: S608 - table and column names are module constants; values are bound
+
+
 class PostgresQueries:
     """The read half of ``PostgresStore`` (``run`` is its ``_run``)."""
 
@@ -92,12 +105,7 @@ class PostgresQueries:
     def read_execution_endpoints(
         self, execution_id: int, *, after_id: str | None, limit: int
     ) -> list[EndpointDocument]:
-        sql = sa.text(
-            f"SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id "  # noqa: S608 - table and column names are module constants; values are bound
-            f"FROM {EXECUTION_TABLE} t WHERE t.execution_id = :execution_id "
-            "AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid)) "
-            "ORDER BY t.id LIMIT :limit"
-        )
+        sql = sa.text(EXECUTION_PAGE)
         params = {"execution_id": execution_id, "after": after_id, "limit": limit}
         rows = self._run(lambda conn: conn.execute(sql, params).all())
         return endpoints_from_rows(rows, "execution")

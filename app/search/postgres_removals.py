@@ -19,7 +19,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.search.documents import FactDocument
-from app.search.ids import pg_key
 from app.search.port import BatchKey, BulkItemResult, BulkResult
 from app.search.postgres_schema import (
     ENDPOINT_COUNTS_TABLE,
@@ -77,8 +76,8 @@ _DELETE_FACTS = f"""
 _DELETE_ENDPOINTS = f"""
     WITH gone AS (
         DELETE FROM {EXECUTION_TABLE} AS t
-         USING unnest(CAST(:keys AS bigint[]), CAST(:ids AS uuid[])) AS d(key, id)
-         WHERE t.execution_id = :execution_id AND t.key = d.key AND t.id = d.id
+         USING unnest(CAST(:ids AS uuid[])) AS d(id)
+         WHERE t.execution_id = :execution_id AND t.id = d.id
         RETURNING replace(t.id::text, '-', '') AS id, t.execution_id, t.ip
     ), lonely AS (
         -- An address leaves the execution's set when none of its endpoints is left.
@@ -88,7 +87,7 @@ _DELETE_ENDPOINTS = f"""
            AND NOT EXISTS (
                SELECT 1 FROM {EXECUTION_TABLE} AS t
                 WHERE t.execution_id = g.execution_id AND t.ip = g.ip
-                  AND t.key <> ALL(CAST(:keys AS bigint[])))
+                  AND t.id <> ALL(CAST(:ids AS uuid[])))
         RETURNING i.execution_id
     ), counted AS (
         UPDATE {ENDPOINT_COUNTS_TABLE} AS c
@@ -153,12 +152,7 @@ class PostgresRemovals:
     def delete_execution_endpoints(self, execution_id: int, ids: Sequence[str]) -> BulkResult:
         if not ids:
             return BulkResult()
-        ordered = sorted(set(ids), key=pg_key)  # lock order, as for merges
-        params = {
-            "execution_id": execution_id,
-            "keys": [pg_key(i) for i in ordered],
-            "ids": list(ordered),
-        }
+        params = {"execution_id": execution_id, "ids": sorted(set(ids))}  # in key order
         self._run(lambda conn: conn.execute(sa.text(_DELETE_ENDPOINTS), params).all())
         items = tuple(BulkItemResult(i, EXECUTION_TABLE, 200) for i in ids)
         return BulkResult(items=items, requests=1, attempts=1)

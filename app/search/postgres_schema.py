@@ -156,14 +156,16 @@ def _probed_sets() -> list[str]:
     return sets
 
 
-# Each endpoint table's primary key, the merges' conflict target (migration 2000).
+# Each endpoint table's primary key, the merges' conflict target (migrations 2000, 2100).
 # ``key`` alone is a hash, so every insert would land on a random leaf, which costs a
 # page read once the key outgrows memory (docs/scaling.md, "Keys with insert
 # locality"). Led by the execution (a run's rows), and by the owner and address (a new
-# range of addresses), new rows land side by side instead. The leading columns are
-# hashed into ``key`` too, so one document still has one row.
+# range of addresses), new rows land side by side instead. The views' leading columns
+# are hashed into ``key`` too, so one document still has one row. Execution endpoints
+# end with the full ``id``: that key is also the one index every walk of an execution
+# reads in id order (docs/scaling.md, "One index per walk").
 PRIMARY_KEYS = {
-    EXECUTION_TABLE: ("execution_id", "key"),
+    EXECUTION_TABLE: ("execution_id", "id"),
     ASSET_TABLES["global"]: ("ip", "key"),
     ASSET_TABLES["user"]: ("owner_id", "ip", "key"),
 }
@@ -396,7 +398,7 @@ EXECUTION_SIGHTINGS_SQL = f"""
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id
 """  # noqa: S608 - fragments are module constants; values are bound
-# One keyset page of the same, by ``(execution_id, id)``'s index. The parameters are
+# One keyset page of the same, by the primary key ``(execution_id, id)``. The parameters are
 # sent as literals (psycopg2), so the first page's ``OR true`` folds away before planning.
 EXECUTION_SIGHTINGS_PAGE_SQL = f"""
     SELECT id, {_SIGHTING_COLUMNS}

@@ -9,10 +9,11 @@ first_execution_id) pair and the newest (last_seen, last_execution_id,
 observation_key) group win, compared as rows, ``observation_key`` in "C"
 collation. The narrow ``key bigint`` is ``pg_key(id)``; each table's primary
 key leads with what a run's new rows share (the execution, or the owner and
-address) and ends with ``key`` (``postgres_schema.PRIMARY_KEYS``), so inserts
-land side by side rather than on random leaves. The update only applies when the
-stored full id equals the incoming one, so a 64-bit collision comes back as a
-failed item (409 ``id_collision``) instead of merging two endpoints. Rows are
+address) and ends with ``key`` (the views) or the full ``id`` (execution
+endpoints; ``postgres_schema.PRIMARY_KEYS``), so inserts land side by side
+rather than on random leaves. The update only applies when the stored full id
+equals the incoming one, so a 64-bit collision comes back as a failed item (409
+``id_collision``) instead of merging two endpoints. Rows are
 sent sorted by key so concurrent writers lock rows in the same order (no deadlock
 between two shards).
 

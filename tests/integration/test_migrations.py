@@ -151,3 +151,59 @@ def test_downgrade_to_base_and_upgrade_again_gives_the_same_schema(
     again = _schema(empty_database_url)
     for name in SCHEMA_CATALOG_QUERIES:
         assert again[name] == fresh[name], name
+
+
+def test_execution_endpoints_rekeyed_by_id_keep_rows_and_restart_sweeps(empty_database_url):
+    """Migration 2100: the execution endpoints' key becomes (execution_id, id) with every
+    row kept, the separate id index goes, and an asset sweep in progress (its cursor in
+    the old key's order) starts its task again; finished purges keep theirs."""
+    migrations.upgrade(empty_database_url, "20261204_2000")
+    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO search_execution_endpoints (key, id, execution_id, task_id, ip,"
+                    " port, transport, first_seen, first_execution_id, last_seen,"
+                    " last_execution_id, observation_key)"
+                    " SELECT n, md5(n::text)::uuid, 7, 3, '192.0.2.1', n, 'tcp', now(), 7,"
+                    " now(), 7, 'k' FROM generate_series(1, 50) AS n"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO task_purges (task_id, owner_id, status, phase, cursor) VALUES"
+                    " (1, 1, 'running', 'assets', -5), (2, 1, 'done', 'assets', 9),"
+                    " (3, 1, 'queued', 'executions', 4)"
+                )
+            )
+        migrations.upgrade(empty_database_url)
+        with engine.begin() as conn:
+            rows = conn.execute(
+                sa.text("SELECT count(*) FROM search_execution_endpoints WHERE execution_id = 7")
+            ).scalar_one()
+            key = conn.execute(
+                sa.text(
+                    "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+                    " WHERE indrelid = 'search_execution_endpoints'::regclass AND indisprimary"
+                )
+            ).scalar_one()
+            indexes = (
+                conn.execute(
+                    sa.text(
+                        "SELECT indexname FROM pg_indexes"
+                        " WHERE tablename = 'search_execution_endpoints'"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            cursors = dict(
+                conn.execute(sa.text("SELECT task_id, cursor FROM task_purges ORDER BY 1")).all()
+            )
+        assert rows == 50
+        assert key.endswith("(execution_id, id)")
+        assert "ix_search_execution_endpoints_execution_id_id" not in set(indexes)
+        assert cursors == {1: None, 2: 9, 3: 4}
+    finally:
+        engine.dispose()

@@ -1,23 +1,19 @@
 """Plans of a task's results page that do not depend on fresh statistics (ING-10).
 
-Every task_id of ``search_execution_endpoints`` sits in the planner's most-common-values
-list, so a task newer than the last ANALYZE (every running task) is estimated at one
-row. A plan chosen for one row (a nested loop re-running a subquery per row) took
-seconds at a few thousand. These tests plan the page and totals queries in exactly that
-state: statistics gathered while the task did not exist, then thousands of its rows
-written, with autovacuum off for the table so nothing refreshes them meanwhile.
+A task newer than the last ANALYZE (every running task) is estimated at one row. A plan
+chosen for one row (a nested loop re-running a subquery per row) took seconds at a few
+thousand. These tests plan the page and totals queries in exactly that state
+(``tests.support.plans.stale_statistics``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
 
 from app import db
-from app.search.port import StorageScope
 from app.search.postgres_queries import (
     RESULT_TOTALS,
     RESULTS_AFTER,
@@ -26,66 +22,19 @@ from app.search.postgres_queries import (
     RESULTS_PAGE_PLANNING,
 )
 from app.search.results_cursor import decode_results_cursor
-from tests.support.search_documents import execution_endpoint
+from tests.support.plans import NEW_TASK, explain, nodes, stale_statistics
 
-NOVEMBER = StorageScope(months=("2026.11",))
 PAGE_INDEX = "ix_search_execution_endpoints_task_order"
-OLD_TASK, NEW_TASK = 1, 2
-
-
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _explain(sql: str, params: dict[str, Any], *, analyze: bool = False) -> dict[str, Any]:
-    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
-    with db.transaction() as conn:
-        answer = conn.execute(sa.text(f"EXPLAIN ({options}) {sql}"), params).scalar_one()
-    document = answer if isinstance(answer, list) else json.loads(answer)
-    return document[0]["Plan"]
-
-
-def _write(store, task_id: int, execution_id: int, addresses: int, ports: int) -> None:
-    docs = [
-        execution_endpoint(
-            execution_id, f"10.{task_id}.{a // 250}.{a % 250}", port, task_id=task_id
-        )
-        for a in range(addresses)
-        for port in range(1, ports + 1)
-    ]
-    for start in range(0, len(docs), 2000):
-        assert store.write_execution_endpoints(docs[start : start + 2000]).ok
-
-
-def _stale_statistics(store) -> None:
-    """Statistics that know OLD_TASK only, then 6,000 rows of NEW_TASK they never saw."""
-    with db.transaction() as conn:
-        for table in ("search_execution_endpoints", "search_execution_endpoint_counts"):
-            conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
-    _write(store, OLD_TASK, 11, addresses=40, ports=5)
-    with db.transaction() as conn:
-        conn.execute(sa.text("ANALYZE search_execution_endpoints"))
-        conn.execute(sa.text("ANALYZE search_execution_endpoint_counts"))
-    _write(store, NEW_TASK, 21, addresses=1500, ports=2)
-    _write(store, NEW_TASK, 22, addresses=1000, ports=3)
-    store.refresh(NOVEMBER)
-    with db.transaction() as conn:
-        estimate = conn.execute(
-            sa.text("SELECT reltuples FROM pg_class WHERE relname = 'search_execution_endpoints'")
-        ).scalar_one()
-    assert estimate < 1000  # the statistics still describe the table before NEW_TASK
 
 
 def _assert_index_range(plan: dict[str, Any], limit: int) -> dict[str, Any]:
     """A Limit over one ordered scan of the page index: no sort, join or subplan."""
     assert plan["Node Type"] == "Limit", plan
-    types = [node["Node Type"] for node in _nodes(plan)]
+    types = [node["Node Type"] for node in nodes(plan)]
     assert not {"Sort", "Incremental Sort", "Nested Loop", "Hash Join", "Merge Join"} & set(
         types
     ), types
-    assert not any(node.get("Subplan Name") for node in _nodes(plan)), plan
+    assert not any(node.get("Subplan Name") for node in nodes(plan)), plan
     (scan,) = plan["Plans"]
     assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), plan
     assert scan["Index Name"] == PAGE_INDEX, plan
@@ -96,12 +45,12 @@ def _assert_index_range(plan: dict[str, Any], limit: int) -> dict[str, Any]:
     return scan
 
 
-def test_results_pages_are_an_index_range_with_stale_statistics(postgres_store):
-    _stale_statistics(postgres_store)
+def test_results_pages_are_an_index_range_withstale_statistics(postgres_store):
+    stale_statistics(postgres_store)
     limit = 500
     first = {"task_id": NEW_TASK, "limit": limit + 1}
     for analyze in (False, True):
-        _assert_index_range(_explain(RESULTS_PAGE.format(after=""), first, analyze=analyze), limit)
+        _assert_index_range(explain(RESULTS_PAGE.format(after=""), first, analyze=analyze), limit)
 
     page = postgres_store.execution_results(NEW_TASK, cursor=None, limit=limit)
     assert (page.total_endpoints, page.total_ips, len(page.items)) == (6000, 1500, limit)
@@ -116,20 +65,20 @@ def test_results_pages_are_an_index_range_with_stale_statistics(postgres_store):
     }
     for analyze in (False, True):
         scan = _assert_index_range(
-            _explain(RESULTS_PAGE.format(after=RESULTS_AFTER), after, analyze=analyze), limit
+            explain(RESULTS_PAGE.format(after=RESULTS_AFTER), after, analyze=analyze), limit
         )
         # The keyset position is where the scan starts, not a filter on every row.
         assert "ROW(" in scan["Index Cond"], scan
 
 
-def test_a_runs_page_is_an_index_range_with_stale_statistics(postgres_store):
+def test_a_runs_page_is_an_index_range_withstale_statistics(postgres_store):
     # The API always names the run's executions. An execution newer than the statistics
     # is estimated at one row, which the (execution_id, id) index also serves; once the
     # page index is a level deeper than that one (as at millions of rows, where the
     # bench saw it: 22 ms to read and sort a 10,000-endpoint run for each page, growing
     # with the run), reading the execution through it and sorting looks cheaper. The
     # index is rebuilt sparse here to be that level deeper with a few thousand rows.
-    _stale_statistics(postgres_store)
+    stale_statistics(postgres_store)
     with db.transaction() as conn:
         conn.execute(sa.text(f"ALTER INDEX {PAGE_INDEX} SET (fillfactor = 10)"))
         conn.execute(sa.text(f"REINDEX INDEX {PAGE_INDEX}"))
@@ -146,7 +95,7 @@ def test_a_runs_page_is_an_index_range_with_stale_statistics(postgres_store):
         return (document if isinstance(document, list) else json.loads(document))[0]["Plan"]
 
     # The hazard is real here: left to its estimate, the planner sorts the execution.
-    assert "Sort" in {node["Node Type"] for node in _nodes(plan(planned=False))}
+    assert "Sort" in {node["Node Type"] for node in nodes(plan(planned=False))}
     _assert_index_range(plan(planned=True), limit)
 
     page = postgres_store.execution_results(NEW_TASK, cursor=None, limit=limit, execution_ids=[22])
@@ -164,9 +113,9 @@ def test_a_runs_page_is_an_index_range_with_stale_statistics(postgres_store):
 
 
 def test_results_totals_never_read_the_tasks_rows(postgres_store):
-    _stale_statistics(postgres_store)
-    plan = _explain(RESULT_TOTALS, {"task_id": NEW_TASK, "execution_ids": None}, analyze=True)
-    relations = {node.get("Relation Name") for node in _nodes(plan)} - {None}
+    stale_statistics(postgres_store)
+    plan = explain(RESULT_TOTALS, {"task_id": NEW_TASK, "execution_ids": None}, analyze=True)
+    relations = {node.get("Relation Name") for node in nodes(plan)} - {None}
     assert "search_execution_endpoints" not in relations, relations
     assert "search_execution_endpoint_counts" in relations, relations
     with db.transaction() as conn:

@@ -1,12 +1,11 @@
-"""The Elasticsearch purge's cursor (a bigint in the purge row) keeps the ``doc_id`` order
+"""The deleted-task sweep's cursor (a bigint in the purge row, both stores) keeps the order
 of execution-endpoint ids, and resuming after it skips exactly the ids already read."""
 
 from __future__ import annotations
 
 import random
 
-from app.search.elasticsearch_purge import _after_id, cursor_key
-from app.search.ids import execution_endpoint_id
+from app.search.ids import cursor_after_id, cursor_key, execution_endpoint_id
 
 
 def test_the_cursor_orders_like_the_ids_and_fits_a_bigint():
@@ -26,5 +25,5 @@ def test_resuming_after_a_cursor_reads_exactly_the_later_ids():
         for port in (22, 80)
     )
     for last in random.Random(5).sample(range(len(ids)), 25):
-        after = _after_id(cursor_key(ids[last]))
+        after = cursor_after_id(cursor_key(ids[last]))
         assert [i for i in ids if i > after] == ids[last + 1 :]
