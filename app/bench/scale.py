@@ -22,6 +22,7 @@ operations whose cost must not depend on the database's size:
 * ``statements``: for the upload and the projection, the buffers their statements
   touched per endpoint and the costliest statements per call (``pg_stat_statements``,
   which the scratch server preloads): where a cost that grew with the database went;
+  ``search_statements``, the same for each search query and facet, per run;
 
 and the state at that size: database bytes per million endpoints by table and by index
 (partitions summed into their parent), autovacuum's backlog right after the fill (dead
@@ -416,7 +417,10 @@ class _Grower:
         from app.bench.search import FACETS, time_queries
 
         before = self.cpu_seconds()
-        timings, _found = time_queries(self.store, self.owner_id, repeats, datetime.now(UTC))
+        work: dict[str, Any] = {}
+        timings, _found = time_queries(
+            self.store, self.owner_id, repeats, datetime.now(UTC), statements=work
+        )
         spent = (self.cpu_seconds() - before) * 1000
         queries = {f"{k}_p95_ms": v["p95_ms"] for k, v in timings.items() if k not in FACETS}
         facets = {f"{k}_p95_ms": v["p95_ms"] for k, v in timings.items() if k in FACETS}
@@ -427,6 +431,7 @@ class _Grower:
             "search_max_p95_ms": max(queries.values()),
             "facets": facets,
             "facets_max_p95_ms": max(facets.values()),
+            "search_statements": work,
         }
 
     # -- the state -----------------------------------------------------------------------

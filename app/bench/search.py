@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -53,10 +54,20 @@ _CERTIFICATES = """
 
 
 def time_queries(
-    store, owner_id: int, repeats: int, now: datetime
+    store,
+    owner_id: int,
+    repeats: int,
+    now: datetime,
+    *,
+    statements: dict[str, Any] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
     """Each of ``QUERIES`` (a 50-row first page) and ``FACETS`` ``repeats`` times over the
-    owner's current assets through the store: (timings by name, rows or sampled by name)."""
+    owner's current assets through the store: (timings by name, rows or sampled by name).
+
+    Given a ``statements`` dict, it is filled with where each query's work went: the
+    PostgreSQL statements its runs made (``app.bench.statements``; per run, and the
+    costliest per call), read before and after the query's runs, outside their timing."""
+    from app.bench.statements import phase_statements, read_counters
     from app.search.port import AssetQuery
     from app.search.query_language import parse_query
 
@@ -66,6 +77,7 @@ def time_queries(
         node = parse_query(text, now=now).node
         query = AssetQuery(scope="user", owner_id=owner_id, where=node, limit=50)
         samples = []
+        before = read_counters() if statements is not None else None
         for _ in range(repeats):
             begin = time.perf_counter()
             if name in FACETS:
@@ -74,6 +86,8 @@ def time_queries(
                 found[name] = len(store.search_assets(query).items)
             samples.append(time.perf_counter() - begin)
         timings[name] = summary_ms(samples)
+        if statements is not None:
+            statements[name] = phase_statements(before, read_counters(), repeats, top=2)
         print(f"[search] {name}: p95 {timings[name]['p95_ms']} ms", file=sys.stderr)
     return timings, found
 

@@ -9,7 +9,8 @@ each in bounded batches whose checkpoint repeats the token and the lease, so a p
 whose worker died is taken over where it stopped:
 
 * ``assets`` — the search store removes the current assets only these tasks had evidence
-  for (``cursor``: the last execution-endpoint key looked at);
+  for (``cursor``: where its walk of the execution endpoints by id stopped,
+  ``app.search.ids.cursor_key``);
 * ``executions`` — a batch of executions at a time: their store data, their analysis
   rows, then the execution rows themselves (receipts, streams, DNS answers, outbox and
   queue rows go with them by foreign key);

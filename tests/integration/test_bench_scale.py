@@ -82,6 +82,10 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         # Both of the batch's COPYs fall inside the upload's window.
         copied = {entry["query"].split(" (")[0] for entry in upload["top"]}
         assert {"COPY search_facts", "COPY search_execution_endpoints"} <= copied
+        # And each search query's: every run made statements, which touched buffers.
+        work = step["search_statements"]
+        assert set(work) == {name[: -len("_p95_ms")] for name in (*step["search"], *step["facets"])}
+        assert all(entry["buffers_per_endpoint"] > 0 and entry["top"] for entry in work.values())
         # Every latency and rate follows the naming rule, so the plot finds them all.
         measures = flat_measures(step)
         assert all(value >= 0 for value in measures.values())
