@@ -24,6 +24,10 @@ The deleted-task sweep now walks the execution endpoints by id, its cursor the f
 does. A sweep in progress stored a cursor in the old order: it is reset, and the sweep
 starts its task again (removing an asset twice removes nothing the second time).
 
+The downgrade rebuilds ``(execution_id, key)``; should two endpoints of one execution
+have come to share a 64-bit key meanwhile, it stops on the unique violation and changes
+nothing.
+
 Rebuilding the key holds an exclusive lock on the table while the index is built over
 every row; run it with the web and runner processes stopped, as every migration.
 """

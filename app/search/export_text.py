@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.search.postgres_schema import EXECUTION_TABLE as TABLE
+from app.search.postgres_schema import id_after_cursor
 
 # A JSON string literal in jsonb's text output (escapes included).
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
@@ -210,7 +211,7 @@ def _chunk_sql(*, csv: bool, jsonl: bool) -> str:
                                {_utc_text("t.last_seen")} AS last_seen_text
                           FROM {TABLE} t
                          WHERE t.execution_id = :execution_id
-                           AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+                           AND {id_after_cursor("t.id")}
                            AND (CAST(:upto AS uuid) IS NULL OR t.id <= CAST(:upto AS uuid))
                          ORDER BY t.id
                          LIMIT CAST(:limit AS bigint)) k
@@ -305,7 +306,7 @@ _BOUNDS = sa.text(
       FROM (SELECT t.id, row_number() OVER (ORDER BY t.id) AS n
               FROM {TABLE} t
              WHERE t.execution_id = :execution_id
-               AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+               AND {id_after_cursor("t.id")}
              ORDER BY t.id
              LIMIT :rows) s
      WHERE s.n % :chunk_rows = 0

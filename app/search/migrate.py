@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection
 from app.db import transaction
 from app.search.documents import FactDocument
 from app.search.port import SearchStore, StorageScope
-from app.search.postgres_schema import EXECUTION_TABLE, FACTS_TABLE
+from app.search.postgres_schema import EXECUTION_TABLE, FACTS_TABLE, id_after_cursor
 
 TARGET = "elasticsearch"
 LEGACY = StorageScope(months=(), legacy_full_history=True)
@@ -52,7 +52,7 @@ _FACT_FIELDS = (
 # Keyset by the facts' primary key (id, observed_at): each partition's index range.
 FACTS_PAGE = (
     f"SELECT {_FACT_FIELDS}, f.id AS key FROM {FACTS_TABLE} f "  # noqa: S608 - module constants
-    "WHERE CAST(:after AS uuid) IS NULL OR f.id > CAST(:after AS uuid) "
+    f"WHERE {id_after_cursor('f.id')} "
     "ORDER BY f.id LIMIT :limit"
 )
 EXECUTIONS_AFTER = (

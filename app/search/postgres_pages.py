@@ -52,6 +52,7 @@ from app.search.postgres_schema import (
     ASSET_TABLES,
     ENDPOINT_COLUMNS,
     EXECUTION_TABLE,
+    id_after_cursor,
     merge_on_conflict,
 )
 from app.search.postgres_writes import id_collision
@@ -199,12 +200,11 @@ def page_statement() -> str:
     columns = ", ".join(_DOCUMENT_COLUMNS)
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
     global_digest, user_digest = _digests("x.parts", "t.owner_id")
-    after = "(CAST(:after AS uuid) IS NULL OR {column} > CAST(:after AS uuid))"
     return f"""
         WITH bounds AS MATERIALIZED (
             SELECT count(*) AS endpoints, (array_agg(r.id ORDER BY r.id DESC))[1] AS last_id
               FROM (SELECT e.id FROM {EXECUTION_TABLE} e
-                     WHERE e.execution_id = :execution_id AND {after.format(column="e.id")}
+                     WHERE e.execution_id = :execution_id AND {id_after_cursor("e.id")}
                      ORDER BY e.id
                      LIMIT :limit) AS r
         ), hashed AS MATERIALIZED (
@@ -216,7 +216,7 @@ def page_statement() -> str:
                    SELECT {_endpoint_parts(ip_text_sql("t.ip"), "t.port", "t.transport")} AS parts
              ) AS x
              CROSS JOIN LATERAL (SELECT {global_digest} AS g, {user_digest} AS u) AS d
-             WHERE t.execution_id = :execution_id AND {after.format(column="t.id")}
+             WHERE t.execution_id = :execution_id AND {id_after_cursor("t.id")}
                AND t.id <= (SELECT last_id FROM bounds)
                AND ((t.key % :parts) + :parts) % :parts = :part
         ), verdict AS MATERIALIZED (

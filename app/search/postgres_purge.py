@@ -25,9 +25,10 @@ from sqlalchemy.engine import Connection
 
 from app.search.ids import cursor_after_id, cursor_key
 from app.search.port import AssetPurgeBatch
+from app.search.postgres_schema import id_after_cursor
 
 _ASSETS_BATCH = sa.text(
-    """
+    f"""
     WITH b AS (
         SELECT x.id, x.owner_id, x.ip_order, x.port, x.transport
           FROM search_execution_endpoint_counts c
@@ -35,7 +36,7 @@ _ASSETS_BATCH = sa.text(
                SELECT e.id, e.owner_id, e.ip_order, e.port, e.transport
                  FROM search_execution_endpoints e
                 WHERE e.execution_id = c.execution_id
-                  AND (CAST(:after AS uuid) IS NULL OR e.id > CAST(:after AS uuid))
+                  AND {id_after_cursor("e.id")}
                 ORDER BY e.id LIMIT :limit
          ) AS x
          WHERE c.task_id = ANY(:tasks)
@@ -66,7 +67,7 @@ _ASSETS_BATCH = sa.text(
            (SELECT count(*) FROM b) AS endpoints,
            (SELECT count(*) FROM user_removed) AS user_assets,
            (SELECT count(*) FROM global_removed) AS global_assets
-    """
+    """  # noqa: S608 - the cursor condition is a constant fragment; values are bound
 )
 
 

@@ -60,6 +60,7 @@ from app.search.postgres_schema import (
     SELECT_ENDPOINT,
     SELECT_STATUS,
     TEXT_ID_EXPRESSION,
+    id_after_cursor,
     month_bounds,
 )
 from app.search.postgres_values import (
@@ -84,13 +85,12 @@ Run = Callable[..., Any]
 
 
 # One keyset page of an execution's endpoints, in the order of its primary key
-# ``(execution_id, id)``. The parameters are sent as literals (psycopg2), so the first
-# page's ``IS NULL`` folds away before planning.
+# ``(execution_id, id)`` (``postgres_schema.id_after_cursor``).
 EXECUTION_PAGE = f"""
     SELECT {SELECT_ENDPOINT}, t.owner_id, t.execution_id, t.task_id
       FROM {EXECUTION_TABLE} t
      WHERE t.execution_id = :execution_id
-       AND (CAST(:after AS uuid) IS NULL OR t.id > CAST(:after AS uuid))
+       AND {id_after_cursor("t.id")}
      ORDER BY t.id
      LIMIT :limit
 """  # noqa: S608 - table and column names are module constants; values are bound

@@ -156,6 +156,16 @@ def _probed_sets() -> list[str]:
     return sets
 
 
+def id_after_cursor(column: str, parameter: str = ":after") -> str:
+    """SQL: uuid ``column`` comes after a keyset walk's cursor ``parameter`` (NULL: the
+    first page). psycopg2 sends parameters as literals, so the planner sees either
+    ``NULL IS NULL`` (the condition folds away) or ``column > 'id'``, a bound it starts
+    the walk's index range at. Every walk of one execution in id order reads the
+    primary key ``(execution_id, id)`` this way (docs/scaling.md, "One index per
+    walk"); the facts' copy to Elasticsearch walks ``search_facts`` alike."""
+    return f"(CAST({parameter} AS uuid) IS NULL OR {column} > CAST({parameter} AS uuid))"
+
+
 # Each endpoint table's primary key, the merges' conflict target (migrations 2000, 2100).
 # ``key`` alone is a hash, so every insert would land on a random leaf, which costs a
 # page read once the key outgrows memory (docs/scaling.md, "Keys with insert
@@ -199,8 +209,14 @@ def merge_on_conflict(table: str) -> str:
     """
 
 
+# A merge returns the id of each row it wrote (``EndpointDocument.id`` form) and whether
+# it created it; a row it did not write collided with another id on the primary key.
+RETURNED_ID = "replace(t.id::text, '-', '') AS id"
+
+
 def merge_statement(table: str) -> str:
-    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints)."""
+    """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints):
+    (id, created) of each row written."""
     columns = TABLE_COLUMNS[table]
     record = ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
     names = ", ".join(columns)
@@ -211,7 +227,7 @@ def merge_statement(table: str) -> str:
         {merge_on_conflict(table)}
     """  # noqa: S608 - table and column names are module constants; values are bound
     if table != EXECUTION_TABLE:
-        return merge + "RETURNING key, (xmax = 0) AS created"
+        return merge + f"RETURNING {RETURNED_ID}, (xmax = 0) AS created"
     # Execution endpoints also keep the execution's exact counters (ING-2): only rows
     # this statement created count, and an address counts once per execution because
     # the primary key of search_execution_ips decides which writer saw it first. Rows
@@ -221,7 +237,7 @@ def merge_statement(table: str) -> str:
     return f"""
         WITH merged AS (
             {merge}
-            RETURNING key, (xmax = 0) AS created, execution_id, task_id, ip
+            RETURNING {RETURNED_ID}, (xmax = 0) AS created, execution_id, task_id, ip
         ), new_ips AS (
             INSERT INTO {EXECUTION_IPS_TABLE} (execution_id, ip)
             SELECT DISTINCT execution_id, ip FROM merged WHERE created ORDER BY 1, 2
@@ -238,7 +254,7 @@ def merge_statement(table: str) -> str:
             ON CONFLICT (execution_id) DO UPDATE
                SET endpoints = c.endpoints + excluded.endpoints, ips = c.ips + excluded.ips
         )
-        SELECT key, created FROM merged
+        SELECT id, created FROM merged
     """  # noqa: S608 - table and column names are module constants; values are bound
 
 
@@ -398,13 +414,12 @@ EXECUTION_SIGHTINGS_SQL = f"""
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id
 """  # noqa: S608 - fragments are module constants; values are bound
-# One keyset page of the same, by the primary key ``(execution_id, id)``. The parameters are
-# sent as literals (psycopg2), so the first page's ``OR true`` folds away before planning.
+# One keyset page of the same, by the primary key ``(execution_id, id)`` (``id_after_cursor``).
 EXECUTION_SIGHTINGS_PAGE_SQL = f"""
     SELECT id, {_SIGHTING_COLUMNS}
       FROM {EXECUTION_TABLE}
      WHERE execution_id = :execution_id
-       AND (id > CAST(:after_id AS uuid) OR CAST(:after_id AS uuid) IS NULL)
+       AND {id_after_cursor("id", ":after_id")}
      ORDER BY id
      LIMIT :limit
 """  # noqa: S608 - fragments are module constants; values are bound

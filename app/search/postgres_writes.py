@@ -55,6 +55,7 @@ from app.search.postgres_schema import (
     EXECUTION_TABLE,
     FACT_COLUMNS,
     FACTS_TABLE,
+    PRIMARY_KEYS,
     TABLE_COLUMNS,
     execution_copy_counts_statement,
     fact_statements,
@@ -270,11 +271,15 @@ class PostgresWrites:
         for table, rows in by_table.items():
             rows.sort(key=itemgetter(0))  # lock order: concurrent shards never deadlock
             unique: list[tuple[int, EndpointDocument, str]] = []
+            held: set[tuple[Any, ...]] = set()
             for row in rows:
-                if unique and unique[-1][0] == row[0]:
-                    # Two different ids, one 64-bit key, same batch: keep the first, fail the other.
+                primary_key = _primary_key(table, *row[:2])
+                if primary_key in held:
+                    # Two different ids, one primary key (the same address and 64-bit key),
+                    # same batch: keep the first, fail the other.
                     outcome[row[1].id] = id_collision(row[1].id, table)
                 else:
+                    held.add(primary_key)
                     unique.append(row)
             sharded = (
                 shards(unique, max_operations)
@@ -296,9 +301,9 @@ class PostgresWrites:
                     write = partial(_merge_shard, payload, statement)
                 written = dict(self._run(write, relaxed_commit=True))
                 for key, doc, _text in shard:
-                    if key in written:
+                    if doc.id in written:
                         outcome[doc.id] = BulkItemResult(
-                            doc.id, table, 201 if written[key] else 200
+                            doc.id, table, 201 if written[doc.id] else 200
                         )
                     else:
                         outcome[doc.id] = id_collision(doc.id, table)
@@ -314,13 +319,13 @@ class PostgresWrites:
         data: bytes,
         statement: sa.TextClause,
         conn: Connection,
-    ) -> list[tuple[int, bool]]:
+    ) -> list[tuple[str, bool]]:
         """Load a shard of execution endpoints (``data``: their COPY lines) with COPY and
-        count them; returns (key, created) per row written.
+        count them; returns (id, created) per row written.
 
         A scan sees each endpoint once, so a shard is usually all new, and COPY costs
         PostgreSQL much less than the merge statement's ``json_to_recordset``. A shard
-        holding one stored key (a retry, a second sighting, a key collision, a racing
+        holding one stored row (a retry, a second sighting, a racing
         writer) fails with a unique violation, is undone to the savepoint and goes
         through the merge statement, which decides row by row, in the same transaction."""
         if not _copied_all_new(conn, self._execution_copy_sql, data):
@@ -337,7 +342,7 @@ class PostgresWrites:
             for (e, t), n in sorted(endpoints.items())
         ]
         conn.execute(self._execution_copy_counts_sql, {"groups": dumps(rows)})
-        return [(key, True) for key, _doc, _text in shard]
+        return [(doc.id, True) for _key, doc, _text in shard]
 
     def apply_asset_status(self, updates: Sequence[AssetStatusUpdate]) -> BulkResult:
         """One set-based UPDATE per scope and shard; only the status fields change."""
@@ -437,7 +442,7 @@ def _copied_all_new(conn: Connection, statement: str, data: bytes) -> bool:
 
 
 def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> list[Any]:
-    """Run a merge statement over ``payload`` (a JSON array of rows): (key, created) rows."""
+    """Run a merge statement over ``payload`` (a JSON array of rows): (id, created) rows."""
     return [tuple(row) for row in conn.execute(statement, {"rows": payload}).all()]
 
 
@@ -513,6 +518,11 @@ def endpoint_row(doc: EndpointDocument, key: int) -> str:
     row["key"] = key
     row["id"] = doc.id
     return dumps(row)
+
+
+def _primary_key(table: str, key: int, doc: EndpointDocument) -> tuple[Any, ...]:
+    """The values of ``table``'s primary key (``PRIMARY_KEYS``) that ``doc`` is written at."""
+    return tuple(key if column == "key" else getattr(doc, column) for column in PRIMARY_KEYS[table])
 
 
 def id_collision(document_id: str, table: str) -> BulkItemResult:

@@ -6,16 +6,12 @@ import pytest
 import sqlalchemy as sa
 
 from app import migrations
-from app.db import normalise_url
+from tests.support.database import engine_for
 
 
 def _tables(url: str) -> set[str]:
-    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return set(sa.inspect(conn).get_table_names())
-    finally:
-        engine.dispose()
+    with engine_for(url) as engine, engine.connect() as conn:
+        return set(sa.inspect(conn).get_table_names())
 
 
 def test_upgrade_twice_is_a_no_op(empty_database_url):
@@ -24,41 +20,39 @@ def test_upgrade_twice_is_a_no_op(empty_database_url):
     migrations.upgrade(empty_database_url)
     assert _tables(empty_database_url) == first
     assert {"users", "scanners", "scan_tasks", "scan_executions", "search_targets"} <= first
-    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
-    with engine.connect() as conn:
+    with engine_for(empty_database_url) as engine, engine.connect() as conn:
         assert migrations.is_at_head(conn)
-    engine.dispose()
 
 
 def test_initial_revision_downgrades_and_upgrades_again(empty_database_url):
     migrations.upgrade(empty_database_url, "20261130_0001")
-    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO users (username, password_hash) VALUES ('keep', 'x')"))
-    migrations.upgrade(empty_database_url)
-    with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT username FROM users")).scalar() == "keep"
+    with engine_for(empty_database_url) as engine:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("INSERT INTO users (username, password_hash) VALUES ('keep', 'x')")
+            )
+        migrations.upgrade(empty_database_url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT username FROM users")).scalar() == "keep"
     migrations.downgrade(empty_database_url, "base")
     assert _tables(empty_database_url) <= {"alembic_version"}
     migrations.upgrade(empty_database_url)
     assert "scan_executions" in _tables(empty_database_url)
-    engine.dispose()
 
 
 def test_an_unrecorded_existing_schema_stops_the_upgrade(empty_database_url):
     """Objects without the matching Alembic revision are drift: the upgrade names the first
     one and changes nothing, instead of adopting it silently."""
     migrations.upgrade(empty_database_url, "20261130_0001")
-    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO users (username, password_hash) VALUES ('old', 'x')"))
-        conn.execute(sa.text("DELETE FROM alembic_version"))
-    with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
-        migrations.upgrade(empty_database_url)
-    with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM users")).scalar() == 1
-        assert migrations.current_revisions(conn) == set()
-    engine.dispose()
+    with engine_for(empty_database_url) as engine:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO users (username, password_hash) VALUES ('old', 'x')"))
+            conn.execute(sa.text("DELETE FROM alembic_version"))
+        with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
+            migrations.upgrade(empty_database_url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM users")).scalar() == 1
+            assert migrations.current_revisions(conn) == set()
 
 
 def test_cidr_targets_use_the_gist_index(database_url, engine):
@@ -121,15 +115,11 @@ SCHEMA_CATALOG_QUERIES = {
 
 
 def _schema(url: str) -> dict[str, list[tuple]]:
-    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return {
-                name: [tuple(row) for row in conn.execute(sa.text(sql))]
-                for name, sql in SCHEMA_CATALOG_QUERIES.items()
-            }
-    finally:
-        engine.dispose()
+    with engine_for(url) as engine, engine.connect() as conn:
+        return {
+            name: [tuple(row) for row in conn.execute(sa.text(sql))]
+            for name, sql in SCHEMA_CATALOG_QUERIES.items()
+        }
 
 
 def test_downgrade_to_base_and_upgrade_again_gives_the_same_schema(
@@ -158,8 +148,7 @@ def test_execution_endpoints_rekeyed_by_id_keep_rows_and_restart_sweeps(empty_da
     row kept, the separate id index goes, and an asset sweep in progress (its cursor in
     the old key's order) starts its task again; finished purges keep theirs."""
     migrations.upgrade(empty_database_url, "20261204_2000")
-    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
-    try:
+    with engine_for(empty_database_url) as engine:
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
@@ -201,9 +190,7 @@ def test_execution_endpoints_rekeyed_by_id_keep_rows_and_restart_sweeps(empty_da
             cursors = dict(
                 conn.execute(sa.text("SELECT task_id, cursor FROM task_purges ORDER BY 1")).all()
             )
-        assert rows == 50
-        assert key.endswith("(execution_id, id)")
-        assert "ix_search_execution_endpoints_execution_id_id" not in set(indexes)
-        assert cursors == {1: None, 2: 9, 3: 4}
-    finally:
-        engine.dispose()
+    assert rows == 50
+    assert key.endswith("(execution_id, id)")
+    assert "ix_search_execution_endpoints_execution_id_id" not in set(indexes)
+    assert cursors == {1: None, 2: 9, 3: 4}

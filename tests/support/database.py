@@ -10,8 +10,10 @@ connections and really commit (leases, SKIP LOCKED, triggers).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,3 +96,14 @@ def start_test_server(tmp_root: Path) -> TestDatabaseServer:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def engine_for(url: str) -> Iterator[sa.Engine]:
+    """An engine on ``url`` that keeps no connection open (no pool), disposed after: for
+    a test that works on a database beside the test's own (a migration's, a copy)."""
+    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

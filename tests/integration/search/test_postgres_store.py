@@ -38,13 +38,27 @@ def test_a_64_bit_key_collision_is_reported_not_merged(postgres_store, engine):
 
 
 def test_two_ids_sharing_a_key_in_one_batch(postgres_store):
+    # The views' keys lead with the address, so ids meet only at one address.
     doc = current_asset("user", "192.0.2.1", 80, owner_id=1)
-    twin = dataclasses.replace(
-        current_asset("user", "192.0.2.2", 80, owner_id=1), id=doc.id[:16] + "f" * 16
-    )
+    twin = dataclasses.replace(doc, id=doc.id[:16] + "f" * 16)
     result = postgres_store.publish_current([doc, twin], max_operations=10, max_bytes=1 << 20)
     statuses = {i.id: i.status for i in result.items}
     assert sorted(statuses.values()) == [201, 409]
+
+
+def test_execution_endpoints_sharing_a_64_bit_key_are_both_written(postgres_store):
+    # Their primary key ends with the whole id (migration 2100): no 64-bit key can meet.
+    doc = execution_endpoint(5, "192.0.2.1", 80)
+    twin = dataclasses.replace(execution_endpoint(5, "192.0.2.2", 80), id=doc.id[:16] + "f" * 16)
+    first = postgres_store.write_execution_endpoints([doc, twin])
+    assert [i.status for i in first.items] == [201, 201]
+    again = postgres_store.write_execution_endpoints([doc, twin])  # the merge statement
+    assert [i.status for i in again.items] == [200, 200]
+    with db.transaction() as conn:
+        stored = conn.execute(
+            sa.text("SELECT count(*), count(DISTINCT key) FROM search_execution_endpoints")
+        ).one()
+    assert tuple(stored) == (2, 1)
 
 
 def test_partitions_are_created_once_under_concurrent_writers(settings, engine):

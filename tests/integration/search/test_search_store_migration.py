@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
 from app import migrations
-from app.db import normalise_url
+from tests.support.database import engine_for
 
 REVISION = "20261130_0010"
 SEARCH_TABLES = {
@@ -19,16 +19,12 @@ SEARCH_TABLES = {
 
 
 def _tables(url: str) -> set[str]:
-    engine = sa.create_engine(normalise_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return set(
-                conn.execute(
-                    sa.text("SELECT tablename FROM pg_tables WHERE tablename LIKE 'search_%'")
-                ).scalars()
-            )
-    finally:
-        engine.dispose()
+    with engine_for(url) as engine, engine.connect() as conn:
+        return set(
+            conn.execute(
+                sa.text("SELECT tablename FROM pg_tables WHERE tablename LIKE 'search_%'")
+            ).scalars()
+        )
 
 
 def test_upgrade_is_idempotent_and_downgrade_reverses_it(empty_database_url):
@@ -37,8 +33,7 @@ def test_upgrade_is_idempotent_and_downgrade_reverses_it(empty_database_url):
 
     script = ScriptDirectory.from_config(migrations.alembic_config())
     module = script.get_revision(REVISION).module
-    engine = sa.create_engine(normalise_url(empty_database_url), poolclass=sa.pool.NullPool)
-    try:
+    with engine_for(empty_database_url) as engine:
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
@@ -53,8 +48,6 @@ def test_upgrade_is_idempotent_and_downgrade_reverses_it(empty_database_url):
                 conn.exec_driver_sql(module.UPGRADE)
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM search_assets_global")).scalar() == 1
-    finally:
-        engine.dispose()
 
     down = script.get_revision(REVISION).down_revision
     migrations.downgrade(empty_database_url, down)
