@@ -23,6 +23,9 @@ operations whose cost must not depend on the database's size:
   touched per endpoint and the costliest statements per call (``pg_stat_statements``,
   which the scratch server preloads): where a cost that grew with the database went;
   ``search_statements``, the same for each search query and facet, per run;
+* ``relations``: for the same two phases, the blocks each table and index gave them per
+  1,000 endpoints, touched and read from outside shared buffers (``pg_statio``): which
+  relation's pages a database larger than its buffers reads;
 
 and the state at that size: database bytes per million endpoints by table and by index
 (partitions summed into their parent), autovacuum's backlog right after the fill (dead
@@ -64,6 +67,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_seconds
+from app.bench.relations import phase_relations, read_blocks
 from app.bench.statements import phase_statements, read_counters
 from app.bench.stats import summary_ms
 
@@ -321,19 +325,22 @@ class _Grower:
         # CPU milliseconds of each phase (web server, PostgreSQL and this process): on a
         # shared machine the wall times carry the neighbours' load, the CPU the work.
         background = server_background_cpu_seconds(self.pgdata)
-        counters = [read_counters()]
+        counters, blocks = [read_counters()], [read_blocks()]
         laps = _Laps(self.cpu_seconds)
         uploads = [client.send(body) for body in bodies]
         laps.lap()
         counters.append(laps.aside(read_counters))
+        blocks.append(laps.aside(read_blocks))
         final = client.send(client.body([], final=True))
         laps.lap()
         counters.append(laps.aside(read_counters))
+        blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
         projection = self.project(count, "probe projection")
         laps.lap()
         counters.append(laps.aside(read_counters))
+        blocks.append(laps.aside(read_blocks))
         analysis_seconds = analyse_queued(self.analysis)
         laps.lap()
         export = measure_build(self.settings, "csv", task_id, [execution_id], self.pgdata)
@@ -382,6 +389,12 @@ class _Grower:
             "statements": {
                 "upload": phase_statements(counters[0], counters[1], count),
                 "projection": phase_statements(counters[2], counters[3], count),
+            },
+            # From which tables and indexes they came, and which were read from outside
+            # shared buffers (pg_statio), per 1,000 endpoints.
+            "relations": {
+                "upload": phase_relations(blocks[0], blocks[1], count),
+                "projection": phase_relations(blocks[2], blocks[3], count),
             },
         }
 

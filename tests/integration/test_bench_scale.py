@@ -82,6 +82,16 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         # Both of the batch's COPYs fall inside the upload's window.
         copied = {entry["query"].split(" (")[0] for entry in upload["top"]}
         assert {"COPY search_facts", "COPY search_execution_endpoints"} <= copied
+        # Which relations gave them their pages (pg_statio): the upload's COPYs touched
+        # the facts and the execution endpoints, the projection the asset views.
+        relations = step["relations"]
+        assert {"search_facts", "search_execution_endpoints"} <= set(relations["upload"]["tables"])
+        assert "search_assets_user" in relations["projection"]["tables"]
+        for phase in relations.values():
+            assert phase["touched_per_1k"] >= phase["read_per_1k"] >= 0
+            by_table = phase["tables"].values()
+            assert abs(sum(t["touched_per_1k"] for t in by_table) - phase["touched_per_1k"]) < 1
+            assert phase["top"] and all(e["touched_per_1k"] > 0 for e in phase["top"])
         # And each search query's: every run made statements, which touched buffers.
         work = step["search_statements"]
         assert set(work) == {name[: -len("_p95_ms")] for name in (*step["search"], *step["facets"])}

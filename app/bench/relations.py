@@ -1,0 +1,104 @@
+"""Which tables and indexes a benchmark phase's pages came from: the server's
+``pg_statio`` counters (blocks found in shared buffers and blocks read into them, per
+relation) before and after the phase.
+
+``statements`` (``pg_stat_statements``) says which statement read pages from outside
+shared buffers; these counters say from which relation. Once the database outgrows
+shared buffers, that is the question: a B-tree whose inserts land on random leaves reads
+a page per entry, one with insert locality almost none.
+
+A backend publishes its counters when it goes idle, at most once a second (PostgreSQL's
+cumulative statistics), so a reading taken right after a phase can miss its last
+second: ``read_blocks`` waits that long first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+# A backend left idle flushes its pending counters within PGSTAT_MIN_INTERVAL (1 s).
+_FLUSH_SECONDS = 1.2
+
+# Partitions are summed into their parent ("search_facts_y2026m12" → "search_facts"),
+# as ``bench scale`` reports bytes.
+_BLOCKS = sa.text(
+    """
+    SELECT coalesce(parent.relname, c.relname) AS name,
+           coalesce(table_parent.relname, owner.relname, parent.relname, c.relname) AS owner,
+           sum(coalesce(t.heap_blks_read, 0) + coalesce(t.toast_blks_read, 0)
+               + coalesce(t.tidx_blks_read, 0) + coalesce(i.idx_blks_read, 0)) AS read,
+           sum(coalesce(t.heap_blks_hit, 0) + coalesce(t.toast_blks_hit, 0)
+               + coalesce(t.tidx_blks_hit, 0) + coalesce(i.idx_blks_hit, 0)) AS hit
+      FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+      LEFT JOIN pg_statio_user_tables t ON t.relid = c.oid AND c.relkind = 'r'
+      LEFT JOIN pg_statio_user_indexes i ON i.indexrelid = c.oid AND c.relkind = 'i'
+      LEFT JOIN pg_class owner ON owner.oid = i.relid
+      LEFT JOIN pg_inherits h ON h.inhrelid = c.oid
+      LEFT JOIN pg_class parent ON parent.oid = h.inhparent
+      LEFT JOIN pg_inherits table_h ON table_h.inhrelid = i.relid
+      LEFT JOIN pg_class table_parent ON table_parent.oid = table_h.inhparent
+     WHERE c.relkind IN ('r', 'i')
+     GROUP BY 1, 2
+    """
+)
+
+# (relation, the table it belongs to) → (blocks read, blocks hit)
+Blocks = dict[tuple[str, str], tuple[int, int]]
+
+
+def read_blocks() -> Blocks:
+    """Every table's and index's cumulative (blocks read, blocks hit) (a table's count
+    includes its TOAST table and index), once the phase's backends have published
+    theirs."""
+    from app.db import transaction
+
+    time.sleep(_FLUSH_SECONDS)
+    with transaction("bench_relation_blocks") as conn:
+        return {
+            (row.name, row.owner): (int(row.read), int(row.hit)) for row in conn.execute(_BLOCKS)
+        }
+
+
+def phase_relations(
+    before: Blocks | None, after: Blocks | None, endpoints: int, *, top: int = 8
+) -> dict[str, Any] | None:
+    """Blocks read from outside shared buffers and blocks touched per 1,000 endpoints of
+    the phase: in all, per table (its heap and its indexes), and for the ``top``
+    relations by blocks read (then by blocks touched)."""
+    if before is None or after is None:
+        return None
+    per_k = 1000 / endpoints
+    spent = []
+    tables: dict[str, list[int]] = {}
+    for relation, (read, hit) in after.items():
+        was_read, was_hit = before.get(relation, (0, 0))
+        read, hit = read - was_read, hit - was_hit
+        if read or hit:
+            spent.append((relation[0], read, read + hit))
+            table = tables.setdefault(relation[1], [0, 0])
+            table[0] += read
+            table[1] += read + hit
+    spent.sort(key=lambda item: (-item[1], -item[2]))
+    return {
+        "read_per_1k": round(sum(read for _, read, _ in spent) * per_k, 1),
+        "touched_per_1k": round(sum(touched for _, _, touched in spent) * per_k, 1),
+        "tables": {
+            name: {
+                "read_per_1k": round(read * per_k, 1),
+                "touched_per_1k": round(touched * per_k, 1),
+            }
+            for name, (read, touched) in sorted(tables.items(), key=lambda item: -item[1][1])
+        },
+        "top": [
+            {
+                "relation": name,
+                "read_per_1k": round(read * per_k, 1),
+                "touched_per_1k": round(touched * per_k, 1),
+            }
+            for name, read, touched in spent[:top]
+        ],
+    }
