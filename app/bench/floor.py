@@ -2,8 +2,11 @@
 
 On a scratch database one scanner uploads ``--observations`` distinct endpoints through a
 real ``netmap up --no-runner`` (gunicorn, HTTP, the full upload path: validation,
-receipts, facts, execution endpoints, counters, the final), in batches of ``--batch``;
-the wall time from the first batch to the final's answer gives netmap's rate.
+receipts, facts, execution endpoints, counters, the final), in batches of ``--batch``,
+with ``--in-flight`` batches sent at once (the agent's ``[agent] upload_concurrency``:
+1 waits for each answer before the next batch, as the measure was first taken; the agent
+itself sends batches of 1000, 2 at a time); the wall time from the first batch to the
+final's answer gives netmap's rate.
 
 The rows that upload left are the floor's input: every table whose row count the upload
 changed (read from the statistics counters, so nothing is named by hand and a new table
@@ -26,7 +29,9 @@ import io
 import json
 import secrets
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -108,6 +113,25 @@ def _copy_in(engine, dumps: dict[str, bytes]) -> float:
         raw.close()
 
 
+def _send_window(client, bodies: list[bytes], in_flight: int) -> None:
+    """Every batch, at most ``in_flight`` unanswered at once, as the agent's window
+    sends them: each sending thread has its own HTTP session (the scanner's token)."""
+    if in_flight == 1:
+        for data in bodies:
+            client.send(data)
+        return
+    local = threading.local()
+
+    def send(data: bytes) -> float:
+        if not hasattr(local, "client"):
+            local.client = client.with_own_session()
+        return local.client.send(data)
+
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="floor-upload") as pool:
+        for _ in pool.map(send, bodies):
+            pass  # a failed batch raises here, the others are still answered
+
+
 def _row_counts(engine, tables: list[str]) -> dict[str, int]:
     with engine.connect() as conn:
         return {
@@ -126,7 +150,14 @@ def _row_counts(engine, tables: list[str]) -> dict[str, int]:
 )
 @click.option("--batch", default=500, show_default=True, type=click.IntRange(1, 20_000))
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 20))
-def command(observations: int, batch: int, repeats: int) -> None:
+@click.option(
+    "--in-flight",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 16),
+    help="batches the scanner has sent and not yet had answered (the final waits for all)",
+)
+def command(observations: int, batch: int, repeats: int, in_flight: int) -> None:
     """netmap's one-client ingest against COPY of the rows it writes; one JSON object."""
     from app.bench import local_server, upload_http
     from app.bench.counts import execution_counts
@@ -157,10 +188,12 @@ def command(observations: int, batch: int, repeats: int) -> None:
             final = client.body([], final=True)
             engine = get_engine()
             before = _settled_changes(engine)
-            print(f"[floor] netmap: {len(bodies)} batches of {batch}", file=sys.stderr)
+            print(
+                f"[floor] netmap: {len(bodies)} batches of {batch}, {in_flight} in flight",
+                file=sys.stderr,
+            )
             started = time.perf_counter()
-            for data in bodies:
-                client.send(data)
+            _send_window(client, bodies, in_flight)
             client.send(final)
             netmap_seconds = time.perf_counter() - started
             if client.error:
@@ -190,6 +223,7 @@ def command(observations: int, batch: int, repeats: int) -> None:
         "benchmark": "floor",
         "observations": observations,
         "batch": batch,
+        "in_flight": in_flight,
         "netmap": {
             "seconds": round(netmap_seconds, 3),
             "observations_per_s": round(netmap_rate, 1),

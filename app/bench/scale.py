@@ -23,8 +23,9 @@ operations whose cost must not depend on the database's size:
   touched per endpoint and the costliest statements per call (``pg_stat_statements``,
   which the scratch server preloads): where a cost that grew with the database went;
   ``search_statements``, the same for each search query and facet, per run;
-* ``relations``: for the same two phases, the blocks each table and index gave them per
-  1,000 endpoints, touched and read from outside shared buffers (``pg_statio``): which
+* ``relations``: for the same two phases (the upload's with its final), the blocks each
+  table and index gave them per 1,000 endpoints, touched and read from outside shared
+  buffers (``pg_statio``), and the tables vacuumed or analyzed meanwhile: which
   relation's pages a database larger than its buffers reads;
 
 and the state at that size: database bytes per million endpoints by table and by index
@@ -330,10 +331,10 @@ class _Grower:
         uploads = [client.send(body) for body in bodies]
         laps.lap()
         counters.append(laps.aside(read_counters))
-        blocks.append(laps.aside(read_blocks))
         final = client.send(client.body([], final=True))
         laps.lap()
         counters.append(laps.aside(read_counters))
+        # The upload's and the final's relations together: each reading waits seconds.
         blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
@@ -394,7 +395,7 @@ class _Grower:
             # shared buffers (pg_statio), per 1,000 endpoints.
             "relations": {
                 "upload": phase_relations(blocks[0], blocks[1], count),
-                "projection": phase_relations(blocks[2], blocks[3], count),
+                "projection": phase_relations(blocks[1], blocks[2], count),
             },
         }
 

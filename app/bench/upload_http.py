@@ -53,6 +53,19 @@ class ScannerClient:
         self.latencies: list[float] = []
         self.error: str | None = None
 
+    def with_own_session(self) -> ScannerClient:
+        """The same scanner and execution on a session of its own, for another sending
+        thread (a ``requests.Session`` is not meant to be shared between threads)."""
+        import copy
+
+        import requests
+
+        twin = copy.copy(self)
+        twin.session = requests.Session()
+        twin.session.headers.update(self.session.headers)
+        twin.latencies = self.latencies  # list.append is atomic: one list of them all
+        return twin
+
     def body(self, items: list[dict[str, Any]], *, final: bool = False) -> bytes:
         body = {
             "protocol_version": 1,

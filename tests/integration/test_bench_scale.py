@@ -92,6 +92,7 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
             by_table = phase["tables"].values()
             assert abs(sum(t["touched_per_1k"] for t in by_table) - phase["touched_per_1k"]) < 1
             assert phase["top"] and all(e["touched_per_1k"] > 0 for e in phase["top"])
+            assert isinstance(phase["maintained"], list)
         # And each search query's: every run made statements, which touched buffers.
         work = step["search_statements"]
         assert set(work) == {name[: -len("_p95_ms")] for name in (*step["search"], *step["facets"])}
