@@ -63,7 +63,6 @@ class ScannerClient:
         twin = copy.copy(self)
         twin.session = requests.Session()
         twin.session.headers.update(self.session.headers)
-        twin.latencies = self.latencies  # list.append is atomic: one list of them all
         return twin
 
     def body(self, items: list[dict[str, Any]], *, final: bool = False) -> bytes:
