@@ -27,12 +27,13 @@ import sqlalchemy as sa
 # PGSTAT_IDLE_INTERVAL (10 s): the longest an idle backend holds its pending counters.
 _FLUSH_SECONDS = 11
 
-# Partitions are summed into their parent ("search_facts_y2026m12" → "search_facts"),
-# as ``bench scale`` reports bytes.
+# Partitions are summed into their root ("search_facts_y2026m12" → "search_facts"), as
+# ``bench scale`` reports bytes (``pg_partition_root``, as its ``_SIZES``).
 _BLOCKS = sa.text(
     """
-    SELECT coalesce(parent.relname, c.relname) AS name,
-           coalesce(table_parent.relname, owner.relname, parent.relname, c.relname) AS owner,
+    SELECT COALESCE(pg_partition_root(c.oid), c.oid)::regclass::text AS name,
+           COALESCE(pg_partition_root(coalesce(i.relid, c.oid)),
+                    coalesce(i.relid, c.oid))::regclass::text AS owner,
            sum(coalesce(t.heap_blks_read, 0) + coalesce(t.toast_blks_read, 0)
                + coalesce(t.tidx_blks_read, 0) + coalesce(i.idx_blks_read, 0)) AS read,
            sum(coalesce(t.heap_blks_hit, 0) + coalesce(t.toast_blks_hit, 0)
@@ -41,11 +42,6 @@ _BLOCKS = sa.text(
       JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
       LEFT JOIN pg_statio_user_tables t ON t.relid = c.oid AND c.relkind = 'r'
       LEFT JOIN pg_statio_user_indexes i ON i.indexrelid = c.oid AND c.relkind = 'i'
-      LEFT JOIN pg_class owner ON owner.oid = i.relid
-      LEFT JOIN pg_inherits h ON h.inhrelid = c.oid
-      LEFT JOIN pg_class parent ON parent.oid = h.inhparent
-      LEFT JOIN pg_inherits table_h ON table_h.inhrelid = i.relid
-      LEFT JOIN pg_class table_parent ON table_parent.oid = table_h.inhparent
      WHERE c.relkind IN ('r', 'i')
      GROUP BY 1, 2
     """
