@@ -41,10 +41,10 @@ _TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
 
 
 # A text fact clause's (certificate issuer or subject, page title or server) matching
-# distinct values (``FACT_TEXTS_TABLE`` keys), looked up before the statement is spelled
+# distinct values (``FACT_TEXTS_TABLE`` numbers), looked up before the statement is spelled
 # (``postgres_queries.matching_fact_text_ids``); a clause without an entry is spelled as
 # the expression's own ILIKE.
-FactTextIds = dict[tuple[str, str], tuple[str, ...]]
+FactTextIds = dict[tuple[str, str], tuple[int, ...]]
 
 
 class _Spell:
@@ -123,12 +123,12 @@ class _Spell:
             ids = self.fact_ids.get((c.field, c.value))
             if ids is not None:
                 # The rows whose value is one of the matching distinct values (migrations
-                # 1610, 1800): the key's index finds a rare one, its statistics tell a
-                # common one.
+                # 1610, 1800, 2200): the number's index finds a rare one, the column's
+                # statistics tell a common one.
                 if not ids:
                     return "(FALSE)"
                 key = FACT_TEXT_KEYS[c.field]
-                return f"({key} = ANY(CAST({self.bind(list(ids))} AS uuid[])))"
+                return f"({key} = ANY(CAST({self.bind(list(ids))} AS bigint[])))"
             # Estimated from the expression's statistics (migration 1100).
             return f"({expression} ILIKE {self.bind(like_pattern(c.value))})"
         if kind == "keyword":

@@ -52,8 +52,11 @@ from app.search.postgres_schema import (
     ASSET_TABLES,
     ENDPOINT_COLUMNS,
     EXECUTION_TABLE,
+    FACT_TEXT_NUMBERS,
+    fact_text_numbers,
     id_after_cursor,
     merge_on_conflict,
+    register_fact_texts,
 )
 from app.search.postgres_writes import id_collision
 
@@ -197,7 +200,7 @@ def page_statement() -> str:
     idempotent.
     """
     global_merge, user_merge = merge_on_conflict(GLOBAL_TABLE), merge_on_conflict(USER_TABLE)
-    columns = ", ".join(_DOCUMENT_COLUMNS)
+    columns = ", ".join((*_DOCUMENT_COLUMNS, *FACT_TEXT_NUMBERS.values()))
     selected = ", ".join(f"t.{c}" for c in _DOCUMENT_COLUMNS)
     global_digest, user_digest = _digests("x.parts", "t.owner_id")
     return f"""
@@ -210,7 +213,8 @@ def page_statement() -> str:
         ), hashed AS MATERIALIZED (
             SELECT {_key("d.g")} AS g_key, {_uuid("d.g")} AS g_id,
                    {_key("d.u")} AS u_key, {_uuid("d.u")} AS u_id,
-                   {_size_estimate("t")} AS size_estimate, {selected}, t.owner_id
+                   {_size_estimate("t")} AS size_estimate, {selected}, t.owner_id,
+                   {", ".join(fact_text_numbers("t"))}
               FROM {EXECUTION_TABLE} t
              CROSS JOIN LATERAL (
                    SELECT {_endpoint_parts(ip_text_sql("t.ip"), "t.port", "t.transport")} AS parts
@@ -254,6 +258,33 @@ def page_statement() -> str:
     """  # noqa: S608 - constant column lists and expressions; values are bound
 
 
+def fact_texts_statement() -> str:
+    """The text fact values of one part of a page the values table lacks, added before
+    the part's merge in a transaction of their own (``register_fact_texts``): the same
+    bounds and part as ``page_statement``, and as replayable (``synchronous_commit`` off:
+    WAL is flushed in order, so a merge that survives a crash has its values too)."""
+    return f"""
+        WITH bounds AS MATERIALIZED (
+            SELECT (array_agg(r.id ORDER BY r.id DESC))[1] AS last_id
+              FROM (SELECT e.id FROM {EXECUTION_TABLE} e
+                     WHERE e.execution_id = :execution_id AND {id_after_cursor("e.id")}
+                     ORDER BY e.id
+                     LIMIT :limit) AS r
+        ), relaxed AS MATERIALIZED (
+            SELECT set_config('synchronous_commit', 'off', true) AS commit_mode
+        )
+        {
+        register_fact_texts(
+            f"(SELECT t.details FROM {EXECUTION_TABLE} t CROSS JOIN relaxed "
+            f"WHERE t.execution_id = :execution_id AND {id_after_cursor('t.id')} "
+            "AND t.id <= (SELECT last_id FROM bounds) "
+            "AND ((t.key % :parts) + :parts) % :parts = :part) AS p",
+            "p",
+        )
+    }
+    """  # noqa: S608 - constant column lists and expressions; values are bound
+
+
 def ids_statement() -> str:
     """Ids SQL computes for a list of addresses (the self-check and the equality test)."""
     global_digest, user_digest = _digests(
@@ -284,6 +315,7 @@ class ServerPages:
     def __init__(self, run: Any, *, concurrency: int = 1):
         self._run = run
         self._sql = sa.text(page_statement())
+        self._fact_texts_sql = sa.text(fact_texts_statement())
         self._ids_sql = sa.text(ids_statement())
         self._available: bool | None = None
         self._lock = threading.Lock()
@@ -400,6 +432,11 @@ class ServerPages:
             "global_prefix": GLOBAL_PREFIX,
             "user_prefix": USER_PREFIX,
         }
+        # The part's new text fact values, committed before its merge reads their numbers.
+        self._run(
+            lambda conn: conn.execute(self._fact_texts_sql, params),
+            statement="register_fact_texts",
+        )
         try:
             row = self._run(lambda conn: conn.execute(self._sql, params).one())
         except sa_exc.DBAPIError as exc:

@@ -450,7 +450,7 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
 # this many it leaves the clause to the expression's own ILIKE.
 FACT_TEXT_IDS_CAP = 1000
 MATCHING_FACT_TEXT_IDS = sa.text(
-    f"SELECT CAST(id AS text) FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
+    f"SELECT number FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
     f"WHERE {distinct_text_contains('text', ':text', ':value')} LIMIT :cap"
 )
 
@@ -461,12 +461,12 @@ def _contains_params(text: str, **extra: Any) -> dict[str, Any]:
 
 
 def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
-    """The keys of the distinct values each ``cert.issuer``/``cert.subject`` clause
+    """The numbers of the distinct values each ``cert.issuer``/``cert.subject`` clause
     (migration 1610) and ``title``/``server`` clause (migration 1800) of the tree
-    matches, as ``matching_text_ids`` does for free
-    text: named outright, each key is weighed by the view's statistics of its expression,
-    so a rare value is an index lookup and a common one is read in page order. A clause
-    matching more than the cap is left out (the expression's ILIKE decides it)."""
+    matches, as ``matching_text_ids`` does for free text: named outright, each number is
+    weighed by the view's statistics of its column (migration 2200), so a rare value is
+    an index lookup and a common one is read in page order. A clause matching more than
+    the cap is left out (the expression's ILIKE decides it)."""
     found: FactTextIds = {}
     for clause in walk(node):
         if not isinstance(clause, Clause) or clause.field not in FACT_TEXT_KEYS:

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from app.observability import emit
 from app.search.documents import PROBED_FIELDS
-from app.search.endpoint_facts import CERT_SHA256_SQL, FACT_SQL
+from app.search.endpoint_facts import CERT_SHA256_SQL, FACT_FIELDS, FACT_SQL
 from app.search.port import StoreUnavailable
 
 FACTS_TABLE = "search_facts"
@@ -37,14 +37,18 @@ ASSET_TABLES = {"global": "search_assets_global", "user": "search_assets_user"}
 # The distinct texts of the asset views, filled by triggers (migration 0170).
 ASSET_TEXTS_TABLE = "search_asset_texts"
 # The distinct certificate issuers and subjects (migration 1610) and HTTP titles and
-# servers (migration 1800) of the asset views, filled by triggers, and each view row's key
-# into it per field: the views' partial indexes are on exactly these expressions, so a
-# query must spell them the same way.
+# servers (migration 1800) of the asset views, each with a number handed out in first-seen
+# order (migration 2200). Each view row carries its values' numbers and the views'
+# partial indexes are on them, so a new value's entries go to the indexes' right-hand
+# end instead of a random leaf (docs/scaling.md, "Value indexes in first-seen order").
 FACT_TEXTS_TABLE = "search_asset_fact_texts"
-FACT_TEXT_KEYS = {
-    name: f"(md5({FACT_SQL[name]})::uuid)"
-    for name in ("cert.issuer", "cert.subject", "title", "server")
+FACT_TEXT_NUMBERS = {
+    "cert.issuer": "cert_issuer_number",
+    "cert.subject": "cert_subject_number",
+    "title": "title_number",
+    "server": "server_number",
 }
+FACT_TEXT_KEYS = {field: f"t.{column}" for field, column in FACT_TEXT_NUMBERS.items()}
 # Exact per-execution counters maintained by the write statements (migration 0060).
 FACT_COUNTS_TABLE = "search_execution_fact_counts"
 EXECUTION_IPS_TABLE = "search_execution_ips"
@@ -156,6 +160,58 @@ def _probed_sets() -> list[str]:
     return sets
 
 
+VIEW_TABLES = frozenset(ASSET_TABLES.values())
+
+
+def _fact_value(field: str, alias: str) -> str:
+    """The search language's reading of text fact ``field`` over ``alias``'s details."""
+    return FACT_SQL[field].replace("t.details", f"{alias}.details")
+
+
+def fact_text_numbers(alias: str) -> list[str]:
+    """Select-list items: the numbers of ``alias``'s four text fact values, named as the
+    views' columns (migration 2200).
+
+    A value is read by its md5 from ``FACT_TEXTS_TABLE``, where the writer put it just
+    before, in a transaction of its own (``register_fact_texts``). One this statement's
+    snapshot does not see (a row that came into the page since, another writer's value
+    committed since the statement began) is read, or added, by
+    ``search_asset_fact_text_number``, whose statements see what has committed."""
+    items = []
+    for field, column in FACT_TEXT_NUMBERS.items():
+        value = _fact_value(field, alias)
+        section = FACT_FIELDS[field][0]
+        lookup = f"SELECT f.number FROM {FACT_TEXTS_TABLE} f WHERE f.id = md5({value})::uuid"  # noqa: S608 - module constants
+        items.append(
+            f"CASE WHEN {alias}.details ? '{section}' THEN coalesce(({lookup}), "
+            f"search_asset_fact_text_number({value})) END AS {column}"
+        )
+    return items
+
+
+def register_fact_texts(rows: str, alias: str) -> str:
+    """An INSERT of the distinct text fact values of ``rows`` (a FROM item aliased
+    ``alias`` with a ``details`` column) that the table lacks, in key order.
+
+    Run in its own short transaction before a merge: a new value's row is then
+    committed (and its key's lock released) before the merge reads its number, so two
+    writers of one new value wait on each other for this statement only, never for a
+    whole merge; key order keeps two of them from deadlocking."""
+    values = ", ".join(f"({_fact_value(field, alias)})" for field in FACT_TEXT_NUMBERS)
+    sections = sorted({FACT_FIELDS[field][0] for field in FACT_TEXT_NUMBERS})
+    return f"""
+        INSERT INTO {FACT_TEXTS_TABLE} (id, text)
+        SELECT DISTINCT ON (x.id) x.id, x.text
+          FROM (SELECT md5(v.text)::uuid AS id, v.text
+                  FROM {rows}
+                 CROSS JOIN LATERAL (VALUES {values}) AS v(text)
+                 WHERE ({" OR ".join(f"{alias}.details ? '{s}'" for s in sections)})
+                   AND v.text IS NOT NULL) AS x
+         ORDER BY x.id
+        ON CONFLICT (id) DO NOTHING
+    """  # noqa: S608 - table and column names are module constants; values are bound
+
+
 def id_after_cursor(column: str, parameter: str = ":after") -> str:
     """SQL: uuid ``column`` comes after a keyset walk's cursor ``parameter`` (NULL: the
     first page). psycopg2 sends parameters as literals, so the planner sees either
@@ -194,8 +250,10 @@ def merge_on_conflict(table: str) -> str:
         "(excluded.last_seen, excluded.last_execution_id, excluded.observation_key) "
         "> (t.last_seen, t.last_execution_id, t.observation_key)"
     )
+    # A view row's value numbers go with its details (migration 2200).
+    newest = (*NEWEST_GROUP, *(FACT_TEXT_NUMBERS.values() if table in VIEW_TABLES else ()))
     newest_sets = ",\n        ".join(
-        [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in NEWEST_GROUP]
+        [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in newest]
         + _probed_sets()
     )
     return f"""
@@ -214,15 +272,25 @@ def merge_on_conflict(table: str) -> str:
 RETURNED_ID = "replace(t.id::text, '-', '') AS id"
 
 
+# The text fact values of a shard of current assets (``merge_statement``'s rows).
+SHARD_FACT_TEXTS = register_fact_texts(
+    "json_to_recordset(CAST(:rows AS json)) AS r(details jsonb)", "r"
+)
+
+
 def merge_statement(table: str) -> str:
     """One set-based merge of a shard into ``table`` (the SQL form of merge_endpoints):
     (id, created) of each row written."""
     columns = TABLE_COLUMNS[table]
     record = ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
-    names = ", ".join(columns)
+    names = selected = ", ".join(columns)
+    if table in VIEW_TABLES:
+        # Its values' numbers, registered by SHARD_FACT_TEXTS just before (migration 2200).
+        names += ", " + ", ".join(FACT_TEXT_NUMBERS.values())
+        selected += ", " + ", ".join(fact_text_numbers("r"))
     merge = f"""
         INSERT INTO {table} AS t ({names})
-        SELECT {names}
+        SELECT {selected}
         FROM json_to_recordset(CAST(:rows AS json)) AS r({record})
         {merge_on_conflict(table)}
     """  # noqa: S608 - table and column names are module constants; values are bound

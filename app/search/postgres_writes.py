@@ -56,6 +56,7 @@ from app.search.postgres_schema import (
     FACT_COLUMNS,
     FACTS_TABLE,
     PRIMARY_KEYS,
+    SHARD_FACT_TEXTS,
     TABLE_COLUMNS,
     execution_copy_counts_statement,
     fact_statements,
@@ -83,6 +84,7 @@ class PostgresWrites:
         self._batch_size = batch_size
         self._ensure_partitions = ensure_partitions
         self._merge_sql = {table: sa.text(merge_statement(table)) for table in TABLE_COLUMNS}
+        self._fact_texts_sql = sa.text(SHARD_FACT_TEXTS)
         self._status_sql = {
             table: sa.text(status_statement(table)) for table in ASSET_TABLES.values()
         }
@@ -298,6 +300,13 @@ class PostgresWrites:
                 else:
                     payload = "[" + ",".join(text for _key, _doc, text in shard) + "]"
                     request_bytes += len(payload.encode("utf-8"))
+                    # Its new text fact values first, committed on their own
+                    # (``register_fact_texts``).
+                    self._run(
+                        partial(_register_fact_texts, payload, self._fact_texts_sql),
+                        relaxed_commit=True,
+                        statement="register_fact_texts",
+                    )
                     write = partial(_merge_shard, payload, statement)
                 written = dict(self._run(write, relaxed_commit=True))
                 for key, doc, _text in shard:
@@ -439,6 +448,10 @@ def _copied_all_new(conn: Connection, statement: str, data: bytes) -> bool:
             raise
         return False
     return True
+
+
+def _register_fact_texts(payload: str, statement: sa.TextClause, conn: Connection) -> None:
+    conn.execute(statement, {"rows": payload})
 
 
 def _merge_shard(payload: str, statement: sa.TextClause, conn: Connection) -> list[Any]:
