@@ -3,9 +3,10 @@
 Counted with SQLAlchemy's ``before_cursor_execute`` on the real engine while the real
 worker claims and runs a slice of one full page on the PostgreSQL store: the claim,
 two server-side statements per concurrent part of the page (``bulk_max_concurrency``:
-its new text fact values, then its merge), the token-guarded checkpoint and the release. Nothing may grow with the number of
-endpoints (no per-row statements, no per-shard round trips). The lease heartbeat
-runs in its own thread on its own schedule and is not part of a page's cost.
+its new text fact values, then its merge), the token-guarded checkpoint and the
+release. Nothing may grow with the number of endpoints (no per-row statements, no
+per-shard round trips). The lease heartbeat runs in its own thread on its own schedule
+and is not part of a page's cost.
 """
 
 from __future__ import annotations
