@@ -272,6 +272,17 @@ def _web(execution_id: int, n: int, *, seen: int, renewed: bool = False) -> dict
     }
 
 
+def _run_endpoint(execution_id: int, n: int, port: int, *, seen: int, renewed: bool = False):
+    """Execution ``execution_id``'s sighting of host ``n``'s ``port`` with ``_web`` details."""
+    return execution_endpoint(
+        execution_id,
+        f"10.1.{n // 200}.{n % 200}",
+        port,
+        owner_id=1,
+        **_web(execution_id, n, seen=seen, renewed=renewed),
+    )
+
+
 def _publish_all(store, execution_id: int) -> None:
     after = None
     while True:
@@ -294,36 +305,12 @@ def test_merges_number_what_they_write_through_pages_in_parts_and_shards(setting
     store = PostgresStore(settings.replace(elasticsearch={"bulk_max_concurrency": 3}))
     try:
         store.ensure_schema()
-        first = [
-            execution_endpoint(
-                1, f"10.1.{n // 200}.{n % 200}", port, owner_id=1, **_web(1, n, seen=10)
-            )
-            for n in range(300)
-            for port in (443, 8443)
-        ]
+        first = [_run_endpoint(1, n, port, seen=10) for n in range(300) for port in (443, 8443)]
         store.write_execution_endpoints(first).raise_for_failures()
         _publish_all(store, 1)
         # A newer run renews a third of the certificates; an older one names others.
-        newer = [
-            execution_endpoint(
-                2,
-                f"10.1.{n // 200}.{n % 200}",
-                443,
-                owner_id=1,
-                **_web(2, n, seen=20, renewed=True),
-            )
-            for n in range(0, 300, 3)
-        ]
-        older = [
-            execution_endpoint(
-                3,
-                f"10.1.{n // 200}.{n % 200}",
-                8443,
-                owner_id=1,
-                **_web(3, n, seen=5, renewed=True),
-            )
-            for n in range(1, 300, 3)
-        ]
+        newer = [_run_endpoint(2, n, 443, seen=20, renewed=True) for n in range(0, 300, 3)]
+        older = [_run_endpoint(3, n, 8443, seen=5, renewed=True) for n in range(1, 300, 3)]
         store.write_execution_endpoints(newer + older).raise_for_failures()
         _publish_all(store, 2)
         _publish_all(store, 3)
