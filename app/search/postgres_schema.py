@@ -160,9 +160,6 @@ def _probed_sets() -> list[str]:
     return sets
 
 
-VIEW_TABLES = frozenset(ASSET_TABLES.values())
-
-
 def _fact_value(field: str, alias: str) -> str:
     """The search language's reading of text fact ``field`` over ``alias``'s details."""
     return FACT_SQL[field].replace("t.details", f"{alias}.details")
@@ -251,7 +248,10 @@ def merge_on_conflict(table: str) -> str:
         "> (t.last_seen, t.last_execution_id, t.observation_key)"
     )
     # A view row's value numbers go with its details (migration 2200).
-    newest = (*NEWEST_GROUP, *(FACT_TEXT_NUMBERS.values() if table in VIEW_TABLES else ()))
+    newest = (
+        *NEWEST_GROUP,
+        *(FACT_TEXT_NUMBERS.values() if table in ASSET_TABLES.values() else ()),
+    )
     newest_sets = ",\n        ".join(
         [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in newest]
         + _probed_sets()
@@ -284,7 +284,7 @@ def merge_statement(table: str) -> str:
     columns = TABLE_COLUMNS[table]
     record = ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
     names = selected = ", ".join(columns)
-    if table in VIEW_TABLES:
+    if table in ASSET_TABLES.values():
         # Its values' numbers, registered by SHARD_FACT_TEXTS just before (migration 2200).
         names += ", " + ", ".join(FACT_TEXT_NUMBERS.values())
         selected += ", " + ", ".join(fact_text_numbers("r"))

@@ -69,6 +69,17 @@ def _mismatches(conn: sa.Connection) -> list[tuple]:
     return found
 
 
+def _index_definitions(conn: sa.Connection) -> list[str]:
+    """The definitions of the eight value indexes (all of them, or the test fails)."""
+    found = conn.execute(
+        sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = ANY(:n)"),
+        {"n": sorted(INDEXES)},
+    ).scalars()
+    definitions = list(found)
+    assert len(definitions) == len(INDEXES)
+    return definitions
+
+
 def _numbered(conn: sa.Connection, column: str) -> int:
     return sum(
         conn.execute(sa.text(f"SELECT count({column}) FROM {view}")).scalar_one() for view in VIEWS
@@ -94,10 +105,7 @@ def test_the_upgrade_numbers_a_populated_database_and_downgrade_restores_md5_key
         migrations.upgrade(empty_database_url, REVISION)
         with engine.begin() as conn:
             assert valid_indexes(conn, *VIEWS) == md5_indexes
-            definitions = conn.execute(
-                sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = ANY(:n)"),
-                {"n": sorted(INDEXES)},
-            ).scalars()
+            definitions = _index_definitions(conn)
             assert all("md5" not in d and "_number" in d for d in definitions)
             assert _mismatches(conn) == []
             # 200 HTTPS assets in each view: issuer and subject; 50 of them with a page.
@@ -122,10 +130,7 @@ def test_the_upgrade_numbers_a_populated_database_and_downgrade_restores_md5_key
         migrations.downgrade(empty_database_url, BEFORE)
         with engine.begin() as conn:
             assert valid_indexes(conn, *VIEWS) == md5_indexes
-            definitions = conn.execute(
-                sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = ANY(:n)"),
-                {"n": sorted(INDEXES)},
-            ).scalars()
+            definitions = _index_definitions(conn)
             assert all("md5" in d for d in definitions)
             gone = conn.execute(
                 sa.text(
