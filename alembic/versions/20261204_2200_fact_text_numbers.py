@@ -42,12 +42,11 @@ values' numbers instead of their keys. The upgrade rewrites every view row that 
 certificate or a page (a fifth of them in a typical scan). It drops the view's other
 secondary indexes first and builds them again afterwards: a rewritten row would
 otherwise take an entry in each of them, and one sorted build per index is cheaper and
-leaves them compact. Each row's numbers are read by md5 from the values table (the
-function only for a value it lacks), a range of heap pages per statement, so the
-rewrite itself never nears the migrations' statement timeout. A million endpoints took
-27–31 s on a 2-core host with 128 MB of shared buffers, against 34–43 s for the row
-by row version (docs/upgrading.md). Run it with the web and runner processes stopped,
-as every migration.
+leaves them compact. The rows are numbered by ``search_asset_fact_text_number()``, a
+range of heap pages per statement, so the rewrite itself never nears the migrations'
+statement timeout. A million endpoints took 30 to 31 s on a 2-core host with 128 MB of
+shared buffers, against 34 to 43 s with the indexes kept (docs/upgrading.md). Run it with
+the web and runner processes stopped, as every migration.
 The downgrade puts back migration 1800's triggers, indexes and statistics.
 """
 
@@ -122,24 +121,6 @@ def _numbers(row: str) -> list[tuple[str, str]]:
     ]
 
 
-def _looked_up_numbers() -> list[tuple[str, str]]:
-    """``_numbers("")`` for the upgrade's pass: a join's lookup by md5 for a value the
-    table holds (all of them, after the old triggers and backfills), the function only
-    for one it lacks, and nothing for a row without the value."""
-    numbers = []
-    for suffix, section, key in FIELDS:
-        value = _value("", section, key)
-        lookup = f"(SELECT t.number FROM search_asset_fact_texts t WHERE t.id = md5({value})::uuid)"
-        numbers.append(
-            (
-                COLUMNS[suffix],
-                f"CASE WHEN {value} IS NOT NULL "
-                f"THEN COALESCE({lookup}, search_asset_fact_text_number({value})) END",
-            )
-        )
-    return numbers
-
-
 NUMBERS_TRIGGER_FUNCTION = rf"""
 CREATE FUNCTION search_asset_fact_text_numbers() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -172,7 +153,7 @@ def _number_rows(view: str) -> None:
         ),
         {"v": view},
     ).scalar_one()
-    sets = ", ".join(f"{c} = {n}" for c, n in _looked_up_numbers())
+    sets = ", ".join(f"{c} = {n}" for c, n in _numbers(""))
     unnumbered = " AND ".join(f"{c} IS NULL" for c in COLUMNS.values())
     statement = sa.text(
         f"UPDATE {view} SET {sets} "  # noqa: S608 - constant DDL; the bounds are bound

@@ -69,28 +69,26 @@ def _mismatches(conn: sa.Connection) -> list[tuple]:
     return found
 
 
+def _view_index_definitions(conn: sa.Connection) -> dict[str, str]:
+    """Every index of the views by name, as PostgreSQL spells it."""
+    found = conn.execute(
+        sa.text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = ANY(:v)"),
+        {"v": list(VIEWS)},
+    ).all()
+    return dict(found)
+
+
 def _index_definitions(conn: sa.Connection) -> list[str]:
     """The definitions of the eight value indexes (all of them, or the test fails)."""
-    found = conn.execute(
-        sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = ANY(:n)"),
-        {"n": sorted(INDEXES)},
-    ).scalars()
-    definitions = list(found)
-    assert len(definitions) == len(INDEXES)
-    return definitions
+    definitions = _view_index_definitions(conn)
+    assert INDEXES <= definitions.keys()
+    return [definitions[name] for name in sorted(INDEXES)]
 
 
 def _other_index_definitions(conn: sa.Connection) -> set[str]:
-    """Every other index of the views, as PostgreSQL spells it: the upgrade drops and
-    builds these again around its rewrite, and must put back each exactly."""
-    found = conn.execute(
-        sa.text(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = ANY(:v) "
-            "AND NOT (indexname = ANY(:n))"
-        ),
-        {"v": list(VIEWS), "n": sorted(INDEXES)},
-    ).scalars()
-    return set(found)
+    """Every other index of the views: the upgrade drops and builds these again around
+    its rewrite, and must put back each exactly."""
+    return {d for name, d in _view_index_definitions(conn).items() if name not in INDEXES}
 
 
 def _numbered(conn: sa.Connection, column: str) -> int:
