@@ -68,6 +68,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_seconds
+from app.bench.disk import phase_disk, read_disk, settle
 from app.bench.relations import phase_relations, read_blocks
 from app.bench.statements import phase_statements, read_counters
 from app.bench.stats import summary_ms
@@ -327,19 +328,23 @@ class _Grower:
         # shared machine the wall times carry the neighbours' load, the CPU the work.
         background = server_background_cpu_seconds(self.pgdata)
         counters, blocks = [read_counters()], [read_blocks()]
+        disk = [read_disk(self.pgdata)]
         laps = _Laps(self.cpu_seconds)
         uploads = [client.send(body) for body in bodies]
         laps.lap()
         counters.append(laps.aside(read_counters))
         final = client.send(client.body([], final=True))
         laps.lap()
+        disk.append(read_disk(self.pgdata))
         counters.append(laps.aside(read_counters))
         # The upload's and the final's relations together: each reading waits seconds.
         blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
+        disk.append(read_disk(self.pgdata))  # not before: the device went on meanwhile
         projection = self.project(count, "probe projection")
         laps.lap()
+        disk.append(read_disk(self.pgdata))
         counters.append(laps.aside(read_counters))
         blocks.append(laps.aside(read_blocks))
         analysis_seconds = analyse_queued(self.analysis)
@@ -396,6 +401,12 @@ class _Grower:
             "relations": {
                 "upload": phase_relations(blocks[0], blocks[1], count),
                 "projection": phase_relations(blocks[1], blocks[2], count),
+            },
+            # What each read from outside shared buffers cost on the device: the pages
+            # above came from the kernel's cache or from the disk, and waited this long.
+            "disk": {
+                "upload": phase_disk(disk[0], disk[1]),
+                "projection": phase_disk(disk[2], disk[3]),
             },
         }
 
@@ -675,6 +686,9 @@ def command(
                 started = time.perf_counter()
                 checkpoint()
                 step["checkpoint_ms"] = round((time.perf_counter() - started) * 1000, 1)
+                # The checkpoint's writes are still in the kernel's cache (fsync is off):
+                # written out now, not by the device while the probe waits on its reads.
+                step.update(settle())
                 step.update(grower.probe(probe, repeats, captures))
                 step.update(grower.search(repeats))
                 with transaction() as conn:

@@ -73,6 +73,13 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
         # The request's own CPU is part of what every process spent meanwhile.
         assert step["results_page_thread_cpu_ms"] <= step["results_page_request_cpu_ms"]
         assert step["probe_server_background_cpu_ms"] >= 0
+        # The kernel's unwritten pages were written out before the probe, and the device
+        # under the scratch database says what the probe's phases read and wrote.
+        assert step["unwritten_before_sync_mib"] >= 0 and step["sync_ms"] >= 0
+        # (None only where the scratch's filesystem has no block device of its own.)
+        assert set(step["disk"]) == {"upload", "projection"}
+        for phase in filter(None, step["disk"].values()):
+            assert phase["reads"] >= 0 and phase["writes"] >= 0 and phase["write_mib"] >= 0
         # Where the probe's writes went, from the server's statement counters: the
         # upload's costliest statement is one of its COPYs, each call a whole batch.
         upload, projection = step["statements"]["upload"], step["statements"]["projection"]
