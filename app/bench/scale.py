@@ -27,6 +27,8 @@ operations whose cost must not depend on the database's size:
   table and index gave them per 1,000 endpoints, touched and read from outside shared
   buffers (``pg_statio``), and the tables vacuumed or analyzed meanwhile: which
   relation's pages a database larger than its buffers reads;
+* ``disk``: for the same two phases, what the block device under the database read and
+  wrote (``/proc/diskstats``), with each read's mean wait: what those reads cost;
 
 and the state at that size: database bytes per million endpoints by table and by index
 (partitions summed into their parent), autovacuum's backlog right after the fill (dead
@@ -36,7 +38,10 @@ measured with fresh statistics and visibility maps, and not while autovacuum wor
 through the bulk load of the fill, which a database growing at a scanner fleet's pace
 spreads over days; then a ``CHECKPOINT``, ``checkpoint_ms``, so the pages the fill and
 VACUUM left dirty are written by the checkpointer and not by the probe's statements
-evicting them), the web
+evicting them; then a ``sync``, ``sync_ms``, with what the kernel held unwritten before
+it, ``unwritten_before_sync_mib``: the scratch runs with ``fsync`` off, so the
+checkpoint's writes would otherwise still be on their way to the disk, queued ahead of
+the probe's reads), the web
 server's RSS (its process tree) and this process's RSS, which runs the runner's
 projection and analysis work. The fill itself reports its rate
 and the CPU the web server and PostgreSQL spent per thousand observations.
