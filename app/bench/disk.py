@@ -51,7 +51,7 @@ def read_disk(path: Path) -> DiskCounters | None:
                 int(value) for value in fields[3:10]
             )
             return DiskCounters(reads, read_sectors, read_ms, writes, write_sectors)
-    return None  # e.g. a device-mapper or overlay device that diskstats names otherwise
+    return None  # e.g. overlay or tmpfs: a filesystem with no block device of its own
 
 
 def phase_disk(before: DiskCounters | None, after: DiskCounters | None) -> dict[str, Any] | None:
