@@ -346,7 +346,7 @@ class _Grower:
         blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
-        disk.append(read_disk(self.pgdata))  # not before: the device went on meanwhile
+        disk.append(read_disk(self.pgdata))  # after read_blocks' wait: the projection's start
         projection = self.project(count, "probe projection")
         laps.lap()
         disk.append(read_disk(self.pgdata))

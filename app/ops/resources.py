@@ -102,7 +102,7 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _device_of(path: Path) -> str | None:
+def device_of(path: Path) -> str | None:
     """The block device (as named in /proc/diskstats) holding ``path``, if we can tell."""
     target = str(_existing(path).resolve())
     best = None
@@ -118,7 +118,7 @@ def _device_of(path: Path) -> str | None:
 
 
 def _io_rates(data_dir: Path) -> list[tuple[str, float]]:
-    device = _device_of(data_dir)
+    device = device_of(data_dir)
     counters = None
     try:
         if device:

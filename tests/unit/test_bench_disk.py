@@ -1,46 +1,57 @@
-"""The block device's counters a benchmark phase reports (``app.bench.disk``): read from
-the line of the device that holds a path, differences per phase, the kernel's unwritten
-pages."""
+"""The block device's counters a benchmark phase reports (``app.bench.disk``): the
+device holding a path, read through psutil as the resource samples read it; the
+differences per phase; the kernel's unwritten pages."""
 
 from __future__ import annotations
 
+import mmap
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from app.bench import disk
-from app.bench.disk import DiskCounters, phase_disk, read_disk
+from app.bench.disk import phase_disk, read_disk
 
 
-def _diskstats(tmp_path, major: int, minor: int):
-    # The kernel's layout: major, minor, name, then reads, merged, sectors, ms, writes,
-    # merged, sectors, ms, in flight, io ms, weighted io ms (later kernels add more).
-    path = tmp_path / "diskstats"
-    path.write_text(
-        f"   7       0 loop0 9 9 9 9 9 9 9 9 0 9 9\n"
-        f" {major} {minor} vdz 100 7 4096 250 40 3 2048 90 0 300 340 0 0 0 0 0 0\n"
-    )
-    return path
+def _counters(**fields):
+    # psutil's sdiskio, with the fields a phase reads.
+    base = dict.fromkeys(("read_count", "read_bytes", "read_time", "write_count", "write_bytes"), 0)
+    return SimpleNamespace(**{**base, **fields})
 
 
-def test_the_line_of_the_device_holding_the_path_is_read(tmp_path, monkeypatch):
-    device = os.stat(tmp_path).st_dev
-    stats = _diskstats(tmp_path, os.major(device), os.minor(device))
-    monkeypatch.setattr(disk, "_DISKSTATS", stats)
-    assert read_disk(tmp_path) == DiskCounters(100, 4096, 250, 40, 2048)
+def test_a_write_and_an_uncached_read_show_on_the_device_holding_the_path(tmp_path):
+    if read_disk(tmp_path) is None:
+        pytest.skip("the temporary directory has no block device of its own")
+    path, size = tmp_path / "block", 1 << 20
+    before = read_disk(tmp_path)
+    with open(path, "wb") as handle:
+        handle.write(os.urandom(size))
+        handle.flush()
+        os.fsync(handle.fileno())
+    # O_DIRECT bypasses the page cache, so the read reaches the device; it needs an
+    # aligned buffer, which an anonymous mapping is.
+    buffer = mmap.mmap(-1, size)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        assert os.readv(fd, [buffer]) == size
+    finally:
+        os.close(fd)
+    phase = phase_disk(before, read_disk(tmp_path))
+    assert phase["writes"] >= 1 and phase["write_mib"] >= 1.0
+    assert phase["reads"] >= 1 and phase["read_mib"] >= 1.0
+    assert phase["read_wait_ms"] is not None and phase["read_wait_ms"] >= 0
 
 
-def test_a_device_diskstats_does_not_name_gives_no_reading(tmp_path, monkeypatch):
-    monkeypatch.setattr(disk, "_DISKSTATS", _diskstats(tmp_path, 4095, 4095))
-    assert read_disk(tmp_path) is None
-    monkeypatch.setattr(disk, "_DISKSTATS", tmp_path / "absent")
-    assert read_disk(tmp_path) is None
+def test_a_filesystem_without_a_block_device_gives_no_reading():
+    assert read_disk(Path("/proc")) is None
 
 
 def test_a_phase_is_the_difference_with_each_reads_mean_wait():
-    before = DiskCounters(reads=100, read_sectors=4096, read_ms=250, writes=40, write_sectors=0)
-    after = DiskCounters(reads=300, read_sectors=4096 + 3200, read_ms=650, writes=45,
-                         write_sectors=2 * 2**20 * 2)  # fmt: skip
+    before = _counters(read_count=100, read_bytes=2**20, read_time=250, write_count=40)
+    after = _counters(read_count=300, read_bytes=2**20 + 1_677_722, read_time=650,
+                      write_count=45, write_bytes=2048 * 2**20)  # fmt: skip
     assert phase_disk(before, after) == {
         "reads": 200, "read_mib": 1.6, "read_wait_ms": 2.0, "writes": 5, "write_mib": 2048.0,
     }  # fmt: skip
