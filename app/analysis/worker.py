@@ -22,7 +22,7 @@ from app.analysis.queue import AnalysisClaim, LeaseLost
 from app.config import Settings
 from app.leases import Heartbeat, LeaseGuard
 from app.observability import emit
-from app.search.port import SearchStore, sightings_in_database
+from app.search.port import SearchStore, sightings_in_database, value_key_warming
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class AnalysisWorker:
                 event_fields={"execution_id": claim.execution_id},
             ):
                 phase = claim.phase
+                staged = 0
                 if phase == "analyse":
                     in_database = sightings_in_database(self.store)
                     sql = in_database.execution_sightings_sql() if in_database else None
@@ -88,7 +89,7 @@ class AnalysisWorker:
                     ):
                         # Too large for one statement: copied into the analysis's own
                         # table, whose address order the slices follow.
-                        changes.stage_sightings_from_database(
+                        staged = changes.stage_sightings_from_database(
                             claim,
                             in_database.execution_sightings_page_sql(),
                             page_size=config.slice_endpoints,
@@ -106,6 +107,8 @@ class AnalysisWorker:
                     guard.renewed(analysed)
                     if sql is None:
                         changes.drop_staged(claim.execution_id)
+                    written = counts.new + counts.changed + counts.gone + counts.reappeared
+                    self._warm_value_keys(claim, max(staged, written))
                 if self.after_change_set is not None:
                     # Also on a claim recovered past ``analyse``: a crash may have come
                     # between the commit and this step (it finds nothing if it was done).
@@ -149,3 +152,43 @@ class AnalysisWorker:
             **({"slices": counts.slices} if counts else {}),
         )
         return AnalysisOutcome(claim.execution_id, "completed", counts, pushed)
+
+    def _warm_value_keys(self, claim: AnalysisClaim, endpoints: int) -> None:
+        """After a large change set, the store's value keys back into memory.
+
+        Staging and recording that many endpoints went through PostgreSQL's shared
+        buffers and pushed out the leaves the next projection looks every new value up in
+        (``app.search.postgres_warming``). An optimisation only: a failure is logged, and
+        the analysis completes as it would have.
+        """
+        threshold = self.settings.analysis.warm_after_endpoints
+        warming = value_key_warming(self.store)
+        if warming is None or threshold == 0 or endpoints < threshold:
+            return
+        started = time.perf_counter()
+        try:
+            blocks = warming.warm_value_keys()
+        except Exception as exc:  # noqa: BLE001 - the change set is committed whatever happens here
+            emit(
+                "ValueKeysNotWarmed",
+                level=logging.WARNING,
+                execution_id=claim.execution_id,
+                endpoints=endpoints,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
+            return
+        if blocks is None:
+            emit(
+                "ValueKeysNotWarmed",
+                execution_id=claim.execution_id,
+                endpoints=endpoints,
+                error="the pg_prewarm extension is not installed",
+            )
+            return
+        emit(
+            "ValueKeysWarmed",
+            execution_id=claim.execution_id,
+            endpoints=endpoints,
+            blocks=blocks,
+            duration_ms=round((time.perf_counter() - started) * 1000, 1),
+        )

@@ -29,6 +29,9 @@ operations whose cost must not depend on the database's size:
   relation's pages a database larger than its buffers reads;
 * ``disk``: for the same two phases, what the block device under the database read and
   wrote (``/proc/diskstats``), with each read's mean wait: what those reads cost;
+* ``value_keys_resident_at_projection``: per value key, its blocks and how many were in
+  shared buffers as the probe's projection began (``pg_buffercache``), after the
+  analysis of the fill warmed them (``[analysis] warm_after_endpoints``);
 
 and the state at that size: database bytes per million endpoints by table and by index
 (partitions summed into their parent), autovacuum's backlog right after the fill (dead
@@ -75,6 +78,7 @@ import sqlalchemy as sa
 from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_seconds
 from app.bench.disk import phase_disk, read_disk, settle
 from app.bench.relations import phase_relations, read_blocks
+from app.bench.resident import value_keys_resident
 from app.bench.statements import phase_statements, read_counters
 from app.bench.stats import summary_ms
 
@@ -346,6 +350,9 @@ class _Grower:
         blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
+        # What the projection will find of the value keys in memory (warmed after the
+        # fill's large analyses, ``[analysis] warm_after_endpoints``).
+        resident = laps.aside(value_keys_resident)
         disk.append(read_disk(self.pgdata))  # after read_blocks' wait: the projection's start
         projection = self.project(count, "probe projection")
         laps.lap()
@@ -376,6 +383,7 @@ class _Grower:
             "projection_endpoints_per_s": projection["endpoints_per_s"],
             "projection_page_p95_ms": projection["page_p95_ms"],
             "projection_cpu_ms_per_1k": round(spent[2] / count * 1000, 2),
+            "value_keys_resident_at_projection": resident,
             "analysis_ms": round(analysis_seconds * 1000, 3),
             "analysis_endpoints_per_s": round(count / analysis_seconds, 1),
             "analysis_cpu_ms": round(spent[3], 2),

@@ -341,6 +341,15 @@ class AnalysisSettings(Section):
         max=10_000_000,
         doc="endpoints per analysis statement; larger executions are analysed in slices",
     )
+    warm_after_endpoints: int = spec(
+        100_000,
+        min=0,
+        max=100_000_000,
+        doc=(
+            "after an analysis that staged or changed this many endpoints, read the search "
+            "store's value keys back into memory (pg_prewarm); 0: never"
+        ),
+    )
 
 
 class AlertSettings(Section):

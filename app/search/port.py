@@ -315,6 +315,7 @@ class Capability(StrEnum):
     FACT_RETENTION = "fact_retention"  # ``FactRetention``
     ASSET_CONDITIONS_IN_DATABASE = "asset_conditions_in_database"  # ``AssetConditionsInDatabase``
     ASSET_MATCHES = "asset_matches"  # ``AssetMatches``
+    VALUE_KEY_WARMING = "value_key_warming"  # ``ValueKeyWarming``
 
 
 class SearchStore(Protocol):
@@ -604,6 +605,21 @@ class AssetMatches(Protocol):
     ) -> set[Endpoint]: ...
 
 
+class ValueKeyWarming(Protocol):
+    """Optional capability of a store (PostgreSQL): its value keys read back into memory.
+
+    The projection looks every new value up in the distinct-value tables' keys (an md5
+    each, so one random leaf per value). A bulk write elsewhere in the database, such as
+    the change analysis of a large first scan, pushes those leaves out of PostgreSQL's
+    shared buffers, and the next projection then reads them one at a time.
+    ``warm_value_keys`` reads each key whole, in file order (``pg_prewarm``), and returns
+    the blocks it loaded per key, or None when the server lacks the extension
+    (docs/operations.md, "Keeping the value keys in memory").
+    """
+
+    def warm_value_keys(self) -> dict[str, int] | None: ...
+
+
 # The one place a store's optional abilities are checked: each accessor returns the store
 # typed as the capability when the store declares it in ``capabilities``, else None.
 
@@ -660,6 +676,12 @@ def asset_matches(store: SearchStore) -> AssetMatches | None:
     return None
 
 
+def value_key_warming(store: SearchStore) -> ValueKeyWarming | None:
+    if has_capability(store, Capability.VALUE_KEY_WARMING):
+        return cast(ValueKeyWarming, store)
+    return None
+
+
 # Which protocol each capability promises (tests check every adapter against it).
 CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.SERVER_SIDE_PAGES: ServerSidePages,
@@ -670,4 +692,5 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.FACT_RETENTION: FactRetention,
     Capability.ASSET_CONDITIONS_IN_DATABASE: AssetConditionsInDatabase,
     Capability.ASSET_MATCHES: AssetMatches,
+    Capability.VALUE_KEY_WARMING: ValueKeyWarming,
 }

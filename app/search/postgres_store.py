@@ -88,6 +88,7 @@ from app.search.postgres_schema import (
     create_partitions,
     partition_name,
 )
+from app.search.postgres_warming import warm_value_keys
 from app.search.postgres_writes import PostgresWrites
 
 _DEADLOCK_RETRIES = 3
@@ -412,6 +413,9 @@ class PostgresStore:
 
     def execution_sightings_sql(self) -> str:
         return EXECUTION_SIGHTINGS_SQL
+
+    def warm_value_keys(self) -> dict[str, int] | None:
+        return self._run(warm_value_keys)
 
     def execution_sightings_page_sql(self) -> str:
         return EXECUTION_SIGHTINGS_PAGE_SQL

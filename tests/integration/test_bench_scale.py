@@ -87,6 +87,11 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
             assert None not in step["disk"].values()
         for phase in filter(None, step["disk"].values()):
             assert phase["reads"] >= 0 and phase["writes"] >= 0 and phase["write_mib"] >= 0
+        # How much of the value keys the projection found in shared buffers.
+        resident = step["value_keys_resident_at_projection"]
+        assert set(resident) == {"search_asset_fact_texts_pkey", "search_asset_texts_pkey"}
+        assert all(0 <= key["resident"] <= key["blocks"] for key in resident.values())
+        assert resident["search_asset_fact_texts_pkey"]["blocks"] > 1  # certificate values
         # Where the probe's writes went, from the server's statement counters: the
         # upload's costliest statement is one of its COPYs, each call a whole batch.
         upload, projection = step["statements"]["upload"], step["statements"]["projection"]

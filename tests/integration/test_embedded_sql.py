@@ -40,3 +40,25 @@ def test_embedded_helper_quotes_database_names_and_settings(pg_server):
         embedded._ensure_database(
             pg_server.admin_url, "postgres", {"work_mem": "4MB'; ALTER SYSTEM SET fsync = 'on"}
         )
+
+
+def test_embedded_server_preloads_both_libraries_and_creates_their_extensions(pg_server):
+    """shared_preload_libraries is a list: each library is its own literal, the server's
+    ``a, b`` spelling counts as the same list (no restart asked for at every start), and
+    the netmap database has both extensions (slow SQL, value-key warming)."""
+    from app import embedded
+
+    if pg_server.embedded is None:
+        return  # an external server's libraries are its administrator's
+    engine = _engine(pg_server.admin_url)
+    with engine.connect() as conn:
+        preload = conn.execute(sa.text("SHOW shared_preload_libraries")).scalar_one()
+    engine.dispose()
+    assert [item.strip() for item in preload.split(",")] == ["pg_stat_statements", "pg_prewarm"]
+    pending = embedded._ensure_database(pg_server.admin_url, "postgres", embedded.PRELOAD_TUNING)
+    assert pending is False
+    engine = _engine(pg_server.embedded.url)
+    with engine.connect() as conn:
+        installed = set(conn.execute(sa.text("SELECT extname FROM pg_extension")).scalars())
+    engine.dispose()
+    assert {"pg_stat_statements", "pg_prewarm"} <= installed

@@ -1,0 +1,43 @@
+"""How much of the search store's value keys is in shared buffers (``pg_buffercache``).
+
+``bench scale`` reads it just before the probe's projection: the projection looks every
+new value up in these keys, one random leaf each, so what is missing here is read from
+outside shared buffers during the projection (``relations``). The scratch server's
+superuser creates the contrib extension; a server without it gives None.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from app.search.postgres_warming import VALUE_TABLES
+
+_RESIDENT = sa.text(
+    """
+    SELECT c.relname AS key,
+           pg_relation_size(c.oid) / current_setting('block_size')::int AS blocks,
+           (SELECT count(*) FROM pg_buffercache b
+             WHERE b.relfilenode = pg_relation_filenode(c.oid)
+               AND b.reldatabase = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())) AS resident
+      FROM pg_index i
+      JOIN pg_class c ON c.oid = i.indexrelid
+     WHERE i.indisprimary AND i.indrelid = ANY(CAST(:tables AS regclass[]))
+     ORDER BY c.relname
+    """
+)
+
+
+def value_keys_resident() -> dict[str, dict[str, int]] | None:
+    """Per value key: its blocks and how many of them are in shared buffers."""
+    from app.db import get_engine
+
+    with get_engine().connect() as conn:
+        try:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_buffercache"))
+        except sa.exc.DBAPIError:
+            conn.rollback()
+            return None
+        rows = conn.execute(_RESIDENT, {"tables": list(VALUE_TABLES)}).all()
+        conn.commit()
+    return {r.key: {"blocks": int(r.blocks), "resident": int(r.resident)} for r in rows}
