@@ -344,15 +344,16 @@ class _Grower:
         counters.append(laps.aside(read_counters))
         final = client.send(client.body([], final=True))
         laps.lap()
+        # What the projection will find of the value keys in memory (warmed after the
+        # fill's large analyses, ``[analysis] warm_after_endpoints``); read here, outside
+        # the projection's statement and relation windows, and nothing writes between.
+        resident = laps.aside(value_keys_resident)
         disk.append(read_disk(self.pgdata))
         counters.append(laps.aside(read_counters))
         # The upload's and the final's relations together: each reading waits seconds.
         blocks.append(laps.aside(read_blocks))
         self.endpoints += count
         execution_id = int(client.execution["id"])
-        # What the projection will find of the value keys in memory (warmed after the
-        # fill's large analyses, ``[analysis] warm_after_endpoints``).
-        resident = laps.aside(value_keys_resident)
         disk.append(read_disk(self.pgdata))  # after read_blocks' wait: the projection's start
         projection = self.project(count, "probe projection")
         laps.lap()
