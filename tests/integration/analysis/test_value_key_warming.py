@@ -82,13 +82,19 @@ def test_a_staged_rescan_without_changes_warms_too(pg_scans, caplog):
     ]
 
 
-def test_without_pg_prewarm_the_analysis_says_so_and_completes(pg_scans, caplog):
-    caplog.set_level(logging.INFO)
+def _not_warmed_after_a_complete_analysis(pg_scans, caplog) -> list[logging.LogRecord]:
+    """Three new endpoints, every change set warming: the analysis completes whole, and
+    the ``ValueKeysNotWarmed`` events it logged."""
     scans = _scans(pg_scans, warm_after_endpoints=1)
     execution = scans.scan(scans.owner(), [NET], _endpoints(3), ports="22")
     [outcome] = scans.settle()
     assert outcome.result == "completed" and len(changes_of(execution)) == 3
-    [skipped] = _events(caplog, "ValueKeysNotWarmed")
+    return _events(caplog, "ValueKeysNotWarmed")
+
+
+def test_without_pg_prewarm_the_analysis_says_so_and_completes(pg_scans, caplog):
+    caplog.set_level(logging.INFO)
+    [skipped] = _not_warmed_after_a_complete_analysis(pg_scans, caplog)
     assert skipped.levelno == logging.INFO
     assert "pg_prewarm" in skipped.netmap_fields["error"]
     assert _events(caplog, "ValueKeysWarmed") == []
@@ -102,10 +108,6 @@ def test_a_failing_store_leaves_the_analysis_complete(pg_scans, caplog):
         raise StoreUnavailable("the database went away mid-warming")
 
     pg_scans.store.before["warm_value_keys"] = fail
-    scans = _scans(pg_scans, warm_after_endpoints=1)
-    execution = scans.scan(scans.owner(), [NET], _endpoints(3), ports="22")
-    [outcome] = scans.settle()
-    assert outcome.result == "completed" and len(changes_of(execution)) == 3
-    [failed] = _events(caplog, "ValueKeysNotWarmed")
+    [failed] = _not_warmed_after_a_complete_analysis(pg_scans, caplog)
     assert failed.levelno == logging.WARNING
     assert "went away" in failed.netmap_fields["error"]
