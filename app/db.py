@@ -161,6 +161,18 @@ def transaction(
             emit("ScanWriteConnectionReleased", stage=stage, hold_ms=round(hold_s * 1000, 3))
 
 
+def extension_schema(conn: Connection, name: str) -> str | None:
+    """The schema extension ``name`` is installed in, or None when it is not installed
+    in this database (its functions and views are then called through that schema)."""
+    return conn.execute(
+        sa.text(
+            "SELECT n.nspname FROM pg_extension e "
+            "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = :name"
+        ),
+        {"name": name},
+    ).scalar()
+
+
 # SQLSTATE of a duplicate key.
 UNIQUE_VIOLATION = "23505"
 

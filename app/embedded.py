@@ -75,8 +75,8 @@ def is_running(pgdata: Path) -> bool:
 # so pg_prewarm's autoprewarm puts the shared buffers' contents back after a restart; its
 # extension also lets the analysis read the value keys back after a bulk write
 # (app.search.postgres_warming).
-PRELOAD_TUNING = {"shared_preload_libraries": "pg_stat_statements,pg_prewarm"}
 EXTENSIONS = ("pg_stat_statements", "pg_prewarm")
+PRELOAD_TUNING = {"shared_preload_libraries": ",".join(EXTENSIONS)}
 _LIST_SETTINGS = {"shared_preload_libraries"}
 
 

@@ -107,7 +107,7 @@ class AnalysisWorker:
                     guard.renewed(analysed)
                     if sql is None:
                         changes.drop_staged(claim.execution_id)
-                    written = counts.new + counts.changed + counts.gone + counts.reappeared
+                    written = sum(counts.as_dict().values())
                     self._warm_value_keys(claim, max(staged, written))
                 if self.after_change_set is not None:
                     # Also on a claim recovered past ``analyse``: a crash may have come

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from app.search.postgres_warming import VALUE_TABLES
+from app.search.postgres_warming import value_keys
 
+# One key's size in blocks and its blocks in this database's shared buffers.
 _RESIDENT = sa.text(
     """
-    SELECT c.relname AS key,
-           pg_relation_size(c.oid) / current_setting('block_size')::int AS blocks,
+    SELECT pg_relation_size(CAST(:oid AS regclass))
+           / current_setting('block_size')::int AS blocks,
            (SELECT count(*) FROM pg_buffercache b
-             WHERE b.relfilenode = pg_relation_filenode(c.oid)
+             WHERE b.relfilenode = pg_relation_filenode(CAST(:oid AS regclass))
                AND b.reldatabase = (SELECT oid FROM pg_database
                                      WHERE datname = current_database())) AS resident
-      FROM pg_index i
-      JOIN pg_class c ON c.oid = i.indexrelid
-     WHERE i.indisprimary AND i.indrelid = ANY(CAST(:tables AS regclass[]))
-     ORDER BY c.relname
     """
 )
 
@@ -38,6 +35,9 @@ def value_keys_resident() -> dict[str, dict[str, int]] | None:
         except sa.exc.DBAPIError:
             conn.rollback()
             return None
-        rows = conn.execute(_RESIDENT, {"tables": list(VALUE_TABLES)}).all()
+        found = {}
+        for key in value_keys(conn):
+            row = conn.execute(_RESIDENT, {"oid": key.oid}).one()
+            found[key.key] = {"blocks": int(row.blocks), "resident": int(row.resident)}
         conn.commit()
-    return {r.key: {"blocks": int(r.blocks), "resident": int(r.resident)} for r in rows}
+    return found

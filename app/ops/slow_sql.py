@@ -28,7 +28,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from app.config import Settings
-from app.db import transaction
+from app.db import extension_schema, transaction
 from app.errors import PoolTimeout, Unavailable
 from app.observability import emit
 
@@ -60,13 +60,7 @@ def read_statements(engine: Engine | None = None, *, limit: int = BASELINE_LIMIT
     """Read this database's statement counters, classifying what went wrong."""
     try:
         with transaction(engine=engine) as conn:
-            schema = conn.execute(
-                sa.text(
-                    "SELECT n.nspname FROM pg_extension e "
-                    "JOIN pg_namespace n ON n.oid = e.extnamespace "
-                    "WHERE e.extname = 'pg_stat_statements'"
-                )
-            ).scalar()
+            schema = extension_schema(conn, "pg_stat_statements")
             if schema is None:
                 return Reading("unavailable", EXTENSION_MISSING)
             view = f'"{schema}".pg_stat_statements'

@@ -6,7 +6,8 @@ leaf of that key. While the projection runs steadily those leaves stay in shared
 buffers. A bulk write elsewhere replaces them: the change analysis of a first scan of
 half a million endpoints writes about a gigabyte of change rows and reads the
 execution's endpoints through the same buffers (docs/scaling.md, "What pushes the value
-key out"). The next projection then reads the key back one random leaf per new value.
+key out, and warming it back"). The next projection then reads the key back, one random
+leaf per new value.
 
 ``pg_prewarm`` reads a relation whole in file order instead, once. Here it is asked for
 the two keys (about 8 MB per million endpoints together); blocks already in memory are
@@ -17,17 +18,16 @@ returns None and nothing else changes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from app.db import extension_schema
 from app.search.postgres_schema import ASSET_TEXTS_TABLE, FACT_TEXTS_TABLE
 
 VALUE_TABLES = (FACT_TEXTS_TABLE, ASSET_TEXTS_TABLE)
 
-_EXTENSION_SCHEMA = text(
-    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-    "WHERE e.extname = 'pg_prewarm'"
-)
 # Each value table's primary key, found in the catalogue rather than by its name.
 _KEYS = text(
     """
@@ -40,11 +40,18 @@ _KEYS = text(
 )
 
 
+def value_keys(conn: Connection) -> list[Any]:
+    """The value tables' primary keys, by name: rows of (``key``, ``oid``)."""
+    return list(conn.execute(_KEYS, {"tables": list(VALUE_TABLES)}).all())
+
+
 def warm_value_keys(conn: Connection) -> dict[str, int] | None:
     """Blocks ``pg_prewarm`` loaded per key, or None when the extension is not installed."""
-    schema = conn.execute(_EXTENSION_SCHEMA).scalar()
+    schema = extension_schema(conn, "pg_prewarm")
     if schema is None:
         return None
     prewarm = text(f'SELECT "{schema}".pg_prewarm(CAST(:oid AS regclass))')
-    keys = conn.execute(_KEYS, {"tables": list(VALUE_TABLES)}).all()
-    return {row.key: int(conn.execute(prewarm, {"oid": row.oid}).scalar_one()) for row in keys}
+    return {
+        row.key: int(conn.execute(prewarm, {"oid": row.oid}).scalar_one())
+        for row in value_keys(conn)
+    }

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from app.bench.resident import value_keys_resident
 from app.db import transaction
 from app.search.port import Capability, value_key_warming
 from app.search.postgres_store import PostgresStore
 
 KEYS = ("search_asset_fact_texts_pkey", "search_asset_texts_pkey")
 VALUES = 5000
-
-_RESIDENT = sa.text(
-    """
-    SELECT count(*) FROM pg_buffercache b
-     WHERE b.relfilenode = pg_relation_filenode(CAST(:key AS regclass))
-       AND b.reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
-    """
-)
 
 
 def _fill_values() -> None:
@@ -96,10 +89,9 @@ def test_a_key_pushed_out_of_memory_is_back_after_warming(settings, engine):
                 ),
                 {"key": key},
             )
-        before = {key: int(conn.execute(_RESIDENT, {"key": key}).scalar_one()) for key in KEYS}
+    before = value_keys_resident()
     if evicts:
-        assert before == dict.fromkeys(KEYS, 0)
+        assert {key: before[key]["resident"] for key in KEYS} == dict.fromkeys(KEYS, 0)
     PostgresStore(settings).warm_value_keys()
-    with transaction() as conn:
-        after = {key: int(conn.execute(_RESIDENT, {"key": key}).scalar_one()) for key in KEYS}
-    assert after == {key: _blocks(key) for key in KEYS}
+    after = value_keys_resident()
+    assert after == {key: {"blocks": _blocks(key), "resident": _blocks(key)} for key in KEYS}
