@@ -241,10 +241,9 @@ def _prepare(
             )
     if certificates:
         # As bench search seeds them: a certificate on every port-443 asset.
-        from app.bench.search import _CERTIFICATES
+        from app.bench.search import certify
 
-        with transaction() as conn:
-            conn.execute(sa.text(_CERTIFICATES), {"owner_id": owner.id})
+        certify(owner.id)
     # What autovacuum does soon after a bulk load, done before the window opens rather
     # than in its first minute: the assets' visibility map and statistics that know
     # them, and none of the tasks about to be written (as for every running task).

@@ -76,6 +76,7 @@ class _Spell:
                     "x.text",
                     self.bind(like_pattern(node.text)),
                     self.bind(searched_text(node.text)),
+                    grams=False,
                 )
                 + "))"
             )

@@ -68,6 +68,7 @@ from app.search.postgres_values import (
     ip_order_range,
     ip_order_text,
     like_pattern,
+    looked_up_by_grams,
     same_family,
     searched_text,
 )
@@ -427,7 +428,7 @@ ASSET_AGGREGATES = (
 TEXT_IDS_CAP = 1000
 MATCHING_TEXT_IDS = sa.text(
     f"SELECT CAST(id AS text) FROM {ASSET_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-    f"WHERE {distinct_text_contains('text', ':text', ':value')} LIMIT :cap"
+    f"WHERE {distinct_text_contains('text', ':text', ':value', grams=False)} LIMIT :cap"
 )
 
 
@@ -449,14 +450,18 @@ def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
 # Text fact values (certificate, HTTP) a search names outright (see matching_fact_text_ids); beyond
 # this many it leaves the clause to the expression's own ILIKE.
 FACT_TEXT_IDS_CAP = 1000
-MATCHING_FACT_TEXT_IDS = sa.text(
-    f"SELECT number FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-    f"WHERE {distinct_text_contains('text', ':text', ':value')} LIMIT :cap"
-)
+# By whether the value is looked up through its grams (``looked_up_by_grams``).
+MATCHING_FACT_TEXT_IDS = {
+    grams: sa.text(
+        f"SELECT number FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
+        f"WHERE {distinct_text_contains('text', ':text', ':value', grams=grams)} LIMIT :cap"
+    )
+    for grams in (False, True)
+}
 
 
 def _contains_params(text: str, **extra: Any) -> dict[str, Any]:
-    """The parameters of ``distinct_text_contains('text', ':text', ':value')``."""
+    """The parameters of ``distinct_text_contains('text', ':text', ':value', …)``."""
     return {"text": like_pattern(text), "value": searched_text(text), **extra}
 
 
@@ -475,7 +480,7 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
         if wanted in found:
             continue
         ids = conn.execute(
-            MATCHING_FACT_TEXT_IDS,
+            MATCHING_FACT_TEXT_IDS[looked_up_by_grams(clause.value)],
             _contains_params(clause.value, cap=FACT_TEXT_IDS_CAP + 1),
         )
         keys = tuple(ids.scalars())
@@ -564,7 +569,7 @@ def asset_search_statement(
         else:
             where.add(
                 f"{TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; values are bound
-                f"WHERE {distinct_text_contains('x.text', ':text', ':text_value')})",
+                f"WHERE {distinct_text_contains('x.text', ':text', ':text_value', grams=False)})",
                 text=like_pattern(query.text),
                 text_value=searched_text(query.text),
             )

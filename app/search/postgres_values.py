@@ -19,16 +19,37 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def distinct_text_contains(column: str, pattern: str, value: str) -> str:
+# A text fact value searched for with at least this many characters (after
+# ``searched_text``) is looked up through the distinct values' five-character grams
+# (migration 2300), a shorter one through their trigrams (migration 1900).
+GRAM_LENGTH = 5
+
+
+def looked_up_by_grams(text: str) -> bool:
+    """Whether a text fact clause for ``text`` reads the distinct values' gram index."""
+    return len(searched_text(text)) >= GRAM_LENGTH
+
+
+def distinct_text_contains(column: str, pattern: str, value: str, *, grams: bool) -> str:
     """SQL: the distinct text ``column`` contains the searched value (``value``, bound to
     ``searched_text``; ``pattern``, bound to its ``like_pattern``).
 
-    The first condition is the one the tables' trigram index answers (migration 1900):
-    the folded value inside the folded text, whose trigrams span punctuation, so an
-    address or a host name is not read as a handful of short, common words. The fold
-    maps character by character, so it never loses a text that contains the value; the
-    ``ILIKE`` decides exactly, as it always has.
+    The first condition is the one an index of the distinct texts answers; the ``ILIKE``
+    decides exactly, as it always has. With ``grams`` (the text fact values, for a value
+    of ``GRAM_LENGTH`` or more characters: ``looked_up_by_grams``) it is the value's
+    five-character grams among the text's (migration 2300): five characters are
+    particular enough that an address or a host name has a gram few values share, where
+    each of its trigrams is held by a share of all address-like values. Otherwise it is
+    the folded value inside the folded text (migration 1900), whose trigrams span
+    punctuation, so an address or a host name is not read as a handful of short, common
+    words. Both are folded character by character, so neither ever loses a text that
+    contains the value.
     """
+    if grams:
+        return (
+            f"(netmap_text_grams({column}) @> netmap_text_grams({value}) "
+            f"AND {column} ILIKE {pattern})"
+        )
     return (
         f"(netmap_text_fold({column}) LIKE '%' || netmap_text_fold({value}) || '%' "
         f"AND {column} ILIKE {pattern})"
