@@ -23,6 +23,21 @@ def scalar(sql: str, **params: Any) -> Any:
         return conn.execute(sa.text(sql), params).scalar()
 
 
+def insert_address_texts(conn: sa.Connection, table: str, hosts: int) -> None:
+    """``hosts`` address-like distinct texts (``10.a.b.c``) in ``table``, as the subjects
+    of certificates issued for an address or banners naming their host are; analysed."""
+    conn.execute(
+        sa.text(
+            f"INSERT INTO {table} (id, text) "
+            "SELECT md5(t)::uuid, t FROM (SELECT '10.' || (h >> 16 & 255) || '.' || "
+            "(h >> 8 & 255) || '.' || (h & 255) AS t FROM generate_series(0, :hosts - 1) AS h) s "
+            "ON CONFLICT (id) DO NOTHING"
+        ),
+        {"hosts": hosts},
+    )
+    conn.execute(sa.text(f"ANALYZE {table}"))
+
+
 def valid_indexes(conn: sa.Connection, *tables: str) -> set[str]:
     """Names of the valid indexes of ``tables`` (on ``conn``: migration tests use their own)."""
     return set(

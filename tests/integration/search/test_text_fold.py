@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from app import db
 from app.search.postgres_queries import MATCHING_FACT_TEXT_IDS, MATCHING_TEXT_IDS
 from app.search.postgres_values import distinct_text_contains, like_pattern, searched_text
+from tests.support.sql import insert_address_texts
 
 _CHARACTERS = st.characters(
     codec="utf-8",
@@ -72,21 +73,6 @@ def test_the_folded_condition_answers_what_ilike_answers(postgres_store, grams, 
     assert [(row.n, row.folded) for row in answers] == [(row.n, row.plain) for row in answers]
 
 
-def _addresses(conn, table: str, hosts: int) -> None:
-    """``hosts`` address-like texts (``10.a.b.c``), as certificate subjects or banners
-    naming their host are."""
-    conn.execute(
-        sa.text(
-            f"INSERT INTO {table} (id, text) "
-            "SELECT md5(t)::uuid, t FROM (SELECT '10.' || (h >> 16 & 255) || '.' || "
-            "(h >> 8 & 255) || '.' || (h & 255) AS t FROM generate_series(0, :hosts - 1) AS h) s "
-            "ON CONFLICT (id) DO NOTHING"
-        ),
-        {"hosts": hosts},
-    )
-    conn.execute(sa.text(f"ANALYZE {table}"))
-
-
 def _nodes(plan: dict[str, Any]):
     yield plan
     for child in plan.get("Plans", ()):
@@ -109,7 +95,7 @@ def test_a_rare_address_among_many_is_read_through_the_folded_index(
 ):
     value = "10.0.77.7"
     with db.transaction() as conn:
-        _addresses(conn, table, 60_000)
+        insert_address_texts(conn, table, 60_000)
         params = {"text": like_pattern(value), "value": searched_text(value), "cap": 1001}
         found = conn.execute(statement, params).scalars().all()
         analysed = conn.execute(

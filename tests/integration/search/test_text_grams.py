@@ -22,23 +22,9 @@ from app.search.postgres_queries import MATCHING_FACT_TEXT_IDS, matching_fact_te
 from app.search.postgres_values import like_pattern, looked_up_by_grams, searched_text
 from app.search.query_language import parse_query
 from tests.support.plans import nodes
+from tests.support.sql import insert_address_texts
 
 TABLE, PREFIX = "search_asset_fact_texts", "ix_search_asset_fact_texts"
-
-
-def _addresses(conn, hosts: int) -> None:
-    """``hosts`` address-like values (``10.a.b.c``), as the subjects of certificates
-    issued for an address are."""
-    conn.execute(
-        sa.text(
-            f"INSERT INTO {TABLE} (id, text) "
-            "SELECT md5(t)::uuid, t FROM (SELECT '10.' || (h >> 16 & 255) || '.' || "
-            "(h >> 8 & 255) || '.' || (h & 255) AS t FROM generate_series(0, :hosts - 1) AS h) s "
-            "ON CONFLICT (id) DO NOTHING"
-        ),
-        {"hosts": hosts},
-    )
-    conn.execute(sa.text(f"ANALYZE {TABLE}"))
 
 
 def _index_scan(conn, statement, value: str) -> dict:
@@ -81,7 +67,7 @@ def test_a_value_of_five_characters_or_more_is_looked_up_by_its_grams():
 def test_a_rare_address_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
     statements, prefix = MATCHING_FACT_TEXT_IDS, PREFIX
     with db.transaction() as conn:
-        _addresses(conn, 100_000)
+        insert_address_texts(conn, TABLE, 100_000)
         # As autovacuum leaves them: each search also reads GIN's pending list of recent
         # entries whole, the same for both indexes, which would hide what each one costs.
         for index in ("grams", "fold_trgm"):
@@ -107,7 +93,7 @@ def test_a_rare_address_among_many_reads_a_fraction_of_the_trigram_pages(postgre
 def test_a_value_shorter_than_five_characters_keeps_the_trigram_index(postgres_store):
     statements, prefix = MATCHING_FACT_TEXT_IDS, PREFIX
     with db.transaction() as conn:
-        _addresses(conn, 20_000)
+        insert_address_texts(conn, TABLE, 20_000)
         scan = _index_scan(conn, statements[False], "77.7")
         found = conn.execute(
             statements[False], {"text": like_pattern("77.7"), "value": "77.7", "cap": 1001}
@@ -121,7 +107,7 @@ def test_a_value_shorter_than_five_characters_keeps_the_trigram_index(postgres_s
 
 def test_the_lookup_finds_the_same_values_whichever_index_the_value_picks(postgres_store):
     with db.transaction() as conn:
-        _addresses(conn, 20_000)
+        insert_address_texts(conn, TABLE, 20_000)
         for value in ("10.0.77.7", "0.77.7", "77.7", "10.0.7", "0.7"):
             where = parse_query(f'cert.subject:"{value}"').node
             numbers = matching_fact_text_ids(conn, where).get(("cert.subject", value))
@@ -139,7 +125,7 @@ def test_analyze_finds_the_function_with_only_the_catalogue_on_the_path(postgres
     expressions with ``search_path`` set to ``pg_catalog``: the gram function must call
     nothing it would look up on the path. Set the same path by hand on any version."""
     with db.transaction() as conn:
-        _addresses(conn, 100)
+        insert_address_texts(conn, TABLE, 100)
         schema = conn.execute(
             sa.text(
                 "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
