@@ -137,3 +137,16 @@ def test_analyze_finds_the_function_with_only_the_catalogue_on_the_path(postgres
         conn.execute(sa.text(f'ANALYZE "{schema}".search_asset_fact_texts'))
         conn.execute(sa.text(f'REINDEX INDEX "{schema}".ix_search_asset_fact_texts_grams'))
         conn.rollback()
+
+
+def test_a_new_installation_leaves_the_values_table_unanalysed(postgres_store):
+    """The migration analyses the values table only when it holds values. Statistics of
+    an empty table ("analysed, no rows") would make the plans cached while a first bulk
+    write fills it read the table whole for every value the numbering triggers look up
+    (``bench search``'s seed of 100,000 assets took 67 s instead of 10)."""
+    with db.transaction() as conn:
+        reltuples = conn.execute(
+            sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+            {"t": TABLE},
+        ).scalar_one()
+    assert reltuples < 0  # never analysed: the planner sizes it by its pages
