@@ -37,7 +37,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from app.bench.scale import BATCH, PORT_SPEC, observations, relation_bytes
+from app.bench.scale import BATCH, PORT_SPEC, Laps, observations, relation_bytes
 
 _STATE = """
     SELECT (SELECT count(*) FROM task_runs WHERE task_id = :t) AS runs,
@@ -85,6 +85,11 @@ def _vacuum() -> None:
         for table in list(tables):
             # The name comes from the catalogue (regclass text is quoted where needed).
             conn.execute(sa.text(f"VACUUM {table}"))
+
+
+# The phases of one simulated day, in order; the sampled day's seconds go in its sample:
+# what run and fact retention cost at this size, beside what the day's scan cost.
+_PHASES = ("upload", "projection", "analysis", "run_purge", "fact_month_drop", "vacuum")
 
 
 def _queue_day(task_id: int, day: int, settings) -> None:
@@ -161,6 +166,7 @@ def command(
         try:
             for day in range(days):
                 today = first_day + timedelta(days=day)
+                laps = Laps(time.perf_counter)
                 _queue_day(task_id, day, settings)
                 client = upload_http.ScannerClient(url, token)
                 for offset in range(0, endpoints, BATCH):
@@ -169,15 +175,25 @@ def command(
                     )
                     client.send(client.body(items))
                 client.send(client.body([], final=True))
+                laps.lap()
                 drain(settings, store, 1, endpoints, f"day {day + 1}", None)
+                laps.lap()
                 analyse_queued(worker)
+                laps.lap()
                 purge_old_runs(settings, store)
+                laps.lap()
                 retention.drop_fact_months_before(months_to_keep_from(today, retention_months))
+                laps.lap()
                 _vacuum()
+                laps.lap()
                 if (day + 1) % sample_days == 0 or day + 1 == days:
                     with transaction() as conn:
                         sample = {"day": day + 1, "date": today.date().isoformat()}
                         sample.update(_state(conn, task_id))
+                    sample["day_phase_s"] = {
+                        phase: round(ms / 1000, 3)
+                        for phase, ms in zip(_PHASES, laps.spent, strict=True)
+                    }
                     samples.append(sample)
                     print(f"[retention] {json.dumps(sample)}", file=sys.stderr, flush=True)
         finally:

@@ -184,9 +184,10 @@ def analyse_queued(worker) -> float:
     return time.perf_counter() - started
 
 
-class _Laps:
-    """CPU milliseconds of consecutive phases; what runs ``aside`` (the benchmark's own
-    bookkeeping, such as reading statement counters) is charged to no phase."""
+class Laps:
+    """Milliseconds of consecutive phases by ``read`` (CPU seconds here, the wall clock in
+    ``bench retention``); what runs ``aside`` (the benchmark's own bookkeeping, such as
+    reading statement counters) is charged to no phase."""
 
     def __init__(self, read) -> None:
         self._read = read
@@ -338,7 +339,7 @@ class _Grower:
         background = server_background_cpu_seconds(self.pgdata)
         counters, blocks = [read_counters()], [read_blocks()]
         disk = [read_disk(self.pgdata)]
-        laps = _Laps(self.cpu_seconds)
+        laps = Laps(self.cpu_seconds)
         uploads = [client.send(body) for body in bodies]
         laps.lap()
         counters.append(laps.aside(read_counters))

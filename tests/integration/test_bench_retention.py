@@ -28,6 +28,12 @@ def test_bench_retention_keeps_runs_and_fact_months_bounded():
         assert len(sample["fact_months"]) == 1
         assert sample["facts"] in (100, 200)
         assert sample["assets"] == 100  # the same endpoints every day
+        # What the sampled day's phases took, retention's own beside the scan's.
+        phases = sample["day_phase_s"]
+        assert list(phases) == [
+            "upload", "projection", "analysis", "run_purge", "fact_month_drop", "vacuum",
+        ]  # fmt: skip
+        assert all(seconds >= 0 for seconds in phases.values()) and phases["upload"] > 0
     assert len({s["fact_months"][0] for s in samples}) >= 2  # months were dropped on the way
     assert report["window_days"] == 62
     assert report["growth_after_window"] is not None and report["growth_after_window"] > 0
