@@ -166,8 +166,8 @@ def command(
         try:
             for day in range(days):
                 today = first_day + timedelta(days=day)
-                laps = Laps(time.perf_counter)
                 _queue_day(task_id, day, settings)
+                laps = Laps(time.perf_counter)  # after the run is queued: the upload alone
                 client = upload_http.ScannerClient(url, token)
                 for offset in range(0, endpoints, BATCH):
                     items = observations(
