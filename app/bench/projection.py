@@ -88,7 +88,14 @@ def _facts(ip: str, host: int) -> dict[str, Any]:
 
 
 def _endpoint(
-    n: int, *, execution_id: int, task_id: int, owner_id: int, seen: datetime, facts: bool = False
+    n: int,
+    *,
+    execution_id: int,
+    task_id: int,
+    owner_id: int,
+    seen: datetime,
+    facts: bool = False,
+    hostnames: bool = False,
 ) -> EndpointDocument:
     host = n // len(SERVICES)
     ip = f"10.{host >> 16 & 255}.{host >> 8 & 255}.{host & 255}"
@@ -99,7 +106,9 @@ def _endpoint(
         "product": product,
         "version": version,
         "banner": banner,
-        "hostname": None,
+        # ``--hostnames``: each host has its own name, so each endpoint's text (banner,
+        # product, host name) is a distinct text of its own, as in an estate with reverse DNS.
+        "hostname": f"host-{host}.corp{host % 7}.example.test" if hostnames else None,
         "tags": ("bench",),
         "details": {"address_family": "ipv4", **(_facts(ip, host) if facts else {})},
     }
@@ -143,7 +152,12 @@ def _create_execution(owner_id: int) -> tuple[int, int]:
 
 
 def _seed(
-    store: SearchStore, endpoints: int, executions: int, seen: datetime, facts: bool = False
+    store: SearchStore,
+    endpoints: int,
+    executions: int,
+    seen: datetime,
+    facts: bool = False,
+    hostnames: bool = False,
 ) -> list[int]:
     """Executions sharing ``endpoints`` between them, written through the store; outbox rows
     are added only afterwards, so the timed drain starts with all data in place."""
@@ -177,6 +191,7 @@ def _seed(
                     owner_id=owner_id,
                     seen=seen,
                     facts=facts,
+                    hostnames=hostnames,
                 )
                 for n in range(start, min(last, start + SEED_BATCH))
             ]
@@ -293,11 +308,12 @@ def run_benchmark(
     republish: bool,
     pgdata: Path | None = None,
     facts: bool = False,
+    hostnames: bool = False,
 ) -> dict[str, Any]:
     from app.heap import settle_heap
 
     store.ensure_schema()
-    execution_ids = _seed(store, endpoints, executions, BASE_TIME, facts)
+    execution_ids = _seed(store, endpoints, executions, BASE_TIME, facts, hostnames)
     _queue(execution_ids)
     settle_heap()  # as a runner worker does once booted (jobs.runner.worker_main)
     first = drain(settings, store, workers, endpoints, "publish", pgdata)
@@ -321,7 +337,7 @@ def run_benchmark(
         },
     }
     if republish:
-        later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1), facts)
+        later = _seed(store, endpoints, executions, BASE_TIME + timedelta(days=1), facts, hostnames)
         _queue(later)
         again = drain(settings, store, workers, endpoints, "republish", pgdata)
         result["republish"] = again
@@ -383,6 +399,11 @@ def _opened(
 @click.option(
     "--facts", is_flag=True, help="Every endpoint carries TLS and HTTP facts (a web fleet)."
 )
+@click.option(
+    "--hostnames",
+    is_flag=True,
+    help="Every host has a name of its own (a distinct free-text text per endpoint).",
+)
 def command(
     backend: str,
     es_url: str | None,
@@ -396,6 +417,7 @@ def command(
     shared_buffers: str,
     republish: bool,
     facts: bool,
+    hostnames: bool,
 ) -> None:
     """Projection worker throughput, page latency, heartbeat lateness and pool waits."""
     if backend == "elasticsearch" and not es_url:
@@ -418,7 +440,9 @@ def command(
             republish=republish,
             pgdata=pgdata,
             facts=facts,
+            hostnames=hostnames,
         )
     result["settings"]["postgres_shared_buffers"] = shared_buffers
     result["settings"]["facts"] = facts
+    result["settings"]["hostnames"] = hostnames
     click.echo(json.dumps(result))

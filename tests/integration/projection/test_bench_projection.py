@@ -37,8 +37,9 @@ def test_bench_projection_on_the_simulator_cleans_up_after_itself():
 
 @pytest.mark.slow
 def test_bench_projection_on_a_scratch_postgres_with_republish():
-    report = run("--endpoints", "500", "--page-size", "100", "--republish")
+    report = run("--endpoints", "500", "--page-size", "100", "--republish", "--hostnames")
     assert KEYS <= set(report) and report["backend"] == "postgres"
+    assert report["settings"]["hostnames"] is True
     assert report["server_side_pages"] and report["completed_executions"] == 1
     assert report["republish"]["completed_executions"] == 1
 
