@@ -45,14 +45,24 @@ _TIME_COLUMNS = {"first_seen": "t.first_seen", "last_seen": "t.last_seen"}
 # (``postgres_queries.matching_fact_text_ids``); a clause without an entry is spelled as
 # the expression's own ILIKE.
 FactTextIds = dict[tuple[str, str], tuple[int, ...]]
+# A free text's matching distinct texts (``ASSET_TEXTS_TABLE`` keys), looked up the same way
+# (``postgres_queries.matching_language_text_ids``); a text without an entry is spelled as
+# a subquery of the texts table.
+TextIds = dict[str, tuple[str, ...]]
 
 
 class _Spell:
-    def __init__(self, status: str = "t.status", fact_ids: FactTextIds | None = None) -> None:
+    def __init__(
+        self,
+        status: str = "t.status",
+        fact_ids: FactTextIds | None = None,
+        text_ids: TextIds | None = None,
+    ) -> None:
         self.params: dict[str, Any] = {}
         self._names = itertools.count()
         self.status = status
         self.fact_ids = fact_ids or {}
+        self.text_ids = text_ids or {}
 
     def bind(self, value: Any) -> str:
         name = f"q{next(self._names)}"
@@ -68,7 +78,13 @@ class _Spell:
             return f"(({self.node(node.node)}) IS NOT TRUE)"
         if isinstance(node, Text):
             # The row's text key among the matching distinct texts (migration 0170), as the
-            # ``q`` filter has always been read.
+            # ``q`` filter has always been read: named outright where looked up (through the
+            # texts' grams, migration 2400), else a subquery.
+            ids = self.text_ids.get(node.text)
+            if ids is not None:
+                if not ids:
+                    return "(FALSE)"
+                return f"({TEXT_ID_EXPRESSION} = ANY(CAST({self.bind(list(ids))} AS uuid[])))"
             return (
                 f"({TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; the value is bound
                 "WHERE "
@@ -76,7 +92,7 @@ class _Spell:
                     "x.text",
                     self.bind(like_pattern(node.text)),
                     self.bind(searched_text(node.text)),
-                    grams=False,
+                    grams=None,
                 )
                 + "))"
             )
@@ -162,12 +178,17 @@ def time_text(moment: Any) -> str:
 
 
 def condition(
-    node: Node, *, status: str = "t.status", fact_ids: FactTextIds | None = None
+    node: Node,
+    *,
+    status: str = "t.status",
+    fact_ids: FactTextIds | None = None,
+    text_ids: TextIds | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
     ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's);
-    ``fact_ids``: the text fact clauses' matching value keys, where looked up."""
-    spell = _Spell(status, fact_ids)
+    ``fact_ids``: the text fact clauses' matching value keys, ``text_ids``: the free
+    texts' matching text keys, where looked up."""
+    spell = _Spell(status, fact_ids, text_ids)
     sql = spell.node(node)
     return sql, spell.params
 

@@ -46,7 +46,8 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
 )
-from app.search.postgres_language import FactTextIds
+from app.search.postgres_grams import CHUNKED_LENGTH, particular_chunks, particular_grams
+from app.search.postgres_language import FactTextIds, TextIds
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
@@ -72,7 +73,7 @@ from app.search.postgres_values import (
     same_family,
     searched_text,
 )
-from app.search.query_language import Clause, Node, walk
+from app.search.query_language import Clause, Node, Text, walk
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -426,43 +427,81 @@ ASSET_AGGREGATES = (
 # Matching texts a search names outright (see matching_text_ids); beyond this many it
 # leaves the texts to a subquery.
 TEXT_IDS_CAP = 1000
-MATCHING_TEXT_IDS = sa.text(
-    f"SELECT CAST(id AS text) FROM {ASSET_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-    f"WHERE {distinct_text_contains('text', ':text', ':value', grams=False)} LIMIT :cap"
-)
+# Text fact values (certificate, HTTP) a search names outright (see
+# matching_fact_text_ids); beyond this many it leaves the clause to the expression's own
+# ILIKE.
+FACT_TEXT_IDS_CAP = 1000
+
+
+_CHUNK_PARAMS = tuple(f":chunks{part}" for part in range(5))
+# Each table of distinct texts: the index of its five-character pieces (migrations 2400
+# and 2300), and the index condition a value long enough for it asks for.
+_PIECES = {
+    ASSET_TEXTS_TABLE: ("ix_search_asset_texts_chunks", {"chunks": _CHUNK_PARAMS}),
+    FACT_TEXTS_TABLE: ("ix_search_asset_fact_texts_grams", {"grams": ":grams"}),
+}
+
+
+def _lookups(select: str, table: str) -> dict[bool, sa.TextClause]:
+    """The lookup of a value among ``table``'s distinct texts, by whether it reads their
+    index of five-character pieces (``by_pieces``; bound by ``lookup_params``) or their
+    trigrams."""
+    statements = {}
+    for pieces in (False, True):
+        indexed = _PIECES[table][1] if pieces else {}
+        contains = distinct_text_contains("text", ":text", ":value", **indexed)
+        statements[pieces] = sa.text(
+            f"SELECT {select} FROM {table} WHERE {contains} LIMIT :cap"  # noqa: S608 - module constants; values are bound
+        )
+    return statements
+
+
+MATCHING_TEXT_IDS = _lookups("CAST(id AS text)", ASSET_TEXTS_TABLE)
+MATCHING_FACT_TEXT_IDS = _lookups("number", FACT_TEXTS_TABLE)
+
+
+def by_pieces(table: str, text: str) -> bool:
+    """Whether ``table``'s lookup of ``text`` reads the index of five-character pieces: a
+    free text of ``CHUNKED_LENGTH`` characters or more, a text fact value of five or more."""
+    if table == ASSET_TEXTS_TABLE:
+        return len(searched_text(text)) >= CHUNKED_LENGTH
+    return looked_up_by_grams(text)
+
+
+def lookup_params(conn: Connection, table: str, text: str, cap: int) -> dict[str, Any]:
+    """The parameters of ``table``'s lookup of ``text`` (``_lookups``) returning at most
+    ``cap`` rows; for a lookup by pieces, the pieces ``postgres_grams`` picks."""
+    params: dict[str, Any] = {"text": like_pattern(text), "value": searched_text(text), "cap": cap}
+    if by_pieces(table, text):
+        index = _PIECES[table][0]
+        if table == ASSET_TEXTS_TABLE:
+            for part, chunks in enumerate(particular_chunks(conn, index, params["value"])):
+                params[f"chunks{part}"] = chunks
+        else:
+            params["grams"] = particular_grams(conn, index, params["value"])
+    return params
+
+
+def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tuple | None:
+    """The keys of ``table``'s distinct texts that contain ``text``; None beyond ``cap``."""
+    statements = MATCHING_TEXT_IDS if table == ASSET_TEXTS_TABLE else MATCHING_FACT_TEXT_IDS
+    params = lookup_params(conn, table, text, cap + 1)
+    found = tuple(conn.execute(statements[by_pieces(table, text)], params).scalars())
+    return None if len(found) > cap else found
 
 
 def matching_text_ids(conn: Connection, text: str) -> tuple[str, ...] | None:
     """The keys of the asset texts that ``text`` matches; ``None``: more than the cap.
 
-    A text search reads the distinct texts first (their trigram index, migration 0170)
-    and then asks the view for rows with one of those keys. Naming the keys outright
-    lets the planner weigh each one by the view's statistics of its text index: a text
-    on a handful of rows is read through that index, a text on half the view by walking
-    the page's order and filtering. A join to the texts table would be planned with the
-    average rows per text instead, the same for a rare text and a common one.
+    A text search reads the distinct texts first (their chunk or trigram index,
+    migrations 2400 and 1900) and then asks the view for rows with one of those keys.
+    Naming the keys outright lets the planner weigh each one by the view's statistics of
+    its text index: a text on a handful of rows is read through that index, a text on
+    half the view by walking the page's order and filtering. A join to the texts table
+    would be planned with the average rows per text instead, the same for a rare text
+    and a common one.
     """
-    ids = conn.execute(MATCHING_TEXT_IDS, _contains_params(text, cap=TEXT_IDS_CAP + 1))
-    found = tuple(ids.scalars())
-    return None if len(found) > TEXT_IDS_CAP else found
-
-
-# Text fact values (certificate, HTTP) a search names outright (see matching_fact_text_ids); beyond
-# this many it leaves the clause to the expression's own ILIKE.
-FACT_TEXT_IDS_CAP = 1000
-# By whether the value is looked up through its grams (``looked_up_by_grams``).
-MATCHING_FACT_TEXT_IDS = {
-    grams: sa.text(
-        f"SELECT number FROM {FACT_TEXTS_TABLE} "  # noqa: S608 - table name is a module constant
-        f"WHERE {distinct_text_contains('text', ':text', ':value', grams=grams)} LIMIT :cap"
-    )
-    for grams in (False, True)
-}
-
-
-def _contains_params(text: str, **extra: Any) -> dict[str, Any]:
-    """The parameters of ``distinct_text_contains('text', ':text', ':value', …)``."""
-    return {"text": like_pattern(text), "value": searched_text(text), **extra}
+    return _distinct_text_keys(conn, ASSET_TEXTS_TABLE, text, TEXT_IDS_CAP)
 
 
 def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
@@ -479,13 +518,20 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
         wanted = (clause.field, clause.value)
         if wanted in found:
             continue
-        ids = conn.execute(
-            MATCHING_FACT_TEXT_IDS[looked_up_by_grams(clause.value)],
-            _contains_params(clause.value, cap=FACT_TEXT_IDS_CAP + 1),
-        )
-        keys = tuple(ids.scalars())
-        if len(keys) <= FACT_TEXT_IDS_CAP:
+        keys = _distinct_text_keys(conn, FACT_TEXTS_TABLE, clause.value, FACT_TEXT_IDS_CAP)
+        if keys is not None:
             found[wanted] = keys
+    return found
+
+
+def matching_language_text_ids(conn: Connection, node: Node | None) -> TextIds:
+    """The keys of the asset texts each free text of the tree matches (``matching_text_ids``),
+    for those that match at most the cap."""
+    found: TextIds = {}
+    for text in {n.text for n in walk(node) if isinstance(n, Text)}:
+        keys = matching_text_ids(conn, text)
+        if keys is not None:
+            found[text] = keys
     return found
 
 
@@ -498,7 +544,14 @@ def looked_up_statement(
     if text_ids == ():
         return None
     fact_ids = matching_fact_text_ids(conn, query.where)  # type: ignore[arg-type]
-    return asset_search_statement(query, text_ids=text_ids, select=select, fact_ids=fact_ids)
+    language_text_ids = matching_language_text_ids(conn, query.where)  # type: ignore[arg-type]
+    return asset_search_statement(
+        query,
+        text_ids=text_ids,
+        select=select,
+        fact_ids=fact_ids,
+        language_text_ids=language_text_ids,
+    )
 
 
 def _grouped(
@@ -519,13 +572,16 @@ def asset_search_statement(
     text_ids: Sequence[str] | None = None,
     select: str | None = None,
     fact_ids: FactTextIds | None = None,
+    language_text_ids: TextIds | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
     ``text_ids``: with a ``text`` filter, the keys ``matching_text_ids`` found, or
     ``None`` to match the texts in a subquery instead. ``select``: the columns to read
     instead of whole documents (the facets read a few). ``fact_ids``: the text fact
-    clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE."""
+    clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE;
+    ``language_text_ids``: the search language's free texts' keys
+    (``matching_language_text_ids``), else a subquery of the texts."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -569,7 +625,7 @@ def asset_search_statement(
         else:
             where.add(
                 f"{TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; values are bound
-                f"WHERE {distinct_text_contains('x.text', ':text', ':text_value', grams=False)})",
+                f"WHERE {distinct_text_contains('x.text', ':text', ':text_value', grams=None)})",
                 text=like_pattern(query.text),
                 text_value=searched_text(query.text),
             )
@@ -577,6 +633,7 @@ def asset_search_statement(
         language_sql, language_params = language_condition(
             query.where,  # type: ignore[arg-type]
             fact_ids=fact_ids,
+            text_ids=language_text_ids,
         )
         where.add(language_sql, **language_params)
     for name, condition in (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 from app.cursors import bad_cursor
@@ -21,7 +22,8 @@ def like_pattern(text: str) -> str:
 
 # A text fact value searched for with at least this many characters (after
 # ``searched_text``) is looked up through the distinct values' five-character grams
-# (migration 2300), a shorter one through their trigrams (migration 1900).
+# (migration 2300), a shorter one through their trigrams (migration 1900). A free text
+# needs ``postgres_grams.CHUNKED_LENGTH`` for its chunks (migration 2400).
 GRAM_LENGTH = 5
 
 
@@ -30,30 +32,39 @@ def looked_up_by_grams(text: str) -> bool:
     return len(searched_text(text)) >= GRAM_LENGTH
 
 
-def distinct_text_contains(column: str, pattern: str, value: str, *, grams: bool) -> str:
+def distinct_text_contains(
+    column: str,
+    pattern: str,
+    value: str,
+    *,
+    grams: str | None = None,
+    chunks: Sequence[str] | None = None,
+) -> str:
     """SQL: the distinct text ``column`` contains the searched value (``value``, bound to
     ``searched_text``; ``pattern``, bound to its ``like_pattern``).
 
     The first condition is the one an index of the distinct texts answers; the ``ILIKE``
-    decides exactly, as it always has. With ``grams`` (the text fact values, for a value
-    of ``GRAM_LENGTH`` or more characters: ``looked_up_by_grams``) it is the value's
-    five-character grams among the text's (migration 2300): five characters are
-    particular enough that an address or a host name has a gram few values share, where
-    each of its trigrams is held by a share of all address-like values. Otherwise it is
-    the folded value inside the folded text (migration 1900), whose trigrams span
+    decides exactly, as it always has. With ``grams`` (SQL of a text array: some or all
+    of the value's five-character grams; ``postgres_grams`` says which) it is those
+    grams among the text's (migration 2300): five characters are particular enough that
+    an address or a host name has a gram few texts share, where each of its trigrams is
+    held by a share of all address-like texts. With ``chunks`` (SQL of five text arrays:
+    the value's chunks cut from each offset 0-4, or some of them) it is, at one of the
+    five alignments, those chunks among the text's (migration 2400). Otherwise it is the
+    folded value inside the folded text (migration 1900), whose trigrams span
     punctuation, so an address or a host name is not read as a handful of short, common
-    words. Both are folded character by character, so neither ever loses a text that
+    words. All are folded character by character, so none ever loses a text that
     contains the value.
     """
-    if grams:
-        return (
-            f"(netmap_text_grams({column}) @> netmap_text_grams({value}) "
-            f"AND {column} ILIKE {pattern})"
+    if grams is not None:
+        indexed = f"netmap_text_grams({column}) @> CAST({grams} AS text[])"
+    elif chunks is not None:
+        indexed = " OR ".join(
+            f"netmap_text_chunks({column}) @> CAST({part} AS text[])" for part in chunks
         )
-    return (
-        f"(netmap_text_fold({column}) LIKE '%' || netmap_text_fold({value}) || '%' "
-        f"AND {column} ILIKE {pattern})"
-    )
+    else:
+        indexed = f"netmap_text_fold({column}) LIKE '%' || netmap_text_fold({value}) || '%'"
+    return f"(({indexed}) AND {column} ILIKE {pattern})"
 
 
 def ip_order_range(cidr: str) -> tuple[str, str]:

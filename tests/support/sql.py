@@ -38,6 +38,23 @@ def insert_address_texts(conn: sa.Connection, table: str, hosts: int) -> None:
     conn.execute(sa.text(f"ANALYZE {table}"))
 
 
+def insert_host_texts(conn: sa.Connection, hosts: int) -> None:
+    """``hosts`` free texts (banner, product, host name) in ``search_asset_texts``, one per
+    named host (``host-a-b-c.corpN.example``), as an estate with reverse DNS has; analysed."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO search_asset_texts (id, text) "
+            "SELECT md5(t)::uuid, t FROM (SELECT (ARRAY['SSH-2.0-OpenSSH_9.2p1 Debian-2', "
+            "'HTTP/1.1 200 OK Server: nginx/1.24.0'])[1 + h % 2] || E'\\x1f' || "
+            "(ARRAY['OpenSSH', 'nginx'])[1 + h % 2] || E'\\x1fhost-' || (h >> 16 & 255) || '-' "
+            "|| (h >> 8 & 255) || '-' || (h & 255) || '.corp' || h % 7 || '.example' AS t "
+            "FROM generate_series(0, :hosts - 1) AS h) s ON CONFLICT (id) DO NOTHING"
+        ),
+        {"hosts": hosts},
+    )
+    conn.execute(sa.text("ANALYZE search_asset_texts"))
+
+
 def valid_indexes(conn: sa.Connection, *tables: str) -> set[str]:
     """Names of the valid indexes of ``tables`` (on ``conn``: migration tests use their own)."""
     return set(

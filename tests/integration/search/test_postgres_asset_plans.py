@@ -27,6 +27,7 @@ from app.search.postgres_queries import (
     MATCHING_TEXT_IDS,
     asset_search_statement,
     ip_order_range,
+    lookup_params,
     matching_text_ids,
 )
 from app.search.seed import seed_current_assets
@@ -233,10 +234,11 @@ def test_a_rare_text_is_found_through_the_texts_then_the_view_index(realistic, q
     assert scanned <= {"search_asset_texts"}, plan
 
 
-def test_among_many_texts_the_matching_ones_come_from_the_trigram_index(postgres_store, realistic):
+def test_among_many_texts_the_matching_ones_come_from_the_chunk_index(postgres_store, realistic):
     # Texts accumulate over the views' history (a text whose assets changed stays); the
-    # ones a search matches must still be found through the trigram index (migration 1900:
-    # over the folded text).
+    # ones a search matches must still be found through an index: a value of nine or more
+    # characters through the texts' chunks (migration 2400), a shorter one through the
+    # folded text's trigrams (migration 1900).
     with db.transaction() as conn:
         conn.execute(
             sa.text(
@@ -247,13 +249,20 @@ def test_among_many_texts_the_matching_ones_come_from_the_trigram_index(postgres
             )
         )
         conn.execute(sa.text("ANALYZE search_asset_texts"))
-        texts_plan = conn.execute(
-            sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS)),
-            {"text": "%quokka-httpd%", "value": "quokka-httpd", "cap": 1001},
-        ).scalar_one()
-    document = texts_plan if isinstance(texts_plan, list) else json.loads(texts_plan)
-    indexes = {node.get("Index Name") for node in _nodes(document[0]["Plan"])}
-    assert "ix_search_asset_texts_fold_trgm" in indexes, document
+        plans = {
+            value: conn.execute(
+                sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS[grams])),
+                lookup_params(conn, "search_asset_texts", value, 1001),
+            ).scalar_one()
+            for value, grams in (("quokka-httpd", True), ("okka", False))
+        }
+    for value, index in (
+        ("quokka-httpd", "ix_search_asset_texts_chunks"),
+        ("okka", "ix_search_asset_texts_fold_trgm"),
+    ):
+        document = plans[value] if isinstance(plans[value], list) else json.loads(plans[value])
+        indexes = {node.get("Index Name") for node in _nodes(document[0]["Plan"])}
+        assert index in indexes, document
     for query in _queries(text="quokka-httpd"):
         view = f"ix_search_assets_{query.scope}_text"
         assert view in {node.get("Index Name") for node in _nodes(_plan(query))}, query

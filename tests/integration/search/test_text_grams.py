@@ -1,8 +1,9 @@
-"""Text fact lookups through five-character grams (migration 2300).
+"""Distinct-text lookups through five-character grams (migrations 2300 and 2400).
 
-A text fact clause (``cert.subject:``…) whose value has five or more characters finds
-its distinct values through a GIN index of each folded value's five-character grams
-(``netmap_text_grams``); a shorter one keeps the folded trigram index (migration 1900).
+A text fact clause (``cert.subject:``…) or a free text (``q``) whose value has five or
+more characters finds its distinct texts through a GIN index of each folded text's
+five-character grams (``netmap_text_grams``), less the grams nearly every text holds
+(``postgres_grams``); a shorter one keeps the folded trigram index (migration 1900).
 ``test_text_fold.py`` holds both conditions to what ``ILIKE`` answers for any text and
 value. These tests show, on a real PostgreSQL, which index each value reads and what it
 costs: among many address-like values, a rare address is read through the gram index
@@ -15,28 +16,50 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from app import db
-from app.search.postgres_queries import MATCHING_FACT_TEXT_IDS, matching_fact_text_ids
-from app.search.postgres_values import like_pattern, looked_up_by_grams, searched_text
+from app.search.postgres_grams import particular_chunks, particular_grams
+from app.search.postgres_language import condition as language_condition
+from app.search.postgres_queries import (
+    MATCHING_FACT_TEXT_IDS,
+    MATCHING_TEXT_IDS,
+    by_pieces,
+    lookup_params,
+    matching_fact_text_ids,
+    matching_language_text_ids,
+    matching_text_ids,
+)
+from app.search.postgres_values import (
+    distinct_text_contains,
+    like_pattern,
+    looked_up_by_grams,
+)
 from app.search.query_language import parse_query
 from tests.support.plans import nodes
-from tests.support.sql import insert_address_texts
+from tests.support.sql import insert_address_texts, insert_host_texts
 
 TABLE, PREFIX = "search_asset_fact_texts", "ix_search_asset_fact_texts"
 
 
 def _index_scan(conn, statement, value: str) -> dict:
-    """The index scan of ``statement``'s plan for ``value``, run with buffer counts."""
-    params = {"text": like_pattern(value), "value": searched_text(value), "cap": 1001}
+    """The one index scan of ``statement``'s plan for ``value`` (a text fact value, bound
+    as a search binds it), run with buffer counts."""
+    scans = _index_scans(conn, statement, lookup_params(conn, TABLE, value, 1001))
+    assert len(scans) == 1, scans
+    return scans[0]
+
+
+def _index_scans(conn, statement, params: dict) -> list[dict]:
+    """The index scans of ``statement``'s plan with ``params``, run with buffer counts."""
     answer = conn.execute(
         sa.text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + str(statement)), params
     ).scalar_one()
     document = answer if isinstance(answer, list) else json.loads(answer)
-    scans = [node for node in nodes(document[0]["Plan"]) if node.get("Index Name")]
-    assert len(scans) == 1, document
-    return scans[0]
+    return [node for node in nodes(document[0]["Plan"]) if node.get("Index Name")]
 
 
 def _pages(scan: dict) -> int:
@@ -72,10 +95,7 @@ def test_a_rare_address_among_many_reads_a_fraction_of_the_trigram_pages(postgre
         # entries whole, the same for both indexes, which would hide what each one costs.
         for index in ("grams", "fold_trgm"):
             conn.execute(sa.text(f"SELECT gin_clean_pending_list('{prefix}_{index}')"))
-        found = conn.execute(
-            statements[True],
-            {"text": like_pattern("10.0.77.7"), "value": "10.0.77.7", "cap": 1001},
-        ).all()
+        found = conn.execute(statements[True], lookup_params(conn, TABLE, "10.0.77.7", 1001)).all()
         grams = _index_scan(conn, statements[True], "10.0.77.7")
         trigrams = _index_scan(conn, statements[False], "10.0.77.7")
     # 10.0.77.7 and 10.0.77.70-79.
@@ -150,3 +170,170 @@ def test_a_new_installation_leaves_the_values_table_unanalysed(postgres_store):
             {"t": TABLE},
         ).scalar_one()
     assert reltuples < 0  # never analysed: the planner sizes it by its pages
+
+
+# Free text (migration 2400) and the pieces a lookup asks for (app.search.postgres_grams).
+
+FREE = "search_asset_texts"
+HOST = "host-0-77-7.corp"
+_PIECE = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), include_characters=".-q7")
+
+
+def test_the_chunks_are_the_folded_texts_consecutive_five_character_pieces(postgres_store):
+    with db.transaction() as conn:
+        chunks = conn.execute(
+            sa.text(
+                "SELECT netmap_text_chunks('host-7-77-7.corp3.example.com'), "
+                "netmap_text_chunks('Ab-Cd'), netmap_text_chunks('abcd'), netmap_text_chunks(''), "
+                "netmap_text_chunks(E'a,b\\nc\\x1fdefghij')"
+            )
+        ).one()
+    assert chunks[0] == ["hostq", "7q77q", "7qcor", "p3qex", "ample"]  # "qcom" left over
+    assert chunks[1] == ["abqcd"] and chunks[2] == [] and chunks[3] == []
+    assert chunks[4] == ["aqbqc", "qdefg"]
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.text(_PIECE, max_size=12),
+            st.text(_PIECE, min_size=9, max_size=20),
+            st.text(_PIECE, max_size=12),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=15,
+    )
+)
+@example(rows=[("SSH-2.0 x", "host-0-77-7.corp", ".example", True), ("ab", "İstanbul-ß", "", True)])
+def test_the_chunk_condition_finds_every_text_that_holds_the_value(postgres_store, rows):
+    """At whichever offset a value of nine or more characters stands in a text, the five
+    ORed chunk lookups (every chunk asked for) beside the ``ILIKE`` answer what the
+    ``ILIKE`` alone answers; ``held`` puts the value inside the text, else it stands
+    beside it."""
+    chunks = [f"netmap_text_chunks(substr(netmap_text_fold(x.value), {p + 1}))" for p in range(5)]
+    condition = distinct_text_contains("x.text", "x.pattern", "x.value", chunks=chunks)
+    values_sql = ", ".join(f"(:n{n}, :t{n}, :p{n}, :v{n})" for n in range(len(rows)))
+    params: dict = {}
+    for n, (before, value, after, held) in enumerate(rows):
+        text = before + value + after if held else before + after + value[1:]
+        params |= {f"n{n}": n, f"t{n}": text, f"p{n}": like_pattern(value), f"v{n}": value}
+    with db.transaction() as conn:
+        answers = conn.execute(
+            sa.text(
+                f"SELECT x.n, x.text ILIKE x.pattern AS plain, {condition} AS chunked "
+                f"FROM (VALUES {values_sql}) AS x(n, text, pattern, value) ORDER BY x.n"
+            ),
+            params,
+        ).all()
+    assert [row.chunked for row in answers] == [row.plain for row in answers]
+
+
+def test_a_lookup_leaves_out_the_pieces_nearly_every_text_holds(postgres_store):
+    with db.transaction() as conn:
+        insert_host_texts(conn, 20_000)
+        every = (
+            conn.execute(
+                sa.text(
+                    "SELECT array_agg(c ORDER BY c) FROM generate_series(0, 4) AS a(part), "
+                    "unnest(netmap_text_chunks(substr(netmap_text_fold(:v), a.part + 1))) AS c "
+                    "GROUP BY a.part ORDER BY a.part"
+                ),
+                {"v": HOST},
+            )
+            .scalars()
+            .all()
+        )
+        asked = particular_chunks(conn, "ix_search_asset_texts_chunks", HOST)
+    # Every host is host-0-….corp…: "stq0q" and "qcorp" are chunks of every text of one
+    # banner (the banner's length sets the alignment); the address's are rare.
+    assert len(asked) == len(every) == 5
+    assert all(set(kept) <= set(chunks) for kept, chunks in zip(asked, every, strict=True))
+    left_out = set().union(*every) - set().union(*asked)
+    assert {"stq0q", "qcorp"} <= left_out
+    assert not {"0q77q", "q77q7"} & left_out
+
+
+def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(postgres_store):
+    with db.transaction() as conn:
+        # Never analysed: no statistics name a common piece.
+        assert particular_chunks(conn, "ix_search_asset_texts_chunks", HOST) == [
+            ["0q77q", "7qcor", "hostq"],
+            ["ostq0", "q77q7", "qcorp"],
+            ["77q7q", "stq0q"],
+            ["7q7qc", "tq0q7"],
+            ["q0q77", "q7qco"],
+        ]
+        insert_host_texts(conn, 20_000)
+        # Every gram of "host-" is in every text: the one gram is asked for.
+        assert particular_grams(conn, "ix_search_asset_fact_texts_grams", "hosts") == ["hosts"]
+    with pytest.raises(ValueError, match="no chunk"):
+        with db.transaction() as conn:
+            particular_chunks(conn, "ix_search_asset_texts_chunks", "host-0-7")
+
+
+def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
+    with db.transaction() as conn:
+        insert_host_texts(conn, 100_000)
+        for index in ("chunks", "fold_trgm"):
+            conn.execute(sa.text(f"SELECT gin_clean_pending_list('ix_search_asset_texts_{index}')"))
+        keys = matching_text_ids(conn, HOST)
+        expected = (
+            conn.execute(
+                sa.text(f"SELECT CAST(id AS text) FROM {FREE} WHERE text LIKE :p"),
+                {"p": f"%{HOST}%"},
+            )
+            .scalars()
+            .all()
+        )
+        params = lookup_params(conn, FREE, HOST, 1001)
+        chunks = _index_scans(conn, MATCHING_TEXT_IDS[True], params)
+        trigrams = _index_scans(conn, MATCHING_TEXT_IDS[False], params)
+    assert keys is not None and sorted(keys) == sorted(expected) and len(expected) == 1
+    assert {scan["Index Name"] for scan in chunks} == {"ix_search_asset_texts_chunks"}
+    assert [scan["Index Name"] for scan in trigrams] == ["ix_search_asset_texts_fold_trgm"]
+    # The five alignments' lookups together, against the trigram lists of "q0q", "77q"…
+    assert sum(_pages(scan) for scan in chunks) * 5 <= _pages(trigrams[0]), (chunks, trigrams)
+
+
+def test_free_text_finds_the_same_texts_whichever_index_the_value_picks(postgres_store):
+    with db.transaction() as conn:
+        insert_host_texts(conn, 20_000)
+        for value in (HOST, "0-77-7.corp", "st-0-77-7", "nginx/1.24", "host-", "77-7", "-7."):
+            assert by_pieces(FREE, value) == (len(value) >= 9)
+            keys = matching_text_ids(conn, value)
+            expected = (
+                conn.execute(
+                    sa.text(f"SELECT CAST(id AS text) FROM {FREE} WHERE text ILIKE :p"),
+                    {"p": like_pattern(value)},
+                )
+                .scalars()
+                .all()
+            )
+            if keys is None:  # more than the cap: left to the view's subquery
+                assert len(expected) > 1000, value
+            else:
+                assert sorted(keys) == sorted(expected), value
+
+
+def test_a_free_text_inside_the_search_language_is_looked_up_by_its_chunks(postgres_store):
+    """``q=host-0-77-7.corp port:22`` names the matching texts outright, as a plain
+    ``q=host-0-77-7.corp`` does, instead of a subquery through the trigram index."""
+    with db.transaction() as conn:
+        insert_host_texts(conn, 20_000)
+        node = parse_query(f'"{HOST}" port:22').node
+        found = matching_language_text_ids(conn, node)
+        direct = matching_text_ids(conn, HOST)
+        sql, params = language_condition(node, text_ids=found)
+        none_sql, _ = language_condition(
+            parse_query('"host-9-9-9.corp" port:22').node, text_ids={"host-9-9-9.corp": ()}
+        )
+    assert found == {HOST: direct} and direct is not None and len(direct) == 1
+    assert "ANY(CAST(" in sql and "search_asset_texts" not in sql
+    assert list(found[HOST]) in params.values()
+    assert "(FALSE)" in none_sql
