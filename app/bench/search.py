@@ -39,6 +39,12 @@ QUERIES = {
     "or_not": "(port:22 OR port:3306) -product:mysql",
 }
 FACETS = {"facets_all": "", "facets_port": "port:443"}
+# With ``--hostnames`` (every host named after its address, as reverse DNS names hosts):
+# a rare host name as the plain free text and inside a search-language query.
+HOST_QUERIES = {
+    "free_text_host_rare": "host-10-0-77-7.corp",
+    "free_text_host_port": "host-10-0-77-7.corp port:22",
+}
 _CERTIFICATES = """
     UPDATE search_assets_user
        SET details = jsonb_build_object('tls', jsonb_build_object(
@@ -51,16 +57,34 @@ _CERTIFICATES = """
                                         'server', 'nginx/1.24.0'))
      WHERE owner_id = :owner_id AND port = 443 AND key >= :low AND key < :high
 """
-# Assets per statement of ``certify``, about: each new subject and title is a new
-# distinct value (its row, trigrams and grams), so one statement for a million assets'
-# certificates would run into the statement timeout.
+_HOSTNAMES = """
+    UPDATE search_assets_user
+       SET hostname = 'host-' || replace(host(ip), '.', '-') || '.corp' || (key & 7) || '.example'
+     WHERE owner_id = :owner_id AND key >= :low AND key < :high
+"""
+# Assets per statement of ``certify`` and ``name_hosts``, about: each new subject, title
+# or free text is a new distinct value (its row, trigrams and grams or chunks), so one
+# statement for a million assets would run into the statement timeout.
 _CERTIFY_ASSETS = 100_000
 
 
 def certify(owner_id: int) -> int:
-    """Give the owner's port-443 assets their certificates and pages (``_CERTIFICATES``),
-    a range of keys per transaction; the number of assets given one. The keys are hashes,
-    spread evenly, so equal ranges of them hold about as many assets."""
+    """Give the owner's port-443 assets their certificates and pages (``_CERTIFICATES``);
+    the number of assets given one."""
+    return _in_key_ranges(owner_id, _CERTIFICATES)
+
+
+def name_hosts(owner_id: int) -> int:
+    """Give every asset of the owner its host's name (``_HOSTNAMES``), so each endpoint's
+    free text (banner, product, host name) is a distinct text of its own; the number of
+    assets named."""
+    return _in_key_ranges(owner_id, _HOSTNAMES)
+
+
+def _in_key_ranges(owner_id: int, statement: str) -> int:
+    """Run ``statement`` (bound ``:owner_id``, ``:low``, ``:high``) over the owner's assets,
+    a range of keys per transaction; the rows it changed. The keys are hashes, spread
+    evenly, so equal ranges of them hold about as many assets."""
     import sqlalchemy as sa
 
     from app.db import transaction
@@ -72,16 +96,16 @@ def certify(owner_id: int) -> int:
             ),
             {"o": owner_id},
         ).one()
-    certified = 0
+    changed = 0
     if not assets:
-        return certified
+        return changed
     step = (high - low) // max(1, assets // _CERTIFY_ASSETS) + 1
     for start in range(low, high + 1, step):
         with transaction() as conn:
-            certified += conn.execute(
-                sa.text(_CERTIFICATES), {"owner_id": owner_id, "low": start, "high": start + step}
+            changed += conn.execute(
+                sa.text(statement), {"owner_id": owner_id, "low": start, "high": start + step}
             ).rowcount
-    return certified
+    return changed
 
 
 def time_queries(
@@ -91,6 +115,7 @@ def time_queries(
     now: datetime,
     *,
     statements: dict[str, Any] | None = None,
+    queries: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
     """Each of ``QUERIES`` (a 50-row first page) and ``FACETS`` ``repeats`` times over the
     owner's current assets through the store: (timings by name, rows or sampled by name).
@@ -104,7 +129,7 @@ def time_queries(
 
     timings: dict[str, dict[str, float]] = {}
     found: dict[str, int] = {}
-    for name, text in {**QUERIES, **FACETS}.items():
+    for name, text in {**(QUERIES if queries is None else queries), **FACETS}.items():
         node = parse_query(text, now=now).node
         query = AssetQuery(scope="user", owner_id=owner_id, where=node, limit=50)
         samples = []
@@ -126,7 +151,12 @@ def time_queries(
 @click.command("search")
 @click.option("--assets", default=100_000, show_default=True, help="current assets of the user")
 @click.option("--repeats", default=10, show_default=True, help="runs per query")
-def command(assets: int, repeats: int) -> None:
+@click.option(
+    "--hostnames",
+    is_flag=True,
+    help="name every host (a distinct free text per asset) and time a rare host name too",
+)
+def command(assets: int, repeats: int, hostnames: bool) -> None:
     """p95 of twelve search-language queries and of facets (PostgreSQL); one JSON object."""
     import sqlalchemy as sa
 
@@ -161,12 +191,14 @@ def command(assets: int, repeats: int) -> None:
             store = context.store()
         _seed(store, user.id, execution_id, task_id, assets, 0)
         certified = certify(user.id)
+        named = name_hosts(user.id) if hostnames else 0
+        queries = {**QUERIES, **HOST_QUERIES} if hostnames else QUERIES
         # Fresh statistics and index sizes, as autovacuum soon gives (VACUUM: no transaction).
         with get_engine().connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM ANALYZE"))
         seeded_seconds = time.monotonic() - started
         now = datetime.now(UTC)
-        timings, found = time_queries(store, user.id, repeats, now)
+        timings, found = time_queries(store, user.id, repeats, now, queries=queries)
         worst = max(t["p95_ms"] for t in timings.values())
         print(
             json.dumps(
@@ -175,10 +207,11 @@ def command(assets: int, repeats: int) -> None:
                     "store": store.name,
                     "assets": assets,
                     "certificates": certified,
+                    "named_hosts": named,
                     "repeats": repeats,
                     "seed_seconds": round(seeded_seconds, 1),
                     "queries": {
-                        k: {"q": v, **timings[k], "rows": found[k]} for k, v in QUERIES.items()
+                        k: {"q": v, **timings[k], "rows": found[k]} for k, v in queries.items()
                     },
                     "facets": {
                         k: {"q": v, **timings[k], "sampled": found[k]} for k, v in FACETS.items()
