@@ -14,12 +14,20 @@ Any subset of the pieces finds every text that holds the value (each such text h
 all of them), and the lookup's ``ILIKE`` decides exactly, so a lookup may leave the
 common pieces out. Which are common is what ``ANALYZE`` already records of the index's
 expression: its most common elements and the share of texts holding each (``pg_stats``).
-A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out, unless every
-piece of that lookup is that common (then all are asked for). With no statistics yet (a
-new table, or a role that may not read them), every piece is asked for.
+A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out,
+unless every piece of that lookup is that common (then all are asked for). With no
+statistics yet (a new table, or a role that may not read them), every piece is asked for.
+
+Reading ``pg_stats`` costs a couple of milliseconds (the view checks privileges row by
+row), more than the lookup it tunes, so each process keeps each index's common pieces
+for ``STATISTICS_SECONDS``: statistics change only when the table is analysed, and stale
+ones can cost a lookup pages, never an answer.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -32,64 +40,79 @@ COMMON_PIECE_SHARE = 0.01
 # characters before the first chunk at the last one); a shorter one has none at some, and
 # is looked up through the trigrams instead.
 CHUNKED_LENGTH = 9
+# How long a process trusts the common pieces it read of an index.
+STATISTICS_SECONDS = 300.0
 
-# Each lookup's pieces (``part``: the alignment for chunks; one part for grams), each with
-# its share where the statistics list it (a piece below the most common ones has none).
-# ``most_common_elems`` is an ``anyarray``, read as text[] through its text form.
-_SHARES = """
-    SELECT p.part, p.piece, s.share
-      FROM ({pieces}) AS p
-      LEFT JOIN (
-            SELECT e.piece, e.share
-              FROM pg_class c
-              JOIN pg_namespace n ON n.oid = c.relnamespace
-              JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname
-             CROSS JOIN unnest(CAST(CAST(st.most_common_elems AS text) AS text[]),
-                               st.most_common_elem_freqs) AS e(piece, share)
-             WHERE c.oid = to_regclass(:index)
-           ) AS s ON s.piece = p.piece
-     ORDER BY p.part, p.piece
-"""
-GRAM_SHARES = sa.text(
-    _SHARES.format(
-        pieces="SELECT DISTINCT 0 AS part, g AS piece FROM unnest(netmap_text_grams(:value)) AS g"
-    )
+# The value's distinct grams, as one lookup (part 0).
+GRAM_PIECES = sa.text(
+    "SELECT DISTINCT 0 AS part, g AS piece FROM unnest(netmap_text_grams(:value)) AS g "
+    "ORDER BY 1, 2"
 )
-# The value's chunks cut from each offset 0-4 of its folded form: where a text holds the
-# value at alignment ``part``, these are chunks of the text.
-CHUNK_SHARES = sa.text(
-    _SHARES.format(
-        pieces="SELECT DISTINCT a.part, c AS piece FROM generate_series(0, 4) AS a(part) "
-        "CROSS JOIN unnest(netmap_text_chunks(substr(netmap_text_fold(:value), a.part + 1))) "
-        "AS c"
-    )
+# The value's chunks cut from each offset 0-4 of its folded form (part: the offset): where
+# a text holds the value at that alignment, these are chunks of the text.
+CHUNK_PIECES = sa.text(
+    "SELECT DISTINCT a.part, c AS piece FROM generate_series(0, 4) AS a(part) "
+    "CROSS JOIN unnest(netmap_text_chunks(substr(netmap_text_fold(:value), a.part + 1))) AS c "
+    "ORDER BY 1, 2"
+)
+# The most common elements of the index's expression and their shares (the shares array
+# carries three more numbers at its end, which ``zip`` leaves out). ``most_common_elems``
+# is an ``anyarray``, read as text[] through its text form; with the schema and name given
+# as constants the view finds its one row through the catalogue's indexes.
+COMMON_PIECES = sa.text(
+    "SELECT CAST(CAST(most_common_elems AS text) AS text[]) AS pieces, "
+    "most_common_elem_freqs AS shares FROM pg_stats "
+    "WHERE schemaname = current_schema() AND tablename = :index"
 )
 
+_lock = threading.Lock()
+_shares: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
 
-def _particular(rows) -> list[list[str]]:
-    parts: dict[int, list[tuple[str, float | None]]] = {}
+
+def piece_shares(conn: Connection, index: str) -> dict[str, float]:
+    """The share of texts holding each of the most common pieces of ``index`` (none
+    without statistics), as this process last read them."""
+    key = (conn.engine.url.render_as_string(hide_password=True), index)
+    now = time.monotonic()
+    with _lock:
+        cached = _shares.get(key)
+    if cached is not None and now - cached[0] < STATISTICS_SECONDS:
+        return cached[1]
+    row = conn.execute(COMMON_PIECES, {"index": index}).first()
+    if row is None or row.pieces is None:
+        shares = {}
+    else:  # the shares run three numbers longer than the pieces
+        shares = dict(zip(row.pieces, row.shares[: len(row.pieces)], strict=True))
+    with _lock:
+        _shares[key] = (now, shares)
+    return shares
+
+
+def _particular(conn: Connection, index: str, rows) -> list[list[str]]:
+    """Each lookup's pieces (``rows``: part, piece), less the common ones."""
+    shares = piece_shares(conn, index)
+    parts: dict[int, list[str]] = {}
     for row in rows:
-        parts.setdefault(row.part, []).append((row.piece, row.share))
+        parts.setdefault(row.part, []).append(row.piece)
     chosen = []
     for _part, pieces in sorted(parts.items()):
-        kept = [p for p, share in pieces if share is None or share <= COMMON_PIECE_SHARE]
-        chosen.append(kept or [p for p, _share in pieces])
+        kept = [p for p in pieces if shares.get(p, 0.0) <= COMMON_PIECE_SHARE]
+        chosen.append(kept or pieces)
     return chosen
 
 
 def particular_grams(conn: Connection, index: str, value: str) -> list[str]:
     """The grams of ``value`` (already ``searched_text``, at least five characters) that a
     lookup through the gram index ``index`` asks for."""
-    rows = conn.execute(GRAM_SHARES, {"value": value, "index": index}).all()
-    return _particular(rows)[0]
+    return _particular(conn, index, conn.execute(GRAM_PIECES, {"value": value}).all())[0]
 
 
 def particular_chunks(conn: Connection, index: str, value: str) -> list[list[str]]:
     """For each of the five alignments, the chunks of ``value`` (already ``searched_text``,
     at least ``CHUNKED_LENGTH`` characters) a lookup through the chunk index ``index``
     asks for."""
-    rows = conn.execute(CHUNK_SHARES, {"value": value, "index": index}).all()
-    chosen = _particular(rows)
+    rows = conn.execute(CHUNK_PIECES, {"value": value}).all()
+    chosen = _particular(conn, index, rows)
     if len(chosen) != 5:  # a shorter value: a caller's mistake, it would lose texts
         raise ValueError(f"{value!r} has no chunk at some alignment")
     return chosen

@@ -525,10 +525,14 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
 
 
 def matching_language_text_ids(conn: Connection, node: Node | None) -> TextIds:
-    """The keys of the asset texts each free text of the tree matches (``matching_text_ids``),
-    for those that match at most the cap."""
+    """The keys of the asset texts each free text of the tree that is looked up by its
+    chunks matches (``matching_text_ids``), for those that match at most the cap. A
+    shorter text stays a subquery: through the trigrams a common one would be read up to
+    the cap first, only to be left to the subquery."""
     found: TextIds = {}
     for text in {n.text for n in walk(node) if isinstance(n, Text)}:
+        if not by_pieces(ASSET_TEXTS_TABLE, text):
+            continue
         keys = matching_text_ids(conn, text)
         if keys is not None:
             found[text] = keys
