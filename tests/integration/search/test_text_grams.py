@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app import db
-from app.search.postgres_grams import particular_chunks, particular_grams
+from app.search import postgres_grams
+from app.search.postgres_grams import particular_chunks, particular_grams, piece_shares
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_queries import (
     MATCHING_FACT_TEXT_IDS,
@@ -337,3 +338,17 @@ def test_a_free_text_inside_the_search_language_is_looked_up_by_its_chunks(postg
     assert "ANY(CAST(" in sql and "search_asset_texts" not in sql
     assert list(found[HOST]) in params.values()
     assert "(FALSE)" in none_sql
+
+
+def test_a_process_reads_an_index_statistics_once_in_a_while(postgres_store, monkeypatch):
+    """``pg_stats`` costs more than a lookup: each process keeps what it read of an index
+    for ``STATISTICS_SECONDS`` (stale statistics cost pages, never answers)."""
+    index = "ix_search_asset_texts_chunks"
+    with db.transaction() as conn:
+        assert piece_shares(conn, index) == {}  # never analysed; kept as read
+        insert_host_texts(conn, 20_000)
+        assert piece_shares(conn, index) == {}
+        monkeypatch.setattr(postgres_grams, "STATISTICS_SECONDS", 0.0)
+        shares = piece_shares(conn, index)
+    assert shares["qcorp"] > postgres_grams.COMMON_PIECE_SHARE
+    assert "0q77q" not in shares  # the rare ones are below the statistics' list
