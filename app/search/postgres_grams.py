@@ -102,17 +102,18 @@ def _particular(conn: Connection, index: str, rows) -> list[list[str]]:
 
 
 def particular_grams(conn: Connection, index: str, value: str) -> list[str]:
-    """The grams of ``value`` (already ``searched_text``, at least five characters) that a
-    lookup through the gram index ``index`` asks for."""
-    return _particular(conn, index, conn.execute(GRAM_PIECES, {"value": value}).all())[0]
+    """The grams of ``value`` (already ``searched_text``) that a lookup through the gram
+    index ``index`` asks for; none for a value shorter than five characters folded."""
+    rows = conn.execute(GRAM_PIECES, {"value": value}).all()
+    return _particular(conn, index, rows)[0] if rows else []
 
 
-def particular_chunks(conn: Connection, index: str, value: str) -> list[list[str]]:
-    """For each of the five alignments, the chunks of ``value`` (already ``searched_text``,
-    at least ``CHUNKED_LENGTH`` characters) a lookup through the chunk index ``index``
-    asks for."""
+def particular_chunks(conn: Connection, index: str, value: str) -> list[list[str]] | None:
+    """For each of the five alignments, the chunks of ``value`` (already ``searched_text``)
+    a lookup through the chunk index ``index`` asks for; None when the folded value is
+    shorter than ``CHUNKED_LENGTH`` (no chunk at some alignment: such a lookup would lose
+    the texts holding the value there)."""
     rows = conn.execute(CHUNK_PIECES, {"value": value}).all()
-    chosen = _particular(conn, index, rows)
-    if len(chosen) != 5:  # a shorter value: a caller's mistake, it would lose texts
-        raise ValueError(f"{value!r} has no chunk at some alignment")
-    return chosen
+    if len({row.part for row in rows}) != 5:
+        return None
+    return _particular(conn, index, rows)

@@ -470,15 +470,19 @@ def by_pieces(table: str, text: str) -> bool:
 
 def lookup_params(conn: Connection, table: str, text: str, cap: int) -> dict[str, Any]:
     """The parameters of ``table``'s lookup of ``text`` (``_lookups``) returning at most
-    ``cap`` rows; for a lookup by pieces, the pieces ``postgres_grams`` picks."""
+    ``cap`` rows; for a lookup by pieces, the pieces ``postgres_grams`` picks (none when
+    the folded value turned out too short for them: then the trigrams answer)."""
     params: dict[str, Any] = {"text": like_pattern(text), "value": searched_text(text), "cap": cap}
     if by_pieces(table, text):
         index = _PIECES[table][0]
         if table == ASSET_TEXTS_TABLE:
-            for part, chunks in enumerate(particular_chunks(conn, index, params["value"])):
-                params[f"chunks{part}"] = chunks
+            chunks = particular_chunks(conn, index, params["value"])
+            for part, pieces in enumerate(chunks or ()):
+                params[f"chunks{part}"] = pieces
         else:
-            params["grams"] = particular_grams(conn, index, params["value"])
+            grams = particular_grams(conn, index, params["value"])
+            if grams:
+                params["grams"] = grams
     return params
 
 
@@ -486,7 +490,8 @@ def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tu
     """The keys of ``table``'s distinct texts that contain ``text``; None beyond ``cap``."""
     statements = MATCHING_TEXT_IDS if table == ASSET_TEXTS_TABLE else MATCHING_FACT_TEXT_IDS
     params = lookup_params(conn, table, text, cap + 1)
-    found = tuple(conn.execute(statements[by_pieces(table, text)], params).scalars())
+    pieces = "grams" in params or "chunks0" in params
+    found = tuple(conn.execute(statements[pieces], params).scalars())
     return None if len(found) > cap else found
 
 
