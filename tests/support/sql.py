@@ -55,6 +55,28 @@ def insert_host_texts(conn: sa.Connection, hosts: int) -> None:
     conn.execute(sa.text("ANALYZE search_asset_texts"))
 
 
+def text_condition_answers(condition: str, pairs: list[tuple[str, str]]) -> list[tuple[bool, bool]]:
+    """For each (text, value) pair, what ``ILIKE`` answers and what ``condition`` does, a
+    distinct-text condition over ``x.text``, ``x.pattern`` (the value's ``like_pattern``)
+    and ``x.value`` (its ``searched_text``), evaluated by PostgreSQL."""
+    from app.search.postgres_values import like_pattern, searched_text
+
+    values_sql = ", ".join(f"(:n{n}, :t{n}, :p{n}, :v{n})" for n in range(len(pairs)))
+    params: dict[str, Any] = {}
+    for n, (text, value) in enumerate(pairs):
+        params |= {f"n{n}": n, f"t{n}": text, f"p{n}": like_pattern(value)}
+        params[f"v{n}"] = searched_text(value)
+    with transaction() as conn:
+        answers = conn.execute(
+            sa.text(
+                f"SELECT x.n, x.text ILIKE x.pattern AS plain, {condition} AS indexed "
+                f"FROM (VALUES {values_sql}) AS x(n, text, pattern, value) ORDER BY x.n"
+            ),
+            params,
+        ).all()
+    return [(row.plain, row.indexed) for row in answers]
+
+
 def valid_indexes(conn: sa.Connection, *tables: str) -> set[str]:
     """Names of the valid indexes of ``tables`` (on ``conn``: migration tests use their own)."""
     return set(

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from app import db
 from app.search.postgres_queries import MATCHING_FACT_TEXT_IDS, MATCHING_TEXT_IDS
 from app.search.postgres_values import distinct_text_contains, like_pattern, searched_text
-from tests.support.sql import insert_address_texts
+from tests.support.sql import insert_address_texts, text_condition_answers
 
 _CHARACTERS = st.characters(
     codec="utf-8",
@@ -49,31 +49,13 @@ def test_the_folded_condition_answers_what_ilike_answers(postgres_store, grams, 
     """Either index condition (the folded trigrams, or the five-character grams of
     migration 2300, asked here even of values too short to have any) beside the exact
     ``ILIKE`` answers exactly what the ``ILIKE`` alone answers."""
-    rows = [{"n": n, "text": text, "value": value} for n, (text, value) in enumerate(pairs)]
-    values_sql = ", ".join(f"(:n{n}, :t{n}, :p{n}, :v{n})" for n in range(len(rows)))
-    params: dict[str, Any] = {}
-    for row in rows:
-        n = row["n"]
-        params |= {
-            f"n{n}": n,
-            f"t{n}": row["text"],
-            f"p{n}": like_pattern(row["value"]),
-            f"v{n}": searched_text(row["value"]),
-        }
     # All of the value's grams: the lookups ask for a subset (``postgres_grams``), which
     # every text holding all of them also holds.
     folded = distinct_text_contains(
         "x.text", "x.pattern", "x.value", grams="netmap_text_grams(x.value)" if grams else None
     )
-    with db.transaction() as conn:
-        answers = conn.execute(
-            sa.text(
-                f"SELECT x.n, x.text ILIKE x.pattern AS plain, {folded} AS folded "
-                f"FROM (VALUES {values_sql}) AS x(n, text, pattern, value) ORDER BY x.n"
-            ),
-            params,
-        ).all()
-    assert [(row.n, row.folded) for row in answers] == [(row.n, row.plain) for row in answers]
+    answers = text_condition_answers(folded, pairs)
+    assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
 
 
 def _nodes(plan: dict[str, Any]):

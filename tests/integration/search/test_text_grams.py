@@ -40,7 +40,11 @@ from app.search.postgres_values import (
 )
 from app.search.query_language import parse_query
 from tests.support.plans import nodes
-from tests.support.sql import insert_address_texts, insert_host_texts
+from tests.support.sql import (
+    insert_address_texts,
+    insert_host_texts,
+    text_condition_answers,
+)
 
 TABLE, PREFIX = "search_asset_fact_texts", "ix_search_asset_fact_texts"
 
@@ -218,20 +222,12 @@ def test_the_chunk_condition_finds_every_text_that_holds_the_value(postgres_stor
     beside it."""
     chunks = [f"netmap_text_chunks(substr(netmap_text_fold(x.value), {p + 1}))" for p in range(5)]
     condition = distinct_text_contains("x.text", "x.pattern", "x.value", chunks=chunks)
-    values_sql = ", ".join(f"(:n{n}, :t{n}, :p{n}, :v{n})" for n in range(len(rows)))
-    params: dict = {}
-    for n, (before, value, after, held) in enumerate(rows):
-        text = before + value + after if held else before + after + value[1:]
-        params |= {f"n{n}": n, f"t{n}": text, f"p{n}": like_pattern(value), f"v{n}": value}
-    with db.transaction() as conn:
-        answers = conn.execute(
-            sa.text(
-                f"SELECT x.n, x.text ILIKE x.pattern AS plain, {condition} AS chunked "
-                f"FROM (VALUES {values_sql}) AS x(n, text, pattern, value) ORDER BY x.n"
-            ),
-            params,
-        ).all()
-    assert [row.chunked for row in answers] == [row.plain for row in answers]
+    pairs = [
+        (before + value + after if held else before + after + value[1:], value)
+        for before, value, after, held in rows
+    ]
+    answers = text_condition_answers(condition, pairs)
+    assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
 
 
 def test_a_lookup_leaves_out_the_pieces_nearly_every_text_holds(postgres_store):
