@@ -79,7 +79,7 @@ class _Spell:
         if isinstance(node, Text):
             # The row's text key among the matching distinct texts (migration 0170), as the
             # ``q`` filter has always been read: named outright where looked up (through the
-            # texts' grams, migration 2400), else a subquery.
+            # texts' chunks, migration 2400), else a subquery.
             ids = self.text_ids.get(node.text)
             if ids is not None:
                 if not ids:
