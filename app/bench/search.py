@@ -40,7 +40,7 @@ QUERIES = {
 }
 FACETS = {"facets_all": "", "facets_port": "port:443"}
 # With ``--hostnames`` (every host named after its address, as reverse DNS names hosts):
-# a rare host name as the plain free text and inside a search-language query.
+# a rare host name as a free text alone, and beside a port.
 HOST_QUERIES = {
     "free_text_host_rare": "host-10-0-77-7.corp",
     "free_text_host_port": "host-10-0-77-7.corp port:22",
