@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -144,22 +145,33 @@ def test_the_lookup_finds_the_same_values_whichever_index_the_value_picks(postgr
                 assert sorted(numbers) == sorted(expected), value
 
 
-def test_analyze_finds_the_function_with_only_the_catalogue_on_the_path(postgres_store):
+@pytest.mark.parametrize(
+    ("table", "index"),
+    [
+        ("search_asset_fact_texts", "ix_search_asset_fact_texts_grams"),
+        ("search_asset_texts", "ix_search_asset_texts_chunks"),
+    ],
+)
+def test_analyze_finds_the_function_with_only_the_catalogue_on_the_path(
+    postgres_store, table, index
+):
     """From PostgreSQL 17 on, ``ANALYZE``, ``VACUUM`` and ``REINDEX`` evaluate index
-    expressions with ``search_path`` set to ``pg_catalog``: the gram function must call
-    nothing it would look up on the path. Set the same path by hand on any version."""
+    expressions with ``search_path`` set to ``pg_catalog``: the gram and chunk functions
+    must call nothing they would look up on the path. Set the same path by hand on any
+    version."""
     with db.transaction() as conn:
-        insert_address_texts(conn, TABLE, 100)
+        insert_address_texts(conn, table, 100)
         schema = conn.execute(
             sa.text(
                 "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE c.oid = 'search_asset_fact_texts'::regclass"
-            )
+                "WHERE c.oid = CAST(:t AS regclass)"
+            ),
+            {"t": table},
         ).scalar_one()
     with db.get_engine().connect() as conn:
         conn.execute(sa.text("SET search_path = pg_catalog, pg_temp"))
-        conn.execute(sa.text(f'ANALYZE "{schema}".search_asset_fact_texts'))
-        conn.execute(sa.text(f'REINDEX INDEX "{schema}".ix_search_asset_fact_texts_grams'))
+        conn.execute(sa.text(f'ANALYZE "{schema}".{table}'))
+        conn.execute(sa.text(f'REINDEX INDEX "{schema}".{index}'))
         conn.rollback()
 
 
