@@ -65,7 +65,7 @@ _HOSTNAMES = """
 # Assets per statement of ``certify`` and ``name_hosts``, about: each new subject, title
 # or free text is a new distinct value (its row, trigrams and grams or chunks), so one
 # statement for a million assets would run into the statement timeout.
-_CERTIFY_ASSETS = 100_000
+_ASSETS_PER_STATEMENT = 100_000
 
 
 def certify(owner_id: int) -> int:
@@ -99,7 +99,7 @@ def _in_key_ranges(owner_id: int, statement: str) -> int:
     changed = 0
     if not assets:
         return changed
-    step = (high - low) // max(1, assets // _CERTIFY_ASSETS) + 1
+    step = (high - low) // max(1, assets // _ASSETS_PER_STATEMENT) + 1
     for start in range(low, high + 1, step):
         with transaction() as conn:
             changed += conn.execute(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -66,13 +67,14 @@ COMMON_PIECES = sa.text(
 )
 
 _lock = threading.Lock()
-_shares: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+# By database (the engine's URL) and index: when read, and the shares.
+_shares: dict[tuple[Any, str], tuple[float, dict[str, float]]] = {}
 
 
 def piece_shares(conn: Connection, index: str) -> dict[str, float]:
     """The share of texts holding each of the most common pieces of ``index`` (none
     without statistics), as this process last read them."""
-    key = (conn.engine.url.render_as_string(hide_password=True), index)
+    key = (conn.engine.url, index)
     now = time.monotonic()
     with _lock:
         cached = _shares.get(key)

@@ -434,30 +434,25 @@ FACT_TEXT_IDS_CAP = 1000
 
 
 _CHUNK_PARAMS = tuple(f":chunks{part}" for part in range(5))
-# Each table of distinct texts: the index of its five-character pieces (migrations 2400
-# and 2300), and the index condition a value long enough for it asks for.
-_PIECES = {
-    ASSET_TEXTS_TABLE: ("ix_search_asset_texts_chunks", {"chunks": _CHUNK_PARAMS}),
-    FACT_TEXTS_TABLE: ("ix_search_asset_fact_texts_grams", {"grams": ":grams"}),
-}
+# The index of each table's five-character pieces (migrations 2400 and 2300).
+CHUNK_INDEX, GRAM_INDEX = "ix_search_asset_texts_chunks", "ix_search_asset_fact_texts_grams"
 
 
-def _lookups(select: str, table: str) -> dict[bool, sa.TextClause]:
+def _lookups(select: str, table: str, **pieces: Any) -> dict[bool, sa.TextClause]:
     """The lookup of a value among ``table``'s distinct texts, by whether it reads their
-    index of five-character pieces (``by_pieces``; bound by ``lookup_params``) or their
-    trigrams."""
+    index of five-character pieces (``pieces``: the condition's bound arrays; see
+    ``text_lookup``) or their trigrams."""
     statements = {}
-    for pieces in (False, True):
-        indexed = _PIECES[table][1] if pieces else {}
-        contains = distinct_text_contains("text", ":text", ":value", **indexed)
-        statements[pieces] = sa.text(
+    for by_index in (False, True):
+        contains = distinct_text_contains("text", ":text", ":value", **(pieces if by_index else {}))
+        statements[by_index] = sa.text(
             f"SELECT {select} FROM {table} WHERE {contains} LIMIT :cap"  # noqa: S608 - module constants; values are bound
         )
     return statements
 
 
-MATCHING_TEXT_IDS = _lookups("CAST(id AS text)", ASSET_TEXTS_TABLE)
-MATCHING_FACT_TEXT_IDS = _lookups("number", FACT_TEXTS_TABLE)
+MATCHING_TEXT_IDS = _lookups("CAST(id AS text)", ASSET_TEXTS_TABLE, chunks=_CHUNK_PARAMS)
+MATCHING_FACT_TEXT_IDS = _lookups("number", FACT_TEXTS_TABLE, grams=":grams")
 
 
 def by_pieces(table: str, text: str) -> bool:
@@ -468,30 +463,32 @@ def by_pieces(table: str, text: str) -> bool:
     return looked_up_by_grams(text)
 
 
-def lookup_params(conn: Connection, table: str, text: str, cap: int) -> dict[str, Any]:
-    """The parameters of ``table``'s lookup of ``text`` (``_lookups``) returning at most
-    ``cap`` rows; for a lookup by pieces, the pieces ``postgres_grams`` picks (none when
-    the folded value turned out too short for them: then the trigrams answer)."""
-    params: dict[str, Any] = {"text": like_pattern(text), "value": searched_text(text), "cap": cap}
-    if by_pieces(table, text):
-        index = _PIECES[table][0]
-        if table == ASSET_TEXTS_TABLE:
-            chunks = particular_chunks(conn, index, params["value"])
-            for part, pieces in enumerate(chunks or ()):
-                params[f"chunks{part}"] = pieces
-        else:
-            grams = particular_grams(conn, index, params["value"])
-            if grams:
-                params["grams"] = grams
-    return params
+def text_lookup(
+    conn: Connection, table: str, text: str, cap: int
+) -> tuple[sa.TextClause, dict[str, Any]]:
+    """The statement that looks ``text`` up among ``table``'s distinct texts, at most
+    ``cap`` rows, and its parameters: by the pieces ``postgres_grams`` picks where the
+    value is long enough (``by_pieces``) and its folded form has them, else by trigrams."""
+    value = searched_text(text)
+    params: dict[str, Any] = {"text": like_pattern(text), "value": value, "cap": cap}
+    long_enough = by_pieces(table, text)
+    if table == ASSET_TEXTS_TABLE:
+        chunks = particular_chunks(conn, CHUNK_INDEX, value) if long_enough else None
+        if chunks:
+            params.update({f"chunks{part}": pieces for part, pieces in enumerate(chunks)})
+            return MATCHING_TEXT_IDS[True], params
+        return MATCHING_TEXT_IDS[False], params
+    grams = particular_grams(conn, GRAM_INDEX, value) if long_enough else None
+    if grams:
+        params["grams"] = grams
+        return MATCHING_FACT_TEXT_IDS[True], params
+    return MATCHING_FACT_TEXT_IDS[False], params
 
 
 def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tuple | None:
     """The keys of ``table``'s distinct texts that contain ``text``; None beyond ``cap``."""
-    statements = MATCHING_TEXT_IDS if table == ASSET_TEXTS_TABLE else MATCHING_FACT_TEXT_IDS
-    params = lookup_params(conn, table, text, cap + 1)
-    pieces = "grams" in params or "chunks0" in params
-    found = tuple(conn.execute(statements[pieces], params).scalars())
+    statement, params = text_lookup(conn, table, text, cap + 1)
+    found = tuple(conn.execute(statement, params).scalars())
     return None if len(found) > cap else found
 
 

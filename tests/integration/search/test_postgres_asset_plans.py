@@ -27,8 +27,8 @@ from app.search.postgres_queries import (
     MATCHING_TEXT_IDS,
     asset_search_statement,
     ip_order_range,
-    lookup_params,
     matching_text_ids,
+    text_lookup,
 )
 from app.search.seed import seed_current_assets
 from tests.support.search_documents import at, current_asset
@@ -252,7 +252,7 @@ def test_among_many_texts_the_matching_ones_come_from_the_chunk_index(postgres_s
         plans = {
             value: conn.execute(
                 sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS[grams])),
-                lookup_params(conn, "search_asset_texts", value, 1001),
+                text_lookup(conn, "search_asset_texts", value, 1001)[1],
             ).scalar_one()
             for value, grams in (("quokka-httpd", True), ("okka", False))
         }

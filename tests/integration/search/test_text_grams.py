@@ -29,10 +29,10 @@ from app.search.postgres_queries import (
     MATCHING_FACT_TEXT_IDS,
     MATCHING_TEXT_IDS,
     by_pieces,
-    lookup_params,
     matching_fact_text_ids,
     matching_language_text_ids,
     matching_text_ids,
+    text_lookup,
 )
 from app.search.postgres_values import (
     distinct_text_contains,
@@ -53,7 +53,7 @@ TABLE, PREFIX = "search_asset_fact_texts", "ix_search_asset_fact_texts"
 def _index_scan(conn, statement, value: str) -> dict:
     """The one index scan of ``statement``'s plan for ``value`` (a text fact value, bound
     as a search binds it), run with buffer counts."""
-    scans = _index_scans(conn, statement, lookup_params(conn, TABLE, value, 1001))
+    scans = _index_scans(conn, statement, text_lookup(conn, TABLE, value, 1001)[1])
     assert len(scans) == 1, scans
     return scans[0]
 
@@ -100,7 +100,7 @@ def test_a_rare_address_among_many_reads_a_fraction_of_the_trigram_pages(postgre
         # entries whole, the same for both indexes, which would hide what each one costs.
         for index in ("grams", "fold_trgm"):
             conn.execute(sa.text(f"SELECT gin_clean_pending_list('{prefix}_{index}')"))
-        found = conn.execute(statements[True], lookup_params(conn, TABLE, "10.0.77.7", 1001)).all()
+        found = conn.execute(statements[True], text_lookup(conn, TABLE, "10.0.77.7", 1001)[1]).all()
         grams = _index_scan(conn, statements[True], "10.0.77.7")
         trigrams = _index_scan(conn, statements[False], "10.0.77.7")
     # 10.0.77.7 and 10.0.77.70-79.
@@ -277,9 +277,13 @@ def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(
             ["7q7qc", "tq0q7"],
             ["q0q77", "q7qco"],
         ]
-        insert_host_texts(conn, 20_000)
-        # Every gram of "host-" is in every text: the one gram is asked for.
-        assert particular_grams(conn, "ix_search_asset_fact_texts_grams", "hosts") == ["hosts"]
+        insert_address_texts(conn, TABLE, 20_000)
+        # Every value is 10.0.…: "10q0q" is in all of them, "0q0q1" in some two fifths
+        # (10.0.1…, 10.0.1x…, 10.0.1xx…), both common. "10.0.1" has only those two, so
+        # both are asked for; "10.0.77.7" has rare ones, and "10q0q" is left out.
+        grams = "ix_search_asset_fact_texts_grams"
+        assert particular_grams(conn, grams, "10.0.1") == ["0q0q1", "10q0q"]
+        assert "10q0q" not in particular_grams(conn, grams, "10.0.77.7")
     with db.transaction() as conn:
         # Too short for a chunk at every alignment, or for a gram: no pieces.
         assert particular_chunks(conn, "ix_search_asset_texts_chunks", "host-0-7") is None
@@ -300,7 +304,7 @@ def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postg
             .scalars()
             .all()
         )
-        params = lookup_params(conn, FREE, HOST, 1001)
+        params = text_lookup(conn, FREE, HOST, 1001)[1]
         chunks = _index_scans(conn, MATCHING_TEXT_IDS[True], params)
         trigrams = _index_scans(conn, MATCHING_TEXT_IDS[False], params)
     assert keys is not None and sorted(keys) == sorted(expected) and len(expected) == 1
