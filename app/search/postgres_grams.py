@@ -33,10 +33,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-# Pieces held by more than this share of the distinct texts are left out of a lookup. The
-# rarest piece drives GIN's intersection; one held by a few percent of the texts only
-# adds its list's pages.
-COMMON_PIECE_SHARE = 0.01
+# Pieces held by more than this share of the distinct texts are left out of a lookup.
+# Why not fewer: at one alignment a rare piece alone can still match hundreds of texts
+# (``0q77q`` of ``host-10-0-77-7.corp`` matched 313 among a million named hosts), each
+# a heap page to recheck, and the set grows with the table; a piece held by a few
+# percent (``7qcor``, 3 %) cuts them to a handful for a few index pages, since GIN
+# steps through a long list only where the rare one points. Why not more: the lists of
+# pieces a fifth of the texts hold cost more pages than they save (measured at 1M and
+# 3M texts: ``docs/inventory.md``, "Pieces nearly every text holds").
+COMMON_PIECE_SHARE = 0.05
 # A free-text value this long has a whole chunk at each of the five alignments (four
 # characters before the first chunk at the last one); a shorter one has none at some, and
 # is looked up through the trigrams instead.
