@@ -267,6 +267,37 @@ def test_a_lookup_leaves_out_the_pieces_nearly_every_text_holds(postgres_store):
     assert not {"0q77q", "q77q7"} & left_out
 
 
+def test_a_piece_a_few_texts_in_a_hundred_hold_is_asked_for_beside_a_rare_one(postgres_store):
+    """Left out are only the pieces more than ``COMMON_PIECE_SHARE`` of the texts hold: one
+    that a few percent hold (``.example`` after a given ``.corpN``) still cuts the texts a
+    rare piece alone would leave to recheck."""
+    value = "host-0-12-7.corp0.example"
+    with db.transaction() as conn:
+        insert_host_texts(conn, 20_000)
+        shares = piece_shares(conn, "ix_search_asset_texts_chunks")
+        asked = particular_chunks(conn, "ix_search_asset_texts_chunks", value)
+        every = (
+            conn.execute(
+                sa.text(
+                    "SELECT array_agg(c ORDER BY c) FROM generate_series(0, 4) AS a(part), "
+                    "unnest(netmap_text_chunks(substr(netmap_text_fold(:v), a.part + 1))) AS c "
+                    "GROUP BY a.part ORDER BY a.part"
+                ),
+                {"v": value},
+            )
+            .scalars()
+            .all()
+        )
+    limit = postgres_grams.COMMON_PIECE_SHARE
+    assert asked is not None and len(asked) == len(every) == 5
+    for kept, chunks in zip(asked, every, strict=True):
+        assert kept == [c for c in chunks if shares.get(c, 0.0) <= limit]
+    asked_shares = [shares.get(piece, 0.0) for kept in asked for piece in kept]
+    assert any(0.01 < share <= limit for share in asked_shares)  # e.g. "0qexa", 3 %
+    left_out = {c for chunks in every for c in chunks} - {p for kept in asked for p in kept}
+    assert left_out and all(shares[piece] > limit for piece in left_out)
+
+
 def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(postgres_store):
     with db.transaction() as conn:
         # Never analysed: no statistics name a common piece.
