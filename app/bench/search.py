@@ -168,8 +168,8 @@ def command(assets: int, repeats: int, hostnames: bool) -> None:
     from app.identity.users import create_user
     from app.scan_control.creation import create_task, validate_task_request
 
-    if not 1 <= assets <= 5_000_000:
-        raise click.BadParameter("between 1 and 5,000,000", param_hint="--assets")
+    if not 1 <= assets <= 10_000_000:
+        raise click.BadParameter("between 1 and 10,000,000", param_hint="--assets")
     if not 1 <= repeats <= 1000:
         raise click.BadParameter("between 1 and 1,000", param_hint="--repeats")
     started = time.monotonic()
