@@ -18,7 +18,6 @@ from app.search.postgres_schema import (
     ASSET_TABLES,
     ASSET_TEXTS_TABLE,
     FACT_TEXT_KEYS,
-    TEXT_EXPRESSION,
     TEXT_ID_EXPRESSION,
 )
 from app.search.postgres_values import (
@@ -58,14 +57,12 @@ class _Spell:
         status: str = "t.status",
         fact_ids: FactTextIds | None = None,
         text_ids: TextIds | None = None,
-        texts_in_row: bool = False,
     ) -> None:
         self.params: dict[str, Any] = {}
         self._names = itertools.count()
         self.status = status
         self.fact_ids = fact_ids or {}
         self.text_ids = text_ids or {}
-        self.texts_in_row = texts_in_row
 
     def bind(self, value: Any) -> str:
         name = f"q{next(self._names)}"
@@ -88,10 +85,6 @@ class _Spell:
                 if not ids:
                     return "(FALSE)"
                 return f"({TEXT_ID_EXPRESSION} = ANY(CAST({self.bind(list(ids))} AS uuid[])))"
-            if self.texts_in_row:
-                # The row's own text, which is the distinct text its key names: the same
-                # answer, without reading every distinct text that holds the value.
-                return f"({TEXT_EXPRESSION} ILIKE {self.bind(like_pattern(node.text))})"
             return (
                 f"({TEXT_ID_EXPRESSION} IN (SELECT x.id FROM {ASSET_TEXTS_TABLE} x "  # noqa: S608 - module constants; the value is bound
                 "WHERE "
@@ -190,15 +183,12 @@ def condition(
     status: str = "t.status",
     fact_ids: FactTextIds | None = None,
     text_ids: TextIds | None = None,
-    texts_in_row: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
     ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's);
     ``fact_ids``: the text fact clauses' matching value keys, ``text_ids``: the free
-    texts' matching text keys, where looked up; ``texts_in_row``: a free text not looked
-    up is tested against the row's own text instead of a subquery of the distinct texts
-    (for a caller that tests a few known rows, not one that searches the view)."""
-    spell = _Spell(status, fact_ids, text_ids, texts_in_row)
+    texts' matching text keys, where looked up."""
+    spell = _Spell(status, fact_ids, text_ids)
     sql = spell.node(node)
     return sql, spell.params
 
@@ -210,13 +200,8 @@ def asset_match(node: Node, *, endpoint: str, status: str) -> tuple[str, dict[st
     own statement (the alert rules' search filters, ``SearchStore`` capability
     ``ASSET_CONDITIONS_IN_DATABASE``). The asset is found by the ordering index
     ``(owner_id, ip_order, port, transport)``; ``endpoint`` and ``status`` are the
-    caller's constant fragments.
-
-    A free text is tested against that asset's own text (``texts_in_row``): the rows a
-    caller tests are a run's changes, and the subquery a search uses would read every
-    distinct text holding the value, each time (for a common word, most of the estate's
-    texts), to test a few assets."""
-    sql, params = condition(node, status=status, texts_in_row=True)
+    caller's constant fragments."""
+    sql, params = condition(node, status=status)
     ip_order = (
         f"CASE WHEN family({endpoint}.ip) = 4 THEN ('::ffff:' || host({endpoint}.ip))::inet "
         f"ELSE {endpoint}.ip END"
