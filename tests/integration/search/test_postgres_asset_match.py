@@ -45,7 +45,7 @@ def _matched(owner: int, text: str) -> list[tuple[str, int]]:
     for n, (ip, port, transport) in enumerate(endpoints):
         params |= {f"ip{n}": ip, f"port{n}": port, f"tr{n}": transport}
     sql = (
-        f"SELECT host(x.ip) AS ip, x.port FROM (VALUES {values}) AS x(ip, port, transport) "  # noqa: S608 - bound values
+        f"SELECT host(x.ip) AS ip, x.port FROM (VALUES {values}) AS x(ip, port, transport) "
         f"WHERE {condition}"
     )
     with db.transaction() as conn:

@@ -242,21 +242,26 @@ def test_the_chunk_condition_finds_every_text_that_holds_the_value(postgres_stor
     assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
 
 
+def _chunks_by_alignment(conn, value: str) -> list[list[str]]:
+    """Every chunk of ``value`` cut from each offset 0-4, sorted, one list per offset."""
+    return (
+        conn.execute(
+            sa.text(
+                "SELECT array_agg(c ORDER BY c) FROM generate_series(0, 4) AS a(part), "
+                "unnest(netmap_text_chunks(substr(netmap_text_fold(:v), a.part + 1))) AS c "
+                "GROUP BY a.part ORDER BY a.part"
+            ),
+            {"v": value},
+        )
+        .scalars()
+        .all()
+    )
+
+
 def test_a_lookup_leaves_out_the_pieces_nearly_every_text_holds(postgres_store):
     with db.transaction() as conn:
         insert_host_texts(conn, 20_000)
-        every = (
-            conn.execute(
-                sa.text(
-                    "SELECT array_agg(c ORDER BY c) FROM generate_series(0, 4) AS a(part), "
-                    "unnest(netmap_text_chunks(substr(netmap_text_fold(:v), a.part + 1))) AS c "
-                    "GROUP BY a.part ORDER BY a.part"
-                ),
-                {"v": HOST},
-            )
-            .scalars()
-            .all()
-        )
+        every = _chunks_by_alignment(conn, HOST)
         asked = particular_chunks(conn, "ix_search_asset_texts_chunks", HOST)
     # Every host is host-0-….corp…: "stq0q" and "qcorp" are chunks of every text of one
     # banner (the banner's length sets the alignment); the address's are rare.
@@ -276,18 +281,7 @@ def test_a_piece_a_few_texts_in_a_hundred_hold_is_asked_for_beside_a_rare_one(po
         insert_host_texts(conn, 20_000)
         shares = piece_shares(conn, "ix_search_asset_texts_chunks")
         asked = particular_chunks(conn, "ix_search_asset_texts_chunks", value)
-        every = (
-            conn.execute(
-                sa.text(
-                    "SELECT array_agg(c ORDER BY c) FROM generate_series(0, 4) AS a(part), "
-                    "unnest(netmap_text_chunks(substr(netmap_text_fold(:v), a.part + 1))) AS c "
-                    "GROUP BY a.part ORDER BY a.part"
-                ),
-                {"v": value},
-            )
-            .scalars()
-            .all()
-        )
+        every = _chunks_by_alignment(conn, value)
     limit = postgres_grams.COMMON_PIECE_SHARE
     assert asked is not None and len(asked) == len(every) == 5
     for kept, chunks in zip(asked, every, strict=True):
