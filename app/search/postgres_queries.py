@@ -470,19 +470,19 @@ def text_lookup(
     ``cap`` rows, and its parameters: by the pieces ``postgres_grams`` picks where the
     value is long enough (``by_pieces``) and its folded form has them, else by trigrams."""
     value = searched_text(text)
-    params: dict[str, Any] = {"text": like_pattern(text), "value": value, "cap": cap}
-    long_enough = by_pieces(table, text)
+    pieces: dict[str, Any] = {}  # the index condition's arrays; none: by trigrams
     if table == ASSET_TEXTS_TABLE:
-        chunks = particular_chunks(conn, CHUNK_INDEX, value) if long_enough else None
-        if chunks:
-            params.update({f"chunks{part}": pieces for part, pieces in enumerate(chunks)})
-            return MATCHING_TEXT_IDS[True], params
-        return MATCHING_TEXT_IDS[False], params
-    grams = particular_grams(conn, GRAM_INDEX, value) if long_enough else None
-    if grams:
-        params["grams"] = grams
-        return MATCHING_FACT_TEXT_IDS[True], params
-    return MATCHING_FACT_TEXT_IDS[False], params
+        statements = MATCHING_TEXT_IDS
+        if by_pieces(table, text):
+            chunks = particular_chunks(conn, CHUNK_INDEX, value) or ()
+            pieces = {f"chunks{part}": kept for part, kept in enumerate(chunks)}
+    else:
+        statements = MATCHING_FACT_TEXT_IDS
+        if by_pieces(table, text):
+            grams = particular_grams(conn, GRAM_INDEX, value)
+            pieces = {"grams": grams} if grams else {}
+    params = {"text": like_pattern(text), "value": value, "cap": cap, **pieces}
+    return statements[bool(pieces)], params
 
 
 def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tuple | None:
