@@ -17,21 +17,15 @@ expression: its most common elements and the share of texts holding each (``pg_s
 A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out,
 unless every piece of that lookup is that common (then all are asked for). With no
 statistics yet (a new table, or a role that may not read them), every piece is asked for.
-
-Reading ``pg_stats`` costs a couple of milliseconds (the view checks privileges row by
-row), more than the lookup it tunes, so each process keeps each index's common pieces
-for ``STATISTICS_SECONDS``: statistics change only when the table is analysed, and stale
-ones can cost a lookup pages, never an answer.
+Each process keeps what it read for a few minutes (``postgres_statistics``).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from app.search.postgres_statistics import cached
 
 # Pieces held by more than this share of the distinct texts are left out of a lookup.
 # Why not fewer: at one alignment a rare piece alone can still match hundreds of texts
@@ -46,8 +40,6 @@ COMMON_PIECE_SHARE = 0.05
 # characters before the first chunk at the last one); a shorter one has none at some, and
 # is looked up through the trigrams instead.
 CHUNKED_LENGTH = 9
-# How long a process trusts the common pieces it read of an index.
-STATISTICS_SECONDS = 300.0
 
 # The value's distinct grams, as one lookup (part 0).
 GRAM_PIECES = sa.text(
@@ -71,28 +63,19 @@ COMMON_PIECES = sa.text(
     "WHERE schemaname = current_schema() AND tablename = :index"
 )
 
-_lock = threading.Lock()
-# By database (the engine's URL) and index: when read, and the shares.
-_shares: dict[tuple[Any, str], tuple[float, dict[str, float]]] = {}
-
 
 def piece_shares(conn: Connection, index: str) -> dict[str, float]:
     """The share of texts holding each of the most common pieces of ``index`` (none
     without statistics), as this process last read them."""
-    key = (conn.engine.url, index)
-    now = time.monotonic()
-    with _lock:
-        cached = _shares.get(key)
-    if cached is not None and now - cached[0] < STATISTICS_SECONDS:
-        return cached[1]
+    return cached(conn, f"common pieces of {index}", lambda c: _read_shares(c, index))
+
+
+def _read_shares(conn: Connection, index: str) -> dict[str, float]:
     row = conn.execute(COMMON_PIECES, {"index": index}).first()
     if row is None or row.pieces is None:
-        shares = {}
-    else:  # the shares run three numbers longer than the pieces
-        shares = dict(zip(row.pieces, row.shares[: len(row.pieces)], strict=True))
-    with _lock:
-        _shares[key] = (now, shares)
-    return shares
+        return {}
+    # the shares run three numbers longer than the pieces
+    return dict(zip(row.pieces, row.shares[: len(row.pieces)], strict=True))
 
 
 def _particular(conn: Connection, index: str, rows) -> list[list[str]]:

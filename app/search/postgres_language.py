@@ -18,6 +18,7 @@ from app.search.postgres_schema import (
     ASSET_TABLES,
     ASSET_TEXTS_TABLE,
     FACT_TEXT_KEYS,
+    TEXT_EXPRESSION,
     TEXT_ID_EXPRESSION,
 )
 from app.search.postgres_values import (
@@ -49,6 +50,16 @@ FactTextIds = dict[tuple[str, str], tuple[int, ...]]
 # (``postgres_queries.matching_language_text_ids``); a text without an entry is spelled as
 # a subquery of the texts table.
 TextIds = dict[str, tuple[str, ...]]
+# Free texts a large share of the view's rows hold (``postgres_text_share``), spelled as
+# the row's own text instead: a page that walks the view tests the row it read rather
+# than probing the texts table for each.
+CommonTexts = frozenset[str]
+
+
+def own_text_contains(pattern: str) -> str:
+    """SQL: the view row's own text (``TEXT_EXPRESSION``, unaliased, as the statistics of
+    migration 2500 name it) holds the value (``pattern``: its bound ``like_pattern``)."""
+    return f"({TEXT_EXPRESSION} ILIKE {pattern})"
 
 
 class _Spell:
@@ -57,12 +68,14 @@ class _Spell:
         status: str = "t.status",
         fact_ids: FactTextIds | None = None,
         text_ids: TextIds | None = None,
+        common_texts: CommonTexts = frozenset(),
     ) -> None:
         self.params: dict[str, Any] = {}
         self._names = itertools.count()
         self.status = status
         self.fact_ids = fact_ids or {}
         self.text_ids = text_ids or {}
+        self.common_texts = common_texts
 
     def bind(self, value: Any) -> str:
         name = f"q{next(self._names)}"
@@ -79,7 +92,10 @@ class _Spell:
         if isinstance(node, Text):
             # The row's text key among the matching distinct texts (migration 0170), as the
             # ``q`` filter has always been read: named outright where looked up (through the
-            # texts' chunks, migration 2400), else a subquery.
+            # texts' chunks, migration 2400), else a subquery; or, for a common text, the
+            # row's own text, which holds the same answer.
+            if node.text in self.common_texts:
+                return own_text_contains(self.bind(like_pattern(node.text)))
             ids = self.text_ids.get(node.text)
             if ids is not None:
                 if not ids:
@@ -183,12 +199,14 @@ def condition(
     status: str = "t.status",
     fact_ids: FactTextIds | None = None,
     text_ids: TextIds | None = None,
+    common_texts: CommonTexts = frozenset(),
 ) -> tuple[str, dict[str, Any]]:
     """The SQL condition of a parsed tree and the parameters it binds (``q0``, ``q1``…).
     ``status``: the SQL the ``status`` field reads (a constant fragment of the caller's);
     ``fact_ids``: the text fact clauses' matching value keys, ``text_ids``: the free
-    texts' matching text keys, where looked up."""
-    spell = _Spell(status, fact_ids, text_ids)
+    texts' matching text keys, where looked up; ``common_texts``: free texts tested on the
+    row's own text."""
+    spell = _Spell(status, fact_ids, text_ids, common_texts)
     sql = spell.node(node)
     return sql, spell.params
 

@@ -47,7 +47,12 @@ from app.search.port import (
     StorageScope,
 )
 from app.search.postgres_grams import CHUNKED_LENGTH, particular_chunks, particular_grams
-from app.search.postgres_language import FactTextIds, TextIds
+from app.search.postgres_language import (
+    CommonTexts,
+    FactTextIds,
+    TextIds,
+    own_text_contains,
+)
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_schema import (
     ASSET_TABLES,
@@ -64,6 +69,7 @@ from app.search.postgres_schema import (
     id_after_cursor,
     month_bounds,
 )
+from app.search.postgres_text_share import common_texts
 from app.search.postgres_values import (
     distinct_text_contains,
     ip_order_range,
@@ -526,14 +532,22 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
     return found
 
 
-def matching_language_text_ids(conn: Connection, node: Node | None) -> TextIds:
+def language_texts(node: Node | None) -> set[str]:
+    """The free texts of a search-language tree."""
+    return {n.text for n in walk(node) if isinstance(n, Text)}
+
+
+def matching_language_text_ids(
+    conn: Connection, node: Node | None, *, common: CommonTexts = frozenset()
+) -> TextIds:
     """The keys of the asset texts each free text of the tree that is looked up by its
     chunks matches (``matching_text_ids``), for those that match at most the cap. A
     shorter text stays a subquery: through the trigrams a common one would be read up to
-    the cap first, only to be left to the subquery."""
+    the cap first, only to be left to the subquery. The ``common`` texts are not looked
+    up: each row's own text is tested instead."""
     found: TextIds = {}
-    for text in {n.text for n in walk(node) if isinstance(n, Text)}:
-        if not by_pieces(ASSET_TEXTS_TABLE, text):
+    for text in language_texts(node):
+        if text in common or not by_pieces(ASSET_TEXTS_TABLE, text):
             continue
         keys = matching_text_ids(conn, text)
         if keys is not None:
@@ -545,18 +559,28 @@ def looked_up_statement(
     conn: Connection, query: AssetQuery, *, select: str | None = None
 ) -> tuple[str, dict[str, Any]] | None:
     """``asset_search_statement`` after the lookups of distinct values it names (the free
-    text's, the text fact clauses'); None when the free text matches no text at all."""
-    text_ids = matching_text_ids(conn, query.text) if query.text else None
-    if text_ids == ():
-        return None
+    text's, the text fact clauses'); None when the free text matches no text at all.
+    Free texts the view's statistics call common (``postgres_text_share``) are not looked
+    up: each row's own text is tested."""
+    free_texts = language_texts(query.where)  # type: ignore[arg-type]
+    if query.text:
+        free_texts.add(query.text)
+    table = ASSET_TABLES.get(query.scope)  # an unknown scope: asset_search_statement's 400
+    common = common_texts(conn, table, free_texts) if table else frozenset()
+    text_ids = None
+    if query.text and query.text not in common:
+        text_ids = matching_text_ids(conn, query.text)
+        if text_ids == ():
+            return None
     fact_ids = matching_fact_text_ids(conn, query.where)  # type: ignore[arg-type]
-    language_text_ids = matching_language_text_ids(conn, query.where)  # type: ignore[arg-type]
+    language_text_ids = matching_language_text_ids(conn, query.where, common=common)  # type: ignore[arg-type]
     return asset_search_statement(
         query,
         text_ids=text_ids,
         select=select,
         fact_ids=fact_ids,
         language_text_ids=language_text_ids,
+        common_texts=common,
     )
 
 
@@ -579,6 +603,7 @@ def asset_search_statement(
     select: str | None = None,
     fact_ids: FactTextIds | None = None,
     language_text_ids: TextIds | None = None,
+    common_texts: CommonTexts = frozenset(),
 ) -> tuple[str, dict[str, Any]]:
     """The SQL (and parameters) of one asset-search page; one row more than the page.
 
@@ -587,7 +612,8 @@ def asset_search_statement(
     instead of whole documents (the facets read a few). ``fact_ids``: the text fact
     clauses' value keys (``matching_fact_text_ids``), else their expressions' ILIKE;
     ``language_text_ids``: the search language's free texts' keys
-    (``matching_language_text_ids``), else a subquery of the texts."""
+    (``matching_language_text_ids``), else a subquery of the texts. ``common_texts``: free
+    texts (``text`` or the language's) tested on each row's own text instead."""
     table = ASSET_TABLES.get(query.scope)
     if table is None:
         raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
@@ -623,8 +649,11 @@ def asset_search_statement(
     if query.text:
         # Rows whose text is one of the matching distinct texts (migration 0170): the
         # key is the md5 of the row's own text, so a row matches exactly when its text
-        # does, without testing the text again (which the planner would count twice).
-        if text_ids is not None:
+        # does, without testing the text again (which the planner would count twice). A
+        # common text is tested on the row's own text alone (postgres_text_share).
+        if query.text in common_texts:
+            where.add(own_text_contains(":text"), text=like_pattern(query.text))
+        elif text_ids is not None:
             where.add(
                 f"{TEXT_ID_EXPRESSION} = ANY(CAST(:text_ids AS uuid[]))", text_ids=list(text_ids)
             )
@@ -640,6 +669,7 @@ def asset_search_statement(
             query.where,  # type: ignore[arg-type]
             fact_ids=fact_ids,
             text_ids=language_text_ids,
+            common_texts=common_texts,
         )
         where.add(language_sql, **language_params)
     for name, condition in (

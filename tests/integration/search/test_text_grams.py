@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app import db
-from app.search import postgres_grams
+from app.search import postgres_grams, postgres_statistics
 from app.search.postgres_grams import particular_chunks, particular_grams, piece_shares
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_queries import (
@@ -385,7 +385,7 @@ def test_a_process_reads_an_index_statistics_once_in_a_while(postgres_store, mon
         assert piece_shares(conn, index) == {}  # never analysed; kept as read
         insert_host_texts(conn, 20_000)
         assert piece_shares(conn, index) == {}
-        monkeypatch.setattr(postgres_grams, "STATISTICS_SECONDS", 0.0)
+        monkeypatch.setattr(postgres_statistics, "STATISTICS_SECONDS", 0.0)
         shares = piece_shares(conn, index)
     assert shares["qcorp"] > postgres_grams.COMMON_PIECE_SHARE
     assert "0q77q" not in shares  # the rare ones are below the statistics' list
