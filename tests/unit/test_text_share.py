@@ -9,7 +9,10 @@ from app.search.postgres_text_share import TextStatistics
 
 STATISTICS = TextStatistics(
     null_share=0.0,
-    common=(("HTTP/1.1 404\x1fApache Tomcat\x1f", 0.3), ("SSH-2.0-OpenSSH_9.6\x1fOpenSSH\x1f", 0.2)),
+    common=(
+        ("HTTP/1.1 404\x1fApache Tomcat\x1f", 0.3),
+        ("SSH-2.0-OpenSSH_9.6\x1fOpenSSH\x1f", 0.2),
+    ),
     # The other half of the rows: ten bounds, two of them Tomcat's.
     bounds=(
         "a\x1fnginx\x1fhost-1",

@@ -182,7 +182,7 @@ def test_a_common_text_is_estimated_near_its_count_and_read_in_page_order(
 def test_a_rare_text_is_still_looked_up_among_the_distinct_texts(
     postgres_store, estate, scope, where
 ):
-    sql, params = _statement(_query(scope, where, limit=50))
+    sql, _ = _statement(_query(scope, where, limit=50))
     assert "search_asset_texts" in sql or "ANY(CAST(" in sql
     assert f"{TEXT_EXPRESSION} ILIKE" not in sql
     expected = [] if where == "wombat" else [(RARE_HOST, 22)]
@@ -209,7 +209,9 @@ _WORDS = st.sampled_from(
 _SEARCHES = st.lists(_WORDS.map(lambda w: w.upper() if len(w) % 2 else w), min_size=1, max_size=3)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(words=_SEARCHES, negate=st.booleans())
 def test_either_spelling_finds_the_same_assets(postgres_store, estate, words, negate):
     """Whatever the statistics choose, the search answers what the subquery of the
