@@ -30,7 +30,7 @@ from app.search.postgres_queries import (
     matching_text_ids,
     text_lookup,
 )
-from app.search.seed import seed_current_assets
+from tests.support.asset_search import seed_views, without_indexes
 from tests.support.search_documents import at, current_asset
 
 SEEDED_OWNER, OTHER_OWNER = 5, 6
@@ -69,17 +69,7 @@ def _plan(query: AssetQuery) -> dict[str, Any]:
 def realistic(postgres_store) -> None:
     """30,000 seeded assets of one owner (and in the global view), another owner's few
     hundred published ones on the same and other addresses, all analysed."""
-    with db.transaction() as conn:
-        seed_current_assets(
-            conn,
-            owner_id=SEEDED_OWNER,
-            execution_id=1,
-            low=0,
-            high=SEEDED_ENDPOINTS,
-            seen=at(0),
-            services=SERVICES,
-            spread_minutes=1440,
-        )
+    seed_views(SEEDED_OWNER, SEEDED_ENDPOINTS, SERVICES, spread_minutes=1440)
     docs = []
     for ip in (*MAPPED, *IPV6, *(f"10.0.1.{n}" for n in range(1, 200))):
         owner_docs = [current_asset("user", ip, 443, owner_id=OTHER_OWNER, seen=at(5))]
@@ -160,20 +150,8 @@ def _rows_without_indexes(
     query: AssetQuery, condition: str, **params: Any
 ) -> list[tuple[str, int, str]]:
     """The open rows of the query's view that meet ``condition``, read with no index."""
-    table = f"search_assets_{query.scope}"
-    owner = "AND owner_id = :owner_id" if query.scope == "user" else ""
-    with db.transaction() as conn:
-        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
-            conn.execute(sa.text(f"SET LOCAL {setting} = off"))
-        rows = conn.execute(
-            sa.text(
-                f"SELECT host(ip), port, transport FROM {table} "
-                f"WHERE {condition} AND status = 'open' {owner} "
-                "ORDER BY ip_order, port, transport"
-            ),
-            {**params, "owner_id": query.owner_id},
-        ).all()
-    return [tuple(row) for row in rows]
+    columns = "host(ip), port, transport"
+    return without_indexes(query.scope, condition, query.owner_id, columns=columns, **params)
 
 
 def _without_indexes(query: AssetQuery, condition: str, value: str) -> list[tuple[str, int, str]]:

@@ -11,8 +11,6 @@ plain condition, evaluated with no index, answers.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,56 +20,34 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import db
+from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
 from app.search import postgres_statistics
 from app.search.port import AssetQuery
 from app.search.postgres_queries import asset_search_statement, looked_up_statement
 from app.search.postgres_schema import TEXT_EXPRESSION
 from app.search.postgres_text_share import COMMON_TEXT_SHARE, common_texts, text_statistics
 from app.search.query_language import parse_query
-from app.search.seed import seed_current_assets
-from tests.support.search_documents import at
+from tests.support import asset_search
+from tests.support.plans import nodes
 
 OWNER = 7
 ENDPOINTS = 20_000
-SERVICES = (
-    (22, "ssh", "OpenSSH", "9.6p1", "SSH-2.0-OpenSSH_9.6p1"),
-    (80, "http", "nginx", "1.24.0", "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0"),
-    (443, "https", "nginx", "1.24.0", "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0"),
-    (3306, "mysql", "MySQL", "8.0.36", "8.0.36-0ubuntu0.22.04.1"),
-    (8080, "http-proxy", "Apache Tomcat", "10.1", "HTTP/1.1 404\r\nServer: Apache-Coyote"),
-)
 TOMCATS = ENDPOINTS // len(SERVICES)
 RARE_HOST, RARE_NAME = "10.0.3.7", "quokka-gw.example"
-
-
-def _analyse() -> None:
-    # As autovacuum leaves the views: statistics on them and their expressions.
-    with db.get_engine().connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_user"))
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_global"))
 
 
 @pytest.fixture
 def estate(postgres_store, monkeypatch) -> None:
     # Each test reads the statistics as they are now, not as an earlier read kept them.
     monkeypatch.setattr(postgres_statistics, "STATISTICS_SECONDS", 0.0)
+    asset_search.seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
-        seed_current_assets(
-            conn,
-            owner_id=OWNER,
-            execution_id=1,
-            low=0,
-            high=ENDPOINTS,
-            seen=at(0),
-            services=SERVICES,
-        )
         for table in ("search_assets_user", "search_assets_global"):
             conn.execute(
                 sa.text(f"UPDATE {table} SET hostname = :name WHERE host(ip) = :ip AND port = 22"),
                 {"name": RARE_NAME, "ip": RARE_HOST},
             )
-    _analyse()
+    asset_search.analyse_views()
 
 
 def _query(scope: str = "user", where: str | None = None, **extra: Any) -> AssetQuery:
@@ -87,43 +63,8 @@ def _statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
     return statement
 
 
-def _plan(query: AssetQuery) -> dict[str, Any]:
-    sql, params = _statement(query)
-    with db.transaction() as conn:
-        answer = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
-    document = answer if isinstance(answer, list) else json.loads(answer)
-    return document[0]["Plan"]
-
-
-def _nodes(plan: dict[str, Any]):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _all(store, query: AssetQuery) -> list[tuple[str, int]]:
-    found, cursor = [], None
-    while True:
-        page = store.search_assets(dataclasses.replace(query, cursor=cursor, limit=500))
-        found.extend((item.ip, item.port) for item in page.items)
-        if (cursor := page.next_cursor) is None:
-            return found
-
-
-def _plain(scope: str, condition: str, **params: Any) -> list[tuple[str, int]]:
-    """The rows ``condition`` over the row's own columns selects, read with no index."""
-    owner = f"AND owner_id = {OWNER}" if scope == "user" else ""
-    with db.transaction() as conn:
-        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
-            conn.execute(sa.text(f"SET LOCAL {setting} = off"))
-        rows = conn.execute(
-            sa.text(
-                f"SELECT host(ip), port FROM search_assets_{scope} "
-                f"WHERE ({condition}) AND status = 'open' {owner} ORDER BY ip_order, port"
-            ),
-            params,
-        ).all()
-    return [tuple(row) for row in rows]
+def _plain(scope: str, condition: str) -> list[tuple[str, int]]:
+    return asset_search.without_indexes(scope, condition, OWNER)
 
 
 @pytest.mark.parametrize("scope", ["user", "global"])
@@ -157,7 +98,7 @@ def test_a_common_text_is_tested_on_the_row_own_text(postgres_store, estate, sco
     sql, _ = _statement(_query(scope, where, limit=50))
     assert f"{TEXT_EXPRESSION} ILIKE" in sql
     assert "search_asset_texts" not in sql  # no probe of the distinct texts
-    assert _all(postgres_store, _query(scope, where)) == _plain(scope, plain)
+    assert asset_search.every_page(postgres_store, _query(scope, where)) == _plain(scope, plain)
 
 
 @pytest.mark.parametrize("scope", ["user", "global"])
@@ -168,11 +109,11 @@ def test_a_common_text_is_estimated_near_its_count_and_read_in_page_order(
     common text is read in the order index and stops after a page. Estimated as an
     unknown expression (a handful of rows), the view would be read whole and sorted."""
     for query in (_query(scope, "tomcat", limit=50), _query(scope, text="TOMCAT", limit=50)):
-        plan = _plan(query)
-        scans = [n for n in _nodes(plan) if "Scan" in n["Node Type"]]
+        plan = asset_search.search_plan(query)
+        scans = [n for n in nodes(plan) if "Scan" in n["Node Type"]]
         assert scans[-1]["Plan Rows"] >= TOMCATS / 10, plan
-        assert not [n for n in _nodes(plan) if n["Node Type"] == "Sort"], plan
-    assert _all(postgres_store, _query(scope, text="TOMCAT")) == _plain(
+        assert not [n for n in nodes(plan) if n["Node Type"] == "Sort"], plan
+    assert asset_search.every_page(postgres_store, _query(scope, text="TOMCAT")) == _plain(
         scope, f"{TEXT_EXPRESSION} ILIKE '%tomcat%'"
     )
 
@@ -186,20 +127,20 @@ def test_a_rare_text_is_still_looked_up_among_the_distinct_texts(
     assert "search_asset_texts" in sql or "ANY(CAST(" in sql
     assert f"{TEXT_EXPRESSION} ILIKE" not in sql
     expected = [] if where == "wombat" else [(RARE_HOST, 22)]
-    assert _all(postgres_store, _query(scope, where)) == expected
+    assert asset_search.every_page(postgres_store, _query(scope, where)) == expected
 
 
 def test_before_the_views_are_analysed_every_text_is_looked_up(postgres_store, monkeypatch):
     monkeypatch.setattr(postgres_statistics, "STATISTICS_SECONDS", 0.0)
+    asset_search.seed_views(OWNER, 50, SERVICES)
     with db.transaction() as conn:
-        seed_current_assets(
-            conn, owner_id=OWNER, execution_id=1, low=0, high=50, seen=at(0), services=SERVICES
-        )
         assert text_statistics(conn, "search_assets_user") is None
         assert common_texts(conn, "search_assets_user", {"tomcat"}) == frozenset()
     sql, _ = _statement(_query("user", "tomcat"))
     assert "search_asset_texts" in sql
-    assert len(_all(postgres_store, _query("user", "tomcat"))) == 50 // len(SERVICES)
+    assert len(asset_search.every_page(postgres_store, _query("user", "tomcat"))) == 50 // len(
+        SERVICES
+    )
 
 
 # Pieces of the estate's texts, cased at random: common words, rare names, both apart.

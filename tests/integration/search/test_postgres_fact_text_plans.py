@@ -12,8 +12,6 @@ rare and common values answer exactly what the condition evaluated on its own an
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,10 +20,15 @@ import sqlalchemy as sa
 
 from app import db
 from app.search.port import AssetQuery
-from app.search.postgres_queries import looked_up_statement
 from app.search.query_language import parse_query
-from app.search.seed import seed_current_assets
-from tests.support.search_documents import at
+from tests.support.asset_search import (
+    analyse_views,
+    every_page,
+    search_plan,
+    seed_views,
+    without_indexes,
+)
+from tests.support.plans import nodes
 
 OWNER = 7
 ENDPOINTS = 20_000
@@ -41,16 +44,8 @@ LONG_TITLE_HOST = "10.0.20.1"
 
 @pytest.fixture
 def certified(postgres_store) -> None:
+    seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
-        seed_current_assets(
-            conn,
-            owner_id=OWNER,
-            execution_id=1,
-            low=0,
-            high=ENDPOINTS,
-            seen=at(0),
-            services=SERVICES,
-        )
         # Every HTTPS asset has a certificate from a common CA and a page (a title naming
         # the host, a common server); one has a rare issuer, one a rare server, one a title
         # over the length cap. The SSH assets keep no TLS or HTTP facts.
@@ -69,11 +64,7 @@ def certified(postgres_store) -> None:
                 ),
                 {"rare": RARE_HOST, "long": LONG_TITLE_HOST, "server": RARE_SERVER_HOST},
             )
-    # As autovacuum leaves the tables: statistics, and the partial indexes' sizes.
-    with db.get_engine().connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_user"))
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_global"))
+    analyse_views()
 
 
 def _query(text: str, scope: str, **extra: Any) -> AssetQuery:
@@ -82,48 +73,15 @@ def _query(text: str, scope: str, **extra: Any) -> AssetQuery:
     return AssetQuery(scope=scope, where=node, **owner, **extra)
 
 
-def _plan(query: AssetQuery) -> dict[str, Any]:
-    with db.transaction() as conn:
-        statement = looked_up_statement(conn, query)
-        assert statement is not None
-        sql, params = statement
-        answer = conn.execute(sa.text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
-    document = answer if isinstance(answer, list) else json.loads(answer)
-    return document[0]["Plan"]
-
-
-def _nodes(plan: dict[str, Any]):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _all(store, query: AssetQuery) -> list[tuple[str, int]]:
-    found, cursor = [], None
-    while True:
-        page = store.search_assets(dataclasses.replace(query, cursor=cursor, limit=500))
-        found.extend((item.ip, item.port) for item in page.items)
-        if (cursor := page.next_cursor) is None:
-            return found
-
-
 def _without_indexes(scope: str, condition: str) -> list[tuple[str, int]]:
-    owner = f"AND owner_id = {OWNER}" if scope == "user" else ""
-    with db.transaction() as conn:
-        for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
-            conn.execute(sa.text(f"SET LOCAL {setting} = off"))
-        rows = conn.execute(
-            sa.text(
-                f"SELECT host(ip), port FROM search_assets_{scope} "
-                f"WHERE {condition} AND status = 'open' {owner} ORDER BY ip_order, port"
-            )
-        ).all()
-    return [tuple(row) for row in rows]
+    return without_indexes(scope, condition, OWNER)
 
 
 @pytest.mark.parametrize("scope", ["user", "global"])
 def test_a_rare_issuer_is_found(postgres_store, certified, scope):
-    assert _all(postgres_store, _query('cert.issuer:"Quokka Root"', scope)) == [(RARE_HOST, 443)]
+    assert every_page(postgres_store, _query('cert.issuer:"Quokka Root"', scope)) == [
+        (RARE_HOST, 443)
+    ]
 
 
 # (query, the plain condition it means): a value a fifth of the endpoints carry.
@@ -137,13 +95,13 @@ COMMON_VALUES = [
 @pytest.mark.parametrize(("text", "plain"), COMMON_VALUES, ids=["issuer", "server"])
 def test_a_common_value_is_estimated_near_its_count(postgres_store, certified, scope, text, plain):
     common = ENDPOINTS // len(SERVICES) - 1
-    plan = _plan(_query(text, scope, limit=50))
-    scans = [n for n in _nodes(plan) if "Scan" in n["Node Type"]]
+    plan = search_plan(_query(text, scope, limit=50))
+    scans = [n for n in nodes(plan) if "Scan" in n["Node Type"]]
     # Guessed at a handful of rows, the page would be a full read and sort of the view;
     # estimated near its count, it is read in the order index and stops after a page.
     assert scans[-1]["Plan Rows"] >= common / 10, plan
-    assert not [n for n in _nodes(plan) if n["Node Type"] == "Sort"], plan
-    found = _all(postgres_store, _query(text, scope))
+    assert not [n for n in nodes(plan) if n["Node Type"] == "Sort"], plan
+    found = every_page(postgres_store, _query(text, scope))
     assert found == _without_indexes(scope, plain)
     assert len(found) == common
 
@@ -162,10 +120,10 @@ RARE_VALUES = [
 def test_a_rare_text_fact_is_read_through_its_key_index(
     postgres_store, certified, scope, text, index, section, key, value
 ):
-    plan = _plan(_query(text, scope, limit=50))
-    used = {n.get("Index Name") for n in _nodes(plan)}
+    plan = search_plan(_query(text, scope, limit=50))
+    used = {n.get("Index Name") for n in nodes(plan)}
     assert f"ix_search_assets_{scope}_{index}" in used, plan
-    found = _all(postgres_store, _query(text, scope))
+    found = every_page(postgres_store, _query(text, scope))
     assert found
     assert found == _without_indexes(scope, f"details->'{section}'->>'{key}' ILIKE '%{value}%'")
 
@@ -173,17 +131,17 @@ def test_a_rare_text_fact_is_read_through_its_key_index(
 def test_values_no_certificate_has_find_nothing_and_their_negation_everything(
     postgres_store, certified
 ):
-    assert _all(postgres_store, _query('cert.issuer:"Wombat"', "user")) == []
-    everything = _all(postgres_store, _query('-cert.subject:"Wombat"', "user"))
+    assert every_page(postgres_store, _query('cert.issuer:"Wombat"', "user")) == []
+    everything = every_page(postgres_store, _query('-cert.subject:"Wombat"', "user"))
     assert len(everything) == ENDPOINTS
 
 
 def test_titles_and_negations_answer_as_the_plain_condition(postgres_store, certified):
-    assert _all(postgres_store, _query('title:"Welcome 10.0.3."', "user")) == _without_indexes(
-        "user", "details->'http'->>'title' ILIKE '%Welcome 10.0.3.%'"
-    )
+    assert every_page(
+        postgres_store, _query('title:"Welcome 10.0.3."', "user")
+    ) == _without_indexes("user", "details->'http'->>'title' ILIKE '%Welcome 10.0.3.%'")
     # Assets with no TLS facts are outside the index and still match the negation.
-    negated = _all(postgres_store, _query('-cert.issuer:"Common CA"', "user"))
+    negated = every_page(postgres_store, _query('-cert.issuer:"Common CA"', "user"))
     assert len(negated) == ENDPOINTS - (ENDPOINTS // len(SERVICES) - 1)
     assert (RARE_HOST, 443) in negated
 
@@ -216,7 +174,7 @@ _SERVER = "(details->'http'->>'server')"
 )
 def test_http_values_answer_as_the_plain_condition(postgres_store, certified, text, condition):
     for scope in ("user", "global"):
-        found = _all(postgres_store, _query(text, scope))
+        found = every_page(postgres_store, _query(text, scope))
         assert found == _without_indexes(scope, condition), (text, scope)
 
 
@@ -224,5 +182,7 @@ def test_a_title_over_the_length_cap_is_absent(postgres_store, certified):
     # The page carries it (the raw JSON finds it) and no search reads it.
     raw = "details->'http'->>'title' ILIKE '%Quokka Portal%'"
     assert _without_indexes("user", raw) == [(LONG_TITLE_HOST, 443)]
-    assert _all(postgres_store, _query('title:"Quokka Portal"', "user")) == []
-    assert (LONG_TITLE_HOST, 443) in _all(postgres_store, _query('-title:"Quokka Portal"', "user"))
+    assert every_page(postgres_store, _query('title:"Quokka Portal"', "user")) == []
+    assert (LONG_TITLE_HOST, 443) in every_page(
+        postgres_store, _query('-title:"Quokka Portal"', "user")
+    )
