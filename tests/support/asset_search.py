@@ -81,9 +81,14 @@ def analyse_views() -> None:
         conn.execute(sa.text("VACUUM ANALYZE search_assets_global"))
 
 
-def search_plan(query: AssetQuery) -> dict[str, Any]:
-    """The JSON plan of the search's statement, after its lookups, as the store makes it."""
+def search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
+    """The search's statement and parameters, after its lookups, as the store makes it."""
     with db.transaction() as conn:
         statement = looked_up_statement(conn, query)
     assert statement is not None
-    return explain(*statement)
+    return statement
+
+
+def search_plan(query: AssetQuery) -> dict[str, Any]:
+    """The JSON plan of the search's statement (``search_statement``)."""
+    return explain(*search_statement(query))

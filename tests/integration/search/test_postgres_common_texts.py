@@ -23,7 +23,7 @@ from app import db
 from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
 from app.search import postgres_statistics
 from app.search.port import AssetQuery
-from app.search.postgres_queries import asset_search_statement, looked_up_statement
+from app.search.postgres_queries import asset_search_statement
 from app.search.postgres_schema import TEXT_EXPRESSION
 from app.search.postgres_text_share import COMMON_TEXT_SHARE, common_texts, text_statistics
 from app.search.query_language import parse_query
@@ -54,13 +54,6 @@ def _query(scope: str = "user", where: str | None = None, **extra: Any) -> Asset
     node = parse_query(where, now=datetime(2026, 12, 2, tzinfo=UTC)).node if where else None
     owner = {"owner_id": OWNER} if scope == "user" else {}
     return AssetQuery(scope=scope, where=node, **owner, **extra)
-
-
-def _statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:
-    with db.transaction() as conn:
-        statement = looked_up_statement(conn, query)
-    assert statement is not None
-    return statement
 
 
 def _plain(scope: str, condition: str) -> list[tuple[str, int]]:
@@ -95,7 +88,7 @@ COMMON_SEARCHES = [
 @pytest.mark.parametrize("scope", ["user", "global"])
 @pytest.mark.parametrize(("where", "plain"), COMMON_SEARCHES)
 def test_a_common_text_is_tested_on_the_row_own_text(postgres_store, estate, scope, where, plain):
-    sql, _ = _statement(_query(scope, where, limit=50))
+    sql, _ = asset_search.search_statement(_query(scope, where, limit=50))
     assert f"{TEXT_EXPRESSION} ILIKE" in sql
     assert "search_asset_texts" not in sql  # no probe of the distinct texts
     assert asset_search.every_page(postgres_store, _query(scope, where)) == _plain(scope, plain)
@@ -123,7 +116,7 @@ def test_a_common_text_is_estimated_near_its_count_and_read_in_page_order(
 def test_a_rare_text_is_still_looked_up_among_the_distinct_texts(
     postgres_store, estate, scope, where
 ):
-    sql, _ = _statement(_query(scope, where, limit=50))
+    sql, _ = asset_search.search_statement(_query(scope, where, limit=50))
     assert "search_asset_texts" in sql or "ANY(CAST(" in sql
     assert f"{TEXT_EXPRESSION} ILIKE" not in sql
     expected = [] if where == "wombat" else [(RARE_HOST, 22)]
@@ -136,7 +129,7 @@ def test_before_the_views_are_analysed_every_text_is_looked_up(postgres_store, m
     with db.transaction() as conn:
         assert text_statistics(conn, "search_assets_user") is None
         assert common_texts(conn, "search_assets_user", {"tomcat"}) == frozenset()
-    sql, _ = _statement(_query("user", "tomcat"))
+    sql, _ = asset_search.search_statement(_query("user", "tomcat"))
     assert "search_asset_texts" in sql
     assert len(asset_search.every_page(postgres_store, _query("user", "tomcat"))) == 50 // len(
         SERVICES
