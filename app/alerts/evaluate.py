@@ -346,6 +346,12 @@ def search_matches(
         return []
     in_database = asset_conditions_in_database(store) if store is not None else None
     now = datetime.now(UTC)
+    # How many changes each rule's search tests: the store spells a small set as a test
+    # of each change's own asset (docs/alerts.md, "What a search filter costs").
+    changes = conn.execute(
+        sa.text(f"SELECT count(*) FROM ({CHANGE_SET_SQL}) x"),  # noqa: S608 - a constant
+        {"execution_id": execution_id},
+    ).scalar_one()
     pairs: list[tuple[int, int]] = []
     for rule in rules:
         if in_database is None:
@@ -362,7 +368,7 @@ def search_matches(
         condition = "TRUE"  # an empty saved search finds every asset
         if node is not None:
             condition, found = in_database.asset_match_sql(
-                node, endpoint="x", status=_STATUS_AFTER_CHANGE
+                node, endpoint="x", status=_STATUS_AFTER_CHANGE, rows=changes
             )
             params.update(found)
         ids = conn.execute(

@@ -79,7 +79,7 @@ from app.search.postgres_values import (
     same_family,
     searched_text,
 )
-from app.search.query_language import Clause, Node, Text, walk
+from app.search.query_language import Clause, Node, free_texts, walk
 from app.search.query_values import invalid_parameter, query_cidr, query_ip
 from app.search.results_cursor import (
     ResultsPosition,
@@ -532,11 +532,6 @@ def matching_fact_text_ids(conn: Connection, node: Node | None) -> FactTextIds:
     return found
 
 
-def language_texts(node: Node | None) -> set[str]:
-    """The free texts of a search-language tree."""
-    return {n.text for n in walk(node) if isinstance(n, Text)}
-
-
 def matching_language_text_ids(
     conn: Connection, node: Node | None, *, common: CommonTexts = frozenset()
 ) -> TextIds:
@@ -546,7 +541,7 @@ def matching_language_text_ids(
     the cap first, only to be left to the subquery. The ``common`` texts are not looked
     up: each row's own text is tested instead."""
     found: TextIds = {}
-    for text in language_texts(node):
+    for text in free_texts(node):
         if text in common or not by_pieces(ASSET_TEXTS_TABLE, text):
             continue
         keys = matching_text_ids(conn, text)
@@ -562,11 +557,11 @@ def looked_up_statement(
     text's, the text fact clauses'); None when the free text matches no text at all.
     Free texts the view's statistics call common (``postgres_text_share``) are not looked
     up: each row's own text is tested."""
-    free_texts = language_texts(query.where)  # type: ignore[arg-type]
+    texts = free_texts(query.where)  # type: ignore[arg-type]
     if query.text:
-        free_texts.add(query.text)
+        texts.add(query.text)
     table = ASSET_TABLES.get(query.scope)  # an unknown scope: asset_search_statement's 400
-    common = common_texts(conn, table, free_texts) if table else frozenset()
+    common = common_texts(conn, table, texts) if table else frozenset()
     text_ids = None
     if query.text and query.text not in common:
         text_ids = matching_text_ids(conn, query.text)

@@ -383,9 +383,9 @@ class PostgresStore:
         return self._queries.asset_aggregates(query, top=top)
 
     def asset_match_sql(
-        self, node: object, *, endpoint: str, status: str
+        self, node: object, *, endpoint: str, status: str, rows: int | None = None
     ) -> tuple[str, dict[str, Any]]:
-        return asset_match(node, endpoint=endpoint, status=status)  # type: ignore[arg-type]
+        return asset_match(node, endpoint=endpoint, status=status, rows=rows)  # type: ignore[arg-type]
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)

@@ -199,6 +199,11 @@ def walk(node: Node | None):
             yield from walk(child)
 
 
+def free_texts(node: Node | None) -> set[str]:
+    """The free texts (bare words and phrases) of a tree."""
+    return {n.text for n in walk(node) if isinstance(n, Text)}
+
+
 # -- errors ---------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """`netmap bench search` runs end to end as a real process (no timing asserted): its own
-scratch PostgreSQL, the seeded assets, and with ``--hostnames`` every host named and the
-rare host name searched too."""
+scratch PostgreSQL, the seeded assets, with ``--hostnames`` every host named and the
+rare host name searched too, and with ``--rule-changes`` each query timed as an alert
+rule's search over change sets of those sizes (one below ``PER_ROW_MAX``, one above)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from tests.support.processes import run_bench
 def test_bench_search_with_named_hosts_times_the_rare_host_name():
     # 100,000 assets: five services on each of 20,000 hosts, 10.0.77.7 among them.
     process = run_bench(
-        "search", "--assets", "100000", "--repeats", "1", "--hostnames", check=False
+        "search",
+        "--assets",
+        "100000",
+        "--repeats",
+        "1",
+        "--hostnames",
+        "--rule-changes",
+        "1000,30000",
+        check=False,
     )
     assert process.returncode == 0, process.stderr[-2000:]
     report = json.loads(process.stdout)
@@ -28,3 +37,22 @@ def test_bench_search_with_named_hosts_times_the_rare_host_name():
     # The host's five endpoints (its name, not 10.0.77.70's), and of them its port 22.
     assert queries["free_text_host_rare"]["rows"] == 5
     assert queries["free_text_host_port"]["rows"] == 1
+    # As alert rules: the rare host's endpoints are in every change set, and found by
+    # either spelling of the rule's search.
+    rules = report["rule_searches"]
+    assert set(rules) == {"1000", "30000"}
+    for size, run in rules.items():
+        assert int(size) <= run["changes"] <= int(size) + 5
+        assert run["queries"]["free_text_host_rare"]["found"] == 5
+        assert run["queries"]["free_text_host_port"]["found"] == 1
+        # 10.0.77.7's certificate, and any of 10.0.77.70-79's among the changes.
+        assert run["queries"]["cert_subject_rare"]["found"] >= 1
+        # A fifth of the changes are on port 443.
+        assert run["queries"]["port"]["found"] == pytest.approx(run["changes"] / 5, rel=0.2)
+
+
+@pytest.mark.parametrize("value", ["x", "0", "1000,2000000"])
+def test_bench_search_refuses_a_bad_change_set_size(value):
+    process = run_bench("search", "--rule-changes", value, check=False)
+    assert process.returncode == 2
+    assert "--rule-changes" in process.stderr

@@ -34,11 +34,11 @@ def owner(postgres_store) -> int:
     return owner
 
 
-def _matched(owner: int, text: str) -> list[tuple[str, int]]:
+def _matched(owner: int, text: str, rows: int | None) -> list[tuple[str, int]]:
     """The published endpoints (and one that has no asset) the search matches, tested as
-    the alert rules test a run's changes."""
+    the alert rules test a run's changes (``rows``: as a small change set, or unknown)."""
     condition, params = asset_match(
-        parse_query(text, now=NOW).node, endpoint="x", status="t.status"
+        parse_query(text, now=NOW).node, endpoint="x", status="t.status", rows=rows
     )
     endpoints = [(a.ip, a.port, a.transport) for a in _assets(owner)] + [("10.9.9.9", 22, "tcp")]
     values = ", ".join(f"(CAST(:ip{n} AS inet), :port{n}, :tr{n})" for n in range(len(endpoints)))
@@ -53,8 +53,9 @@ def _matched(owner: int, text: str) -> list[tuple[str, int]]:
     return sorted((r.ip, r.port) for r in rows)
 
 
+@pytest.mark.parametrize("rows", [10, None])
 @pytest.mark.parametrize("text", QUERIES)
 def test_a_search_tested_on_given_endpoints_finds_what_the_search_finds(
-    postgres_store, owner, text
+    postgres_store, owner, text, rows
 ):
-    assert _matched(owner, text) == search(postgres_store, owner, text)
+    assert _matched(owner, text, rows) == search(postgres_store, owner, text)
