@@ -213,9 +213,9 @@ def condition(
 
 # Up to this many caller rows, ``asset_match`` tests each row's own asset, a cost that
 # follows the rows whatever the estate; beyond it the planner chooses, as for a search.
-# Measured on a million named assets (docs/alerts.md, "What a search filter costs"): per
-# row about 3.5-4 µs, so 10,000 changes cost 35-40 ms either way, while at 100,000 the
-# planner's joins beat the per-row form for all but the common words.
+# Why this many: a few microseconds per row keep such a set within tens of milliseconds,
+# and a set several times larger is cheaper joined to the owner's assets once, for all
+# but the common words (docs/performance.md, "Alert rules' search filters").
 PER_ROW_MAX = 20_000
 
 
