@@ -214,9 +214,7 @@ def change_set_hook(settings: AlertSettings, store: SearchStore) -> ChangeSetHoo
         if claim.run_id is None:
             return {}
         change_set = ChangeSet(claim.owner_id, claim.execution_id, claim.task_id, claim.run_id)
-        return alerts_for_change_set(
-            conn, settings, change_set, changed=any(counts.as_dict().values()), store=store
-        )
+        return alerts_for_change_set(conn, settings, change_set, changes=counts.total, store=store)
 
     return hook
 
@@ -236,17 +234,19 @@ def alerts_for_change_set(
     settings: AlertSettings,
     change_set: ChangeSet,
     *,
-    changed: bool,
+    changes: int,
     store: SearchStore | None = None,
 ) -> dict[str, int]:
-    """On ``conn`` (the transaction committing the execution's change set): lock the run,
-    create the change set's messages, and the run's digests if it was the run's last
-    change set and no search-filtered rules of the run are still to be evaluated
-    (``pending_searches``). Returns the messages created by kind."""
+    """On ``conn`` (the transaction committing the execution's change set of ``changes``
+    rows): lock the run, create the change set's messages, and the run's digests if it
+    was the run's last change set and no search-filtered rules of the run are still to be
+    evaluated (``pending_searches``). Returns the messages created by kind."""
     run = lock_run(conn, change_set.run_id)
     if run is None:
         return {}
-    created = enqueue_alerts(conn, settings, change_set, store=store) if changed else {}
+    created = (
+        enqueue_alerts(conn, settings, change_set, changes=changes, store=store) if changes else {}
+    )
     if run_is_done(conn, run, besides=change_set.execution_id):
         digests = emit_run_digests(conn, settings, run)
         if digests:
@@ -327,10 +327,15 @@ def parsed_search(rule: SearchedRule, now: datetime) -> tuple[bool, object | Non
 
 
 def search_matches(
-    conn: Connection, store: SearchStore | None, *, owner_id: int, execution_id: int
+    conn: Connection,
+    store: SearchStore | None,
+    *,
+    owner_id: int,
+    execution_id: int,
+    changes: int,
 ) -> list[tuple[int, int]]:
-    """(rule id, change id) for each change a search-filtered rule's search finds, inside
-    the analysis's transaction.
+    """(rule id, change id) for each change (of the ``changes`` the execution's change set
+    holds) a search-filtered rule's search finds, inside the analysis's transaction.
 
     The search language is tested by the search store itself, against the current asset
     of each changed endpoint (``asset_match_sql``: the PostgreSQL store's own translation
@@ -346,12 +351,6 @@ def search_matches(
         return []
     in_database = asset_conditions_in_database(store) if store is not None else None
     now = datetime.now(UTC)
-    # How many changes each rule's search tests: the store spells a small set as a test
-    # of each change's own asset (docs/alerts.md, "What a search filter costs").
-    changes = conn.execute(
-        sa.text(f"SELECT count(*) FROM ({CHANGE_SET_SQL}) x"),  # noqa: S608 - a constant
-        {"execution_id": execution_id},
-    ).scalar_one()
     pairs: list[tuple[int, int]] = []
     for rule in rules:
         if in_database is None:
@@ -368,7 +367,12 @@ def search_matches(
         condition = "TRUE"  # an empty saved search finds every asset
         if node is not None:
             condition, found = in_database.asset_match_sql(
-                node, endpoint="x", status=_STATUS_AFTER_CHANGE, rows=changes
+                # The store spells a small change set as a test of each change's own
+                # asset (docs/alerts.md, "What a search filter costs").
+                node,
+                endpoint="x",
+                status=_STATUS_AFTER_CHANGE,
+                rows=changes,
             )
             params.update(found)
         ids = conn.execute(
@@ -394,16 +398,22 @@ def enqueue_alerts(
     settings: AlertSettings,
     change_set: ChangeSet,
     *,
+    changes: int,
     store: SearchStore | None = None,
 ) -> dict[str, int]:
-    """Create the change set's single messages and add the rest to the run's digests, on
-    ``conn`` (the analysis's transaction, holding the run's lock). ``store`` tests the
+    """Create the change set's single messages (``changes``: its rows) and add the rest to
+    the run's digests, on ``conn`` (the analysis's transaction, holding the run's lock).
+    ``store`` tests the
     rules' search filters: here (PostgreSQL), or after the commit (Elasticsearch: the
     rules without a search are evaluated here and the execution is recorded as pending
     for the others, ``searched_changes``); without one, such rules match nothing."""
     if not searches_after_commit(store):
         searched = search_matches(
-            conn, store, owner_id=change_set.owner_id, execution_id=change_set.execution_id
+            conn,
+            store,
+            owner_id=change_set.owner_id,
+            execution_id=change_set.execution_id,
+            changes=changes,
         )
         return _enqueue(conn, settings, change_set, searched, rules_of="all")
     created = _enqueue(conn, settings, change_set, [], rules_of="unsearched")

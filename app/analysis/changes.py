@@ -336,6 +336,11 @@ class ChangeCounts:
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in CHANGE_KINDS}
 
+    @property
+    def total(self) -> int:
+        """The change set's rows, all kinds."""
+        return sum(self.as_dict().values())
+
 
 def stage_sightings(
     claim: AnalysisClaim,

@@ -214,7 +214,7 @@ def command(changes: int, workers: int, mode: str) -> None:
                 conn,
                 settings.alerts,
                 ChangeSet(owner, execution_id, task_id, run_id),
-                changed=True,
+                changes=changes,
             )
         committed = time.perf_counter()
         evaluation = committed - started

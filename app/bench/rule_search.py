@@ -52,7 +52,8 @@ def time_rule_searches(
     from app.alerts.channels import create_channel
     from app.alerts.evaluate import search_matches
     from app.alerts.rules import create_rule, delete_rule, update_rule
-    from app.db import get_engine, transaction
+    from app.bench.scratch import vacuum_analyze
+    from app.db import transaction
 
     owner_id = user.id
     channel = create_channel(
@@ -88,10 +89,7 @@ def time_rule_searches(
                     "changes": size,
                 },
             ).rowcount
-        with get_engine().connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(
-                sa.text("VACUUM ANALYZE analysis_changes")
-            )
+        vacuum_analyze("analysis_changes")
         by_query: dict[str, Any] = {}
         for name, rule_id in rules.items():
             update_rule(user, rule_id, {"enabled": True}, store=store)
@@ -101,7 +99,13 @@ def time_rule_searches(
                 begin = time.perf_counter()
                 with transaction() as conn:
                     found = len(
-                        search_matches(conn, store, owner_id=owner_id, execution_id=execution_id)
+                        search_matches(
+                            conn,
+                            store,
+                            owner_id=owner_id,
+                            execution_id=execution_id,
+                            changes=written,
+                        )
                     )
                 samples.append(time.perf_counter() - begin)
             update_rule(user, rule_id, {"enabled": False}, store=store)

@@ -79,6 +79,7 @@ from app.bench.cpu import server_background_cpu_seconds, server_foreground_cpu_s
 from app.bench.disk import phase_disk, read_disk, settle
 from app.bench.relations import phase_relations, read_blocks
 from app.bench.resident import value_keys_resident
+from app.bench.scratch import vacuum_analyze
 from app.bench.statements import phase_statements, read_counters
 from app.bench.stats import summary_ms
 
@@ -563,13 +564,6 @@ def autovacuum_backlog(conn) -> dict[str, Any]:
         ),
         "workers_running": int(workers),
     }
-
-
-def vacuum_analyze() -> None:
-    from app.db import get_engine
-
-    with get_engine().connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM (ANALYZE)"))
 
 
 def checkpoint() -> None:

@@ -62,6 +62,17 @@ def scratch_database(
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def vacuum_analyze(*tables: str) -> None:
+    """``VACUUM ANALYZE`` the installed database, or only ``tables``: the visibility maps
+    and statistics autovacuum would soon give a bulk load (VACUUM cannot run inside a
+    transaction block, so on a connection of its own in autocommit)."""
+    import sqlalchemy as sa
+
+    with db.get_engine().connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(sa.text("VACUUM ANALYZE " + ", ".join(tables)))
+
+
 def drop_elasticsearch_prefix(url: str, prefix: str) -> None:
     """Delete what a benchmark created on an Elasticsearch cluster: its own prefix's
     indices, index templates and merge script, nothing else."""

@@ -182,7 +182,7 @@ def command(assets: int, repeats: int, hostnames: bool, rule_changes: str | None
 
     from app import create_app
     from app.bench.pages import _seed
-    from app.bench.scratch import scratch_database
+    from app.bench.scratch import scratch_database, vacuum_analyze
     from app.db import get_engine, transaction
     from app.http import context
     from app.identity.users import create_user
@@ -214,9 +214,8 @@ def command(assets: int, repeats: int, hostnames: bool, rule_changes: str | None
         certified = certify(user.id)
         named = name_hosts(user.id) if hostnames else 0
         queries = {**QUERIES, **HOST_QUERIES} if hostnames else QUERIES
-        # Fresh statistics and index sizes, as autovacuum soon gives (VACUUM: no transaction).
-        with get_engine().connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM ANALYZE"))
+        # Fresh statistics and index sizes, as autovacuum soon gives.
+        vacuum_analyze()
         seeded_seconds = time.monotonic() - started
         now = datetime.now(UTC)
         timings, found = time_queries(store, user.id, repeats, now, queries=queries)

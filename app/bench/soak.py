@@ -191,8 +191,9 @@ def _prepare(
     execution may receive any 10/8 address, and one scanner token per writer."""
     import sqlalchemy as sa
 
+    from app.bench.scratch import vacuum_analyze
     from app.bench.store import SERVICES
-    from app.db import get_engine, transaction
+    from app.db import transaction
     from app.identity.scanners import create_scanner
     from app.identity.users import create_user
     from app.scan_control.creation import create_task, validate_task_request
@@ -247,8 +248,7 @@ def _prepare(
     # What autovacuum does soon after a bulk load, done before the window opens rather
     # than in its first minute: the assets' visibility map and statistics that know
     # them, and none of the tasks about to be written (as for every running task).
-    with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE)"))
+    vacuum_analyze()
     return "soak-owner", task_ids, tokens
 
 

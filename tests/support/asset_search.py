@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from app import db
+from app.bench.scratch import vacuum_analyze
 from app.search.port import AssetQuery
 from app.search.postgres_queries import looked_up_statement
 from app.search.seed import seed_current_assets
@@ -75,10 +76,7 @@ def seed_views(owner: int, endpoints: int, services, *, spread_minutes: int = 0)
 def analyse_views() -> None:
     """Both views as autovacuum leaves them: statistics (of their expressions too) and
     the partial indexes' sizes."""
-    with db.get_engine().connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_user"))
-        conn.execute(sa.text("VACUUM ANALYZE search_assets_global"))
+    vacuum_analyze("search_assets_user", "search_assets_global")
 
 
 def search_statement(query: AssetQuery) -> tuple[str, dict[str, Any]]:

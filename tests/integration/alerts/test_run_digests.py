@@ -339,9 +339,7 @@ def test_two_last_change_sets_deciding_at_once_take_turns_on_the_run(
             backends[execution_id] = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
             inside.wait()
             change_set = ChangeSet(owner, execution_id, task["id"], run_id)
-            made[execution_id] = alerts_for_change_set(
-                conn, settings.alerts, change_set, changed=False
-            )
+            made[execution_id] = alerts_for_change_set(conn, settings.alerts, change_set, changes=0)
             decided[execution_id].set()
             until_the_other_decided_or_waits(execution_id)
             conn.execute(
