@@ -32,3 +32,9 @@ def test_bench_floor_copies_exactly_the_rows_the_upload_wrote(in_flight):
     assert "scan_executions" not in tables and "runtime_configuration" not in tables
     assert len(report["floor"]["seconds"]) == 2
     assert report["ratio_to_floor"] > 0 and report["goal_ratio"] == 0.6
+    # Where each side's CPU went: the web server, PostgreSQL and the client for netmap;
+    # PostgreSQL alone for the COPY. Both did work, so neither reads zero.
+    spent = report["netmap"]["cpu_ms_per_1k_observations"]
+    assert set(spent) == {"web", "postgres", "client"}
+    assert spent["web"] > 0 and spent["postgres"] > 0
+    assert report["floor"]["cpu_ms_per_1k_observations"]["postgres"] > 0

@@ -51,6 +51,22 @@ def test_bench_search_with_named_hosts_times_the_rare_host_name():
         assert run["queries"]["port"]["found"] == pytest.approx(run["changes"] / 5, rel=0.2)
 
 
+@pytest.mark.slow
+def test_bench_search_runs_with_the_shared_buffers_asked_for():
+    process = run_bench(
+        "search", "--assets", "2000", "--repeats", "1", "--shared-buffers", "256MB", check=False
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert json.loads(process.stdout)["shared_buffers"] == "256MB"
+
+
+@pytest.mark.parametrize("value", ["2XB", "0MB", "big"])
+def test_bench_search_refuses_a_bad_shared_buffers_size(value):
+    process = run_bench("search", "--shared-buffers", value, check=False)
+    assert process.returncode == 2
+    assert "--shared-buffers" in process.stderr
+
+
 @pytest.mark.parametrize("value", ["x", "0", "1000,2000000"])
 def test_bench_search_refuses_a_bad_change_set_size(value):
     process = run_bench("search", "--rule-changes", value, check=False)
