@@ -373,6 +373,7 @@ def search_matches(
                 endpoint="x",
                 status=_STATUS_AFTER_CHANGE,
                 rows=changes,
+                conn=conn,
             )
             params.update(found)
         ids = conn.execute(

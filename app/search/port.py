@@ -566,17 +566,25 @@ class AssetConditionsInDatabase(Protocol):
     """Optional capability of a store (PostgreSQL): current assets tested inside another
     domain's statement, because they are tables of the system-of-record database.
 
-    ``asset_match_sql(node, endpoint=, status=, rows=)`` is an SQL condition with its
-    bound parameters: the current asset of owner ``:owner_id`` at the endpoint of the
+    ``asset_match_sql(node, endpoint=, status=, rows=, conn=)`` is an SQL condition with
+    its bound parameters: the current asset of owner ``:owner_id`` at the endpoint of the
     caller's row ``endpoint`` (columns ``ip``, ``port``, ``transport``) matches the parsed
     search language tree ``node``, with ``status`` (an SQL expression) read as the asset's
     status; ``rows``, where known, is how many rows the caller will test, which the
-    store may spell differently for. The alert rules' search filters use it in the
-    change analysis's transaction.
+    store may spell differently for; ``conn``, where given, is the connection whose
+    transaction will run the condition, through which the store may read what it needs
+    to choose the spelling (the view's statistics). The alert rules' search filters use
+    it in the change analysis's transaction.
     """
 
     def asset_match_sql(
-        self, node: object, *, endpoint: str, status: str, rows: int | None = None
+        self,
+        node: object,
+        *,
+        endpoint: str,
+        status: str,
+        rows: int | None = None,
+        conn: Any = None,
     ) -> tuple[str, dict[str, Any]]: ...
 
 

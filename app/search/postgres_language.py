@@ -220,7 +220,12 @@ PER_ROW_MAX = 20_000
 
 
 def asset_match(
-    node: Node, *, endpoint: str, status: str, rows: int | None = None
+    node: Node,
+    *,
+    endpoint: str,
+    status: str,
+    rows: int | None = None,
+    common_texts: CommonTexts = frozenset(),
 ) -> tuple[str, dict[str, Any]]:
     """SQL: the current asset of owner ``:owner_id`` at the endpoint of row ``endpoint``
     (its ``ip``, ``port``, ``transport``) matches the tree, ``status`` standing for the
@@ -237,9 +242,12 @@ def asset_match(
     subquery of the texts, whose cost grows with the estate, and the subquery keeps
     ``OFFSET 0``, without which the planner may turn the ``EXISTS`` into a join that
     reads every asset of the owner. More rows (or an unknown number) are left to the
-    planner, with each free text a subquery of the distinct texts."""
+    planner, which may join them to the owner's assets: then ``common_texts`` (free
+    texts the view's statistics call common, as a search reads them) are tested on each
+    asset's own text, since a join reads most assets anyway, and every other free text
+    is a subquery of the distinct texts, which finds a rare one's few assets at once."""
     per_row = rows is not None and rows <= PER_ROW_MAX
-    common = frozenset(free_texts(node)) if per_row else frozenset()
+    common = frozenset(free_texts(node)) if per_row else common_texts
     sql, params = condition(node, status=status, common_texts=common)
     ip_order = (
         f"CASE WHEN family({endpoint}.ip) = 4 THEN ('::ffff:' || host({endpoint}.ip))::inet "

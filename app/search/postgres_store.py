@@ -75,21 +75,24 @@ from app.search.port import (
     StoreUnavailable,
 )
 from app.search.postgres_aggregates import execution_aggregates
-from app.search.postgres_language import asset_match
+from app.search.postgres_language import PER_ROW_MAX, asset_match
 from app.search.postgres_pages import ServerPages
 from app.search.postgres_purge import purge_execution_data_batch, purge_task_assets_batch
 from app.search.postgres_queries import PostgresQueries
 from app.search.postgres_removals import PostgresRemovals
 from app.search.postgres_retention import drop_month, fact_partitions, months_to_keep_from
 from app.search.postgres_schema import (
+    ASSET_TABLES,
     EXECUTION_SIGHTINGS_PAGE_SQL,
     EXECUTION_SIGHTINGS_SQL,
     check_tables,
     create_partitions,
     partition_name,
 )
+from app.search.postgres_text_share import common_texts
 from app.search.postgres_warming import warm_value_keys
 from app.search.postgres_writes import PostgresWrites
+from app.search.query_language import free_texts
 
 _DEADLOCK_RETRIES = 3
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock, serialization failure
@@ -383,9 +386,21 @@ class PostgresStore:
         return self._queries.asset_aggregates(query, top=top)
 
     def asset_match_sql(
-        self, node: object, *, endpoint: str, status: str, rows: int | None = None
+        self,
+        node: object,
+        *,
+        endpoint: str,
+        status: str,
+        rows: int | None = None,
+        conn: Connection | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        return asset_match(node, endpoint=endpoint, status=status, rows=rows)  # type: ignore[arg-type]
+        common: frozenset[str] = frozenset()
+        if conn is not None and (rows is None or rows > PER_ROW_MAX):
+            # Beyond the per-change spelling, common words are told apart as the Assets
+            # page's search tells them (the view's statistics), read in the caller's
+            # transaction.
+            common = common_texts(conn, ASSET_TABLES["user"], free_texts(node))  # type: ignore[arg-type]
+        return asset_match(node, endpoint=endpoint, status=status, rows=rows, common_texts=common)  # type: ignore[arg-type]
 
     def count_current_assets(self, *, owner_id: int | None, cap: int) -> int:
         return self._queries.count_current_assets(owner_id=owner_id, cap=cap)

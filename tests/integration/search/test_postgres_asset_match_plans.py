@@ -5,8 +5,10 @@ them, with the planner free to choose: told the change set is at most ``PER_ROW_
 rows, ``asset_match`` finds each change's one asset through the ordering index and
 tests that asset alone (a common word, a rare host name, a negation, a word beside a
 port), never reading the owner's other assets nor the distinct texts; told more (or
-nothing), it leaves the plan to the planner. Both spellings answer exactly what the
-search answers on the Assets page, for the changed endpoints.
+nothing), it leaves the plan to the planner, and the store, reading the view's
+statistics in the caller's transaction, tests a common word on each asset's own text
+while a rare one is still looked up among the distinct texts. Every spelling answers
+exactly what the search answers on the Assets page, for the changed endpoints.
 """
 
 from __future__ import annotations
@@ -71,9 +73,22 @@ def _statement(where: str, rows: int | None = CHANGED) -> tuple[str, dict[str, A
     return sql, {**params, "owner_id": OWNER}
 
 
-def _matched(where: str, rows: int | None = CHANGED) -> list[tuple[str, int]]:
-    sql, params = _statement(where, rows)
+def _store_statement(store, conn, where: str, rows: int | None) -> tuple[str, dict[str, Any]]:
+    """The store's spelling (``asset_match_sql``), which may read the view's statistics
+    through ``conn``, the caller's connection."""
+    condition, params = store.asset_match_sql(
+        parse_query(where, now=NOW).node, endpoint="x", status="t.status", rows=rows, conn=conn
+    )
+    sql = f"SELECT host(x.ip) AS ip, x.port FROM {_CHANGES} x WHERE {condition}"
+    return sql, {**params, "owner_id": OWNER}
+
+
+def _matched(where: str, rows: int | None = CHANGED, store=None) -> list[tuple[str, int]]:
     with db.transaction() as conn:
+        if store is None:
+            sql, params = _statement(where, rows)
+        else:
+            sql, params = _store_statement(store, conn, where, rows)
         return sorted((r.ip, r.port) for r in conn.execute(sa.text(sql), params))
 
 
@@ -128,15 +143,55 @@ def test_a_large_or_unknown_change_set_is_left_to_the_planner(rows):
     assert _statement("tomcat", PER_ROW_MAX)[0].count("OFFSET 0") == 1
 
 
+def test_a_large_change_set_tests_common_words_on_each_asset_own_text(postgres_store, changed):
+    """Beyond ``PER_ROW_MAX`` (an import's change set) the planner may join the changes
+    to the owner's assets; a word a fifth of the assets hold is then tested on each
+    asset's own text (no distinct text read, no fence), as the Assets page's search
+    tests it, while a rare host name beside it is still looked up among the texts."""
+    with db.transaction() as conn:
+        common_sql, _ = _store_statement(postgres_store, conn, "tomcat", PER_ROW_MAX + 1)
+        mixed_sql, _ = _store_statement(
+            postgres_store, conn, f"tomcat OR {RARE_NAME}", PER_ROW_MAX + 1
+        )
+        small_sql, _ = _store_statement(postgres_store, conn, RARE_NAME, PER_ROW_MAX)
+    assert ASSET_TEXTS_TABLE not in common_sql and "OFFSET 0" not in common_sql
+    assert mixed_sql.count(ASSET_TEXTS_TABLE) == 1 and "OFFSET 0" not in mixed_sql
+    # Within PER_ROW_MAX every text is the asset's own, whatever the statistics say.
+    assert ASSET_TEXTS_TABLE not in small_sql and small_sql.count("OFFSET 0") == 1
+    plan = explain(*_store_statement_in_transaction(postgres_store, "tomcat", PER_ROW_MAX + 1))
+    relations = {n["Relation Name"] for n in nodes(plan) if "Relation Name" in n}
+    assert ASSET_TEXTS_TABLE not in relations, _shape(plan)
+
+
+def _store_statement_in_transaction(store, where: str, rows: int) -> tuple[str, dict[str, Any]]:
+    with db.transaction() as conn:
+        return _store_statement(store, conn, where, rows)
+
+
+def test_an_unanalysed_view_has_no_common_words(postgres_store):
+    """With no statistics (a view never analysed) nothing is called common: every free
+    text of a large change set is looked up among the distinct texts, as before."""
+    with db.transaction() as conn:
+        conn.execute(
+            sa.text(f"CREATE TEMPORARY TABLE {_CHANGES} (ip inet, port int, transport text)")
+        )
+        sql, _ = _store_statement(postgres_store, conn, "tomcat", PER_ROW_MAX + 1)
+        conn.execute(sa.text(f"DROP TABLE {_CHANGES}"))
+    assert ASSET_TEXTS_TABLE in sql
+
+
 @pytest.mark.parametrize(
     ("where", "count"),
     [("tomcat", CHANGED // len(SERVICES)), (RARE_NAME, 1), ("wombat", 0)],
 )
-@pytest.mark.parametrize("rows", [CHANGED, None])
+@pytest.mark.parametrize("rows", [CHANGED, None, "store"])
 def test_a_rule_search_finds_what_the_search_finds_among_the_changes(
     postgres_store, changed, where, count, rows
 ):
-    found = _matched(where, rows)
+    if rows == "store":  # beyond PER_ROW_MAX, common words told apart by the statistics
+        found = _matched(where, PER_ROW_MAX + 1, store=postgres_store)
+    else:
+        found = _matched(where, rows)
     assert found == _searched(postgres_store, where)
     assert len(found) == pytest.approx(count, rel=0.1)
 
@@ -162,3 +217,4 @@ def test_any_rule_search_finds_what_the_search_finds(
     searched = _searched(postgres_store, where)
     assert _matched(where, CHANGED) == searched
     assert _matched(where, None) == searched
+    assert _matched(where, PER_ROW_MAX + 1, store=postgres_store) == searched
