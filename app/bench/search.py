@@ -73,22 +73,24 @@ _ASSETS_PER_STATEMENT = 100_000
 def certify(owner_id: int) -> int:
     """Give the owner's port-443 assets their certificates and pages (``_CERTIFICATES``);
     the number of assets given one."""
-    return _in_key_ranges(owner_id, _CERTIFICATES)
+    return _in_key_ranges(owner_id, _CERTIFICATES, "certificates")
 
 
 def name_hosts(owner_id: int) -> int:
     """Give every asset of the owner its host's name (``_HOSTNAMES``), so each endpoint's
     free text (banner, product, host name) is a distinct text of its own; the number of
     assets named."""
-    return _in_key_ranges(owner_id, _HOSTNAMES)
+    return _in_key_ranges(owner_id, _HOSTNAMES, "host names")
 
 
-def _in_key_ranges(owner_id: int, statement: str) -> int:
+def _in_key_ranges(owner_id: int, statement: str, label: str) -> int:
     """Run ``statement`` (bound ``:owner_id``, ``:low``, ``:high``) over the owner's assets,
     a range of keys per transaction; the rows it changed. The keys are hashes, spread
-    evenly, so equal ranges of them hold about as many assets."""
+    evenly, so equal ranges of them hold about as many assets. Progress on stderr (at
+    ten million assets this takes tens of minutes)."""
     import sqlalchemy as sa
 
+    from app.bench.progress import Progress
     from app.db import transaction
 
     with transaction() as conn:
@@ -102,11 +104,15 @@ def _in_key_ranges(owner_id: int, statement: str) -> int:
     if not assets:
         return changed
     step = (high - low) // max(1, assets // _ASSETS_PER_STATEMENT) + 1
-    for start in range(low, high + 1, step):
+    starts = range(low, high + 1, step)
+    progress = Progress(f"{label}, key ranges", total=len(starts), interval=10.0)
+    for start in starts:
         with transaction() as conn:
             changed += conn.execute(
                 sa.text(statement), {"owner_id": owner_id, "low": start, "high": start + step}
             ).rowcount
+        progress.advance()
+    progress.finish()
     return changed
 
 
