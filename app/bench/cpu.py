@@ -64,6 +64,26 @@ def tree_cpu_seconds(root: int | None) -> float:
     return (process_tree_cpu_seconds(root) or 0.0) if root else 0.0
 
 
+@dataclass(frozen=True)
+class ServedCpu:
+    """CPU seconds so far of a web server's process tree, a PostgreSQL server's and this
+    process (the client that drives them); the difference of two readings is what each
+    spent over a phase. A process given as None reads 0."""
+
+    web: float
+    postgres: float
+    client: float
+
+    @classmethod
+    def read(cls, web_pid: int | None, postgres_pid: int | None) -> ServedCpu:
+        return cls(tree_cpu_seconds(web_pid), tree_cpu_seconds(postgres_pid), time.process_time())
+
+    def __sub__(self, before: ServedCpu) -> ServedCpu:
+        return ServedCpu(
+            self.web - before.web, self.postgres - before.postgres, self.client - before.client
+        )
+
+
 def server_cpu_seconds(pgdata: Path) -> float:
     """CPU time used so far by the PostgreSQL server of ``pgdata`` (postmaster and children)."""
     return tree_cpu_seconds(postmaster_pid(pgdata))

@@ -99,7 +99,7 @@ def _copy_out(engine, tables: list[str]) -> dict[str, bytes]:
 def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> tuple[float, float]:
     """Empty the tables, then time writing the dumps back in one transaction: (wall
     seconds, the PostgreSQL server's CPU seconds)."""
-    from app.bench.cpu import tree_cpu_seconds
+    from app.bench.cpu import ServedCpu
 
     raw = engine.raw_connection()
     try:
@@ -107,16 +107,16 @@ def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> tuple[flo
         cursor.execute("SET session_replication_role = replica")
         cursor.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in dumps))
         raw.commit()
-        cpu = tree_cpu_seconds(postgres)
+        cpu = ServedCpu.read(None, postgres)
         started = time.perf_counter()
         for table, data in dumps.items():
             cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
         raw.commit()
         seconds = time.perf_counter() - started
-        cpu = tree_cpu_seconds(postgres) - cpu
+        spent = ServedCpu.read(None, postgres) - cpu
         cursor.execute("RESET session_replication_role")
         raw.commit()
-        return seconds, cpu
+        return seconds, spent.postgres
     finally:
         raw.close()
 
@@ -169,7 +169,7 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
     """netmap's one-client ingest against COPY of the rows it writes; one JSON object."""
     from app.bench import local_server, upload_http
     from app.bench.counts import execution_counts
-    from app.bench.cpu import postmaster_pid, tree_cpu_seconds
+    from app.bench.cpu import ServedCpu, postmaster_pid
     from app.bench.scratch import scratch_database
     from app.bench.upload_data import observations as make_observations
     from app.db import get_engine, transaction
@@ -202,20 +202,12 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
                 file=sys.stderr,
             )
             postgres = postmaster_pid(scratch.directory / "pgdata")
-            cpu_before = (
-                tree_cpu_seconds(server.pid),
-                tree_cpu_seconds(postgres),
-                time.process_time(),
-            )
+            cpu_before = ServedCpu.read(server.pid, postgres)
             started = time.perf_counter()
             _send_window(client, bodies, in_flight)
             client.send(final)
             netmap_seconds = time.perf_counter() - started
-            web_cpu, postgres_cpu, client_cpu = (
-                tree_cpu_seconds(server.pid) - cpu_before[0],
-                tree_cpu_seconds(postgres) - cpu_before[1],
-                time.process_time() - cpu_before[2],
-            )
+            spent = ServedCpu.read(server.pid, postgres) - cpu_before
             if client.error:
                 raise click.ClickException(f"the upload failed: {client.error}")
         finally:
@@ -230,18 +222,16 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
         )
         rows = _row_counts(engine, tables)
         dumps = _copy_out(engine, tables)
-        floor_runs = []
-        floor_cpu = []
+        floor_runs: list[tuple[float, float]] = []  # (seconds, PostgreSQL CPU seconds)
         for n in range(repeats):
-            seconds, cpu = _copy_in(engine, dumps, postgres)
-            floor_runs.append(seconds)
-            floor_cpu.append(cpu)
-            print(f"[floor] COPY {n + 1}/{repeats}: {seconds:.2f} s", file=sys.stderr)
+            floor_runs.append(_copy_in(engine, dumps, postgres))
+            print(f"[floor] COPY {n + 1}/{repeats}: {floor_runs[-1][0]:.2f} s", file=sys.stderr)
         copied = _row_counts(engine, tables)
         if copied != rows:
             raise click.ClickException(f"COPY wrote {copied}, the upload left {rows}")
     netmap_rate = observations / netmap_seconds
-    floor_rate = observations / min(floor_runs)
+    best_seconds, best_cpu = min(floor_runs)
+    floor_rate = observations / best_seconds
     per_k = 1000 / observations
     result: dict[str, Any] = {
         "benchmark": "floor",
@@ -252,17 +242,15 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
             "seconds": round(netmap_seconds, 3),
             "observations_per_s": round(netmap_rate, 1),
             "cpu_ms_per_1k_observations": {
-                "web": round(web_cpu * 1000 * per_k, 1),
-                "postgres": round(postgres_cpu * 1000 * per_k, 1),
-                "client": round(client_cpu * 1000 * per_k, 1),
+                "web": round(spent.web * 1000 * per_k, 1),
+                "postgres": round(spent.postgres * 1000 * per_k, 1),
+                "client": round(spent.client * 1000 * per_k, 1),
             },
         },
         "floor": {
-            "seconds": [round(s, 3) for s in floor_runs],
+            "seconds": [round(s, 3) for s, _cpu in floor_runs],
             "observations_per_s": round(floor_rate, 1),
-            "cpu_ms_per_1k_observations": {
-                "postgres": round(floor_cpu[floor_runs.index(min(floor_runs))] * 1000 * per_k, 1)
-            },
+            "cpu_ms_per_1k_observations": {"postgres": round(best_cpu * 1000 * per_k, 1)},
             "tables": rows,
             "bytes": {t: len(d) for t, d in dumps.items()},
         },

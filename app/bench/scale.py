@@ -235,7 +235,7 @@ class _Grower:
     def fill(self, count: int, label: str) -> dict[str, Any]:
         """``count`` new endpoints from all fill scanners at once, each its own execution
         ending with its final; then projected and analysed."""
-        from app.bench.cpu import postmaster_pid, tree_cpu_seconds
+        from app.bench.cpu import ServedCpu, postmaster_pid
         from app.bench.progress import Progress
         from app.bench.upload_http import ScannerClient, create_executions
 
@@ -270,7 +270,7 @@ class _Grower:
                 client.error = str(exc)
 
         postgres = postmaster_pid(self.pgdata)
-        server_cpu, postgres_cpu = tree_cpu_seconds(self.server_pid), tree_cpu_seconds(postgres)
+        cpu_before = ServedCpu.read(self.server_pid, postgres)
         started = time.perf_counter()
         threads = [
             threading.Thread(target=upload, args=(client, start, share), daemon=True)
@@ -281,8 +281,8 @@ class _Grower:
         for thread in threads:
             thread.join()
         seconds = time.perf_counter() - started
-        server_cpu = tree_cpu_seconds(self.server_pid) - server_cpu
-        postgres_cpu = tree_cpu_seconds(postgres) - postgres_cpu
+        spent = ServedCpu.read(self.server_pid, postgres) - cpu_before
+        server_cpu, postgres_cpu = spent.web, spent.postgres
         progress.finish()
         errors = [client.error for client in clients if client.error]
         if errors:

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 from app.bench import local_server
 from app.bench.counts import execution_counts
-from app.bench.cpu import postmaster_pid, tree_cpu_seconds
+from app.bench.cpu import ServedCpu, postmaster_pid
 from app.bench.stats import summary_ms
 from app.bench.upload_data import observations
 from app.upload_protocol import canonical_checksum
@@ -203,17 +203,15 @@ def measure_http(
     ]
     for thread in threads:
         thread.start()
-    server_cpu = tree_cpu_seconds(server_pid)
-    postgres_cpu = tree_cpu_seconds(postgres)
-    own_cpu = time.process_time()
+    cpu_before = ServedCpu.read(server_pid, postgres)
     barrier.wait()
     started = time.perf_counter()
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - started
-    own_cpu = time.process_time() - own_cpu
-    server_cpu = tree_cpu_seconds(server_pid) - server_cpu
-    postgres_cpu = (tree_cpu_seconds(postgres) - postgres_cpu) if postgres else None
+    spent = ServedCpu.read(server_pid, postgres) - cpu_before
+    own_cpu, server_cpu = spent.client, spent.web
+    postgres_cpu = spent.postgres if postgres else None
     errors = [client.error for client in clients if client.error]
     if errors:
         raise click.ClickException(f"a client failed: {errors[0]}")

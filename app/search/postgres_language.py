@@ -219,6 +219,12 @@ def condition(
 PER_ROW_MAX = 20_000
 
 
+def tests_each_row(rows: int | None) -> bool:
+    """Whether ``asset_match`` spells a caller's ``rows`` rows as a test of each row's own
+    asset (else the planner chooses, and common words are the caller's to name)."""
+    return rows is not None and rows <= PER_ROW_MAX
+
+
 def asset_match(
     node: Node,
     *,
@@ -246,7 +252,7 @@ def asset_match(
     texts the view's statistics call common, as a search reads them) are tested on each
     asset's own text, since a join reads most assets anyway, and every other free text
     is a subquery of the distinct texts, which finds a rare one's few assets at once."""
-    per_row = rows is not None and rows <= PER_ROW_MAX
+    per_row = tests_each_row(rows)
     common = frozenset(free_texts(node)) if per_row else common_texts
     sql, params = condition(node, status=status, common_texts=common)
     ip_order = (

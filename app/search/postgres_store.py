@@ -75,7 +75,7 @@ from app.search.port import (
     StoreUnavailable,
 )
 from app.search.postgres_aggregates import execution_aggregates
-from app.search.postgres_language import PER_ROW_MAX, asset_match
+from app.search.postgres_language import asset_match, tests_each_row
 from app.search.postgres_pages import ServerPages
 from app.search.postgres_purge import purge_execution_data_batch, purge_task_assets_batch
 from app.search.postgres_queries import PostgresQueries
@@ -395,7 +395,7 @@ class PostgresStore:
         conn: Connection | None = None,
     ) -> tuple[str, dict[str, Any]]:
         common: frozenset[str] = frozenset()
-        if conn is not None and (rows is None or rows > PER_ROW_MAX):
+        if conn is not None and not tests_each_row(rows):
             # Beyond the per-change spelling, common words are told apart as the Assets
             # page's search tells them (the view's statistics), read in the caller's
             # transaction.
