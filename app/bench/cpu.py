@@ -83,6 +83,10 @@ class ServedCpu:
             self.web - before.web, self.postgres - before.postgres, self.client - before.client
         )
 
+    @property
+    def total(self) -> float:
+        return self.web + self.postgres + self.client
+
 
 def server_cpu_seconds(pgdata: Path) -> float:
     """CPU time used so far by the PostgreSQL server of ``pgdata`` (postmaster and children)."""

@@ -99,7 +99,7 @@ def _copy_out(engine, tables: list[str]) -> dict[str, bytes]:
 def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> tuple[float, float]:
     """Empty the tables, then time writing the dumps back in one transaction: (wall
     seconds, the PostgreSQL server's CPU seconds)."""
-    from app.bench.cpu import ServedCpu
+    from app.bench.cpu import tree_cpu_seconds
 
     raw = engine.raw_connection()
     try:
@@ -107,16 +107,16 @@ def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> tuple[flo
         cursor.execute("SET session_replication_role = replica")
         cursor.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in dumps))
         raw.commit()
-        cpu = ServedCpu.read(None, postgres)
+        cpu = tree_cpu_seconds(postgres)
         started = time.perf_counter()
         for table, data in dumps.items():
             cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
         raw.commit()
         seconds = time.perf_counter() - started
-        spent = ServedCpu.read(None, postgres) - cpu
+        cpu = tree_cpu_seconds(postgres) - cpu
         cursor.execute("RESET session_replication_role")
         raw.commit()
-        return seconds, spent.postgres
+        return seconds, cpu
     finally:
         raw.close()
 

@@ -282,7 +282,6 @@ class _Grower:
             thread.join()
         seconds = time.perf_counter() - started
         spent = ServedCpu.read(self.server_pid, postgres) - cpu_before
-        server_cpu, postgres_cpu = spent.web, spent.postgres
         progress.finish()
         errors = [client.error for client in clients if client.error]
         if errors:
@@ -299,8 +298,8 @@ class _Grower:
             "final_max_ms": round(max(finals) * 1000, 3),
             # What the write path costs per thousand observations, whatever the wall time
             # on a shared machine: the web server's processes and PostgreSQL's.
-            "web_cpu_s_per_1k": round(server_cpu / count * 1000, 4),
-            "postgres_cpu_s_per_1k": round(postgres_cpu / count * 1000, 4),
+            "web_cpu_s_per_1k": round(spent.web / count * 1000, 4),
+            "postgres_cpu_s_per_1k": round(spent.postgres / count * 1000, 4),
             "projection_endpoints_per_s": projection["endpoints_per_s"],
             "projection_cpu_s_per_1k": round(projection["cpu_seconds"] / count * 1000, 4),
             "analysis_endpoints_per_s": round(count / analysed, 1) if analysed else None,
@@ -427,13 +426,9 @@ class _Grower:
         }
 
     def cpu_seconds(self) -> float:
-        from app.bench.cpu import server_cpu_seconds, tree_cpu_seconds
+        from app.bench.cpu import ServedCpu, postmaster_pid
 
-        return (
-            tree_cpu_seconds(self.server_pid)
-            + server_cpu_seconds(self.pgdata)
-            + time.process_time()
-        )
+        return ServedCpu.read(self.server_pid, postmaster_pid(self.pgdata)).total
 
     def _results_page(self, task_id: int, repeats: int) -> dict[str, float]:
         from app.bench.pages import timed_gets

@@ -210,8 +210,6 @@ def measure_http(
         thread.join()
     seconds = time.perf_counter() - started
     spent = ServedCpu.read(server_pid, postgres) - cpu_before
-    own_cpu, server_cpu = spent.client, spent.web
-    postgres_cpu = spent.postgres if postgres else None
     errors = [client.error for client in clients if client.error]
     if errors:
         raise click.ClickException(f"a client failed: {errors[0]}")
@@ -237,7 +235,7 @@ def measure_http(
             raise click.ClickException(f"final counted {counted}, expected {wanted}")
         counts.append(counted)
     total = size * len(clients)
-    fill_cpu = own_cpu + server_cpu + (postgres_cpu or 0.0)
+    fill_cpu = spent.total  # PostgreSQL reads 0 when it is not this bench's to measure
     return {
         "clients": len(clients),
         "observations_per_client": size,
@@ -247,9 +245,9 @@ def measure_http(
         "fill_batch_latency": summary_ms([s for c in clients for s in c.latencies]),
         "fill_cpu_seconds": round(fill_cpu, 3),
         "fill_endpoints_per_cpu_s": round(total / fill_cpu, 1) if fill_cpu else None,
-        "server_cpu_seconds": round(server_cpu, 3),
-        "postgres_cpu_seconds": round(postgres_cpu, 3) if postgres_cpu is not None else None,
-        "client_cpu_seconds": round(own_cpu, 3),
+        "server_cpu_seconds": round(spent.web, 3),
+        "postgres_cpu_seconds": round(spent.postgres, 3) if postgres else None,
+        "client_cpu_seconds": round(spent.client, 3),
         "normal_by_batch_size": by_batch_size,
         "final_counts": counts,
     }
