@@ -1,10 +1,12 @@
-"""Which five-character pieces of a searched value a distinct-text lookup asks for.
+"""Which pieces of a searched value a distinct-text lookup asks for.
 
-A value long enough finds its distinct texts through a GIN index of five-character
-pieces of each folded text: every five-character substring for the text fact values
-(``netmap_text_grams``, migration 2300), the consecutive five-character chunks for the
-free texts (``netmap_text_chunks``, migration 2400; a value is then looked up at each of
-the five alignments to the text's chunks, ORed). GIN intersects the posting lists of
+A value long enough finds its distinct texts through a GIN index of pieces of each
+folded text: every five-character substring for the text fact values
+(``netmap_text_grams``, migration 2300); for the free texts, the consecutive
+five-character chunks (``netmap_text_chunks``, migration 2400) or, for a value of
+fourteen characters or more, ten-character chunks starting at every fifth character
+(``netmap_text_wide_chunks``, migration 2600). A free text is looked up at each of the
+five alignments to the text's chunk starts, ORed. GIN intersects the posting lists of
 every piece a lookup asks for, and a piece that nearly every text holds — ``hostq`` and
 ``qcorp`` of ``host-7-77-7.corp``, when every host is named ``host-….corp….`` — has a
 list as long as the table: among five million such texts the two of them were three
@@ -22,6 +24,8 @@ Each process keeps what it read for a few minutes (``postgres_statistics``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -36,23 +40,59 @@ from app.search.postgres_statistics import cached
 # pieces a fifth of the texts hold cost more pages than they save (measured at 1M and
 # 3M texts: ``docs/inventory.md``, "Pieces nearly every text holds").
 COMMON_PIECE_SHARE = 0.05
-# A free-text value this long has a whole chunk at each of the five alignments (four
-# characters before the first chunk at the last one); a shorter one has none at some, and
-# is looked up through the trigrams instead.
-CHUNKED_LENGTH = 9
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """One cut of the folded free texts into chunks, with its GIN index.
+
+    ``function`` (SQL) cuts a text; a chunk starts at every fifth character of it.
+    ``shortest`` is the folded length a value needs for a whole piece at each of the
+    five alignments to those starts (``width`` plus the four characters before the first
+    piece at the last alignment); a shorter one would lose the texts holding it at an
+    alignment without a piece."""
+
+    function: str
+    index: str
+    width: int
+
+    @property
+    def shortest(self) -> int:
+        return self.width + 4
+
+
+# Five-character chunks (migration 2400) and ten-character ones (migration 2600). Five
+# characters of a host name named after its address are shared by more texts the larger
+# the estate (``0q77q`` of ``host-10-0-77-7.corp``); ten are particular to the host, so a
+# value long enough reads the wide ones.
+CHUNKS = Chunking("netmap_text_chunks", "ix_search_asset_texts_chunks", 5)
+WIDE_CHUNKS = Chunking("netmap_text_wide_chunks", "ix_search_asset_texts_wide_chunks", 10)
+CHUNKINGS = (CHUNKS, WIDE_CHUNKS)
+
+
+def chunking_for(value: str) -> Chunking | None:
+    """The chunks a free-text lookup of ``value`` (already ``searched_text``) reads: the
+    widest its length allows; None for a value too short for any (trigrams then)."""
+    fitting = [c for c in CHUNKINGS if len(value) >= c.shortest]
+    return max(fitting, key=lambda c: c.width) if fitting else None
+
 
 # The value's distinct grams, as one lookup (part 0).
 GRAM_PIECES = sa.text(
     "SELECT DISTINCT 0 AS part, g AS piece FROM unnest(netmap_text_grams(:value)) AS g "
     "ORDER BY 1, 2"
 )
-# The value's chunks cut from each offset 0-4 of its folded form (part: the offset): where
-# a text holds the value at that alignment, these are chunks of the text.
-CHUNK_PIECES = sa.text(
-    "SELECT DISTINCT a.part, c AS piece FROM generate_series(0, 4) AS a(part) "
-    "CROSS JOIN unnest(netmap_text_chunks(substr(netmap_text_fold(:value), a.part + 1))) AS c "
-    "ORDER BY 1, 2"
-)
+# The value's pieces cut from each offset 0-4 of its folded form by each chunking (part:
+# the offset): where a text holds the value at that alignment, these are chunks of the
+# text.
+CHUNK_PIECES = {
+    c: sa.text(
+        "SELECT DISTINCT a.part, c AS piece FROM generate_series(0, 4) AS a(part) "  # noqa: S608 - module constants; the value is bound
+        f"CROSS JOIN unnest({c.function}(substr(netmap_text_fold(:value), a.part + 1))) AS c "
+        "ORDER BY 1, 2"
+    )
+    for c in CHUNKINGS
+}
 # The most common elements of the index's expression and their shares (the shares array
 # carries three more numbers at its end, which ``zip`` leaves out). ``most_common_elems``
 # is an ``anyarray``, read as text[] through its text form; with the schema and name given
@@ -98,12 +138,12 @@ def particular_grams(conn: Connection, index: str, value: str) -> list[str]:
     return _particular(conn, index, rows)[0] if rows else []
 
 
-def particular_chunks(conn: Connection, index: str, value: str) -> list[list[str]] | None:
-    """For each of the five alignments, the chunks of ``value`` (already ``searched_text``)
-    a lookup through the chunk index ``index`` asks for; None when the folded value is
-    shorter than ``CHUNKED_LENGTH`` (no chunk at some alignment: such a lookup would lose
-    the texts holding the value there)."""
-    rows = conn.execute(CHUNK_PIECES, {"value": value}).all()
+def particular_chunks(conn: Connection, chunking: Chunking, value: str) -> list[list[str]] | None:
+    """For each of the five alignments, the pieces of ``value`` (already ``searched_text``)
+    a lookup through ``chunking``'s index asks for; None when the folded value is shorter
+    than the chunking's ``shortest`` (no piece at some alignment: such a lookup would
+    lose the texts holding the value there)."""
+    rows = conn.execute(CHUNK_PIECES[chunking], {"value": value}).all()
     if len({row.part for row in rows}) != 5:
         return None
-    return _particular(conn, index, rows)
+    return _particular(conn, chunking.index, rows)

@@ -46,7 +46,12 @@ from app.search.port import (
     ResultsPage,
     StorageScope,
 )
-from app.search.postgres_grams import CHUNKED_LENGTH, particular_chunks, particular_grams
+from app.search.postgres_grams import (
+    CHUNKINGS,
+    chunking_for,
+    particular_chunks,
+    particular_grams,
+)
 from app.search.postgres_language import (
     CommonTexts,
     FactTextIds,
@@ -440,32 +445,44 @@ FACT_TEXT_IDS_CAP = 1000
 
 
 _CHUNK_PARAMS = tuple(f":chunks{part}" for part in range(5))
-# The index of each table's five-character pieces (migrations 2400 and 2300).
-CHUNK_INDEX, GRAM_INDEX = "ix_search_asset_texts_chunks", "ix_search_asset_fact_texts_grams"
+# The index of the fact values' five-character grams (migration 2300); the free texts'
+# chunk indexes are named by ``postgres_grams.CHUNKINGS``.
+GRAM_INDEX = "ix_search_asset_fact_texts_grams"
 
 
-def _lookups(select: str, table: str, **pieces: Any) -> dict[bool, sa.TextClause]:
-    """The lookup of a value among ``table``'s distinct texts, by whether it reads their
-    index of five-character pieces (``pieces``: the condition's bound arrays; see
-    ``text_lookup``) or their trigrams."""
-    statements = {}
-    for by_index in (False, True):
-        contains = distinct_text_contains("text", ":text", ":value", **(pieces if by_index else {}))
-        statements[by_index] = sa.text(
-            f"SELECT {select} FROM {table} WHERE {contains} LIMIT :cap"  # noqa: S608 - module constants; values are bound
+def _lookup(select: str, table: str, **pieces: Any) -> sa.TextClause:
+    """The lookup of a value among ``table``'s distinct texts: through an index of their
+    pieces (``pieces``: the condition's bound arrays and how they are cut; see
+    ``text_lookup``), or, with none, through their trigrams."""
+    contains = distinct_text_contains("text", ":text", ":value", **pieces)
+    return sa.text(
+        f"SELECT {select} FROM {table} WHERE {contains} LIMIT :cap"  # noqa: S608 - module constants; values are bound
+    )
+
+
+# By the chunking whose index a free text's lookup reads (None: the trigrams).
+MATCHING_TEXT_IDS = {
+    None: _lookup("CAST(id AS text)", ASSET_TEXTS_TABLE),
+    **{
+        c: _lookup(
+            "CAST(id AS text)", ASSET_TEXTS_TABLE, chunks=_CHUNK_PARAMS, chunked_by=c.function
         )
-    return statements
-
-
-MATCHING_TEXT_IDS = _lookups("CAST(id AS text)", ASSET_TEXTS_TABLE, chunks=_CHUNK_PARAMS)
-MATCHING_FACT_TEXT_IDS = _lookups("number", FACT_TEXTS_TABLE, grams=":grams")
+        for c in CHUNKINGS
+    },
+}
+# By whether a fact value's lookup reads the grams (else the trigrams).
+MATCHING_FACT_TEXT_IDS = {
+    False: _lookup("number", FACT_TEXTS_TABLE),
+    True: _lookup("number", FACT_TEXTS_TABLE, grams=":grams"),
+}
 
 
 def by_pieces(table: str, text: str) -> bool:
-    """Whether ``table``'s lookup of ``text`` reads the index of five-character pieces: a
-    free text of ``CHUNKED_LENGTH`` characters or more, a text fact value of five or more."""
+    """Whether ``table``'s lookup of ``text`` reads an index of pieces: a free text long
+    enough for the chunks (``postgres_grams.chunking_for``), a text fact value of five
+    or more characters."""
     if table == ASSET_TEXTS_TABLE:
-        return len(searched_text(text)) >= CHUNKED_LENGTH
+        return chunking_for(searched_text(text)) is not None
     return looked_up_by_grams(text)
 
 
@@ -476,19 +493,18 @@ def text_lookup(
     ``cap`` rows, and its parameters: by the pieces ``postgres_grams`` picks where the
     value is long enough (``by_pieces``) and its folded form has them, else by trigrams."""
     value = searched_text(text)
-    pieces: dict[str, Any] = {}  # the index condition's arrays; none: by trigrams
+    params = {"text": like_pattern(text), "value": value, "cap": cap}
     if table == ASSET_TEXTS_TABLE:
-        statements = MATCHING_TEXT_IDS
-        if by_pieces(table, text):
-            chunks = particular_chunks(conn, CHUNK_INDEX, value) or ()
-            pieces = {f"chunks{part}": kept for part, kept in enumerate(chunks)}
-    else:
-        statements = MATCHING_FACT_TEXT_IDS
-        if by_pieces(table, text):
-            grams = particular_grams(conn, GRAM_INDEX, value)
-            pieces = {"grams": grams} if grams else {}
-    params = {"text": like_pattern(text), "value": value, "cap": cap, **pieces}
-    return statements[bool(pieces)], params
+        chunking = chunking_for(value)
+        chunks = particular_chunks(conn, chunking, value) if chunking else None
+        if not chunks:
+            return MATCHING_TEXT_IDS[None], params
+        pieces = {f"chunks{part}": kept for part, kept in enumerate(chunks)}
+        return MATCHING_TEXT_IDS[chunking], {**params, **pieces}
+    grams = particular_grams(conn, GRAM_INDEX, value) if by_pieces(table, text) else []
+    if not grams:
+        return MATCHING_FACT_TEXT_IDS[False], params
+    return MATCHING_FACT_TEXT_IDS[True], {**params, "grams": grams}
 
 
 def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tuple | None:

@@ -23,7 +23,7 @@ def like_pattern(text: str) -> str:
 # A text fact value searched for with at least this many characters (after
 # ``searched_text``) is looked up through the distinct values' five-character grams
 # (migration 2300), a shorter one through their trigrams (migration 1900). A free text
-# needs ``postgres_grams.CHUNKED_LENGTH`` for its chunks (migration 2400).
+# needs nine for its chunks (migrations 2400 and 2600: ``postgres_grams.chunking_for``).
 GRAM_LENGTH = 5
 
 
@@ -39,6 +39,7 @@ def distinct_text_contains(
     *,
     grams: str | None = None,
     chunks: Sequence[str] | None = None,
+    chunked_by: str = "netmap_text_chunks",
 ) -> str:
     """SQL: the distinct text ``column`` contains the searched value (``value``, bound to
     ``searched_text``; ``pattern``, bound to its ``like_pattern``).
@@ -49,8 +50,10 @@ def distinct_text_contains(
     grams among the text's (migration 2300): five characters are particular enough that
     an address or a host name has a gram few texts share, where each of its trigrams is
     held by a share of all address-like texts. With ``chunks`` (SQL of five text arrays:
-    the value's chunks cut from each offset 0-4, or some of them) it is, at one of the
-    five alignments, those chunks among the text's (migration 2400). Otherwise it is the
+    the value's pieces cut from each offset 0-4, or some of them) it is, at one of the
+    five alignments, those pieces among the text's chunks as ``chunked_by`` cuts them
+    (``netmap_text_chunks``, migration 2400, or ``netmap_text_wide_chunks``, migration
+    2600; ``postgres_grams.Chunking``). Otherwise it is the
     folded value inside the folded text (migration 1900), whose trigrams span
     punctuation, so an address or a host name is not read as a handful of short, common
     words. All are folded character by character, so none ever loses a text that
@@ -60,7 +63,7 @@ def distinct_text_contains(
         indexed = f"netmap_text_grams({column}) @> CAST({grams} AS text[])"
     elif chunks is not None:
         indexed = " OR ".join(
-            f"netmap_text_chunks({column}) @> CAST({part} AS text[])" for part in chunks
+            f"{chunked_by}({column}) @> CAST({part} AS text[])" for part in chunks
         )
     else:
         indexed = f"netmap_text_fold({column}) LIKE '%' || netmap_text_fold({value}) || '%'"

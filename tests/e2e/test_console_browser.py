@@ -37,6 +37,7 @@ from selenium.common.exceptions import (  # noqa: E402
     NoAlertPresentException,
     NoSuchElementException,
     StaleElementReferenceException,
+    WebDriverException,
 )
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -85,10 +86,25 @@ def evidence_on_failure(driver: webdriver.Chrome, directory: Path) -> Iterator[N
 # between its look-up and its use: a wait tries again, as it does for a missing element.
 _NOT_YET = (NoSuchElementException, StaleElementReferenceException)
 
+# Chromium's driver does not always call that race "stale": when the old page's node is
+# read just as the new document replaces it, it answers "unknown error: ... Node with
+# given id does not belong to the document". That is the same race, so a wait treats it
+# as stale; any other driver error still fails the test.
+_SAME_RACE = "does not belong to the document"
+
+
+def _through_navigation(look):
+    try:
+        return look()
+    except WebDriverException as error:
+        if isinstance(error, _NOT_YET) or _SAME_RACE not in (error.msg or ""):
+            raise
+        raise StaleElementReferenceException(error.msg) from error
+
 
 def wait_for(driver, condition, seconds: float = 60):
     return WebDriverWait(driver, seconds, poll_frequency=0.2, ignored_exceptions=_NOT_YET).until(
-        lambda d: condition()
+        lambda d: _through_navigation(condition)
     )
 
 
@@ -96,7 +112,7 @@ def present(driver, by: str, selector: str, seconds: float = 30):
     """The element once it is there: a click on a submit button may return before the next
     page has loaded, so every look-up after a navigation waits for its element."""
     return WebDriverWait(driver, seconds, poll_frequency=0.2, ignored_exceptions=_NOT_YET).until(
-        lambda d: d.find_element(by, selector)
+        lambda d: _through_navigation(lambda: d.find_element(by, selector))
     )
 
 

@@ -23,6 +23,7 @@ from app import db
 from app.search import postgres_queries
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
+from app.search.postgres_grams import WIDE_CHUNKS
 from app.search.postgres_queries import (
     MATCHING_TEXT_IDS,
     asset_search_statement,
@@ -214,8 +215,9 @@ def test_a_rare_text_is_found_through_the_texts_then_the_view_index(realistic, q
 
 def test_among_many_texts_the_matching_ones_come_from_the_chunk_index(postgres_store, realistic):
     # Texts accumulate over the views' history (a text whose assets changed stays); the
-    # ones a search matches must still be found through an index: a value of nine or more
-    # characters through the texts' chunks (migration 2400), a shorter one through the
+    # ones a search matches must still be found through an index: a value of fourteen or
+    # more characters through the texts' ten-character chunks (migration 2600), of nine or
+    # more through their five-character ones (migration 2400), a shorter one through the
     # folded text's trigrams (migration 1900).
     with db.transaction() as conn:
         conn.execute(
@@ -227,16 +229,21 @@ def test_among_many_texts_the_matching_ones_come_from_the_chunk_index(postgres_s
             )
         )
         conn.execute(sa.text("ANALYZE search_asset_texts"))
+        lookups = {
+            value: text_lookup(conn, "search_asset_texts", value, 1001)
+            for value in ("quokka-httpd", "okka", "Server: app-4242")
+        }
         plans = {
             value: conn.execute(
-                sa.text("EXPLAIN (FORMAT JSON) " + str(MATCHING_TEXT_IDS[grams])),
-                text_lookup(conn, "search_asset_texts", value, 1001)[1],
+                sa.text("EXPLAIN (FORMAT JSON) " + str(statement)), params
             ).scalar_one()
-            for value, grams in (("quokka-httpd", True), ("okka", False))
+            for value, (statement, params) in lookups.items()
         }
+    assert lookups["Server: app-4242"][0] is MATCHING_TEXT_IDS[WIDE_CHUNKS]
     for value, index in (
         ("quokka-httpd", "ix_search_asset_texts_chunks"),
         ("okka", "ix_search_asset_texts_fold_trgm"),
+        ("Server: app-4242", "ix_search_asset_texts_wide_chunks"),
     ):
         document = plans[value] if isinstance(plans[value], list) else json.loads(plans[value])
         indexes = {node.get("Index Name") for node in _nodes(document[0]["Plan"])}

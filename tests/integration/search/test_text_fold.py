@@ -67,7 +67,7 @@ def _nodes(plan: dict[str, Any]):
 @pytest.mark.parametrize(
     ("table", "statement", "index"),
     [
-        ("search_asset_texts", MATCHING_TEXT_IDS[False], "ix_search_asset_texts_fold_trgm"),
+        ("search_asset_texts", MATCHING_TEXT_IDS[None], "ix_search_asset_texts_fold_trgm"),
         (
             "search_asset_fact_texts",
             MATCHING_FACT_TEXT_IDS[False],

@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 
 from app import db
 from app.search import postgres_grams, postgres_statistics
-from app.search.postgres_grams import particular_chunks, particular_grams, piece_shares
+from app.search.postgres_grams import (
+    CHUNKS,
+    WIDE_CHUNKS,
+    chunking_for,
+    particular_chunks,
+    particular_grams,
+    piece_shares,
+)
 from app.search.postgres_language import condition as language_condition
 from app.search.postgres_queries import (
     MATCHING_FACT_TEXT_IDS,
@@ -150,6 +157,7 @@ def test_the_lookup_finds_the_same_values_whichever_index_the_value_picks(postgr
     [
         ("search_asset_fact_texts", "ix_search_asset_fact_texts_grams"),
         ("search_asset_texts", "ix_search_asset_texts_chunks"),
+        ("search_asset_texts", "ix_search_asset_texts_wide_chunks"),
     ],
 )
 def test_analyze_finds_the_function_with_only_the_catalogue_on_the_path(
@@ -188,7 +196,7 @@ def test_a_new_installation_leaves_the_values_table_unanalysed(postgres_store):
     assert reltuples < 0  # never analysed: the planner sizes it by its pages
 
 
-# Free text (migration 2400) and the pieces a lookup asks for (app.search.postgres_grams).
+# Free text (migrations 2400 and 2600) and the pieces a lookup asks for (app.search.postgres_grams).
 
 FREE = "search_asset_texts"
 HOST = "host-0-77-7.corp"
@@ -209,37 +217,84 @@ def test_the_chunks_are_the_folded_texts_consecutive_five_character_pieces(postg
     assert chunks[4] == ["aqbqc", "qdefg"]
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(
-    rows=st.lists(
+def test_the_wide_chunks_are_ten_characters_starting_at_every_fifth(postgres_store):
+    with db.transaction() as conn:
+        wide = conn.execute(
+            sa.text(
+                "SELECT netmap_text_wide_chunks('host-7-77-7.corp3.example.com'), "
+                "netmap_text_wide_chunks('abcdefghi'), netmap_text_wide_chunks('abcdefghijklmn'), "
+                "netmap_text_wide_chunks('ABCDEFGHIJKLMNO'), netmap_text_wide_chunks(''), "
+                "netmap_text_wide_chunks(E'a,b\\nc\\x1fdefghijklmn')"
+            )
+        ).one()
+    # From the first character, then from the sixth; the tails ("ampleqcom", "qcom") left.
+    assert wide[0] == ["hostq7q77q", "7qcorp3qex", "7q77q7qcor", "p3qexample"]
+    assert wide[1] == [] and wide[4] == []
+    assert wide[2] == ["abcdefghij"]  # "fghijklmn" is one short
+    assert wide[3] == ["abcdefghij", "fghijklmno"]
+    assert wide[5] == ["aqbqcqdefg", "qdefghijkl"]
+
+
+def test_a_free_text_reads_the_widest_chunks_its_length_allows():
+    assert chunking_for("host-0-7") is None  # trigrams
+    assert chunking_for("host-0-77") is CHUNKS and chunking_for("0-77-7.corp") is CHUNKS
+    assert chunking_for("host-0-77-7.c") is CHUNKS  # thirteen characters
+    assert chunking_for("host-0-77-7.co") is WIDE_CHUNKS
+    assert chunking_for(HOST) is WIDE_CHUNKS
+    assert (CHUNKS.shortest, WIDE_CHUNKS.shortest) == (9, 14)
+
+
+def _rows_of(shortest: int):
+    """Texts that hold a value of ``shortest`` to twenty characters after some text and
+    before some more (``held``), or stand beside it (not ``held``)."""
+    return st.lists(
         st.tuples(
             st.text(_PIECE, max_size=12),
-            st.text(_PIECE, min_size=9, max_size=20),
+            st.text(_PIECE, min_size=shortest, max_size=20),
             st.text(_PIECE, max_size=12),
             st.booleans(),
         ),
         min_size=1,
         max_size=15,
     )
-)
-@example(rows=[("SSH-2.0 x", "host-0-77-7.corp", ".example", True), ("ab", "İstanbul-ß", "", True)])
-def test_the_chunk_condition_finds_every_text_that_holds_the_value(postgres_store, rows):
-    """At whichever offset a value of nine or more characters stands in a text, the five
-    ORed chunk lookups (every chunk asked for) beside the ``ILIKE`` answer what the
-    ``ILIKE`` alone answers; ``held`` puts the value inside the text, else it stands
-    beside it."""
-    chunks = [f"netmap_text_chunks(substr(netmap_text_fold(x.value), {p + 1}))" for p in range(5)]
-    condition = distinct_text_contains("x.text", "x.pattern", "x.value", chunks=chunks)
+
+
+def _chunk_condition_agrees_with_ilike(chunking, rows) -> None:
+    """At whichever offset the value stands in a text, the five ORed lookups of
+    ``chunking`` (every piece asked for) beside the ``ILIKE`` answer what the ``ILIKE``
+    alone answers."""
+    chunks = [f"{chunking.function}(substr(netmap_text_fold(x.value), {p + 1}))" for p in range(5)]
+    condition = distinct_text_contains(
+        "x.text", "x.pattern", "x.value", chunks=chunks, chunked_by=chunking.function
+    )
     pairs = [
         (before + value + after if held else before + after + value[1:], value)
         for before, value, after, held in rows
     ]
     answers = text_condition_answers(condition, pairs)
     assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
+
+
+_PROPERTY = settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@_PROPERTY
+@given(rows=_rows_of(9))
+@example(rows=[("SSH-2.0 x", "host-0-77-7.corp", ".example", True), ("ab", "İstanbul-ß", "", True)])
+def test_the_chunk_condition_finds_every_text_that_holds_the_value(postgres_store, rows):
+    _chunk_condition_agrees_with_ilike(CHUNKS, rows)
+
+
+@_PROPERTY
+@given(rows=_rows_of(14))
+@example(rows=[("SSH-2.0 x", "host-10-0-77-7.corp", ".example", True)])
+@example(rows=[("a", "İstanbul-ß-straße", "", True), ("", "bcdefghijklmno", "", False)])
+def test_the_wide_chunk_condition_finds_every_text_that_holds_the_value(postgres_store, rows):
+    _chunk_condition_agrees_with_ilike(WIDE_CHUNKS, rows)
 
 
 def _chunks_by_alignment(conn, value: str) -> list[list[str]]:
@@ -262,7 +317,7 @@ def test_a_lookup_leaves_out_the_pieces_nearly_every_text_holds(postgres_store):
     with db.transaction() as conn:
         insert_host_texts(conn, 20_000)
         every = _chunks_by_alignment(conn, HOST)
-        asked = particular_chunks(conn, "ix_search_asset_texts_chunks", HOST)
+        asked = particular_chunks(conn, CHUNKS, HOST)
     # Every host is host-0-….corp…: "stq0q" and "qcorp" are chunks of every text of one
     # banner (the banner's length sets the alignment); the address's are rare.
     assert len(asked) == len(every) == 5
@@ -280,7 +335,7 @@ def test_a_piece_a_few_texts_in_a_hundred_hold_is_asked_for_beside_a_rare_one(po
     with db.transaction() as conn:
         insert_host_texts(conn, 20_000)
         shares = piece_shares(conn, "ix_search_asset_texts_chunks")
-        asked = particular_chunks(conn, "ix_search_asset_texts_chunks", value)
+        asked = particular_chunks(conn, CHUNKS, value)
         every = _chunks_by_alignment(conn, value)
     limit = postgres_grams.COMMON_PIECE_SHARE
     assert asked is not None and len(asked) == len(every) == 5
@@ -295,7 +350,7 @@ def test_a_piece_a_few_texts_in_a_hundred_hold_is_asked_for_beside_a_rare_one(po
 def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(postgres_store):
     with db.transaction() as conn:
         # Never analysed: no statistics name a common piece.
-        assert particular_chunks(conn, "ix_search_asset_texts_chunks", HOST) == [
+        assert particular_chunks(conn, CHUNKS, HOST) == [
             ["0q77q", "7qcor", "hostq"],
             ["ostq0", "q77q7", "qcorp"],
             ["77q7q", "stq0q"],
@@ -311,14 +366,27 @@ def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(
         assert "10q0q" not in particular_grams(conn, grams, "10.0.77.7")
     with db.transaction() as conn:
         # Too short for a chunk at every alignment, or for a gram: no pieces.
-        assert particular_chunks(conn, "ix_search_asset_texts_chunks", "host-0-7") is None
+        assert particular_chunks(conn, CHUNKS, "host-0-7") is None
         assert particular_grams(conn, "ix_search_asset_fact_texts_grams", "ab.c") == []
+
+
+def _chunk_lookup(conn, chunking, value: str) -> dict:
+    """The parameters of ``value``'s lookup through ``chunking``'s index, as a search
+    binds them, whichever chunking its length would pick."""
+    pieces = particular_chunks(conn, chunking, value)
+    assert pieces is not None
+    return {
+        "text": like_pattern(value),
+        "value": value,
+        "cap": 1001,
+        **{f"chunks{part}": kept for part, kept in enumerate(pieces)},
+    }
 
 
 def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
     with db.transaction() as conn:
         insert_host_texts(conn, 100_000)
-        for index in ("chunks", "fold_trgm"):
+        for index in ("chunks", "wide_chunks", "fold_trgm"):
             conn.execute(sa.text(f"SELECT gin_clean_pending_list('ix_search_asset_texts_{index}')"))
         keys = matching_text_ids(conn, HOST)
         expected = (
@@ -329,14 +397,26 @@ def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postg
             .scalars()
             .all()
         )
-        params = text_lookup(conn, FREE, HOST, 1001)[1]
-        chunks = _index_scans(conn, MATCHING_TEXT_IDS[True], params)
-        trigrams = _index_scans(conn, MATCHING_TEXT_IDS[False], params)
+        statement, params = text_lookup(conn, FREE, HOST, 1001)
+        wide = _index_scans(conn, statement, params)
+        chunks = _index_scans(conn, MATCHING_TEXT_IDS[CHUNKS], _chunk_lookup(conn, CHUNKS, HOST))
+        trigrams = _index_scans(conn, MATCHING_TEXT_IDS[None], params)
     assert keys is not None and sorted(keys) == sorted(expected) and len(expected) == 1
+    # Sixteen characters: the lookup reads the ten-character chunks.
+    assert statement is MATCHING_TEXT_IDS[WIDE_CHUNKS]
+    assert {scan["Index Name"] for scan in wide} == {"ix_search_asset_texts_wide_chunks"}
     assert {scan["Index Name"] for scan in chunks} == {"ix_search_asset_texts_chunks"}
     assert [scan["Index Name"] for scan in trigrams] == ["ix_search_asset_texts_fold_trgm"]
-    # The five alignments' lookups together, against the trigram lists of "q0q", "77q"…
-    assert sum(_pages(scan) for scan in chunks) * 5 <= _pages(trigrams[0]), (chunks, trigrams)
+    wide_pages = sum(_pages(scan) for scan in wide)
+    chunk_pages = sum(_pages(scan) for scan in chunks)
+    # Both read a fraction of the trigram lists of "q0q", "77q"… (five alignments together).
+    assert wide_pages * 5 <= _pages(trigrams[0]) and chunk_pages * 5 <= _pages(trigrams[0])
+    # Ten characters are particular to the host: the wide chunks hand back only the text
+    # that holds it, where five-character ones also hand back texts that share a piece
+    # at each alignment (``0q77q`` of host-0-77-70…), each a heap page to recheck; the
+    # number of those grows with the estate (docs/performance.md, "Rare host names").
+    wide_found = sum(scan["Actual Rows"] for scan in wide)
+    assert wide_found == len(expected) < sum(scan["Actual Rows"] for scan in chunks), (wide, chunks)
 
 
 def test_free_text_finds_the_same_texts_whichever_index_the_value_picks(postgres_store):
