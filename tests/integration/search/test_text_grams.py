@@ -78,14 +78,18 @@ def _pages(scan: dict) -> int:
     return scan["Shared Hit Blocks"] + scan["Shared Read Blocks"]
 
 
-def test_the_grams_are_the_folded_texts_five_character_substrings(postgres_store):
+def _cut(function: str, *texts: str) -> list[list[str]]:
+    """What the SQL ``function`` (a gram or chunk function) makes of each of ``texts``."""
+    columns = ", ".join(f"{function}(CAST(:t{n} AS text))" for n in range(len(texts)))
     with db.transaction() as conn:
-        grams = conn.execute(
-            sa.text(
-                "SELECT netmap_text_grams('10.0.77.7'), netmap_text_grams('Ab-Cd'), "
-                "netmap_text_grams('abcd'), netmap_text_grams('')"
-            )
+        row = conn.execute(
+            sa.text(f"SELECT {columns}"), {f"t{n}": text for n, text in enumerate(texts)}
         ).one()
+    return list(row)
+
+
+def test_the_grams_are_the_folded_texts_five_character_substrings(postgres_store):
+    grams = _cut("netmap_text_grams", "10.0.77.7", "Ab-Cd", "abcd", "")
     assert sorted(grams[0]) == sorted(["10q0q", "0q0q7", "q0q77", "0q77q", "q77q7"])
     assert grams[1] == ["abqcd"]
     assert grams[2] == [] and grams[3] == []
@@ -204,29 +208,29 @@ _PIECE = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), include_c
 
 
 def test_the_chunks_are_the_folded_texts_consecutive_five_character_pieces(postgres_store):
-    with db.transaction() as conn:
-        chunks = conn.execute(
-            sa.text(
-                "SELECT netmap_text_chunks('host-7-77-7.corp3.example.com'), "
-                "netmap_text_chunks('Ab-Cd'), netmap_text_chunks('abcd'), netmap_text_chunks(''), "
-                "netmap_text_chunks(E'a,b\\nc\\x1fdefghij')"
-            )
-        ).one()
+    chunks = _cut(
+        "netmap_text_chunks",
+        "host-7-77-7.corp3.example.com",
+        "Ab-Cd",
+        "abcd",
+        "",
+        "a,b\nc\x1fdefghij",
+    )
     assert chunks[0] == ["hostq", "7q77q", "7qcor", "p3qex", "ample"]  # "qcom" left over
     assert chunks[1] == ["abqcd"] and chunks[2] == [] and chunks[3] == []
     assert chunks[4] == ["aqbqc", "qdefg"]
 
 
 def test_the_wide_chunks_are_ten_characters_starting_at_every_fifth(postgres_store):
-    with db.transaction() as conn:
-        wide = conn.execute(
-            sa.text(
-                "SELECT netmap_text_wide_chunks('host-7-77-7.corp3.example.com'), "
-                "netmap_text_wide_chunks('abcdefghi'), netmap_text_wide_chunks('abcdefghijklmn'), "
-                "netmap_text_wide_chunks('ABCDEFGHIJKLMNO'), netmap_text_wide_chunks(''), "
-                "netmap_text_wide_chunks(E'a,b\\nc\\x1fdefghijklmn')"
-            )
-        ).one()
+    wide = _cut(
+        "netmap_text_wide_chunks",
+        "host-7-77-7.corp3.example.com",
+        "abcdefghi",
+        "abcdefghijklmn",
+        "ABCDEFGHIJKLMNO",
+        "",
+        "a,b\nc\x1fdefghijklmn",
+    )
     # From the first character, then from the sixth; the tails ("ampleqcom", "qcom") left.
     assert wide[0] == ["hostq7q77q", "7qcorp3qex", "7q77q7qcor", "p3qexample"]
     assert wide[1] == [] and wide[4] == []
