@@ -48,6 +48,7 @@ from app.search.port import (
 )
 from app.search.postgres_grams import (
     CHUNKINGS,
+    Chunking,
     chunking_for,
     particular_chunks,
     particular_grams,
@@ -493,18 +494,29 @@ def text_lookup(
     ``cap`` rows, and its parameters: by the pieces ``postgres_grams`` picks where the
     value is long enough (``by_pieces``) and its folded form has them, else by trigrams."""
     value = searched_text(text)
-    params = {"text": like_pattern(text), "value": value, "cap": cap}
     if table == ASSET_TEXTS_TABLE:
-        chunking = chunking_for(value)
-        chunks = particular_chunks(conn, chunking, value) if chunking else None
-        if not chunks:
-            return MATCHING_TEXT_IDS[None], params
-        pieces = {f"chunks{part}": kept for part, kept in enumerate(chunks)}
-        return MATCHING_TEXT_IDS[chunking], {**params, **pieces}
+        return chunk_lookup(conn, chunking_for(value), text, cap)
+    params = {"text": like_pattern(text), "value": value, "cap": cap}
     grams = particular_grams(conn, GRAM_INDEX, value) if by_pieces(table, text) else []
     if not grams:
         return MATCHING_FACT_TEXT_IDS[False], params
     return MATCHING_FACT_TEXT_IDS[True], {**params, "grams": grams}
+
+
+def chunk_lookup(
+    conn: Connection, chunking: Chunking | None, text: str, cap: int
+) -> tuple[sa.TextClause, dict[str, Any]]:
+    """The statement that looks the free text ``text`` up among the distinct texts through
+    ``chunking``'s index (the pieces ``postgres_grams`` keeps), at most ``cap`` rows, and
+    its parameters; through the trigrams with no chunking, or when the folded value has
+    no piece at some alignment."""
+    value = searched_text(text)
+    params = {"text": like_pattern(text), "value": value, "cap": cap}
+    chunks = particular_chunks(conn, chunking, value) if chunking else None
+    if not chunks:
+        return MATCHING_TEXT_IDS[None], params
+    pieces = {f"chunks{part}": kept for part, kept in enumerate(chunks)}
+    return MATCHING_TEXT_IDS[chunking], {**params, **pieces}
 
 
 def _distinct_text_keys(conn: Connection, table: str, text: str, cap: int) -> tuple | None:

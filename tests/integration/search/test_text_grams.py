@@ -36,6 +36,7 @@ from app.search.postgres_queries import (
     MATCHING_FACT_TEXT_IDS,
     MATCHING_TEXT_IDS,
     by_pieces,
+    chunk_lookup,
     matching_fact_text_ids,
     matching_language_text_ids,
     matching_text_ids,
@@ -374,19 +375,6 @@ def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(
         assert particular_grams(conn, "ix_search_asset_fact_texts_grams", "ab.c") == []
 
 
-def _chunk_lookup(conn, chunking, value: str) -> dict:
-    """The parameters of ``value``'s lookup through ``chunking``'s index, as a search
-    binds them, whichever chunking its length would pick."""
-    pieces = particular_chunks(conn, chunking, value)
-    assert pieces is not None
-    return {
-        "text": like_pattern(value),
-        "value": value,
-        "cap": 1001,
-        **{f"chunks{part}": kept for part, kept in enumerate(pieces)},
-    }
-
-
 def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
     with db.transaction() as conn:
         insert_host_texts(conn, 100_000)
@@ -403,7 +391,7 @@ def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postg
         )
         statement, params = text_lookup(conn, FREE, HOST, 1001)
         wide = _index_scans(conn, statement, params)
-        chunks = _index_scans(conn, MATCHING_TEXT_IDS[CHUNKS], _chunk_lookup(conn, CHUNKS, HOST))
+        chunks = _index_scans(conn, *chunk_lookup(conn, CHUNKS, HOST, 1001))
         trigrams = _index_scans(conn, MATCHING_TEXT_IDS[None], params)
     assert keys is not None and sorted(keys) == sorted(expected) and len(expected) == 1
     # Sixteen characters: the lookup reads the ten-character chunks.
