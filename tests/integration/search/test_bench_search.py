@@ -60,7 +60,29 @@ def test_bench_search_runs_with_the_shared_buffers_asked_for():
         "search", "--assets", "2000", "--repeats", "1", "--shared-buffers", "256MB", check=False
     )  # fmt: skip
     assert process.returncode == 0, process.stderr[-2000:]
-    assert json.loads(process.stdout)["shared_buffers"] == "256MB"
+    report = json.loads(process.stdout)
+    assert report["shared_buffers"] == "256MB"
+    assert "statements" not in report
+
+
+@pytest.mark.slow
+def test_bench_search_reports_each_querys_statements_when_asked():
+    process = run_bench("search", "--assets", "2000", "--repeats", "2", "--statements", check=False)
+    assert process.returncode == 0, process.stderr[-2000:]
+    report = json.loads(process.stdout)
+    work = report["statements"]
+    assert set(work) == set(report["queries"]) | set(report["facets"])
+    # A port's page is one statement on the view, run once per repeat: 50 rows and one
+    # more, which tells the page there is a next one.
+    page = work["port"]["top"][0]
+    assert (page["calls"], page["rows_per_call"]) == (2, 51)
+    assert page["buffers_per_call"] > 0 and page["exec_ms_per_call"] > 0
+    # An issuer reads its distinct values first, then the page; the counters' own reading
+    # is not among a query's statements.
+    issuer = [statement["query"] for statement in work["cert_issuer"]["top"]]
+    assert any("search_asset_fact_texts" in query for query in issuer)
+    assert any(query.startswith("SELECT replace(t.id") for query in issuer)
+    assert not any("pg_stat_statements" in q for s in work.values() for q in map(str, s["top"]))
 
 
 @pytest.mark.parametrize("value", ["2XB", "0MB", "big"])
