@@ -23,13 +23,14 @@ def test_only_what_ran_between_the_readings_counts_per_endpoint_and_per_call():
     after = {
         1: counters("COPY a", 30, 7000, rows=15000, read=20, exec_ms=150, wal_records=400),
         2: counters("SELECT idle", 3, 30),  # did not run in the phase: left out
-        3: counters("INSERT b", 4, 200, rows=4),  # new in the phase: counted whole
+        3: counters("INSERT b", 4, 200, rows=4, exec_ms=2),  # new in the phase: counted whole
     }
     phase = phase_statements(before, after, endpoints=100)
     assert phase["statements"] == 2
     assert phase["buffers_per_endpoint"] == (6000 + 200) / 100
     assert phase["read_per_endpoint"] == 0.2
     assert phase["wal_records_per_endpoint"] == 4.0
+    assert phase["exec_ms_per_endpoint"] == (100 + 2) / 100
     copy, insert = phase["top"]  # by buffers touched, most first
     assert copy == {
         "query": "COPY a",

@@ -77,6 +77,8 @@ def test_bench_search_reports_each_querys_statements_when_asked():
     page = work["port"]["top"][0]
     assert (page["calls"], page["rows_per_call"]) == (2, 51)
     assert page["buffers_per_call"] > 0 and page["exec_ms_per_call"] > 0
+    # Per run (``_per_endpoint`` here): all of the query's statements, the page among them.
+    assert work["port"]["exec_ms_per_endpoint"] >= page["exec_ms_per_call"]
     # An issuer reads its distinct values first, then the page; the counters' own reading
     # is not among a query's statements.
     issuer = [statement["query"] for statement in work["cert_issuer"]["top"]]
