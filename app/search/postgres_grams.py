@@ -1,26 +1,33 @@
 """Which pieces of a searched value a distinct-text lookup asks for.
 
 A value long enough finds its distinct texts through a GIN index of pieces of each
-folded text: every five-character substring for the text fact values
-(``netmap_text_grams``, migration 2300); for the free texts, the consecutive
-five-character chunks (``netmap_text_chunks``, migration 2400) or, for a value of
-fourteen characters or more, ten-character chunks starting at every fifth character
-(``netmap_text_wide_chunks``, migration 2600). A free text is looked up at each of the
-five alignments to the text's chunk starts, ORed. GIN intersects the posting lists of
-every piece a lookup asks for, and a piece that nearly every text holds — ``hostq`` and
-``qcorp`` of ``host-7-77-7.corp``, when every host is named ``host-….corp….`` — has a
-list as long as the table: among five million such texts the two of them were three
-quarters of the lookup's index pages, and their share grows with the table.
+folded text: for the text fact values every five-character substring
+(``netmap_text_grams``, migration 2300) or, for a value of eight characters or more,
+every eight-character one (``netmap_text_wide_grams``, migration 2700); for the free
+texts, the consecutive five-character chunks (``netmap_text_chunks``, migration 2400)
+or, for a value of fourteen characters or more, ten-character chunks starting at every
+fifth character (``netmap_text_wide_chunks``, migration 2600). A free text is looked up
+at each of the five alignments to the text's chunk starts, ORed. GIN intersects the
+posting lists of every piece a lookup asks for, and a piece that nearly every text holds
+— ``hostq`` and ``qcorp`` of ``host-7-77-7.corp``, when every host is named
+``host-….corp….`` — has a list as long as the table: among five million such texts the
+two of them were three quarters of the lookup's index pages, and their share grows with
+the table.
 
-Any subset of the pieces finds every text that holds the value (each such text holds
-all of them), and the lookup's ``ILIKE`` decides exactly, so a lookup may leave the
-common pieces out. Which are common is what ``ANALYZE`` already records of the index's
+Any subset of the pieces finds every text that holds the value (each such text holds all
+of them), and the lookup's ``ILIKE`` decides exactly, so a lookup may leave the common
+pieces out. Which are common is what ``ANALYZE`` already records of the index's
 expression: its most common elements and the share of texts holding each (``pg_stats``).
-A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out,
-unless every piece of that lookup is that common (then all are asked for). With no
-statistics yet (a new table, or a role that may not read them), every piece is asked for.
-Each process keeps what it read for a few minutes (``postgres_statistics``).
-"""
+A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out, unless every
+piece of that lookup is that common (then all are asked for). An eight-character gram is
+particular enough that two of them which the statistics do not list as common at all
+find the value's few texts alone: a wide-gram lookup with two or more such pieces asks
+for those only (``Grams.rare_suffice``), since a piece held by a fixed block of
+addresses (``ostq10q0`` of ``host 10.0.77.7``: every title in ``10.0.0.0/16``) falls
+under any fixed share as the table grows and would be asked for, list and all, by the
+larger estate. With no statistics yet (a new table, or a role that may not read them),
+every piece is asked for. Each process keeps what it read for a few minutes
+(``postgres_statistics``)."""
 
 from __future__ import annotations
 
@@ -73,15 +80,58 @@ CHUNKINGS = (CHUNKS, WIDE_CHUNKS)
 def chunking_for(value: str) -> Chunking | None:
     """The chunks a free-text lookup of ``value`` (already ``searched_text``) reads: the
     widest its length allows; None for a value too short for any (trigrams then)."""
-    fitting = [c for c in CHUNKINGS if len(value) >= c.shortest]
-    return max(fitting, key=lambda c: c.width) if fitting else None
+    return _widest(CHUNKINGS, value)
+
+
+@dataclass(frozen=True)
+class Grams:
+    """Every ``width``-character substring of the folded text fact values (``function``,
+    SQL), with its GIN index. ``rare_suffice``: a lookup with two or more pieces the
+    index's statistics do not list asks for those alone (see the module's docstring)."""
+
+    function: str
+    index: str
+    width: int
+    rare_suffice: bool = False
+
+    @property
+    def shortest(self) -> int:
+        """Any value of the width has every gram a text holding it has there."""
+        return self.width
+
+
+# Five-character grams (migration 2300) and eight-character ones (migration 2700). Five
+# characters of an address are shared by more values the larger the estate (``q77q7`` of
+# ``10.0.77.7``); eight are particular to an address block of 256 or a name.
+GRAMS = Grams("netmap_text_grams", "ix_search_asset_fact_texts_grams", 5)
+WIDE_GRAMS = Grams(
+    "netmap_text_wide_grams", "ix_search_asset_fact_texts_wide_grams", 8, rare_suffice=True
+)
+GRAMINGS = (GRAMS, WIDE_GRAMS)
+# Pieces not listed as common a wide-gram lookup needs to ask for those alone.
+RARE_PIECES_ENOUGH = 2
+
+
+def grams_for(value: str) -> Grams | None:
+    """The grams a text fact lookup of ``value`` (already ``searched_text``) reads: the
+    widest its length allows; None for a value too short for any (trigrams then)."""
+    return _widest(GRAMINGS, value)
+
+
+def _widest(kinds, value: str):
+    """The widest of ``kinds`` (gram or chunk cuts) whose ``shortest`` ``value`` reaches."""
+    fitting = [k for k in kinds if len(value) >= k.shortest]
+    return max(fitting, key=lambda k: k.width) if fitting else None
 
 
 # The value's distinct grams, as one lookup (part 0).
-GRAM_PIECES = sa.text(
-    "SELECT DISTINCT 0 AS part, g AS piece FROM unnest(netmap_text_grams(:value)) AS g "
-    "ORDER BY 1, 2"
-)
+GRAM_PIECES = {
+    g: sa.text(
+        f"SELECT DISTINCT 0 AS part, p AS piece FROM unnest({g.function}(:value)) AS p "  # noqa: S608 - module constants; the value is bound
+        "ORDER BY 1, 2"
+    )
+    for g in GRAMINGS
+}
 # The value's pieces cut from each offset 0-4 of its folded form by each chunking (part:
 # the offset): where a text holds the value at that alignment, these are chunks of the
 # text.
@@ -118,24 +168,33 @@ def _read_shares(conn: Connection, index: str) -> dict[str, float]:
     return dict(zip(row.pieces, row.shares[: len(row.pieces)], strict=True))
 
 
-def _particular(conn: Connection, index: str, rows) -> list[list[str]]:
-    """Each lookup's pieces (``rows``: part, piece), less the common ones."""
+def _particular(
+    conn: Connection, index: str, rows, *, rare_suffice: bool = False
+) -> list[list[str]]:
+    """Each lookup's pieces (``rows``: part, piece), less the common ones; with
+    ``rare_suffice``, only the unlisted ones where there are enough of them."""
     shares = piece_shares(conn, index)
     parts: dict[int, list[str]] = {}
     for row in rows:
         parts.setdefault(row.part, []).append(row.piece)
     chosen = []
     for _part, pieces in sorted(parts.items()):
+        unlisted = [p for p in pieces if p not in shares]
+        if rare_suffice and shares and len(unlisted) >= RARE_PIECES_ENOUGH:
+            chosen.append(unlisted)
+            continue
         kept = [p for p in pieces if shares.get(p, 0.0) <= COMMON_PIECE_SHARE]
         chosen.append(kept or pieces)
     return chosen
 
 
-def particular_grams(conn: Connection, index: str, value: str) -> list[str]:
-    """The grams of ``value`` (already ``searched_text``) that a lookup through the gram
-    index ``index`` asks for; none for a value shorter than five characters folded."""
-    rows = conn.execute(GRAM_PIECES, {"value": value}).all()
-    return _particular(conn, index, rows)[0] if rows else []
+def particular_grams(conn: Connection, grams: Grams, value: str) -> list[str]:
+    """The grams of ``value`` (already ``searched_text``) that a lookup through ``grams``'
+    index asks for; none for a value shorter than their width folded."""
+    rows = conn.execute(GRAM_PIECES[grams], {"value": value}).all()
+    if not rows:
+        return []
+    return _particular(conn, grams.index, rows, rare_suffice=grams.rare_suffice)[0]
 
 
 def particular_chunks(conn: Connection, chunking: Chunking, value: str) -> list[list[str]] | None:

@@ -48,8 +48,10 @@ from app.search.port import (
 )
 from app.search.postgres_grams import (
     CHUNKINGS,
+    GRAMINGS,
     Chunking,
     chunking_for,
+    grams_for,
     particular_chunks,
     particular_grams,
 )
@@ -81,7 +83,6 @@ from app.search.postgres_values import (
     ip_order_range,
     ip_order_text,
     like_pattern,
-    looked_up_by_grams,
     same_family,
     searched_text,
 )
@@ -446,9 +447,6 @@ FACT_TEXT_IDS_CAP = 1000
 
 
 _CHUNK_PARAMS = tuple(f":chunks{part}" for part in range(5))
-# The index of the fact values' five-character grams (migration 2300); the free texts'
-# chunk indexes are named by ``postgres_grams.CHUNKINGS``.
-GRAM_INDEX = "ix_search_asset_fact_texts_grams"
 
 
 def _lookup(select: str, table: str, **pieces: Any) -> sa.TextClause:
@@ -471,20 +469,23 @@ MATCHING_TEXT_IDS = {
         for c in CHUNKINGS
     },
 }
-# By whether a fact value's lookup reads the grams (else the trigrams).
+# By the grams whose index a fact value's lookup reads (None: the trigrams).
 MATCHING_FACT_TEXT_IDS = {
-    False: _lookup("number", FACT_TEXTS_TABLE),
-    True: _lookup("number", FACT_TEXTS_TABLE, grams=":grams"),
+    None: _lookup("number", FACT_TEXTS_TABLE),
+    **{
+        g: _lookup("number", FACT_TEXTS_TABLE, grams=":grams", grammed_by=g.function)
+        for g in GRAMINGS
+    },
 }
 
 
 def by_pieces(table: str, text: str) -> bool:
     """Whether ``table``'s lookup of ``text`` reads an index of pieces: a free text long
-    enough for the chunks (``postgres_grams.chunking_for``), a text fact value of five
-    or more characters."""
+    enough for the chunks (``postgres_grams.chunking_for``), a text fact value long
+    enough for the grams (``postgres_grams.grams_for``: five or more characters)."""
     if table == ASSET_TEXTS_TABLE:
         return chunking_for(searched_text(text)) is not None
-    return looked_up_by_grams(text)
+    return grams_for(searched_text(text)) is not None
 
 
 def text_lookup(
@@ -497,10 +498,11 @@ def text_lookup(
     if table == ASSET_TEXTS_TABLE:
         return chunk_lookup(conn, chunking_for(value), text, cap)
     params = {"text": like_pattern(text), "value": value, "cap": cap}
-    grams = particular_grams(conn, GRAM_INDEX, value) if by_pieces(table, text) else []
-    if not grams:
-        return MATCHING_FACT_TEXT_IDS[False], params
-    return MATCHING_FACT_TEXT_IDS[True], {**params, "grams": grams}
+    grams = grams_for(value)
+    pieces = particular_grams(conn, grams, value) if grams else []
+    if not pieces:
+        return MATCHING_FACT_TEXT_IDS[None], params
+    return MATCHING_FACT_TEXT_IDS[grams], {**params, "grams": pieces}
 
 
 def chunk_lookup(

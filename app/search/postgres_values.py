@@ -20,24 +20,13 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-# A text fact value searched for with at least this many characters (after
-# ``searched_text``) is looked up through the distinct values' five-character grams
-# (migration 2300), a shorter one through their trigrams (migration 1900). A free text
-# needs nine for its chunks (migrations 2400 and 2600: ``postgres_grams.chunking_for``).
-GRAM_LENGTH = 5
-
-
-def looked_up_by_grams(text: str) -> bool:
-    """Whether a text fact clause for ``text`` reads the distinct values' gram index."""
-    return len(searched_text(text)) >= GRAM_LENGTH
-
-
 def distinct_text_contains(
     column: str,
     pattern: str,
     value: str,
     *,
     grams: str | None = None,
+    grammed_by: str = "netmap_text_grams",
     chunks: Sequence[str] | None = None,
     chunked_by: str = "netmap_text_chunks",
 ) -> str:
@@ -46,21 +35,22 @@ def distinct_text_contains(
 
     The first condition is the one an index of the distinct texts answers; the ``ILIKE``
     decides exactly, as it always has. With ``grams`` (SQL of a text array: some or all
-    of the value's five-character grams; ``postgres_grams`` says which) it is those
-    grams among the text's (migration 2300): five characters are particular enough that
-    an address or a host name has a gram few texts share, where each of its trigrams is
-    held by a share of all address-like texts. With ``chunks`` (SQL of five text arrays:
-    the value's pieces cut from each offset 0-4, or some of them) it is, at one of the
-    five alignments, those pieces among the text's chunks as ``chunked_by`` cuts them
-    (``netmap_text_chunks``, migration 2400, or ``netmap_text_wide_chunks``, migration
-    2600; ``postgres_grams.Chunking``). Otherwise it is the
-    folded value inside the folded text (migration 1900), whose trigrams span
+    of the value's grams as ``grammed_by`` cuts them; ``postgres_grams`` says which) it
+    is those grams among the text's (``netmap_text_grams``, five characters, migration
+    2300, or ``netmap_text_wide_grams``, eight, migration 2700): five characters are
+    particular enough that an address or a host name has a gram few texts share, where
+    each of its trigrams is held by a share of all address-like texts. With ``chunks``
+    (SQL of five text arrays: the value's pieces cut from each offset 0-4, or some of
+    them) it is, at one of the five alignments, those pieces among the text's chunks as
+    ``chunked_by`` cuts them (``netmap_text_chunks``, migration 2400, or
+    ``netmap_text_wide_chunks``, migration 2600; ``postgres_grams.Chunking``). Otherwise
+    it is the folded value inside the folded text (migration 1900), whose trigrams span
     punctuation, so an address or a host name is not read as a handful of short, common
     words. All are folded character by character, so none ever loses a text that
     contains the value.
     """
     if grams is not None:
-        indexed = f"netmap_text_grams({column}) @> CAST({grams} AS text[])"
+        indexed = f"{grammed_by}({column}) @> CAST({grams} AS text[])"
     elif chunks is not None:
         indexed = " OR ".join(
             f"{chunked_by}({column}) @> CAST({part} AS text[])" for part in chunks

@@ -36,7 +36,11 @@ _CHARACTERS = st.characters(
 _TEXTS = st.text(_CHARACTERS, max_size=24).map(lambda s: s.replace("\x00", ""))
 
 
-@pytest.mark.parametrize("grams", [False, True], ids=["trigrams", "grams"])
+@pytest.mark.parametrize(
+    "grams",
+    [None, "netmap_text_grams", "netmap_text_wide_grams"],
+    ids=["trigrams", "grams", "wide-grams"],
+)
 @settings(
     max_examples=60,
     deadline=None,
@@ -45,14 +49,21 @@ _TEXTS = st.text(_CHARACTERS, max_size=24).map(lambda s: s.replace("\x00", ""))
 @given(pairs=st.lists(st.tuples(_TEXTS, _TEXTS), min_size=1, max_size=20))
 @example(pairs=[("10.0.77.7", "0.77.7"), ("10q0q77q7", "0.77.7"), ("A_B", "a_b"), ("AxB", "a_b")])
 @example(pairs=[("50% off", "0%"), ("path\\to", "h\\t"), ("CN=Bench CA,O=x", "ca,o")])
+@example(
+    pairs=[("host 10.0.77.70", "10.0.77.7"), ("10q0q77q7", "10.0.77.7"), ("İSTANBUL", "istanbul")]
+)
 def test_the_folded_condition_answers_what_ilike_answers(postgres_store, grams, pairs):
-    """Either index condition (the folded trigrams, or the five-character grams of
-    migration 2300, asked here even of values too short to have any) beside the exact
-    ``ILIKE`` answers exactly what the ``ILIKE`` alone answers."""
+    """Each index condition (the folded trigrams, or the five- or eight-character grams
+    of migrations 2300 and 2700, asked here even of values too short to have any) beside
+    the exact ``ILIKE`` answers exactly what the ``ILIKE`` alone answers."""
     # All of the value's grams: the lookups ask for a subset (``postgres_grams``), which
     # every text holding all of them also holds.
     folded = distinct_text_contains(
-        "x.text", "x.pattern", "x.value", grams="netmap_text_grams(x.value)" if grams else None
+        "x.text",
+        "x.pattern",
+        "x.value",
+        grams=f"{grams}(x.value)" if grams else None,
+        grammed_by=grams or "netmap_text_grams",
     )
     answers = text_condition_answers(folded, pairs)
     assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
@@ -70,7 +81,7 @@ def _nodes(plan: dict[str, Any]):
         ("search_asset_texts", MATCHING_TEXT_IDS[None], "ix_search_asset_texts_fold_trgm"),
         (
             "search_asset_fact_texts",
-            MATCHING_FACT_TEXT_IDS[False],
+            MATCHING_FACT_TEXT_IDS[None],
             "ix_search_asset_fact_texts_fold_trgm",
         ),
     ],

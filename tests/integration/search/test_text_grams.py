@@ -1,9 +1,11 @@
-"""Distinct-text lookups through five-character grams (migrations 2300 and 2400).
+"""Distinct-text lookups through grams and chunks (migrations 2300, 2400, 2600, 2700).
 
-A text fact clause (``cert.subject:``…) or a free text (``q``) whose value has five or
-more characters finds its distinct texts through a GIN index of each folded text's
-five-character grams (``netmap_text_grams``), less the grams nearly every text holds
-(``postgres_grams``); a shorter one keeps the folded trigram index (migration 1900).
+A text fact clause (``cert.subject:``…) whose value has five or more characters finds
+its distinct values through a GIN index of each folded value's five-character grams
+(``netmap_text_grams``), or of its eight-character ones for a value of eight or more
+(``netmap_text_wide_grams``), less the grams nearly every value holds
+(``postgres_grams``); a free text (``q``) of nine or more through its chunks; a shorter
+one keeps the folded trigram index (migration 1900).
 ``test_text_fold.py`` holds both conditions to what ``ILIKE`` answers for any text and
 value. These tests show, on a real PostgreSQL, which index each value reads and what it
 costs: among many address-like values, a rare address is read through the gram index
@@ -25,8 +27,11 @@ from app import db
 from app.search import postgres_grams, postgres_statistics
 from app.search.postgres_grams import (
     CHUNKS,
+    GRAMS,
     WIDE_CHUNKS,
+    WIDE_GRAMS,
     chunking_for,
+    grams_for,
     particular_chunks,
     particular_grams,
     piece_shares,
@@ -45,7 +50,7 @@ from app.search.postgres_queries import (
 from app.search.postgres_values import (
     distinct_text_contains,
     like_pattern,
-    looked_up_by_grams,
+    searched_text,
 )
 from app.search.query_language import parse_query
 from tests.support.plans import nodes
@@ -96,44 +101,105 @@ def test_the_grams_are_the_folded_texts_five_character_substrings(postgres_store
     assert grams[2] == [] and grams[3] == []
 
 
-def test_a_value_of_five_characters_or_more_is_looked_up_by_its_grams():
-    assert looked_up_by_grams("10.0.77.7")
-    assert looked_up_by_grams("nginx")
-    assert not looked_up_by_grams("ngin")
+def test_the_wide_grams_are_the_folded_texts_eight_character_substrings(postgres_store):
+    wide = _cut("netmap_text_wide_grams", "10.0.77.7", "Ab-Cd-Ef", "abcdefg", "")
+    assert sorted(wide[0]) == ["0q0q77q7", "10q0q77q"]
+    assert wide[1] == ["abqcdqef"]
+    assert wide[2] == [] and wide[3] == []
+
+
+def test_a_fact_value_reads_the_widest_grams_its_length_allows():
+    assert grams_for("10.0.77.7") is WIDE_GRAMS and grams_for("1.2.3.45") is WIDE_GRAMS
+    assert grams_for("1.2.3.4") is GRAMS and grams_for("nginx") is GRAMS
+    assert grams_for("ngin") is None  # trigrams
+    assert (GRAMS.shortest, WIDE_GRAMS.shortest) == (5, 8)
     # Control characters are not searched for, so they do not count.
-    assert not looked_up_by_grams("ab\x01\x02cd")
+    assert grams_for(searched_text("ab\x01\x02cd")) is None
+    assert by_pieces(TABLE, "nginx") and not by_pieces(TABLE, "ab\x01\x02cd")
+
+
+def _five_gram_lookup(conn, value: str) -> tuple:
+    """The five-character gram lookup of ``value``, as a value of five to seven
+    characters reads it."""
+    params = text_lookup(conn, TABLE, value, 1001)[1]
+    grams = particular_grams(conn, GRAMS, searched_text(value))
+    return MATCHING_FACT_TEXT_IDS[GRAMS], {**params, "grams": grams}
 
 
 def test_a_rare_address_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
-    statements, prefix = MATCHING_FACT_TEXT_IDS, PREFIX
+    statements, prefix, value = MATCHING_FACT_TEXT_IDS, PREFIX, "10.0.77.7"
     with db.transaction() as conn:
         insert_address_texts(conn, TABLE, 100_000)
         # As autovacuum leaves them: each search also reads GIN's pending list of recent
-        # entries whole, the same for both indexes, which would hide what each one costs.
-        for index in ("grams", "fold_trgm"):
+        # entries whole, the same for every index, which would hide what each one costs.
+        for index in ("grams", "wide_grams", "fold_trgm"):
             conn.execute(sa.text(f"SELECT gin_clean_pending_list('{prefix}_{index}')"))
-        found = conn.execute(statements[True], text_lookup(conn, TABLE, "10.0.77.7", 1001)[1]).all()
-        grams = _index_scan(conn, statements[True], "10.0.77.7")
-        trigrams = _index_scan(conn, statements[False], "10.0.77.7")
-    # 10.0.77.7 and 10.0.77.70-79.
-    assert len(found) == 11
+        statement, params = text_lookup(conn, TABLE, value, 1001)
+        found = conn.execute(statement, params).all()
+        wide = _index_scan(conn, statement, value)
+        grams = _index_scans(conn, *_five_gram_lookup(conn, value))[0]
+        trigrams = _index_scan(conn, statements[None], value)
+    # 10.0.77.7 and 10.0.77.70-79; nine characters read the eight-character grams.
+    assert len(found) == 11 and statement is statements[WIDE_GRAMS]
+    assert wide["Index Name"] == f"{prefix}_wide_grams"
     assert grams["Index Name"] == f"{prefix}_grams"
     assert trigrams["Index Name"] == f"{prefix}_fold_trgm"
-    # Both indexes hand back exactly the eleven texts that hold the folded value...
-    assert grams["Actual Rows"] == trigrams["Actual Rows"] == 11
+    # Every index hands back exactly the eleven texts that hold the folded value...
+    assert wide["Actual Rows"] == grams["Actual Rows"] == trigrams["Actual Rows"] == 11
     # ...but the trigram index steps through the long lists of ``10q``, ``q0q`` and
     # ``q77`` (held by a growing share of the texts) to intersect them, where the rarest
-    # gram, ``q77q7``, is held by these eleven alone.
+    # five-character gram, ``q77q7``, is held by these eleven alone, and the
+    # eight-character ``10q0q77q`` by the 256 of 10.0.77.0/24 whatever the estate.
     assert _pages(grams) * 3 <= _pages(trigrams), (grams, trigrams)
+    assert _pages(wide) <= _pages(grams), (wide, grams)
+
+
+def test_a_wide_gram_lookup_asks_for_only_the_grams_the_statistics_do_not_list(
+    postgres_store,
+):
+    """``host 10.0.77.7`` among the page titles of 100,000 hosts spread over 10.0.0.0/8:
+    ``hostq10q`` is in every title, and the grams of an address block (``ostq10q0``: 10.0.
+    …) in a share that falls as the estate grows, so no fixed share would keep them out.
+    The grams the statistics do not list at all (``q10q0q77``, ``0q0q77q7``…) are rare
+    enough together, so only they are asked for; they hand back the eleven titles that
+    hold the value, and nothing else to recheck."""
+    value = "host 10.0.77.7"
+    with db.transaction() as conn:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {TABLE} (id, text) SELECT md5(t)::uuid, t FROM (SELECT "
+                "'Sign in - host 10.' || (a >> 16 & 255) || '.' || (a >> 8 & 255) || '.' "
+                "|| (a & 255) AS t FROM (SELECT CAST(h AS bigint) * 40503 % 16777216 AS a "
+                "FROM generate_series(0, 99999) AS h) x "
+                "UNION SELECT 'Sign in - host 10.0.77.7' || d "
+                "FROM unnest(ARRAY['', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) AS d) s "
+                "ON CONFLICT (id) DO NOTHING"
+            )
+        )
+        conn.execute(sa.text(f"ANALYZE {TABLE}"))
+        conn.execute(sa.text(f"SELECT gin_clean_pending_list('{WIDE_GRAMS.index}')"))
+        shares = piece_shares(conn, WIDE_GRAMS.index)
+        every = _cut("netmap_text_wide_grams", value)[0]
+        asked = particular_grams(conn, WIDE_GRAMS, value)
+        statement, params = text_lookup(conn, TABLE, value, 1001)
+        found = conn.execute(statement, params).scalars().all()
+        scan = _index_scans(conn, statement, params)[0]
+    listed = {g: shares[g] for g in every if g in shares}
+    assert shares["hostq10q"] > 0.9
+    # A listed gram under the fixed share is left out too: only the unlisted are asked.
+    assert any(share <= postgres_grams.COMMON_PIECE_SHARE for share in listed.values()), listed
+    assert sorted(asked) == sorted(g for g in every if g not in shares) and len(asked) >= 2
+    assert statement is MATCHING_FACT_TEXT_IDS[WIDE_GRAMS] and params["grams"] == asked
+    assert len(found) == scan["Actual Rows"] == 11
 
 
 def test_a_value_shorter_than_five_characters_keeps_the_trigram_index(postgres_store):
     statements, prefix = MATCHING_FACT_TEXT_IDS, PREFIX
     with db.transaction() as conn:
         insert_address_texts(conn, TABLE, 20_000)
-        scan = _index_scan(conn, statements[False], "77.7")
+        scan = _index_scan(conn, statements[None], "77.7")
         found = conn.execute(
-            statements[False], {"text": like_pattern("77.7"), "value": "77.7", "cap": 1001}
+            statements[None], {"text": like_pattern("77.7"), "value": "77.7", "cap": 1001}
         ).all()
         expected = conn.execute(
             sa.text(f"SELECT count(*) FROM {TABLE} WHERE text LIKE '%77.7%'")
@@ -145,7 +211,7 @@ def test_a_value_shorter_than_five_characters_keeps_the_trigram_index(postgres_s
 def test_the_lookup_finds_the_same_values_whichever_index_the_value_picks(postgres_store):
     with db.transaction() as conn:
         insert_address_texts(conn, TABLE, 20_000)
-        for value in ("10.0.77.7", "0.77.7", "77.7", "10.0.7", "0.7"):
+        for value in ("10.0.77.7", "10.0.77", "0.77.7", "77.7", "10.0.7", "0.7", "10.0.1."):
             where = parse_query(f'cert.subject:"{value}"').node
             numbers = matching_fact_text_ids(conn, where).get(("cert.subject", value))
             expected = conn.execute(
@@ -161,6 +227,7 @@ def test_the_lookup_finds_the_same_values_whichever_index_the_value_picks(postgr
     ("table", "index"),
     [
         ("search_asset_fact_texts", "ix_search_asset_fact_texts_grams"),
+        ("search_asset_fact_texts", "ix_search_asset_fact_texts_wide_grams"),
         ("search_asset_texts", "ix_search_asset_texts_chunks"),
         ("search_asset_texts", "ix_search_asset_texts_wide_chunks"),
     ],
@@ -302,6 +369,27 @@ def test_the_wide_chunk_condition_finds_every_text_that_holds_the_value(postgres
     _chunk_condition_agrees_with_ilike(WIDE_CHUNKS, rows)
 
 
+@_PROPERTY
+@given(rows=_rows_of(8))
+@example(rows=[("Sign in - ", "host 10.0.77.7", "0", True), ("a", "İstanbul-ß", "", True)])
+def test_the_wide_gram_condition_finds_every_text_that_holds_the_value(postgres_store, rows):
+    """Wherever the value stands in a text, its eight-character grams (all of them)
+    beside the ``ILIKE`` answer what the ``ILIKE`` alone answers."""
+    condition = distinct_text_contains(
+        "x.text",
+        "x.pattern",
+        "x.value",
+        grams="netmap_text_wide_grams(x.value)",
+        grammed_by="netmap_text_wide_grams",
+    )
+    pairs = [
+        (before + value + after if held else before + after + value[1:], value)
+        for before, value, after, held in rows
+    ]
+    answers = text_condition_answers(condition, pairs)
+    assert [indexed for _plain, indexed in answers] == [plain for plain, _indexed in answers]
+
+
 def _chunks_by_alignment(conn, value: str) -> list[list[str]]:
     """Every chunk of ``value`` cut from each offset 0-4, sorted, one list per offset."""
     return (
@@ -366,13 +454,13 @@ def test_without_statistics_or_with_only_common_pieces_every_piece_is_asked_for(
         # Every value is 10.0.…: "10q0q" is in all of them, "0q0q1" in some two fifths
         # (10.0.1…, 10.0.1x…, 10.0.1xx…), both common. "10.0.1" has only those two, so
         # both are asked for; "10.0.77.7" has rare ones, and "10q0q" is left out.
-        grams = "ix_search_asset_fact_texts_grams"
-        assert particular_grams(conn, grams, "10.0.1") == ["0q0q1", "10q0q"]
-        assert "10q0q" not in particular_grams(conn, grams, "10.0.77.7")
+        assert particular_grams(conn, GRAMS, "10.0.1") == ["0q0q1", "10q0q"]
+        assert "10q0q" not in particular_grams(conn, GRAMS, "10.0.77.7")
     with db.transaction() as conn:
         # Too short for a chunk at every alignment, or for a gram: no pieces.
         assert particular_chunks(conn, CHUNKS, "host-0-7") is None
-        assert particular_grams(conn, "ix_search_asset_fact_texts_grams", "ab.c") == []
+        assert particular_grams(conn, GRAMS, "ab.c") == []
+        assert particular_grams(conn, WIDE_GRAMS, "10.0.77") == []
 
 
 def test_a_rare_host_name_among_many_reads_a_fraction_of_the_trigram_pages(postgres_store):
