@@ -22,7 +22,7 @@ A piece held by more than ``COMMON_PIECE_SHARE`` of the texts is left out, unles
 piece of that lookup is that common (then all are asked for). An eight-character gram is
 particular enough that two of them which the statistics do not list as common at all
 find the value's few texts alone: a wide-gram lookup with two or more such pieces asks
-for those only (``Grams.rare_suffice``), since a piece held by a fixed block of
+for those only (``Cut.rare_suffice``), since a piece held by a fixed block of
 addresses (``ostq10q0`` of ``host 10.0.77.7``: every title in ``10.0.0.0/16``) falls
 under any fixed share as the table grows and would be asked for, list and all, by the
 larger estate. With no statistics yet (a new table, or a role that may not read them),
@@ -32,6 +32,7 @@ every piece is asked for. Each process keeps what it read for a few minutes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -50,18 +51,34 @@ COMMON_PIECE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
-class Chunking:
-    """One cut of the folded free texts into chunks, with its GIN index.
-
-    ``function`` (SQL) cuts a text; a chunk starts at every fifth character of it.
-    ``shortest`` is the folded length a value needs for a whole piece at each of the
-    five alignments to those starts (``width`` plus the four characters before the first
-    piece at the last alignment); a shorter one would lose the texts holding it at an
-    alignment without a piece."""
+class Cut:
+    """One cut of the folded distinct texts into pieces of ``width`` characters
+    (``function``, SQL), with its GIN index. ``shortest``: the folded length a value
+    needs for its lookup to read this index without losing a text that holds it.
+    ``rare_suffice``: a lookup with two or more pieces the index's statistics do not
+    list asks for those alone (see the module's docstring)."""
 
     function: str
     index: str
     width: int
+    rare_suffice: bool = False
+
+    @property
+    def shortest(self) -> int:
+        return self.width
+
+
+C = TypeVar("C", bound=Cut)
+
+
+@dataclass(frozen=True)
+class Chunking(Cut):
+    """A cut of the free texts into chunks starting at every fifth character.
+
+    A value needs a whole piece at each of the five alignments to those starts:
+    ``shortest`` is ``width`` plus the four characters before the first piece at the
+    last alignment; a shorter one would lose the texts holding it at an alignment
+    without a piece."""
 
     @property
     def shortest(self) -> int:
@@ -84,20 +101,9 @@ def chunking_for(value: str) -> Chunking | None:
 
 
 @dataclass(frozen=True)
-class Grams:
-    """Every ``width``-character substring of the folded text fact values (``function``,
-    SQL), with its GIN index. ``rare_suffice``: a lookup with two or more pieces the
-    index's statistics do not list asks for those alone (see the module's docstring)."""
-
-    function: str
-    index: str
-    width: int
-    rare_suffice: bool = False
-
-    @property
-    def shortest(self) -> int:
-        """Any value of the width has every gram a text holding it has there."""
-        return self.width
+class Grams(Cut):
+    """A cut of the text fact values into every substring of ``width`` characters: any
+    value that long has all the grams a text holding it has."""
 
 
 # Five-character grams (migration 2300) and eight-character ones (migration 2700). Five
@@ -118,10 +124,10 @@ def grams_for(value: str) -> Grams | None:
     return _widest(GRAMINGS, value)
 
 
-def _widest(kinds, value: str):
-    """The widest of ``kinds`` (gram or chunk cuts) whose ``shortest`` ``value`` reaches."""
-    fitting = [k for k in kinds if len(value) >= k.shortest]
-    return max(fitting, key=lambda k: k.width) if fitting else None
+def _widest(cuts: tuple[C, ...], value: str) -> C | None:
+    """The widest of ``cuts`` whose ``shortest`` ``value`` reaches."""
+    fitting = [c for c in cuts if len(value) >= c.shortest]
+    return max(fitting, key=lambda c: c.width) if fitting else None
 
 
 # The value's distinct grams, as one lookup (part 0).
@@ -168,19 +174,17 @@ def _read_shares(conn: Connection, index: str) -> dict[str, float]:
     return dict(zip(row.pieces, row.shares[: len(row.pieces)], strict=True))
 
 
-def _particular(
-    conn: Connection, index: str, rows, *, rare_suffice: bool = False
-) -> list[list[str]]:
-    """Each lookup's pieces (``rows``: part, piece), less the common ones; with
-    ``rare_suffice``, only the unlisted ones where there are enough of them."""
-    shares = piece_shares(conn, index)
+def _particular(conn: Connection, cut: Cut, rows) -> list[list[str]]:
+    """Each lookup's pieces (``rows``: part, piece) through ``cut``'s index, less the
+    common ones; where ``cut.rare_suffice``, only the unlisted ones if enough."""
+    shares = piece_shares(conn, cut.index)
     parts: dict[int, list[str]] = {}
     for row in rows:
         parts.setdefault(row.part, []).append(row.piece)
     chosen = []
     for _part, pieces in sorted(parts.items()):
         unlisted = [p for p in pieces if p not in shares]
-        if rare_suffice and shares and len(unlisted) >= RARE_PIECES_ENOUGH:
+        if cut.rare_suffice and shares and len(unlisted) >= RARE_PIECES_ENOUGH:
             chosen.append(unlisted)
             continue
         kept = [p for p in pieces if shares.get(p, 0.0) <= COMMON_PIECE_SHARE]
@@ -194,7 +198,7 @@ def particular_grams(conn: Connection, grams: Grams, value: str) -> list[str]:
     rows = conn.execute(GRAM_PIECES[grams], {"value": value}).all()
     if not rows:
         return []
-    return _particular(conn, grams.index, rows, rare_suffice=grams.rare_suffice)[0]
+    return _particular(conn, grams, rows)[0]
 
 
 def particular_chunks(conn: Connection, chunking: Chunking, value: str) -> list[list[str]] | None:
@@ -205,4 +209,4 @@ def particular_chunks(conn: Connection, chunking: Chunking, value: str) -> list[
     rows = conn.execute(CHUNK_PIECES[chunking], {"value": value}).all()
     if len({row.part for row in rows}) != 5:
         return None
-    return _particular(conn, chunking.index, rows)
+    return _particular(conn, chunking, rows)
