@@ -15,6 +15,8 @@ fixture modules below are registered for the whole suite:
   es_target      session: Elasticsearch simulator or NETMAP_TEST_ES_URL (support/es_target.py)
   s3_server_url, fault_proxy  moto's S3 and a fault proxy in front of it (support/s3.py)
   small_pool_app test: create_app on a one-connection pool (support/small_pool.py)
+  seeded_template, database_url  a planner test module's one seeded estate, copied per
+                 test that asks for it (support/seeded.py, ``seeded_copies``)
 """
 
 from __future__ import annotations

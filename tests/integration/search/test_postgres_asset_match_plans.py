@@ -23,12 +23,14 @@ from hypothesis import strategies as st
 
 from app import db
 from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
+from app.config import Settings
 from app.search.port import AssetQuery
 from app.search.postgres_language import PER_ROW_MAX, asset_match
 from app.search.postgres_schema import ASSET_TEXTS_TABLE
 from app.search.query_language import parse_query
 from tests.support import asset_search
 from tests.support.plans import explain, nodes
+from tests.support.seeded import seeded_copies
 
 OWNER = 7
 ENDPOINTS = 20_000
@@ -39,8 +41,7 @@ NOW = datetime(2026, 12, 2, tzinfo=UTC)
 _CHANGES = "rule_test_changes"
 
 
-@pytest.fixture
-def changed(postgres_store) -> None:
+def _seed(_settings: Settings) -> None:
     asset_search.seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         conn.execute(
@@ -49,7 +50,6 @@ def changed(postgres_store) -> None:
             ),
             {"name": RARE_NAME, "ip": RARE_HOST},
         )
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {_CHANGES}"))
         # Every fourth endpoint by key (spread over the estate), and the rare host's.
         conn.execute(
             sa.text(
@@ -60,9 +60,16 @@ def changed(postgres_store) -> None:
         )
         conn.execute(sa.text(f"ANALYZE {_CHANGES}"))
     asset_search.analyse_views()
-    yield
-    with db.transaction() as conn:
-        conn.execute(sa.text(f"DROP TABLE {_CHANGES}"))
+
+
+# Seeded and analysed once per module; each test that asks for ``changed`` reads a copy
+# (the change table included, dropped with it).
+seeded_template, database_url = seeded_copies(_seed, fixture="changed")
+
+
+@pytest.fixture
+def changed(postgres_store) -> None:
+    """The estate and changes ``_seed`` made (in this test's copy of the seeded database)."""
 
 
 def _statement(where: str, rows: int | None = CHANGED) -> tuple[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from app import db
+from app.config import Settings
 from app.search import postgres_queries
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
@@ -31,8 +32,10 @@ from app.search.postgres_queries import (
     matching_text_ids,
     text_lookup,
 )
+from app.search.postgres_store import PostgresStore
 from tests.support.asset_search import seed_views, without_indexes
 from tests.support.search_documents import at, current_asset
+from tests.support.seeded import seeded_copies
 
 SEEDED_OWNER, OTHER_OWNER = 5, 6
 # Endpoint n of the seed is host 10.0.0.0 + n // 5 on one of five services.
@@ -66,8 +69,7 @@ def _plan(query: AssetQuery) -> dict[str, Any]:
     return document[0]["Plan"]
 
 
-@pytest.fixture
-def realistic(postgres_store) -> None:
+def _seed(settings: Settings) -> None:
     """30,000 seeded assets of one owner (and in the global view), another owner's few
     hundred published ones on the same and other addresses, all analysed."""
     seed_views(SEEDED_OWNER, SEEDED_ENDPOINTS, SERVICES, spread_minutes=1440)
@@ -77,11 +79,24 @@ def realistic(postgres_store) -> None:
         if ":" in ip:
             owner_docs.append(current_asset("global", ip, 443, seen=at(5), banner=RARE_BANNER))
         docs.extend(owner_docs)
-    assert postgres_store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
+    store = PostgresStore(settings)
+    try:
+        assert store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
+    finally:
+        store.close()
     with db.transaction() as conn:
         conn.execute(sa.text("ANALYZE search_assets_global"))
         conn.execute(sa.text("ANALYZE search_assets_user"))
         conn.execute(sa.text("ANALYZE search_asset_texts"))
+
+
+# Seeded and analysed once per module; each test that asks for ``realistic`` reads a copy.
+seeded_template, database_url = seeded_copies(_seed, fixture="realistic")
+
+
+@pytest.fixture
+def realistic(postgres_store) -> None:
+    """The estate ``_seed`` made (in this test's copy of the seeded database)."""
 
 
 def _queries(**filters: Any) -> list[AssetQuery]:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from app import db
 from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
+from app.config import Settings
 from app.search import postgres_statistics
 from app.search.port import AssetQuery
 from app.search.postgres_queries import asset_search_statement
@@ -29,6 +30,7 @@ from app.search.postgres_text_share import COMMON_TEXT_SHARE, common_texts, text
 from app.search.query_language import parse_query
 from tests.support import asset_search
 from tests.support.plans import nodes
+from tests.support.seeded import seeded_copies
 
 OWNER = 7
 ENDPOINTS = 20_000
@@ -36,10 +38,7 @@ TOMCATS = ENDPOINTS // len(SERVICES)
 RARE_HOST, RARE_NAME = "10.0.3.7", "quokka-gw.example"
 
 
-@pytest.fixture
-def estate(postgres_store, monkeypatch) -> None:
-    # Each test reads the statistics as they are now, not as an earlier read kept them.
-    monkeypatch.setattr(postgres_statistics, "STATISTICS_SECONDS", 0.0)
+def _seed(_settings: Settings) -> None:
     asset_search.seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         for table in ("search_assets_user", "search_assets_global"):
@@ -48,6 +47,17 @@ def estate(postgres_store, monkeypatch) -> None:
                 {"name": RARE_NAME, "ip": RARE_HOST},
             )
     asset_search.analyse_views()
+
+
+# Seeded and analysed once per module; each test that asks for ``estate`` reads a copy.
+seeded_template, database_url = seeded_copies(_seed, fixture="estate")
+
+
+@pytest.fixture
+def estate(postgres_store, monkeypatch) -> None:
+    """The estate ``_seed`` made (in this test's copy of the seeded database)."""
+    # Each test reads the statistics as they are now, not as an earlier read kept them.
+    monkeypatch.setattr(postgres_statistics, "STATISTICS_SECONDS", 0.0)
 
 
 def _query(scope: str = "user", where: str | None = None, **extra: Any) -> AssetQuery:

@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from app import db
+from app.config import Settings
 from app.search.port import AssetQuery
 from app.search.query_language import parse_query
 from tests.support.asset_search import (
@@ -29,6 +30,7 @@ from tests.support.asset_search import (
     without_indexes,
 )
 from tests.support.plans import nodes
+from tests.support.seeded import seeded_copies
 
 OWNER = 7
 ENDPOINTS = 20_000
@@ -42,8 +44,7 @@ RARE_SERVER_HOST = "10.0.20.2"
 LONG_TITLE_HOST = "10.0.20.1"
 
 
-@pytest.fixture
-def certified(postgres_store) -> None:
+def _certify(settings: Settings) -> None:
     seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         # Every HTTPS asset has a certificate from a common CA and a page (a title naming
@@ -65,6 +66,15 @@ def certified(postgres_store) -> None:
                 {"rare": RARE_HOST, "long": LONG_TITLE_HOST, "server": RARE_SERVER_HOST},
             )
     analyse_views()
+
+
+# Seeded and analysed once per module; each test that asks for ``certified`` reads a copy.
+seeded_template, database_url = seeded_copies(_certify, fixture="certified")
+
+
+@pytest.fixture
+def certified(postgres_store) -> None:
+    """The estate ``_certify`` seeded (in this test's copy of the seeded database)."""
 
 
 def _query(text: str, scope: str, **extra: Any) -> AssetQuery:
