@@ -25,16 +25,16 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from app import db
-from app.config import Settings
 from app.search.postgres_store import PostgresStore
 from tests.support.database import TestDatabaseServer, unique_name
 from tests.support.settings import make_settings
 
 
-def seeded_copies(seed: Callable[[Settings], None], *, fixture: str):
+def seeded_copies(seed: Callable[[PostgresStore], None], *, fixture: str):
     """The module's ``seeded_template`` and ``database_url`` fixtures (see the module's
-    docstring); ``seed`` runs with the process engine on the database being seeded,
-    after the PostgreSQL search store's ``ensure_schema``."""
+    docstring); ``seed`` runs with the process engine on the database being seeded and
+    is given a PostgreSQL search store on it (its schema ensured, as the tests'
+    ``postgres_store`` fixture does first)."""
 
     @pytest.fixture(scope="module", name="seeded_template")
     def seeded_template(
@@ -47,8 +47,8 @@ def seeded_copies(seed: Callable[[Settings], None], *, fixture: str):
         db.set_engine(engine)
         store = PostgresStore(settings)
         try:
-            store.ensure_schema()  # as the tests' ``postgres_store`` fixture does first
-            seed(settings)
+            store.ensure_schema()
+            seed(store)
         finally:
             store.close()
             db.set_engine(None)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from app import db
 from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
-from app.config import Settings
 from app.search.port import AssetQuery
 from app.search.postgres_language import PER_ROW_MAX, asset_match
 from app.search.postgres_schema import ASSET_TEXTS_TABLE
+from app.search.postgres_store import PostgresStore
 from app.search.query_language import parse_query
 from tests.support import asset_search
 from tests.support.plans import explain, nodes
@@ -41,7 +41,7 @@ NOW = datetime(2026, 12, 2, tzinfo=UTC)
 _CHANGES = "rule_test_changes"
 
 
-def _seed(_settings: Settings) -> None:
+def _seed(_store: PostgresStore) -> None:
     asset_search.seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         conn.execute(

@@ -20,7 +20,6 @@ import pytest
 import sqlalchemy as sa
 
 from app import db
-from app.config import Settings
 from app.search import postgres_queries
 from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
@@ -69,7 +68,7 @@ def _plan(query: AssetQuery) -> dict[str, Any]:
     return document[0]["Plan"]
 
 
-def _seed(settings: Settings) -> None:
+def _seed(store: PostgresStore) -> None:
     """30,000 seeded assets of one owner (and in the global view), another owner's few
     hundred published ones on the same and other addresses, all analysed."""
     seed_views(SEEDED_OWNER, SEEDED_ENDPOINTS, SERVICES, spread_minutes=1440)
@@ -79,11 +78,7 @@ def _seed(settings: Settings) -> None:
         if ":" in ip:
             owner_docs.append(current_asset("global", ip, 443, seen=at(5), banner=RARE_BANNER))
         docs.extend(owner_docs)
-    store = PostgresStore(settings)
-    try:
-        assert store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
-    finally:
-        store.close()
+    assert store.publish_current(docs, max_operations=1000, max_bytes=1 << 22).ok
     with db.transaction() as conn:
         conn.execute(sa.text("ANALYZE search_assets_global"))
         conn.execute(sa.text("ANALYZE search_assets_user"))

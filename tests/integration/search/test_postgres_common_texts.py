@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from app import db
 from app.bench.store import SERVICES  # the benches' five services; Tomcat's is a fifth
-from app.config import Settings
 from app.search import postgres_statistics
 from app.search.port import AssetQuery
 from app.search.postgres_queries import asset_search_statement
 from app.search.postgres_schema import TEXT_EXPRESSION
+from app.search.postgres_store import PostgresStore
 from app.search.postgres_text_share import COMMON_TEXT_SHARE, common_texts, text_statistics
 from app.search.query_language import parse_query
 from tests.support import asset_search
@@ -38,7 +38,7 @@ TOMCATS = ENDPOINTS // len(SERVICES)
 RARE_HOST, RARE_NAME = "10.0.3.7", "quokka-gw.example"
 
 
-def _seed(_settings: Settings) -> None:
+def _seed(_store: PostgresStore) -> None:
     asset_search.seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         for table in ("search_assets_user", "search_assets_global"):

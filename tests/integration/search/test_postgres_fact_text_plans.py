@@ -19,8 +19,8 @@ import pytest
 import sqlalchemy as sa
 
 from app import db
-from app.config import Settings
 from app.search.port import AssetQuery
+from app.search.postgres_store import PostgresStore
 from app.search.query_language import parse_query
 from tests.support.asset_search import (
     analyse_views,
@@ -44,7 +44,7 @@ RARE_SERVER_HOST = "10.0.20.2"
 LONG_TITLE_HOST = "10.0.20.1"
 
 
-def _certify(settings: Settings) -> None:
+def _certify(_store: PostgresStore) -> None:
     seed_views(OWNER, ENDPOINTS, SERVICES)
     with db.transaction() as conn:
         # Every HTTPS asset has a certificate from a common CA and a page (a title naming
