@@ -32,15 +32,18 @@ up: $(STAMP)
 	$(BIN)/netmap up $(ARGS)
 
 # The whole suite: unit and integration tests on TEST_JOBS processes (pytest-xdist; each
-# starts its own PostgreSQL), then the end-to-end tests one at a time (they run real
-# servers and browsers, and some watch timing). Both parts run; either failing fails.
+# starts its own PostgreSQL), then the end-to-end tests on E2E_JOBS processes: they spend
+# much of their time waiting on real servers, scanners and leases, each binds free ports
+# and data directories of its own, and the few that watch timing allow for a busy host
+# (E2E_JOBS=1 runs them one at a time). Both parts run; either failing fails.
 # PYTEST_ARGS replaces the selection: `make test PYTEST_ARGS="tests/unit -x"`.
 TEST_JOBS ?= 2
+E2E_JOBS ?= 2
 test: $(DEV_STAMP)
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/unit tests/integration || status=$$?; \
-	$(BIN)/python -m pytest tests/e2e || status=$$?; \
+	$(BIN)/python -m pytest -n $(E2E_JOBS) tests/e2e || status=$$?; \
 	exit $$status
 else
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from app import db
 from app.config import Settings
 from tests.support.api import Api
-from tests.support.database import TestDatabaseServer, start_test_server, unique_name
+from tests.support.database import (
+    TestDatabaseServer,
+    scratch_directory,
+    start_test_server,
+    unique_name,
+)
 from tests.support.settings import (
     DIES_AFTER_SELF_TEST_RELEASE,
     FAULTY_RELEASE,
@@ -48,7 +51,7 @@ def pg_server() -> Iterator[TestDatabaseServer]:
     # Outside pytest's basetemp: the embedded server widens its parent directories'
     # permissions (it runs as another user when we are root), which pytest refuses
     # for its own temporary root.
-    directory = Path(tempfile.mkdtemp(prefix="netmap-test-pg-"))
+    directory = scratch_directory("netmap-test-pg-")
     server = start_test_server(directory)
     yield server
     server.stop()
@@ -68,10 +71,8 @@ def template_db(pg_server: TestDatabaseServer) -> Iterator[str]:
 
 @pytest.fixture
 def database_url(pg_server: TestDatabaseServer, template_db: str) -> Iterator[str]:
-    name = unique_name("netmap_t")
-    url = pg_server.create_database(name, template=template_db)
-    yield url
-    pg_server.drop_database(name)
+    with pg_server.database_copy(template_db) as url:
+        yield url
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ def test_bench_scale_grows_one_database_and_measures_every_step(tmp_path):
     report = run_bench(
         "scale", "--endpoints", "4000", "--steps", "2000", "--probe", "1000",
         "--repeats", "3", "--captures", "2", "--shared-buffers", "64MB", "--plot", str(png),
+        scratch_on_disk=True,  # the disk counters need a block device under the scratch
     )  # fmt: skip
     assert report["benchmark"] == "scale" and report["probe_endpoints"] == 1000
     steps = report["steps"]

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.database import scratch_parent
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,15 +27,21 @@ def netmap_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "app", *args]
 
 
-def run_bench(name: str, *args: str, check: bool = True) -> Any:
+def run_bench(name: str, *args: str, check: bool = True, scratch_on_disk: bool = False) -> Any:
     """``netmap bench NAME ARGS`` as operators run it: its JSON report, or (``check=False``)
-    the finished process."""
+    the finished process. ``scratch_on_disk``: the bench's scratch server in the system's
+    temporary directory, as operators run it, not in the suite's (see below)."""
+    # A bench starts its own scratch server in a temporary directory: in the tests that is
+    # where the suite's own server lives (in memory when there is room), since the bench's
+    # figures are not asserted and its database is small.
+    parent = None if scratch_on_disk else scratch_parent()
     process = subprocess.run(
         netmap_command("bench", name, *args),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "TMPDIR": parent} if parent else None,
     )
     if not check:
         return process

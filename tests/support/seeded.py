@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from app import db
 from app.search.postgres_store import PostgresStore
-from tests.support.database import TestDatabaseServer, unique_name
+from tests.support.database import TestDatabaseServer
 from tests.support.settings import make_settings
 
 
@@ -40,30 +41,31 @@ def seeded_copies(seed: Callable[[PostgresStore], None], *, fixture: str):
     def seeded_template(
         pg_server: TestDatabaseServer, template_db: str, tmp_path_factory
     ) -> Iterator[str]:
-        name = unique_name("netmap_seeded")
-        url = pg_server.create_database(name, template=template_db)
-        settings = make_settings(url, tmp_path_factory.mktemp("seeded"))
-        engine = db.create_engine(url, settings.database, application_name="netmap-test-seed")
-        db.set_engine(engine)
-        store = PostgresStore(settings)
-        try:
-            store.ensure_schema()
-            seed(store)
-        finally:
-            store.close()
-            db.set_engine(None)
-            # A template takes no copies while a connection to it is open.
-            engine.dispose()
-        yield name
-        pg_server.drop_database(name)
+        with pg_server.database_copy(template_db, prefix="netmap_seeded") as url:
+            _seed_database(url, seed, tmp_path_factory)
+            yield make_url(url).database
 
     @pytest.fixture(name="database_url")
     def database_url(request, pg_server: TestDatabaseServer, template_db: str) -> Iterator[str]:
         seeded = fixture in request.fixturenames
         template = request.getfixturevalue("seeded_template") if seeded else template_db
-        name = unique_name("netmap_t")
-        url = pg_server.create_database(name, template=template)
-        yield url
-        pg_server.drop_database(name)
+        with pg_server.database_copy(template) as url:
+            yield url
 
     return seeded_template, database_url
+
+
+def _seed_database(url: str, seed: Callable[[PostgresStore], None], tmp_path_factory) -> None:
+    """Run ``seed`` on the database at ``url`` with the process engine and a store on it."""
+    settings = make_settings(url, tmp_path_factory.mktemp("seeded"))
+    engine = db.create_engine(url, settings.database, application_name="netmap-test-seed")
+    db.set_engine(engine)
+    store = PostgresStore(settings)
+    try:
+        store.ensure_schema()
+        seed(store)
+    finally:
+        store.close()
+        db.set_engine(None)
+        # A template takes no copies while a connection to it is open.
+        engine.dispose()
