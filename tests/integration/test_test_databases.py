@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from tests.support import database
-from tests.support.database import TestDatabaseServer, engine_for
+from tests.support.database import engine_for
 
 
 def _scalar(url: str, sql: str):
@@ -23,7 +23,9 @@ def test_a_test_database_does_not_wait_for_the_disk(database_url):
     assert _scalar(database_url, "SHOW synchronous_commit") == "off"
 
 
-def test_each_copy_is_fresh_and_dropped_afterwards(pg_server: TestDatabaseServer, template_db):
+def test_each_copy_is_fresh_and_dropped_afterwards(
+    pg_server: database.TestDatabaseServer, template_db
+):
     with pg_server.database_copy(template_db, prefix="netmap_probe") as url:
         name = sa.engine.make_url(url).database
         with engine_for(url) as engine, engine.begin() as conn:
