@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,8 +149,7 @@ class BulkSender:
         if len(shards) == 1 or self._max_concurrency == 1:
             results = [self._send_one(shard, kind, cancel) for shard in shards]
         else:
-            futures = [self._pool.submit(self._send_one, shard, kind, cancel) for shard in shards]
-            results = [future.result() for future in futures]
+            results = self._send_concurrently(shards, kind, cancel)
         return BulkResult(
             items=tuple(item for result in results for item in result.items),
             requests=sum(r.requests for r in results),
@@ -158,10 +157,58 @@ class BulkSender:
             attempts=sum(r.attempts for r in results),
         )
 
+    def _send_concurrently(
+        self,
+        shards: Sequence[Sequence[BulkOperation]],
+        kind: str,
+        cancel: threading.Event | None,
+    ) -> list[BulkResult]:
+        """Each shard on the pool; returns only when none of them is queued or in flight.
+
+        When a shard fails, the shards not yet started are cancelled and the running ones
+        stop before their next attempt; the call waits for them, then raises the first
+        failure. Otherwise a failed call would leave its other shards queued or running:
+        sent after the caller has given up (and perhaps already retried the whole call
+        beside them), and reported after the call returned."""
+        abandon = threading.Event()
+        futures = [
+            self._pool.submit(self._send_one, shard, kind, cancel, abandon) for shard in shards
+        ]
+        done, _running = wait(futures, return_when=FIRST_EXCEPTION)
+        failure = next(
+            (f.exception() for f in futures if f in done and f.exception() is not None), None
+        )
+        if failure is not None:
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            raise failure
+        return [future.result() for future in futures]
+
     # -- one request, with its retries ------------------------------------------------
 
     def _send_one(
-        self, shard: Sequence[BulkOperation], kind: str, cancel: threading.Event | None
+        self,
+        shard: Sequence[BulkOperation],
+        kind: str,
+        cancel: threading.Event | None,
+        abandon: threading.Event | None = None,
+    ) -> BulkResult:
+        if abandon is not None and abandon.is_set():
+            raise StoreUnavailable("bulk request abandoned: another shard failed")  # none sent
+        try:
+            return self._send_attempts(shard, kind, cancel, abandon)
+        except BaseException:
+            if abandon is not None:
+                abandon.set()  # here, so that this worker's next queued shard is not sent
+            raise
+
+    def _send_attempts(
+        self,
+        shard: Sequence[BulkOperation],
+        kind: str,
+        cancel: threading.Event | None,
+        abandon: threading.Event | None,
     ) -> BulkResult:
         trace_id = uuid.uuid4().hex
         started = time.perf_counter()
@@ -175,6 +222,8 @@ class BulkSender:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise StoreUnavailable("bulk request cancelled")
+                if abandon is not None and abandon.is_set():
+                    raise StoreUnavailable("bulk request abandoned: another shard failed")
                 batch = [shard[i] for i in pending]
                 outcome = self._request(batch, stats, trace_id)
                 if isinstance(outcome, BaseException):
@@ -192,7 +241,8 @@ class BulkSender:
                         break
                     pending = again
                 retries += 1
-                self._backoff(retries, stats, cancel)
+                # A sibling's failure ends the wait too, unless the caller's event is waited on.
+                self._backoff(retries, stats, cancel or abandon)
             items = tuple(final[i] for i in range(len(shard)))
             success = all(item.ok for item in items)
             return BulkResult(

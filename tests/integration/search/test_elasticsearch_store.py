@@ -198,6 +198,25 @@ def test_bulk_concurrency_is_bounded(simulator):
     store.close()
 
 
+def test_a_failed_shard_leaves_nothing_of_its_call_queued_or_in_flight(simulator, events):
+    """Six shards on two connections: the first request is refused outright while the
+    second is slow. The call raises only once the slow one is answered and reported, and
+    the four queued shards are never sent, not even after the call has returned."""
+    store = make_store(simulator, bulk_max_concurrency=2)
+    simulator.inject(Fault("status", endpoint="_bulk", status=400))
+    simulator.inject(Fault("delay", endpoint="_bulk", nth=2, seconds=0.5))
+    docs = [current_asset("global", f"10.0.0.{n}", 80) for n in range(60)]
+    with pytest.raises(StoreError, match="rejected with 400"):
+        store.publish_current(docs, max_operations=10, max_bytes=1 << 20)
+    assert simulator.cluster.in_flight.get("_bulk", 0) == 0
+    sent = len(simulator.requests_to("_bulk"))
+    assert 1 <= sent <= 2
+    assert len(events(BULK_EVENT)) == sent
+    time.sleep(1.0)
+    assert len(simulator.requests_to("_bulk")) == sent
+    store.close()
+
+
 def test_an_operation_over_the_limit_sends_nothing(simulator, store):
     huge = current_asset("user", "192.0.2.99", 1, owner_id=8, banner="x" * 9000)
     docs = [*assets(8, n=2), huge]
