@@ -435,13 +435,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# Collectors that query the database at scrape time; registered by domains.
-_scrape_collectors: list[Callable[[], Collector]] = []
+# Collectors that query the database at scrape time, by name; registered by domains.
+_scrape_collectors: dict[str, Callable[[], Collector]] = {}
 
 
-def register_scrape_collector(factory: Callable[[], Collector]) -> None:
-    """Register a collector built per scrape (e.g. outbox backlog read from PostgreSQL)."""
-    _scrape_collectors.append(factory)
+def register_scrape_collector(name: str, factory: Callable[[], Collector]) -> None:
+    """Register a collector built per scrape (e.g. outbox backlog read from PostgreSQL).
+
+    Once per name: every app a process creates registers its domains' collectors again,
+    and each must still be scraped once."""
+    _scrape_collectors.setdefault(name, factory)
 
 
 def _readable_metric_file(path: str) -> str | None:
@@ -501,7 +504,7 @@ def render_metrics() -> bytes:
     else:
         registry = _metric("REGISTRY")
     output = generate_latest(registry)
-    for factory in _scrape_collectors:
+    for factory in list(_scrape_collectors.values()):
         extra = CollectorRegistry(auto_describe=False)
         try:
             extra.register(factory())

@@ -7,7 +7,6 @@ oldest undelivered message has waited (0 when none).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily
@@ -15,9 +14,6 @@ from prometheus_client.registry import Collector
 
 from app.alerts import deliveries
 from app.observability import register_scrape_collector
-
-_registered = False
-_lock = threading.Lock()
 
 
 class AlertDeliveryCollector(Collector):
@@ -40,8 +36,4 @@ class AlertDeliveryCollector(Collector):
 
 def register_alert_metrics() -> None:
     """Add the delivery gauges to ``/metrics`` (once per process)."""
-    global _registered
-    with _lock:
-        if not _registered:
-            register_scrape_collector(AlertDeliveryCollector)
-            _registered = True
+    register_scrape_collector("alert_deliveries", AlertDeliveryCollector)

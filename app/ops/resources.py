@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -428,15 +427,7 @@ class WebProcessCollector(Collector):
         yield cpu
 
 
-_registered = False
-_lock = threading.Lock()
-
-
 def register_resource_metrics() -> None:
     """Add the resource gauges to ``/metrics`` (once per process)."""
-    global _registered
-    with _lock:
-        if not _registered:
-            register_scrape_collector(ResourceCollector)
-            register_scrape_collector(WebProcessCollector)
-            _registered = True
+    register_scrape_collector("resources", ResourceCollector)
+    register_scrape_collector("web_processes", WebProcessCollector)

@@ -106,6 +106,37 @@ def test_backlog_and_oldest_age_are_on_metrics(api, engine):
     assert "netmap_db_pool_wait_seconds_bucket" in text
 
 
+def test_each_backlog_gauge_is_scraped_once_with_its_help_whatever_apps_were_made(
+    api, settings, engine
+):
+    from app import close_app, create_app
+
+    close_app(create_app(settings, engine=engine))  # a second app registers its gauges again
+    text = api.admin().get("/metrics").get_data(as_text=True)
+    helps = {
+        "netmap_projection_outbox_backlog": "Executions whose current assets are not published yet",
+        "netmap_projection_outbox_oldest_age_seconds": (
+            "Age of the oldest unpublished outbox row (0 when the backlog is empty)"
+        ),
+        "netmap_projection_outbox_running": "Outbox rows under a live claim",
+        "netmap_projection_outbox_retrying": "Unpublished outbox rows whose last attempt failed",
+        "netmap_analysis_queue_backlog": (
+            "Finished executions whose change analysis is not done yet"
+        ),
+        "netmap_analysis_queue_oldest_age_seconds": (
+            "Age of the oldest unprocessed analysis-queue row (0 when the backlog is empty)"
+        ),
+        "netmap_analysis_queue_running": "Analysis-queue rows under a live claim",
+        "netmap_analysis_queue_retrying": (
+            "Unprocessed analysis-queue rows whose last attempt failed"
+        ),
+    }
+    for name, help_text in helps.items():
+        assert re.findall(rf"^# HELP {name} (.*)$", text, re.MULTILINE) == [help_text]
+        assert len(re.findall(rf"^{name} ", text, re.MULTILINE)) == 1
+    assert len(re.findall(r"^# HELP netmap_alert_oldest_pending_age_seconds ", text, re.M)) == 1
+
+
 def test_events_name_the_execution_phase_page_size_duration_and_error(projection, caplog):
     caplog.set_level(logging.INFO, logger="netmap.events")
     execution_id, _ = seed_execution(projection.store, 13)
