@@ -31,6 +31,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
+from app.bench.executions import finished_execution
 from app.db import transaction
 
 _SEED_CHANGES = """
@@ -165,23 +166,8 @@ def command(changes: int, workers: int, mode: str) -> None:
                         "mode": mode,
                     },
                 )
-            task_id = conn.execute(
-                sa.text(
-                    "INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, "
-                    "scan_plan) VALUES (:o, 'bench', 'succeeded', '[\"10.0.0.0/8\"]', '22', "
-                    "'{tcp}', '{}') RETURNING id"
-                ),
-                {"o": owner},
-            ).scalar_one()
-            execution = conn.execute(
-                sa.text(
-                    "INSERT INTO scan_executions (task_id, kind, status, targets, ports, "
-                    "transports, finished_at) VALUES (:t, 'ports', 'succeeded', "
-                    "'[\"10.0.0.0/8\"]', '22', '{tcp}', now()) RETURNING id, run_id"
-                ),
-                {"t": task_id},
-            ).one()
-            execution_id, run_id = execution.id, execution.run_id
+            made = finished_execution(conn, owner, targets=["10.0.0.0/8"], ports="22")
+            task_id, execution_id, run_id = made
             # The run's one execution has finished: its change set is the run's last, so
             # the digests are created with it, as the analysis does.
             conn.execute(

@@ -38,6 +38,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.cpu import server_cpu_seconds
+from app.bench.executions import finished_execution
 from app.bench.progress import Progress
 from app.db import transaction
 from app.search.documents import EndpointDocument, observation_key
@@ -64,23 +65,10 @@ _SEED_ENDPOINTS = """
 
 def _execution(owner_id: int) -> tuple[int, int]:
     with transaction() as conn:
-        task_id = conn.execute(
-            sa.text(
-                "INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, "
-                "scan_plan) VALUES (:o, 'bench', 'succeeded', '[\"10.0.0.0/8\"]', "
-                "'22,80,443,3306,8080', '{tcp}', '{}') RETURNING id"
-            ),
-            {"o": owner_id},
-        ).scalar_one()
-        execution_id = conn.execute(
-            sa.text(
-                "INSERT INTO scan_executions (task_id, kind, status, targets, ports, transports, "
-                "finished_at) VALUES (:t, 'ports', 'succeeded', '[\"10.0.0.0/8\"]', "
-                "'22,80,443,3306,8080', '{tcp}', clock_timestamp()) RETURNING id"
-            ),
-            {"t": task_id},
-        ).scalar_one()
-    return task_id, execution_id
+        made = finished_execution(
+            conn, owner_id, targets=["10.0.0.0/8"], ports="22,80,443,3306,8080"
+        )
+    return made.task_id, made.execution_id
 
 
 def _seed_execution(owner_id: int, low: int, high: int, *, second: bool) -> int:

@@ -44,6 +44,7 @@ import click
 import sqlalchemy as sa
 
 from app.bench.cpu import CpuClock
+from app.bench.executions import finished_execution
 from app.bench.progress import Progress
 from app.bench.stats import percentile
 from app.bench.store import SERVICES
@@ -132,23 +133,8 @@ def _endpoint(
 
 def _create_execution(owner_id: int) -> tuple[int, int]:
     with transaction() as conn:
-        task_id = conn.execute(
-            sa.text(
-                "INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, "
-                "scan_plan) VALUES (:o, 'bench', 'succeeded', '[]', '1-65535', '{tcp}', '{}') "
-                "RETURNING id"
-            ),
-            {"o": owner_id},
-        ).scalar_one()
-        execution_id = conn.execute(
-            sa.text(
-                "INSERT INTO scan_executions (task_id, kind, status, targets, ports, transports, "
-                "finished_at) VALUES (:t, 'ports', 'succeeded', '[]', '1-65535', '{tcp}', now()) "
-                "RETURNING id"
-            ),
-            {"t": task_id},
-        ).scalar_one()
-    return task_id, execution_id
+        made = finished_execution(conn, owner_id, targets=[], ports="1-65535")
+    return made.task_id, made.execution_id
 
 
 def _seed(
