@@ -21,6 +21,7 @@ fixture modules below are registered for the whole suite:
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -44,6 +45,13 @@ from tests.support.settings import (
 )
 
 pytest_plugins = ("tests.support.es_target", "tests.support.s3", "tests.support.small_pool")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # aiosmtpd, the suite's SMTP peer, logs each connection's end at INFO from its own
+    # thread, which may run after the test's output capture has ended: its lines then
+    # land among the progress dots. Only its warnings are worth reading.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
