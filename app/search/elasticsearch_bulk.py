@@ -55,6 +55,11 @@ BULK_FILTER_PATH = (
 )
 
 
+class _Abandoned(StoreUnavailable):
+    """A shard that stopped before its next attempt because another shard of the same call
+    failed; the call raises that other failure."""
+
+
 @dataclass(frozen=True, slots=True)
 class BulkOperation:
     """One NDJSON operation: the action line and (except for delete) its body line."""
@@ -174,15 +179,14 @@ class BulkSender:
         futures = [
             self._pool.submit(self._send_one, shard, kind, cancel, abandon) for shard in shards
         ]
-        done, _running = wait(futures, return_when=FIRST_EXCEPTION)
-        failure = next(
-            (f.exception() for f in futures if f in done and f.exception() is not None), None
-        )
-        if failure is not None:
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if abandon.is_set():
             for future in futures:
                 future.cancel()
             wait(futures)
-            raise failure
+            failures = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+            # The shard that failed, not one that stopped because of it.
+            raise next((e for e in failures if not isinstance(e, _Abandoned)), failures[0])
         return [future.result() for future in futures]
 
     # -- one request, with its retries ------------------------------------------------
@@ -195,7 +199,7 @@ class BulkSender:
         abandon: threading.Event | None = None,
     ) -> BulkResult:
         if abandon is not None and abandon.is_set():
-            raise StoreUnavailable("bulk request abandoned: another shard failed")  # none sent
+            raise _Abandoned("bulk request abandoned: another shard failed")  # none sent
         try:
             return self._send_attempts(shard, kind, cancel, abandon)
         except BaseException:
@@ -223,7 +227,7 @@ class BulkSender:
                 if cancel is not None and cancel.is_set():
                     raise StoreUnavailable("bulk request cancelled")
                 if abandon is not None and abandon.is_set():
-                    raise StoreUnavailable("bulk request abandoned: another shard failed")
+                    raise _Abandoned("bulk request abandoned: another shard failed")
                 batch = [shard[i] for i in pending]
                 outcome = self._request(batch, stats, trace_id)
                 if isinstance(outcome, BaseException):
@@ -241,8 +245,7 @@ class BulkSender:
                         break
                     pending = again
                 retries += 1
-                # A sibling's failure ends the wait too, unless the caller's event is waited on.
-                self._backoff(retries, stats, cancel or abandon)
+                self._backoff(retries, stats, cancel, abandon)
             items = tuple(final[i] for i in range(len(shard)))
             success = all(item.ok for item in items)
             return BulkResult(
@@ -267,14 +270,25 @@ class BulkSender:
                 trace_id=trace_id,
             )
 
-    def _backoff(self, retry: int, stats: _Attempt, cancel: threading.Event | None) -> None:
+    def _backoff(
+        self,
+        retry: int,
+        stats: _Attempt,
+        cancel: threading.Event | None,
+        abandon: threading.Event | None = None,
+    ) -> None:
         ceiling = min(self._backoff_s * (2 ** (retry - 1)), MAX_BACKOFF_SECONDS)
         delay = random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not security
         waited_from = time.perf_counter()
-        if cancel is not None:
-            if cancel.wait(delay):
+        # One event can be waited on: the caller's when there is one (a sibling's failure
+        # then stops this shard before its next attempt), else the siblings'.
+        event = cancel if cancel is not None else abandon
+        if event is not None:
+            if event.wait(delay):
                 stats.backoff += time.perf_counter() - waited_from
-                raise StoreUnavailable("bulk request cancelled while backing off")
+                if event is cancel:
+                    raise StoreUnavailable("bulk request cancelled while backing off")
+                raise _Abandoned("bulk request abandoned while backing off: another shard failed")
         else:
             time.sleep(delay)
         stats.backoff += time.perf_counter() - waited_from

@@ -217,6 +217,28 @@ def test_a_failed_shard_leaves_nothing_of_its_call_queued_or_in_flight(simulator
     store.close()
 
 
+def test_a_shard_backing_off_stops_when_another_fails_and_the_call_names_that_failure(
+    simulator, events
+):
+    """Two shards at once: one is refused outright (400), the other answered 503, which
+    it would retry after a backoff of 10 to 20 s. The refusal ends that backoff; the
+    call raises the refusal, not the retrying shard's abandonment."""
+    store = make_store(
+        simulator, bulk_max_concurrency=2, bulk_retry_backoff_ms=20_000, bulk_retry_budget=3
+    )
+    simulator.inject(Fault("status", endpoint="_bulk", status=400))
+    simulator.inject(Fault("status", endpoint="_bulk", nth=2, status=503, times=5))
+    docs = [current_asset("global", f"10.0.0.{n}", 80) for n in range(20)]
+    with pytest.raises(StoreError, match="rejected with 400"):
+        store.publish_current(docs, max_operations=10, max_bytes=1 << 20)
+    statuses = sorted(r.status for r in simulator.requests_to("_bulk"))
+    assert statuses in ([400], [400, 503])  # the 503 shard may not have sent at all
+    for event in events(BULK_EVENT):
+        assert event["attempts"] == 1
+        assert event["backoff_ms"] < 10_000  # the shortest backoff it could have slept
+    store.close()
+
+
 def test_an_operation_over_the_limit_sends_nothing(simulator, store):
     huge = current_asset("user", "192.0.2.99", 1, owner_id=8, banner="x" * 9000)
     docs = [*assets(8, n=2), huge]
