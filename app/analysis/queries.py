@@ -73,6 +73,11 @@ def task_changes(
     if kind is not None:
         where += " AND c.kind = :kind"
         params["kind"] = kind
+    # The counts first: each statement reads the latest commits, and an analysis commits
+    # an execution's changes with its summary, so changes counted as analysed are then
+    # on the page. Read the other way round, an analysis committing between the two
+    # statements gave an empty page that called the execution analysed.
+    counts = task_change_counts(conn, task_id, execution_ids=execution_ids)
     rows = (
         conn.execute(
             sa.text(
@@ -91,7 +96,7 @@ def task_changes(
     return {
         "items": [_change_item(r, endpoint=True) for r in rows],
         "next_cursor": next_cursor,
-        "counts": task_change_counts(conn, task_id, execution_ids=execution_ids),
+        "counts": counts,
     }
 
 

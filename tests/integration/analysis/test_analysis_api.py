@@ -156,3 +156,36 @@ def test_processed_rows_are_pruned_after_the_retention(api, settings) -> None:
     assert queue.prune_processed(retention_days=1) == 1
     with transaction() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM scan_analysis_queue")).scalar() == 0
+
+
+def test_a_page_that_counts_an_execution_analysed_holds_its_changes(api, settings, engine):
+    """The analysis commits between the page's statements: the page must not call the
+    execution analysed without its changes (a client polling for "analysed" then reads
+    them from that very page)."""
+    user, scanner = api.user(), api.scanner()
+    task, _ = _scan(user, scanner, [observation("192.0.2.1", 22, service={"name": "ssh"})])
+    store = PostgresStore(settings)
+    fired: list[bool] = []
+
+    def analyse_after_the_changes_are_read(conn, cursor, statement, *args) -> None:
+        if fired or "FROM analysis_changes c WHERE" not in statement:
+            return
+        fired.append(True)
+        worker = AnalysisWorker(settings, store)
+        while (work := worker.claim()) is not None:
+            assert worker.run(work).result == "completed"
+
+    try:
+        drain(ProjectionWorker(settings, store))
+        sa.event.listen(engine, "after_cursor_execute", analyse_after_the_changes_are_read)
+        try:
+            page = user.get(f"/api/tasks/{task['id']}/changes").get_json()
+        finally:
+            sa.event.remove(engine, "after_cursor_execute", analyse_after_the_changes_are_read)
+        assert fired
+        assert page["counts"]["analysed_executions"] == 0 or page["items"]
+        page = user.get(f"/api/tasks/{task['id']}/changes").get_json()
+        assert page["counts"]["analysed_executions"] == 1
+        assert [(c["kind"], c["port"]) for c in page["items"]] == [("new", 22)]
+    finally:
+        store.close()
