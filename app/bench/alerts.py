@@ -166,8 +166,9 @@ def command(changes: int, workers: int, mode: str) -> None:
                         "mode": mode,
                     },
                 )
-            made = finished_execution(conn, owner, targets=["10.0.0.0/8"], ports="22")
-            task_id, execution_id, run_id = made
+            task_id, execution_id, run_id = finished_execution(
+                conn, owner, targets=["10.0.0.0/8"], ports="22"
+            )
             # The run's one execution has finished: its change set is the run's last, so
             # the digests are created with it, as the analysis does.
             conn.execute(

@@ -86,29 +86,31 @@ class TestDatabaseServer:
             normalise_url(self.admin_url), isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool
         )
 
-    def execute(self, sql: str) -> None:
+    def execute(self, *statements: str) -> None:
+        """Run ``statements`` in turn on one autocommit connection."""
         engine = self._admin_engine()
         try:
             with engine.connect() as conn:
-                conn.execute(sa.text(sql))
+                for sql in statements:
+                    conn.execute(sa.text(sql))
         finally:
             engine.dispose()
 
     def create_database(self, name: str, template: str | None = None) -> str:
+        create = f'CREATE DATABASE "{name}"'
         if template:
             # The embedded server runs with fsync off (its data is thrown away): copying the
             # files is fastest there. Another server (the system's) keeps fsync on, and there
             # FILE_COPY's forced checkpoints cost more than the default, which writes the
             # copy to the WAL.
             file_copy = self.embedded is not None and self.server_version >= 150000
-            strategy = " STRATEGY FILE_COPY" if file_copy else ""
-            self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
-        else:
-            self.execute(f'CREATE DATABASE "{name}"')
+            create += f' TEMPLATE "{template}"' + (" STRATEGY FILE_COPY" if file_copy else "")
         if self.embedded is None:
             # Another server (the system's) keeps its durability; a test's database does not
             # need it, and a commit that waits for the disk is a good part of a short test.
-            self.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+            self.execute(create, f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        else:
+            self.execute(create)
         return self.url_for(name)
 
     def drop_database(self, name: str) -> None:
