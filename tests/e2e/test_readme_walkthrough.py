@@ -64,10 +64,15 @@ def test_the_walkthrough_runs_as_written(database_url, tmp_path):
         # The checkout's .venv in the README; here the interpreter running the tests.
         filled = filled.replace(PATH_LINE, f'export PATH="{Path(sys.executable).parent}:$PATH"')
         filled = filled.replace("8181", str(port))
+        # A reader's second terminal: none of the suite's settings, in particular not
+        # its loopback permission (the server has it, as `make up` gives it); the
+        # README's own lines must allow the agent's scan of 127.0.0.1.
+        reader = base_env()
+        del reader["NETMAP_SCAN_SPECIAL_USE_TARGETS"]
         done = subprocess.run(
             ["bash", "-c", "set -euo pipefail\n" + filled],
             cwd=work,
-            env=base_env(),
+            env=reader,
             capture_output=True,
             text=True,
             timeout=240,
