@@ -494,6 +494,27 @@ def test_task_page_runs_cancel_run_now_and_delete(api):
     assert task_url not in client.get("/console/tasks").text
 
 
+def test_task_page_tells_the_latest_runs_endpoints_from_the_sum_over_runs(api):
+    """A monitored task's runs each find its endpoints again: the page must not show
+    their sum as the task's endpoints."""
+    client, _ = _user_client(api)
+    response = _post_form(
+        client, "/console/tasks/new", {"name": "twice", "targets": "192.0.2.0/30", "ports": "22"}
+    )
+    task_url = response.headers["Location"]
+    assert 'id="latest-run">1 · <span class="status status-queued">' in client.get(task_url).text
+    scanner = api.scanner()
+    found = [observation("192.0.2.1", 22), observation("192.0.2.2", 22)]
+    assert claim(scanner).final(0, found).status_code == 200
+    assert _post_form(client, task_url + "/runs", {}, from_page=task_url).status_code == 303
+    assert claim(scanner).final(0, found[:1]).status_code == 200
+
+    text = _visible_text(client.get(task_url).text)
+    assert "Latest run 2 · succeeded · 1 endpoint, 1 observation" in text
+    assert "Endpoints, all runs 3 (each run's endpoints added up)" in text
+    assert "Observations, all runs 3" in text
+
+
 _INTERNAL_TERMS = ("not_started", "not_applicable", "Projection", "projection backlog")
 
 
