@@ -51,6 +51,18 @@ def process_tree_cpu_seconds(root: int) -> float | None:
     return sum(ticks[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of the one process ``pid`` so far: one small read, cheap
+    enough between the statements of a timed phase. 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def postmaster_pid(pgdata: Path) -> int | None:
     """The PostgreSQL server of ``pgdata`` (first line of ``postmaster.pid``)."""
     try:

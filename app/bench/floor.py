@@ -18,6 +18,13 @@ constraints and no triggers (``session_replication_role = replica``: the counter
 triggers maintain are among the copied rows). Timed is that transaction, commit
 included; the scratch server runs as every bench's does (``fsync`` off).
 
+Each COPY of the floor is also timed by itself (``by_table_cpu_ms_per_1k``), and the same
+rows are written once more as netmap's own writes shape them (``text_batches``): COPY in
+text format, ``--batch`` rows a statement, each statement in its own transaction inside
+a savepoint, small tables whole. What that costs beyond the floor is the text format
+and the statement shape; what netmap's PostgreSQL costs beyond it is the statements a
+COPY does not make (receipts, counters, an execution's addresses).
+
 ``ratio_to_floor`` is netmap's observations per second over the floor's (best repeat);
 the goal of the scale work is at least 0.6 with one client. Each side also reports the
 CPU seconds it cost per thousand observations: the web server's process tree, the
@@ -35,6 +42,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -96,29 +104,103 @@ def _copy_out(engine, tables: list[str]) -> dict[str, bytes]:
         raw.close()
 
 
-def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> tuple[float, float]:
-    """Empty the tables, then time writing the dumps back in one transaction: (wall
-    seconds, the PostgreSQL server's CPU seconds)."""
-    from app.bench.cpu import tree_cpu_seconds
+def _copy_out_text(engine, tables: list[str]) -> dict[str, list[bytes]]:
+    """Each table's rows as lines of COPY text (a row is one line: text format escapes
+    line breaks inside values)."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        lines = {}
+        for table in tables:
+            buffer = io.BytesIO()
+            cursor.copy_expert(f'COPY "{table}" TO STDOUT', buffer)
+            lines[table] = buffer.getvalue().splitlines(keepends=True)
+        raw.commit()
+        return lines
+    finally:
+        raw.close()
 
+
+@dataclass
+class CopyRun:
+    """One timed writing of the rows: wall seconds, the PostgreSQL server's CPU seconds,
+    and the writing backend's own CPU seconds per table."""
+
+    seconds: float
+    cpu: float
+    by_table: dict[str, float]
+
+
+def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> CopyRun:
+    """Empty the tables, then time writing the dumps back in one transaction."""
+
+    def write(cursor, table: str, data: bytes) -> None:
+        cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
+
+    return _timed_writes(engine, postgres, [(t, d) for t, d in dumps.items()], write, False)
+
+
+def _copy_in_text_batches(
+    engine, lines: dict[str, list[bytes]], postgres: int | None, batch: int
+) -> CopyRun:
+    """Empty the tables, then time writing the rows back as netmap's writes are shaped:
+    text COPY of ``batch`` rows, each in its own transaction inside a savepoint."""
+    statements = [
+        (table, b"".join(rows[start : start + batch]))
+        for table, rows in lines.items()
+        for start in range(0, len(rows), batch)
+    ]
+
+    def write(cursor, table: str, data: bytes) -> None:
+        cursor.execute("SAVEPOINT floor_batch")
+        cursor.copy_expert(f'COPY "{table}" FROM STDIN', io.BytesIO(data))
+        cursor.execute("RELEASE SAVEPOINT floor_batch")
+
+    return _timed_writes(engine, postgres, statements, write, True)
+
+
+def _timed_writes(engine, postgres: int | None, statements, write, commit_each: bool) -> CopyRun:
+    """Empty the statements' tables, then time ``write`` of each (table, data) in turn,
+    with no triggers (the counters they keep are among the rows): one transaction, or
+    one per statement (``commit_each``). The whole server's CPU is read before and after;
+    the connection's own backend's around each statement (commit included, one small
+    read: a walk of every process here would lengthen the timed phase), added up by
+    table."""
+    from app.bench.cpu import own_cpu_seconds, tree_cpu_seconds
+
+    tables = list(dict.fromkeys(table for table, _data in statements))
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
         cursor.execute("SET session_replication_role = replica")
-        cursor.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in dumps))
+        cursor.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in tables))
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
         raw.commit()
-        cpu = tree_cpu_seconds(postgres)
+        by_table = dict.fromkeys(tables, 0.0)
+        first = tree_cpu_seconds(postgres)
         started = time.perf_counter()
-        for table, data in dumps.items():
-            cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
+        mark = own_cpu_seconds(backend)
+        for table, data in statements:
+            write(cursor, table, data)
+            if commit_each:
+                raw.commit()
+            now = own_cpu_seconds(backend)
+            by_table[table] += now - mark
+            mark = now
         raw.commit()
         seconds = time.perf_counter() - started
-        cpu = tree_cpu_seconds(postgres) - cpu
+        cpu = tree_cpu_seconds(postgres) - first
         cursor.execute("RESET session_replication_role")
         raw.commit()
-        return seconds, cpu
+        return CopyRun(seconds, cpu, by_table)
     finally:
         raw.close()
+
+
+def _per_k(seconds: float, observations: int) -> float:
+    """CPU milliseconds per 1,000 observations."""
+    return round(seconds * 1000 * 1000 / observations, 1)
 
 
 def _send_window(client, bodies: list[bytes], in_flight: int) -> None:
@@ -222,17 +304,23 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
         )
         rows = _row_counts(engine, tables)
         dumps = _copy_out(engine, tables)
-        floor_runs: list[tuple[float, float]] = []  # (seconds, PostgreSQL CPU seconds)
+        text_lines = _copy_out_text(engine, tables)
+        floor_runs: list[CopyRun] = []
         for n in range(repeats):
             floor_runs.append(_copy_in(engine, dumps, postgres))
-            print(f"[floor] COPY {n + 1}/{repeats}: {floor_runs[-1][0]:.2f} s", file=sys.stderr)
+            seconds = floor_runs[-1].seconds
+            print(f"[floor] COPY {n + 1}/{repeats}: {seconds:.2f} s", file=sys.stderr)
         copied = _row_counts(engine, tables)
         if copied != rows:
             raise click.ClickException(f"COPY wrote {copied}, the upload left {rows}")
+        batches = _copy_in_text_batches(engine, text_lines, postgres, batch)
+        print(f"[floor] text COPY in batches of {batch}: {batches.seconds:.2f} s", file=sys.stderr)
+        copied = _row_counts(engine, tables)
+        if copied != rows:
+            raise click.ClickException(f"text COPY wrote {copied}, the upload left {rows}")
     netmap_rate = observations / netmap_seconds
-    best_seconds, best_cpu = min(floor_runs)
-    floor_rate = observations / best_seconds
-    per_k = 1000 / observations
+    best = min(floor_runs, key=lambda run: run.seconds)
+    floor_rate = observations / best.seconds
     result: dict[str, Any] = {
         "benchmark": "floor",
         "observations": observations,
@@ -242,17 +330,28 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
             "seconds": round(netmap_seconds, 3),
             "observations_per_s": round(netmap_rate, 1),
             "cpu_ms_per_1k_observations": {
-                "web": round(spent.web * 1000 * per_k, 1),
-                "postgres": round(spent.postgres * 1000 * per_k, 1),
-                "client": round(spent.client * 1000 * per_k, 1),
+                "web": _per_k(spent.web, observations),
+                "postgres": _per_k(spent.postgres, observations),
+                "client": _per_k(spent.client, observations),
             },
         },
         "floor": {
-            "seconds": [round(s, 3) for s, _cpu in floor_runs],
+            "seconds": [round(run.seconds, 3) for run in floor_runs],
             "observations_per_s": round(floor_rate, 1),
-            "cpu_ms_per_1k_observations": {"postgres": round(best_cpu * 1000 * per_k, 1)},
+            "cpu_ms_per_1k_observations": {"postgres": _per_k(best.cpu, observations)},
+            "by_table_cpu_ms_per_1k": {
+                t: _per_k(cpu, observations) for t, cpu in best.by_table.items()
+            },
             "tables": rows,
             "bytes": {t: len(d) for t, d in dumps.items()},
+        },
+        "text_batches": {
+            "batch": batch,
+            "seconds": round(batches.seconds, 3),
+            "cpu_ms_per_1k_observations": {"postgres": _per_k(batches.cpu, observations)},
+            "by_table_cpu_ms_per_1k": {
+                t: _per_k(cpu, observations) for t, cpu in batches.by_table.items()
+            },
         },
         "ratio_to_floor": round(netmap_rate / floor_rate, 3),
         "goal_ratio": GOAL,

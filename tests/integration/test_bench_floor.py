@@ -38,3 +38,11 @@ def test_bench_floor_copies_exactly_the_rows_the_upload_wrote(in_flight):
     assert set(spent) == {"web", "postgres", "client"}
     assert spent["web"] > 0 and spent["postgres"] > 0
     assert report["floor"]["cpu_ms_per_1k_observations"]["postgres"] > 0
+    # The same rows once more as netmap's writes shape them (text COPY, a batch a
+    # transaction); the bench fails unless that wrote exactly the upload's rows again.
+    # Each writing is split by table over the same tables.
+    shaped = report["text_batches"]
+    assert shaped["batch"] == 500 and shaped["seconds"] > 0
+    assert shaped["cpu_ms_per_1k_observations"]["postgres"] > 0
+    for split in (report["floor"]["by_table_cpu_ms_per_1k"], shaped["by_table_cpu_ms_per_1k"]):
+        assert set(split) == set(tables) and min(split.values()) >= 0
