@@ -146,9 +146,10 @@ def create_app(
     app.extensions[context.UPLOAD_GATE] = UploadGate(
         settings.server.upload_concurrency, settings.server.upload_wait_seconds
     )
-    register_error_handlers(app)
-    register_blueprints(app)
     from app import web  # the console: an entry point beside the API, not part of it
+
+    register_error_handlers(app, page=web.unmatched_address_page)
+    register_blueprints(app)
 
     app.register_blueprint(web.blueprint)
     _install_request_hooks(app)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, g, has_request_context, jsonify, request
 from sqlalchemy import exc as sa_exc
@@ -50,13 +52,23 @@ def _log_store_error(event: str, error: Exception) -> None:
     )
 
 
-def register_error_handlers(app: Flask) -> None:
+def register_error_handlers(
+    app: Flask, *, page: Callable[[HTTPException], Any] | None = None
+) -> None:
+    """``page``: for an HTTP error raised outside every blueprint (an address no route
+    matches), a page to answer with instead of the JSON body, or None: the console's own
+    error page for an address under ``/console`` that is no console page."""
+
     @app.errorhandler(ApiError)
     def handle_api_error(error: ApiError):
         return _api_error_response(error)
 
     @app.errorhandler(HTTPException)
     def handle_http_error(error: HTTPException):
+        if page is not None and request.blueprint is None:
+            answer = page(error)
+            if answer is not None:
+                return answer
         code = _snake(error.name or "http_error")
         if error.code == 429:
             code = "rate_limited"

@@ -76,6 +76,21 @@ def http_error_page(error: HTTPException):
     return _error_page(error.code or 500, code.replace(" ", "_"), error.description or "")
 
 
+def unmatched_address_page(error: HTTPException):
+    """An address under ``/console`` that no console page has (a typo, an old bookmark) is
+    answered with the console's error page, not the API's JSON body; None elsewhere.
+
+    The application's own handler calls it: an address no route matches never reaches
+    the blueprint's handlers. No session is read for it: the page shows no account."""
+    if request.path != blueprint.url_prefix and not request.path.startswith(
+        f"{blueprint.url_prefix}/"
+    ):
+        return None
+    if error.code != 404:
+        return None  # a 405 keeps the API's answer and its Allow header
+    return _error_page(404, "not_found", "There is no console page at this address.")
+
+
 from app.web import (  # noqa: E402,F401 - the views register themselves on the blueprint
     admin_pages,
     alert_pages,

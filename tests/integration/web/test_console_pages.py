@@ -57,6 +57,25 @@ def _publish(app, execution_id):
     ).raise_for_failures()
 
 
+@pytest.mark.parametrize("signed_in", [False, True])
+def test_an_address_under_console_that_is_no_page_gets_the_consoles_not_found(api, signed_in):
+    client = _user_client(api)[0] if signed_in else api.app.test_client()
+    for path in ("/console/nope", "/console/tasks/1/nope", "/console/static/nope.css"):
+        page = client.get(path, headers={"Accept": "text/html"})
+        assert page.status_code == 404, path
+        assert page.mimetype == "text/html", path
+        assert 'data-error-code="not_found"' in page.text
+        assert '<a href="/console/">Back to the dashboard</a>' in page.text
+        # A static file that is missing is found by its route, which says so itself.
+        assert ("There is no console page at this address." in page.text) == ("static" not in path)
+    # Elsewhere an unknown address keeps the API's JSON answer, and a wrong method its Allow.
+    for path in ("/api/nope", "/nope"):
+        answer = client.get(path, headers={"Accept": "text/html"})
+        assert answer.status_code == 404 and answer.json["error"]["code"] == "not_found"
+    wrong = client.delete("/console/sign-in")
+    assert wrong.status_code == 405 and "GET" in wrong.headers["Allow"]
+
+
 def test_anonymous_visitors_are_sent_to_sign_in_and_back(api):
     client = api.app.test_client()
     response = client.get("/console/tasks?status=queued")
