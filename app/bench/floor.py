@@ -89,34 +89,20 @@ def _settled_changes(engine) -> dict[str, int]:
     return last or {}
 
 
-def _copy_out(engine, tables: list[str]) -> dict[str, bytes]:
+def _copy_out(engine, tables: list[str], options: str) -> dict[str, bytes]:
+    """Each table's rows as ``COPY … TO STDOUT`` writes them with ``options``: ``(FORMAT
+    binary)``, or empty for text (a row a line: text format escapes line breaks inside
+    values)."""
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
         dumps = {}
         for table in tables:
             buffer = io.BytesIO()
-            cursor.copy_expert(f'COPY "{table}" TO STDOUT (FORMAT binary)', buffer)
+            cursor.copy_expert(f'COPY "{table}" TO STDOUT {options}', buffer)
             dumps[table] = buffer.getvalue()
         raw.commit()
         return dumps
-    finally:
-        raw.close()
-
-
-def _copy_out_text(engine, tables: list[str]) -> dict[str, list[bytes]]:
-    """Each table's rows as lines of COPY text (a row is one line: text format escapes
-    line breaks inside values)."""
-    raw = engine.raw_connection()
-    try:
-        cursor = raw.cursor()
-        lines = {}
-        for table in tables:
-            buffer = io.BytesIO()
-            cursor.copy_expert(f'COPY "{table}" TO STDOUT', buffer)
-            lines[table] = buffer.getvalue().splitlines(keepends=True)
-        raw.commit()
-        return lines
     finally:
         raw.close()
 
@@ -303,8 +289,11 @@ def command(observations: int, batch: int, repeats: int, in_flight: int) -> None
             t for t, n in after.items() if n > before.get(t, 0) and t not in _NOT_WRITE_PATH
         )
         rows = _row_counts(engine, tables)
-        dumps = _copy_out(engine, tables)
-        text_lines = _copy_out_text(engine, tables)
+        dumps = _copy_out(engine, tables, "(FORMAT binary)")
+        text_lines = {
+            table: text.splitlines(keepends=True)
+            for table, text in _copy_out(engine, tables, "").items()
+        }
         floor_runs: list[CopyRun] = []
         for n in range(repeats):
             floor_runs.append(_copy_in(engine, dumps, postgres))
