@@ -123,7 +123,7 @@ def _copy_in(engine, dumps: dict[str, bytes], postgres: int | None) -> CopyRun:
     def write(cursor, table: str, data: bytes) -> None:
         cursor.copy_expert(f'COPY "{table}" FROM STDIN (FORMAT binary)', io.BytesIO(data))
 
-    return _timed_writes(engine, postgres, [(t, d) for t, d in dumps.items()], write, False)
+    return _timed_writes(engine, postgres, list(dumps.items()), write, False)
 
 
 def _copy_in_text_batches(
