@@ -1,9 +1,12 @@
 """``projection_status`` of executions and tasks (PRJ-9).
 
 pending, running, retrying, ready, not_started, not_applicable. DNS-only
-executions publish no endpoints (not_applicable); an execution that has not
-succeeded has nothing to publish yet (not_started). A succeeded execution's
-state comes from its ``scan_projection_outbox`` row:
+executions publish no endpoints (not_applicable), and neither does an execution
+that failed or was cancelled: it ended without a final, so it never will (a task
+scanned on a schedule keeps such an execution of an old run, which must not hold
+the task's status back for good). A queued or running execution has nothing to
+publish yet (not_started). A succeeded execution's state comes from its
+``scan_projection_outbox`` row:
 
 * ready — ``processed_at`` is set;
 * running — a worker holds a live claim (token with an unexpired lease);
@@ -27,6 +30,7 @@ def projection_status_sql(alias: str) -> str:
     """SQL expression giving the projection status of execution row ``alias``."""
     return (
         f"CASE WHEN {alias}.kind = 'dns' THEN 'not_applicable' "  # noqa: S608 - alias is a table alias from our own SQL
+        f"WHEN {alias}.status IN ('failed', 'cancelled') THEN 'not_applicable' "
         f"WHEN {alias}.status <> 'succeeded' THEN 'not_started' "
         "ELSE coalesce(("
         "SELECT CASE WHEN o.processed_at IS NOT NULL THEN 'ready' "

@@ -63,6 +63,49 @@ def test_projection_status_goes_pending_running_retrying_ready(app, api, pg_proj
     assert user.get(f"/api/tasks/{task['id']}").get_json()["task"]["projection_status"] == "ready"
 
 
+def test_a_failed_or_cancelled_execution_publishes_nothing_and_holds_no_task_back(
+    app, api, pg_projection
+):
+    """A scheduled task keeps the failed execution of an old run: once a later run is
+    published, the task reads published, not "not started" for good."""
+    user, scanner = api.user(), api.scanner()
+    task = user.post(
+        "/api/tasks", json={"name": "s", "targets": ["192.0.2.0/30"], "ports": "443"}
+    ).get_json()["task"]
+    failed = claim(scanner)
+    path = f"/api/scanner/executions/{failed.id}/fail"
+    assert scanner.post(path, json={"claim_token": failed.token}).status_code == 200
+    detail = user.get(f"/api/tasks/{task['id']}").get_json()["task"]
+    assert _execution_status(user, task["id"]) == "not_applicable"
+    assert detail["projection_status"] == "not_applicable"
+
+    assert user.post(f"/api/tasks/{task['id']}/runs").status_code == 201
+    second = claim(scanner)
+    executions = user.get(f"/api/tasks/{task['id']}/executions").get_json()["items"]
+    assert {e["id"]: e["projection_status"] for e in executions} == {
+        failed.id: "not_applicable",
+        second.id: "not_started",  # claimed, not yet succeeded: nothing to publish yet
+    }
+    second.final(0, [observation("192.0.2.1", 443)])
+    assert run_one_slice(pg_projection.worker()).result == "completed"
+    detail = user.get(f"/api/tasks/{task['id']}").get_json()["task"]
+    assert detail["projection_status"] == "ready"
+
+    assert user.post(f"/api/tasks/{task['id']}/runs").status_code == 201
+    (queued,) = [
+        e["id"]
+        for e in user.get(f"/api/tasks/{task['id']}/executions").get_json()["items"]
+        if e["status"] == "queued"
+    ]
+    run = user.get(f"/api/tasks/{task['id']}/runs").get_json()["items"][0]
+    cancel = user.post(f"/api/tasks/{task['id']}/runs/{run['id']}/cancel")
+    assert cancel.status_code == 200, cancel.get_json()
+    executions = user.get(f"/api/tasks/{task['id']}/executions").get_json()["items"]
+    assert {e["id"]: e["projection_status"] for e in executions}[queued] == "not_applicable"
+    detail = user.get(f"/api/tasks/{task['id']}").get_json()["task"]
+    assert detail["projection_status"] == "ready"
+
+
 def test_a_claim_whose_worker_stopped_shows_retrying_until_recovered(settings, engine):
     execution_id = create_execution(create_owner())
     outbox.claim_next(lease_seconds=30)
