@@ -43,9 +43,10 @@ OPERATIONS = {
         {"200": json_response("the task", _TASK)},
         parameters=[path_id("task_id")],
         description=(
-            "`counts` adds up every execution of every run of the task: a task scanned "
-            "on a schedule finds its endpoints again in each run, so its `endpoints` "
-            "grows with the runs. `latest_run.counts` are the latest run's own."
+            "`counts` adds up every execution of the task's runs (those kept, `[scan] "
+            "keep_runs`): a task scanned on a schedule finds its endpoints again in each "
+            "run, so its `endpoints` grows with the runs. `latest_run.counts` are the "
+            "latest run's own."
         ),
     ),
     ("patch", "/api/tasks/{task_id}"): operation(

@@ -530,7 +530,7 @@ def test_task_page_tells_the_latest_runs_endpoints_from_the_sum_over_runs(api):
 
     text = _visible_text(client.get(task_url).text)
     assert "Latest run 2 · succeeded · 1 endpoint, 1 observation" in text
-    assert "Endpoints, all runs 3 (each run's endpoints added up)" in text
+    assert "Endpoints, all runs 3 (each kept run's endpoints added up)" in text
     assert "Observations, all runs 3" in text
 
 
