@@ -46,6 +46,8 @@ from app.observability import emit, log_format_in_use
 from app.ops.config_check import STARTUP_CHECKED_ENV
 
 READY_TIMEOUT_SECONDS = 90.0
+# Bind addresses that mean "every interface": no address a reader's link could use.
+_ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - compared against, never bound
 ADMIN_USERNAME = "admin"
 RUNNER_MAX_BACKOFF_SECONDS = 60.0
 # A runner that stayed up this long counts as healthy again: the backoff starts over.
@@ -224,6 +226,23 @@ def _stop_children(children: list[subprocess.Popen], timeout: float) -> None:
             child.wait(timeout=10)
 
 
+def child_environment(settings: Settings, base_url: str, **values: str) -> dict[str, str]:
+    """The web server's and runner's environment: this one's, with ``values``, the
+    configuration file, and, unless configured, ``[alerts] public_url`` at this server
+    (``base_url``), so links in alert messages open here. An address of every interface
+    names no host a reader could open: links then stay paths."""
+    env = dict(os.environ)
+    # This command printed the configuration check: the children log it at debug only.
+    env[STARTUP_CHECKED_ENV] = "1"
+    env.update(values)
+    if settings.config_path:
+        env["NETMAP_CONFIG"] = settings.config_path
+    host = settings.server.host
+    if not settings.alerts.public_url and host not in _ANY_ADDRESS:
+        env["NETMAP_ALERTS_PUBLIC_URL"] = base_url
+    return env
+
+
 def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -260,18 +279,16 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         metrics_dir = data_dir / "run" / "prometheus"
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
-        env = dict(os.environ)
-        # This command printed the configuration check: the children log it at debug only.
-        env[STARTUP_CHECKED_ENV] = "1"
-        env.update(
+        base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        env = child_environment(
+            settings,
+            base_url,
             NETMAP_DATABASE_URL=url,
             NETMAP_SECRET_KEY=secret_key,
             NETMAP_DATA_DIR=str(data_dir),
             NETMAP_BIND=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
             PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
         )
-        if settings.config_path:
-            env["NETMAP_CONFIG"] = settings.config_path
         web = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", "wsgi:app"],
             cwd=PROJECT_ROOT,
@@ -281,7 +298,6 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         children.append(web)
         if with_runner:
             runner = RunnerSupervisor(env, settings.runner.worker_restart_backoff_seconds)
-        base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         if not _wait_ready(base_url, [web], READY_TIMEOUT_SECONDS):
             if not stop_requested:
                 click.echo("netmap: the web server did not become ready", err=True)

@@ -38,6 +38,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from app.alerts.links import console_base, console_link
 from app.config import Settings
 from app.db import transaction
 from app.identity.scanners import SCANNERS_SEEN_SQL
@@ -61,11 +62,11 @@ _log = logging.getLogger(__name__)
 
 
 def scanners_link(settings: Settings) -> str:
-    return f"{settings.alerts.public_url.rstrip('/')}/scanners"
+    return console_link(settings.alerts, "/scanners")
 
 
 def assets_link(settings: Settings, fingerprint: str | None) -> str:
-    base = f"{settings.alerts.public_url.rstrip('/')}/assets"
+    base = console_link(settings.alerts, "/assets")
     return f"{base}?q=cert.fingerprint:{fingerprint}" if fingerprint else base
 
 
@@ -202,7 +203,7 @@ def evaluate_run_failed(settings: Settings, *, now: datetime | None = None) -> d
     return _create_messages(
         "run_failed",
         _RUN_FAILED,
-        {"since": moment - RUN_FAILED_LOOKBACK, "link": settings.alerts.public_url.rstrip("/")},
+        {"since": moment - RUN_FAILED_LOOKBACK, "link": console_base(settings.alerts)},
     )
 
 

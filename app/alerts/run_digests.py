@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.alerts import pending_searches
+from app.alerts.links import console_link
 from app.analysis.queue import run_awaits_analysis
 from app.config import AlertSettings, Settings
 from app.db import transaction
@@ -91,7 +92,7 @@ _DUE_RUNS = sa.text(
 
 def run_changes_link(settings: AlertSettings, task_id: int, run_id: int) -> str:
     """Where a person reads the run's changes (the console's task changes page, that run)."""
-    return f"{settings.public_url.rstrip('/')}/tasks/{task_id}/changes?run={run_id}"
+    return console_link(settings, f"/tasks/{task_id}/changes?run={run_id}")
 
 
 def run_is_done(conn: Connection, run: RunState, *, besides: int | None = None) -> bool:

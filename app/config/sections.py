@@ -373,7 +373,11 @@ class AlertSettings(Section):
     secret_overlap_hours: float = spec(
         24.0, min=0, max=720, doc="a rotated webhook secret still signs for this long"
     )
-    public_url: str = spec("", doc="base URL of the console used in links of messages")
+    public_url: str = spec(
+        "",
+        doc="where people reach netmap (the site or its /console), for links in messages; "
+        "empty: paths from the site's root (netmap up: its own address)",
+    )
     conditions_interval_seconds: float = spec(
         30.0,
         min=0.5,

@@ -112,7 +112,7 @@ def test_a_scanner_going_offline_is_told_once_and_back_online_once(api, settings
         "last_seen_at": message.payload["scanner"]["last_seen_at"],
     }
     assert message.payload["status"] == "offline"
-    assert message.payload["link"].endswith("/scanners")
+    assert message.payload["link"] == "/console/scanners"  # without [alerts] public_url
     assert never.id not in {m.payload["scanner"]["id"] for m in _messages(rule["id"])}
     assert _messages(user_rule["id"]) == []
 
@@ -222,6 +222,7 @@ def test_an_expiring_certificate_is_told_once_per_rule_and_threshold(
         assert message.payload["endpoint_count"] == 2
         assert sorted(e["ip"] for e in message.payload["endpoints"]) == ["192.0.2.1", "192.0.2.2"]
         assert message.payload["rule"] == {"id": rule["id"], "name": "condition", "days": 30}
+        assert message.payload["link"] == f"/console/assets?q=cert.fingerprint:{soon}"
         assert _messages(other_port["id"]) == []  # its certificate is 400 days away
 
         # A threshold the certificate has not crossed yet: nothing; a new crossed one: once.
@@ -328,6 +329,7 @@ def test_a_failed_run_is_told_once_to_the_rules_that_see_it(api, settings, recei
         failed["task"]["id"],
     )
     assert (run["executions"], run["failed_executions"]) == (1, 1)
+    assert message.payload["link"] == f"/console/tasks/{failed['task']['id']}"
     assert _messages(other_task_rule["id"]) == [] and _messages(bobs["id"]) == []
     title, body = summary_text(
         Message(message.id, message.event_type, datetime.now(UTC), message.payload)

@@ -135,7 +135,11 @@ def test_a_run_of_three_executions_has_one_digest_per_channel_and_one_each_cap(
         assert data["total"] == 6 and data["counts"]["new"] == 6 and not data["folded"]
         assert data["change_sets"] == 3
         assert len(data["changes"]) == 3 and data["more"] == 3
-        assert data["link"].endswith(f"/tasks/{task['id']}/changes?run={run_id}")
+        # Without [alerts] public_url a link is the page's path from the site's root, and
+        # it names the console's page of the run's changes.
+        assert data["link"] == f"/console/tasks/{task['id']}/changes?run={run_id}"
+        page = alice.get(data["link"], headers={"Accept": "text/html"})
+        assert page.status_code == 200 and f"run {data['run_number']}" in page.text.lower()
     (folded,) = [d for d in received if d["rule"]["id"] == each_rule]
     # Six new endpoints over the run: two single messages, four folded into the digest.
     assert folded["folded"] and folded["total"] == 4 and folded["counts"]["new"] == 4
