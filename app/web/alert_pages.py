@@ -6,8 +6,10 @@ shows the outcome; "Redeliver" queues a message again with its id. Both are POST
 carrying the session's CSRF token. A change rule can be made here (name, change kinds,
 channels, mode and a search filter: one of the user's saved searches or a query),
 through the API's own validation (``rules.create_rule``), a refused field shown next to
-it with the input kept; everything else about rules, and channels, through the API
-(docs/alerts.md): a channel's secret is shown once, in that answer.
+it with the input kept; so can a channel (name, kind, and its webhook or Apprise URL or
+its email recipients, ``channels.create_channel``): a webhook's signing secret is shown
+once, on the page that answers the form, as in the API's answer. Everything else about
+rules and channels goes through the API (docs/alerts.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from app.web.search_choices import form_id, saved_search_choices, search_referen
 
 PAGE_SIZE = 100
 EMPTY_RULE = {"name": "", "mode": "each", "search": "", "query": ""}
+EMPTY_CHANNEL = {"name": "", "kind": "email", "url": "", "recipients": ""}
 # A refused field of the API (``details.field``) and the form field it is shown at.
 _FORM_FIELD = {"filter.search": "search", "filter.query": "query"}
 
@@ -36,6 +39,9 @@ def _render(
     *,
     form: dict[str, Any] | None = None,
     field_errors: dict[str, str] | None = None,
+    channel_form: dict[str, Any] | None = None,
+    channel_errors: dict[str, str] | None = None,
+    created_channel: dict[str, Any] | None = None,
 ):
     user = signed_in_user()
     wanted = request.args.get("status") or None
@@ -62,8 +68,14 @@ def _render(
             kinds=CHANGE_KINDS,
             modes=rules.MODES,
             searches=saved_search_choices(user.id),
+            channel_form=channel_form or EMPTY_CHANNEL,
+            channel_errors=channel_errors or {},
+            channel_kinds=channels.KINDS,
+            created_channel=created_channel,
         ),
         status,
+        # A webhook's secret is on this page once: no cache keeps it.
+        {"Cache-Control": "no-store"} if created_channel else {},
     )
 
 
@@ -89,6 +101,26 @@ def alerts_rule_create():
         field = _FORM_FIELD.get(field, field)
         return _render(status=400, form=form, field_errors={field: refused.message})
     return redirect(url_for("web.alerts_page"), code=303)
+
+
+@blueprint.post("/alerts/channels")
+@page_user
+def alerts_channel_create():
+    form = {k: request.form.get(k, d)[:4000] for k, d in EMPTY_CHANNEL.items()}
+    body: dict[str, Any] = {"name": form["name"] or form["kind"], "kind": form["kind"]}
+    if form["kind"] == "email":
+        # One address a line, or several on a line separated by commas.
+        body["recipients"] = [
+            a.strip() for a in form["recipients"].replace(",", "\n").splitlines() if a.strip()
+        ]
+    else:
+        body["url"] = form["url"].strip()
+    try:
+        created = channels.create_channel(context.settings(), signed_in_user(), body)
+    except ValidationError as refused:
+        field = (refused.details or {}).get("field") or "form"
+        return _render(status=400, channel_form=form, channel_errors={field: refused.message})
+    return _render(status=201, created_channel=created)
 
 
 @blueprint.get("/alerts")

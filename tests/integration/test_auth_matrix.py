@@ -280,6 +280,8 @@ CONSOLE_ROUTES: list[Route] = [
     _html("GET", "/console/alerts", lambda w: "/console/alerts", _page(200)),
     # An empty rule form is refused by the validation: the caller got past access control.
     _html("POST", "/console/alerts/rules", lambda w: "/console/alerts/rules", _page(400)),
+    # The same for an empty channel form (an email channel without recipients).
+    _html("POST", "/console/alerts/channels", lambda w: "/console/alerts/channels", _page(400)),
     _html(
         "POST",
         "/console/alerts/channels/<int:channel_id>/test",

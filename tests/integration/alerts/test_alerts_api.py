@@ -4,6 +4,7 @@ and the outbound address rule (docs/alerts.md)."""
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 
@@ -217,6 +218,47 @@ def test_the_console_page_lists_rules_channels_and_tests_a_channel(api, receiver
     test_path = f"/console/alerts/channels/{channel['id']}/test"
     assert client.post(test_path, data={}).status_code == 403  # no CSRF token
     tested = client.post(test_path, data={"csrf_token": _csrf(page.text)})
+    assert tested.status_code == 200 and "sent" in tested.text
+    assert [h.verified for h in receiver.hooks()] == [True]
+
+
+def test_channels_are_made_on_the_console_page_with_the_apis_checks(api, receiver) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    page = client.get("/console/alerts")
+    assert 'id="channel-form"' in page.text and "POST /api/alerts/channels" not in page.text
+
+    def submit(**form):
+        return client.post(
+            "/console/alerts/channels", data={**form, "csrf_token": _csrf(page.text)}
+        )
+
+    # Refused fields are named next to the field, the input kept; nothing is made.
+    bad = submit(name="ops", kind="email", recipients="ops@example.com\nnot an address")
+    assert bad.status_code == 400
+    assert 'id="channel-recipients-error"' in bad.text and "not an address" in bad.text
+    hidden = submit(name="chat", kind="apprise", url="nonsense://secret-token")
+    assert hidden.status_code == 400 and 'id="channel-url-error"' in hidden.text
+    assert "secret-token" not in hidden.text  # an Apprise URL is a secret: never echoed
+    assert alice.get("/api/alerts/channels").get_json()["items"] == []
+
+    mail = submit(name="ops", kind="email", recipients="a@example.com, b@example.com\n")
+    assert mail.status_code == 201 and 'id="new-channel-created"' in mail.text
+    assert 'id="channel-secret"' not in mail.text
+    hook = submit(name="hook", kind="webhook", url=receiver.url)
+    assert hook.status_code == 201 and hook.headers["Cache-Control"] == "no-store"
+    secret = re.search(r'id="channel-secret">(whsec_[^<]+)<', hook.text).group(1)
+    made = {c["name"]: c for c in alice.get("/api/alerts/channels").get_json()["items"]}
+    assert made["ops"]["kind"] == "email"
+    assert made["ops"]["recipients"] == ["a@example.com", "b@example.com"]
+    assert made["hook"]["url"] == receiver.url and "secret" not in made["hook"]
+    assert secret not in client.get("/console/alerts").text  # shown once, on that answer
+    # The secret shown is the one that signs: the receiver verifies a test message with it.
+    receiver.secrets.append(secret)
+    tested = client.post(
+        f"/console/alerts/channels/{made['hook']['id']}/test",
+        data={"csrf_token": _csrf(page.text)},
+    )
     assert tested.status_code == 200 and "sent" in tested.text
     assert [h.verified for h in receiver.hooks()] == [True]
 
