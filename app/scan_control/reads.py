@@ -39,6 +39,12 @@ def bounded_task_count(user: User, status: str, *, cap: int) -> tuple[int, bool]
     return len(page.items), page.next_cursor is not None
 
 
+def has_tasks(user: User) -> bool:
+    """Whether the user sees any task at all (a new installation's first visit sees none)."""
+    with transaction() as conn:
+        return bool(list_tasks(conn, user, limit=1, cursor=None, status=None).items)
+
+
 _HOST_EXECUTIONS = sa.text(
     """
     SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,

@@ -348,6 +348,22 @@ def test_asset_search_filters_paging_and_bad_input(api):
     )
 
 
+@pytest.mark.parametrize("admin", [False, True])
+def test_the_dashboard_says_how_to_start_until_there_is_a_task(api, admin):
+    client, _ = _user_client(api, admin=admin)
+    first = client.get("/console/").text
+    assert 'id="first-steps"' in first and 'href="/console/tasks/new"' in first
+    assert "netmap agent --server http://localhost" in first
+    # An admin is sent to the scanners page for a token; a user is told to ask for one.
+    assert ('href="/console/scanners"' in first) == admin
+    assert ("ask an admin for a scanner token" in first) == (not admin)
+    made = _post_form(
+        client, "/console/tasks/new", {"name": "first", "targets": "192.0.2.1", "ports": "22"}
+    )
+    assert made.status_code == 303
+    assert 'id="first-steps"' not in client.get("/console/").text
+
+
 def test_markup_in_every_user_controlled_field_is_escaped(api):
     admin_client, admin_created = _user_client(api, admin=True)
     admin = api.login(admin_created["username"])
