@@ -103,6 +103,7 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     report_pages,
     scanner_pages,
     schedule_pages,
+    search_help_pages,
     session_pages,
     task_pages,
     traffic_pages,

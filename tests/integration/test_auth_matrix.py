@@ -278,6 +278,7 @@ CONSOLE_ROUTES: list[Route] = [
     _html("GET", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(200)),
     _html("POST", "/console/admin/renderer", lambda w: "/console/admin/renderer", _admin_page(400)),
     _html("GET", "/console/alerts", lambda w: "/console/alerts", _page(200)),
+    _html("GET", "/console/help/search", lambda w: "/console/help/search", _page(200)),
     # An empty rule form is refused by the validation: the caller got past access control.
     _html("POST", "/console/alerts/rules", lambda w: "/console/alerts/rules", _page(400)),
     # The same for an empty channel form (an email channel without recipients).

@@ -7,7 +7,9 @@ scanner protocol helpers, current assets published as the projection does).
 
 from __future__ import annotations
 
+import html
 import re
+from urllib.parse import unquote_plus
 
 import pytest
 
@@ -362,6 +364,23 @@ def test_the_dashboard_says_how_to_start_until_there_is_a_task(api, admin):
     )
     assert made.status_code == 303
     assert 'id="first-steps"' not in client.get("/console/").text
+
+
+def test_search_help_lists_every_field_and_each_example_runs(api):
+    from app.search.query_language import FIELDS, parse_query
+
+    client, _ = _user_client(api)
+    assets = client.get("/console/assets").text
+    assert 'href="/console/help/search"' in assets and "docs/search-language.md" not in assets
+    page = client.get("/console/help/search")
+    assert page.status_code == 200
+    assert re.findall(r'<tr data-field="([^"]+)">', page.text) == list(FIELDS)
+    links = re.findall(r'<a href="(/console/assets\?q=[^"]+)"><code>', page.text)
+    assert len(links) == len(FIELDS) + 5
+    for link in map(html.unescape, links):  # as a browser reads the attribute
+        query = unquote_plus(link.split("?q=", 1)[1])
+        parse_query(query)  # raises on a query the language refuses
+        assert client.get(link).status_code == 200, query
 
 
 def test_markup_in_every_user_controlled_field_is_escaped(api):
