@@ -50,6 +50,7 @@ def _scanners_page(*, created=None, token=None, error=None, status=200):
         error=error,
         next_url=next_url,
         offline_seconds=context.settings().scan.scanner_offline_seconds,
+        server_url=request.host_url.rstrip("/"),
     )
     headers = {"Cache-Control": "no-store"} if token else {}
     return body, status, headers

@@ -444,6 +444,11 @@ def test_scanner_token_shown_once_and_revoke(api):
     assert response.headers["Cache-Control"] == "no-store"
     token = re.search(r'id="token-value">([^<]+)<', response.text).group(1)
     assert token.startswith("nms_")
+    # The agent's command line, ready to paste on the scan host.
+    assert (
+        f'id="new-agent-command">NETMAP_SCANNER_TOKEN={token} netmap agent --server '
+        "http://localhost</code>" in response.text
+    )
     listing = admin_client.get("/console/scanners").text
     assert "edge-1" in listing and token not in listing
     scanner_id = int(re.search(r"/console/scanners/(\d+)/revoke", listing).group(1))
