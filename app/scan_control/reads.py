@@ -31,18 +31,12 @@ def require_visible_task(user: User, task_id: int) -> None:
             raise _task_not_found()
 
 
-def bounded_task_count(user: User, status: str, *, cap: int) -> tuple[int, bool]:
-    """How many of the user's tasks have ``status``, counted up to ``cap``; and whether
-    there are more than that."""
+def bounded_task_count(user: User, status: str | None, *, cap: int) -> tuple[int, bool]:
+    """How many of the user's tasks have ``status`` (None: any), counted up to ``cap``; and
+    whether there are more than that."""
     with transaction() as conn:
         page = list_tasks(conn, user, limit=cap, cursor=None, status=status)
     return len(page.items), page.next_cursor is not None
-
-
-def has_tasks(user: User) -> bool:
-    """Whether the user sees any task at all (a new installation's first visit sees none)."""
-    with transaction() as conn:
-        return bool(list_tasks(conn, user, limit=1, cursor=None, status=None).items)
 
 
 _HOST_EXECUTIONS = sa.text(

@@ -107,7 +107,9 @@ def alerts_rule_create():
 @page_user
 def alerts_channel_create():
     form = {k: request.form.get(k, d)[:4000] for k, d in EMPTY_CHANNEL.items()}
-    body: dict[str, Any] = {"name": form["name"] or form["kind"], "kind": form["kind"]}
+    body: dict[str, Any] = {"kind": form["kind"]}
+    if form["name"]:
+        body["name"] = form["name"]  # without one, the channel is named after its kind
     if form["kind"] == "email":
         # One address a line, or several on a line separated by commas.
         body["recipients"] = [

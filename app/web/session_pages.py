@@ -24,7 +24,7 @@ from app.http.guards import end_session, live_session_user, start_session
 from app.identity import service as identity
 from app.observability import emit
 from app.scan_control.fleet import fleet_online
-from app.scan_control.reads import bounded_task_count, has_tasks
+from app.scan_control.reads import bounded_task_count
 from app.search.port import current_asset_count
 from app.web import blueprint
 from app.web.access import page_public, page_user, safe_next, signed_in_user
@@ -123,7 +123,7 @@ def dashboard():
         offline_seconds=context.settings().scan.scanner_offline_seconds
     )
     # Nothing to show yet: say how to start (only asked while no task is queued or running).
-    first_steps = not (queued[0] or running[0]) and not has_tasks(user)
+    first_steps = not (queued[0] or running[0]) and not bounded_task_count(user, None, cap=1)[0]
     backlog = renderer = None
     if user.is_admin:
         from app.projection.outbox import backlog as outbox_backlog
