@@ -27,12 +27,9 @@ def process_tree_cpu_seconds(root: int) -> float | None:
     except OSError:
         return None
     for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                text = handle.read()
-        except OSError:
+        fields = _stat_fields(entry)
+        if fields is None:
             continue  # exited meanwhile
-        fields = text[text.rindex(")") + 2 :].split()
         pid = int(entry)
         parents[pid] = int(fields[1])
         # utime, stime, cutime, cstime (fields 14-17 of stat(5))
@@ -51,15 +48,25 @@ def process_tree_cpu_seconds(root: int) -> float | None:
     return sum(ticks[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
-def own_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of the one process ``pid`` so far: one small read, cheap
-    enough between the statements of a timed phase. 0 when it cannot be read."""
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state on (stat(5) field 3: ``[1]`` is the
+    parent, ``[11]``/``[12]`` utime/stime, ``[13]``/``[14]`` what reaped children spent),
+    or None when the process is gone. The command name before them may hold spaces and
+    parentheses, so it is skipped up to its last ``)``."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             text = handle.read()
     except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def own_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of the one process ``pid`` so far: one small read, cheap
+    enough between the statements of a timed phase. 0 when it cannot be read."""
+    fields = _stat_fields(pid)
+    if fields is None:
         return 0.0
-    fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -133,12 +140,10 @@ def _server_children_cpu(pgdata: Path) -> tuple[float, float]:
     except OSError:
         return 0.0, 0.0
     for entry in entries:
+        fields = _stat_fields(entry)
+        if fields is None or int(fields[1]) != root:
+            continue
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                text = handle.read()
-            fields = text[text.rindex(")") + 2 :].split()
-            if int(fields[1]) != root:
-                continue
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
                 title = handle.read().decode("utf-8", "replace").removeprefix("postgres: ")
         except OSError:
