@@ -101,16 +101,22 @@ def test_the_runner_recovers_expired_scanner_leases(database_url, tmp_path, api)
                     == "queued"
                 )
 
+        def job_row():
+            with transaction() as conn:
+                return conn.execute(
+                    sa.text(
+                        "SELECT runs, last_error FROM runner_periodic_jobs "
+                        "WHERE name = 'execution-lease-recovery'"
+                    )
+                ).one_or_none()
+
         wait_for(requeued, 30, "the execution to be requeued")
+        # The job's work commits before its run is recorded (a separate, later
+        # transaction), so the requeue can be seen while the row still says 0 runs.
+        wait_for(lambda: (job_row() or (0,))[0] >= 1, 30, "the job's run to be recorded")
+        wait_for(lambda: runner.events("ExecutionLeasesRecovered"), 30, "the recovery event")
         assert runner.events("ExecutionLeasesRecovered")[0]["requeued"] == 1
-        with transaction() as conn:
-            job = conn.execute(
-                sa.text(
-                    "SELECT runs, last_error FROM runner_periodic_jobs "
-                    "WHERE name = 'execution-lease-recovery'"
-                )
-            ).one()
-        assert job.runs >= 1 and job.last_error is None
+        assert job_row().last_error is None
     finally:
         runner.process.send_signal(signal.SIGTERM)
         runner.wait(timeout=30)
