@@ -87,3 +87,39 @@ def test_the_walkthrough_runs_as_written(database_url, tmp_path):
     assert "'gone': 1" in done.stdout  # step 11: run 2 finds the listener gone
     assert "[('netmap.change.gone', 'delivered')]" in done.stdout  # and says so
     assert list((tmp_path / "server").rglob("outbox/*.eml"))
+
+
+def test_the_walkthroughs_wait_gives_up_with_a_message_instead_of_hanging():
+    """A scan that fails never gets analysed: the README's waits must end and say so."""
+    sign_in = walkthrough_blocks()[0]
+    json_line = re.search(r"^json\(\) \{.*\}$", sign_in, flags=re.M)[0]
+    wait_for = re.search(r"^wait_for\(\) \{.*?^\}$", sign_in, flags=re.M | re.S)[0]
+    helpers = json_line + "\n" + wait_for
+    # The server's answer never meets the condition; `seq` and `sleep` are shortened.
+    stubs = 'api() { echo \'{"counts": {"analysed_executions": 0}}\'; }\n'
+    stubs += "seq() { command seq 3; }\nsleep() { :; }\n"
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "set -euo pipefail\n"
+            + helpers
+            + "\n"
+            + stubs
+            + 'wait_for http://x/changes \'d["counts"]["analysed_executions"] > 0\'\n'
+            + "echo not reached",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert "not reached" not in done.stdout
+    assert "not yet after two minutes" in done.stderr and "http://x/changes" in done.stderr
+    met = subprocess.run(
+        ["bash", "-c", helpers + "\napi() { echo '{\"n\": 1}'; }\nwait_for u 'd[\"n\"] > 0'"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert met.returncode == 0 and not met.stderr
