@@ -22,7 +22,7 @@ from app.errors import ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.scan_control import purge, runs, service
-from app.scan_control.creation import validate_task_request
+from app.scan_control.creation import DEFAULT_PROFILE, SCAN_PROFILES, validate_task_request
 from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
 from app.web import blueprint
@@ -33,6 +33,13 @@ PAGE_SIZE = 50
 RUNS_SHOWN = 20
 MAX_TEXTAREA_LINES = 10_000
 IN_FLIGHT_PROJECTION = ("pending", "running", "retrying")
+# What each scan profile probes, in a line the form shows beside its choice (the nmap
+# arguments are in docs/inventory.md, "Scan profiles").
+PROFILE_WORDS = {
+    "quick": "open ports only, the fastest: no services, banners, certificates or pages",
+    "standard": "ports with services, versions, banners, certificates and page titles",
+    "deep": "standard probed harder, plus HTTP headers, SSH host keys and TLS ciphers",
+}
 
 
 def task_in_flight(task: dict[str, Any]) -> bool:
@@ -82,6 +89,7 @@ def _render_new(form: dict[str, Any], line_errors=None, field_errors=None, statu
         "console/task_new.html",
         form=form,
         transports=TRANSPORTS,
+        profiles=[(name, PROFILE_WORDS[name]) for name in SCAN_PROFILES],
         line_errors=line_errors or {},
         field_errors=field_errors or {},
     )
@@ -92,12 +100,21 @@ def _render_new(form: dict[str, Any], line_errors=None, field_errors=None, statu
 @page_user
 def task_new():
     if request.method == "GET":
-        return _render_new({"name": "", "targets": "", "ports": "", "transports": ["tcp"]})
+        return _render_new(
+            {
+                "name": "",
+                "targets": "",
+                "ports": "",
+                "transports": ["tcp"],
+                "profile": DEFAULT_PROFILE,
+            }
+        )
     form = {
         "name": request.form.get("name", ""),
         "targets": request.form.get("targets", ""),
         "ports": request.form.get("ports", ""),
         "transports": request.form.getlist("transports"),
+        "profile": request.form.get("profile") or DEFAULT_PROFILE,
     }
     numbered = _form_lines(form["targets"])
     body = {
@@ -105,6 +122,7 @@ def task_new():
         "targets": [text for _, text in numbered],
         "ports": form["ports"],
         "transports": form["transports"] or None,
+        "profile": form["profile"],
     }
     scan = context.settings().scan
     try:

@@ -217,13 +217,24 @@ def test_create_task_then_detail_results_and_list(api):
     response = _post_form(
         client,
         "/console/tasks/new",
-        {"name": "web", "targets": "192.0.2.0/30\n", "ports": "22,443", "transports": "tcp"},
+        {
+            "name": "web",
+            "targets": "192.0.2.0/30\n",
+            "ports": "22,443",
+            "transports": "tcp",
+            "profile": "deep",
+        },
     )
     assert response.status_code == 303
     task_url = response.headers["Location"]
     task_id = int(task_url.rsplit("/", 1)[1])
     detail = client.get(task_url)
     assert detail.status_code == 200
+    assert '<dd id="task-profile">deep</dd>' in detail.text
+    assert (
+        api.login(_username(client)).get(f"/api/tasks/{task_id}").get_json()["task"]["profile"]
+        == "deep"
+    )
     assert 'id="task-status" class="status status-queued">queued<' in detail.text
     assert 'data-in-flight="true"' in detail.text
     assert 'http-equiv="refresh"' in detail.text  # without JavaScript it still refreshes
@@ -601,3 +612,27 @@ def test_scan_publishing_states_read_in_a_users_words(api):
     assert "Scans waiting to reach the asset view" in dashboard
     for text in (queued, scanned, dashboard):
         assert not [term for term in _INTERNAL_TERMS if term in text], text
+
+
+def test_the_task_form_offers_the_scan_profiles_and_refuses_an_unknown_one(api):
+    client, _ = _user_client(api)
+    form = client.get("/console/tasks/new").text
+    choices = re.findall(r'<input type="radio" name="profile" value="(\w+)"( checked)?>', form)
+    assert choices == [("quick", ""), ("standard", " checked"), ("deep", "")]
+    response = _post_form(
+        client,
+        "/console/tasks/new",
+        {"name": "odd", "targets": "192.0.2.1", "ports": "80", "profile": "stealth"},
+    )
+    assert response.status_code == 400
+    assert 'id="profile-error">must be quick, standard or deep<' in response.text
+    assert 'value="192.0.2.1"' not in response.text  # a textarea keeps it as text
+    assert "192.0.2.1</textarea>" in response.text
+    assert "No tasks." in client.get("/console/tasks").text
+    quick = _post_form(
+        client,
+        "/console/tasks/new",
+        {"name": "fast", "targets": "192.0.2.1", "ports": "80", "profile": "quick"},
+    )
+    assert quick.status_code == 303
+    assert '<dd id="task-profile">quick</dd>' in client.get(quick.headers["Location"]).text
