@@ -8,8 +8,10 @@ channels, mode and a search filter: one of the user's saved searches or a query)
 through the API's own validation (``rules.create_rule``), a refused field shown next to
 it with the input kept; so can a channel (name, kind, and its webhook or Apprise URL or
 its email recipients, ``channels.create_channel``): a webhook's signing secret is shown
-once, on the page that answers the form, as in the API's answer. Everything else about
-rules and channels goes through the API (docs/alerts.md).
+once, on the page that answers the form, as in the API's answer. A rule can be disabled,
+enabled again or deleted from its row (``rules.update_rule`` and ``rules.delete_rule``, as
+``PATCH`` and ``DELETE /api/alerts/rules/<id>``). Everything else about rules and channels
+goes through the API (docs/alerts.md).
 """
 
 from __future__ import annotations
@@ -100,6 +102,22 @@ def alerts_rule_create():
         field = (refused.details or {}).get("field") or "form"
         field = _FORM_FIELD.get(field, field)
         return _render(status=400, form=form, field_errors={field: refused.message})
+    return redirect(url_for("web.alerts_page"), code=303)
+
+
+@blueprint.post("/alerts/rules/<int:rule_id>/<any(disable, enable):action>")
+@page_user
+def alerts_rule_switch(rule_id: int, action: str):
+    rules.update_rule(
+        signed_in_user(), rule_id, {"enabled": action == "enable"}, store=context.store()
+    )
+    return redirect(url_for("web.alerts_page"), code=303)
+
+
+@blueprint.post("/alerts/rules/<int:rule_id>/delete")
+@page_user
+def alerts_rule_delete(rule_id: int):
+    rules.delete_rule(signed_in_user(), rule_id)
     return redirect(url_for("web.alerts_page"), code=303)
 
 

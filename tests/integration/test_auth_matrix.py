@@ -285,6 +285,18 @@ CONSOLE_ROUTES: list[Route] = [
     _html("POST", "/console/alerts/channels", lambda w: "/console/alerts/channels", _page(400)),
     _html(
         "POST",
+        "/console/alerts/rules/<int:rule_id>/<any(disable, enable):action>",
+        lambda w: f"/console/alerts/rules/{w.alert_rule_id}/disable",
+        {**_page(303, owned=True), ADMIN: 404},
+    ),
+    _html(
+        "POST",
+        "/console/alerts/rules/<int:rule_id>/delete",
+        lambda w: f"/console/alerts/rules/{w.alert_rule_id}/delete",
+        {**_page(303, owned=True), ADMIN: 404},
+    ),
+    _html(
+        "POST",
         "/console/alerts/channels/<int:channel_id>/test",
         lambda w: f"/console/alerts/channels/{w.alert_channel_id}/test",
         {**_page(200, owned=True), ADMIN: 404},

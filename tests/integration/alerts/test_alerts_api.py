@@ -263,6 +263,41 @@ def test_channels_are_made_on_the_console_page_with_the_apis_checks(api, receive
     assert [h.verified for h in receiver.hooks()] == [True]
 
 
+def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api, receiver) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    channel = _hook(alice, receiver)
+    rule = alice.post(
+        "/api/alerts/rules", json={"name": "noisy", "on": ["new"], "channels": [channel["id"]]}
+    ).get_json()["rule"]
+    page = client.get("/console/alerts")
+    assert 'data-rule-action="disable"' in page.text and 'data-rule-action="delete"' in page.text
+    token = {"csrf_token": _csrf(page.text)}
+    base = f"/console/alerts/rules/{rule['id']}"
+
+    def enabled() -> bool:
+        return alice.get(f"/api/alerts/rules/{rule['id']}").get_json()["rule"]["enabled"]
+
+    assert client.post(f"{base}/disable", data={}).status_code == 403  # no CSRF token
+    assert enabled()
+    # Another user's session cannot reach the rule, nor change it.
+    other, _ = _user_client(api)
+    other_token = {"csrf_token": _csrf(other.get("/console/alerts").text)}
+    assert other.post(f"{base}/disable", data=other_token).status_code == 404
+    assert other.post(f"{base}/delete", data=other_token).status_code == 404
+    assert enabled()
+    assert client.post(f"{base}/disable", data=token).status_code == 303
+    assert not enabled()
+    page = client.get("/console/alerts")
+    assert 'data-rule-action="enable"' in page.text
+    assert client.post(f"{base}/enable", data=token).status_code == 303
+    assert enabled()
+    assert client.post(f"{base}/delete", data=token).status_code == 303
+    assert alice.get(f"/api/alerts/rules/{rule['id']}").status_code == 404
+    assert "No rules yet." in client.get("/console/alerts").text
+    assert client.post(f"{base}/enable", data=token).status_code == 404
+
+
 def _now():
     from datetime import UTC, datetime
 
