@@ -56,11 +56,14 @@ def _render(
     log = deliveries.list_deliveries(
         user, rule_id=None, status=wanted, limit=PAGE_SIZE, before=None
     )
+    own_channels = channels.list_channels(user)
     return (
         render_template(
             "console/alerts.html",
             rules=rules.list_rules(user),
-            channels=channels.list_channels(user),
+            channels=own_channels,
+            # A rule's channels by name; a global rule's may be another's: shown by number.
+            channel_names={c["id"]: c["name"] for c in own_channels},
             deliveries=log,
             statuses=deliveries.STATUSES,
             wanted=wanted,

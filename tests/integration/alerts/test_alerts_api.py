@@ -272,6 +272,7 @@ def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api,
     ).get_json()["rule"]
     page = client.get("/console/alerts")
     assert 'data-rule-action="disable"' in page.text and 'data-rule-action="delete"' in page.text
+    assert f"<td>#{channel['id']} {channel['name']}</td>" in page.text  # its channel, by name
     token = {"csrf_token": _csrf(page.text)}
     base = f"/console/alerts/rules/{rule['id']}"
 
