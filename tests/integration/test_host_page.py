@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tests.integration.test_search_language_api import _seed
 from tests.support.scanner_protocol import claim, dns_record
 
@@ -24,6 +26,9 @@ def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
     assert page.status_code == 200
     html = page.data.decode()
     assert "Shop login" in html and "Let&#39;s Encrypt" in html and 'id="host-ports"' in html
+    # Times read as on the other pages (2026-12-07 09:13:04Z), not as stored ISO strings.
+    assert re.search(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}Z", html)
+    assert not re.search(r"\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00", html)
     # Tables showing addresses link to the host page.
     assert 'href="/console/hosts/192.0.2.2"' in user.get("/console/assets").data.decode()
 
