@@ -34,6 +34,12 @@ def format_when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+@blueprint.app_template_filter("counted")
+def format_counted(value: int, singular: str, plural: str | None = None) -> str:
+    """A count with its noun: ``1 address``, ``3 addresses`` (``plural``: singular + "s")."""
+    return f"{value} {singular if value == 1 else (plural or singular + 's')}"
+
+
 # Projection states in a user's words: whether the scan's findings are in the asset view yet.
 ASSET_VIEW_WORDS = {
     "pending": "waiting to be published",

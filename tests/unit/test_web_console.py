@@ -36,3 +36,12 @@ def test_format_when_prints_utc_and_tolerates_blanks():
     assert format_when(moment.isoformat()) == "2026-11-30 18:04:05Z"
     assert format_when(None) == ""
     assert format_when("not a time") == "not a time"
+
+
+def test_a_count_reads_with_its_noun():
+    from app.web import format_counted
+
+    assert format_counted(1, "address", "addresses") == "1 address"
+    assert format_counted(0, "address", "addresses") == "0 addresses"
+    assert format_counted(3, "endpoint") == "3 endpoints"
+    assert format_counted(1, "endpoint") == "1 endpoint"

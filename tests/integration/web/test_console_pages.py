@@ -247,6 +247,7 @@ def test_create_task_then_detail_results_and_list(api):
     results = client.get(f"/console/tasks/{task_id}/results")
     assert results.status_code == 200
     assert results.text.count('<td class="ip">') == 2
+    assert "2 addresses · 2 endpoints" in results.text
     listed = client.get("/console/tasks")
     assert f'href="/console/tasks/{task_id}"' in listed.text
 
