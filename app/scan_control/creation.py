@@ -20,6 +20,7 @@ from app.scan_control.planning import plan_executions, scan_plan_document
 from app.scan_control.runs import queue_run
 from app.target_rules import (
     ParsedTargets,
+    Problem,
     format_ports,
     parse_ports,
     parse_targets,
@@ -46,6 +47,35 @@ class TaskRequest:
     scan: bool = True
 
 
+# What a task scans; each may be changed on a task (``validate_scope_change``).
+SCOPE_FIELDS = ("targets", "ports", "transports", "profile")
+
+
+def _scope_values(
+    body: dict[str, Any], limits: ScanSettings, fields: tuple[str, ...], problems: list[Problem]
+) -> dict[str, Any]:
+    """The scope ``fields`` of ``body`` parsed as stored; each refused value is added to
+    ``problems`` (one validation for a new task and a changed one)."""
+    values: dict[str, Any] = {}
+    if "targets" in fields:
+        values["targets"], found = parse_targets(body.get("targets"), limits)
+        problems.extend(found)
+    if "ports" in fields:
+        ranges, found = parse_ports(body.get("ports"), limits)
+        values["ports"] = format_ports(ranges)
+        problems.extend(found)
+    if "transports" in fields:
+        values["transports"], found = parse_transports(body.get("transports"))
+        problems.extend(found)
+    if "profile" in fields:
+        values["profile"] = body.get("profile", DEFAULT_PROFILE)
+        if values["profile"] not in SCAN_PROFILES:
+            problems.append(
+                Problem("profile", None, values["profile"], "must be quick, standard or deep")
+            )
+    return values
+
+
 def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskRequest:
     unknown = sorted(set(body) - {"name", "targets", "ports", "transports", "profile", "scan"})
     if unknown:
@@ -53,35 +83,60 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
             "unknown fields in task", code="unknown_fields", details={"fields": unknown}
         )
     name = body.get("name")
-    problems = []
-    parsed, target_problems = parse_targets(body.get("targets"), limits)
-    problems.extend(target_problems)
-    ranges, port_problems = parse_ports(body.get("ports"), limits)
-    problems.extend(port_problems)
-    transports, transport_problems = parse_transports(body.get("transports"))
-    problems.extend(transport_problems)
+    problems: list[Problem] = []
+    scope = _scope_values(body, limits, SCOPE_FIELDS, problems)
     if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME_LENGTH:
-        from app.target_rules import Problem
-
         problems.append(Problem("name", None, name, f"must be 1-{MAX_NAME_LENGTH} characters"))
-    profile = body.get("profile", DEFAULT_PROFILE)
-    if profile not in SCAN_PROFILES:
-        from app.target_rules import Problem
-
-        problems.append(Problem("profile", None, profile, "must be quick, standard or deep"))
     scan = body.get("scan", True)
     if not isinstance(scan, bool):
-        from app.target_rules import Problem
-
         problems.append(Problem("scan", None, scan, "must be true or false"))
     raise_if_problems(problems)
-    return TaskRequest(
-        name=name.strip(),
-        targets=parsed,
-        ports=format_ports(ranges),
-        transports=transports,
-        profile=profile,
-        scan=scan,
+    return TaskRequest(name=name.strip(), scan=scan, **scope)
+
+
+def validate_scope_change(body: dict[str, Any], limits: ScanSettings) -> dict[str, Any]:
+    """The scope fields ``body`` changes, parsed as a new task's are (the same 400 with
+    each refused item); the others are left out."""
+    problems: list[Problem] = []
+    fields = tuple(f for f in SCOPE_FIELDS if f in body)
+    if "transports" in body and body["transports"] is None:
+        # A new task's missing transports default to tcp; a change names them.
+        problems.append(
+            Problem("transports", None, None, "must be a non-empty list of 'tcp'/'udp'")
+        )
+        fields = tuple(f for f in fields if f != "transports")
+    values = _scope_values(body, limits, fields, problems)
+    raise_if_problems(problems)
+    return values
+
+
+def change_scope(
+    conn: Connection, task_id: int, owner_id: int, values: dict[str, Any], limits: ScanSettings
+) -> None:
+    """Store a task's new scope (``validate_scope_change``). Runs already started keep
+    theirs: each execution carries its own targets, ports and profile, and a run's
+    absences are concluded inside its executions' scope only (docs/architecture.md,
+    "A task's scope changes")."""
+    if not values:
+        return
+    columns = dict(values)
+    params: dict[str, Any] = {"id": task_id}
+    sets = []
+    if "targets" in columns:
+        parsed: ParsedTargets = columns.pop("targets")
+        plan = scan_plan_document(
+            plan_executions(parsed, limits.execution_max_addresses),
+            limits.execution_max_addresses,
+        )
+        sets += ["targets = CAST(:targets AS jsonb)", "scan_plan = CAST(:plan AS jsonb)"]
+        params |= {"targets": json.dumps(parsed.normalised), "plan": json.dumps(plan)}
+        register_search_targets(conn, owner_id, parsed)
+    for column, value in columns.items():  # ports, transports, profile
+        sets.append(f"{column} = :{column}")
+        params[column] = value
+    conn.execute(
+        sa.text(f"UPDATE scan_tasks SET {', '.join(sets)}, updated_at = now() WHERE id = :id"),  # noqa: S608 - column names from SCOPE_FIELDS
+        params,
     )
 
 

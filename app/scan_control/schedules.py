@@ -37,7 +37,12 @@ from app.errors import ApiError, NotFound, ValidationError
 from app.identity.users import User
 from app.observability import emit
 from app.scan_control import schedule_store, service
-from app.scan_control.creation import validate_task_request
+from app.scan_control.creation import (
+    SCOPE_FIELDS,
+    change_scope,
+    validate_scope_change,
+    validate_task_request,
+)
 from app.scan_control.query import get_task
 from app.scan_control.runs import queue_run
 from app.scan_control.schedule_rules import latest_due, parse_schedule
@@ -48,7 +53,7 @@ from app.scan_control.visibility import task_visible
 # domain error (409 ``run_active`` when a run of the task is still active).
 RunStarter = Callable[[Connection, int], int]
 
-PATCH_FIELDS = frozenset({"name", "schedule"})
+PATCH_FIELDS = frozenset({"name", "schedule", *SCOPE_FIELDS})
 DEFAULT_TICK_BATCH = 200
 
 
@@ -81,7 +86,8 @@ def create_task_for_user(user: User, body: dict[str, Any], limits: ScanSettings)
 
 
 def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSettings) -> dict:
-    """``PATCH /api/tasks/<id>``: rename, set or replace the schedule, or remove it (null)."""
+    """``PATCH /api/tasks/<id>``: rename; set or replace the schedule, or remove it (null);
+    change what the next runs scan (targets, ports, transports, profile)."""
     unknown = sorted(set(body) - PATCH_FIELDS)
     if unknown:
         raise ValidationError(
@@ -101,6 +107,7 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
         # Parsed once the task is known to be the caller's: another user's task is a 404
         # whatever the body says (parsing is CPU only, no I/O inside the transaction).
         spec = parse_schedule(body["schedule"], limits, now=now) if "schedule" in body else None
+        scope = validate_scope_change(body, limits)
         if "name" in body:
             conn.execute(
                 sa.text("UPDATE scan_tasks SET name = :name, updated_at = now() WHERE id = :id"),
@@ -113,6 +120,12 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
             ).scalar()
         ):
             raise _import_only()
+        if scope:
+            owner_id = conn.execute(
+                sa.text("SELECT owner_id FROM scan_tasks WHERE id = :id FOR UPDATE"),
+                {"id": task_id},
+            ).scalar_one()
+            change_scope(conn, task_id, owner_id, scope, limits)
         if "schedule" in body:
             if spec is None:
                 schedule_store.remove(conn, task_id)

@@ -21,7 +21,7 @@ from app.analysis.changes import CHANGE_KINDS
 from app.errors import ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
-from app.scan_control import purge, runs, service
+from app.scan_control import purge, runs, schedules, service
 from app.scan_control.creation import DEFAULT_PROFILE, SCAN_PROFILES, validate_task_request
 from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
@@ -84,10 +84,18 @@ def _form_lines(text: str) -> list[tuple[int, str]]:
     return [(number, line.strip()) for number, line in enumerate(lines, 1) if line.strip()]
 
 
-def _render_new(form: dict[str, Any], line_errors=None, field_errors=None, status: int = 200):
+def _render_new(
+    form: dict[str, Any],
+    line_errors=None,
+    field_errors=None,
+    status: int = 200,
+    *,
+    editing: dict[str, Any] | None = None,
+):
     body = render_template(
         "console/task_new.html",
         form=form,
+        editing=editing,
         transports=TRANSPORTS,
         profiles=[(name, PROFILE_WORDS[name]) for name in SCAN_PROFILES],
         line_errors=line_errors or {},
@@ -109,43 +117,83 @@ def task_new():
                 "profile": DEFAULT_PROFILE,
             }
         )
-    form = {
+    form = _posted_task_form()
+    scan = context.settings().scan
+    try:
+        task_request = validate_task_request(_task_body(form), scan)
+    except ValidationError as invalid:
+        return _render_new(form, *_form_errors(invalid, form), status=400)
+    task = service.create_task_for(signed_in_user(), task_request, limits=scan, via="console")
+    return redirect(url_for("web.task_detail", task_id=task["id"]), code=303)
+
+
+@blueprint.route("/tasks/<int:task_id>/edit", methods=["GET", "POST"])
+@page_user
+def task_edit(task_id: int):
+    """Change a task's name and scope; the next run scans the new scope (the API's
+    ``PATCH /api/tasks/<id>``, ``schedules.update_task``)."""
+    task = service.find_task(signed_in_user(), task_id)
+    if request.method == "GET":
+        form = {
+            "name": task["name"],
+            "targets": "\n".join(task["targets"]),
+            "ports": task["ports"],
+            "transports": task["transports"],
+            "profile": task["profile"],
+        }
+        return _render_new(form, editing=task)
+    form = _posted_task_form()
+    try:
+        schedules.update_task(signed_in_user(), task_id, _task_body(form), context.settings().scan)
+    except ValidationError as invalid:
+        return _render_new(form, *_form_errors(invalid, form), status=400, editing=task)
+    return redirect(url_for("web.task_detail", task_id=task_id), code=303)
+
+
+def _posted_task_form() -> dict[str, Any]:
+    return {
         "name": request.form.get("name", ""),
         "targets": request.form.get("targets", ""),
         "ports": request.form.get("ports", ""),
         "transports": request.form.getlist("transports"),
         "profile": request.form.get("profile") or DEFAULT_PROFILE,
     }
-    numbered = _form_lines(form["targets"])
-    body = {
+
+
+def _task_body(form: dict[str, Any]) -> dict[str, Any]:
+    """The form as the API's task body (targets: the textarea's non-empty lines)."""
+    return {
         "name": form["name"],
-        "targets": [text for _, text in numbered],
+        "targets": [text for _, text in _form_lines(form["targets"])],
         "ports": form["ports"],
         "transports": form["transports"] or None,
         "profile": form["profile"],
     }
-    scan = context.settings().scan
-    try:
-        task_request = validate_task_request(body, scan)
-    except ValidationError as invalid:
-        line_errors: dict[int, list[str]] = {}
-        field_errors: dict[str, list[str]] = {}
-        for item in (invalid.details or {}).get("items", []):
-            index = item.get("index")
-            if item.get("field") == "targets" and isinstance(index, int) and index < len(numbered):
-                line_errors.setdefault(numbered[index][0], []).append(item["reason"])
-            else:
-                reason = item.get("reason", "invalid")
-                if item.get("field") == "ports" and isinstance(index, int):
-                    reason = f"{str(item.get('value')).strip()!s}: {reason}"
-                field_errors.setdefault(item.get("field", "form"), []).append(reason)
-        if not line_errors and not field_errors:
-            field_errors["form"] = [invalid.message]
-        lines = form["targets"].splitlines()[:MAX_TEXTAREA_LINES]
-        listing = [(n, lines[n - 1], line_errors.get(n, [])) for n in sorted(line_errors)]
-        return _render_new(form, listing, field_errors, status=400)
-    task = service.create_task_for(signed_in_user(), task_request, limits=scan, via="console")
-    return redirect(url_for("web.task_detail", task_id=task["id"]), code=303)
+
+
+def _form_errors(
+    invalid: ValidationError, form: dict[str, Any]
+) -> tuple[list[tuple[int, str, list[str]]], dict[str, list[str]]]:
+    """A refused task body's problems placed on the form: each bad target next to its
+    line of the textarea, the rest next to their field."""
+    numbered = _form_lines(form["targets"])
+    line_errors: dict[int, list[str]] = {}
+    field_errors: dict[str, list[str]] = {}
+    details = invalid.details or {}
+    for item in details.get("items", []):
+        index = item.get("index")
+        if item.get("field") == "targets" and isinstance(index, int) and index < len(numbered):
+            line_errors.setdefault(numbered[index][0], []).append(item["reason"])
+        else:
+            reason = item.get("reason", "invalid")
+            if item.get("field") == "ports" and isinstance(index, int):
+                reason = f"{str(item.get('value')).strip()!s}: {reason}"
+            field_errors.setdefault(item.get("field", "form"), []).append(reason)
+    if not line_errors and not field_errors:
+        field_errors[details.get("field") or "form"] = [invalid.message]
+    lines = form["targets"].splitlines()[:MAX_TEXTAREA_LINES]
+    listing = [(n, lines[n - 1], line_errors.get(n, [])) for n in sorted(line_errors)]
+    return listing, field_errors
 
 
 @blueprint.get("/tasks/<int:task_id>")

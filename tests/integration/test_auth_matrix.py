@@ -215,6 +215,19 @@ CONSOLE_ROUTES: list[Route] = [
     ),
     _html(
         "GET",
+        "/console/tasks/<int:task_id>/edit",
+        lambda w: f"/console/tasks/{w.task_id}/edit",
+        _page(200, owned=True),
+    ),
+    # An empty form is refused by the validation (a task needs a name): past access control.
+    _html(
+        "POST",
+        "/console/tasks/<int:task_id>/edit",
+        lambda w: f"/console/tasks/{w.task_id}/edit",
+        _page(400, owned=True),
+    ),
+    _html(
+        "GET",
         "/console/tasks/<int:task_id>/delete",
         lambda w: f"/console/tasks/{w.task_id}/delete",
         _page(200, owned=True),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
+    SCHEMAS,
     body,
     json_response,
     obj,
@@ -17,6 +18,11 @@ from app.http.openapi.components import (
 
 _TASK = obj({"task": ref("Task")})
 _SCHEDULE = obj({"schedule": ref("Schedule")})
+# What a task scans, as a new task gives it; a change applies from the next run.
+_SCOPE = {
+    name: SCHEMAS["TaskRequest"]["properties"][name]
+    for name in ("targets", "ports", "transports", "profile")
+}
 
 OPERATIONS = {
     ("post", "/api/tasks"): operation(
@@ -51,9 +57,15 @@ OPERATIONS = {
     ),
     ("patch", "/api/tasks/{task_id}"): operation(
         "tasks",
-        "Rename the task, or set, replace or remove (null) its schedule",
+        "Rename the task, set, replace or remove (null) its schedule, or change its scope",
         {"200": json_response("the task", _TASK)},
         parameters=[path_id("task_id")],
+        description=(
+            "Targets, ports, transports and profile are checked as for a new task (a 400 "
+            "names each refused item) and apply from the next run: a run already started "
+            "scans what it started with. An endpoint left outside the new scope is not "
+            "concluded gone, since absence is judged inside each execution's own scope."
+        ),
         requestBody=body(
             {
                 "type": "object",
@@ -63,6 +75,7 @@ OPERATIONS = {
                     "schedule": {
                         "oneOf": [ref("ScheduleRequest"), {"type": "null"}],
                     },
+                    **_SCOPE,
                 },
             }
         ),

@@ -637,3 +637,65 @@ def test_the_task_form_offers_the_scan_profiles_and_refuses_an_unknown_one(api):
     )
     assert quick.status_code == 303
     assert '<dd id="task-profile">quick</dd>' in client.get(quick.headers["Location"]).text
+
+
+def test_a_task_is_edited_on_the_console_and_its_next_run_scans_the_new_scope(api):
+    client, _ = _user_client(api)
+    created = _post_form(
+        client,
+        "/console/tasks/new",
+        {"name": "watch", "targets": "192.0.2.0/30", "ports": "22", "transports": "tcp"},
+    )
+    task_url = created.headers["Location"]
+    task_id = int(task_url.rsplit("/", 1)[1])
+    assert f'href="{task_url}/edit"' in client.get(task_url).text
+    form = client.get(task_url + "/edit")
+    assert form.status_code == 200
+    assert "192.0.2.0/30</textarea>" in form.text and 'value="22"' in form.text
+    assert 'value="standard" checked' in form.text and 'id="save-task"' in form.text
+
+    # A bad line is shown next to it, the input kept, nothing changed.
+    refused = _post_form(
+        client,
+        task_url + "/edit",
+        {"name": "watch", "targets": "192.0.2.0/30\nnot a host!", "ports": "22"},
+        from_page=task_url + "/edit",
+    )
+    assert refused.status_code == 400
+    assert '<li data-line="2"><span class="line-no">line 2</span> <code>not a host!</code>' in (
+        refused.text
+    )
+    assert "not a host!</textarea>" in refused.text
+    empty_name = _post_form(
+        client,
+        task_url + "/edit",
+        {"name": " ", "targets": "192.0.2.0/30", "ports": "22"},
+        from_page=task_url + "/edit",
+    )
+    assert empty_name.status_code == 400 and "must be 1-200 characters" in empty_name.text
+    user = api.login(_username(client))
+    assert user.get(f"/api/tasks/{task_id}").get_json()["task"]["targets"] == ["192.0.2.0/30"]
+
+    saved = _post_form(
+        client,
+        task_url + "/edit",
+        {
+            "name": "watch more",
+            "targets": "192.0.2.0/30\n198.51.100.7\n",
+            "ports": "22,443",
+            "transports": "tcp",
+            "profile": "deep",
+        },
+        from_page=task_url + "/edit",
+    )
+    assert saved.status_code == 303 and saved.headers["Location"] == task_url
+    task = user.get(f"/api/tasks/{task_id}").get_json()["task"]
+    assert (task["name"], task["targets"], task["ports"], task["profile"]) == (
+        "watch more",
+        ["192.0.2.0/30", "198.51.100.7"],
+        "22,443",
+        "deep",
+    )
+    # Another user's session cannot open or change it.
+    other, _ = _user_client(api)
+    assert other.get(task_url + "/edit").status_code == 404
