@@ -3,7 +3,8 @@
 The operator at the command line acts as an administrator (every task); ``create``
 names the owner with ``--owner``. Each command calls the same services as the API
 (``app.scan_control.service``, ``runs``, ``purge``, ``schedules``) and prints one JSON
-document. ``schedule`` sets, replaces, removes, pauses or resumes a task's schedule with
+document. ``update`` renames a task or changes its scope for the next runs, and
+``schedule`` sets, replaces, removes, pauses or resumes a task's schedule with
 the validation of ``PATCH /api/tasks/<id>`` (the same 400 codes; docs/schedules.md).
 """
 
@@ -35,7 +36,7 @@ def _run(state, work: Callable[[], Any]) -> None:
 
 @click.group("tasks")
 def tasks() -> None:
-    """Tasks and their runs (list, show, create, run, cancel, delete, schedule)."""
+    """Tasks and their runs (list, show, create, update, run, cancel, delete, schedule)."""
 
 
 @tasks.command("list")
@@ -108,6 +109,49 @@ def create_command(
         request = validate_task_request(body, limits)
         user = service.user_named(owner)
         return {"task": service.create_task_for(user, request, limits=limits, via="cli")}
+
+    _run(state, work)
+
+
+@tasks.command("update")
+@click.argument("task_id", type=click.IntRange(min=1))
+@click.option("--name")
+@click.option("--target", "targets", multiple=True, help="the new targets; repeat for more")
+@click.option("--ports", help='the new ports, e.g. "22,80,443,8000-8100"')
+@click.option("--transport", "transports", multiple=True, type=click.Choice(["tcp", "udp"]))
+@click.option("--profile", type=click.Choice(["quick", "standard", "deep"]))
+@click.pass_obj
+def update_command(
+    state,
+    task_id: int,
+    name: str | None,
+    targets: tuple[str, ...],
+    ports: str | None,
+    transports: tuple[str, ...],
+    profile: str | None,
+) -> None:
+    """Rename the task or change what its next runs scan (the options given replace the
+    task's; a run already started keeps its scope): {"task": ...}."""
+    from app.scan_control import schedules
+
+    body: dict[str, Any] = {}
+    for key, value in (
+        ("name", name),
+        ("targets", list(targets)),
+        ("ports", ports),
+        ("transports", list(transports)),
+        ("profile", profile),
+    ):
+        if value:
+            body[key] = value
+    if not body:
+        raise click.UsageError(
+            "give what to change: --name, --target, --ports, --transport, --profile"
+        )
+
+    def work():
+        task = schedules.update_task(_operator(), task_id, body, state.settings().scan)
+        return {"task": task}
 
     _run(state, work)
 

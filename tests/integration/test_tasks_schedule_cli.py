@@ -69,3 +69,41 @@ def test_tasks_schedule_reports_bad_input_and_unknown_tasks(database_url, api):
     both = run_cli(database_url, "tasks", "schedule", str(task["id"]), "--every", "600", "--pause")
     assert both.returncode != 0 and "give the schedule" in both.stderr
     assert user.get(f"/api/tasks/{task['id']}").get_json()["task"]["schedule"] is None
+
+
+def test_tasks_update_changes_the_scope_and_reports_bad_input(database_url, api):
+    user = api.user()
+    task = user.post(
+        "/api/tasks", json={"name": "cli", "targets": ["192.0.2.1"], "ports": "80"}
+    ).get_json()["task"]
+    task_id = str(task["id"])
+    updated = run_cli(
+        database_url,
+        "tasks",
+        "update",
+        task_id,
+        "--target",
+        "192.0.2.0/30",
+        "--target",
+        "198.51.100.9",
+        "--ports",
+        "80,443",
+        "--profile",
+        "quick",
+    )
+    assert updated.returncode == 0, updated.stderr
+    shown = json.loads(updated.stdout)["task"]
+    assert (shown["name"], shown["targets"], shown["ports"], shown["profile"]) == (
+        "cli",
+        ["192.0.2.0/30", "198.51.100.9"],
+        "80,443",
+        "quick",
+    )
+    assert user.get(f"/api/tasks/{task_id}").get_json()["task"]["ports"] == "80,443"
+    bad = run_cli(database_url, "tasks", "update", task_id, "--ports", "99999")
+    assert bad.returncode != 0 and "invalid_ports" in bad.stderr
+    nothing = run_cli(database_url, "tasks", "update", task_id)
+    assert nothing.returncode == 2 and "give what to change" in nothing.stderr
+    unknown = run_cli(database_url, "tasks", "update", "999999", "--name", "x")
+    assert unknown.returncode != 0 and "task_not_found" in unknown.stderr
+    assert user.get(f"/api/tasks/{task_id}").get_json()["task"]["ports"] == "80,443"
