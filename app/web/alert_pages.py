@@ -10,7 +10,8 @@ it with the input kept; so can a channel (name, kind, and its webhook or Apprise
 its email recipients, ``channels.create_channel``): a webhook's signing secret is shown
 once, on the page that answers the form, as in the API's answer. A rule can be disabled,
 enabled again or deleted from its row (``rules.update_rule`` and ``rules.delete_rule``, as
-``PATCH`` and ``DELETE /api/alerts/rules/<id>``). Everything else about rules and channels
+``PATCH`` and ``DELETE /api/alerts/rules/<id>``), and a channel no rule sends to deleted
+from its row (``channels.delete_channel``). Everything else about rules and channels
 goes through the API (docs/alerts.md).
 """
 
@@ -44,6 +45,7 @@ def _render(
     channel_form: dict[str, Any] | None = None,
     channel_errors: dict[str, str] | None = None,
     created_channel: dict[str, Any] | None = None,
+    channel_refusal: str | None = None,
 ):
     user = signed_in_user()
     wanted = request.args.get("status") or None
@@ -77,6 +79,7 @@ def _render(
             channel_errors=channel_errors or {},
             channel_kinds=channels.KINDS,
             created_channel=created_channel,
+            channel_refusal=channel_refusal,
         ),
         status,
         # A webhook's secret is on this page once: no cache keeps it.
@@ -144,6 +147,16 @@ def alerts_channel_create():
         field = (refused.details or {}).get("field") or "form"
         return _render(status=400, channel_form=form, channel_errors={field: refused.message})
     return _render(status=201, created_channel=created)
+
+
+@blueprint.post("/alerts/channels/<int:channel_id>/delete")
+@page_user
+def alerts_channel_delete(channel_id: int):
+    try:
+        channels.delete_channel(signed_in_user(), channel_id)
+    except ValidationError as refused:  # a rule still sends to it
+        return _render(status=400, channel_refusal=f"Channel #{channel_id}: {refused.message}.")
+    return redirect(url_for("web.alerts_page"), code=303)
 
 
 @blueprint.get("/alerts")

@@ -308,6 +308,13 @@ CONSOLE_ROUTES: list[Route] = [
         lambda w: f"/console/alerts/rules/{w.alert_rule_id}/delete",
         {**_page(303, owned=True), ADMIN: 404},
     ),
+    # The matrix's channel is used by its rule: refused (400) once past access control.
+    _html(
+        "POST",
+        "/console/alerts/channels/<int:channel_id>/delete",
+        lambda w: f"/console/alerts/channels/{w.alert_channel_id}/delete",
+        {**_page(400, owned=True), ADMIN: 404},
+    ),
     _html(
         "POST",
         "/console/alerts/channels/<int:channel_id>/test",

@@ -299,6 +299,36 @@ def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api,
     assert client.post(f"{base}/enable", data=token).status_code == 404
 
 
+def test_a_channel_no_rule_sends_to_is_deleted_from_its_row_on_the_console(api, receiver) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    channel = _hook(alice, receiver)
+    rule = alice.post(
+        "/api/alerts/rules", json={"name": "r", "on": ["new"], "channels": [channel["id"]]}
+    ).get_json()["rule"]
+    page = client.get("/console/alerts")
+    assert 'data-channel-action="delete"' in page.text
+    token = {"csrf_token": _csrf(page.text)}
+    path = f"/console/alerts/channels/{channel['id']}/delete"
+    assert client.post(path, data={}).status_code == 403  # no CSRF token
+    other, _ = _user_client(api)
+    assert (
+        other.post(path, data={"csrf_token": _csrf(other.get("/console/alerts").text)}).status_code
+        == 404
+    )
+    # A rule still sends to it: refused, said at the channel list, nothing removed.
+    refused = client.post(path, data=token)
+    assert refused.status_code == 400
+    assert f"Channel #{channel['id']}: rule {rule['id']} still sends to this channel." in (
+        refused.text
+    )
+    assert alice.get(f"/api/alerts/channels/{channel['id']}").status_code == 200
+    assert alice.delete(f"/api/alerts/rules/{rule['id']}").status_code == 204
+    assert client.post(path, data=token).status_code == 303
+    assert alice.get(f"/api/alerts/channels/{channel['id']}").status_code == 404
+    assert "No channels yet." in client.get("/console/alerts").text
+
+
 def _now():
     from datetime import UTC, datetime
 
