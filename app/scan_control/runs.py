@@ -88,6 +88,21 @@ RUN_SELECT = """
 """
 
 
+def latest_runs(conn: Connection, task_ids: list[int]) -> dict[int, Run]:
+    """Each of ``task_ids``' newest run (when it has one), in one statement."""
+    rows = conn.execute(
+        sa.text(
+            f"""
+            SELECT l.* FROM unnest(CAST(:ids AS bigint[])) AS t(id)
+            CROSS JOIN LATERAL ({RUN_SELECT} WHERE r.task_id = t.id
+                                ORDER BY r.number DESC LIMIT 1) AS l
+            """  # noqa: S608 - constant columns; values are bound
+        ),
+        {"ids": task_ids},
+    ).all()
+    return {r.task_id: run_from_row(r) for r in rows}
+
+
 def run_from_row(row: Any) -> Run:
     return Run(
         id=row.id,

@@ -226,6 +226,23 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat() if moment is not None else None
 
 
+def _brief(schedule: ScheduleRow) -> dict[str, Any]:
+    view = schedule.spec.as_dict()
+    view["paused"] = schedule.paused
+    view["next_run_at"] = None if schedule.paused else _iso(schedule.due_at)
+    return view
+
+
+def schedule_briefs(conn: Connection, task_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Each of ``task_ids``' schedule (when it has one) without its slots, in one
+    statement: what a list of tasks shows."""
+    rows = conn.execute(
+        sa.text(f"SELECT {_COLUMNS} FROM scan_task_schedules s WHERE s.task_id = ANY(:ids)"),  # noqa: S608 - constant columns; values are bound
+        {"ids": task_ids},
+    ).all()
+    return {r.task_id: _brief(_row(r)) for r in rows}
+
+
 def schedule_view(conn: Connection, task_id: int, *, upcoming: int = 0) -> dict[str, Any] | None:
     """The schedule as the API shows it, with its latest slots (started or skipped)."""
     row = conn.execute(
@@ -235,9 +252,7 @@ def schedule_view(conn: Connection, task_id: int, *, upcoming: int = 0) -> dict[
     if row is None:
         return None
     schedule = _row(row)
-    view = schedule.spec.as_dict()
-    view["paused"] = schedule.paused
-    view["next_run_at"] = None if schedule.paused else _iso(schedule.due_at)
+    view = _brief(schedule)
     if upcoming:
         start = schedule.next_fire_at
         times = [start] if start is not None else []

@@ -19,6 +19,7 @@ from app.observability import emit
 from app.scan_control import schedule_store
 from app.scan_control.creation import TaskRequest, create_task
 from app.scan_control.query import Page, get_task, list_executions, list_tasks
+from app.scan_control.runs import latest_runs
 from app.scan_control.schedule_rules import ScheduleSpec
 from app.scan_control.visibility import task_visible
 
@@ -78,6 +79,21 @@ def tasks_of(
             name_contains=name_contains,
             parent_task_id=parent_task_id,
         )
+
+
+def task_list_overview(task_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """For a page of tasks: each one's newest run and schedule (the console's list), in
+    one short transaction of two statements whatever the page's size."""
+    with transaction() as conn:
+        newest = latest_runs(conn, task_ids)
+        schedules = schedule_store.schedule_briefs(conn, task_ids)
+    return {
+        task_id: {
+            "latest_run": newest[task_id].public() if task_id in newest else None,
+            "schedule": schedules.get(task_id),
+        }
+        for task_id in task_ids
+    }
 
 
 def executions_of(user: User, task_id: int, *, limit: int, cursor: dict[str, Any] | None) -> Page:

@@ -70,6 +70,7 @@ def tasks():
     return render_template(
         "console/tasks.html",
         items=page.items,
+        overview=service.task_list_overview([t["id"] for t in page.items]),
         status=status,
         q=name or "",
         statuses=TASK_STATUSES,

@@ -699,3 +699,33 @@ def test_a_task_is_edited_on_the_console_and_its_next_run_scans_the_new_scope(ap
     # Another user's session cannot open or change it.
     other, _ = _user_client(api)
     assert other.get(task_url + "/edit").status_code == 404
+
+
+def test_the_task_list_shows_each_tasks_latest_run_and_schedule(api):
+    client, _ = _user_client(api)
+    user = api.login(_username(client))
+    body = {"targets": ["192.0.2.1"], "ports": "22"}
+    scanned = user.post("/api/tasks", json={"name": "scanned", **body}).get_json()["task"]
+    assert claim(api.scanner()).final(0, [observation("192.0.2.1", 22)]).status_code == 200
+    hourly = user.post(
+        "/api/tasks", json={"name": "hourly", **body, "schedule": {"every_seconds": 3600}}
+    ).get_json()["task"]
+    nightly = user.post(
+        "/api/tasks",
+        json={"name": "nightly", **body, "schedule": {"cron": "0 3 * * *", "timezone": "UTC"}},
+    ).get_json()["task"]
+    assert user.post(f"/api/tasks/{nightly['id']}/schedule/pause").status_code == 200
+    imports = user.post("/api/tasks", json={"name": "imports", **body, "scan": False}).get_json()[
+        "task"
+    ]
+
+    rows = {
+        int(task_id): _visible_text(row)
+        for task_id, row in re.findall(
+            r"<tr>\s*<td>(\d+)</td>(.*?)</tr>", client.get("/console/tasks").text, flags=re.S
+        )
+    }
+    assert "1 · succeeded 20" in rows[scanned["id"]] and "—" in rows[scanned["id"]]
+    assert "1 · queued" in rows[hourly["id"]] and "every 3600 s next 20" in rows[hourly["id"]]
+    assert "0 3 * * * UTC paused" in rows[nightly["id"]]
+    assert "none (import only)" in rows[imports["id"]]
