@@ -86,6 +86,10 @@ def test_history_changes_dashboard_and_status_filter(api, settings) -> None:
     assert re.search(r'id="recent-new">.*?<span class="number">2<', dashboard, re.S)
     assert re.search(r'id="recent-gone">.*?<span class="number">1<', dashboard, re.S)
     assert 'href="/console/assets?status=gone" id="recent-gone"' in dashboard
+    # The new ones: the assets first seen in that week, whatever their status now.
+    new_link = re.search(r'href="([^"]+)" id="recent-new"', dashboard)[1].replace("&amp;", "&")
+    assert new_link == "/console/assets?status=all&q=first_seen:%3E7d"
+    assert client.get(new_link).text.count('<td class="ip">') == 2
 
     # Owner scoping: Bob sees neither the history nor the task's changes, and his week is empty.
     bob, _ = _user_client(api)
