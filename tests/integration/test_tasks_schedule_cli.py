@@ -9,11 +9,15 @@ from zoneinfo import ZoneInfo
 from tests.integration.test_cli import run_cli
 
 
-def test_tasks_schedule_sets_pauses_resumes_and_removes(database_url, api):
-    user = api.user()
-    task = user.post(
+def _task(user) -> dict:
+    return user.post(
         "/api/tasks", json={"name": "cli", "targets": ["192.0.2.1"], "ports": "80"}
     ).get_json()["task"]
+
+
+def test_tasks_schedule_sets_pauses_resumes_and_removes(database_url, api):
+    user = api.user()
+    task = _task(user)
     task_id = str(task["id"])
 
     result = run_cli(
@@ -47,9 +51,7 @@ def test_tasks_schedule_sets_pauses_resumes_and_removes(database_url, api):
 
 def test_tasks_schedule_reports_bad_input_and_unknown_tasks(database_url, api):
     user = api.user()
-    task = user.post(
-        "/api/tasks", json={"name": "cli", "targets": ["192.0.2.1"], "ports": "80"}
-    ).get_json()["task"]
+    task = _task(user)
     bad = run_cli(database_url, "tasks", "schedule", str(task["id"]), "--every", "10")
     assert bad.returncode != 0
     assert "invalid_schedule" in bad.stderr and "schedule.every_seconds" in bad.stderr
@@ -73,9 +75,7 @@ def test_tasks_schedule_reports_bad_input_and_unknown_tasks(database_url, api):
 
 def test_tasks_update_changes_the_scope_and_reports_bad_input(database_url, api):
     user = api.user()
-    task = user.post(
-        "/api/tasks", json={"name": "cli", "targets": ["192.0.2.1"], "ports": "80"}
-    ).get_json()["task"]
+    task = _task(user)
     task_id = str(task["id"])
     updated = run_cli(
         database_url,

@@ -263,13 +263,20 @@ def test_channels_are_made_on_the_console_page_with_the_apis_checks(api, receive
     assert [h.verified for h in receiver.hooks()] == [True]
 
 
-def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api, receiver) -> None:
+def _console_rule(api, receiver):
+    """A signed-in console session, its user's API client, a webhook channel and a rule
+    sending to it."""
     client, created = _user_client(api)
     alice = api.login(created["username"])
     channel = _hook(alice, receiver)
     rule = alice.post(
         "/api/alerts/rules", json={"name": "noisy", "on": ["new"], "channels": [channel["id"]]}
     ).get_json()["rule"]
+    return client, alice, channel, rule
+
+
+def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api, receiver) -> None:
+    client, alice, channel, rule = _console_rule(api, receiver)
     page = client.get("/console/alerts")
     assert 'data-rule-action="disable"' in page.text and 'data-rule-action="delete"' in page.text
     assert f"<td>#{channel['id']} {channel['name']}</td>" in page.text  # its channel, by name
@@ -300,12 +307,7 @@ def test_a_rule_is_disabled_enabled_and_deleted_from_its_row_on_the_console(api,
 
 
 def test_a_channel_no_rule_sends_to_is_deleted_from_its_row_on_the_console(api, receiver) -> None:
-    client, created = _user_client(api)
-    alice = api.login(created["username"])
-    channel = _hook(alice, receiver)
-    rule = alice.post(
-        "/api/alerts/rules", json={"name": "r", "on": ["new"], "channels": [channel["id"]]}
-    ).get_json()["rule"]
+    client, alice, channel, rule = _console_rule(api, receiver)
     page = client.get("/console/alerts")
     assert 'data-channel-action="delete"' in page.text
     token = {"csrf_token": _csrf(page.text)}

@@ -46,6 +46,13 @@ def _post_form(client, path: str, data: dict, *, from_page: str | None = None):
     return client.post(path, data={**data, "csrf_token": _csrf(page.text)})
 
 
+def _new_task(client, fields: dict) -> str:
+    """A task made through the console's form; its page's address."""
+    created = _post_form(client, "/console/tasks/new", fields)
+    assert created.status_code == 303, created.text
+    return created.headers["Location"]
+
+
 def _publish(app, execution_id):
     from app.http import context
     from app.projection.pages import current_asset_documents
@@ -518,10 +525,7 @@ def test_renderer_publish_and_revision_conflict(api):
 
 def test_export_from_the_task_page(api):
     client, _ = _user_client(api)
-    response = _post_form(
-        client, "/console/tasks/new", {"name": "exp", "targets": "192.0.2.0/30", "ports": "22"}
-    )
-    task_url = response.headers["Location"]
+    task_url = _new_task(client, {"name": "exp", "targets": "192.0.2.0/30", "ports": "22"})
     early = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
     assert early.status_code == 409 and "no succeeded execution" in early.text
     upload = claim(api.scanner())
@@ -538,10 +542,7 @@ def test_export_from_the_task_page(api):
 
 def test_task_page_runs_cancel_run_now_and_delete(api):
     client, _ = _user_client(api)
-    response = _post_form(
-        client, "/console/tasks/new", {"name": "runs", "targets": "192.0.2.0/30", "ports": "22"}
-    )
-    task_url = response.headers["Location"]
+    task_url = _new_task(client, {"name": "runs", "targets": "192.0.2.0/30", "ports": "22"})
     page = client.get(task_url).text
     (run_row,) = re.findall(r'<tr data-run-id="(\d+)">', page)
     assert 'id="run-now-form"' in page and 'data-field="status">queued' in page
@@ -569,10 +570,7 @@ def test_task_page_tells_the_latest_runs_endpoints_from_the_sum_over_runs(api):
     """A monitored task's runs each find its endpoints again: the page must not show
     their sum as the task's endpoints."""
     client, _ = _user_client(api)
-    response = _post_form(
-        client, "/console/tasks/new", {"name": "twice", "targets": "192.0.2.0/30", "ports": "22"}
-    )
-    task_url = response.headers["Location"]
+    task_url = _new_task(client, {"name": "twice", "targets": "192.0.2.0/30", "ports": "22"})
     assert 'id="latest-run">1 · <span class="status status-queued">' in client.get(task_url).text
     scanner = api.scanner()
     found = [observation("192.0.2.1", 22), observation("192.0.2.2", 22)]
@@ -596,12 +594,9 @@ def _visible_text(html: str) -> str:
 
 def test_scan_publishing_states_read_in_a_users_words(api):
     client, _created = _user_client(api)
-    created = _post_form(
-        client,
-        "/console/tasks/new",
-        {"name": "words", "targets": "192.0.2.8\n", "ports": "22", "transports": "tcp"},
+    task_url = _new_task(
+        client, {"name": "words", "targets": "192.0.2.8\n", "ports": "22", "transports": "tcp"}
     )
-    task_url = created.headers["Location"]
     queued = _visible_text(client.get(task_url).text)
     assert "In the asset view not started yet" in queued
     upload = claim(api.scanner())
@@ -641,12 +636,9 @@ def test_the_task_form_offers_the_scan_profiles_and_refuses_an_unknown_one(api):
 
 def test_a_task_is_edited_on_the_console_and_its_next_run_scans_the_new_scope(api):
     client, _ = _user_client(api)
-    created = _post_form(
-        client,
-        "/console/tasks/new",
-        {"name": "watch", "targets": "192.0.2.0/30", "ports": "22", "transports": "tcp"},
+    task_url = _new_task(
+        client, {"name": "watch", "targets": "192.0.2.0/30", "ports": "22", "transports": "tcp"}
     )
-    task_url = created.headers["Location"]
     task_id = int(task_url.rsplit("/", 1)[1])
     assert f'href="{task_url}/edit"' in client.get(task_url).text
     form = client.get(task_url + "/edit")
