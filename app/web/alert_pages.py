@@ -3,7 +3,7 @@
 Reads go through the same services as ``/api/alerts`` with the same scoping (a user
 sees their own rules, channels and deliveries). "Test" sends a test message now and
 shows the outcome; "Redeliver" queues a message again with its id. Both are POSTs
-carrying the session's CSRF token. A change rule can be made here (name, change kinds,
+carrying the session's CSRF token. A rule can be made here (name, change kinds and conditions,
 channels, mode and a search filter: one of the user's saved searches or a query),
 through the API's own validation (``rules.create_rule``), a refused field shown next to
 it with the input kept; so can a channel (name, kind, and its webhook or Apprise URL or
@@ -22,6 +22,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 
 from app.alerts import channels, deliveries, rules
+from app.alerts.conditions import CONDITION_KINDS
 from app.analysis.changes import CHANGE_KINDS
 from app.errors import NotFound, ValidationError
 from app.http import context
@@ -30,7 +31,13 @@ from app.web.access import page_user, signed_in_user
 from app.web.search_choices import form_id, saved_search_choices, search_reference
 
 PAGE_SIZE = 100
-EMPTY_RULE = {"name": "", "mode": "each", "search": "", "query": ""}
+EMPTY_RULE = {"name": "", "mode": "each", "search": "", "query": "", "days": ""}
+# The condition kinds in the form's words (docs/alerts.md, "Condition rules").
+CONDITION_WORDS = {
+    "scanner_offline": "a scanner goes offline",
+    "run_failed": "a run fails",
+    "certificate_expires": "a certificate expires within",
+}
 EMPTY_CHANNEL = {"name": "", "kind": "email", "url": "", "recipients": ""}
 # A refused field of the API (``details.field``) and the form field it is shown at.
 _FORM_FIELD = {"filter.search": "search", "filter.query": "query"}
@@ -73,6 +80,7 @@ def _render(
             form=form or {**EMPTY_RULE, "on": [], "channels": []},
             field_errors=field_errors or {},
             kinds=CHANGE_KINDS,
+            conditions=[(k, CONDITION_WORDS[k]) for k in CONDITION_KINDS],
             modes=rules.MODES,
             searches=saved_search_choices(user.id),
             channel_form=channel_form or EMPTY_CHANNEL,
@@ -102,6 +110,15 @@ def alerts_rule_create():
     searched = search_reference(form)
     if searched is not None:
         body["filter"] = searched
+    if form["days"].strip():
+        try:
+            body["days"] = int(form["days"])
+        except ValueError:
+            return _render(
+                status=400, form=form, field_errors={"days": "days must be a whole number"}
+            )
+    if "scanner_offline" in form["on"] and request.form.get("back_online"):
+        body["back_online"] = True
     try:
         rules.create_rule(signed_in_user(), body, store=context.store())
     except (ValidationError, NotFound) as refused:

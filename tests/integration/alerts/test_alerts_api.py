@@ -331,6 +331,39 @@ def test_a_channel_no_rule_sends_to_is_deleted_from_its_row_on_the_console(api, 
     assert "No channels yet." in client.get("/console/alerts").text
 
 
+def test_condition_rules_are_made_on_the_console_page(api, receiver) -> None:
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    channel = _hook(alice, receiver)
+    page = client.get("/console/alerts")
+    for kind in ("scanner_offline", "run_failed", "certificate_expires"):
+        assert f'name="on" value="{kind}"' in page.text
+    token = _csrf(page.text)
+
+    def submit(**form):
+        data = {"name": "r", "mode": "each", "channels": str(channel["id"]), **form}
+        return client.post("/console/alerts/rules", data={**data, "csrf_token": token})
+
+    # Certificates need days: refused next to the days field, nothing made.
+    missing = submit(on="certificate_expires")
+    assert missing.status_code == 400
+    assert 'id="rule-days-error">certificate_expires needs days' in missing.text
+    wrong = submit(on="certificate_expires", days="soon")
+    assert wrong.status_code == 400 and 'id="rule-days-error">days must be a whole number' in (
+        wrong.text
+    )
+    assert 'value="soon"' in wrong.text  # the input kept
+    assert alice.get("/api/alerts/rules").get_json()["items"] == []
+
+    assert submit(on="certificate_expires", days="30").status_code == 303
+    assert submit(on=["scanner_offline", "gone"], back_online="1").status_code == 303
+    assert submit(on="run_failed", back_online="1").status_code == 303  # not a scanner rule
+    made = {frozenset(r["on"]): r for r in alice.get("/api/alerts/rules").get_json()["items"]}
+    assert made[frozenset({"certificate_expires"})]["days"] == 30
+    assert made[frozenset({"gone", "scanner_offline"})]["back_online"] is True
+    assert made[frozenset({"run_failed"})]["back_online"] is False
+
+
 def _now():
     from datetime import UTC, datetime
 
