@@ -23,11 +23,13 @@ from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.reports import definitions, records
 from app.reports import service as report_service
+from app.scan_control import service as scan_service
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 from app.web.search_choices import saved_search_choices, search_reference
 
 PAGE_SIZE = 50
+TASK_CHOICES = 100
 
 
 PERIOD_CHOICES = ("daily", "weekly", "on_demand")
@@ -68,6 +70,8 @@ def _render_reports(form: dict[str, str], field_errors: dict[str, str], status: 
         field_errors=field_errors,
         periods=PERIOD_CHOICES,
         searches=saved_search_choices(user.id),
+        # The newest tasks as suggestions for the task number (any number can be typed).
+        task_choices=scan_service.tasks_of(user, limit=TASK_CHOICES, cursor=None).items,
     )
     return body, status
 

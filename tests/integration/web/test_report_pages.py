@@ -36,6 +36,9 @@ def test_reports_list_run_now_detail_scoping_and_csrf(api) -> None:
     assert "<script>alert" not in page.text and "&lt;script&gt;alert" in page.text
     run_path = f"/console/reports/definitions/{definition['id']}/run"
     assert f'action="{run_path}"' in page.text
+    # The task number field suggests one's own tasks.
+    task_choice = f'<option value="{definition["task_id"]}">#{definition["task_id"]} r</option>'
+    assert 'list="task-choices"' in page.text and task_choice in page.text
 
     # Without the CSRF token nothing is queued.
     refused = client.post(run_path, data={})
@@ -60,6 +63,7 @@ def test_reports_list_run_now_detail_scoping_and_csrf(api) -> None:
     assert bob.get(report_url).status_code == 404
     bob_page = bob.get("/console/reports")
     assert "&lt;script&gt;alert" not in bob_page.text
+    assert task_choice not in bob_page.text
     assert bob.post(run_path, data={"csrf_token": _csrf(bob_page.text)}).status_code == 404
     assert len(alice.get("/api/reports").get_json()["items"]) == 1
 
