@@ -279,14 +279,15 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         metrics_dir = data_dir / "run" / "prometheus"
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
-        base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        base_url = f"http://{bind}"
         env = child_environment(
             settings,
             base_url,
             NETMAP_DATABASE_URL=url,
             NETMAP_SECRET_KEY=secret_key,
             NETMAP_DATA_DIR=str(data_dir),
-            NETMAP_BIND=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            NETMAP_BIND=bind,
             PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
         )
         web = subprocess.Popen(

@@ -108,24 +108,19 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
         # whatever the body says (parsing is CPU only, no I/O inside the transaction).
         spec = parse_schedule(body["schedule"], limits, now=now) if "schedule" in body else None
         scope = validate_scope_change(body, limits)
+        # The task row, locked once for every change below (a run being queued reads it).
+        task_row = conn.execute(
+            sa.text("SELECT owner_id, scan FROM scan_tasks WHERE id = :id FOR UPDATE"),
+            {"id": task_id},
+        ).one()
+        if spec is not None and not task_row.scan:
+            raise _import_only()
         if "name" in body:
             conn.execute(
                 sa.text("UPDATE scan_tasks SET name = :name, updated_at = now() WHERE id = :id"),
                 {"name": name.strip(), "id": task_id},
             )
-        if (
-            spec is not None
-            and not conn.execute(
-                sa.text("SELECT scan FROM scan_tasks WHERE id = :id"), {"id": task_id}
-            ).scalar()
-        ):
-            raise _import_only()
-        if scope:
-            owner_id = conn.execute(
-                sa.text("SELECT owner_id FROM scan_tasks WHERE id = :id FOR UPDATE"),
-                {"id": task_id},
-            ).scalar_one()
-            change_scope(conn, task_id, owner_id, scope, limits)
+        change_scope(conn, task_id, task_row.owner_id, scope, limits)
         if "schedule" in body:
             if spec is None:
                 schedule_store.remove(conn, task_id)

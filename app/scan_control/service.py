@@ -68,9 +68,13 @@ def tasks_of(
     status: str | None = None,
     name_contains: str | None = None,
     parent_task_id: int | None = None,
+    overview: bool = False,
 ) -> Page:
+    """A page of the user's tasks. ``overview``: each also with its newest run and its
+    schedule (``latest_run``, ``schedule``, as one task shows them, the schedule without
+    its slots): two more statements in the same transaction, whatever the page's size."""
     with transaction() as conn:
-        return list_tasks(
+        page = list_tasks(
             conn,
             user,
             limit=limit,
@@ -79,21 +83,15 @@ def tasks_of(
             name_contains=name_contains,
             parent_task_id=parent_task_id,
         )
-
-
-def task_list_overview(task_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """For a page of tasks: each one's newest run and schedule (the console's list), in
-    one short transaction of two statements whatever the page's size."""
-    with transaction() as conn:
-        newest = latest_runs(conn, task_ids)
-        schedules = schedule_store.schedule_briefs(conn, task_ids)
-    return {
-        task_id: {
-            "latest_run": newest[task_id].public() if task_id in newest else None,
-            "schedule": schedules.get(task_id),
-        }
-        for task_id in task_ids
-    }
+        if overview and page.items:
+            ids = [task["id"] for task in page.items]
+            newest = latest_runs(conn, ids)
+            schedules = schedule_store.schedule_briefs(conn, ids)
+            for task in page.items:
+                run = newest.get(task["id"])
+                task["latest_run"] = run.public() if run is not None else None
+                task["schedule"] = schedules.get(task["id"])
+    return page
 
 
 def executions_of(user: User, task_id: int, *, limit: int, cursor: dict[str, Any] | None) -> Page:

@@ -33,6 +33,13 @@ PAGE_SIZE = 50
 RUNS_SHOWN = 20
 MAX_TEXTAREA_LINES = 10_000
 IN_FLIGHT_PROJECTION = ("pending", "running", "retrying")
+EMPTY_TASK_FORM = {
+    "name": "",
+    "targets": "",
+    "ports": "",
+    "transports": ["tcp"],
+    "profile": DEFAULT_PROFILE,
+}
 # What each scan profile probes, in a line the form shows beside its choice (the nmap
 # arguments are in docs/inventory.md, "Scan profiles").
 PROFILE_WORDS = {
@@ -60,7 +67,12 @@ def tasks():
     name = (request.args.get("q") or "").strip()[:200] or None
     cursor = decode_cursor()
     page = service.tasks_of(
-        signed_in_user(), limit=PAGE_SIZE, cursor=cursor, status=status, name_contains=name
+        signed_in_user(),
+        limit=PAGE_SIZE,
+        cursor=cursor,
+        status=status,
+        name_contains=name,
+        overview=True,
     )
     next_url = None
     if page.next_cursor:
@@ -70,7 +82,6 @@ def tasks():
     return render_template(
         "console/tasks.html",
         items=page.items,
-        overview=service.task_list_overview([t["id"] for t in page.items]),
         status=status,
         q=name or "",
         statuses=TASK_STATUSES,
@@ -109,15 +120,7 @@ def _render_new(
 @page_user
 def task_new():
     if request.method == "GET":
-        return _render_new(
-            {
-                "name": "",
-                "targets": "",
-                "ports": "",
-                "transports": ["tcp"],
-                "profile": DEFAULT_PROFILE,
-            }
-        )
+        return _render_new(dict(EMPTY_TASK_FORM))
     form = _posted_task_form()
     scan = context.settings().scan
     try:
