@@ -23,6 +23,7 @@ rebuilt it, the key is the same and belongs to that runner now.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -48,9 +49,9 @@ from app.leases import Heartbeat, LeaseGuard, LeaseLost
 from app.object_store.deleter import delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
+from app.search.asset_params import asset_query_from_params
 from app.search.documents import EndpointDocument
-from app.search.port import AssetQuery, SearchStore, export_text_in_database
-from app.search.query_language import parse_query
+from app.search.port import SearchStore, export_text_in_database
 
 # PostgreSQL writes the text of this many ``[exports] page_size`` pages per statement, up to
 # DATABASE_CHUNK_MAX_ROWS rows (never less than a page): a statement costs a round trip
@@ -113,26 +114,24 @@ def asset_query_pages(
     page_size: int,
     guard: threading.Event | None = None,
 ) -> Iterator[list[EndpointDocument]]:
-    """The owner's current assets the claim's search-language query finds, keyset page by
-    page. Durations in the query are relative to ``claim.query_at`` (when the export was
-    requested), so a rebuild exports the same set; like ``GET /api/assets``, only open
-    assets unless the query names a status."""
-    parsed = parse_query(claim.query or "", now=claim.query_at)
-    plain = parsed.plain_text
+    """The owner's current assets the claim's search finds, keyset page by page, in the
+    order it asked for. The query is built by the function ``GET /api/assets`` and the
+    Assets page use, from the claim's filters and search-language query, with durations
+    relative to ``claim.query_at`` (when the export was requested), so a rebuild exports
+    the same set; like the page, only open assets unless a status is named."""
+    base = asset_query_from_params(
+        claim.asset_filters or {},
+        owner_id=claim.owner_id,
+        # A global scope was allowed when the export was asked for (admins only).
+        may_search_global=True,
+        queries=[claim.query] if claim.query else [],
+        now=claim.query_at,
+        limit=page_size,
+    )
     cursor: str | None = None
     while True:
         _raise_if_lost(guard)
-        page = store.search_assets(
-            AssetQuery(
-                scope="user",
-                owner_id=claim.owner_id,
-                text=plain,
-                where=None if plain is not None else parsed.node,
-                status="all" if parsed.names_status else "open",
-                limit=page_size,
-                cursor=cursor,
-            )
-        )
+        page = store.search_assets(dataclasses.replace(base, cursor=cursor))
         if page.items:
             yield page.items
         cursor = page.next_cursor
@@ -332,6 +331,8 @@ def export_chunks(
                 "query": claim.query,
                 "query_at": claim.query_at.isoformat() if claim.query_at else None,
             }
+            if claim.asset_filters:
+                manifest["filters"] = claim.asset_filters
         members: dict[str, Any] = {}
         yield from zip_chunks(pages, manifest, members)
         stats["rows"] = members["endpoints.csv"]["rows"]

@@ -15,6 +15,7 @@ runner processes it has.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +38,7 @@ CONTENT_TYPES = {
 _COLUMNS = """
     id, owner_id, task_id, task_name, format, status, execution_ids, object_key, content_type,
     size_bytes, row_count, attempts, error, created_at, started_at, finished_at, expires_at,
-    deleted_at, query, query_at
+    deleted_at, query, query_at, asset_filters
 """
 
 
@@ -57,6 +58,8 @@ class ExportClaim:
     query: str | None = None
     query_at: datetime | None = None
     owner_id: int | None = None
+    # ``GET /api/assets`` parameters ANDed with the query (an export of an Assets page).
+    asset_filters: dict[str, str] | None = None
 
 
 def file_name(export_id: int, task_id: int | None, fmt: str) -> str:
@@ -91,6 +94,7 @@ def export_dict(row: Any) -> dict[str, Any]:
         "expires_at": iso(row.expires_at),
         "deleted_at": iso(row.deleted_at),
         "query": row.query,
+        "filters": row.asset_filters,
     }
 
 
@@ -104,15 +108,16 @@ def insert_export(
     execution_ids: list[int],
     query: str | None = None,
     query_at: datetime | None = None,
+    asset_filters: dict[str, str] | None = None,
 ) -> Any:
     export_id = conn.execute(sa.text("SELECT nextval('exports_id_seq')")).scalar_one()
     return conn.execute(
         sa.text(
             f"""
             INSERT INTO exports (id, owner_id, task_id, task_name, format, execution_ids,
-                                 object_key, content_type, query, query_at)
+                                 object_key, content_type, query, query_at, asset_filters)
             VALUES (:id, :owner_id, :task_id, :task_name, :format, :execution_ids, :key, :ctype,
-                    :query, :query_at)
+                    :query, :query_at, CAST(:filters AS jsonb))
             RETURNING {_COLUMNS}
             """  # noqa: S608 - fixed column list and visibility clause; values are bound
         ),
@@ -127,6 +132,7 @@ def insert_export(
             "ctype": CONTENT_TYPES[fmt],
             "query": query,
             "query_at": query_at,
+            "filters": json.dumps(asset_filters) if asset_filters is not None else None,
         },
     ).one()
 
@@ -232,7 +238,7 @@ def claim_next_build(
                   FROM next WHERE e.id = next.id
                 RETURNING e.id, e.task_id, e.task_name, e.format, e.execution_ids,
                           e.object_key, e.claim_token, e.attempts, e.owner_id, e.query,
-                          e.query_at
+                          e.query_at, e.asset_filters
                 """
             ),
             {"lease": lease_seconds, "host": host},
@@ -253,6 +259,7 @@ def claim_next_build(
             query=row.query,
             query_at=row.query_at,
             owner_id=row.owner_id,
+            asset_filters=row.asset_filters,
         ),
         exhausted,
     )

@@ -25,6 +25,7 @@ from app.object_store.deleter import DeleteResult, delete_objects
 from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.scan_control.query import get_task, succeeded_execution_ids
+from app.search.asset_params import ASSET_PARAMETERS, asset_query_from_params
 from app.search.query_language import parse_query
 
 
@@ -71,23 +72,40 @@ def _check_queued_cap(conn: sa.Connection, user: User, max_queued: int | None) -
 
 
 def request_query_export(user: User, body: Any, *, max_queued: int | None = None) -> dict[str, Any]:
-    """Queue an export of the caller's current assets a search-language query finds
-    (``POST /api/exports {"query": …, "format": …}``); a query that does not parse is
-    a 400 naming its column, and nothing is written."""
+    """Queue an export of the caller's current assets a search finds (``POST /api/exports
+    {"query": …, "filters": {…}, "format": …}``). ``query`` is the search language;
+    ``filters`` are ``GET /api/assets`` parameters (what an Assets page was asked with),
+    ANDed with the query when both are given. Anything refused is a 400 naming the field
+    or parameter, and nothing is written."""
     if not isinstance(body, dict):
         raise ValidationError("the body must be a JSON object", details={"field": "body"})
     query = body.get("query")
-    if not isinstance(query, str):
+    filters = body.get("filters")
+    if not isinstance(query, str) and not (query is None and filters is not None):
         raise ValidationError(
             "query must be a search-language string (docs/search-language.md)",
             code="invalid_query",
             details={"field": "query"},
         )
-    fmt = validate_export_request({k: v for k, v in body.items() if k != "query"})
+    fmt = validate_export_request({k: v for k, v in body.items() if k not in _SEARCH_FIELDS})
     query_at = datetime.now(UTC)
-    parsed = parse_query(query, now=query_at)
-    if parsed.plain_text is not None and len(parsed.plain_text) > 200:
-        raise ValidationError("free text is longer than 200 characters", details={"field": "query"})
+    if query:
+        parsed = parse_query(query, now=query_at)
+        if parsed.plain_text is not None and len(parsed.plain_text) > 200:
+            raise ValidationError(
+                "free text is longer than 200 characters", details={"field": "query"}
+            )
+    params = asset_filter_params(filters) if filters is not None else None
+    if params is not None:
+        # The runner builds this same query again (app.exports.build): refuse here what it
+        # would refuse there.
+        asset_query_from_params(
+            params,
+            owner_id=user.id,
+            may_search_global=user.is_admin,
+            queries=[query] if query else [],
+            now=query_at,
+        )
     with transaction() as conn:
         _check_queued_cap(conn, user, max_queued)
         row = records.insert_export(
@@ -97,11 +115,50 @@ def request_query_export(user: User, body: Any, *, max_queued: int | None = None
             task_name="assets",
             fmt=fmt,
             execution_ids=[],
-            query=query,
+            query=query or "",
             query_at=query_at,
+            asset_filters=params,
         )
-    emit("ExportRequested", export_id=row.id, user_id=user.id, format=fmt, query=True)
+    emit(
+        "ExportRequested",
+        export_id=row.id,
+        user_id=user.id,
+        format=fmt,
+        query=True,
+        filters=sorted(params) if params else [],
+    )
     return records.export_dict(row)
+
+
+_SEARCH_FIELDS = ("query", "filters")
+
+
+def asset_filter_params(filters: Any) -> dict[str, str]:
+    """``filters`` as the query string ``GET /api/assets`` would carry them: names it
+    knows, each a text or a whole number (kept as its text); empty values left out."""
+    if not isinstance(filters, dict):
+        raise ValidationError(
+            "filters must be an object of GET /api/assets parameters",
+            details={"field": "filters"},
+        )
+    params = {}
+    for name, value in sorted(filters.items()):
+        if name not in ASSET_PARAMETERS:
+            raise ValidationError(
+                f"unknown filter {name!r}; filters are " + ", ".join(ASSET_PARAMETERS),
+                code="unknown_field",
+                details={"field": f"filters.{name}"},
+            )
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            raise ValidationError(
+                f"filters.{name} must be a string or a whole number",
+                details={"field": f"filters.{name}"},
+            )
+        if value:
+            params[name] = value
+    return params
 
 
 def request_export(

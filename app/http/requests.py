@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from flask import request
@@ -13,6 +13,7 @@ from app import cursors
 from app.errors import ValidationError, truncate_text
 from app.http import context
 from app.json_input import decode_json, require_clean_json
+from app.parameters import datetime_param, int_param
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 DEFAULT_PAGE_SIZE = 50
@@ -106,40 +107,9 @@ def decode_cursor(parameter: str = "cursor", kind: str = "page") -> dict[str, An
 
 
 def int_arg(name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        if len(raw) > 20:
-            raise ValueError
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(
-            f"{name} must be an integer", code="invalid_parameter", details={"parameter": name}
-        ) from None
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValidationError(
-            f"{name} must be between {minimum} and {maximum}",
-            code="invalid_parameter",
-            details={"parameter": name},
-        )
-    return value
+    return int_param(request.args, name, minimum=minimum, maximum=maximum)
 
 
 def datetime_arg(name: str) -> datetime | None:
     """An ISO 8601 timestamp query parameter; one without a zone is read as UTC."""
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        # 9999-12-31T23:59:59-23:59 parses but is no UTC instant: refuse it here rather
-        # than overflow in the driver.
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise ValidationError(
-            f"{name} must be an ISO 8601 timestamp such as 2026-11-30T06:00:00Z "
-            "(between years 1 and 9999 in UTC)",
-            code="invalid_parameter",
-            details={"parameter": name},
-        ) from None
+    return datetime_param(request.args, name)

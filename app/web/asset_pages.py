@@ -57,6 +57,7 @@ def assets():
         next_url=next_url,
         paged=bool(request.args.get("cursor")),
         first_url=url_for("web.assets", **kept, **_sorted(current)),
+        export_url=url_for("web.asset_export", **kept, **_sorted(current)),
         status_filter=STATUS_FILTER,
         sort=current,
         sort_headers=_sort_headers(kept, current),

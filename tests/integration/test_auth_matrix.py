@@ -198,6 +198,13 @@ CONSOLE_ROUTES: list[Route] = [
         lambda w: f"/console/tasks/{w.task_id}/exports?format=csv",
         {**_page(409, owned=True), OTHER: 404},
     ),
+    # The form's format is missing: 400 invalid_format once past access control.
+    _html(
+        "POST",
+        "/console/assets/export",
+        lambda w: "/console/assets/export?port=80&status=all",
+        _page(400),
+    ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
     # Run 1 still runs: 409 run_active means the caller got past access control.
     _html(

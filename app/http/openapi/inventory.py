@@ -17,6 +17,7 @@ from app.http.openapi.components import (
     ref,
 )
 from app.http.openapi.tasks import OPERATIONS as _TASK_OPERATIONS
+from app.search.asset_params import ASSET_PARAMETERS
 
 _TEXT = {"type": "string"}
 _SEARCH = obj(
@@ -102,12 +103,28 @@ OPERATIONS = {
     ),
     ("post", "/api/exports"): operation(
         "exports",
-        "Export the current assets a search-language query finds",
+        "Export the current assets a search finds",
         {"202": json_response("queued", obj({"export": ref("Export")}))},
+        description=(
+            "`query` is the search language; `filters` are the parameters of "
+            "`GET /api/assets` (what the console's Assets page was asked with), each a "
+            "text or a whole number. Given both, an asset must meet both. The file lists "
+            "the assets `GET /api/assets` lists for the same parameters, in its order; "
+            "durations are fixed at the request."
+        ),
         requestBody=body(
             obj(
-                {"query": _TEXT},
                 {"format": {"type": "string", "enum": ["csv", "jsonl", "zip"]}},
+                {
+                    "query": _TEXT,
+                    "filters": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            name: {"type": ["string", "integer"]} for name in ASSET_PARAMETERS
+                        },
+                    },
+                },
             )
         ),
     ),
