@@ -107,6 +107,7 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     host_pages,
     ops_pages,
     report_pages,
+    saved_search_pages,
     scanner_pages,
     schedule_pages,
     search_help_pages,

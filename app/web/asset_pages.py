@@ -20,6 +20,7 @@ from app.search.asset_sort import ASSET_SORTS, DEFAULT_ORDER, AssetSort, asset_s
 from app.search.port import AssetQuery
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.search_choices import saved_search_choices
 
 FILTERS = ("ip", "cidr", "port", "transport", "service", "product", "q", "scope")
 # The asset status filter (open/gone) arrives with change analysis; the form offers it only
@@ -30,6 +31,15 @@ STATUS_FILTER = "status" in {f.name for f in dataclasses.fields(AssetQuery)}
 @blueprint.get("/assets")
 @page_user
 def assets():
+    return assets_page()
+
+
+def assets_page(
+    *, save: dict[str, str] | None = None, searches_error: str | None = None, status: int = 200
+):
+    """The Assets page for the request's query string. A refused saved-search form (save
+    or delete) shows it again with the message (``searches_error``) and the name kept
+    (``save``), at ``status``."""
     user = signed_in_user()
     values = {name: request.args.get(name, "") for name in FILTERS}
     if STATUS_FILTER:
@@ -49,6 +59,7 @@ def assets():
         if page.next_cursor:
             # The cursor is signed for its sort and order: the next page names both.
             next_url = url_for("web.assets", cursor=page.next_cursor, **kept, **_sorted(current))
+    here = {**kept, **_sorted(current)}
     body = render_template(
         "console/assets.html",
         values=values,
@@ -56,13 +67,20 @@ def assets():
         error=error,
         next_url=next_url,
         paged=bool(request.args.get("cursor")),
-        first_url=url_for("web.assets", **kept, **_sorted(current)),
-        export_url=url_for("web.asset_export", **kept, **_sorted(current)),
+        first_url=url_for("web.assets", **here),
+        export_url=url_for("web.asset_export", **here),
+        save_url=url_for("web.save_search", **here),
+        here=here,
+        # Only the search box is a saved search's query; the other fields are not kept.
+        other_filters=sorted(k for k in kept if k not in ("q", "status", "scope")),
+        searches=saved_search_choices(user.id),
+        save=save or {"name": ""},
+        searches_error=searches_error,
         status_filter=STATUS_FILTER,
         sort=current,
         sort_headers=_sort_headers(kept, current),
     )
-    return body, 400 if error else 200
+    return body, 400 if error else status
 
 
 def _current_sort() -> AssetSort:

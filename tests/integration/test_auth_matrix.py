@@ -206,6 +206,15 @@ CONSOLE_ROUTES: list[Route] = [
         _page(400),
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    # Saved searches are strictly their owner's: the form's name is missing (400), and the
+    # matrix deletes one nobody has (404 for every signed-in user).
+    _html("POST", "/console/searches", lambda w: "/console/searches?q=port:80", _page(400)),
+    _html(
+        "POST",
+        "/console/searches/<int:search_id>/delete",
+        lambda w: "/console/searches/987654/delete",
+        _page(404),
+    ),
     # Run 1 still runs: 409 run_active means the caller got past access control.
     _html(
         "POST",
