@@ -11,6 +11,7 @@ from app.http.guards import (
     current_user,
     end_session,
     public,
+    require_session,
     require_user,
     start_session,
 )
@@ -73,7 +74,7 @@ def me():
 
 
 @blueprint.post("/logout")
-@require_user
+@require_session
 def logout():
     emit("Logout", user_id=current_user().id)
     end_session()
@@ -81,7 +82,7 @@ def logout():
 
 
 @blueprint.post("/password")
-@require_user
+@require_session
 def change_password():
     """Change one's own password: every session of the user ends, the caller gets a new one."""
     body = json_body()
@@ -90,3 +91,30 @@ def change_password():
     token = start_session(user)
     emit("PasswordChanged", user_id=user.id)
     return jsonify({"user": user.public(), "csrf_token": token})
+
+
+# -- personal API tokens (docs/security.md, "API tokens") --------------------------------
+@blueprint.get("/tokens")
+@require_user
+def list_tokens():
+    tokens = identity.list_api_tokens(current_user().id)
+    return jsonify({"items": [token.public() for token in tokens]})
+
+
+@blueprint.post("/tokens")
+@require_session
+def create_token():
+    """A token for the caller's scripts: its secret is in this answer only."""
+    token, secret = identity.create_api_token(current_user(), json_body(), via="api")
+    emit("ApiTokenCreated", user_id=current_user().id, token_id=token.id)
+    response = jsonify({"token": token.public(), "secret": secret})
+    response.headers["Cache-Control"] = "no-store"
+    return response, 201
+
+
+@blueprint.delete("/tokens/<int:token_id>")
+@require_user
+def revoke_token(token_id: int):
+    identity.revoke_api_token(current_user(), token_id, via="api")
+    emit("ApiTokenRevoked", user_id=current_user().id, token_id=token_id)
+    return "", 204

@@ -23,6 +23,7 @@ from app.errors import Forbidden, Unauthorized
 from app.http import context
 from app.http.ratelimit import admin_limit, limiter, session_or_address_key
 from app.identity import service as identity
+from app.identity.api_tokens import TOKEN_PREFIX as API_TOKEN_PREFIX
 from app.identity.scanners import Scanner
 from app.identity.users import User
 
@@ -93,13 +94,50 @@ def mark_access(view: Callable[..., Any], access: str) -> Callable[..., Any]:
     return _mark(view, access)
 
 
-def _session_user() -> User:
+def _request_user() -> User:
+    """The caller: a personal API token's user (``Authorization: Bearer nmu_…``), else the
+    session's. A token request carries no cookie a browser could add on its own, so it
+    needs no CSRF header; a bearer header that is not a live user token is a 401, whatever
+    cookie comes with it."""
+    token = bearer_token()
+    if token is not None:
+        user = identity.user_for_api_token(token)
+        if user is None:
+            raise Unauthorized(
+                "invalid, expired or revoked API token",
+                code="unauthorized",
+                headers={"WWW-Authenticate": 'Bearer realm="netmap"'},
+            )
+        g.user, g.api_token = user, True
+        return user
     user = _live_session_user()
     if user is None:
         raise Unauthorized("login required", code="unauthorized")
     _check_csrf()
     g.user = user
     return user
+
+
+def signed_in_with_token() -> bool:
+    """Whether this request's user came from an API token rather than a session."""
+    return bool(g.get("api_token"))
+
+
+def require_session(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A user route that acts on the session itself (sign out, change the password, make
+    an API token): a token's caller gets 403, so a leaked token cannot mint more tokens
+    or take over the account."""
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _request_user()
+        if signed_in_with_token():
+            raise Forbidden(
+                "this needs a signed-in session, not an API token", code="session_required"
+            )
+        return view(*args, **kwargs)
+
+    return _mark(wrapper, "user")
 
 
 def optional_admin() -> bool:
@@ -113,7 +151,7 @@ def optional_admin() -> bool:
 def require_user(view: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _session_user()
+        _request_user()
         return view(*args, **kwargs)
 
     return _mark(wrapper, "user")
@@ -122,7 +160,7 @@ def require_user(view: Callable[..., Any]) -> Callable[..., Any]:
 def require_admin(view: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        user = _session_user()
+        user = _request_user()
         if not user.is_admin:
             raise Forbidden("admin privileges required", code="forbidden")
         return view(*args, **kwargs)
@@ -171,13 +209,14 @@ def require_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., An
 
 
 def require_admin_or_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., Any]:
-    """Operators' routes (``/metrics``): a bearer secret for scrapers, or an admin session."""
+    """Operators' routes (``/metrics``): a bearer secret for scrapers, or an admin (by
+    session or by the admin's API token)."""
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             token = bearer_token()
-            if token is not None:
+            if token is not None and not token.startswith(API_TOKEN_PREFIX):
                 if not check(token):
                     raise Unauthorized(
                         "a valid bearer token is required",
@@ -185,7 +224,7 @@ def require_admin_or_bearer(check: Callable[[str], bool], realm: str) -> Callabl
                         headers={"WWW-Authenticate": f'Bearer realm="{realm}"'},
                     )
                 return view(*args, **kwargs)
-            user = _session_user()
+            user = _request_user()
             if not user.is_admin:
                 raise Forbidden("admin privileges required", code="forbidden")
             return view(*args, **kwargs)

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.db import transaction
 from app.errors import Conflict
-from app.identity import scanners, sessions, users
+from app.identity import api_tokens, scanners, sessions, users
 from app.identity.scanners import Scanner, ScannerListing
 from app.identity.user_record import User
 
@@ -53,6 +53,29 @@ def change_own_password(user_id: int, current_password: Any, new_password: Any) 
     """A user changing their own password (every session of the user ends)."""
     with transaction() as conn:
         return users.change_own_password(conn, user_id, current_password, new_password)
+
+
+def user_for_api_token(token: str) -> User | None:
+    """The enabled user of a live personal API token, or None."""
+    with transaction() as conn:
+        return api_tokens.user_for_token(conn, token)
+
+
+def create_api_token(user: User, body: Any, *, via: str) -> tuple[api_tokens.ApiToken, str]:
+    """A new personal API token of ``user`` (audited) and its secret, shown once."""
+    name, days = api_tokens.validate_token_request(body)
+    with transaction() as conn:
+        return api_tokens.create_token(conn, user, name, days, via=via)
+
+
+def list_api_tokens(user_id: int) -> list[api_tokens.ApiToken]:
+    with transaction() as conn:
+        return api_tokens.list_tokens(conn, user_id)
+
+
+def revoke_api_token(user: User, token_id: int, *, via: str) -> None:
+    with transaction() as conn:
+        api_tokens.revoke_token(conn, user, token_id, via=via)
 
 
 def authenticate_scanner(token: str) -> Scanner | None:

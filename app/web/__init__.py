@@ -113,5 +113,6 @@ from app.web import (  # noqa: E402,F401 - the views register themselves on the 
     search_help_pages,
     session_pages,
     task_pages,
+    token_pages,
     traffic_pages,
 )

@@ -17,7 +17,7 @@ import pytest
 from app.http.guards import SAFE_METHODS
 from tests.support.scanner_protocol import observation, upload_body
 
-ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN = (
+ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN, USER_TOKEN = (
     "anonymous",
     "user",
     "other_user",
@@ -25,8 +25,15 @@ ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN = (
     "scanner",
     "other_scanner",
     "wrong_token",
+    "user_api_token",  # the user's personal API token, with no cookie
 )
 CALLERS = (ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN)
+# Routes that act on the session itself refuse a token's caller (403 session_required).
+SESSION_ONLY = {
+    ("POST", "/api/auth/logout"),
+    ("POST", "/api/auth/password"),
+    ("POST", "/api/auth/tokens"),
+}
 _names = itertools.count()
 
 
@@ -45,6 +52,7 @@ class World:
     alert_rule_id: int = 0
     alert_delivery_id: str = ""
     run_id: int = 0
+    user_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,16 @@ CONSOLE_ROUTES: list[Route] = [
         _page(400),
     ),
     _html("GET", "/console/exports", lambda w: "/console/exports", _page(200)),
+    # API tokens are their owner's: the form's name is missing (400), and the matrix
+    # revokes a token nobody has (404 for every signed-in user).
+    _html("GET", "/console/tokens", lambda w: "/console/tokens", _page(200)),
+    _html("POST", "/console/tokens", lambda w: "/console/tokens", _page(400)),
+    _html(
+        "POST",
+        "/console/tokens/<int:token_id>/revoke",
+        lambda w: "/console/tokens/987654/revoke",
+        _page(404),
+    ),
     # Saved searches are strictly their owner's: the form's name is missing (400), and the
     # matrix deletes one nobody has (404 for every signed-in user).
     _html("POST", "/console/searches", lambda w: "/console/searches?q=port:80", _page(400)),
@@ -362,6 +380,24 @@ ROUTES: list[Route] = [
         dict.fromkeys(CALLERS, 401),
     ),
     Route("GET", "/api/auth/me", lambda w: "/api/auth/me", None, _user_route(200, owned=False)),
+    Route(
+        "GET", "/api/auth/tokens", lambda w: "/api/auth/tokens", None, _user_route(200, owned=False)
+    ),
+    Route(
+        "POST",
+        "/api/auth/tokens",
+        lambda w: "/api/auth/tokens",
+        lambda w: {"name": f"matrix {next(_names)}"},
+        _user_route(201, owned=False),
+    ),
+    # Tokens are strictly their owner's: the matrix revokes one nobody has.
+    Route(
+        "DELETE",
+        "/api/auth/tokens/<int:token_id>",
+        lambda w: "/api/auth/tokens/987654",
+        None,
+        _user_route(404, owned=False),
+    ),
     Route(
         "POST",
         "/api/auth/logout",
@@ -894,6 +930,10 @@ def world(api) -> World:
     }
     wrong = api.app.test_client()
     callers[WRONG_TOKEN] = wrong
+    callers[USER_TOKEN] = api.app.test_client()
+    made = user.post("/api/auth/tokens", json={"name": "matrix"})
+    assert made.status_code == 201, made.get_json()
+    user_token = made.get_json()["secret"]
     created = user.post(
         "/api/tasks",
         json={
@@ -975,6 +1015,7 @@ def world(api) -> World:
         alert_rule_id=rule["id"],
         alert_delivery_id=delivery_id,
         run_id=run_id,
+        user_token=user_token,
     )
 
 
@@ -984,6 +1025,9 @@ def _call(world: World, caller: str, route: Route):
     path = route.path(world)
     if caller == WRONG_TOKEN:
         headers = {"Authorization": "Bearer nms_" + "x" * 43}
+        return client.open(path, method=route.method, json=body, headers=headers)
+    if caller == USER_TOKEN:
+        headers = {"Authorization": f"Bearer {world.user_token}"}
         return client.open(path, method=route.method, json=body, headers=headers)
     if caller == ANON:
         return client.open(path, method=route.method, json=body)
@@ -1012,6 +1056,28 @@ def test_route_access(world, route):
         if response.status_code >= 400:
             assert body and set(body["error"]) >= {"code", "message"}, (caller, body)
     assert results == route.expected
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.rule}")
+def test_route_access_with_the_users_api_token(world, route):
+    """The user's personal API token, with no cookie, first in a fresh world (as the user's
+    session is in the test above: a route that changes something answers the first
+    caller past access control differently from the next)."""
+    response = _call(world, USER_TOKEN, route)
+    assert response.status_code == _token_expectation(route)
+    if not route.html and response.status_code >= 400:
+        assert set(response.get_json()["error"]) >= {"code", "message"}
+
+
+def _token_expectation(route: Route) -> int:
+    """What the user's API token gets where no entry says otherwise: on the API what the
+    user's session gets, except where a route acts on the session itself; the console is
+    for sessions only, so a page answers it as it answers an anonymous caller."""
+    if route.html:
+        return route.expected[ANON]
+    if (route.method, route.rule) in SESSION_ONLY:
+        return 403
+    return route.expected[USER]
 
 
 def test_every_route_is_in_the_matrix(app):

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
-from app.http.openapi.components import body, json_response, obj, operation, path_id, ref
+from app.http.openapi.components import (
+    SESSION,
+    body,
+    json_response,
+    obj,
+    operation,
+    path_id,
+    ref,
+)
 
 _CREDENTIALS = obj({"username": {"type": "string"}, "password": {"type": "string"}})
+
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+_TOKEN = obj(
+    {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "hint": {"type": "string", "description": "the secret's last four characters"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "expires_at": _TIME,
+        "last_used_at": _TIME,
+    }
+)
 
 OPERATIONS = {
     ("post", "/api/auth/login"): operation(
@@ -23,11 +43,47 @@ OPERATIONS = {
         "auth",
         "End this session",
         {"204": {"description": "signed out"}},
+        security=SESSION,
+    ),
+    ("get", "/api/auth/tokens"): operation(
+        "auth",
+        "Your personal API tokens (never their secrets)",
+        {"200": json_response("your tokens", obj({"items": {"type": "array", "items": _TOKEN}}))},
+    ),
+    ("post", "/api/auth/tokens"): operation(
+        "auth",
+        "Make a personal API token: its secret is in this answer only",
+        {
+            "201": json_response(
+                "made (Cache-Control: no-store)",
+                obj({"token": _TOKEN, "secret": {"type": "string", "example": "nmu_…"}}),
+            )
+        },
+        security=SESSION,
+        description=(
+            "Send the secret as `Authorization: Bearer <secret>` to call the API's user "
+            "routes as yourself, without a session or CSRF header. Only a signed-in "
+            "session may make a token (403 `session_required` for a token). "
+            "`expires_in_days` 1-3650; absent or null: the token does not expire."
+        ),
+        requestBody=body(
+            obj(
+                {"name": {"type": "string", "minLength": 1, "maxLength": 100}},
+                {"expires_in_days": {"type": ["integer", "null"], "minimum": 1, "maximum": 3650}},
+            )
+        ),
+    ),
+    ("delete", "/api/auth/tokens/{token_id}"): operation(
+        "auth",
+        "Revoke one of your API tokens (the next request with it is a 401)",
+        {"204": {"description": "revoked"}},
+        parameters=[path_id("token_id")],
     ),
     ("post", "/api/auth/password"): operation(
         "auth",
         "Change your password (ends your other sessions)",
         {"200": json_response("changed; a new session", ref("Session"))},
+        security=SESSION,
         requestBody=body(
             obj({"current_password": {"type": "string"}, "new_password": {"type": "string"}})
         ),

@@ -46,6 +46,12 @@ SECURITY_SCHEMES = {
         "description": "The session cookie of POST /api/auth/login. Requests that change "
         "something also send the login answer's csrf_token as the X-CSRF-Token header.",
     },
+    "token": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A personal API token (POST /api/auth/tokens): the user's routes "
+        "as that user, no CSRF header needed.",
+    },
     "scanner": {"type": "http", "scheme": "bearer", "description": "A scanner's token."},
     "metrics": {"type": "http", "scheme": "bearer", "description": "[security] metrics_token"},
     "traffic": {"type": "http", "scheme": "bearer", "description": "[traffic] ingest_token"},

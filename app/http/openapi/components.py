@@ -247,7 +247,9 @@ LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})
 CURSOR = query("cursor", description="next_cursor of the previous page")
 
 # Who may call: the session cookie plus, on changes, the CSRF header; or a bearer token.
-USER = [{"session": []}]
+USER = [{"session": []}, {"token": []}]
+# Routes that act on the session itself (sign out, change the password, make a token).
+SESSION = [{"session": []}]
 SCANNER = [{"scanner": []}]
 PUBLIC: list[dict[str, list]] = []
 
