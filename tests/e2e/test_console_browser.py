@@ -194,6 +194,8 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         fill(browser, "targets", "127.0.0.0/26\n")
         browser.find_element(By.ID, "create-task").click()
         assert present(browser, By.ID, "task-status").text == "queued"
+        run_now = browser.find_element(By.ID, "run-now-button")
+        assert not run_now.is_enabled() and "a run is active" in run_now.get_attribute("title")
         assert text_of(browser, "task-name") == XSS_NAME  # shown as text, never run
         no_script_ran(browser)
 
@@ -216,6 +218,17 @@ def test_sign_in_create_task_live_status_search_page_and_sign_out(database_url, 
         wait_for(browser, lambda: text_of(browser, "projection-status") == "published", 120)
         assert browser.execute_script("return window.__sameLoad") == "yes"
         assert text_of(browser, "endpoints") == "61"
+        # The latest run's row, its summary and Run now followed the run, without a reload.
+        wait_for(browser, run_now.is_enabled)
+        assert not run_now.get_attribute("title")
+        row = browser.find_element(By.CSS_SELECTOR, "#runs tr[data-run-id]")
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "succeeded"
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="endpoints"]').text == "61"
+        assert row.find_element(By.CSS_SELECTOR, '[data-field="finished_at"]').text.endswith("Z")
+        assert not row.find_elements(By.CSS_SELECTOR, "form[data-run-cancel]")
+        latest = browser.find_element(By.ID, "latest-run").text
+        assert "succeeded" in latest and "61 endpoints" in latest, latest
+        assert browser.execute_script("return window.__sameLoad") == "yes"
 
         # Search with filters, then page through everything.
         browser.get(url + "/console/assets")

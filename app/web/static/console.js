@@ -1,5 +1,6 @@
 // netmap console: small enhancements only; every page works without this file.
-// 1. A task page with work in flight refreshes its numbers from the JSON API (no reload).
+// 1. A task page with work in flight refreshes its numbers from the JSON API (no reload),
+//    its latest run's row, and "Run now" (disabled while a run is active).
 // 2. Forms with data-confirm ask before submitting (revoke, disable).
 (function () {
   "use strict";
@@ -27,7 +28,7 @@
     section.querySelectorAll("[data-field]").forEach(function (node) {
       var name = node.getAttribute("data-field");
       var value = task[name];
-      if (name === "finished_at" && value) { value = value.replace("T", " ").replace(/\..*$|\+00:00$/, "") + "Z"; }
+      if (name === "finished_at") { value = whenText(value); }
       if (name === "projection_status") { value = ASSET_VIEW[value] || value; }
       setText(node, value);
       if (name === "status") { node.className = "status status-" + task.status; }
@@ -38,6 +39,46 @@
       var name = node.getAttribute("data-count");
       setText(node, name in executions ? executions[name] : counts[name]);
     });
+  }
+
+  function whenText(value) {
+    // The server's `when` filter: 2026-11-30 18:04:05Z.
+    return value ? value.replace("T", " ").replace(/\..*$|\+00:00$/, "") + "Z" : "";
+  }
+
+  function counted(n, noun) {
+    // The server's `counted` filter: "1 endpoint", "2000 endpoints".
+    var value = n || 0;
+    return value + " " + noun + (value === 1 ? "" : "s");
+  }
+
+  function updateLatestRun(task) {
+    var run = task.latest_run;
+    if (!run) { return; }
+    var active = run.status === "queued" || run.status === "running";
+    var counts = run.counts || {};
+    document.querySelectorAll("[data-latest-run]").forEach(function (node) {
+      var name = node.getAttribute("data-latest-run");
+      if (name === "status") { setText(node, run.status); node.className = "status status-" + run.status; }
+      if (name === "endpoints") { setText(node, counted(counts.endpoints, "endpoint")); }
+      if (name === "observations") { setText(node, counted(counts.observations, "observation")); }
+    });
+    var row = document.querySelector('tr[data-run-id="' + run.id + '"]');
+    if (row) {
+      row.querySelectorAll("[data-field]").forEach(function (cell) {
+        var name = cell.getAttribute("data-field");
+        if (name === "status") { setText(cell, run.status); cell.className = "status status-" + run.status; }
+        if (name === "finished_at") { setText(cell, whenText(run.finished_at)); }
+        if (name === "endpoints") { setText(cell, (run.counts || {}).endpoints); }
+      });
+      var cancel = row.querySelector("form[data-run-cancel]");
+      if (cancel && !active) { cancel.remove(); }
+    }
+    var button = document.getElementById("run-now-button");
+    if (button && button.getAttribute("data-scan") === "true") {
+      button.disabled = active;
+      if (active) { button.title = button.getAttribute("data-active-title"); } else { button.removeAttribute("title"); }
+    }
   }
 
   function updateExecutions(items) {
@@ -63,6 +104,7 @@
         .then(function (response) { if (!response.ok) { throw new Error(response.status); } return response.json(); })
         .then(function (body) {
           updateTask(section, body.task);
+          updateLatestRun(body.task);
           return fetch(executionsUrl, { credentials: "same-origin" })
             .then(function (response) { return response.ok ? response.json() : { items: [] }; })
             .then(function (page) {
