@@ -60,8 +60,9 @@
     document.querySelectorAll("[data-latest-run]").forEach(function (node) {
       var name = node.getAttribute("data-latest-run");
       if (name === "status") { setText(node, run.status); node.className = "status status-" + run.status; }
-      if (name === "endpoints") { setText(node, counted(counts.endpoints, "endpoint")); }
-      if (name === "observations") { setText(node, counted(counts.observations, "observation")); }
+      if (name === "counts") {
+        setText(node, counted(counts.endpoints, "endpoint") + ", " + counted(counts.observations, "observation"));
+      }
     });
     var row = document.querySelector('tr[data-run-id="' + run.id + '"]');
     if (row) {
