@@ -94,6 +94,11 @@ def mark_access(view: Callable[..., Any], access: str) -> Callable[..., Any]:
     return _mark(view, access)
 
 
+def bearer_refused(message: str, realm: str, code: str = "invalid_token") -> Unauthorized:
+    """The 401 for a missing or wrong bearer token, naming the realm it is for."""
+    return Unauthorized(message, code=code, headers={"WWW-Authenticate": f'Bearer realm="{realm}"'})
+
+
 def _request_user() -> User:
     """The caller: a personal API token's user (``Authorization: Bearer nmu_…``), else the
     session's. A token request carries no cookie a browser could add on its own, so it
@@ -103,11 +108,7 @@ def _request_user() -> User:
     if token is not None:
         user = identity.user_for_api_token(token)
         if user is None:
-            raise Unauthorized(
-                "invalid, expired or revoked API token",
-                code="unauthorized",
-                headers={"WWW-Authenticate": 'Bearer realm="netmap"'},
-            )
+            raise bearer_refused("invalid, expired or revoked API token", "netmap", "unauthorized")
         g.user, g.api_token = user, True
         return user
     user = _live_session_user()
@@ -177,11 +178,7 @@ def require_scanner(view: Callable[..., Any]) -> Callable[..., Any]:
         if token:
             scanner = identity.authenticate_scanner(token)
         if scanner is None:
-            raise Unauthorized(
-                "a valid scanner token is required",
-                code="invalid_token",
-                headers={"WWW-Authenticate": 'Bearer realm="netmap-scanner"'},
-            )
+            raise bearer_refused("a valid scanner token is required", "netmap-scanner")
         g.scanner = scanner
         return view(*args, **kwargs)
 
@@ -196,11 +193,7 @@ def require_bearer(check: Callable[[str], bool], realm: str) -> Callable[..., An
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             token = bearer_token()
             if not token or not check(token):
-                raise Unauthorized(
-                    "a valid bearer token is required",
-                    code="invalid_token",
-                    headers={"WWW-Authenticate": f'Bearer realm="{realm}"'},
-                )
+                raise bearer_refused("a valid bearer token is required", realm)
             return view(*args, **kwargs)
 
         return _mark(wrapper, "bearer")
@@ -218,11 +211,7 @@ def require_admin_or_bearer(check: Callable[[str], bool], realm: str) -> Callabl
             token = bearer_token()
             if token is not None and not token.startswith(API_TOKEN_PREFIX):
                 if not check(token):
-                    raise Unauthorized(
-                        "a valid bearer token is required",
-                        code="invalid_token",
-                        headers={"WWW-Authenticate": f'Bearer realm="{realm}"'},
-                    )
+                    raise bearer_refused("a valid bearer token is required", realm)
                 return view(*args, **kwargs)
             user = _request_user()
             if not user.is_admin:
