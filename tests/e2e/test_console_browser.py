@@ -571,6 +571,8 @@ def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
             "/console/admin/renderer",
             "/console/admin/resources",
             "/console/admin/slow-sql",
+            "/console/tokens",
+            "/console/assets?q=port%3A22",  # with the save-this-search form
         ]
         for width in (375, 1280):
             browser.set_window_size(width, 900)
@@ -589,6 +591,14 @@ def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
                 )
                 assert first == "#main", (width, page)
                 assert not browser.find_elements(By.CSS_SELECTOR, "[tabindex]"), (width, page)
+        # A new API token's notice (the secret and a curl line) fits a phone too.
+        browser.set_window_size(375, 900)
+        browser.get(url + "/console/tokens")
+        fill(browser, "token-name", "phone")
+        browser.find_element(By.ID, "make-token").click()
+        assert present(browser, By.ID, "token-value").text.startswith("nmu_")
+        assert browser.execute_script(_SIDEWAYS) <= 1
+        assert browser.execute_script(_LOW_CONTRAST) == []
         # The probes see what they look for: a page made too wide, an unnamed control.
         browser.execute_script(
             "const d = document.createElement('div'); d.style.width = '3000px';"
