@@ -87,6 +87,8 @@ def change_password():
     """Change one's own password: every session of the user ends, the caller gets a new one."""
     body = json_body()
     user = current_user()
+    # Guessing the current password costs what guessing it at sign-in costs.
+    _throttle(user.username)
     identity.change_own_password(user.id, body.get("current_password"), body.get("new_password"))
     token = start_session(user)
     emit("PasswordChanged", user_id=user.id)

@@ -49,10 +49,12 @@ def user_for_session(session_id: str, user_id: int) -> User | None:
         return sessions.user_for_session(conn, session_id, user_id)
 
 
-def change_own_password(user_id: int, current_password: Any, new_password: Any) -> User:
+def change_own_password(
+    user_id: int, current_password: Any, new_password: Any, *, via: str = "api"
+) -> User:
     """A user changing their own password (every session of the user ends)."""
     with transaction() as conn:
-        return users.change_own_password(conn, user_id, current_password, new_password)
+        return users.change_own_password(conn, user_id, current_password, new_password, via=via)
 
 
 def user_for_api_token(token: str) -> User | None:

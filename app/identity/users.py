@@ -163,7 +163,7 @@ def set_password(
 
 
 def change_own_password(
-    conn: Connection, user_id: int, current_password: Any, new_password: Any
+    conn: Connection, user_id: int, current_password: Any, new_password: Any, *, via: str = "api"
 ) -> User:
     """A user changing their own password: the current one must be right."""
     row = conn.execute(
@@ -177,7 +177,7 @@ def change_own_password(
     ):
         raise Unauthorized("the current password is wrong", code="invalid_credentials")
     user, _ended = set_password(
-        conn, user_id, new_password, actor_user_id=user_id, via="api", field="new_password"
+        conn, user_id, new_password, actor_user_id=user_id, via=via, field="new_password"
     )
     return user
 

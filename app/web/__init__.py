@@ -98,6 +98,7 @@ def unmatched_address_page(error: HTTPException):
 
 
 from app.web import (  # noqa: E402,F401 - the views register themselves on the blueprint
+    account_pages,
     admin_pages,
     alert_pages,
     api_pages,

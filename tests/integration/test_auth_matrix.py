@@ -217,6 +217,9 @@ CONSOLE_ROUTES: list[Route] = [
     # API tokens are their owner's: the form's name is missing (400), and the matrix
     # revokes a token nobody has (404 for every signed-in user).
     _html("GET", "/console/tokens", lambda w: "/console/tokens", _page(200)),
+    _html("GET", "/console/account", lambda w: "/console/account", _page(200)),
+    # The form's current password is missing: 400 at that field once past access control.
+    _html("POST", "/console/account/password", lambda w: "/console/account/password", _page(400)),
     _html("POST", "/console/tokens", lambda w: "/console/tokens", _page(400)),
     _html(
         "POST",
