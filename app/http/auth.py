@@ -13,6 +13,7 @@ from app.http.guards import (
     public,
     require_session,
     require_user,
+    session_id,
     start_session,
 )
 from app.http.requests import json_body
@@ -93,6 +94,22 @@ def change_password():
     token = start_session(user)
     emit("PasswordChanged", user_id=user.id)
     return jsonify({"user": user.public(), "csrf_token": token})
+
+
+@blueprint.get("/sessions")
+@require_session
+def list_sessions():
+    """One's live sessions (when each began and ends; ``current`` marks this one)."""
+    return jsonify({"items": identity.live_sessions(current_user().id, session_id() or "")})
+
+
+@blueprint.post("/sessions/end-others")
+@require_session
+def end_other_sessions():
+    """Sign out everywhere but here: every other session of the caller ends."""
+    ended = identity.end_other_sessions(current_user(), session_id() or "", via="api")
+    emit("OtherSessionsEnded", user_id=current_user().id, ended=ended)
+    return jsonify({"ended": ended})
 
 
 # -- personal API tokens (docs/security.md, "API tokens") --------------------------------

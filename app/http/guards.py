@@ -57,6 +57,12 @@ def end_session() -> None:
     session.clear()
 
 
+def session_id() -> str | None:
+    """The id of this request's session (None for a token's request or no session)."""
+    value = session.get("sid")
+    return value if isinstance(value, str) else None
+
+
 def csrf_token() -> str | None:
     return session.get("csrf")
 

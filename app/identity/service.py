@@ -15,6 +15,7 @@ from typing import Any
 from app.db import transaction
 from app.errors import Conflict
 from app.identity import api_tokens, scanners, sessions, users
+from app.identity.audit import record_audit
 from app.identity.scanners import Scanner, ScannerListing
 from app.identity.user_record import User
 
@@ -47,6 +48,26 @@ def user_for_session(session_id: str, user_id: int) -> User | None:
     """The user of a live session, or None when it ended, expired or the user is disabled."""
     with transaction() as conn:
         return sessions.user_for_session(conn, session_id, user_id)
+
+
+def live_sessions(user_id: int, current_session_id: str) -> list[dict]:
+    with transaction() as conn:
+        return sessions.live_sessions(conn, user_id, current_session_id)
+
+
+def end_other_sessions(user: User, current_session_id: str, *, via: str) -> int:
+    """Sign the user out everywhere but here (audited with how many sessions ended)."""
+    with transaction() as conn:
+        ended = sessions.end_other_sessions(conn, user.id, current_session_id)
+        record_audit(
+            conn,
+            actor_user_id=user.id,
+            action="user.sessions_end_others",
+            target_type="user",
+            target_id=user.id,
+            details={"ended": ended, "via": via},
+        )
+    return ended
 
 
 def change_own_password(

@@ -69,3 +69,32 @@ def end_user_sessions(conn: Connection, user_id: int) -> int:
     return conn.execute(
         sa.text("DELETE FROM user_sessions WHERE user_id = :uid"), {"uid": user_id}
     ).rowcount
+
+
+def live_sessions(conn: Connection, user_id: int, current_session_id: str) -> list[dict]:
+    """The user's live sessions, oldest first: when each began and ends, and which one
+    is the caller's (the only way to tell them apart: nothing else about a browser is
+    kept)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id_sha256 = :current AS current, created_at, expires_at FROM user_sessions "
+            "WHERE user_id = :uid AND expires_at > now() ORDER BY created_at, id_sha256"
+        ),
+        {"uid": user_id, "current": _digest(current_session_id)},
+    ).all()
+    return [
+        {
+            "current": row.current,
+            "created_at": row.created_at.isoformat(),
+            "expires_at": row.expires_at.isoformat(),
+        }
+        for row in rows
+    ]
+
+
+def end_other_sessions(conn: Connection, user_id: int, current_session_id: str) -> int:
+    """End every session of the user but the caller's; returns how many ended."""
+    return conn.execute(
+        sa.text("DELETE FROM user_sessions WHERE user_id = :uid AND id_sha256 <> :current"),
+        {"uid": user_id, "current": _digest(current_session_id)},
+    ).rowcount

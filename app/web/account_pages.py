@@ -1,5 +1,5 @@
-"""One's own account in the console: who one is, changing one's password, and the way to
-one's API tokens (``app/web/token_pages.py``).
+"""One's own account in the console: who one is, changing one's password, one's sessions
+(signing out everywhere else), and the way to one's API tokens (``app/web/token_pages.py``).
 
 The password change is the API's (``POST /api/auth/password``): the current password must
 be right, the new one must pass the password policy, every session of the user ends and
@@ -13,7 +13,7 @@ from flask import redirect, render_template, request, url_for
 
 from app.errors import RateLimited, Unauthorized, ValidationError
 from app.http.auth import throttle_login
-from app.http.guards import start_session
+from app.http.guards import session_id, start_session
 from app.identity import service as identity
 from app.observability import emit
 from app.web import blueprint
@@ -23,7 +23,20 @@ from app.web.access import page_user, signed_in_user
 @blueprint.get("/account")
 @page_user
 def account():
-    return _account_page(changed=request.args.get("changed") == "1")
+    ended = request.args.get("ended", "")
+    return _account_page(
+        changed=request.args.get("changed") == "1",
+        ended=int(ended) if ended.isdecimal() and len(ended) <= 6 else None,
+    )
+
+
+@blueprint.post("/account/sessions/end-others")
+@page_user
+def account_end_other_sessions():
+    user = signed_in_user()
+    ended = identity.end_other_sessions(user, session_id() or "", via="console")
+    emit("OtherSessionsEnded", user_id=user.id, ended=ended)
+    return redirect(url_for("web.account", ended=ended), code=303)
 
 
 @blueprint.post("/account/password")
@@ -58,7 +71,17 @@ def account_password():
 
 
 def _account_page(
-    *, changed: bool = False, errors: dict[str, str] | None = None, status: int = 200
+    *,
+    changed: bool = False,
+    ended: int | None = None,
+    errors: dict[str, str] | None = None,
+    status: int = 200,
 ):
-    body = render_template("console/account.html", changed=changed, errors=errors or {})
+    body = render_template(
+        "console/account.html",
+        changed=changed,
+        ended=ended,
+        errors=errors or {},
+        sessions=identity.live_sessions(signed_in_user().id, session_id() or ""),
+    )
     return body, status

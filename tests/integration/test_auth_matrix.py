@@ -30,6 +30,8 @@ ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN, USER_TOKEN = (
 CALLERS = (ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN)
 # Routes that act on the session itself refuse a token's caller (403 session_required).
 SESSION_ONLY = {
+    ("GET", "/api/auth/sessions"),
+    ("POST", "/api/auth/sessions/end-others"),
     ("POST", "/api/auth/logout"),
     ("POST", "/api/auth/password"),
     ("POST", "/api/auth/tokens"),
@@ -218,6 +220,12 @@ CONSOLE_ROUTES: list[Route] = [
     # revokes a token nobody has (404 for every signed-in user).
     _html("GET", "/console/tokens", lambda w: "/console/tokens", _page(200)),
     _html("GET", "/console/account", lambda w: "/console/account", _page(200)),
+    _html(
+        "POST",
+        "/console/account/sessions/end-others",
+        lambda w: "/console/account/sessions/end-others",
+        _page(303),
+    ),
     # The form's current password is missing: 400 at that field once past access control.
     _html("POST", "/console/account/password", lambda w: "/console/account/password", _page(400)),
     _html("POST", "/console/tokens", lambda w: "/console/tokens", _page(400)),
@@ -383,6 +391,20 @@ ROUTES: list[Route] = [
         dict.fromkeys(CALLERS, 401),
     ),
     Route("GET", "/api/auth/me", lambda w: "/api/auth/me", None, _user_route(200, owned=False)),
+    Route(
+        "GET",
+        "/api/auth/sessions",
+        lambda w: "/api/auth/sessions",
+        None,
+        _user_route(200, owned=False),
+    ),
+    Route(
+        "POST",
+        "/api/auth/sessions/end-others",
+        lambda w: "/api/auth/sessions/end-others",
+        None,
+        _user_route(200, owned=False),
+    ),
     Route(
         "GET", "/api/auth/tokens", lambda w: "/api/auth/tokens", None, _user_route(200, owned=False)
     ),

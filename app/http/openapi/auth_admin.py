@@ -45,6 +45,36 @@ OPERATIONS = {
         {"204": {"description": "signed out"}},
         security=SESSION,
     ),
+    ("get", "/api/auth/sessions"): operation(
+        "auth",
+        "Your live sessions: when each began and ends, and which is this one",
+        {
+            "200": json_response(
+                "your sessions, oldest first",
+                obj(
+                    {
+                        "items": {
+                            "type": "array",
+                            "items": obj(
+                                {
+                                    "current": {"type": "boolean"},
+                                    "created_at": {"type": "string", "format": "date-time"},
+                                    "expires_at": {"type": "string", "format": "date-time"},
+                                }
+                            ),
+                        }
+                    }
+                ),
+            )
+        },
+        security=SESSION,
+    ),
+    ("post", "/api/auth/sessions/end-others"): operation(
+        "auth",
+        "Sign out everywhere else: every other session of yours ends (audited)",
+        {"200": json_response("how many ended", obj({"ended": {"type": "integer"}}))},
+        security=SESSION,
+    ),
     ("get", "/api/auth/tokens"): operation(
         "auth",
         "Your personal API tokens (never their secrets)",

@@ -107,3 +107,50 @@ def test_the_apis_password_change_spends_the_same_budget(tmp_path, database_url,
     statuses = [session.post("/api/auth/password", json=body).status_code for _ in range(4)]
     assert statuses == [401, 401, 401, 429]
     assert session.get("/api/auth/me").status_code == 200  # refusals end nothing
+
+
+def test_one_signs_out_everywhere_else_from_the_account_page_and_the_api(api):
+    client, created = _user_client(api)
+    laptop, phone = api.login(created["username"]), api.login(created["username"])
+    someone = api.user()  # another user's session is never touched
+    page = client.get("/console/account").text
+    assert len(re.findall(r"<tr(?: id=\"this-session\")?><td>", page)) == 3
+    assert 'id="this-session"' in page and 'id="end-others-form"' in page
+
+    listed = laptop.get("/api/auth/sessions").get_json()["items"]
+    assert len(listed) == 3 and [s["current"] for s in listed].count(True) == 1
+    ended = client.post("/console/account/sessions/end-others", data={"csrf_token": _csrf(page)})
+    assert ended.status_code == 303 and ended.headers["Location"] == "/console/account?ended=2"
+    after = client.get(ended.headers["Location"]).text
+    assert "2 other sessions signed out." in after and 'id="end-others-form"' not in after
+    assert laptop.get("/api/auth/me").status_code == 401
+    assert phone.get("/api/auth/me").status_code == 401
+    assert someone.get("/api/auth/me").status_code == 200
+
+    # The API's own: this session stays, the other one ends; audited both times.
+    again = api.login(created["username"])
+    answer = again.post("/api/auth/sessions/end-others")
+    assert answer.status_code == 200 and answer.get_json() == {"ended": 1}
+    assert client.get("/console/account").status_code == 302  # the console's session ended
+    assert again.get("/api/auth/me").status_code == 200
+    with transaction() as conn:
+        audited = conn.execute(
+            sa.text(
+                "SELECT details->>'via', (details->>'ended')::int FROM audit_log "
+                "WHERE action = 'user.sessions_end_others' AND target_id = :u ORDER BY id"
+            ),
+            {"u": str(created["id"])},
+        ).all()
+    assert [tuple(row) for row in audited] == [("console", 2), ("api", 1)]
+
+
+def test_sessions_are_a_sessions_business_not_a_tokens(api):
+    user = api.user()
+    secret = user.post("/api/auth/tokens", json={"name": "t"}).get_json()["secret"]
+    bearer = api.app.test_client()
+    headers = {"Authorization": f"Bearer {secret}"}
+    for method, path in (("GET", "/api/auth/sessions"), ("POST", "/api/auth/sessions/end-others")):
+        response = bearer.open(path, method=method, headers=headers)
+        assert response.status_code == 403, path
+        assert response.get_json()["error"]["code"] == "session_required"
+    assert user.get("/api/auth/me").status_code == 200
