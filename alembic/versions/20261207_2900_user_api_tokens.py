@@ -10,7 +10,8 @@ Owned by ``app/identity``:
   the token's SHA-256 is kept, as for scanner tokens and sessions; ``hint`` is its last
   four characters, so a list can tell tokens apart. A token works while its row exists,
   ``expires_at`` (if any) has not passed and its user is enabled; revoking deletes the
-  row. ``last_used_at`` is refreshed at most once a minute. A user's token names are
+  row. ``access`` is ``write`` (any request the user may make) or ``read`` (GET and HEAD
+  only). ``last_used_at`` is refreshed at most once a minute. A user's token names are
   unique, and the user's deletion takes the tokens with it.
 """
 
@@ -30,6 +31,7 @@ CREATE TABLE user_api_tokens (
     name         text        NOT NULL CHECK (length(name) BETWEEN 1 AND 100),
     token_sha256 bytea       NOT NULL,
     hint         text        NOT NULL,
+    access       text        NOT NULL DEFAULT 'write' CHECK (access IN ('read', 'write')),
     created_at   timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz,
     last_used_at timestamptz

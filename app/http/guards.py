@@ -112,11 +112,13 @@ def _request_user() -> User:
     cookie comes with it."""
     token = bearer_token()
     if token is not None:
-        user = identity.user_for_api_token(token)
-        if user is None:
+        found = identity.user_for_api_token(token)
+        if found is None:
             raise bearer_refused("invalid, expired or revoked API token", "netmap", "unauthorized")
-        g.user, g.api_token = user, True
-        return user
+        if found.access == "read" and request.method not in SAFE_METHODS:
+            raise Forbidden("this API token may only read (GET and HEAD)", code="read_only_token")
+        g.user, g.api_token = found.user, True
+        return found.user
     user = _live_session_user()
     if user is None:
         raise Unauthorized("login required", code="unauthorized")

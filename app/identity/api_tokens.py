@@ -35,6 +35,7 @@ class ApiToken:
     id: int
     name: str
     hint: str
+    access: str  # "write" (any request the user may make) or "read" (GET and HEAD only)
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -47,13 +48,15 @@ class ApiToken:
             "id": self.id,
             "name": self.name,
             "hint": self.hint,
+            "access": self.access,
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),
             "last_used_at": iso(self.last_used_at),
         }
 
 
-_COLUMNS = "id, name, hint, created_at, expires_at, last_used_at"
+_COLUMNS = "id, name, hint, access, created_at, expires_at, last_used_at"
+ACCESS = ("write", "read")
 
 
 def _token(row: Any) -> ApiToken:
@@ -61,6 +64,7 @@ def _token(row: Any) -> ApiToken:
         id=row.id,
         name=row.name,
         hint=row.hint,
+        access=row.access,
         created_at=row.created_at,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
@@ -71,10 +75,26 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
-def validate_token_request(body: Any) -> tuple[str, int | None]:
-    """``name`` (1-100 characters) and ``expires_in_days`` (1-3650, or null/absent: the
-    token does not expire) of ``POST /api/auth/tokens``."""
-    checked_object(body, {"name", "expires_in_days"})
+@dataclass(frozen=True)
+class TokenRequest:
+    name: str
+    expires_in_days: int | None
+    access: str
+
+
+@dataclass(frozen=True)
+class TokenUser:
+    """Whom a live token authenticates, and what it may do."""
+
+    user: User
+    access: str
+
+
+def validate_token_request(body: Any) -> TokenRequest:
+    """``name`` (1-100 characters), ``expires_in_days`` (1-3650, or null/absent: the token
+    does not expire) and ``access`` (``write``, the default, or ``read``) of
+    ``POST /api/auth/tokens``."""
+    checked_object(body, {"name", "expires_in_days", "access"})
     name = checked_name(body.get("name"), max_chars=100)
     days = body.get("expires_in_days")
     if days is not None and (
@@ -85,11 +105,17 @@ def validate_token_request(body: Any) -> tuple[str, int | None]:
             "or null for a token that does not expire",
             details={"field": "expires_in_days"},
         )
-    return name, days
+    access = body.get("access", "write")
+    if access not in ACCESS:
+        raise ValidationError(
+            "access must be write (any request you may make) or read (GET and HEAD only)",
+            details={"field": "access"},
+        )
+    return TokenRequest(name=name, expires_in_days=days, access=access)
 
 
 def create_token(
-    conn: Connection, user: User, name: str, expires_in_days: int | None, *, via: str
+    conn: Connection, user: User, request: TokenRequest, *, via: str
 ) -> tuple[ApiToken, str]:
     """A new token of ``user`` and its secret (shown once, never stored)."""
     # The user's row lock serialises two requests at the cap.
@@ -109,23 +135,25 @@ def create_token(
             row = conn.execute(
                 sa.text(
                     f"""
-                    INSERT INTO user_api_tokens (user_id, name, token_sha256, hint, expires_at)
-                    VALUES (:u, :name, :digest, :hint,
+                    INSERT INTO user_api_tokens
+                        (user_id, name, token_sha256, hint, access, expires_at)
+                    VALUES (:u, :name, :digest, :hint, :access,
                             now() + make_interval(days => CAST(:days AS integer)))
                     RETURNING {_COLUMNS}
                     """  # noqa: S608 - a fixed column list; values are bound
                 ),
                 {
                     "u": user.id,
-                    "name": name,
+                    "name": request.name,
                     "digest": _digest(secret),
                     "hint": secret[-4:],
-                    "days": expires_in_days,
+                    "access": request.access,
+                    "days": request.expires_in_days,
                 },
             ).one()
     except IntegrityError:
         raise Conflict(
-            f"you already have an API token named {name!r}",
+            f"you already have an API token named {request.name!r}",
             code="duplicate_name",
             details={"field": "name"},
         ) from None
@@ -136,7 +164,12 @@ def create_token(
         action="api_token.create",
         target_type="api_token",
         target_id=token.id,
-        details={"name": name, "expires_in_days": expires_in_days, "via": via},
+        details={
+            "name": request.name,
+            "access": request.access,
+            "expires_in_days": request.expires_in_days,
+            "via": via,
+        },
     )
     return token, secret
 
@@ -169,9 +202,9 @@ def revoke_token(conn: Connection, user: User, token_id: int, *, via: str) -> No
     )
 
 
-def user_for_token(conn: Connection, token: str) -> User | None:
-    """The enabled user of a live token, or None (unknown, revoked, expired, disabled,
-    or not a user token at all: a scanner's is refused here)."""
+def user_for_token(conn: Connection, token: str) -> TokenUser | None:
+    """The enabled user of a live token and the token's access, or None (unknown,
+    revoked, expired, disabled, or not a user token at all: a scanner's is refused)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 256:
         return None
     # One statement whether or not last_used_at is due (as for scanners' last_seen_at).
@@ -179,7 +212,8 @@ def user_for_token(conn: Connection, token: str) -> User | None:
         sa.text(
             f"""
             WITH live AS (
-                SELECT t.id, u.id AS user_id, u.username, u.is_admin, u.disabled, t.last_used_at
+                SELECT t.id, t.access, u.id AS user_id, u.username, u.is_admin, u.disabled,
+                       t.last_used_at
                 FROM user_api_tokens t JOIN users u ON u.id = t.user_id
                 WHERE t.token_sha256 = :digest AND NOT u.disabled
                   AND (t.expires_at IS NULL OR t.expires_at > now())
@@ -190,9 +224,9 @@ def user_for_token(conn: Connection, token: str) -> User | None:
                        OR last_used_at < now() - interval '{LAST_USED_RESOLUTION_SECONDS} seconds')
                 RETURNING id
             )
-            SELECT user_id AS id, username, is_admin, disabled FROM live
+            SELECT user_id AS id, username, is_admin, disabled, access FROM live
             """  # noqa: S608 - the interval is a module constant
         ),
         {"digest": _digest(token)},
     ).one_or_none()
-    return _row_to_user(row) if row else None
+    return TokenUser(user=_row_to_user(row), access=row.access) if row else None

@@ -78,17 +78,17 @@ def change_own_password(
         return users.change_own_password(conn, user_id, current_password, new_password, via=via)
 
 
-def user_for_api_token(token: str) -> User | None:
-    """The enabled user of a live personal API token, or None."""
+def user_for_api_token(token: str) -> api_tokens.TokenUser | None:
+    """The enabled user of a live personal API token (and its access), or None."""
     with transaction() as conn:
         return api_tokens.user_for_token(conn, token)
 
 
 def create_api_token(user: User, body: Any, *, via: str) -> tuple[api_tokens.ApiToken, str]:
     """A new personal API token of ``user`` (audited) and its secret, shown once."""
-    name, days = api_tokens.validate_token_request(body)
+    request = api_tokens.validate_token_request(body)
     with transaction() as conn:
-        return api_tokens.create_token(conn, user, name, days, via=via)
+        return api_tokens.create_token(conn, user, request, via=via)
 
 
 def list_api_tokens(user_id: int) -> list[api_tokens.ApiToken]:

@@ -14,6 +14,7 @@ from app.web.access import page_user, signed_in_user
 
 # The form's choices of lifetime; the API takes any number of days from 1 to 3650.
 EXPIRY_CHOICES = (("30", "30 days"), ("90", "90 days"), ("365", "a year"), ("", "never"))
+ACCESS_CHOICES = (("write", "read and write"), ("read", "read only (GET)"))
 
 
 @blueprint.route("/tokens", methods=["GET", "POST"])
@@ -22,7 +23,11 @@ def tokens():
     if request.method == "GET":
         return _tokens_page()
     user = signed_in_user()
-    form = {"name": request.form.get("name", ""), "expires": request.form.get("expires", "90")}
+    form = {
+        "name": request.form.get("name", ""),
+        "expires": request.form.get("expires", "90"),
+        "access": request.form.get("access", "write"),
+    }
     days = form["expires"]
     body = {
         "name": form["name"],
@@ -30,6 +35,7 @@ def tokens():
         "expires_in_days": (int(days) if days.isdecimal() and len(days) <= 6 else days)
         if days
         else None,
+        "access": form["access"],
     }
     try:
         token, secret = identity.create_api_token(user, body, via="console")
@@ -55,9 +61,10 @@ def _tokens_page(*, created=None, secret=None, form=None, error=None, status=200
         items=identity.list_api_tokens(signed_in_user().id),
         created=created,
         secret=secret,
-        form=form or {"name": "", "expires": "90"},
+        form=form or {"name": "", "expires": "90", "access": "write"},
         error=error,
         expiry_choices=EXPIRY_CHOICES,
+        access_choices=ACCESS_CHOICES,
         server_url=request.host_url.rstrip("/"),
     )
     # The secret is on this answer only: no cache may keep it.

@@ -143,6 +143,8 @@ def test_refused_token_requests_say_why_and_write_nothing(api):
         ({"name": "ok", "expires_in_days": "30"}, 400, "expires_in_days"),
         ({"name": "ok", "expires_in_days": True}, 400, "expires_in_days"),
         ({"name": "ok", "scope": "all"}, 400, "scope"),
+        ({"name": "ok", "access": "admin"}, 400, "access"),
+        ({"name": "ok", "access": None}, 400, "access"),
         ({"name": "taken"}, 409, "name"),
     ]
     for body, status, field in refusals:
@@ -189,7 +191,12 @@ def test_the_console_makes_shows_once_lists_and_revokes_tokens(api):
     assert page.status_code == 200 and "No API tokens." in page.text
     made = client.post(
         "/console/tokens",
-        data={"name": "backup job", "expires": "30", "csrf_token": _csrf(page.text)},
+        data={
+            "name": "backup job",
+            "expires": "30",
+            "access": "read",
+            "csrf_token": _csrf(page.text),
+        },
     )
     assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store"
     secret = re.search(r'id="token-value">([^<]+)<', made.text)[1]
@@ -200,7 +207,9 @@ def test_the_console_makes_shows_once_lists_and_revokes_tokens(api):
     listing = client.get("/console/tokens")
     assert secret not in listing.text and "Cache-Control" not in listing.headers
     row = re.search(
-        r'<tr data-token-id="(\d+)"><td>backup job</td><td><code>…(\w{4})</code>', listing.text
+        r'<tr data-token-id="(\d+)"><td>backup job</td><td><code>…(\w{4})</code></td>'
+        r"<td>read only</td>",
+        listing.text,
     )
     assert row and row[2] == secret[-4:]
     taken = client.post(
@@ -227,3 +236,24 @@ def test_the_console_makes_shows_once_lists_and_revokes_tokens(api):
     assert revoked.status_code == 303 and revoked.headers["Location"] == "/console/tokens"
     assert _bearer(api, secret).get("/api/auth/me").status_code == 401
     assert "No API tokens." in client.get("/console/tokens").text
+
+
+def test_a_read_only_token_reads_and_changes_nothing(api):
+    alice = api.user()
+    token, secret = _make(alice, "siem", access="read")
+    assert token["access"] == "read"
+    reader = _bearer(api, secret)
+    assert reader.get("/api/tasks").status_code == 200
+    assert reader.get("/api/assets").status_code == 200
+    for path, body in (
+        ("/api/tasks", {"name": "no", "targets": ["192.0.2.1"], "ports": "22"}),
+        ("/api/exports", {"format": "csv", "query": ""}),
+    ):
+        refused = reader.post(path, json=body)
+        assert refused.status_code == 403, path
+        assert refused.get_json()["error"]["code"] == "read_only_token"
+    assert reader.delete(f"/api/auth/tokens/{token['id']}").status_code == 403
+    assert alice.get("/api/tasks").get_json()["items"] == []  # nothing was made
+    writer_token, writer = _make(alice, "writer")
+    assert writer_token["access"] == "write"
+    assert _bearer(api, writer).delete(f"/api/auth/tokens/{token['id']}").status_code == 204

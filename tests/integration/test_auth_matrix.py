@@ -27,6 +27,7 @@ ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN, USER_TOKEN = (
     "wrong_token",
     "user_api_token",  # the user's personal API token, with no cookie
 )
+READ_TOKEN = "user_read_only_token"
 CALLERS = (ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN)
 # Routes that act on the session itself refuse a token's caller (403 session_required).
 SESSION_ONLY = {
@@ -55,6 +56,7 @@ class World:
     alert_delivery_id: str = ""
     run_id: int = 0
     user_token: str = ""
+    read_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -955,10 +957,13 @@ def world(api) -> World:
     }
     wrong = api.app.test_client()
     callers[WRONG_TOKEN] = wrong
-    callers[USER_TOKEN] = api.app.test_client()
+    callers[USER_TOKEN] = callers[READ_TOKEN] = api.app.test_client()
     made = user.post("/api/auth/tokens", json={"name": "matrix"})
     assert made.status_code == 201, made.get_json()
     user_token = made.get_json()["secret"]
+    made = user.post("/api/auth/tokens", json={"name": "matrix read", "access": "read"})
+    assert made.status_code == 201, made.get_json()
+    read_token = made.get_json()["secret"]
     created = user.post(
         "/api/tasks",
         json={
@@ -1041,6 +1046,7 @@ def world(api) -> World:
         alert_delivery_id=delivery_id,
         run_id=run_id,
         user_token=user_token,
+        read_token=read_token,
     )
 
 
@@ -1051,8 +1057,9 @@ def _call(world: World, caller: str, route: Route):
     if caller == WRONG_TOKEN:
         headers = {"Authorization": "Bearer nms_" + "x" * 43}
         return client.open(path, method=route.method, json=body, headers=headers)
-    if caller == USER_TOKEN:
-        headers = {"Authorization": f"Bearer {world.user_token}"}
+    if caller in (USER_TOKEN, READ_TOKEN):
+        token = world.user_token if caller == USER_TOKEN else world.read_token
+        headers = {"Authorization": f"Bearer {token}"}
         return client.open(path, method=route.method, json=body, headers=headers)
     if caller == ANON:
         return client.open(path, method=route.method, json=body)
@@ -1083,24 +1090,28 @@ def test_route_access(world, route):
     assert results == route.expected
 
 
+@pytest.mark.parametrize("caller", [USER_TOKEN, READ_TOKEN])
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.rule}")
-def test_route_access_with_the_users_api_token(world, route):
-    """The user's personal API token, with no cookie, first in a fresh world (as the user's
-    session is in the test above: a route that changes something answers the first
-    caller past access control differently from the next)."""
-    response = _call(world, USER_TOKEN, route)
-    assert response.status_code == _token_expectation(route)
+def test_route_access_with_the_users_api_tokens(world, route, caller):
+    """The user's personal API tokens (read and write, read only), with no cookie, first
+    in a fresh world (as the user's session is in the test above: a route that changes
+    something answers the first caller past access control differently from the next)."""
+    response = _call(world, caller, route)
+    assert response.status_code == _token_expectation(route, read_only=caller == READ_TOKEN)
     if not route.html and response.status_code >= 400:
         assert set(response.get_json()["error"]) >= {"code", "message"}
 
 
-def _token_expectation(route: Route) -> int:
-    """What the user's API token gets where no entry says otherwise: on the API what the
-    user's session gets, except where a route acts on the session itself; the console is
-    for sessions only, so a page answers it as it answers an anonymous caller."""
+def _token_expectation(route: Route, *, read_only: bool) -> int:
+    """What the user's API token gets: on the API what the user's session gets, except
+    where a route acts on the session itself, or changes something and the token is read
+    only (403 either way); the console is for sessions only, so a page answers a token as
+    it answers an anonymous caller."""
     if route.html:
         return route.expected[ANON]
     if (route.method, route.rule) in SESSION_ONLY:
+        return 403
+    if read_only and route.method not in SAFE_METHODS and route.expected[USER] != 401:
         return 403
     return route.expected[USER]
 

@@ -20,6 +20,7 @@ _TOKEN = obj(
         "id": {"type": "integer"},
         "name": {"type": "string"},
         "hint": {"type": "string", "description": "the secret's last four characters"},
+        "access": {"type": "string", "enum": ["write", "read"]},
         "created_at": {"type": "string", "format": "date-time"},
         "expires_at": _TIME,
         "last_used_at": _TIME,
@@ -99,7 +100,15 @@ OPERATIONS = {
         requestBody=body(
             obj(
                 {"name": {"type": "string", "minLength": 1, "maxLength": 100}},
-                {"expires_in_days": {"type": ["integer", "null"], "minimum": 1, "maximum": 3650}},
+                {
+                    "expires_in_days": {"type": ["integer", "null"], "minimum": 1, "maximum": 3650},
+                    "access": {
+                        "type": "string",
+                        "enum": ["write", "read"],
+                        "description": "write (default): any request you may make; "
+                        "read: GET and HEAD only (403 read_only_token otherwise)",
+                    },
+                },
             )
         ),
     ),
