@@ -237,6 +237,45 @@ def users_enable(state: CliState, username: str) -> None:
     _set_disabled_command(state, username, False)
 
 
+@users.command("token")
+@click.argument("username")
+@click.option(
+    "--name", "token_name", required=True, help="What the token is for (unique per user)."
+)
+@click.option(
+    "--expires-in-days",
+    type=click.IntRange(1, 3650),
+    default=None,
+    help="Days until the token stops working (default: it does not expire).",
+)
+@click.option("--read-only", is_flag=True, help="The token may only read (GET and HEAD).")
+@click.pass_obj
+def users_token(
+    state: CliState, username: str, token_name: str, expires_in_days: int | None, read_only: bool
+) -> None:
+    """Make a personal API token for a user (a script's credential, e.g. when provisioning
+    without a browser); prints the token with its "secret", shown only now."""
+    from app.db import transaction
+    from app.errors import ApiError
+    from app.identity.api_tokens import create_token, validate_token_request
+    from app.identity.users import get_user
+
+    body = {
+        "name": token_name,
+        "expires_in_days": expires_in_days,
+        "access": "read" if read_only else "write",
+    }
+    with database_for_command(state.settings()):
+        try:
+            request = validate_token_request(body)
+            with transaction() as conn:
+                user = get_user(conn, _user_id(conn, username))
+                token, secret = create_token(conn, user, request, via="cli", actor_user_id=None)
+        except ApiError as exc:
+            raise click.ClickException(describe_error(exc)) from None
+    print_json({**token.public(), "username": username, "secret": secret})
+
+
 @main.group()
 def scanners() -> None:
     """Scanner identities."""

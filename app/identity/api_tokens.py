@@ -115,9 +115,15 @@ def validate_token_request(body: Any) -> TokenRequest:
 
 
 def create_token(
-    conn: Connection, user: User, request: TokenRequest, *, via: str
+    conn: Connection,
+    user: User,
+    request: TokenRequest,
+    *,
+    via: str,
+    actor_user_id: int | None,
 ) -> tuple[ApiToken, str]:
-    """A new token of ``user`` and its secret (shown once, never stored)."""
+    """A new token of ``user`` and its secret (shown once, never stored). The audit row
+    names ``actor_user_id``: the user, or None for the operator's CLI."""
     # The user's row lock serialises two requests at the cap.
     conn.execute(sa.text("SELECT 1 FROM users WHERE id = :u FOR UPDATE"), {"u": user.id})
     held = conn.execute(
@@ -160,7 +166,7 @@ def create_token(
     token = _token(row)
     record_audit(
         conn,
-        actor_user_id=user.id,
+        actor_user_id=actor_user_id,
         action="api_token.create",
         target_type="api_token",
         target_id=token.id,

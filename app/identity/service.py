@@ -88,7 +88,7 @@ def create_api_token(user: User, body: Any, *, via: str) -> tuple[api_tokens.Api
     """A new personal API token of ``user`` (audited) and its secret, shown once."""
     request = api_tokens.validate_token_request(body)
     with transaction() as conn:
-        return api_tokens.create_token(conn, user, request, via=via)
+        return api_tokens.create_token(conn, user, request, via=via, actor_user_id=user.id)
 
 
 def list_api_tokens(user_id: int) -> list[api_tokens.ApiToken]:

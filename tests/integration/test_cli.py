@@ -65,6 +65,41 @@ def test_scanners_create_prints_the_token_once(database_url, engine, api):
     assert created["token"] not in result.stderr
 
 
+def test_users_token_makes_a_working_token_shown_once(database_url, engine, api):
+    created = api.create_user("frank")
+    result = run_cli(
+        database_url, "users", "token", "frank", "--name", "ansible", "--expires-in-days", "30"
+    )
+    assert result.returncode == 0, result.stderr
+    token = json.loads(result.stdout)
+    assert token["username"] == "frank" and token["access"] == "write" and token["expires_at"]
+    assert token["secret"].startswith("nmu_") and token["secret"] not in result.stderr
+    client = api.app.test_client()
+    me = client.get("/api/auth/me", headers={"Authorization": f"Bearer {token['secret']}"})
+    assert me.status_code == 200 and me.get_json()["user"]["id"] == created["id"]
+    reader = run_cli(database_url, "users", "token", "frank", "--name", "siem", "--read-only")
+    assert (
+        json.loads(reader.stdout)["access"] == "read"
+        and json.loads(reader.stdout)["expires_at"] is None
+    )
+    with transaction() as conn:
+        actors = conn.execute(
+            sa.text(
+                "SELECT actor_user_id, details->>'via' FROM audit_log "
+                "WHERE action = 'api_token.create' ORDER BY id"
+            )
+        ).all()
+    assert [tuple(row) for row in actors] == [(None, "cli"), (None, "cli")]
+    for args, words in (
+        (("nobody", "--name", "x"), "user_not_found"),
+        (("frank", "--name", "ansible"), "duplicate_name"),
+        (("frank", "--name", "x", "--expires-in-days", "0"), "--expires-in-days"),
+        (("frank",), "--name"),
+    ):
+        refused = run_cli(database_url, "users", "token", *args)
+        assert refused.returncode != 0 and words in refused.stderr, (args, refused.stderr)
+
+
 def test_db_upgrade_on_an_empty_database(empty_database_url):
     result = run_cli(empty_database_url, "db", "upgrade")
     assert result.returncode == 0, result.stderr
