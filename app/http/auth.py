@@ -99,8 +99,10 @@ def change_password():
 @blueprint.get("/sessions")
 @require_session
 def list_sessions():
-    """One's live sessions (when each began and ends; ``current`` marks this one)."""
-    return jsonify({"items": identity.live_sessions(current_user().id, session_id() or "")})
+    """One's live sessions (when each began and ends; ``current`` marks this one): this
+    one first, then the newest 100, and ``total``."""
+    items, total = identity.live_sessions(current_user().id, session_id() or "", limit=100)
+    return jsonify({"items": items, "total": total})
 
 
 @blueprint.post("/sessions/end-others")

@@ -50,9 +50,12 @@ def user_for_session(session_id: str, user_id: int) -> User | None:
         return sessions.user_for_session(conn, session_id, user_id)
 
 
-def live_sessions(user_id: int, current_session_id: str) -> list[dict]:
+def live_sessions(
+    user_id: int, current_session_id: str, *, limit: int = 50
+) -> tuple[list[dict], int]:
+    """The user's live sessions (the caller's first, then the newest) and how many."""
     with transaction() as conn:
-        return sessions.live_sessions(conn, user_id, current_session_id)
+        return sessions.live_sessions(conn, user_id, current_session_id, limit=limit)
 
 
 def end_other_sessions(user: User, current_session_id: str, *, via: str) -> int:

@@ -71,18 +71,22 @@ def end_user_sessions(conn: Connection, user_id: int) -> int:
     ).rowcount
 
 
-def live_sessions(conn: Connection, user_id: int, current_session_id: str) -> list[dict]:
-    """The user's live sessions, oldest first: when each began and ends, and which one
-    is the caller's (the only way to tell them apart: nothing else about a browser is
-    kept)."""
+def live_sessions(
+    conn: Connection, user_id: int, current_session_id: str, *, limit: int = 50
+) -> tuple[list[dict], int]:
+    """The user's live sessions, the caller's first, then the newest (at most ``limit``),
+    and how many there are: when each began and ends, and which one is the caller's (the
+    only way to tell them apart: nothing else about a browser is kept)."""
     rows = conn.execute(
         sa.text(
-            "SELECT id_sha256 = :current AS current, created_at, expires_at FROM user_sessions "
-            "WHERE user_id = :uid AND expires_at > now() ORDER BY created_at, id_sha256"
+            "SELECT id_sha256 = :current AS current, created_at, expires_at, "
+            "count(*) OVER () AS total FROM user_sessions "
+            "WHERE user_id = :uid AND expires_at > now() "
+            "ORDER BY id_sha256 = :current DESC, created_at DESC, id_sha256 LIMIT :limit"
         ),
-        {"uid": user_id, "current": _digest(current_session_id)},
+        {"uid": user_id, "current": _digest(current_session_id), "limit": limit},
     ).all()
-    return [
+    items = [
         {
             "current": row.current,
             "created_at": row.created_at.isoformat(),
@@ -90,6 +94,7 @@ def live_sessions(conn: Connection, user_id: int, current_session_id: str) -> li
         }
         for row in rows
     ]
+    return items, int(rows[0].total) if rows else 0
 
 
 def end_other_sessions(conn: Connection, user_id: int, current_session_id: str) -> int:

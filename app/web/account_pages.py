@@ -77,11 +77,13 @@ def _account_page(
     errors: dict[str, str] | None = None,
     status: int = 200,
 ):
+    sessions, total = identity.live_sessions(signed_in_user().id, session_id() or "")
     body = render_template(
         "console/account.html",
         changed=changed,
         ended=ended,
         errors=errors or {},
-        sessions=identity.live_sessions(signed_in_user().id, session_id() or ""),
+        sessions=sessions,
+        session_total=total,
     )
     return body, status

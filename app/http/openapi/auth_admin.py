@@ -48,12 +48,13 @@ OPERATIONS = {
     ),
     ("get", "/api/auth/sessions"): operation(
         "auth",
-        "Your live sessions: when each began and ends, and which is this one",
+        "Your live sessions (this one first, then the newest 100) and their total",
         {
             "200": json_response(
-                "your sessions, oldest first",
+                "your sessions",
                 obj(
                     {
+                        "total": {"type": "integer"},
                         "items": {
                             "type": "array",
                             "items": obj(
@@ -63,7 +64,7 @@ OPERATIONS = {
                                     "expires_at": {"type": "string", "format": "date-time"},
                                 }
                             ),
-                        }
+                        },
                     }
                 ),
             )

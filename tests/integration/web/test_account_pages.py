@@ -117,8 +117,8 @@ def test_one_signs_out_everywhere_else_from_the_account_page_and_the_api(api):
     assert len(re.findall(r"<tr(?: id=\"this-session\")?><td>", page)) == 3
     assert 'id="this-session"' in page and 'id="end-others-form"' in page
 
-    listed = laptop.get("/api/auth/sessions").get_json()["items"]
-    assert len(listed) == 3 and [s["current"] for s in listed].count(True) == 1
+    listed = laptop.get("/api/auth/sessions").get_json()
+    assert listed["total"] == 3 and [s["current"] for s in listed["items"]] == [True, False, False]
     ended = client.post("/console/account/sessions/end-others", data={"csrf_token": _csrf(page)})
     assert ended.status_code == 303 and ended.headers["Location"] == "/console/account?ended=2"
     after = client.get(ended.headers["Location"]).text
@@ -154,3 +154,17 @@ def test_sessions_are_a_sessions_business_not_a_tokens(api):
         assert response.status_code == 403, path
         assert response.get_json()["error"]["code"] == "session_required"
     assert user.get("/api/auth/me").status_code == 200
+
+
+def test_a_long_session_list_shows_this_browser_and_the_newest(api):
+    from datetime import timedelta
+
+    from app.identity import service as identity
+
+    client, created = _user_client(api)  # the oldest session: shown first all the same
+    for _ in range(51):  # as 51 sign-ins make them (past the sign-in throttle of a test)
+        identity.start_session(created["id"], timedelta(hours=1))
+    page = client.get("/console/account").text
+    rows = re.findall(r"<tr(?: id=\"this-session\")?><td>", page)
+    assert len(rows) == 50 and rows[0] == '<tr id="this-session"><td>'
+    assert "This browser and the newest 49 of 52 sessions are shown." in page
