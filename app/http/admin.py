@@ -1,16 +1,18 @@
-"""Admin routes: users and scanners (session + CSRF + admin + rate limit, audited).
+"""Admin routes: users and scanners (session + CSRF + admin + rate limit, audited), and
+the audit trail itself.
 
 Disabling a user ends every session of that user at once (IDN-1).
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 
 from app.errors import ValidationError
 from app.http.guards import current_user, require_admin
-from app.http.requests import json_body
+from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.identity import service as identity
+from app.parameters import text_param
 
 blueprint = Blueprint("admin", __name__, url_prefix="/api")
 
@@ -57,3 +59,25 @@ def disable_user_route(user_id: int):
 @require_admin
 def enable_user_route(user_id: int):
     return _set_disabled(user_id, False)
+
+
+@blueprint.get("/audit")
+@require_admin
+def audit_route():
+    """The audit trail, newest first: ``action`` (one, or a family such as ``user``) and
+    ``actor`` (a username) narrow it; keyset pages."""
+    items, next_id = audit_page_from(request.args, limit=page_limit())
+    cursor = encode_cursor({"before": next_id}) if next_id is not None else None
+    return jsonify({"items": items, "next_cursor": cursor})
+
+
+def audit_page_from(args, *, limit: int) -> tuple[list[dict], int | None]:
+    """The audit page a request's ``action``, ``actor`` and ``cursor`` ask for (shared
+    with the console's audit page)."""
+    cursor = decode_cursor()
+    return identity.audit_page(
+        limit=limit,
+        before_id=int(cursor["before"]) if cursor else None,
+        action=text_param(args, "action", 100),
+        actor=text_param(args, "actor", 64),
+    )

@@ -13,8 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from app.db import transaction
-from app.errors import Conflict
-from app.identity import api_tokens, scanners, sessions, users
+from app.errors import Conflict, ValidationError
+from app.identity import api_tokens, audit, scanners, sessions, users
 from app.identity.audit import record_audit
 from app.identity.scanners import Scanner, ScannerListing
 from app.identity.user_record import User
@@ -48,6 +48,31 @@ def user_for_session(session_id: str, user_id: int) -> User | None:
     """The user of a live session, or None when it ended, expired or the user is disabled."""
     with transaction() as conn:
         return sessions.user_for_session(conn, session_id, user_id)
+
+
+def audit_page(
+    *,
+    limit: int,
+    before_id: int | None = None,
+    action: str | None = None,
+    actor: str | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the audit trail (newest first) and where the next starts; ``actor`` is
+    a username (an unknown one is a 400 naming the parameter)."""
+    with transaction() as conn:
+        actor_id = None
+        if actor:
+            found = users.find_by_username(conn, actor)
+            if found is None:
+                raise ValidationError(
+                    f"no user is named {actor!r}",
+                    code="invalid_parameter",
+                    details={"parameter": "actor"},
+                )
+            actor_id = found.id
+        return audit.audit_page(
+            conn, limit=limit, before_id=before_id, action=action, actor_user_id=actor_id
+        )
 
 
 def live_sessions(

@@ -13,7 +13,8 @@ from flask import redirect, render_template, request, url_for
 
 from app.errors import ApiError, Conflict
 from app.http import context
-from app.http.requests import int_arg
+from app.http.admin import audit_page_from
+from app.http.requests import encode_cursor, int_arg
 from app.identity import service as identity
 from app.modules.selection import Selection
 from app.modules.service import MAX_CHANGE_REASON, recent_selection_revisions
@@ -70,6 +71,29 @@ def users():
 def user_set_disabled(user_id: int, action: str):
     identity.set_user_disabled(user_id, action == "disable", actor=signed_in_user(), via="console")
     return redirect(url_for("web.users"), code=303)
+
+
+# -- audit trail ------------------------------------------------------------------------
+@blueprint.get("/admin/audit")
+@page_admin
+def audit():
+    """The audit trail, newest first, narrowed by action (or family) and actor, as
+    ``GET /api/audit`` gives it."""
+    filters = {name: request.args.get(name, "") for name in ("action", "actor")}
+    items: list = []
+    next_url = error = None
+    try:
+        items, next_id = audit_page_from(request.args, limit=PAGE_SIZE)
+    except ApiError as refused:
+        error = refused.message
+    else:
+        if next_id is not None:
+            kept = {k: v for k, v in filters.items() if v}
+            next_url = url_for("web.audit", cursor=encode_cursor({"before": next_id}), **kept)
+    body = render_template(
+        "console/audit.html", items=items, filters=filters, error=error, next_url=next_url
+    )
+    return body, 400 if error else 200
 
 
 # -- report renderer --------------------------------------------------------------------

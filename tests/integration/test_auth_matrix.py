@@ -324,6 +324,7 @@ CONSOLE_ROUTES: list[Route] = [
         _admin_page(303),
     ),
     _html("GET", "/console/users", lambda w: "/console/users", _admin_page(200)),
+    _html("GET", "/console/admin/audit", lambda w: "/console/admin/audit", _admin_page(200)),
     _html(
         "GET", "/console/admin/resources", lambda w: "/console/admin/resources", _admin_page(200)
     ),
@@ -385,6 +386,7 @@ ROUTES: list[Route] = [
     Route("GET", "/readyz", lambda w: "/readyz", None, PUBLIC),
     # Operators only: the metrics token (none configured here) or an admin session.
     Route("GET", "/metrics", lambda w: "/metrics", None, _admin_route(200)),
+    Route("GET", "/api/audit", lambda w: "/api/audit", None, _admin_route(200)),
     Route(
         "POST",
         "/api/auth/login",

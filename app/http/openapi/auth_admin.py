@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from app.http.openapi.components import (
+    CURSOR,
+    LIMIT,
     SESSION,
     body,
     json_response,
     obj,
     operation,
+    page,
     path_id,
+    query,
     ref,
 )
 
@@ -76,6 +80,34 @@ OPERATIONS = {
         "Sign out everywhere else: every other session of yours ends (audited)",
         {"200": json_response("how many ended", obj({"ended": {"type": "integer"}}))},
         security=SESSION,
+    ),
+    ("get", "/api/audit"): operation(
+        "admin",
+        "The audit trail, newest first (admins)",
+        {
+            "200": json_response(
+                "one page",
+                page(
+                    obj(
+                        {
+                            "id": {"type": "integer"},
+                            "at": {"type": "string", "format": "date-time"},
+                            "actor": {"type": ["object", "null"]},
+                            "action": {"type": "string"},
+                            "target_type": {"type": ["string", "null"]},
+                            "target_id": {"type": ["string", "null"]},
+                            "details": {"type": "object"},
+                        }
+                    )
+                ),
+            )
+        },
+        parameters=[
+            query("action", description="an action (user.disable) or a family (user)"),
+            query("actor", description="the acting user's name"),
+            LIMIT,
+            CURSOR,
+        ],
     ),
     ("get", "/api/auth/tokens"): operation(
         "auth",
