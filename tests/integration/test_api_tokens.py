@@ -257,3 +257,27 @@ def test_a_read_only_token_reads_and_changes_nothing(api):
     writer_token, writer = _make(alice, "writer")
     assert writer_token["access"] == "write"
     assert _bearer(api, writer).delete(f"/api/auth/tokens/{token['id']}").status_code == 204
+
+
+def test_a_token_secret_never_reaches_the_logs(settings, engine, capsys):
+    """Making, using, refusing and revoking a token logs its id, never its secret."""
+    import logging
+
+    from app import create_app
+    from app.observability import configure_logging
+    from tests.support.api import Api
+
+    configure_logging()
+    logging.getLogger("netmap.http").setLevel(logging.INFO)
+    api = Api(create_app(settings, engine=engine, modules="off"))
+    capsys.readouterr()
+    alice = api.user()
+    token, secret = _make(alice, "quiet")
+    caller = _bearer(api, secret)
+    assert caller.get("/api/auth/me").status_code == 200
+    assert _bearer(api, secret[:-1] + "x").get("/api/auth/me").status_code == 401
+    assert caller.post("/api/auth/tokens", json={"name": "x"}).status_code == 403
+    assert caller.delete(f"/api/auth/tokens/{token['id']}").status_code == 204
+    logged = capsys.readouterr().err
+    assert "ApiTokenCreated" in logged and "ApiTokenRevoked" in logged
+    assert secret not in logged and secret[4:20] not in logged
