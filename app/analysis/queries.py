@@ -100,6 +100,38 @@ def task_changes(
     }
 
 
+def owner_changes(
+    conn: Connection, owner_id: int, *, kind: str | None, limit: int, cursor: str | None
+) -> dict[str, Any]:
+    """One keyset page of the owner's changes across all tasks, newest first, optionally
+    of one kind (one backward range of ``ix_analysis_changes_owner[_kind]``)."""
+    position = decode_cursor("change-feed", cursor)
+    params: dict[str, Any] = {"owner_id": owner_id, "limit": limit + 1}
+    where = "c.owner_id = :owner_id"
+    if position is not None:
+        where += " AND c.id < :before"
+        params["before"] = cursor_int(position, "id")
+    if kind is not None:
+        where += " AND c.kind = :kind"
+        params["kind"] = kind
+    rows = (
+        conn.execute(
+            sa.text(
+                f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
+                "ORDER BY c.id DESC LIMIT :limit"
+            ),
+            params,
+        )
+        .mappings()
+        .all()
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor("change-feed", {"id": rows[-1]["id"]})
+    return {"items": [_change_item(r, endpoint=True) for r in rows], "next_cursor": next_cursor}
+
+
 def task_change_counts(
     conn: Connection, task_id: int, *, execution_ids: list[int] | None = None
 ) -> dict[str, Any]:

@@ -35,6 +35,14 @@ def endpoint_history(
         )
 
 
+def owner_changes(
+    owner_id: int, *, kind: str | None, limit: int, cursor: str | None
+) -> dict[str, Any]:
+    """What changed across all of the owner's tasks, newest first (``GET /api/changes``)."""
+    with transaction() as conn:
+        return queries.owner_changes(conn, owner_id, kind=kind, limit=limit, cursor=cursor)
+
+
 def recent_change_counts(owner_id: int, *, days: int, execution_cap: int) -> dict[str, Any]:
     """New and gone endpoints of the owner's recent executions (the dashboard's counts)."""
     with transaction() as conn:

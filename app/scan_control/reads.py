@@ -79,3 +79,16 @@ def host_history(
         for row in rows
     ]
     return executions, changes
+
+
+def task_names(task_ids: list[int]) -> dict[int, str]:
+    """The names of these tasks (one statement; a purged task has none), for lists that
+    show the tasks other packages' rows name (the change feed)."""
+    if not task_ids:
+        return {}
+    with transaction() as conn:
+        rows = conn.execute(
+            sa.text("SELECT id, name FROM scan_tasks WHERE id = ANY(:ids)"),
+            {"ids": sorted(set(task_ids))},
+        ).all()
+    return {row.id: row.name for row in rows}

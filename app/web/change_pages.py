@@ -16,6 +16,7 @@ from flask import render_template, request, url_for
 from app.analysis.changes import CHANGE_KINDS
 from app.analysis.service import endpoint_history
 from app.errors import ValidationError
+from app.http.changes import change_feed_page
 from app.http.requests import int_arg
 from app.scan_control.run_views import check_run_pair, compare, run_changes
 from app.scan_control.runs import runs_of_task
@@ -66,6 +67,27 @@ def asset_history():
         history=history,
         next_url=next_url,
         first_url=url_for("web.asset_history", **key) if cursor else None,
+    )
+
+
+@blueprint.get("/changes")
+@page_user
+def changes_feed():
+    """What changed across all of one's tasks, newest first (``GET /api/changes``)."""
+    page = change_feed_page(signed_in_user().id, limit=PAGE_SIZE)
+    kind = request.args.get("kind") or None
+    next_url = (
+        url_for("web.changes_feed", kind=kind, cursor=page["next_cursor"])
+        if page["next_cursor"]
+        else None
+    )
+    return render_template(
+        "console/changes.html",
+        page=page,
+        kind=kind,
+        kinds=CHANGE_KINDS,
+        next_url=next_url,
+        first_url=url_for("web.changes_feed", kind=kind) if request.args.get("cursor") else None,
     )
 
 

@@ -190,6 +190,7 @@ CONSOLE_ROUTES: list[Route] = [
         _page(200, owned=True),
     ),
     _html("GET", "/console/assets", lambda w: "/console/assets", _page(200)),
+    _html("GET", "/console/changes", lambda w: "/console/changes", _page(200)),
     _html("GET", "/console/hosts/<path:ip>", lambda w: "/console/hosts/127.0.0.1", _page(200)),
     _html(
         "GET",
@@ -387,6 +388,7 @@ ROUTES: list[Route] = [
     # Operators only: the metrics token (none configured here) or an admin session.
     Route("GET", "/metrics", lambda w: "/metrics", None, _admin_route(200)),
     Route("GET", "/api/audit", lambda w: "/api/audit", None, _admin_route(200)),
+    Route("GET", "/api/changes", lambda w: "/api/changes", None, _user_route(200, owned=False)),
     Route(
         "POST",
         "/api/auth/login",

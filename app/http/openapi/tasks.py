@@ -122,6 +122,16 @@ OPERATIONS = {
             CURSOR,
         ],
     ),
+    ("get", "/api/changes"): operation(
+        "tasks",
+        "What changed across all of your tasks, newest first (each with its task_name)",
+        {"200": json_response("a page of changes", page())},
+        parameters=[
+            query("kind", {"type": "string", "enum": ["new", "changed", "gone", "reappeared"]}),
+            LIMIT,
+            CURSOR,
+        ],
+    ),
     ("get", "/api/tasks/{task_id}/changes"): operation(
         "tasks",
         "What the task's scans changed: new, changed, gone, reappeared",
