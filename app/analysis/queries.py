@@ -104,20 +104,27 @@ def owner_changes(
     conn: Connection, owner_id: int, *, kind: str | None, limit: int, cursor: str | None
 ) -> dict[str, Any]:
     """One keyset page of the owner's changes across all tasks, newest first, optionally
-    of one kind (one backward range of ``ix_analysis_changes_owner[_kind]``)."""
+    of one kind. Each kind is one backward range of ``ix_analysis_changes_owner_kind``
+    (at most a page from each), and all kinds are those ranges merged: one index, so
+    the analysis's writes pay for one more entry a change, not two."""
     position = decode_cursor("change-feed", cursor)
     params: dict[str, Any] = {"owner_id": owner_id, "limit": limit + 1}
-    where = "c.owner_id = :owner_id"
+    before = ""
     if position is not None:
-        where += " AND c.id < :before"
+        before = " AND c.id < :before"
         params["before"] = cursor_int(position, "id")
-    if kind is not None:
-        where += " AND c.kind = :kind"
-        params["kind"] = kind
+    ranges = []
+    for index, each in enumerate([kind] if kind is not None else CHANGE_KINDS):
+        params[f"kind{index}"] = each
+        ranges.append(
+            f"(SELECT {_CHANGE_COLUMNS} FROM analysis_changes c "  # noqa: S608 - fragments are module constants; values are bound
+            f"WHERE c.owner_id = :owner_id AND c.kind = :kind{index}{before} "
+            "ORDER BY c.id DESC LIMIT :limit)"
+        )
     rows = (
         conn.execute(
             sa.text(
-                f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
+                f"SELECT * FROM ({' UNION ALL '.join(ranges)}) c "  # noqa: S608 - fragments are module constants
                 "ORDER BY c.id DESC LIMIT :limit"
             ),
             params,
