@@ -78,26 +78,28 @@ def task_changes(
     # on the page. Read the other way round, an analysis committing between the two
     # statements gave an empty page that called the execution analysed.
     counts = task_change_counts(conn, task_id, execution_ids=execution_ids)
-    rows = (
-        conn.execute(
-            sa.text(
-                f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
-                "ORDER BY c.id LIMIT :limit"
-            ),
-            params,
-        )
-        .mappings()
-        .all()
+    page = _change_page(
+        conn,
+        f"SELECT {_CHANGE_COLUMNS} FROM analysis_changes c WHERE {where} "  # noqa: S608 - fragments are module constants; values are bound
+        "ORDER BY c.id LIMIT :limit",
+        params,
+        limit=limit,
+        cursor_kind="changes",
     )
+    return {**page, "counts": counts}
+
+
+def _change_page(
+    conn: Connection, sql: str, params: dict[str, Any], *, limit: int, cursor_kind: str
+) -> dict[str, Any]:
+    """A keyset page of changes from ``sql`` (which reads ``limit + 1`` rows): the items
+    and the cursor after the last one (None when no more follow)."""
+    rows = conn.execute(sa.text(sql), params).mappings().all()
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor("changes", {"id": rows[-1]["id"]})
-    return {
-        "items": [_change_item(r, endpoint=True) for r in rows],
-        "next_cursor": next_cursor,
-        "counts": counts,
-    }
+        next_cursor = encode_cursor(cursor_kind, {"id": rows[-1]["id"]})
+    return {"items": [_change_item(r, endpoint=True) for r in rows], "next_cursor": next_cursor}
 
 
 def owner_changes(
@@ -121,22 +123,14 @@ def owner_changes(
             f"WHERE c.owner_id = :owner_id AND c.kind = :kind{index}{before} "
             "ORDER BY c.id DESC LIMIT :limit)"
         )
-    rows = (
-        conn.execute(
-            sa.text(
-                f"SELECT * FROM ({' UNION ALL '.join(ranges)}) c "  # noqa: S608 - fragments are module constants
-                "ORDER BY c.id DESC LIMIT :limit"
-            ),
-            params,
-        )
-        .mappings()
-        .all()
+    return _change_page(
+        conn,
+        f"SELECT * FROM ({' UNION ALL '.join(ranges)}) c "  # noqa: S608 - fragments are module constants
+        "ORDER BY c.id DESC LIMIT :limit",
+        params,
+        limit=limit,
+        cursor_kind="change-feed",
     )
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor("change-feed", {"id": rows[-1]["id"]})
-    return {"items": [_change_item(r, endpoint=True) for r in rows], "next_cursor": next_cursor}
 
 
 def task_change_counts(
