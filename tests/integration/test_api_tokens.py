@@ -10,6 +10,7 @@ import hashlib
 import sqlalchemy as sa
 
 from app.db import transaction
+from tests.integration.web.test_audit_pages import audit_rows
 
 
 def _bearer(api, token: str):
@@ -159,15 +160,8 @@ def test_making_and_revoking_a_token_is_audited(api):
     alice = api.user()
     token, _ = _make(alice, "audited")
     assert alice.delete(f"/api/auth/tokens/{token['id']}").status_code == 204
-    with transaction() as conn:
-        rows = conn.execute(
-            sa.text(
-                "SELECT action, actor_user_id, details->>'name' AS name FROM audit_log "
-                "WHERE target_type = 'api_token' AND target_id = :i ORDER BY id"
-            ),
-            {"i": str(token["id"])},
-        ).all()
-    assert [(r.action, r.actor_user_id, r.name) for r in rows] == [
+    rows = [a for a in audit_rows(api, "api_token") if a["target_id"] == str(token["id"])]
+    assert [(a["action"], a["actor"]["id"], a["details"]["name"]) for a in rows] == [
         ("api_token.create", alice.id, "audited"),
         ("api_token.revoke", alice.id, "audited"),
     ]

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import re
 
-import sqlalchemy as sa
-
 from app import create_app
-from app.db import transaction
+from tests.integration.web.test_audit_pages import audit_rows
 from tests.integration.web.test_console_pages import _csrf, _sign_in, _user_client
 from tests.support.api import DEFAULT_PASSWORD, Api
 from tests.support.settings import make_settings
@@ -50,15 +48,10 @@ def test_the_account_page_changes_the_password_and_ends_the_other_sessions(api):
         "/api/auth/login", json={"username": created["username"], "password": DEFAULT_PASSWORD}
     )
     assert refused.status_code == 401
-    with transaction() as conn:
-        via = conn.execute(
-            sa.text(
-                "SELECT details->>'via' FROM audit_log WHERE action = 'user.password_change' "
-                "AND target_id = :u ORDER BY id DESC LIMIT 1"
-            ),
-            {"u": str(created["id"])},
-        ).scalar_one()
-    assert via == "console"
+    (changed_row,) = [
+        a for a in audit_rows(api, "user.password_change") if a["target_id"] == str(created["id"])
+    ]
+    assert changed_row["details"]["via"] == "console"
 
 
 def test_a_refused_change_says_why_at_its_field_and_changes_nothing(api):
@@ -133,15 +126,12 @@ def test_one_signs_out_everywhere_else_from_the_account_page_and_the_api(api):
     assert answer.status_code == 200 and answer.get_json() == {"ended": 1}
     assert client.get("/console/account").status_code == 302  # the console's session ended
     assert again.get("/api/auth/me").status_code == 200
-    with transaction() as conn:
-        audited = conn.execute(
-            sa.text(
-                "SELECT details->>'via', (details->>'ended')::int FROM audit_log "
-                "WHERE action = 'user.sessions_end_others' AND target_id = :u ORDER BY id"
-            ),
-            {"u": str(created["id"])},
-        ).all()
-    assert [tuple(row) for row in audited] == [("console", 2), ("api", 1)]
+    audited = [
+        (a["details"]["via"], a["details"]["ended"])
+        for a in audit_rows(api, "user.sessions_end_others")
+        if a["target_id"] == str(created["id"])
+    ]
+    assert audited == [("console", 2), ("api", 1)]
 
 
 def test_sessions_are_a_sessions_business_not_a_tokens(api):

@@ -8,6 +8,13 @@ import re
 from tests.integration.web.test_console_pages import _user_client
 
 
+def audit_rows(api, action: str) -> list[dict]:
+    """The audit trail's rows of one action (or family), oldest first, as an admin reads
+    them through ``GET /api/audit``."""
+    items = api.admin().get(f"/api/audit?action={action}&limit=500").get_json()["items"]
+    return items[::-1]
+
+
 def _trail(api):
     """An admin who made a user, disabled and enabled them, and made a token."""
     admin = api.admin()
