@@ -38,6 +38,25 @@ def save_search():
     return redirect(_assets_url(), code=303)
 
 
+@blueprint.post("/searches/<int:search_id>/update")
+@page_user
+def update_search(search_id: int):
+    """Give a saved search the search box's query: the alert rules and reports that use
+    it watch the new query from their next change set or report on (they refer to the
+    search, not a copy)."""
+    user = signed_in_user()
+    try:
+        saved_searches.update_search(
+            user.id,
+            search_id,
+            records.validate({"query": request.form.get("query", "")}, partial=True),
+        )
+    except ValidationError as refused:
+        return assets_page(searches_error=refused.message, status=400)
+    emit("SearchUpdatedFromConsole", search_id=search_id, user_id=user.id)
+    return redirect(_assets_url(), code=303)
+
+
 @blueprint.post("/searches/<int:search_id>/delete")
 @page_user
 def delete_search(search_id: int):

@@ -247,6 +247,12 @@ CONSOLE_ROUTES: list[Route] = [
         lambda w: "/console/searches/987654/delete",
         _page(404),
     ),
+    _html(
+        "POST",
+        "/console/searches/<int:search_id>/update",
+        lambda w: "/console/searches/987654/update",
+        _page(404),
+    ),
     # Run 1 still runs: 409 run_active means the caller got past access control.
     _html(
         "POST",

@@ -111,3 +111,42 @@ def test_a_saved_search_is_deleted_unless_a_report_uses_it(api):
     foreign = other.post(actions[kept_id], data={"csrf_token": _csrf(other.get(PAGE).text)})
     assert foreign.status_code == 404
     assert _api_searches(api, created) == [("kept", "port:22")]
+
+
+def test_a_saved_search_in_use_takes_the_search_boxs_query(api):
+    client, created = _user_client(api)
+    user = api.login(created["username"])
+    made = user.post("/api/searches", json={"name": "ssh", "query": "port:22"}).get_json()
+    search_id = made["search"]["id"]
+    report = user.post(
+        "/api/reports/definitions",
+        json={
+            "name": "ssh",
+            "scope": {"search": search_id},
+            "period": "on_demand",
+            "recipients": ["a@example.com"],
+        },
+    )
+    assert report.status_code == 201, report.get_json()
+    same = client.get("/console/assets?q=port%3A22").text
+    assert f'data-update-search="{search_id}"' not in same  # the box already holds it
+    page = client.get("/console/assets?q=port%3A2222")
+    action = html.unescape(
+        re.search(r'<form method="post" action="([^"]+)" data-update-search=', page.text)[1]
+    )
+    updated = client.post(action, data={"query": "port:2222", "csrf_token": _csrf(page.text)})
+    assert updated.status_code == 303
+    assert updated.headers["Location"] == "/console/assets?q=port:2222&sort=ip&order=asc"
+    assert _api_searches(api, created) == [("ssh", "port:2222")]
+    definition = report.get_json()["definition"]
+    again = user.get(f"/api/reports/definitions/{definition['id']}").get_json()["definition"]
+    assert again["scope"] == {"search": search_id}  # the report follows the search
+
+    broken = client.post(action, data={"query": "port:", "csrf_token": _csrf(page.text)})
+    assert broken.status_code == 400 and 'id="saved-search-error"' in broken.text
+    other, _ = _user_client(api)
+    foreign = other.post(
+        action, data={"query": "port:1", "csrf_token": _csrf(other.get(PAGE).text)}
+    )
+    assert foreign.status_code == 404
+    assert _api_searches(api, created) == [("ssh", "port:2222")]
