@@ -140,6 +140,7 @@ def test_refused_token_requests_say_why_and_write_nothing(api):
     refusals = [
         ({"name": ""}, 400, "name"),
         ({"name": "x" * 101}, 400, "name"),
+        ({"name": "line\nbreak"}, 400, "name"),
         ({"name": "ok", "expires_in_days": 0}, 400, "expires_in_days"),
         ({"name": "ok", "expires_in_days": "30"}, 400, "expires_in_days"),
         ({"name": "ok", "expires_in_days": True}, 400, "expires_in_days"),
