@@ -71,6 +71,10 @@ def _check_queued_cap(conn: sa.Connection, user: User, max_queued: int | None) -
         )
 
 
+# The body fields that choose the assets of an asset export (besides its format).
+_SEARCH_FIELDS = ("query", "filters")
+
+
 def request_query_export(user: User, body: Any, *, max_queued: int | None = None) -> dict[str, Any]:
     """Queue an export of the caller's current assets a search finds (``POST /api/exports
     {"query": …, "filters": {…}, "format": …}``). ``query`` is the search language;
@@ -128,9 +132,6 @@ def request_query_export(user: User, body: Any, *, max_queued: int | None = None
         filters=sorted(params) if params else [],
     )
     return records.export_dict(row)
-
-
-_SEARCH_FIELDS = ("query", "filters")
 
 
 def asset_filter_params(filters: Any) -> dict[str, str]:

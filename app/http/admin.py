@@ -66,18 +66,18 @@ def enable_user_route(user_id: int):
 def audit_route():
     """The audit trail, newest first: ``action`` (one, or a family such as ``user``) and
     ``actor`` (a username) narrow it; keyset pages."""
-    items, next_id = audit_page_from(request.args, limit=page_limit())
+    items, next_id = audit_page_from(limit=page_limit())
     cursor = encode_cursor({"before": next_id}) if next_id is not None else None
     return jsonify({"items": items, "next_cursor": cursor})
 
 
-def audit_page_from(args, *, limit: int) -> tuple[list[dict], int | None]:
+def audit_page_from(*, limit: int) -> tuple[list[dict], int | None]:
     """The audit page a request's ``action``, ``actor`` and ``cursor`` ask for (shared
     with the console's audit page)."""
     cursor = decode_cursor()
     return identity.audit_page(
         limit=limit,
         before_id=int(cursor["before"]) if cursor else None,
-        action=text_param(args, "action", 100),
-        actor=text_param(args, "actor", 64),
+        action=text_param(request.args, "action", 100),
+        actor=text_param(request.args, "actor", 64),
     )

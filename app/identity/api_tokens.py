@@ -8,7 +8,6 @@ deletes the row, so the next request fails. Making and revoking one are audited.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, NotFound, ValidationError
 from app.identity.audit import record_audit
+from app.identity.scanners import token_digest
 from app.identity.user_record import User, _row_to_user
 from app.json_input import checked_name, checked_object
 
@@ -60,19 +60,7 @@ ACCESS = ("write", "read")
 
 
 def _token(row: Any) -> ApiToken:
-    return ApiToken(
-        id=row.id,
-        name=row.name,
-        hint=row.hint,
-        access=row.access,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-        last_used_at=row.last_used_at,
-    )
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+    return ApiToken(**row._mapping)  # _COLUMNS are the dataclass's fields, by name
 
 
 @dataclass(frozen=True)
@@ -153,7 +141,7 @@ def create_token(
                 {
                     "u": user.id,
                     "name": request.name,
-                    "digest": _digest(secret),
+                    "digest": token_digest(secret),
                     "hint": secret[-4:],
                     "access": request.access,
                     "days": request.expires_in_days,
@@ -235,6 +223,6 @@ def user_for_token(conn: Connection, token: str) -> TokenUser | None:
             SELECT user_id AS id, username, is_admin, disabled, access FROM live
             """  # noqa: S608 - the interval is a module constant
         ),
-        {"digest": _digest(token)},
+        {"digest": token_digest(token)},
     ).one_or_none()
     return TokenUser(user=_row_to_user(row), access=row.access) if row else None

@@ -83,7 +83,7 @@ def audit():
     items: list = []
     next_url = error = None
     try:
-        items, next_id = audit_page_from(request.args, limit=PAGE_SIZE)
+        items, next_id = audit_page_from(limit=PAGE_SIZE)
     except ApiError as refused:
         error = refused.message
     else:

@@ -16,7 +16,7 @@ from flask import render_template, request, url_for
 from app.analysis.changes import CHANGE_KINDS
 from app.analysis.service import endpoint_history
 from app.errors import ValidationError
-from app.http.changes import change_feed_page
+from app.http.changes import change_feed_page, change_kind_arg
 from app.http.requests import int_arg
 from app.scan_control.run_views import check_run_pair, compare, run_changes
 from app.scan_control.runs import runs_of_task
@@ -75,7 +75,7 @@ def asset_history():
 def changes_feed():
     """What changed across all of one's tasks, newest first (``GET /api/changes``)."""
     page = change_feed_page(signed_in_user().id, limit=PAGE_SIZE)
-    kind = request.args.get("kind") or None
+    kind = change_kind_arg()
     next_url = (
         url_for("web.changes_feed", kind=kind, cursor=page["next_cursor"])
         if page["next_cursor"]
@@ -97,9 +97,7 @@ def task_changes_page(task_id: int):
     """One run's changes (``run``, default the latest finished), or what differs between
     two runs (``from_run`` and ``to_run``, either order), as the API answers them."""
     user = signed_in_user()
-    kind = request.args.get("kind") or None
-    if kind is not None and kind not in CHANGE_KINDS:
-        raise _invalid("kind", "kind must be one of " + ", ".join(CHANGE_KINDS))
+    kind = change_kind_arg()
     cursor = request.args.get("cursor") or None
     from_run, to_run = int_arg("from_run", minimum=1), int_arg("to_run", minimum=1)
     check_run_pair(from_run, to_run)

@@ -22,6 +22,21 @@ def _save(client, name: str, *, page: str = PAGE, query: str | None = None):
     return client.post(action, data={**form, "csrf_token": _csrf(shown.text)})
 
 
+def _report_on(user, search_id: int) -> dict:
+    """A report definition whose scope is the saved search (which then cannot go)."""
+    report = user.post(
+        "/api/reports/definitions",
+        json={
+            "name": "ssh",
+            "scope": {"search": search_id},
+            "period": "on_demand",
+            "recipients": ["a@example.com"],
+        },
+    )
+    assert report.status_code == 201, report.get_json()
+    return report.get_json()["definition"]
+
+
 def _api_searches(api, created) -> list[tuple[str, str]]:
     items = api.login(created["username"]).get("/api/searches").get_json()["items"]
     return [(s["name"], s["query"]) for s in items]
@@ -75,16 +90,7 @@ def test_a_saved_search_is_deleted_unless_a_report_uses_it(api):
     kept = user.post("/api/searches", json={"name": "kept", "query": "port:22"}).get_json()
     gone = user.post("/api/searches", json={"name": "gone", "query": "port:23"}).get_json()
     kept_id, gone_id = kept["search"]["id"], gone["search"]["id"]
-    report = user.post(
-        "/api/reports/definitions",
-        json={
-            "name": "ssh",
-            "scope": {"search": kept_id},
-            "period": "on_demand",
-            "recipients": ["a@example.com"],
-        },
-    )
-    assert report.status_code == 201, report.get_json()
+    _report_on(user, kept_id)
     page = client.get(PAGE)
     token = _csrf(page.text)
     actions = dict(
@@ -118,16 +124,7 @@ def test_a_saved_search_in_use_takes_the_search_boxs_query(api):
     user = api.login(created["username"])
     made = user.post("/api/searches", json={"name": "ssh", "query": "port:22"}).get_json()
     search_id = made["search"]["id"]
-    report = user.post(
-        "/api/reports/definitions",
-        json={
-            "name": "ssh",
-            "scope": {"search": search_id},
-            "period": "on_demand",
-            "recipients": ["a@example.com"],
-        },
-    )
-    assert report.status_code == 201, report.get_json()
+    definition = _report_on(user, search_id)
     same = client.get("/console/assets?q=port%3A22").text
     assert f'data-update-search="{search_id}"' not in same  # the box already holds it
     page = client.get("/console/assets?q=port%3A2222")
@@ -138,7 +135,6 @@ def test_a_saved_search_in_use_takes_the_search_boxs_query(api):
     assert updated.status_code == 303
     assert updated.headers["Location"] == "/console/assets?q=port:2222&sort=ip&order=asc"
     assert _api_searches(api, created) == [("ssh", "port:2222")]
-    definition = report.get_json()["definition"]
     again = user.get(f"/api/reports/definitions/{definition['id']}").get_json()["definition"]
     assert again["scope"] == {"search": search_id}  # the report follows the search
 
