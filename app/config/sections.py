@@ -451,6 +451,14 @@ class SearchSettings(Section):
     retention_interval_seconds: float = spec(
         3600.0, min=60, max=7 * 86400, doc="how often the runner looks for months to drop"
     )
+    interactive_timeout_seconds: float = spec(
+        15.0,
+        min=0.1,
+        max=3600,
+        doc="an asset search or its facets that a person waits for (API, console) is "
+        "stopped after this long and answered 503 search_timeout; exports, reports and "
+        "alerts are not limited by it",
+    )
 
 
 class ExportSettings(Section):

@@ -8,6 +8,8 @@ after the connection went back to the pool.
 
 from __future__ import annotations
 
+import dataclasses
+
 from flask import Blueprint, jsonify, request
 
 from app.http import context
@@ -54,7 +56,7 @@ def asset_query_from_request(user) -> AssetQuery:
     caller's saved search, ANDed before ``q``."""
     saved_id = int_arg("search", minimum=1)
     queries = [saved_searches.get_search(user.id, saved_id).query] if saved_id is not None else []
-    return asset_query_from_params(
+    query = asset_query_from_params(
         request.args,
         owner_id=user.id,
         may_search_global=user.is_admin,
@@ -62,6 +64,13 @@ def asset_query_from_request(user) -> AssetQuery:
         limit=page_limit(default=50, maximum=500),
         cursor=request.args.get("cursor") or None,
     )
+    return dataclasses.replace(query, time_limit_ms=interactive_time_limit_ms())
+
+
+def interactive_time_limit_ms() -> int:
+    """How long a search a person waits for may run (``[search]
+    interactive_timeout_seconds``), for ``AssetQuery.time_limit_ms``."""
+    return round(context.settings().search.interactive_timeout_seconds * 1000)
 
 
 @blueprint.get("/assets")

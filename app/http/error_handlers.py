@@ -22,7 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError, PoolTimeout, Unavailable, Unprocessable
 from app.observability import database_error, statement_name
-from app.search.port import StoreRefused, StoreUnavailable
+from app.search.port import SearchTimedOut, StoreRefused, StoreUnavailable
 
 
 def _snake(name: str) -> str:
@@ -35,6 +35,18 @@ def _api_error_response(error: ApiError):
     for key, value in error.headers.items():
         response.headers[key] = value
     return response
+
+
+def search_timeout_error(error: SearchTimedOut) -> Unavailable:
+    """The answer to a search stopped at ``[search] interactive_timeout_seconds`` (the API's
+    503 and the console's message say the same)."""
+    seconds = f"{error.limit_ms / 1000:g}"
+    return Unavailable(
+        f"the search was stopped after {seconds} s; narrow it (a port, network, service "
+        "or time condition) and try again",
+        code="search_timeout",
+        details={"limit_seconds": error.limit_ms / 1000},
+    )
 
 
 def _log_store_error(event: str, error: Exception) -> None:
@@ -86,6 +98,12 @@ def register_error_handlers(
         return _api_error_response(
             Unprocessable("the search store refused this request", code="store_refused")
         )
+
+    @app.errorhandler(SearchTimedOut)
+    def handle_search_timed_out(error: SearchTimedOut):
+        # The store logged it (SearchTimedOut). No Retry-After: the same search is likely
+        # to be stopped again, so the answer asks for a narrower one.
+        return _api_error_response(search_timeout_error(error))
 
     @app.errorhandler(StoreUnavailable)
     def handle_store_unavailable(error: StoreUnavailable):

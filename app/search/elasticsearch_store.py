@@ -110,6 +110,7 @@ from app.search.port import (
     ExecutionCounts,
     FinalRequestPlan,
     ResultsPage,
+    SearchTimedOut,
     StorageScope,
     StoreError,
     StoreRefused,
@@ -738,7 +739,7 @@ class ElasticsearchStore:
         if index is None:
             raise ValidationError(f"unknown asset scope {query.scope!r}", code="invalid_parameter")
         body = asset_search_body(query)
-        answer = self._search(index, body)
+        answer = self._search(index, body, time_limit_ms=query.time_limit_ms)
         hits = answer["hits"]["hits"]
         next_cursor = None
         if len(hits) > query.limit:
@@ -798,7 +799,7 @@ class ElasticsearchStore:
                 for name in FACET_FIELDS
             },
         }
-        answer = self._search(index, body, what="asset_facets")
+        answer = self._search(index, body, what="asset_facets", time_limit_ms=query.time_limit_ms)
         total = int(answer["hits"]["total"]["value"])
         aggregations = answer.get("aggregations") or {}
         facets = {
@@ -827,13 +828,26 @@ class ElasticsearchStore:
         return response.body if hasattr(response, "body") else response
 
     def _search(
-        self, index: str | list[str], body: dict[str, Any], *, what: str = "search"
+        self,
+        index: str | list[str],
+        body: dict[str, Any],
+        *,
+        what: str = "search",
+        time_limit_ms: int | None = None,
     ) -> dict[str, Any]:
+        """One search. ``time_limit_ms`` (a search a person waits for) is the search's own
+        ``timeout``: each shard stops collecting there and the answer says ``timed_out``,
+        which is a ``SearchTimedOut`` rather than a page of whatever was found by then."""
+        if time_limit_ms is not None:
+            body = {**body, "timeout": f"{max(1, int(time_limit_ms))}ms"}
         # A missing index holds nothing: an empty answer (a fresh cluster before the first
         # write, a month removed by retention), not an outage.
         answer = self._call(
             lambda: self._client.search(index=index, body=body, ignore_unavailable=True)
         )
+        if time_limit_ms is not None and answer.get("timed_out"):
+            emit("SearchTimedOut", level=logging.WARNING, statement=what, limit_ms=time_limit_ms)
+            raise SearchTimedOut(time_limit_ms)
         _check_shards(answer, what)
         return answer
 

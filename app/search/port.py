@@ -55,6 +55,16 @@ class StoreRefused(StoreError):
     """The store refused the request for its content; the same request will fail again."""
 
 
+class SearchTimedOut(StoreError):
+    """A search a person waits for ran past its ``AssetQuery.time_limit_ms`` and was
+    stopped. Unlike an outage, the same search is likely to be stopped again: the
+    answer asks for a narrower one (``search_timeout``), not a retry."""
+
+    def __init__(self, limit_ms: int):
+        super().__init__(f"the search was stopped after {limit_ms} ms")
+        self.limit_ms = limit_ms
+
+
 class OperationTooLarge(StoreError):
     def __init__(self, document_id: str, size: int, limit: int):
         super().__init__(f"operation for {document_id} is {size} bytes; the limit is {limit}")
@@ -249,6 +259,10 @@ class AssetQuery:
     # A parsed search-language query (app.search.query_language.parse_query(...).node),
     # ANDed with the filters above; each adapter translates it.
     where: object | None = None
+    # How long a person may wait for this search (``[search] interactive_timeout_seconds``):
+    # past it the store stops the search and raises ``SearchTimedOut``. None for the
+    # work that runs in the background (exports, reports, alerts): they are not limited.
+    time_limit_ms: int | None = None
 
 
 ASSET_STATUS_FILTERS = ("open", "gone", "all")

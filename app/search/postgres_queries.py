@@ -236,7 +236,7 @@ class PostgresQueries:
             sql, params = statement
             return conn.execute(sa.text(sql), params).all()
 
-        rows = self._run(page)
+        rows = self._run(page, time_limit_ms=query.time_limit_ms)
         next_cursor = None
         if len(rows) > query.limit:
             rows = rows[: query.limit]
@@ -262,7 +262,8 @@ class PostgresQueries:
         rows = self._run(
             lambda conn: _grouped(
                 conn, sampled_query, FACET_COLUMNS, FACETS, "@sample@", facet_size=size
-            )
+            ),
+            time_limit_ms=query.time_limit_ms,
         )
         found: dict[str, list[tuple[object, int]]] = {name: [] for name in FACET_FIELDS}
         sampled = 0

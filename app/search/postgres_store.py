@@ -70,6 +70,7 @@ from app.search.port import (
     FinalRequestPlan,
     PagePublishResult,
     ResultsPage,
+    SearchTimedOut,
     StorageScope,
     StoreRefused,
     StoreUnavailable,
@@ -98,6 +99,7 @@ _DEADLOCK_RETRIES = 3
 _RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock, serialization failure
 # statement_timeout (query_canceled) and lock_timeout: answered as 503s, always logged.
 _TIMEOUT_SQLSTATES = {"57014", "55P03"}
+_QUERY_CANCELED = "57014"
 
 
 class PostgresStore:
@@ -133,8 +135,13 @@ class PostgresStore:
         *,
         relaxed_commit: bool = False,
         statement: str | None = None,
+        time_limit_ms: int | None = None,
     ) -> Any:
         """Run ``work`` in one short transaction; retry deadlocks; map outages.
+
+        ``time_limit_ms`` bounds the transaction's statements for a search a person waits
+        for (``AssetQuery.time_limit_ms``); a statement stopped by it is a
+        ``SearchTimedOut``, logged as a warning: the search's cost, not an outage.
 
         A timeout (statement or lock timeout, or no pooled connection in time) becomes
         a 503 like any outage, but is first logged as an error event naming the
@@ -148,6 +155,10 @@ class PostgresStore:
                 with self._transaction() as conn:
                     if relaxed_commit:
                         conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+                    if time_limit_ms is not None:
+                        # SET takes no bound parameter; the value is a checked integer.
+                        limit = max(1, int(time_limit_ms))
+                        conn.execute(sa.text(f"SET LOCAL statement_timeout = {limit}"))
                     return work(conn)
             except Unavailable as exc:  # PoolTimeout included
                 emit(
@@ -171,6 +182,14 @@ class PostgresStore:
                         detail=str(exc.orig),
                     )
                     continue
+                if sqlstate == _QUERY_CANCELED and time_limit_ms is not None:
+                    emit(
+                        "SearchTimedOut",
+                        level=logging.WARNING,
+                        statement=statement,
+                        limit_ms=time_limit_ms,
+                    )
+                    raise SearchTimedOut(time_limit_ms) from exc
                 if sqlstate in _TIMEOUT_SQLSTATES:
                     emit(
                         "SearchStoreTimeout",

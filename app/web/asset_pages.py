@@ -4,7 +4,8 @@ a table sorted by its column headers (WEB-12).
 The form's field names are the API's query parameters, so the query is parsed
 by the very function the API uses (same validation, same owner scoping: a user
 searches their own assets, only an admin may pick the global view). A bad
-filter shows the form again with the message, status 400.
+filter shows the form again with the message, status 400; a search stopped at
+``[search] interactive_timeout_seconds`` does so too, status 503.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from flask import render_template, request, url_for
 from app.errors import ValidationError
 from app.http import context
 from app.http.assets import asset_query_from_request
+from app.http.error_handlers import search_timeout_error
 from app.search.asset_sort import ASSET_SORTS, DEFAULT_ORDER, AssetSort, asset_sort
-from app.search.port import AssetQuery
+from app.search.port import AssetQuery, SearchTimedOut
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
 from app.web.search_choices import saved_search_choices
@@ -45,6 +47,7 @@ def assets_page(
     if STATUS_FILTER:
         values["status"] = request.args.get("status", "")
     error = None
+    error_status = 400
     items: list = []
     next_url = None
     kept = {k: v for k, v in values.items() if v}
@@ -54,11 +57,18 @@ def assets_page(
     except ValidationError as invalid:
         error = invalid.message
     else:
-        page = context.store().search_assets(query)
-        items = page.items
-        if page.next_cursor:
-            # The cursor is signed for its sort and order: the next page names both.
-            next_url = url_for("web.assets", cursor=page.next_cursor, **kept, **_sorted(current))
+        try:
+            page = context.store().search_assets(query)
+        except SearchTimedOut as stopped:
+            # The search box keeps what was typed; the message says how to narrow it.
+            error, error_status = search_timeout_error(stopped).message, 503
+        else:
+            items = page.items
+            if page.next_cursor:
+                # The cursor is signed for its sort and order: the next page names both.
+                next_url = url_for(
+                    "web.assets", cursor=page.next_cursor, **kept, **_sorted(current)
+                )
     here = {**kept, **_sorted(current)}
     body = render_template(
         "console/assets.html",
@@ -80,7 +90,7 @@ def assets_page(
         sort=current,
         sort_headers=_sort_headers(kept, current),
     )
-    return body, 400 if error else status
+    return body, error_status if error else status
 
 
 def _current_sort() -> AssetSort:

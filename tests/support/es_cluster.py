@@ -504,10 +504,18 @@ class SimulatedCluster:
     def search(self, indices: list[SimulatedIndex], body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         query = body.get("query")
+        # ``timeout``: collection stops once it has run that long, and the answer says
+        # ``timed_out`` with what was collected by then (a real shard checks its clock
+        # as it collects; here one shard, checked after each document).
+        time_limit = _time_value(body.get("timeout"))
+        timed_out = False
         hits: list[tuple[SimulatedIndex, str, dict[str, Any]]] = []
         with self.lock:
             for index in indices:
                 for document_id, stored in index.searchable.items():
+                    if time_limit is not None and time.perf_counter() - started > time_limit:
+                        timed_out = True
+                        break
                     if matches(query, stored.source, index.mapping, document_id):
                         hits.append((index, document_id, stored.source))
         mapping = indices[0].mapping if indices else IndexMapping()
@@ -537,7 +545,7 @@ class SimulatedCluster:
         size = int(body.get("size", 10))
         response: dict[str, Any] = {
             "took": int((time.perf_counter() - started) * 1000),
-            "timed_out": False,
+            "timed_out": timed_out,
             "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
             "hits": {"max_score": None, "hits": []},
         }
@@ -573,6 +581,23 @@ class SimulatedCluster:
                 name: aggregate(spec, [h[2] for h in hits], mapping) for name, spec in aggs.items()
             }
         return response
+
+
+_TIME_UNITS = {"nanos": 1e-9, "micros": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _time_value(value: Any) -> float | None:
+    """A search's ``timeout`` (``"300ms"``, ``"2s"``) in seconds; absent or -1: none."""
+    if value is None or value in (-1, "-1"):
+        return None
+    text = str(value)
+    for unit in sorted(_TIME_UNITS, key=len, reverse=True):
+        number = text.removesuffix(unit)
+        if number != text and number.isdigit():
+            return int(number) * _TIME_UNITS[unit]
+    raise ApiFailure(
+        400, "parse_exception", f"failed to parse setting [timeout] with value [{text}]"
+    )
 
 
 def _source_filter(value: Any) -> bool | frozenset[str]:

@@ -243,6 +243,10 @@ def query(name: str, schema: dict[str, Any] | None = None, description: str = ""
     return entry
 
 
+SEARCH_TIME_LIMIT = (
+    "A search that runs past `[search] interactive_timeout_seconds` is stopped: 503 "
+    "`search_timeout`, without `Retry-After` (narrow the search rather than retry it)."
+)
 LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})
 CURSOR = query("cursor", description="next_cursor of the previous page")
 

@@ -7,6 +7,7 @@ import copy
 from app.http.openapi.components import (
     CURSOR,
     LIMIT,
+    SEARCH_TIME_LIMIT,
     body,
     json_response,
     obj,
@@ -64,6 +65,7 @@ OPERATIONS = {
             *_ASSET_PARAMETERS,
             query("size", {"type": "integer", "minimum": 1, "maximum": 50}),
         ],
+        description=SEARCH_TIME_LIMIT,
     ),
     ("get", "/api/searches"): operation(
         "searches",

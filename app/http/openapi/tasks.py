@@ -6,6 +6,7 @@ from app.http.openapi.components import (
     CURSOR,
     LIMIT,
     SCHEMAS,
+    SEARCH_TIME_LIMIT,
     body,
     json_response,
     obj,
@@ -181,6 +182,7 @@ OPERATIONS = {
         "assets",
         "Search current assets (your view, or the global one)",
         {"200": json_response("a page of current assets", page())},
+        description=SEARCH_TIME_LIMIT,
         parameters=[
             query("ip"),
             query("cidr"),
