@@ -29,11 +29,19 @@ def int_param(
         ) from None
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValidationError(
-            f"{name} must be between {minimum} and {maximum}",
+            f"{name} must be {_range_text(minimum, maximum)}",
             code="invalid_parameter",
             details={"parameter": name},
         )
     return value
+
+
+def _range_text(minimum: int | None, maximum: int | None) -> str:
+    if maximum is None:
+        return f"at least {minimum}"
+    if minimum is None:
+        return f"at most {maximum}"
+    return f"between {minimum} and {maximum}"
 
 
 def datetime_param(params: Mapping[str, str], name: str) -> datetime | None:

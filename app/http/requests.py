@@ -68,16 +68,30 @@ def check_query_parameters() -> None:
     UTF-8, so either would fail deep in a query; refusing them once here keeps
     every route's parameters (``q``, ``service``, ``product``, ``domain`` …) safe.
     """
-    for name, value in request.args.items(multi=True):
+    _check_fields(request.args, "query parameter", "parameter")
+
+
+def check_form_fields() -> None:
+    """Before a console request: the same for the fields of a URL-encoded form body (the
+    console's forms), so a NUL typed into a name or a URL is a 400 naming the field, as
+    the API's JSON check makes it, rather than a failure in the database driver.
+    Multipart bodies are left to their route: an import sets its own size limit before
+    its body is parsed."""
+    if request.mimetype == "application/x-www-form-urlencoded":
+        _check_fields(request.form, "form field", "field")
+
+
+def _check_fields(fields, what: str, key: str) -> None:
+    for name, value in fields.items(multi=True):
         for text in (name, value):
             problem = "NUL" if "\x00" in text else None
             if problem is None and _SURROGATE.search(text):
                 problem = "a lone UTF-16 surrogate"
             if problem:
                 raise ValidationError(
-                    f"query parameter {truncate_text(name, 64)!r} contains {problem}",
+                    f"{what} {truncate_text(name, 64)!r} contains {problem}",
                     code="invalid_parameter",
-                    details={"parameter": truncate_text(name, 64)},
+                    details={key: truncate_text(name, 64)},
                 )
 
 

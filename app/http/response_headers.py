@@ -1,7 +1,7 @@
 """Security headers on every response and the session cookie's Secure flag (IDN-1, IDN-2).
 
-Every response says ``nosniff`` and sends no referrer; API and auth responses
-are never cached (they carry personal data and CSRF tokens); HTML gets a
+Every response says ``nosniff`` and sends no referrer; API, auth and console
+responses are never cached (they carry personal data and CSRF tokens); HTML gets a
 restrictive Content-Security-Policy (own origin only, no inline script, no
 framing) and everything else one that allows nothing at all. A view that sets
 its own Cache-Control or CSP keeps it.
@@ -27,7 +27,9 @@ HTML_CSP = (
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 NON_HTML_CSP = "default-src 'none'; frame-ancestors 'none'"
-_NO_STORE_PREFIXES = ("/api/", "/metrics", "/readyz")
+# The console's pages too: they show personal data, CSRF tokens and signed download
+# links that work without a session (its static files set their own caching).
+_NO_STORE_PREFIXES = ("/api/", "/metrics", "/readyz", "/console")
 
 
 def is_loopback_host(host: str) -> bool:

@@ -29,7 +29,8 @@ DEFAULT_TEMPLATE = "default"
 # (stats.changes.new) covers only the latest scans and is 0 until they are analysed, so
 # the body shows the other change kinds from it, not a second "new".
 DEFAULT_SUBJECT = (
-    "[netmap] {{ report.name }}: {{ stats.endpoints }} endpoints, "
+    "[netmap] {{ report.name }}: {{ stats.endpoints }} "
+    "endpoint{{ '' if stats.endpoints == 1 else 's' }}, "
     "{{ stats.new_endpoints }} new ({{ period.label }})"
 )
 
@@ -86,7 +87,7 @@ class TemplateVersion:
 
 
 BUILTIN_DEFAULT = TemplateVersion(
-    DEFAULT_TEMPLATE, "builtin-1", DEFAULT_SUBJECT, DEFAULT_HTML, enabled=True
+    DEFAULT_TEMPLATE, "builtin-2", DEFAULT_SUBJECT, DEFAULT_HTML, enabled=True
 )
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Blueprint, g, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import ApiError
+from app.http.requests import check_form_fields
 
 blueprint = Blueprint("web", __name__, url_prefix="/console", template_folder="templates")
 
@@ -32,6 +34,13 @@ def format_when(value: Any) -> str:
         except ValueError:
             return value
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@blueprint.app_template_filter("url_origin")
+def format_url_origin(value: str | None) -> str:
+    """A URL's scheme and host only: a webhook's path and query often hold its secret."""
+    parts = urlsplit(value or "")
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts.netloc else ""
 
 
 @blueprint.app_template_filter("counted")
@@ -64,11 +73,23 @@ def page_context() -> dict[str, Any]:
     return {"csrf_token": ensure_csrf_token(), "me": g.get("user")}
 
 
+def error_message(error: ApiError) -> str:
+    """A refusal as a form shows it: each field's reason when the error names fields."""
+    fields = (error.details or {}).get("fields")
+    if isinstance(fields, dict) and fields:
+        return "; ".join(f"{name}: {reason}" for name, reason in fields.items())
+    return error.message
+
+
 def _error_page(status: int, code: str, message: str, headers: dict[str, str] | None = None):
     body = render_template(
         "console/error.html", status=status, code=code, message=message, path=request.path
     )
     return body, status, headers or {}
+
+
+# A NUL in a form field is a 400 naming the field (the API's JSON bodies get the same).
+blueprint.before_request(check_form_fields)
 
 
 @blueprint.errorhandler(ApiError)

@@ -20,7 +20,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from flask import g, redirect, request, session, url_for
 
@@ -67,6 +67,14 @@ def safe_next(target: str | None) -> str | None:
         return None
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or "\\" in target:
+        return None
+    # A dot segment (``..``, also percent-encoded, which browsers resolve alike) or an
+    # empty one would lead the browser out of /console/ when it resolves the Location.
+    segments = [unquote(segment) for segment in parts.path.split("/")[1:]]
+    if any(segment in ("", ".", "..") for segment in segments[:-1]) or segments[-1] in (
+        ".",
+        "..",
+    ):
         return None
     return target
 

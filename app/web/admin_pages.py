@@ -18,21 +18,16 @@ from app.http.requests import encode_cursor, int_arg
 from app.identity import service as identity
 from app.modules.selection import Selection
 from app.modules.service import MAX_CHANGE_REASON, recent_selection_revisions
-from app.web import blueprint
+from app.web import blueprint, error_message
 from app.web.access import page_admin, signed_in_user
 
 PAGE_SIZE = 100
 
 
-def _error_message(error: ApiError) -> str:
-    fields = (error.details or {}).get("fields")
-    if isinstance(fields, dict) and fields:
-        return "; ".join(f"{name}: {reason}" for name, reason in fields.items())
-    return error.message
-
-
 # -- users ------------------------------------------------------------------------------
-def _users_page(*, created=None, error=None, status=200):
+def _users_page(*, created=None, error=None, form=None, status=200):
+    """The Users page; a refused new user shows it again with the message and what was
+    typed (``form``: username and the admin box; never the password)."""
     after = int_arg("after", minimum=0)
     items = identity.list_users(limit=PAGE_SIZE + 1, after_id=after)
     next_url = (
@@ -43,6 +38,7 @@ def _users_page(*, created=None, error=None, status=200):
         items=items[:PAGE_SIZE],
         created=created,
         error=error,
+        form=form or {"username": "", "is_admin": False},
         next_url=next_url,
     )
     return body, status
@@ -62,7 +58,11 @@ def users():
             via="console",
         )
     except ApiError as refused:
-        return _users_page(error=_error_message(refused), status=refused.status)
+        typed = {
+            "username": request.form.get("username", ""),
+            "is_admin": request.form.get("is_admin") == "on",
+        }
+        return _users_page(error=error_message(refused), form=typed, status=refused.status)
     return _users_page(created=user, status=201)
 
 

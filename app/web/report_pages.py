@@ -88,7 +88,7 @@ def _definition_body(form: dict[str, str]) -> dict[str, Any]:
     task = form["task_id"].strip().lstrip("#")
     searched = search_reference(form)
     if searched is not None:
-        body["scope"] = searched  # with a task number too: refused, naming task_id
+        body["scope"] = searched  # never with a task number: refused before this
     if not task:
         body.setdefault("scope", "all")
     elif task.isdecimal() and len(task) <= 19:
@@ -102,6 +102,13 @@ def _definition_body(form: dict[str, str]) -> dict[str, Any]:
 @page_user
 def report_definition_create():
     form = {key: request.form.get(key, default)[:4000] for key, default in EMPTY_FORM.items()}
+    if form["task_id"].strip() and search_reference(form) is not None:
+        # The API's words name its JSON fields ("scope"); the form has none of that name.
+        both = (
+            "a report covers one task, or the assets a saved search or query finds across "
+            "all your tasks: clear the task number or the search"
+        )
+        return _render_reports(form, {"task_id": both}, status=400)
     try:
         definitions.create_definition(
             signed_in_user(),

@@ -16,20 +16,13 @@ from app.http import context
 from app.http.requests import int_arg
 from app.identity.scanners import create_scanner_service, disable_scanner
 from app.scan_control.fleet import list_fleet
-from app.web import blueprint
+from app.web import blueprint, error_message
 from app.web.access import page_admin, signed_in_user
 
 PAGE_SIZE = 100
 
 
-def _error_message(error: ApiError) -> str:
-    fields = (error.details or {}).get("fields")
-    if isinstance(fields, dict) and fields:
-        return "; ".join(f"{name}: {reason}" for name, reason in fields.items())
-    return error.message
-
-
-def _scanners_page(*, created=None, token=None, error=None, status=200):
+def _scanners_page(*, created=None, token=None, error=None, name="", status=200):
     after = int_arg("after", minimum=0) or 0
     items = list_fleet(
         signed_in_user(),
@@ -48,6 +41,7 @@ def _scanners_page(*, created=None, token=None, error=None, status=200):
         created=created,
         token=token,
         error=error,
+        name=name,
         next_url=next_url,
         offline_seconds=context.settings().scan.scanner_offline_seconds,
         server_url=request.host_url.rstrip("/"),
@@ -66,7 +60,10 @@ def scanners():
             request.form.get("name", ""), actor_user_id=signed_in_user().id, via="console"
         )
     except ApiError as refused:
-        return _scanners_page(error=_error_message(refused), status=refused.status)
+        # Shown again with the name as typed, to be corrected.
+        return _scanners_page(
+            error=error_message(refused), name=request.form.get("name", ""), status=refused.status
+        )
     return _scanners_page(created=scanner, token=token, status=201)
 
 

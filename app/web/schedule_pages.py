@@ -4,7 +4,8 @@ The page shows what ``GET /api/tasks/<id>`` shows plus the next fire times
 (``schedules.task_schedule``); the buttons post to the same services as
 ``PATCH /api/tasks/<id>`` (the edit form: a cron line with its zone, or an interval)
 and ``POST /api/tasks/<id>/schedule/pause|resume``, and come back to the task page.
-Bad input is the API's 400, naming the field, as an error page.
+A refused edit is the API's 400, naming the field, shown on the task page above the
+form as typed (the save route is in ``task_pages``, which renders that page).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from flask import redirect, request, url_for
 
 from app.errors import ValidationError
-from app.http import context
 from app.scan_control import schedules
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
@@ -40,7 +40,7 @@ def task_schedule_resume(task_id: int):
     return redirect(url_for("web.task_detail", task_id=task_id, _anchor="schedule"), code=303)
 
 
-def _schedule_from_form() -> dict[str, Any] | None:
+def schedule_from_form() -> dict[str, Any] | None:
     """The edit form's fields as the API's ``schedule`` value (None: remove it)."""
     form = request.form
     if form.get("remove"):
@@ -68,13 +68,21 @@ def _form_int(name: str) -> int:
         ) from None
 
 
-@blueprint.post("/tasks/<int:task_id>/schedule")
-@page_user
-def task_schedule_save(task_id: int):
-    schedules.update_task(
-        signed_in_user(),
-        task_id,
-        {"schedule": _schedule_from_form()},
-        context.settings().scan,
-    )
-    return redirect(url_for("web.task_detail", task_id=task_id, _anchor="schedule"), code=303)
+def schedule_form_values(schedule: dict[str, Any] | None, typed: Any = None) -> dict[str, str]:
+    """The edit form's fields: as typed (``typed``: a refused form, shown again to be
+    corrected), else from the task's schedule (None: the form's defaults)."""
+    if typed is not None:
+        return {name: typed.get(name, "") for name in _FORM_FIELDS}
+    current = schedule or {}
+    every = current.get("every_seconds")
+    jitter = current.get("jitter_seconds")
+    return {
+        "kind": "every" if every else "cron",
+        "cron": current.get("cron") or "0 3 * * *",
+        "timezone": current.get("timezone") or "UTC",
+        "every_seconds": str(every) if every else "",
+        "jitter_seconds": str(jitter) if jitter else "",
+    }
+
+
+_FORM_FIELDS = ("kind", "cron", "timezone", "every_seconds", "jitter_seconds")

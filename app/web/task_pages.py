@@ -27,7 +27,7 @@ from app.scan_control.query import TASK_STATUSES
 from app.target_rules import TRANSPORTS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
-from app.web.schedule_pages import schedule_for_page
+from app.web.schedule_pages import schedule_for_page, schedule_form_values, schedule_from_form
 
 PAGE_SIZE = 50
 RUNS_SHOWN = 20
@@ -203,6 +203,27 @@ def _form_errors(
 @blueprint.get("/tasks/<int:task_id>")
 @page_user
 def task_detail(task_id: int):
+    return task_page(task_id)
+
+
+@blueprint.post("/tasks/<int:task_id>/schedule")
+@page_user
+def task_schedule_save(task_id: int):
+    """The schedule form (``PATCH /api/tasks/<id>``'s ``schedule``); a refusal shows the
+    task page again with the message above the form as typed."""
+    try:
+        schedules.update_task(
+            signed_in_user(),
+            task_id,
+            {"schedule": schedule_from_form()},
+            context.settings().scan,
+        )
+    except ValidationError as refused:
+        return task_page(task_id, schedule_error=refused.message, typed=request.form, status=400)
+    return redirect(url_for("web.task_detail", task_id=task_id, _anchor="schedule"), code=303)
+
+
+def task_page(task_id: int, *, schedule_error: str | None = None, typed=None, status: int = 200):
     cursor = decode_cursor()
     task, executions, changes = service.task_page(
         signed_in_user(), task_id, limit=PAGE_SIZE, cursor=cursor
@@ -213,6 +234,7 @@ def task_detail(task_id: int):
         next_url = url_for(
             "web.task_detail", task_id=task_id, cursor=encode_cursor(executions.next_cursor)
         )
+    schedule = schedule_for_page(task_id)
     return render_template(
         "console/task.html",
         task=task,
@@ -222,8 +244,10 @@ def task_detail(task_id: int):
         changes=changes,
         change_kinds=CHANGE_KINDS,
         runs=[r.public() for r in task_runs],
-        schedule=schedule_for_page(task_id),
-    )
+        schedule=schedule,
+        schedule_form=schedule_form_values(schedule, typed),
+        schedule_error=schedule_error,
+    ), status
 
 
 @blueprint.get("/tasks/<int:task_id>/results")

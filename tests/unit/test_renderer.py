@@ -173,3 +173,18 @@ def test_the_time_budget_holds_off_the_main_thread(monkeypatch):
     thread.start()
     thread.join(timeout=120)
     assert outcome == ["render_timeout"]
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "words"), [(1, "1 endpoint, 1 new"), (2, "2 endpoints, 1 new")]
+)
+def test_the_default_subject_counts_endpoints_in_words(endpoints, words):
+    from app.reports.templates import DEFAULT_SUBJECT
+
+    payload = with_template(subject=DEFAULT_SUBJECT)
+    payload["context"] = {
+        "report": {"name": "weekly"},
+        "stats": {"endpoints": endpoints, "new_endpoints": 1},
+        "period": {"label": "this week"},
+    }
+    assert render(payload)["subject"] == f"[netmap] weekly: {words} (this week)"

@@ -214,7 +214,9 @@ def test_the_console_page_lists_rules_channels_and_tests_a_channel(api, receiver
     )
     page = client.get("/console/alerts")
     assert page.status_code == 200
-    assert "&lt;b&gt;gone&lt;/b&gt;" in page.text and receiver.url in page.text
+    assert "&lt;b&gt;gone&lt;/b&gt;" in page.text
+    # A webhook's path often holds its secret (Slack, Teams): only its origin is shown.
+    assert f"http://127.0.0.1:{receiver.port}/…" in page.text and receiver.url not in page.text
     test_path = f"/console/alerts/channels/{channel['id']}/test"
     assert client.post(test_path, data={}).status_code == 403  # no CSRF token
     tested = client.post(test_path, data={"csrf_token": _csrf(page.text)})

@@ -99,3 +99,37 @@ def test_schedule_form_sets_replaces_and_removes_the_schedule(api):
     )
     assert removed.status_code == 303
     assert client.get(f"/api/tasks/{task_id}").get_json()["task"]["schedule"] is None
+
+
+def test_a_refused_schedule_shows_the_task_page_with_the_message_and_the_form_as_typed(api):
+    client, _ = _user_client(api)
+    task_id = _task(client, {"cron": "0 3 * * *", "timezone": "UTC"})
+    token = _csrf(client.get(f"/console/tasks/{task_id}").text)
+    refused = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={
+            "csrf_token": token,
+            "kind": "cron",
+            "cron": "0 3 * * 8",
+            "timezone": "Europe/Berlin",
+            "jitter_seconds": "30",
+        },
+    )
+    assert refused.status_code == 400
+    text = refused.text
+    # The task page itself, not an error page: the message above the form as typed.
+    assert 'id="schedule-error"' in text and "schedule.cron" in text
+    assert 'id="schedule-form"' in text and "Run now" in text
+    assert 'value="0 3 * * 8"' in text and 'value="Europe/Berlin"' in text
+    assert 'value="30"' in text
+    # Nothing changed.
+    schedule = client.get(f"/api/tasks/{task_id}").get_json()["task"]["schedule"]
+    assert (schedule["cron"], schedule["timezone"]) == ("0 3 * * *", "UTC")
+    # The "every" choice is kept too.
+    refused = client.post(
+        f"/console/tasks/{task_id}/schedule",
+        data={"csrf_token": token, "kind": "every", "every_seconds": "hourly"},
+    )
+    assert refused.status_code == 400
+    assert re.search(r'value="every" checked', refused.text)
+    assert 'value="hourly"' in refused.text
