@@ -55,4 +55,6 @@ def _is_metrics_token(token: str) -> bool:
 @blueprint.get("/metrics")
 @require_admin_or_bearer(_is_metrics_token, realm="netmap-metrics")
 def metrics():
-    return Response(render_metrics(), mimetype="text/plain; version=0.0.4; charset=utf-8")
+    # The whole header as Prometheus expects it, once: ``mimetype`` would have Flask add a
+    # second charset, and Prometheus 3 refuses a Content-Type with a repeated parameter.
+    return Response(render_metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")

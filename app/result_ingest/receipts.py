@@ -423,8 +423,10 @@ def _existing_receipt(
 ) -> Any:
     """The upload identity: the receipt this batch's identity already has, if any.
 
-    The same identity with another checksum is 409; a confirmed one is a retry
-    for the claim that confirmed it (or the current one), else ``lease_lost``."""
+    The same identity with another checksum is 409 ``checksum_mismatch`` for the claim's
+    holder, and ``lease_lost`` for anyone else (who is to stop, not to start a new upload
+    id); a confirmed one is a retry for the claim that confirmed it (or the current
+    one), else ``lease_lost``."""
     existing = conn.execute(
         sa.text(
             "SELECT status, checksum, is_final, claim_token, fact_ids FROM scan_upload_receipts "
@@ -434,7 +436,10 @@ def _existing_receipt(
     ).one_or_none()
     if existing is None:
         return None
+    token = body.claim_token
     if existing.checksum != body.checksum.lower() or existing.is_final != body.is_final:
+        if not execution.holds_claim(token):
+            raise lease_lost()
         raise Conflict(
             "a batch with this identity was received with other content",
             code="checksum_mismatch",
@@ -444,7 +449,6 @@ def _existing_receipt(
                 "batch_index": body.batch_index,
             },
         )
-    token = body.claim_token
     if (
         existing.status == "confirmed"
         and existing.claim_token != token

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import sqlalchemy as sa
 
 from app.db import transaction
@@ -90,6 +92,46 @@ def test_same_identity_with_other_content_is_409(api):
     conflict = upload.batch(0, [observation("192.0.2.2")])
     assert conflict.status_code == 409
     assert conflict.get_json()["error"]["code"] == "checksum_mismatch"
+
+
+def test_same_identity_with_other_content_from_a_stale_claim_is_lease_lost(api):
+    """Someone who does not hold the claim is told to stop (``lease_lost``), not to start
+    a new upload id as ``checksum_mismatch`` would tell them; with the same content, an
+    exact replay of a confirmed batch is still ``saved: 0``."""
+    user, scanner = api.user(), api.scanner()
+    make_task(user)
+    upload = claim(scanner)
+    sent = [observation("192.0.2.1")]
+    assert upload.batch(0, sent).status_code == 200
+    stranger = str(uuid.uuid4())
+    for body in (
+        upload_body(stranger, 0, [observation("192.0.2.2")]),  # another content
+        upload_body(stranger, 1, [observation("192.0.2.2")]),  # a new index
+    ):
+        refused = upload.post(body)
+        assert refused.status_code == 409
+        assert refused.get_json()["error"]["code"] == "lease_lost"
+    # The holder still gets the identity's own answer.
+    conflict = upload.batch(0, [observation("192.0.2.2")])
+    assert conflict.get_json()["error"]["code"] == "checksum_mismatch"
+    assert upload.batch(0, sent).get_json() == {"success": True, "saved": 0}
+
+
+def test_a_new_batch_after_the_completed_final_is_lease_lost(api):
+    """docs/scanner-protocol.md, "After the final": once the final completed the
+    execution, its claim has ended."""
+    user, scanner = api.user(), api.scanner()
+    make_task(user)
+    upload = claim(scanner)
+    assert upload.batch(0, [observation("192.0.2.1")]).status_code == 200
+    assert upload.final(1, []).status_code == 200
+    for late in (
+        upload.batch(2, [observation("192.0.2.2")]),
+        upload.batch(0, [observation("192.0.2.2")], upload_id="another"),
+    ):
+        assert late.status_code == 409
+        assert late.get_json()["error"]["code"] == "lease_lost"
+    assert upload.final(1, []).get_json() == {"success": True, "saved": 0}
 
 
 def test_final_needs_contiguous_confirmed_batches(api):
