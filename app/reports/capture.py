@@ -14,8 +14,9 @@ by a search (``{"search"}``/``{"query"}``, docs/inventory.md) takes its endpoint
 from the current assets the search finds instead: the store aggregates them
 (``SearchStore.asset_aggregates``) just before the snapshot, with no connection held.
 
-Each task of the scope is reported by one run: its latest finished run, or its
-latest run before any finished (``_REPORTED_RUNS``); deleted tasks are left out.
+Each task of the scope is reported by one run: its latest finished run that was not
+cancelled (as ``scan_control.runs.latest_finished_run_id`` chooses), or its latest run
+before any finished (``_REPORTED_RUNS``); deleted tasks are left out.
 Completeness: a scope whose reported runs still have queued/running executions or
 whose projection is not ``ready`` is not complete. The job then waits (it is
 postponed without spending an attempt) until ``wait_seconds`` after the
@@ -135,6 +136,7 @@ _REPORTED_RUNS = """
            coalesce(
                CAST(:run AS bigint),
                (SELECT r.id FROM task_runs r WHERE r.task_id = t.id AND r.finished_at IS NOT NULL
+                   AND r.status <> 'cancelled'
                  ORDER BY r.number DESC LIMIT 1),
                (SELECT r.id FROM task_runs r WHERE r.task_id = t.id
                  ORDER BY r.number DESC LIMIT 1)) AS run_id

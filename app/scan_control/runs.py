@@ -304,12 +304,14 @@ def list_runs(
 
 
 def latest_finished_run_id(conn: Connection, task_id: int) -> int | None:
-    """The run results, changes, exports and reports show by default."""
+    """The run results, changes, exports and reports show by default: the latest that
+    finished and was not cancelled (a run cancelled by mistake must not make the task
+    look empty; the same runs ``previous_run_id`` compares with)."""
     return conn.execute(
         sa.text(
             """
             SELECT id FROM task_runs
-             WHERE task_id = :task AND finished_at IS NOT NULL
+             WHERE task_id = :task AND finished_at IS NOT NULL AND status <> 'cancelled'
              ORDER BY number DESC LIMIT 1
             """
         ),

@@ -285,6 +285,29 @@ def test_results_changes_and_exports_default_to_the_latest_finished_run(api):
     assert compare.get_json()["error"]["details"]["parameter"] == "to_run"
 
 
+def test_a_cancelled_latest_run_does_not_hide_the_finished_one_before_it(api):
+    """A run cancelled by mistake: results, changes and exports still default to the
+    latest run that finished without being cancelled."""
+    from tests.support.scanner_protocol import claim, observation
+
+    user, scanner = api.user(), api.scanner()
+    task = _create_task(user, targets=["198.51.100.0/30"], ports="22")
+    first_run = task["latest_run"]["id"]
+    assert claim(scanner).final(0, [observation("198.51.100.1", 22)]).status_code == 200
+    second = user.post(f"/api/tasks/{task['id']}/runs").get_json()["run"]
+    cancelled = user.post(f"/api/tasks/{task['id']}/runs/{second['id']}/cancel")
+    assert cancelled.get_json()["run"]["status"] == "cancelled"
+
+    page = user.get(f"/api/tasks/{task['id']}/results").get_json()
+    assert [(i["ip"], i["port"]) for i in page["items"]] == [("198.51.100.1", 22)]
+    assert user.get(f"/api/tasks/{task['id']}/changes").get_json()["run_id"] == first_run
+    export = user.post(f"/api/tasks/{task['id']}/exports", json={"format": "csv"})
+    assert export.status_code == 202, export.get_json()
+    # The cancelled run itself is still there to look at by its id.
+    shown = user.get(f"/api/tasks/{task['id']}/results?run={second['id']}").get_json()
+    assert shown["items"] == []
+
+
 def test_reports_show_the_latest_finished_run_and_do_not_wait_for_a_newer_one(api):
     from app.reports import capture
     from tests.support.scanner_protocol import claim, observation
