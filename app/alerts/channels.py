@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from app.alerts.outbound import address_refused, check_url
 from app.config import Settings
 from app.db import transaction
-from app.errors import NotFound, ValidationError
+from app.errors import Conflict, NotFound, ValidationError
 from app.identity.secrets_at_rest import SecretBox
 from app.identity.users import User
 from app.json_input import checked_name, checked_object
@@ -221,7 +221,9 @@ def delete_channel(user: User, channel_id: int) -> None:
             {"c": channel_id},
         ).scalar()
         if used is not None:
-            raise ValidationError(
+            # 409, as a saved search a report or rule uses: the state, not the request,
+            # is what stops it.
+            raise Conflict(
                 f"rule {used} still sends to this channel",
                 code="channel_in_use",
                 details={"rule_id": used},

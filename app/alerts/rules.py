@@ -25,6 +25,7 @@ from app.errors import Forbidden, NotFound, ValidationError
 from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.saved_searches import references
+from app.scan_control.visibility import task_visible
 from app.search.documents import FIELD_RULES
 from app.search.port import SearchStore, asset_conditions_in_database, asset_matches
 
@@ -219,6 +220,18 @@ def _check_channels(conn: Connection, user: User, channel_ids: list[int]) -> Non
         raise NotFound(f"channel {missing[0]} not found", code="channel_not_found")
 
 
+def _check_tasks(conn: Connection, user: User, values: dict[str, Any]) -> None:
+    """Tasks named by the filter must be ones the user sees (404 naming the field, as a
+    report definition's task is): a rule on a task that does not exist never fires."""
+    for task_id in values.get("task_ids") or ():
+        if not task_visible(conn, user, task_id):
+            raise NotFound(
+                f"task {task_id} not found",
+                code="task_not_found",
+                details={"field": "filter.tasks"},
+            )
+
+
 def _check_search(conn: Connection, values: dict[str, Any], owner_id: int) -> None:
     """A saved search named by the filter must be the rule owner's (404 naming the field)."""
     if values.get("search_id") is not None:
@@ -258,6 +271,7 @@ def create_rule(user: User, body: Any, *, store: SearchStore) -> dict[str, Any]:
     with transaction() as conn:
         _check_channels(conn, user, values["channel_ids"])
         _check_search(conn, values, user.id)
+        _check_tasks(conn, user, values)
         row = conn.execute(
             sa.text(
                 f"""
@@ -327,6 +341,7 @@ def update_rule(user: User, rule_id: int, body: Any, *, store: SearchStore) -> d
     with transaction() as conn:
         current = _get(conn, user, rule_id, lock=True)
         _check_search(conn, values, current.owner_id)
+        _check_tasks(conn, user, values)
         check_whole_rule(
             values.get("on_kinds", list(current.on_kinds)),
             values.get("days", current.days),

@@ -12,6 +12,7 @@ from app.errors import ValidationError
 from app.http.guards import current_user, require_admin
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.identity import service as identity
+from app.json_input import checked_object
 from app.parameters import text_param
 
 blueprint = Blueprint("admin", __name__, url_prefix="/api")
@@ -21,6 +22,8 @@ blueprint = Blueprint("admin", __name__, url_prefix="/api")
 @require_admin
 def create_user_route():
     body = json_body()
+    # A misspelt field ("is_amdin") must not quietly make a user without it.
+    checked_object(body, {"username", "password", "is_admin"})
     is_admin = body.get("is_admin", False)
     if not isinstance(is_admin, bool):
         raise ValidationError("is_admin must be true or false", code="invalid_user")
@@ -39,6 +42,7 @@ def create_user_route():
 @require_admin
 def create_scanner_route():
     body = json_body()
+    checked_object(body, {"name"})
     actor = current_user()
     scanner, token = identity.create_scanner(body.get("name"), actor_user_id=actor.id, via="api")
     return jsonify({"id": scanner.id, "name": scanner.name, "token": token}), 201

@@ -19,6 +19,7 @@ from app.http.guards import (
 from app.http.requests import json_body
 from app.identity import service as identity
 from app.identity.login_throttle import address_bucket, username_bucket
+from app.json_input import checked_object
 from app.observability import emit
 
 blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
@@ -87,6 +88,12 @@ def logout():
 def change_password():
     """Change one's own password: every session of the user ends, the caller gets a new one."""
     body = json_body()
+    checked_object(body, {"current_password", "new_password"})
+    # A body of the wrong shape is a 400 naming the field, before the throttle: it is
+    # no guess at the password and must not read as a wrong one.
+    for field in ("current_password", "new_password"):
+        if not isinstance(body.get(field), str):
+            raise ValidationError(f"{field} must be a string", details={"field": field})
     user = current_user()
     # Guessing the current password costs what guessing it at sign-in costs.
     _throttle(user.username)

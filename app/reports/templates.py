@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from jinja2 import TemplateSyntaxError
 from sqlalchemy.engine import Connection
 
 from app.errors import NotFound, ValidationError
 from app.json_input import checked_object
 from app.renderer import contract as render_contract
+from app.renderer.sandbox import compile_html, compile_text
 
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_TEMPLATE = "default"
@@ -130,8 +132,16 @@ def validate_template_version(body: Any) -> dict[str, Any]:
             "name must be 1-64 lower-case letters, digits, '-' or '_'", details={"field": "name"}
         )
     version = body.get("version")
-    if not isinstance(version, str) or not 1 <= len(version) <= 128:
-        raise ValidationError("version must be 1-128 characters", details={"field": "version"})
+    if (
+        not isinstance(version, str)
+        or not 1 <= len(version) <= 128
+        or not version.strip()
+        or any(not ch.isprintable() for ch in version)
+    ):
+        raise ValidationError(
+            "version must be 1-128 printable characters, not only spaces",
+            details={"field": "version"},
+        )
     subject = body.get("subject")
     if not isinstance(subject, str) or not subject.strip():
         raise ValidationError("subject must be a non-empty string", details={"field": "subject"})
@@ -145,6 +155,20 @@ def validate_template_version(body: Any) -> dict[str, Any]:
     enabled = body.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ValidationError("enabled must be a boolean", details={"field": "enabled"})
+    # A template that does not parse would fail every report it renders: refused here, at
+    # its line. (A name the context lacks is only known when a report renders it.)
+    for field, source, compile_source in (
+        ("subject", subject, compile_text),
+        ("html", html, compile_html),
+    ):
+        try:
+            compile_source(source)
+        except TemplateSyntaxError as error:
+            raise ValidationError(
+                f"{field} does not parse: line {error.lineno}: {error.message}",
+                code="invalid_template",
+                details={"field": field, "line": error.lineno},
+            ) from None
     return {"name": name, "version": version, "subject": subject, "html": html, "enabled": enabled}
 
 

@@ -24,7 +24,7 @@ from flask import redirect, render_template, request, url_for
 from app.alerts import channels, deliveries, rules
 from app.alerts.conditions import CONDITION_KINDS
 from app.analysis.changes import CHANGE_KINDS
-from app.errors import NotFound, ValidationError
+from app.errors import Conflict, NotFound, ValidationError
 from app.http import context
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
@@ -171,8 +171,8 @@ def alerts_channel_create():
 def alerts_channel_delete(channel_id: int):
     try:
         channels.delete_channel(signed_in_user(), channel_id)
-    except ValidationError as refused:  # a rule still sends to it
-        return _render(status=400, channel_refusal=f"Channel #{channel_id}: {refused.message}.")
+    except Conflict as refused:  # a rule still sends to it
+        return _render(status=409, channel_refusal=f"Channel #{channel_id}: {refused.message}.")
     return redirect(url_for("web.alerts_page"), code=303)
 
 

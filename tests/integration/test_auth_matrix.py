@@ -368,7 +368,7 @@ CONSOLE_ROUTES: list[Route] = [
         "POST",
         "/console/alerts/channels/<int:channel_id>/delete",
         lambda w: f"/console/alerts/channels/{w.alert_channel_id}/delete",
-        {**_page(400, owned=True), ADMIN: 404},
+        {**_page(409, owned=True), ADMIN: 404},
     ),
     _html(
         "POST",

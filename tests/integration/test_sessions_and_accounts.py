@@ -478,3 +478,45 @@ def test_logged_database_errors_anywhere_carry_no_parameters_or_row_values(engin
     for text in (described, line):
         assert "alice-row-value" not in text and "hash-param-secret" not in text
     assert "IntegrityError (message withheld)" in json.loads(line)["exception"]
+
+
+def test_a_password_change_of_the_wrong_shape_is_a_400_and_no_guess(api):
+    session = api.user()
+    for body, field in (
+        ({"new_password": "a brand new secret 42"}, "current_password"),
+        ({"current_password": None, "new_password": "a brand new secret 42"}, "current_password"),
+        ({"current_password": 5, "new_password": "a brand new secret 42"}, "current_password"),
+        ({"current_password": DEFAULT_PASSWORD, "new_password": ["x"]}, "new_password"),
+        ({"current_password": DEFAULT_PASSWORD, "new_password": "x", "extra": 1}, "extra"),
+    ):
+        refused = session.post("/api/auth/password", json=body)
+        assert refused.status_code == 400, (body, refused.get_json())
+        assert refused.get_json()["error"]["details"]["field"] == field
+    # None of them counted against the sign-in throttle: the right password still works.
+    assert (
+        session.post(
+            "/api/auth/password",
+            json={"current_password": DEFAULT_PASSWORD, "new_password": "a brand new secret 42"},
+        ).status_code
+        == 200
+    )
+
+
+def test_a_misspelt_field_making_a_user_or_scanner_is_refused_and_nothing_is_made(api):
+    admin = api.admin()
+    refused = admin.post(
+        "/api/users", json={"username": "dora", "password": DEFAULT_PASSWORD, "is_amdin": True}
+    )
+    assert refused.status_code == 400
+    assert refused.get_json()["error"] == {
+        "code": "unknown_field",
+        "message": refused.get_json()["error"]["message"],
+        "details": {"field": "is_amdin"},
+    }
+    with transaction() as conn:
+        made = conn.execute(sa.text("SELECT count(*) FROM users WHERE username = 'dora'"))
+        assert made.scalar() == 0
+    refused = admin.post("/api/scanners", json={"name": "probe", "nmae": "x"})
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["details"] == {"field": "nmae"}
+    assert "probe" not in {s["name"] for s in admin.get("/api/scanners").get_json()["items"]}

@@ -303,7 +303,13 @@ def test_a_failed_run_is_told_once_to_the_rules_that_see_it(api, settings, recei
     hook = _webhook(alice, receiver)
     rule = _rule(alice, on=["run_failed"], channels=[hook])
     assert rule["on"] == ["run_failed"]
-    other_task_rule = _rule(alice, on=["run_failed"], channels=[hook], filter={"tasks": [999999]})
+    other_task = alice.post(
+        "/api/tasks",
+        json={"name": "other", "targets": ["198.51.100.1"], "ports": "80", "scan": False},
+    ).get_json()["task"]
+    other_task_rule = _rule(
+        alice, on=["run_failed"], channels=[hook], filter={"tasks": [other_task["id"]]}
+    )
     bobs = _rule(bob, on=["run_failed"], channels=[_webhook(bob, receiver)])
     failed = _failed_run(alice, scanner, ["192.0.2.1"])
     assert failed["run"]["status"] == "failed"

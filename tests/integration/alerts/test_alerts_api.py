@@ -140,6 +140,25 @@ def test_rules_are_owner_scoped_and_only_admins_make_global_ones(api, receiver) 
     # Bob cannot send to Alice's channel.
     stolen = bob.post("/api/alerts/rules", json={**body, "channels": [channel["id"]]})
     assert stolen.status_code == 404
+    # A task filter names one's own tasks: another's or none at all is a 404 at the field.
+    task = alice.post("/api/tasks", json={"name": "t", "targets": ["192.0.2.1"], "ports": "80"})
+    task_id = task.get_json()["task"]["id"]
+    bob_hook = _hook(bob, receiver)
+    for owner, hook, tasks in ((bob, bob_hook, [task_id]), (alice, channel, [task_id + 1000])):
+        refused = owner.post(
+            "/api/alerts/rules",
+            json={**body, "channels": [hook["id"]], "filter": {"tasks": tasks}},
+        )
+        assert refused.status_code == 404, refused.get_json()
+        assert refused.get_json()["error"]["details"] == {"field": "filter.tasks"}
+    mine = alice.post("/api/alerts/rules", json={**body, "filter": {"tasks": [task_id]}})
+    assert mine.status_code == 201
+    unknown = alice.patch(
+        f"/api/alerts/rules/{mine.get_json()['rule']['id']}",
+        json={"filter": {"tasks": [task_id + 1000]}},
+    )
+    assert unknown.status_code == 404
+    assert unknown.get_json()["error"]["details"] == {"field": "filter.tasks"}
     assert alice.post("/api/alerts/rules", json={**body, "global": True}).status_code == 403
 
     patched = alice.patch(
@@ -149,7 +168,7 @@ def test_rules_are_owner_scoped_and_only_admins_make_global_ones(api, receiver) 
     assert patched.get_json()["rule"]["on"] == ["gone"]
     assert alice.patch(f"/api/alerts/rules/{rule['id']}", json={"mode": "x"}).status_code == 400
     in_use = alice.delete(f"/api/alerts/channels/{channel['id']}")
-    assert in_use.status_code == 400 and in_use.get_json()["error"]["code"] == "channel_in_use"
+    assert in_use.status_code == 409 and in_use.get_json()["error"]["code"] == "channel_in_use"
     assert bob.delete(f"/api/alerts/rules/{rule['id']}").status_code == 404
     assert alice.delete(f"/api/alerts/rules/{rule['id']}").status_code == 204
     assert alice.get(f"/api/alerts/rules/{rule['id']}").status_code == 404
@@ -322,7 +341,7 @@ def test_a_channel_no_rule_sends_to_is_deleted_from_its_row_on_the_console(api, 
     )
     # A rule still sends to it: refused, said at the channel list, nothing removed.
     refused = client.post(path, data=token)
-    assert refused.status_code == 400
+    assert refused.status_code == 409
     assert f"Channel #{channel['id']}: rule {rule['id']} still sends to this channel." in (
         refused.text
     )

@@ -261,6 +261,30 @@ def test_permanent_template_error_keeps_statistics_and_sends_no_mail(api, settin
     assert user.get(f"/api/reports/{report_id}/mail.html").status_code == 404
 
 
+def test_a_template_that_does_not_parse_is_refused_at_its_line_and_nothing_is_stored(api):
+    admin = api.admin()
+    good = {"name": "weekly", "version": "1", "subject": "{{ report.name }}", "html": "<p>ok</p>"}
+    for field, source, line in (
+        ("html", "<p>\n{{", 2),
+        ("html", "{% if %}", 1),
+        ("subject", "{{ report.name", 1),
+    ):
+        refused = admin.post("/api/reports/templates", json={**good, field: source})
+        assert refused.status_code == 400, refused.get_json()
+        error = refused.get_json()["error"]
+        assert error["code"] == "invalid_template"
+        assert error["details"] == {"field": field, "line": line}
+        assert error["message"].startswith(f"{field} does not parse: line {line}: ")
+    for version in ("  ", "a\u0001b"):
+        refused = admin.post("/api/reports/templates", json={**good, "version": version})
+        assert refused.status_code == 400 and refused.get_json()["error"]["details"] == {
+            "field": "version"
+        }
+    names = [t["name"] for t in admin.get("/api/reports/templates").get_json()["items"]]
+    assert "weekly" not in names
+    assert admin.post("/api/reports/templates", json=good).status_code == 201
+
+
 def test_five_attempts_then_failed_and_an_admin_retry_succeeds(api, settings):
     user, task = _scanned_task(api)
     definition = _definition(user, task)
