@@ -177,6 +177,17 @@ def test_signed_cursors_page_and_one_of_another_kind_is_refused(api):
     # Same signature scheme, another page kind: refused.
     assert _error(user.get(f"/api/assets?cursor={cursor}"))["code"] == "invalid_cursor"
     assert _error(user.get(f"/api/tasks?cursor={cursor[:-2]}"))["code"] == "invalid_cursor"
+    # Every other list with id-ordered pages refuses the tasks list's cursor too: it would
+    # read a page of its own rows from a position in another table.
+    task_id = first["items"][0]["id"]
+    for path in (
+        "/api/searches",
+        "/api/exports",
+        "/api/reports",
+        f"/api/tasks/{task_id}/executions",
+        "/api/changes",
+    ):
+        assert _error(user.get(f"{path}?cursor={cursor}"))["code"] == "invalid_cursor", path
 
 
 def test_a_chunked_body_over_the_limit_is_413_not_invalid_json(api):
