@@ -285,6 +285,16 @@ class ExecutionScope:
         return str(low.network_address), str(high.broadcast_address)
 
 
+# Executions whose endpoints are compared with the owner's known ones: a scan, and an
+# imported file (its execution names no targets or ports, so its scope is empty and it
+# never concludes absence: a file says what was found, not everywhere that was looked).
+ANALYSED_KINDS = ("ports", "import")
+
+
+def is_analysable(claim: AnalysisClaim) -> bool:
+    return claim.status == "succeeded" and claim.kind in ANALYSED_KINDS
+
+
 def execution_scope(claim: AnalysisClaim) -> ExecutionScope:
     """Address targets, port ranges and transports of the claimed execution.
 
@@ -514,7 +524,7 @@ def analyse(
     same transaction: no change set without its alerts, no alert without its change.
     """
     scope = execution_scope(claim)
-    analysable = claim.status == "succeeded" and claim.kind == "ports"
+    analysable = is_analysable(claim)
     with transaction(stage="analysis_execution") as conn:
         queue.hold(conn, claim, phase="analyse")
         # Hash joins over a million sightings want memory rather than disk batches.

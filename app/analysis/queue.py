@@ -57,7 +57,7 @@ class AnalysisClaim:
     execution_id: int
     task_id: int
     owner_id: int
-    kind: str  # "ports" | "dns"
+    kind: str  # "ports" | "dns" | "import"
     status: str  # the execution's status
     finished_at: datetime
     targets: tuple[str, ...]

@@ -74,7 +74,7 @@ class AnalysisWorker:
                 if phase == "analyse":
                     in_database = sightings_in_database(self.store)
                     sql = in_database.execution_sightings_sql() if in_database else None
-                    analysable = claim.kind == "ports" and claim.status == "succeeded"
+                    analysable = changes.is_analysable(claim)
                     if sql is None and analysable:
                         changes.stage_sightings(
                             claim,
