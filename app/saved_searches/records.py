@@ -55,15 +55,34 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
         values["name"] = name.strip()
     query = body.get("query")
     if query is not None or not partial:
-        if not isinstance(query, str) or len(query) > MAX_QUERY_CHARS:
+        if (
+            not isinstance(query, str)
+            or not query.strip()
+            or len(query) > MAX_QUERY_CHARS
+            or any(ch < " " for ch in query)
+        ):
             raise ValidationError(
-                f"query must be a search-language string of at most {MAX_QUERY_CHARS} characters",
+                f"query must be a search-language query of 1 to {MAX_QUERY_CHARS} characters "
+                "on one line",
                 code="invalid_query",
                 details={"field": "query"},
             )
-        parse_query(query)
+        check_parses(query, field="query")
         values["query"] = query
     return values
+
+
+def check_parses(query: str, *, field: str) -> None:
+    """A 400 ``invalid_query`` naming ``field`` (and the column) unless ``query`` parses:
+    the search language's own error names ``q``, the parameter of ``GET /api/assets``."""
+    try:
+        parse_query(query)
+    except ValidationError as exc:
+        details = dict(exc.details or {})
+        details.pop("parameter", None)
+        raise ValidationError(
+            f"{field}: {exc.message}", code=exc.code, details={"field": field, **details}
+        ) from None
 
 
 def _duplicate(name: str) -> Conflict:

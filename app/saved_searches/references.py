@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import NotFound, ValidationError
 from app.saved_searches import records
-from app.search.query_language import MAX_QUERY_CHARS, parse_query
+from app.search.query_language import MAX_QUERY_CHARS
 
 MAX_ID = 2**63 - 1
 
@@ -49,21 +49,9 @@ def checked(search: Any, query: Any, *, prefix: str) -> tuple[int | None, str | 
                 code="invalid_query",
                 details={"field": f"{prefix}.query"},
             )
-        check_parses(query, field=f"{prefix}.query")
+        records.check_parses(query, field=f"{prefix}.query")
         return None, query
     return None, None
-
-
-def check_parses(query: str, *, field: str) -> None:
-    """A 400 ``invalid_query`` naming ``field`` (and the column) unless ``query`` parses."""
-    try:
-        parse_query(query)
-    except ValidationError as exc:
-        details = dict(exc.details or {})
-        details.pop("parameter", None)
-        raise ValidationError(
-            f"{field}: {exc.message}", code=exc.code, details={"field": field, **details}
-        ) from None
 
 
 def check_owned(conn: Connection, owner_id: int, search_id: int, *, field: str) -> None:

@@ -294,11 +294,14 @@ class _Reader:
             except ValueError:
                 raise fail(f"{raw!r} is not a network", "a CIDR block such as 10.0.0.0/8") from None
         if kind in ("port", "count"):
-            if not raw.isdigit() or len(raw) > 7:
+            # ASCII digits only (``isdigit`` takes other scripts' digits and superscripts).
+            if not (raw.isascii() and raw.isdigit()):
                 raise fail(f"{raw!r} is not a number", "a whole number")
-            number = int(raw)
-            if kind == "port" and not 0 <= number <= 65535:
-                raise fail(f"{number} is not a port", "a port from 0 to 65535")
+            number = int(raw) if len(raw) <= 7 else None
+            if kind == "port" and (number is None or not 0 <= number <= 65535):
+                raise fail(f"{raw} is not a port", "a port from 0 to 65535")
+            if number is None:
+                raise fail(f"{raw} is too large", "a whole number below 10000000")
             return Clause(field.name, op, number)
         if kind == "choice":
             value = raw.lower()

@@ -52,6 +52,12 @@ def test_saved_searches_are_owner_scoped_and_checked(api):
             assert response.get_json()["error"]["code"] == code
     error = alice.post("/api/searches", json={"name": "b", "query": "port:abc"}).get_json()
     assert error["error"]["details"]["column"] == 6
+    # The field is the body's own name for it (the search language says ``q``).
+    assert error["error"]["details"]["field"] == "query"
+    assert "parameter" not in error["error"]["details"]
+    for query in ("   ", "a\x01b"):
+        blank = alice.post("/api/searches", json={"name": "b", "query": query})
+        assert blank.status_code == 400 and blank.get_json()["error"]["code"] == "invalid_query"
     assert alice.delete(f"/api/searches/{search['id']}").status_code == 204
     assert alice.get(f"/api/searches/{search['id']}").status_code == 404
 

@@ -114,6 +114,12 @@ def test_bare_words_are_plain_text_and_anything_else_is_not():
         ("port:>", 7, "a word"),
         ("port:abc", 6, "a whole number"),
         ("port:70000", 6, "a port from 0 to 65535"),
+        # A number too large for a port is still a number: said so, not "not a number".
+        ("port:99999999", 6, "a port from 0 to 65535"),
+        ("port:" + "9" * 900, 6, "a port from 0 to 65535"),
+        # Only ASCII digits: other scripts' digits and superscripts are no port.
+        ("port:\u0668\u0660", 6, "a whole number"),
+        ("port:\u00b2", 6, "a whole number"),
         ("nosuch:1", 1, "port"),
         ("(port:80", 9, "')'"),
         ("port:80)", 8, "the end of the query"),
