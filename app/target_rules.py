@@ -72,6 +72,15 @@ def refused_special_use(network: IPNetwork, allowed: Iterable[str]) -> str | Non
     return None
 
 
+def _inside_special_use(network: IPNetwork) -> bool:
+    candidate = _mapped_v4(network)
+    return any(
+        special.version == candidate.version and candidate.subnet_of(special)  # type: ignore[arg-type]
+        for ranges in SPECIAL_USE_RANGES.values()
+        for special in ranges
+    )
+
+
 def special_use_reason(name: str) -> str:
     return (
         f"{name.replace('_', '-')} addresses are not scannable targets here "
@@ -178,6 +187,10 @@ def _parse_address_or_network(text: str) -> IPNetwork:
     return ipaddress.ip_network(address)
 
 
+# "10.0.0.1-5", "10.0.0.1-10.0.0.9", "fe80::1-fe80::9": a range, as nmap writes it.
+_ADDRESS_RANGE = re.compile(r"[\d.]+-[\d.]+|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*-[0-9a-fA-F:.]+")
+
+
 def _looks_like_ip(text: str) -> bool:
     return ":" in text or "/" in text or bool(re.fullmatch(r"[\d.]+", text))
 
@@ -218,8 +231,24 @@ def parse_targets(raw: Any, limits: ScanSettings) -> tuple[ParsedTargets, list[P
             )
             continue
         try:
+            if _ADDRESS_RANGE.fullmatch(text):
+                # Would otherwise read as a host name ("10.0.0.1-5") and be resolved.
+                raise ValueError(
+                    "address ranges are not targets; give a CIDR block (10.0.0.0/29) "
+                    "or the addresses one by one"
+                )
             if _looks_like_ip(text):
                 network = _parse_address_or_network(text)
+                if network.num_addresses > limits.max_addresses_per_task and not (
+                    _inside_special_use(network)
+                ):
+                    # Said before the special-use check: a whole internet (0.0.0.0/0)
+                    # touches special ranges, but its size is what is wrong (127.0.0.0/8
+                    # lies inside one, and that is what is said).
+                    raise ValueError(
+                        f"covers {network.num_addresses} addresses; the limit per task is "
+                        f"{limits.max_addresses_per_task}"
+                    )
                 refused = refused_special_use(network, limits.special_use_targets)
                 if refused is not None:
                     raise ValueError(special_use_reason(refused))

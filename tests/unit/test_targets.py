@@ -329,3 +329,18 @@ def test_an_unknown_special_use_class_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"scan\.special_use_targets = 'lan'"):
         load_settings(env={}, overrides={"scan": {"special_use_targets": ["lan"]}})
+
+
+@pytest.mark.parametrize("target", ["10.0.0.1-5", "10.0.0.1-10.0.0.5", "fe80::1-fe80::9"])
+def test_an_address_range_is_refused_not_taken_for_a_host_name(target):
+    parsed, problems = parse_targets([target], LIMITS)
+    assert parsed.domains == [] and len(problems) == 1
+    assert problems[0].reason.startswith("address ranges are not targets; give a CIDR block")
+
+
+@pytest.mark.parametrize("target", ["0.0.0.0/0", "::/0"])
+def test_the_whole_internet_is_refused_for_its_size_not_for_a_special_range_in_it(target):
+    _, problems = parse_targets([target], LIMITS)
+    assert len(problems) == 1 and problems[0].index == 0
+    assert "addresses; the limit per task is" in problems[0].reason
+    assert "not scannable" not in problems[0].reason
