@@ -87,11 +87,37 @@ class LazyGroup(click.Group):
         command = super().get_command(ctx, cmd_name)
         if command is None and cmd_name in self.lazy_commands:
             module, _, attribute = self.lazy_commands[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attribute)
+            try:
+                command = getattr(importlib.import_module(module), attribute)
+            except ModuleNotFoundError as missing:
+                # An install for the scanner agent only (``netmap[agent]``) has no server
+                # libraries: ``netmap --help`` must still list, and the command say why.
+                if (missing.name or "app").partition(".")[0] == "app":
+                    raise
+                command = _needs_server_install(cmd_name, missing.name or "")
             if not isinstance(command, click.Command):
                 raise TypeError(f"{self.lazy_commands[cmd_name]} is not a Click command")
             self.commands[cmd_name] = command
         return command
+
+
+def _needs_server_install(name: str, missing: str) -> click.Command:
+    """A stand-in for a command whose libraries this install lacks (an agent-only one)."""
+    message = (
+        f"`netmap {name}` needs the server's libraries ({missing} is not installed): "
+        "install netmap[server]; this install runs the scanner agent (`netmap agent`)"
+    )
+
+    def refuse() -> None:
+        raise click.ClickException(message)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=message,
+        short_help=f"(needs netmap[server]: {missing} is not installed)",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 @click.group(cls=LazyGroup)

@@ -129,7 +129,10 @@ def print_banner(
 ) -> None:
     """What a person needs after `netmap up`: where to go, how to sign in, where logs go, stop."""
     _say(f"netmap is up: {base_url}")
-    if admin_password:
+    if admin_password and admin_password == os.environ.get("NETMAP_ADMIN_PASSWORD"):
+        # Chosen by whoever started it: not repeated into a log that may be kept.
+        _say("first start: user 'admin' created with the password in NETMAP_ADMIN_PASSWORD")
+    elif admin_password:
         _say(f"first start: user 'admin' created with password: {admin_password}")
         _say("  (shown only now: keep it, or change it under Account in the console)")
     if not text:

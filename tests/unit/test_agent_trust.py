@@ -296,9 +296,15 @@ def test_claim_parsing_accepts_the_documented_example():
 
 
 @pytest.mark.parametrize(
-    "target", ["127.0.0.1", "::1", "169.254.169.254", "fd00:ec2::254", "fe80::1", "0.0.0.0/0"]
+    "target", ["127.0.0.1", "::1", "169.254.169.254", "fd00:ec2::254", "fe80::1"]
 )
 def test_the_agent_applies_the_special_use_policy_of_its_own_settings(target):
     with pytest.raises(TargetRefused, match="special_use_targets"):
         check_execution("ports", [target], "80", ScanSettings())
     assert check_execution("ports", ["10.0.0.1"], "80", ScanSettings()).targets == ["10.0.0.1"]
+
+
+def test_the_agent_refuses_the_whole_internet_for_its_size():
+    # It touches every special range too; its size is what the refusal names.
+    with pytest.raises(TargetRefused, match="the limit per task is"):
+        check_execution("ports", ["0.0.0.0/0"], "80", ScanSettings())

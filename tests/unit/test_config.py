@@ -239,3 +239,25 @@ def test_precedence_is_override_environment_file_platform_default(tmp_path):
     assert sources["server.web_threads"] == "environment:NETMAP_SERVER_WEB_THREADS"
     assert sources["server.upload_concurrency"] == "file"
     assert sources["server.request_timeout_seconds"] == "default"
+
+
+def test_every_toml_example_in_the_docs_passes_the_config_check(tmp_path):
+    """A reader copies these: each ```toml block of docs/ and deploy/ must load as it is
+    (secret values are placeholders; a missing required companion setting is a doc bug)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    blocks = [
+        (path.relative_to(root), block)
+        for path in sorted([*root.glob("docs/*.md"), *root.glob("deploy/**/*.md")])
+        for block in re.findall(r"```toml\n(.*?)```", path.read_text(), re.S)
+    ]
+    assert blocks, "no TOML examples found"
+    for number, (path, block) in enumerate(blocks):
+        file = tmp_path / f"example-{number}.toml"
+        file.write_text(block)
+        try:
+            load_settings(file, env={})
+        except ConfigError as error:
+            raise AssertionError(f"{path}: its TOML example does not load: {error}") from None
