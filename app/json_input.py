@@ -225,8 +225,22 @@ def checked_object(body: Any, fields: Collection[str]) -> dict[str, Any]:
     return body
 
 
-def checked_name(value: Any, *, field: str = "name", max_chars: int = 200) -> str:
-    """A display name: a string of 1 to ``max_chars`` characters once trimmed."""
+def checked_name(
+    value: Any, *, field: str = "name", max_chars: int = 200, code: str | None = None
+) -> str:
+    """A display name: a string of 1 to ``max_chars`` characters once trimmed, without
+    control characters (a name is one line of text on a page, in a mail subject, a log)."""
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= max_chars:
-        raise ValidationError(f"{field} must be 1-{max_chars} characters", details={"field": field})
+        raise ValidationError(
+            f"{field} must be 1-{max_chars} characters", code=code, details={"field": field}
+        )
+    if has_control_characters(value):
+        raise ValidationError(
+            f"{field} must not hold control characters", code=code, details={"field": field}
+        )
     return value.strip()
+
+
+def has_control_characters(text: str) -> bool:
+    """C0 controls (line breaks and tabs too) and DEL."""
+    return any(ch < " " or ch == "\x7f" for ch in text)

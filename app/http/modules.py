@@ -13,6 +13,7 @@ from app.errors import Unavailable, ValidationError
 from app.http import context
 from app.http.guards import current_user, require_admin
 from app.http.requests import json_body
+from app.json_input import checked_object, has_control_characters
 from app.modules.selection import Selection
 from app.modules.service import MAX_CHANGE_REASON, ReportRenderService
 
@@ -38,6 +39,8 @@ def report_render_status():
 @require_admin
 def report_render_publish():
     body = json_body()
+    # A misspelt field must not publish a release with the field's intent lost.
+    checked_object(body, {"expectedRevision", "releaseId", "changeReason"})
     expected = body.get("expectedRevision")
     release_id = body.get("releaseId")
     reason = body.get("changeReason")
@@ -46,8 +49,15 @@ def report_render_publish():
         problems["expectedRevision"] = "must be a positive integer (read it with GET first)"
     if not isinstance(release_id, str) or not release_id:
         problems["releaseId"] = "must be a release id or 'builtin'"
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_CHANGE_REASON:
-        problems["changeReason"] = f"must be a non-empty text of at most {MAX_CHANGE_REASON} chars"
+    if (
+        not isinstance(reason, str)
+        or not reason.strip()
+        or len(reason) > MAX_CHANGE_REASON
+        or has_control_characters(reason)
+    ):
+        problems["changeReason"] = (
+            f"must be one line of text of at most {MAX_CHANGE_REASON} characters"
+        )
     if problems:
         raise ValidationError(
             "invalid publish request", code="invalid_request", details={"fields": problems}

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from app.config import ScanSettings
 from app.errors import ValidationError
+from app.json_input import has_control_characters
 from app.scan_control.planning import plan_executions, scan_plan_document
 from app.scan_control.runs import queue_run
 from app.target_rules import (
@@ -87,6 +88,8 @@ def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskReq
     scope = _scope_values(body, limits, SCOPE_FIELDS, problems)
     if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME_LENGTH:
         problems.append(Problem("name", None, name, f"must be 1-{MAX_NAME_LENGTH} characters"))
+    elif has_control_characters(name):
+        problems.append(Problem("name", None, name[:64], "must not hold control characters"))
     scan = body.get("scan", True)
     if not isinstance(scan, bool):
         problems.append(Problem("scan", None, scan, "must be true or false"))

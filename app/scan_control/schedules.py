@@ -35,6 +35,7 @@ from app.config import ScanSettings
 from app.db import transaction
 from app.errors import ApiError, NotFound, ValidationError
 from app.identity.users import User
+from app.json_input import has_control_characters
 from app.observability import emit
 from app.scan_control import schedule_store, service
 from app.scan_control.creation import (
@@ -99,6 +100,12 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
             "name: must be 1-200 characters",
             code="invalid_name",
             details={"field": "name", "value": name},
+        )
+    if "name" in body and has_control_characters(name):
+        raise ValidationError(
+            "name: must not hold control characters",
+            code="invalid_name",
+            details={"field": "name"},
         )
     now = _utcnow()
     with transaction() as conn:

@@ -241,3 +241,42 @@ def test_error_bodies_never_carry_bare_nan_or_infinity():
     body = json.loads(text)["error"]
     assert body["details"]["value"] == "nan" and body["details"]["items"] == ["inf", "-inf"]
     assert len(body["message"]) < 1100 and len(body["details"]["deep"]) < 300
+
+
+def test_a_name_with_control_characters_is_refused_everywhere_names_are_given(api):
+    """One rule for every display name (tasks, report definitions, alert rules and
+    channels, API tokens): one line of text, no control characters."""
+    user = api.user()
+    task = make_task(user)
+    bad = "a\u0001\u001fb"
+    answers = {
+        "task": user.post(
+            "/api/tasks", json={"name": bad, "targets": ["192.0.2.1"], "ports": "80"}
+        ),
+        "task rename": user.patch(f"/api/tasks/{task['id']}", json={"name": "x\ny"}),
+        "report": user.post(
+            "/api/reports/definitions",
+            json={
+                "name": bad,
+                "task_id": task["id"],
+                "period": "daily",
+                "recipients": ["a@b.example"],
+            },
+        ),
+        "channel": user.post(
+            "/api/alerts/channels",
+            json={"name": bad, "kind": "email", "recipients": ["a@b.example"]},
+        ),
+        "token": user.post("/api/auth/tokens", json={"name": bad}),
+    }
+    channel = user.post(
+        "/api/alerts/channels", json={"kind": "email", "recipients": ["a@b.example"]}
+    )
+    answers["rule"] = user.post(
+        "/api/alerts/rules",
+        json={"name": bad, "on": ["new"], "channels": [channel.get_json()["channel"]["id"]]},
+    )
+    for what, answer in answers.items():
+        assert answer.status_code == 400, (what, answer.get_json())
+        assert "control characters" in json.dumps(answer.get_json()), what
+    assert [t["name"] for t in user.get("/api/tasks").get_json()["items"]] == [task["name"]]

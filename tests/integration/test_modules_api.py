@@ -143,10 +143,16 @@ def test_conflict_and_bad_candidates_write_nothing(make_app):
         {"expectedRevision": True, "releaseId": "builtin", "changeReason": "x"},
         {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "  "},
         {"expectedRevision": 1, "releaseId": 5, "changeReason": "x"},
+        {"expectedRevision": 1, "releaseId": "builtin", "changeReason": "a\u0001b"},
     ):
         response = admin.post(URL, json=body)
         assert response.status_code == 400
         assert response.get_json()["error"]["code"] == "invalid_request"
+    # A misspelt field publishes nothing.
+    typo = admin.post(
+        URL, json={"expectedRevision": 1, "releaseId": "builtin", "changeReason": "x", "zz": 1}
+    )
+    assert typo.status_code == 400 and typo.get_json()["error"]["code"] == "unknown_field"
     with transaction() as conn:
         assert revisions(conn) == [(1, "builtin", "default selection")]
         assert not conn.execute(
