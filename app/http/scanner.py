@@ -81,11 +81,12 @@ def fail(execution_id: int):
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ValidationError("reason must be a string", code="invalid_reason")
-    scanner_calls.fail(
+    failed_now = scanner_calls.fail(
         current_scanner().id,
         execution_id=execution_id,
         claim_token=token,
         reason=reason or "failed by scanner",
     )
-    emit("ExecutionFailedByScanner", execution_id=execution_id, scanner_id=current_scanner().id)
+    if failed_now:  # a repeated call changes nothing and tells nothing new
+        emit("ExecutionFailedByScanner", execution_id=execution_id, scanner_id=current_scanner().id)
     return jsonify({"success": True})

@@ -277,8 +277,7 @@ def _check_new_batch(
         sidecar = streams.get("dns", StreamState())
         if not contiguous or main.pending_count or sidecar.pending_count:
             raise Conflict(
-                f"final batch {expected} needs batches 0..{expected - 1} present and confirmed "
-                "and no pending DNS sidecar batch",
+                _gap_message(expected, main, sidecar),
                 code="batch_gap",
                 details={
                     "batch_index": expected,
@@ -289,6 +288,26 @@ def _check_new_batch(
                     "dns_pending": sidecar.pending_count,
                 },
             )
+
+
+def _gap_message(final_index: int, main: Any, sidecar: Any) -> str:
+    """Why a final cannot be accepted, naming what is actually wrong (the details carry
+    the counts): batches past the final, batches missing below it, pending ones."""
+    if main.max_batch is not None and main.max_batch >= final_index:
+        return (
+            f"final batch {final_index} would end the upload, but batch {main.max_batch} of "
+            f"it was sent already: the final is the upload's last index "
+            f"(send it as {main.max_batch + 1} or later)"
+        )
+    if main.pending_count or sidecar.pending_count:
+        return (
+            f"final batch {final_index} waits for {main.pending_count} pending batch(es) and "
+            f"{sidecar.pending_count} pending DNS sidecar batch(es) to be confirmed; retry them"
+        )
+    return (
+        f"final batch {final_index} needs batches 0..{final_index - 1}: "
+        f"{final_index - main.batch_count} of them are missing"
+    )
 
 
 def _final_already_reserved(final: Any) -> Conflict:

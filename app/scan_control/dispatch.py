@@ -92,8 +92,10 @@ def renew_execution_lease(
 
 def fail_execution(
     conn: Connection, *, execution_id: int, scanner_id: int, claim_token: UUID, reason: str
-) -> None:
-    """The scanner gives up on an execution; repeating the same call is harmless."""
+) -> bool:
+    """The scanner gives up on an execution: it fails at once (no retry; a scanner that
+    wants one lets its lease run out). Repeating the same call is harmless: False when
+    the execution had already been failed by this claim."""
     reason = (reason or "failed by scanner")[:MAX_REASON_LENGTH]
     row = conn.execute(
         sa.text(
@@ -109,7 +111,7 @@ def fail_execution(
     ).one_or_none()
     if row is not None:
         aggregate_task_status(conn, row.task_id)
-        return
+        return True
     _ensure_visible(conn, execution_id, scanner_id)
     already = conn.execute(
         sa.text(
@@ -120,6 +122,7 @@ def fail_execution(
     ).scalar()
     if not already:
         raise Conflict("the lease on this execution was lost", code="lease_lost")
+    return False
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,10 @@ def renew(scanner_id: int, report: Any, *, execution_id: int, claim_token, lease
         )
 
 
-def fail(scanner_id: int, *, execution_id: int, claim_token, reason: str) -> None:
-    """The scanner gives the execution up as failed."""
+def fail(scanner_id: int, *, execution_id: int, claim_token, reason: str) -> bool:
+    """The scanner gives the execution up as failed; False for a repeated call."""
     with transaction() as conn:
-        fail_execution(
+        return fail_execution(
             conn,
             execution_id=execution_id,
             scanner_id=scanner_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -197,7 +198,8 @@ def test_requeue_backoff_delays_the_next_claim(api):
     assert scanner.claim().status_code == 204
 
 
-def test_fail_is_idempotent_and_needs_the_token(api):
+def test_fail_is_idempotent_and_needs_the_token(api, caplog):
+    caplog.set_level(logging.INFO)
     user, scanner, other = api.user(), api.scanner(), api.scanner()
     task = _create_task(user, ["192.0.2.1"])
     claimed = scanner.claim().get_json()["execution"]
@@ -211,6 +213,12 @@ def test_fail_is_idempotent_and_needs_the_token(api):
     row = _execution(claimed["id"])
     assert row.status == "failed" and row.last_error == "boom"
     assert _task_status(task["id"]) == "failed"
+    # Failed at once, not requeued; the repeat told nothing new.
+    assert scanner.claim().status_code == 204
+    events = [
+        r for r in caplog.records if getattr(r, "netmap_event", "") == "ExecutionFailedByScanner"
+    ]
+    assert len(events) == 1
 
 
 @pytest.mark.parametrize(

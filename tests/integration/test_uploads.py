@@ -144,8 +144,18 @@ def test_final_needs_contiguous_confirmed_batches(api):
     assert gap.status_code == 409
     error = gap.get_json()["error"]
     assert error["code"] == "batch_gap" and error["details"]["batches"] == 2
+    assert error["message"] == "final batch 3 needs batches 0..2: 1 of them are missing"
     assert upload.batch(1, [observation("192.0.2.3")]).status_code == 200
-    assert upload.final(3, []).status_code == 200
+    # A final below a batch already sent names that batch, not the ones present.
+    assert upload.batch(5, [observation("192.0.2.4")]).status_code == 200
+    past = upload.final(4, [])
+    assert past.status_code == 409
+    assert past.get_json()["error"]["message"].startswith(
+        "final batch 4 would end the upload, but batch 5 of it was sent already"
+    )
+    assert upload.batch(3, [observation("192.0.2.5")]).status_code == 200
+    assert upload.batch(4, [observation("192.0.2.6")]).status_code == 200
+    assert upload.final(6, []).status_code == 200
 
 
 def test_final_at_index_zero_on_an_empty_upload(api):
