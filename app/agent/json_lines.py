@@ -191,7 +191,24 @@ def read_masscan_json(
             raise ResultFormatError(
                 "data after the closing ']'", line=number, byte_offset=line_offset
             )
-        record, exact = _decode_fast(line, number, line_offset)
+        try:
+            record, exact = _decode_fast(line, number, line_offset)
+        except ResultFormatError:
+            # Not one record: several on one line (a whole array written on one line, as
+            # by ``jq -c``), or a line that is no JSON at all (the error stands).
+            several = _several_records(line, number, line_offset)
+            if several is None:
+                raise
+            records, closed = several
+            for record in records:
+                found = []
+                try:
+                    _masscan_record(record, True, number, line_offset, fallback, found)
+                except ResultFormatError:
+                    yield from found
+                    raise
+                yield from found
+            continue
         found: list[dict[str, Any]] = []
         try:
             try:
@@ -206,6 +223,38 @@ def read_masscan_json(
         yield from found
     if not opened:
         raise ResultFormatError("empty file: no masscan records", line=1, byte_offset=0)
+
+
+def _several_records(line: bytes, number: int, offset: int) -> tuple[list[Any], bool] | None:
+    """The records of a line holding more than one (``{…},{…}`` and maybe the closing
+    ``]``), and whether it closed the array; None when the line is not that."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = json.JSONDecoder()
+    records: list[Any] = []
+    position, closed = 0, False
+    while position < len(text):
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        if position == len(text):
+            break
+        if text[position] == "]":
+            if text[position + 1 :].strip():
+                return None  # data after the closing bracket
+            closed = True
+            break
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            return None
+        records.append(value)
+    if len(records) < 2 and not closed:
+        return None
+    if _SURROGATE_ESCAPE.search(line):
+        _decode(b"[" + line.rstrip(b"]").rstrip().rstrip(b",") + b"]", number, offset)
+    return records, closed
 
 
 _MASSCAN_STATES = {"open": "open", "closed": "closed", "filtered": "filtered"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,29 @@ def test_masscan_json_states_banners_ipv6_and_udp():
     assert found[0]["observed_at"] == "2026-11-30T17:04:12Z"
     older = list(read_masscan_json((FIXTURES / "masscan-1.0-comma-first.json").open("rb")))
     assert [(o["port"], o["state"]) for o in older] == [(80, "open"), (81, "closed")]
+
+
+def test_masscan_json_written_on_one_line_reads_as_masscan_writes_it():
+    """A valid masscan array on one line (``jq -c``), with one record or several, gives
+    the same observations as masscan's record-a-line layout."""
+    layout = (FIXTURES / "masscan-1.3.json").read_bytes()
+    records = json.loads(layout)
+    one_line = json.dumps(records).encode() + b"\n"
+    assert list(read_masscan_json(io.BytesIO(one_line))) == list(
+        read_masscan_json(io.BytesIO(layout))
+    )
+    single = json.dumps(records[:1]).encode()
+    assert [o["port"] for o in read_masscan_json(io.BytesIO(single))] == [8080]
+    assert list(read_masscan_json(io.BytesIO(b"[]"))) == []
+    # What is not an array of records is still refused, naming the problem.
+    for data, message in (
+        (b'[null, 5, "x"]', "a record must be a JSON object"),
+        (b'[{"ip": "127.0.0.1", "ports": []}] trailing', "not valid JSON"),
+        (b'[{"ip": "127.0.0.1", "ports": []}, {"ip": ', "not valid JSON"),
+    ):
+        with pytest.raises(ResultFormatError) as caught:
+            list(read_masscan_json(io.BytesIO(data)))
+        assert message in str(caught.value), (data, str(caught.value))
 
 
 def test_masscan_bad_record_names_line_and_offset():
