@@ -45,6 +45,7 @@ def update_search(search_id: int):
     it watch the new query from their next change set or report on (they refer to the
     search, not a copy)."""
     user = signed_in_user()
+    saved_searches.get_search(user.id, search_id)  # another's or none: 404 before the form
     try:
         saved_searches.update_search(
             user.id,
