@@ -17,6 +17,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -90,6 +91,13 @@ def _validate(body: Any, settings: Settings) -> dict[str, Any]:
         if apprise.Apprise.instantiate(url) is None:
             # The URL is a secret: the answer never echoes it.
             raise _bad("url", "not an Apprise URL this server can send to")
+        # Apprise's plain HTTP schemes name their target host as a webhook does: a literal
+        # address delivery would refuse is refused now, not at the first alert.
+        parts = urlsplit(url)
+        if parts.scheme in _APPRISE_HTTP_SCHEMES and parts.hostname:
+            literal = _literal_address(parts.hostname)
+            if literal and not settings.alerts.allow_private_targets and address_refused(literal):
+                raise _bad("url", "its host is not a global address (see allow_private_targets)")
         out["url"] = url
     else:
         if url is not None:
@@ -104,13 +112,29 @@ def _validate(body: Any, settings: Settings) -> dict[str, Any]:
     return out
 
 
-def _literal_address(host: str) -> str | None:
-    import ipaddress
+_APPRISE_HTTP_SCHEMES = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
 
+
+def _literal_address(host: str) -> str | None:
+    """The address a URL's host names without DNS: an IP literal, also in the other
+    IPv4 spellings a browser or HTTP library reads as one (``2130706433``, ``0x7f000001``,
+    ``127.1``), and ``localhost``, which names this host wherever it is resolved."""
+    import ipaddress
+    import socket
+
+    name = host.strip("[]")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "127.0.0.1"
     try:
-        return str(ipaddress.ip_address(host.strip("[]")))
+        return str(ipaddress.ip_address(name))
     except ValueError:
-        return None
+        pass
+    if name and all(ch in "0123456789abcdefxABCDEFX." for ch in name) and name[0].isdigit():
+        try:
+            return socket.inet_ntoa(socket.inet_aton(name))
+        except OSError:
+            return None
+    return None
 
 
 def public(row: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import sys
@@ -24,6 +25,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
+
+import idna
 
 MAX_REDIRECTS = 3
 
@@ -66,20 +69,44 @@ def address_refused(address: str) -> str | None:
     return None
 
 
+# A host name's labels (letters, digits, hyphens, not at a label's ends; IDNA A-labels
+# included) or an IP literal (IPv6 in brackets arrives here without them).
+_HOST = re.compile(
+    r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.?"
+    r"|[0-9a-f:.]*:[0-9a-f:.%a-z]*"
+)
+
+
+def _ascii_host(host: str) -> str:
+    """An internationalised host name as its A-labels (what is sent); as is otherwise."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError:
+        return host  # refused by the pattern
+
+
 def check_url(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http(s) URL; ValueError when it is not one."""
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise ValueError("the URL must not hold spaces or control characters")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError("the URL must be http:// or https://")
     if not parts.hostname:
         raise ValueError("the URL has no host")
+    if not _HOST.fullmatch(_ascii_host(parts.hostname)):
+        raise ValueError(f"{parts.hostname!r} is not a host name or address")
     if parts.username or parts.password:
         raise ValueError("credentials in the URL are not allowed; the channel is signed")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port
     except ValueError:
-        raise ValueError("the URL's port is not valid") from None
-    return parts.scheme, parts.hostname, port
+        port = 0
+    if port == 0:  # out of range, not a number, or 0 (which nothing listens on)
+        raise ValueError("the URL's port is not valid")
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 # Apprise's plugins open their own connections (through requests, smtplib, ...), so the

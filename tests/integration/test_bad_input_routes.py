@@ -280,3 +280,32 @@ def test_a_name_with_control_characters_is_refused_everywhere_names_are_given(ap
         assert answer.status_code == 400, (what, answer.get_json())
         assert "control characters" in json.dumps(answer.get_json()), what
     assert [t["name"] for t in user.get("/api/tasks").get_json()["items"]] == [task["name"]]
+
+
+def test_a_channel_that_could_never_deliver_is_refused_when_made(api) -> None:
+    """What delivery would refuse is refused at creation, naming the url field: the
+    other spellings of a loopback address, localhost, Apprise's plain HTTP targets, and
+    URLs that are no URL (spaces, control characters, a bad host or port 0)."""
+    user = api.user()
+    before = user.get("/api/alerts/channels").get_json()["items"]
+    for body in (
+        {"kind": "webhook", "url": "https://0x7f000001/x"},
+        {"kind": "webhook", "url": "https://2130706433/x"},
+        {"kind": "webhook", "url": "https://127.1/x"},
+        {"kind": "webhook", "url": "https://localhost/x"},
+        {"kind": "webhook", "url": "https://exa mple.com/"},
+        {"kind": "webhook", "url": "https://example.com/\u0001"},
+        {"kind": "webhook", "url": "https://-bad-.com/"},
+        {"kind": "webhook", "url": "https://example.com:0/x"},
+        {"kind": "apprise", "url": "json://127.0.0.1/x"},
+        {"kind": "apprise", "url": "xml://169.254.169.254/"},
+        {"kind": "apprise", "url": "form://localhost:80"},
+    ):
+        refused = user.post("/api/alerts/channels", json=body)
+        assert refused.status_code == 400, (body, refused.get_json())
+        assert refused.get_json()["error"]["details"]["field"] == "url", body
+    assert user.get("/api/alerts/channels").get_json()["items"] == before
+    # Global hosts, internationalised names and single-label intranet names are fine.
+    for url in ("https://hooks.example.com/x", "https://bücher.example/x", "https://hooks/x"):
+        made = user.post("/api/alerts/channels", json={"kind": "webhook", "url": url})
+        assert made.status_code == 201, (url, made.get_json())

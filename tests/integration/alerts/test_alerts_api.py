@@ -187,9 +187,13 @@ def test_private_targets_are_refused_unless_allowed(api, settings, receiver) -> 
     user = User(id=api.create_user()["id"], username="u", is_admin=False, disabled=False)
     with pytest.raises(Exception, match="not a global address"):
         create_channel(strict, user, {"kind": "webhook", "url": receiver.url})
-    # A name that resolves to loopback passes creation but not the connection.
+    # localhost names this host wherever it is resolved: refused when made, too.
     by_name = receiver.url.replace("127.0.0.1", "localhost")
-    channel = create_channel(strict, user, {"kind": "webhook", "url": by_name})
+    with pytest.raises(Exception, match="not a global address"):
+        create_channel(strict, user, {"kind": "webhook", "url": by_name})
+    # A name that resolves to loopback (a DNS answer can change after creation) is
+    # refused at the connection.
+    channel = create_channel(strict, user, {"kind": "webhook", "url": "https://hooks.example/x"})
     loaded = Channel(channel["id"], user.id, "hook", "webhook", by_name, (), None, None, None)
     message = senders.Message("msg_x", "netmap.test", _now(), {})
     with pytest.raises(PermanentDeliveryError, match="loopback"):
