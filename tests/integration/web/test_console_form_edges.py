@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.web.test_console_pages import _csrf, _post_form, _user_client
-from tests.support.api import DEFAULT_PASSWORD
+from tests.integration.web.test_console_pages import (
+    _csrf,
+    _post_form,
+    _sign_in_next_answer,
+    _user_client,
+)
 
 
 def _count(api, path: str) -> int:
@@ -91,18 +95,7 @@ def test_console_pages_are_not_cached_and_their_static_files_are(api):
     ],
 )
 def test_a_sign_in_target_with_a_dot_or_empty_segment_is_not_kept(api, target):
-    created = api.create_user()
-    client = api.app.test_client()
-    page = client.get("/console/sign-in")
-    answer = client.post(
-        "/console/sign-in",
-        data={
-            "username": created["username"],
-            "password": created["password"] or DEFAULT_PASSWORD,
-            "csrf_token": _csrf(page.text),
-            "next": target,
-        },
-    )
+    answer = _sign_in_next_answer(api, target)
     assert answer.status_code == 303
     assert answer.headers["Location"].endswith("/console/")
 
