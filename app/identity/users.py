@@ -176,6 +176,13 @@ def change_own_password(
         or not check_password_hash(row.password_hash, current_password)
     ):
         raise Unauthorized("the current password is wrong", code="invalid_credentials")
+    if new_password == current_password:
+        # A change that changes nothing would still end every other session: refused.
+        raise ValidationError(
+            "invalid password",
+            code="invalid_password",
+            details={"fields": {"new_password": "must differ from the current password"}},
+        )
     user, _ended = set_password(
         conn, user_id, new_password, actor_user_id=user_id, via=via, field="new_password"
     )

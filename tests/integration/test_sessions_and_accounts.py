@@ -520,3 +520,17 @@ def test_a_misspelt_field_making_a_user_or_scanner_is_refused_and_nothing_is_mad
     assert refused.status_code == 400
     assert refused.get_json()["error"]["details"] == {"field": "nmae"}
     assert "probe" not in {s["name"] for s in admin.get("/api/scanners").get_json()["items"]}
+
+
+def test_a_new_password_equal_to_the_current_one_is_refused_and_ends_no_session(api):
+    created = api.create_user()
+    laptop, phone = api.login(created["username"]), api.login(created["username"])
+    same = laptop.post(
+        "/api/auth/password",
+        json={"current_password": DEFAULT_PASSWORD, "new_password": DEFAULT_PASSWORD},
+    )
+    assert same.status_code == 400
+    assert same.get_json()["error"]["details"]["fields"] == {
+        "new_password": "must differ from the current password"
+    }
+    assert phone.get("/api/auth/me").status_code == 200
