@@ -126,7 +126,9 @@ def parse_schedule(value: Any, limits: ScanSettings, *, now: datetime) -> Schedu
     has_cron = value.get("cron") is not None
     has_every = value.get("every_seconds") is not None
     if has_cron == has_every:
-        raise _invalid("schedule", None, "give either cron (with timezone) or every_seconds")
+        raise _invalid(
+            "schedule", None, "give either cron (and a timezone, default UTC) or every_seconds"
+        )
     minimum = limits.min_schedule_seconds
     start_at = _moment(value, "start_at")
     end_at = _moment(value, "end_at")
