@@ -16,6 +16,7 @@ import pytest
 
 from app.http.guards import SAFE_METHODS
 from tests.support.scanner_protocol import observation, upload_body
+from tests.support.settings import make_settings
 
 ANON, USER, OTHER, ADMIN, SCANNER, OTHER_SCANNER, WRONG_TOKEN, USER_TOKEN = (
     "anonymous",
@@ -952,6 +953,13 @@ ROUTES: list[Route] = [
         {**_user_route(200, owned=True), ADMIN: 404},
     ),
 ]
+
+
+@pytest.fixture
+def settings(database_url, tmp_path):
+    # The world's webhook channel points at a closed port of this host (a test of it
+    # fails fast): private targets are allowed, as a deployment on an intranet would.
+    return make_settings(database_url, tmp_path, alerts={"allow_private_targets": True})
 
 
 @pytest.fixture
