@@ -147,7 +147,7 @@ _REPORTED_RUNS = """
 def _latest_executions(
     conn: Connection, task_ids: list[int], run_id: int | None = None
 ) -> list[Any]:
-    """The succeeded ports executions of each task's reported run."""
+    """The succeeded executions with endpoints (scans and imports) of each task's reported run."""
     return conn.execute(
         sa.text(
             f"""
@@ -155,7 +155,7 @@ def _latest_executions(
                    {projection_status_sql("e")} AS projection
               FROM ({_REPORTED_RUNS}) w
               JOIN scan_executions e ON e.run_id = w.run_id
-             WHERE e.kind = 'ports' AND e.status = 'succeeded'
+             WHERE e.kind IN ('ports', 'import') AND e.status = 'succeeded'
              ORDER BY e.task_id, e.id
             """  # noqa: S608 - the projection expression is our own SQL; values are bound
         ),

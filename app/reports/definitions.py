@@ -24,7 +24,7 @@ from app.errors import NotFound, TooManyQueued, ValidationError
 from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.reports import records
-from app.reports.templates import TEMPLATE_NAME, template_exists
+from app.reports.templates import TEMPLATE_NAME, published_template, template_exists
 from app.saved_searches import references
 from app.scan_control.query import get_task
 from app.scan_control.runs import get_run
@@ -131,6 +131,13 @@ def _check_references(
     if "template" in fields and not template_exists(conn, fields["template"]):
         raise ValidationError(
             "unknown template", code="unknown_template", details={"field": "template"}
+        )
+    if "template" in fields and published_template(conn, fields["template"]) is None:
+        # Its reports would be made and mail nothing (no version to render with).
+        raise ValidationError(
+            f"template {fields['template']!r} has no published version yet: publish one first",
+            code="unpublished_template",
+            details={"field": "template"},
         )
 
 

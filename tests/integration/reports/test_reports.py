@@ -233,6 +233,46 @@ def test_temporary_renderer_failure_archives_nothing_and_retries_after_a_minute(
     assert _count("SELECT count(*) FROM report_deliveries WHERE report_id = :r", r=report_id) == 2
 
 
+def test_a_report_on_an_import_only_task_counts_its_imported_endpoints(api, settings):
+    """An import is its task's run (docs/running.md): a report reads it as it reads a
+    scan's, not as an empty task."""
+    import json
+    import time
+
+    user = api.user()
+    task = user.post(
+        "/api/tasks",
+        json={"name": "imported", "targets": ["192.0.2.0/29"], "ports": "1-65535", "scan": False},
+    ).get_json()["task"]
+    now = str(int(time.time()))
+    rows = [
+        {
+            "ip": "192.0.2.3",
+            "timestamp": now,
+            "ports": [{"port": p, "proto": "tcp", "status": "open"}],
+        }
+        for p in (80, 443)
+    ]
+    imported = user.post(
+        f"/api/tasks/{task['id']}/imports?format=masscan-json",
+        data=json.dumps(rows).encode(),
+        headers={"Content-Type": "application/octet-stream"},
+        json=None,
+    )
+    assert imported.status_code == 201, imported.get_json()
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    assert _run(settings, Renderer(settings)).result == "ready"
+    report = user.get(f"/api/reports/{report_id}").get_json()["report"]
+    assert report["statistics"]["endpoints"] == 2
+    assert report["statistics"]["latest_executions"] == [
+        imported.get_json()["import"]["execution_id"]
+    ]
+    assert ": 2 endpoints, 2 new (" in report["subject"]
+
+
 def test_permanent_template_error_keeps_statistics_and_sends_no_mail(api, settings):
     admin = api.admin()
     created = admin.post(
@@ -283,6 +323,33 @@ def test_a_template_that_does_not_parse_is_refused_at_its_line_and_nothing_is_st
     names = [t["name"] for t in admin.get("/api/reports/templates").get_json()["items"]]
     assert "weekly" not in names
     assert admin.post("/api/reports/templates", json=good).status_code == 201
+
+
+def test_a_definition_cannot_name_a_template_without_a_published_version(api):
+    admin = api.admin()
+    made = admin.post(
+        "/api/reports/templates",
+        json={"name": "draft", "version": "1", "subject": "s", "html": "<p>h</p>"},
+    )
+    assert made.status_code == 201
+    user, task = _scanned_task(api, admin)
+    refused = user.post(
+        "/api/reports/definitions",
+        json={
+            "name": "d",
+            "task_id": task["id"],
+            "period": "daily",
+            "recipients": ["a@example.com"],
+            "template": "draft",
+        },
+    )
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["code"] == "unpublished_template"
+    assert refused.get_json()["error"]["details"] == {"field": "template"}
+    assert (
+        admin.post("/api/reports/templates/draft/publish", json={"version": "1"}).status_code == 200
+    )
+    _definition(user, task, template="draft")
 
 
 def test_five_attempts_then_failed_and_an_admin_retry_succeeds(api, settings):
