@@ -18,6 +18,7 @@ works as in plain Click.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,18 @@ class LazyGroup(click.Group):
             return
         super().add_command(cmd, name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a failure a person can act on (a path that cannot be written,
+        a store that cannot be reached, an unknown schema revision) is one line and exit
+        code 1, not a traceback. Anything else is a bug and keeps its traceback."""
+        try:
+            return super().invoke(ctx)
+        except Exception as error:
+            message = _operator_error(error)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_commands})
 
@@ -99,6 +112,20 @@ class LazyGroup(click.Group):
                 raise TypeError(f"{self.lazy_commands[cmd_name]} is not a Click command")
             self.commands[cmd_name] = command
         return command
+
+
+def _operator_error(error: Exception) -> str | None:
+    """The one-line message of a failure the operator can act on; None for a bug."""
+    if isinstance(error, FileExistsError) and error.filename and os.path.isfile(error.filename):
+        return f"{error.filename} is a file, not a directory"
+    if isinstance(error, OSError) and error.filename:
+        return f"{error.filename}: {error.strerror or error}"
+    module = type(error).__module__
+    if module.startswith("alembic."):
+        return f"database migration: {error}"
+    if module == "app.search.port" and type(error).__name__.startswith("Store"):
+        return f"search store: {error}"
+    return None
 
 
 def _needs_server_install(name: str, missing: str) -> click.Command:

@@ -250,3 +250,26 @@ def test_tasks_commands_create_run_cancel_and_delete(database_url, engine, api):
         "--target", "not a target", "--ports", "80",
     )  # fmt: skip
     assert bad.returncode != 0 and "targets" in bad.stderr
+
+
+def test_failures_an_operator_can_act_on_are_one_line_not_a_traceback(
+    database_url, engine, tmp_path
+):
+    """A path that cannot be written, an unknown schema revision, an unreachable store:
+    one ``Error:`` line naming it, exit code 1."""
+    occupied = tmp_path / "taken"
+    occupied.write_text("a file where a directory is needed")
+    cases = [
+        (("backup", "--out", str(occupied / "x.backup")), f"{occupied} is a file, not a directory"),
+        (("diagnostics", "--out", str(occupied / "d.zip")), str(occupied)),
+        (("db", "upgrade", "--revision", "bogus"), "database migration: "),
+        (
+            ("search", "migrate", "--to", "elasticsearch", "--es-url", "http://127.0.0.1:9"),
+            "search store: ",
+        ),
+    ]
+    for args, expected in cases:
+        result = run_cli(database_url, *args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (args, result.stderr[-2000:])
+        assert expected in result.stderr, (args, result.stderr[-1000:])
