@@ -26,7 +26,7 @@ from app.object_store.port import ObjectStore
 from app.observability import emit
 from app.scan_control.query import get_task, succeeded_execution_ids
 from app.search.asset_params import ASSET_PARAMETERS, asset_query_from_params
-from app.search.query_language import parse_query
+from app.search.query_language import parse_body_query
 
 
 def validate_export_request(body: Any) -> str:
@@ -94,7 +94,7 @@ def request_query_export(user: User, body: Any, *, max_queued: int | None = None
     fmt = validate_export_request({k: v for k, v in body.items() if k not in _SEARCH_FIELDS})
     query_at = datetime.now(UTC)
     if query:
-        parsed = parse_query(query, now=query_at)
+        parsed = parse_body_query(query, field="query", now=query_at)
         if parsed.plain_text is not None and len(parsed.plain_text) > 200:
             raise ValidationError(
                 "free text is longer than 200 characters", details={"field": "query"}

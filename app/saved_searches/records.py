@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, ValidationError
 from app.json_input import checked_object
-from app.search.query_language import MAX_QUERY_CHARS, parse_query
+from app.search.query_language import MAX_QUERY_CHARS, parse_body_query
 
 MAX_NAME = 100
 _COLUMNS = "id, owner_id, name, query, created_at, updated_at"
@@ -73,16 +73,8 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
 
 
 def check_parses(query: str, *, field: str) -> None:
-    """A 400 ``invalid_query`` naming ``field`` (and the column) unless ``query`` parses:
-    the search language's own error names ``q``, the parameter of ``GET /api/assets``."""
-    try:
-        parse_query(query)
-    except ValidationError as exc:
-        details = dict(exc.details or {})
-        details.pop("parameter", None)
-        raise ValidationError(
-            f"{field}: {exc.message}", code=exc.code, details={"field": field, **details}
-        ) from None
+    """A 400 ``invalid_query`` naming ``field`` (and the column) unless ``query`` parses."""
+    parse_body_query(query, field=field)
 
 
 def _duplicate(name: str) -> Conflict:

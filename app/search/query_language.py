@@ -425,6 +425,19 @@ class _Build(Transformer):
         return children[0] if children else None
 
 
+def parse_body_query(text: str, *, field: str, now: datetime | None = None) -> ParsedQuery:
+    """``parse_query`` for a query given in a request body's ``field``: the refusal names
+    that field (and the column), not ``q``, the parameter of ``GET /api/assets``."""
+    try:
+        return parse_query(text, now=now)
+    except ValidationError as exc:
+        details = dict(exc.details or {})
+        details.pop("parameter", None)
+        raise ValidationError(
+            f"{field}: {exc.message}", code=exc.code, details={"field": field, **details}
+        ) from None
+
+
 def parse_query(text: str, *, now: datetime | None = None) -> ParsedQuery:
     """The checked tree of ``text``; ``ValidationError`` (``invalid_query``) when it is not
     a query. ``now`` fixes what durations (``30d``) are relative to."""

@@ -89,6 +89,8 @@ def test_refused_filters_are_a_4xx_naming_them_and_write_nothing(api):
         ({"filters": {"scope": "global"}}, 403, "forbidden", None),
         ({"query": 5, "filters": {}}, 400, "invalid_query", {"field": "query"}),
         ({}, 400, "invalid_query", {"field": "query"}),
+        # The query's own mistake names the body's field and its column.
+        ({"query": "port:abc"}, 400, "invalid_query", {"field": "query", "column": 6}),
     ]
     for extra, status, code, details in refusals:
         response = user.post("/api/exports", json={"format": "csv", **extra})
