@@ -147,7 +147,7 @@ def create_token(
             ).one()
     except IntegrityError:
         raise Conflict(
-            f"you already have an API token named {request.name!r}",
+            f"an API token named {request.name!r} exists already for this user",
             code="duplicate_name",
             details={"field": "name"},
         ) from None
