@@ -39,6 +39,28 @@ def bounded_task_count(user: User, status: str | None, *, cap: int) -> tuple[int
     return len(page.items), page.next_cursor is not None
 
 
+def scanner_work_waiting(user: User) -> bool:
+    """Whether an execution of the user's tasks (any user's, for an admin) waits for a
+    scanner or is being scanned: the dashboard's "no scanner is online" warning is about
+    that, not about task statuses (an import-only task is ``queued`` with nothing to
+    scan). Read through the claim and lease indexes: as many rows as wait or run."""
+    with transaction() as conn:
+        return bool(
+            conn.execute(
+                sa.text(
+                    """
+                    SELECT EXISTS (
+                        SELECT 1 FROM scan_executions e JOIN scan_tasks t ON t.id = e.task_id
+                         WHERE e.status IN ('queued', 'running') AND e.kind <> 'import'
+                           AND t.deleted_at IS NULL AND (:admin OR t.owner_id = :owner)
+                    )
+                    """
+                ),
+                {"admin": user.is_admin, "owner": user.id},
+            ).scalar()
+        )
+
+
 _HOST_EXECUTIONS = sa.text(
     """
     SELECT e.id AS execution_id, e.task_id, t.name AS task_name, e.status, e.kind,

@@ -24,7 +24,7 @@ from app.http.guards import end_session, live_session_user, start_session
 from app.identity import service as identity
 from app.observability import emit
 from app.scan_control.fleet import fleet_online
-from app.scan_control.reads import bounded_task_count
+from app.scan_control.reads import bounded_task_count, scanner_work_waiting
 from app.search.port import current_asset_count
 from app.web import blueprint
 from app.web.access import page_public, page_user, safe_next, signed_in_user
@@ -119,7 +119,7 @@ def dashboard():
     running = bounded_task_count(user, "running", cap=TASK_COUNT_CAP)
     queued = bounded_task_count(user, "queued", cap=TASK_COUNT_CAP)
     # Work waits and nobody will take it: say so, with the command that starts a scanner.
-    no_scanner = (queued[0] > 0 or running[0] > 0) and not fleet_online(
+    no_scanner = scanner_work_waiting(user) and not fleet_online(
         offline_seconds=context.settings().scan.scanner_offline_seconds
     )
     # Nothing to show yet: say how to start (only asked while no task is queued or running).
