@@ -3,7 +3,7 @@
 The same service as ``POST /api/tasks/<id>/imports``, run by an operator on
 the server (it talks to the database and the search store directly, so it is
 not bound by a web worker's request timeout: the way to import very large
-files). Prints one JSON object describing the import.
+files). Says how far it is on stderr; prints one JSON object describing the import.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def import_command(
                 format_name=format_name,
                 observed_at_mode=observed_at,
                 scope_mode=scope_mode,
+                progress=lambda message: click.echo(f"netmap: {message}", err=True),
             )
         except ApiError as exc:
             raise click.ClickException(describe_error(exc)) from None

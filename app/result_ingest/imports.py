@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -251,6 +251,10 @@ def validate_file(
     return total, batches
 
 
+# How often a long import says how far it is (the command line's progress).
+PROGRESS_SECONDS = 2.0
+
+
 def import_results(
     *,
     settings: Settings,
@@ -262,7 +266,10 @@ def import_results(
     observed_at_mode: str = "file",
     request_id: str | None = None,
     scope_mode: str = "check",
+    progress: Callable[[str], None] | None = None,
 ) -> ImportResult:
+    """Import ``path`` into the task as a run of its own. ``progress`` (the command
+    line's) hears what is done: the file checked, then observations sent as they go."""
     check_format(format_name)
     if scope_mode not in SCOPE_MODES:
         raise ValidationError(
@@ -293,7 +300,12 @@ def import_results(
     started = time.perf_counter()
     now = iso_utc(datetime.now(UTC))
     times = _Times(default=now, override=now if observed_at_mode == "import" else None)
+    if progress:
+        progress(f"checking {path.name} ({format_name}) against task {task_id}")
     expected, _ = validate_file(path, format_name, settings, times, scope)
+    if progress:
+        progress(f"{expected} observations to import")
+    told = time.monotonic()
     lease = settings.scan.execution_lease_seconds
     with transaction("import_execution_create") as conn:
         execution = create_import_execution(conn, task_id=task_id, lease_seconds=lease)
@@ -330,6 +342,10 @@ def import_results(
             )
             sent += len(batch)
             batches += 1
+            if progress and (last or time.monotonic() - told >= PROGRESS_SECONDS):
+                batch_word = "batch" if batches == 1 else "batches"
+                progress(f"imported {sent} of {expected} observations ({batches} {batch_word})")
+                told = time.monotonic()
     except BaseException as exc:
         with transaction("import_execution_fail") as conn:
             fail_import_execution(

@@ -175,6 +175,13 @@ def test_netmap_import_command_uses_the_same_service(api, database_url):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["observations"] == 3 and result["bytes"] == fixture.stat().st_size
+    # How far it is, in words, on stderr (stdout stays the one JSON object).
+    said = [line for line in done.stderr.splitlines() if line.startswith("netmap: ")]
+    assert said == [
+        f"netmap: checking nmap-sv-loopback.xml (nmap-xml) against task {task['id']}",
+        "netmap: 3 observations to import",
+        "netmap: imported 3 of 3 observations (1 batch)",
+    ]
     status = scalar(
         "SELECT status FROM scan_executions WHERE id = :e AND kind = 'import'",
         e=result["execution_id"],
