@@ -150,8 +150,10 @@ class _TextOfHtml(HTMLParser):
         self.parts: list[str] = []
 
     def handle_data(self, data: str) -> None:
+        # HTML's own rule: a run of white space (a line break in the template too) is one
+        # space; only the block ends below break lines.
         if data.strip():
-            self.parts.append(data.strip())
+            self.parts.append(" ".join(data.split()))
 
     def handle_endtag(self, tag: str) -> None:
         if tag in {"p", "tr", "h1", "h2", "table", "div"}:
