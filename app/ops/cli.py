@@ -115,8 +115,13 @@ def _confirm_restore(summary: str) -> bool:
     click.echo(summary, err=True)
     try:
         return click.confirm("replace it?", default=False, err=True)
-    except click.Abort:  # no answer (stdin closed): nothing is replaced
-        return False
+    except click.Abort:
+        # No answer to read (stdin closed, as in a script): nothing is replaced, and the
+        # way to restore without a question is said.
+        raise click.ClickException(
+            "restore cancelled: nothing was changed (no answer to read: --yes replaces "
+            "the database without asking)"
+        ) from None
 
 
 @click.command("restore")

@@ -109,6 +109,12 @@ def test_round_trip_answers_the_same(database_url, data_dir, tmp_path, settings,
         (data_dir / "secret_key").unlink()
         engine.dispose()
 
+        # Without --yes and no answer to read: nothing is replaced, the way is said.
+        unasked = netmap(database_url, data_dir, "restore", str(archive))
+        assert unasked.returncode == 1
+        assert "--yes replaces the database without asking" in unasked.stderr
+        assert not (data_dir / "secret_key").exists()
+
         restored = netmap(database_url, data_dir, "restore", str(archive), "--yes")
         assert restored.returncode == 0, restored.stderr[-2000:]
         result = json.loads(restored.stdout)
