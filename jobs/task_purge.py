@@ -10,7 +10,7 @@ runs beyond the newest ``keep_runs`` of each task through the same execution bat
 
 from __future__ import annotations
 
-from app.analysis.purge import purge_executions
+from app.analysis.purge import forget_endpoints, purge_executions
 from app.config import Settings
 from app.exports.service import delete_task_exports
 from app.leases.guard import LeaseGuard, LeaseLost
@@ -122,6 +122,9 @@ class TaskPurgeJob:
                 batch = purger.purge_task_assets(
                     work.task_ids, excluded_task_ids=excluded, after_key=cursor, limit=ASSET_BATCH
                 )
+                # What left the owner's view leaves the change analysis's memory too, before
+                # the checkpoint: a batch retried after a crash names the same endpoints.
+                forgotten = forget_endpoints(batch.unseen)
                 cursor = batch.last_key if batch.last_key is not None else cursor
                 done = batch.endpoints < ASSET_BATCH
                 purge.checkpoint(
@@ -131,6 +134,7 @@ class TaskPurgeJob:
                     removed={
                         "user_assets": batch.user_assets,
                         "global_assets": batch.global_assets,
+                        "analysis_assets": forgotten,
                     },
                 )
                 if done:

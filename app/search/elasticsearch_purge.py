@@ -123,6 +123,7 @@ class ElasticsearchPurge:
             endpoints=len(hits),
             user_assets=removed_user,
             global_assets=removed_global,
+            unseen=tuple(sorted(owned - seen_by_owner)),
         )
 
     def _other_evidence(

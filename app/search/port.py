@@ -538,6 +538,10 @@ class AssetPurgeBatch:
     endpoints: int  # execution endpoints looked at
     user_assets: int  # owner-view documents removed
     global_assets: int  # global-view documents removed
+    # (owner, ip, port, transport) of the batch's endpoints no other task of the owner
+    # saw: gone from the owner's view, so the change analysis forgets them too (a later
+    # sighting is new again). The same answer when a batch is retried after a crash.
+    unseen: tuple[tuple[int, str, int, str], ...] = ()
 
 
 class TaskPurge(Protocol):

@@ -30,10 +30,10 @@ from app.search.postgres_schema import id_after_cursor
 _ASSETS_BATCH = sa.text(
     f"""
     WITH b AS (
-        SELECT x.id, x.owner_id, x.ip_order, x.port, x.transport
+        SELECT x.id, x.owner_id, x.ip, x.ip_order, x.port, x.transport
           FROM search_execution_endpoint_counts c
          CROSS JOIN LATERAL (
-               SELECT e.id, e.owner_id, e.ip_order, e.port, e.transport
+               SELECT e.id, e.owner_id, e.ip, e.ip_order, e.port, e.transport
                  FROM search_execution_endpoints e
                 WHERE e.execution_id = c.execution_id
                   AND {id_after_cursor("e.id")}
@@ -42,15 +42,20 @@ _ASSETS_BATCH = sa.text(
          WHERE c.task_id = ANY(:tasks)
          ORDER BY x.id LIMIT :limit
     ),
-    u AS (SELECT DISTINCT owner_id, ip_order, port, transport FROM b WHERE owner_id IS NOT NULL),
-    user_removed AS (
-        DELETE FROM search_assets_user a USING u
-         WHERE a.owner_id = u.owner_id AND a.ip_order = u.ip_order AND a.port = u.port
-           AND a.transport = u.transport
-           AND NOT EXISTS (
+    u AS (
+        SELECT DISTINCT owner_id, ip, ip_order, port, transport FROM b WHERE owner_id IS NOT NULL
+    ),
+    unseen AS (
+        SELECT u.* FROM u
+         WHERE NOT EXISTS (
                SELECT 1 FROM search_execution_endpoints o
                 WHERE o.ip_order = u.ip_order AND o.port = u.port AND o.transport = u.transport
                   AND o.owner_id = u.owner_id AND o.task_id <> ALL(:excluded))
+    ),
+    user_removed AS (
+        DELETE FROM search_assets_user a USING unseen u
+         WHERE a.owner_id = u.owner_id AND a.ip_order = u.ip_order AND a.port = u.port
+           AND a.transport = u.transport
         RETURNING 1
     ),
     g AS (SELECT DISTINCT ip_order, port, transport FROM b),
@@ -66,7 +71,9 @@ _ASSETS_BATCH = sa.text(
     SELECT (SELECT replace(max(id::text COLLATE "C"), '-', '') FROM b) AS last_id,
            (SELECT count(*) FROM b) AS endpoints,
            (SELECT count(*) FROM user_removed) AS user_assets,
-           (SELECT count(*) FROM global_removed) AS global_assets
+           (SELECT count(*) FROM global_removed) AS global_assets,
+           (SELECT coalesce(json_agg(json_build_array(owner_id, host(ip), port, transport)),
+                            '[]'::json) FROM unseen) AS unseen
     """  # noqa: S608 - the cursor condition is a constant fragment; values are bound
 )
 
@@ -93,6 +100,10 @@ def purge_task_assets_batch(
         endpoints=int(row.endpoints),
         user_assets=int(row.user_assets),
         global_assets=int(row.global_assets),
+        unseen=tuple(
+            (int(owner), str(ip), int(port), str(transport))
+            for owner, ip, port, transport in row.unseen
+        ),
     )
 
 

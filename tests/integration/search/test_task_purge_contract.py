@@ -138,6 +138,16 @@ def _assert_purged(world, before: dict[str, object]) -> None:
     assert leftover_rows([world["tasks"]["doomed"]], [world["doomed"], world["rerun"]]) == {}
 
 
+def _known_to_analysis(owner_id: int) -> set[tuple[str, int, str]]:
+    """The endpoints the change analysis remembers for the owner (``analysis_assets``)."""
+    with transaction() as conn:
+        rows = conn.execute(
+            sa.text("SELECT host(ip), port, transport FROM analysis_assets WHERE owner_id = :o"),
+            {"o": owner_id},
+        ).all()
+    return {(ip, port, transport) for ip, port, transport in rows}
+
+
 def _delete(world) -> None:
     admin = User(id=world["owner"], username="owner", is_admin=True, disabled=False)
     status = purge.request_delete(admin, world["tasks"]["doomed"])
@@ -148,6 +158,8 @@ def test_the_purge_removes_the_task_and_only_the_assets_it_alone_saw(settings, w
     before = _snapshot(world)
     assert len(before["owner"]) == DOOMED + EXTRA + RERUN
     assert len(before["global"]) == DOOMED + EXTRA + RERUN
+    assert _known_to_analysis(world["owner"]) == before["owner"]
+    strangers_memory = _known_to_analysis(world["stranger"])
     _delete(world)
 
     assert run_purges(settings, world["store"]) == 1
@@ -161,6 +173,11 @@ def test_the_purge_removes_the_task_and_only_the_assets_it_alone_saw(settings, w
     # 390 endpoints of two runs at 64 a batch: seven asset batches, then the executions.
     assert row.batches >= 8
     _assert_purged(world, before)
+    # The change analysis forgot what left the owner's view (seen again, it is new, as
+    # on the Assets page), and nothing of the other owner's.
+    assert row.removed["analysis_assets"] == DOOMED - SHARED + RERUN
+    assert _known_to_analysis(world["owner"]) == _expected_after(world)["owner"]
+    assert _known_to_analysis(world["stranger"]) == strangers_memory
 
 
 @pytest.mark.parametrize("dies_in", ["purge_task_assets", "purge_execution_data"])
