@@ -69,6 +69,7 @@
       row.querySelectorAll("[data-field]").forEach(function (cell) {
         var name = cell.getAttribute("data-field");
         if (name === "status") { setText(cell, run.status); cell.className = "status status-" + run.status; }
+        if (name === "started_at") { setText(cell, whenText(run.started_at)); }
         if (name === "finished_at") { setText(cell, whenText(run.finished_at)); }
         if (name === "endpoints") { setText(cell, (run.counts || {}).endpoints); }
       });
@@ -114,7 +115,9 @@
                 window.setTimeout(tick, POLL_MS);
               } else {
                 section.setAttribute("data-in-flight", "false");
-                if (note) { setText(note, "Up to date."); }
+                // The run's row and status follow it live; its change counts and the
+                // schedule's next times come with a reload, which is said rather than implied.
+                if (note) { setText(note, "The work has finished: reload the page for its changes."); }
               }
             });
         })
