@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from email.utils import formatdate
 from typing import Any
 
 import orjson
@@ -187,6 +188,8 @@ def send_email(settings: Settings, channel: Channel, message: Message) -> str:
     mail["From"] = settings.smtp.from_address
     mail["To"] = ", ".join(channel.recipients)
     mail["Message-ID"] = f"<{message.id}@netmap.alerts>"
+    # RFC 5322 requires it; the message's own time, the same on every delivery attempt.
+    mail["Date"] = formatdate(message.created_at.timestamp(), usegmt=True)
     mail.set_content(text)
     if not settings.smtp.host:
         directory = outbox_directory(settings)

@@ -8,6 +8,8 @@ Apprise ``json://`` target at the same receiver and an aiosmtpd server.
 
 from __future__ import annotations
 
+import email
+import email.utils
 import time
 
 import sqlalchemy as sa
@@ -132,6 +134,9 @@ def test_a_closed_port_is_one_gone_alert_per_rule_and_channel(
     assert "192.0.2.2:22/tcp" in posted.json["title"]
     (mail,) = mailbox.messages
     assert mail[0] == ["ops@example.test"] and b"192.0.2.2:22/tcp" in mail[1]
+    # RFC 5322's required Date header, in the format it defines.
+    sent = email.message_from_bytes(mail[1])
+    assert email.utils.parsedate_to_datetime(sent["Date"]).tzinfo is not None
 
     # The lighter scan: no detection this time. No change, so no alert at all.
     _scan(alice, scanner, [observation("192.0.2.1", 22)])
