@@ -18,7 +18,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 
 from app.analysis.changes import CHANGE_KINDS
-from app.errors import ValidationError
+from app.errors import Conflict, ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.scan_control import purge, runs, schedules, service
@@ -223,7 +223,14 @@ def task_schedule_save(task_id: int):
     return redirect(url_for("web.task_detail", task_id=task_id, _anchor="schedule"), code=303)
 
 
-def task_page(task_id: int, *, schedule_error: str | None = None, typed=None, status: int = 200):
+def task_page(
+    task_id: int,
+    *,
+    schedule_error: str | None = None,
+    typed=None,
+    run_error: str | None = None,
+    status: int = 200,
+):
     cursor = decode_cursor()
     task, executions, changes = service.task_page(
         signed_in_user(), task_id, limit=PAGE_SIZE, cursor=cursor
@@ -247,6 +254,7 @@ def task_page(task_id: int, *, schedule_error: str | None = None, typed=None, st
         schedule=schedule,
         schedule_form=schedule_form_values(schedule, typed),
         schedule_error=schedule_error,
+        run_error=run_error,
     ), status
 
 
@@ -278,7 +286,12 @@ def task_results(task_id: int):
 @blueprint.post("/tasks/<int:task_id>/runs")
 @page_user
 def task_run_now(task_id: int):
-    runs.start_run(task_id, trigger="manual", limits=context.settings().scan, user=signed_in_user())
+    try:
+        runs.start_run(
+            task_id, trigger="manual", limits=context.settings().scan, user=signed_in_user()
+        )
+    except Conflict as refused:  # a run is active (another tab, the schedule): said here
+        return task_page(task_id, run_error=refused.message, status=409)
     return redirect(url_for("web.task_detail", task_id=task_id), code=303)
 
 

@@ -110,3 +110,16 @@ def test_a_range_without_an_upper_bound_says_so(api):
     refused = user.get(f"/api/tasks/{task_id}/changes?run=0")
     assert refused.status_code == 400
     assert refused.get_json()["error"]["message"] == "run must be at least 1"
+
+
+def test_run_now_while_a_run_is_active_shows_the_task_page_with_the_reason(api):
+    client, created = _user_client(api)
+    user = api.login(created["username"])
+    task = user.post("/api/tasks", json={"name": "t", "targets": ["192.0.2.1"], "ports": "80"})
+    task_id = task.get_json()["task"]["id"]  # run 1 is queued: active
+    refused = _post_form(
+        client, f"/console/tasks/{task_id}/runs", {}, from_page=f"/console/tasks/{task_id}"
+    )
+    assert refused.status_code == 409
+    assert 'id="run-now-error"' in refused.text and 'id="run-now-form"' in refused.text
+    assert len(user.get(f"/api/tasks/{task_id}/runs").get_json()["items"]) == 1
