@@ -112,19 +112,24 @@ def page_limit(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -
     return value
 
 
-def encode_cursor(position: dict[str, Any], kind: str | None = None) -> str:
-    return cursors.encode_cursor(_page_kind(kind), position)
+def encode_cursor(
+    position: dict[str, Any], kind: str | None = None, *, endpoint: str | None = None
+) -> str:
+    """A cursor for the list at ``endpoint`` (default: this request's, which lists); a
+    page that links to another route's list (a console page shown again by a form's
+    POST) names that route."""
+    return cursors.encode_cursor(_page_kind(kind, endpoint), position)
 
 
 def decode_cursor(parameter: str = "cursor", kind: str | None = None) -> dict[str, Any] | None:
     return cursors.decode_cursor(_page_kind(kind), request.args.get(parameter))
 
 
-def _page_kind(kind: str | None) -> str:
+def _page_kind(kind: str | None, endpoint: str | None = None) -> str:
     """A list's cursors are its own: without a kind of its own, a cursor is signed for the
     route that lists (its endpoint), so one list's cursor given to another is a 400
     ``invalid_cursor``, not a page of that list read from a position of another."""
-    return kind if kind is not None else f"page.{request.endpoint}"
+    return kind if kind is not None else f"page.{endpoint or request.endpoint}"
 
 
 def int_arg(name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:

@@ -89,7 +89,11 @@ def audit():
     else:
         if next_id is not None:
             kept = {k: v for k, v in filters.items() if v}
-            next_url = url_for("web.audit", cursor=encode_cursor({"before": next_id}), **kept)
+            next_url = url_for(
+                "web.audit",
+                cursor=encode_cursor({"before": next_id}, endpoint="web.audit"),
+                **kept,
+            )
     body = render_template(
         "console/audit.html", items=items, filters=filters, error=error, next_url=next_url
     )

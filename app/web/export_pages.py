@@ -62,7 +62,11 @@ def exports():
         limit=PAGE_SIZE,
         after_id=after,
     )
-    next_url = url_for("web.exports", cursor=encode_cursor({"id": next_id})) if next_id else None
+    next_url = (
+        url_for("web.exports", cursor=encode_cursor({"id": next_id}, endpoint="web.exports"))
+        if next_id
+        else None
+    )
     in_flight = any(item["status"] in ("queued", "building") for item in items)
     for item in items:
         item["search"] = asset_search_label(item)

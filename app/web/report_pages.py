@@ -59,7 +59,9 @@ def _render_reports(form: dict[str, str], field_errors: dict[str, str], status: 
     )
     next_url = None
     if next_id:
-        next_url = url_for("web.reports", cursor=encode_cursor({"id": next_id}))
+        next_url = url_for(
+            "web.reports", cursor=encode_cursor({"id": next_id}, endpoint="web.reports")
+        )
     body = render_template(
         "console/reports.html",
         definitions=definitions.list_definitions(user),

@@ -77,7 +77,10 @@ def tasks():
     next_url = None
     if page.next_cursor:
         next_url = url_for(
-            "web.tasks", status=status, q=name, cursor=encode_cursor(page.next_cursor)
+            "web.tasks",
+            status=status,
+            q=name,
+            cursor=encode_cursor(page.next_cursor, endpoint="web.tasks"),
         )
     return render_template(
         "console/tasks.html",
@@ -228,7 +231,7 @@ def task_page(
     *,
     schedule_error: str | None = None,
     typed=None,
-    run_error: str | None = None,
+    run_error: Conflict | None = None,
     status: int = 200,
 ):
     cursor = decode_cursor()
@@ -239,7 +242,9 @@ def task_page(
     next_url = None
     if executions.next_cursor:
         next_url = url_for(
-            "web.task_detail", task_id=task_id, cursor=encode_cursor(executions.next_cursor)
+            "web.task_detail",
+            task_id=task_id,
+            cursor=encode_cursor(executions.next_cursor, endpoint="web.task_detail"),
         )
     schedule = schedule_for_page(task_id)
     return render_template(
@@ -291,7 +296,7 @@ def task_run_now(task_id: int):
             task_id, trigger="manual", limits=context.settings().scan, user=signed_in_user()
         )
     except Conflict as refused:  # a run is active (another tab, the schedule): said here
-        return task_page(task_id, run_error=refused.message, status=409)
+        return task_page(task_id, run_error=refused, status=409)
     return redirect(url_for("web.task_detail", task_id=task_id), code=303)
 
 

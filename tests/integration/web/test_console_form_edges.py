@@ -123,3 +123,29 @@ def test_run_now_while_a_run_is_active_shows_the_task_page_with_the_reason(api):
     assert refused.status_code == 409
     assert 'id="run-now-error"' in refused.text and 'id="run-now-form"' in refused.text
     assert len(user.get(f"/api/tasks/{task_id}/runs").get_json()["items"]) == 1
+
+
+def test_a_page_shown_again_by_a_forms_post_links_to_its_next_page(api, monkeypatch):
+    """The task page shown again by a refused schedule (a POST route) links to the next
+    page of the task's executions with a cursor the task page (a GET route) accepts: a
+    cursor is signed for the list it pages, not for the route that drew the link."""
+    import re
+
+    from app.web import task_pages
+
+    monkeypatch.setattr(task_pages, "PAGE_SIZE", 1)
+    client, created = _user_client(api)
+    user = api.login(created["username"])
+    task = user.post(
+        "/api/tasks", json={"name": "t", "targets": ["192.0.2.0/23"], "ports": "80"}
+    ).get_json()["task"]
+    assert task["execution_count"] > 1  # more addresses than one execution takes
+    refused = _post_form(
+        client,
+        f"/console/tasks/{task['id']}/schedule",
+        {"kind": "every", "every_seconds": "hourly"},
+        from_page=f"/console/tasks/{task['id']}",
+    )
+    assert refused.status_code == 400
+    next_url = re.search(r'href="([^"]*cursor=[^"]+)"', refused.text)[1].replace("&amp;", "&")
+    assert client.get(next_url).status_code == 200
