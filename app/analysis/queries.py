@@ -28,6 +28,11 @@ _OLD = tuple((v, f"old_{v}") for v in _VALUES)
 _NEW = tuple((v, f"new_{v}") for v in _VALUES)
 
 
+# A ``changed`` change's differing values, named as documents and alert rules name them
+# (the banner is compared by its hash): the same list alert payloads carry.
+_FIELD_OF_VALUE = tuple((v, "banner" if v == "banner_hash" else v) for v in _VALUES)
+
+
 def _values(row: Any, names: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     return {name: row[column] for name, column in names}
 
@@ -44,6 +49,10 @@ def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
         "old": None if kind == "new" else _values(row, _OLD),
         "new": None if kind == "gone" else _values(row, _NEW),
     }
+    if kind == "changed":
+        item["changed_fields"] = [
+            field for value, field in _FIELD_OF_VALUE if row[f"old_{value}"] != row[f"new_{value}"]
+        ]
     if endpoint:
         item.update(ip=row["ip"], port=row["port"], transport=row["transport"])
     return item

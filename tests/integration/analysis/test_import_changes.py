@@ -75,6 +75,14 @@ def test_each_import_is_compared_with_what_was_known_and_never_marks_absence(api
     _run_workers(settings)
     counts, items = _changes(user, task["id"])
     assert items == [("changed", 8080), ("new", 443)]
+    (changed,) = [
+        c
+        for c in user.get(f"/api/tasks/{task['id']}/changes").get_json()["items"]
+        if c["kind"] == "changed"
+    ]
+    # What differs, named as alert rules' ``fields`` and alert payloads name it.
+    assert changed["changed_fields"] == ["service", "banner"]
+    assert changed["old"]["service"] != changed["new"]["service"]
     assert counts["gone"] == 0  # 80 is not gone: the file did not say it looked there
     open_ports = {a["port"] for a in user.get("/api/assets?status=open").get_json()["items"]}
     assert open_ports == {80, 443, 8080}
