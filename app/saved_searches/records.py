@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, ValidationError
-from app.json_input import checked_object
+from app.json_input import checked_object, has_control_characters
 from app.search.query_language import MAX_QUERY_CHARS, parse_body_query
 
 MAX_NAME = 100
@@ -46,7 +46,7 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
                 code="invalid_name",
                 details={"field": "name"},
             )
-        if any(ch < " " for ch in name):
+        if has_control_characters(name):
             raise ValidationError(
                 "name must not hold control characters",
                 code="invalid_name",
@@ -59,7 +59,7 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
             not isinstance(query, str)
             or not query.strip()
             or len(query) > MAX_QUERY_CHARS
-            or any(ch < " " for ch in query)
+            or has_control_characters(query)
         ):
             raise ValidationError(
                 f"query must be a search-language query of 1 to {MAX_QUERY_CHARS} characters "
@@ -67,14 +67,9 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
                 code="invalid_query",
                 details={"field": "query"},
             )
-        check_parses(query, field="query")
+        parse_body_query(query, field="query")
         values["query"] = query
     return values
-
-
-def check_parses(query: str, *, field: str) -> None:
-    """A 400 ``invalid_query`` naming ``field`` (and the column) unless ``query`` parses."""
-    parse_body_query(query, field=field)
 
 
 def _duplicate(name: str) -> Conflict:

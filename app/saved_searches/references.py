@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from app.errors import NotFound, ValidationError
 from app.saved_searches import records
-from app.search.query_language import MAX_QUERY_CHARS
+from app.search.query_language import MAX_QUERY_CHARS, parse_body_query
 
 MAX_ID = 2**63 - 1
 
@@ -49,7 +49,7 @@ def checked(search: Any, query: Any, *, prefix: str) -> tuple[int | None, str | 
                 code="invalid_query",
                 details={"field": f"{prefix}.query"},
             )
-        records.check_parses(query, field=f"{prefix}.query")
+        parse_body_query(query, field=f"{prefix}.query")
         return None, query
     return None, None
 
