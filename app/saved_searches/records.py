@@ -38,8 +38,10 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
     naming its column (``invalid_query``)."""
     checked_object(body, {"name", "query"})
     values: dict[str, str] = {}
+    # In a partial update a field given is checked (null included: it cannot clear a
+    # name or a query); only a field left out is kept.
     name = body.get("name")
-    if name is not None or not partial:
+    if "name" in body or not partial:
         if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME:
             raise ValidationError(
                 f"name must be 1 to {MAX_NAME} characters",
@@ -54,7 +56,7 @@ def validate(body: Any, *, partial: bool = False) -> dict[str, str]:
             )
         values["name"] = name.strip()
     query = body.get("query")
-    if query is not None or not partial:
+    if "query" in body or not partial:
         if (
             not isinstance(query, str)
             or not query.strip()

@@ -35,6 +35,16 @@ def test_saved_searches_are_owner_scoped_and_checked(api):
     assert renamed.get_json()["search"]["query"] == "port:22"
     assert _ips(alice, "", f"&search={search['id']}") == [("192.0.2.1", 22)]
     assert [s["id"] for s in alice.get("/api/searches").get_json()["items"]] == [search["id"]]
+    # null cannot clear a name or a query: it is refused, and nothing changes.
+    for body, code in (
+        ({"name": None}, "invalid_name"),
+        ({"query": None, "name": "New"}, "invalid_query"),
+    ):
+        refused = _patch(alice, f"/api/searches/{search['id']}", body)
+        assert refused.status_code == 400, refused.get_json()
+        assert refused.get_json()["error"]["code"] == code
+    kept = alice.get(f"/api/searches/{search['id']}").get_json()["search"]
+    assert (kept["name"], kept["query"]) == ("Expiring", "port:22")
 
     for body, status, code in (
         ({"name": "Second", "query": "x"}, 201, None),
