@@ -72,8 +72,13 @@ def refresh_active_runs(conn: Connection, task_id: int) -> None:
                 """
                 UPDATE task_runs
                    SET status = :status,
+                       -- When its first execution started: a run cancelled or
+                       -- failed before any scanner claimed it never started.
                        started_at = CASE WHEN :status <> 'queued'
-                                         THEN coalesce(started_at, now()) END,
+                                         THEN coalesce(started_at,
+                                                       (SELECT min(e.started_at)
+                                                          FROM scan_executions e
+                                                         WHERE e.run_id = :id)) END,
                        finished_at = CASE WHEN :finished THEN now() END
                  WHERE id = :id
                 """

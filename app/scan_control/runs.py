@@ -442,7 +442,11 @@ def cancel_run(user: User | None, task_id: int, run_id: int) -> Run:
                 """
                 UPDATE task_runs
                    SET status = 'cancelled', finished_at = now(),
-                       started_at = coalesce(started_at, now()), cancelled_by = :user
+                       -- a run cancelled while queued never started
+                       started_at = coalesce(started_at,
+                                             (SELECT min(e.started_at) FROM scan_executions e
+                                               WHERE e.run_id = :run)),
+                       cancelled_by = :user
                  WHERE id = :run AND status IN ('queued', 'running')
                 """
             ),

@@ -206,6 +206,7 @@ def test_cancelling_a_queued_run_cancels_its_executions(api):
     assert cancelled.status_code == 200, cancelled.get_json()
     run = cancelled.get_json()["run"]
     assert run["status"] == "cancelled" and run["finished_at"] is not None
+    assert run["started_at"] is None  # no scanner ever claimed it
     assert run["counts"]["executions"]["cancelled"] == 2
     assert _runs(task["id"])[0].executions == ["cancelled", "cancelled"]
     scanner = api.scanner()
@@ -227,7 +228,8 @@ def test_a_cancelled_execution_answers_renewal_and_upload_with_execution_cancell
     scanner = api.scanner()
     task = _create_task(user, targets=["198.51.100.0/30"])
     claimed = scanner.claim().get_json()["execution"]
-    user.post(f"/api/tasks/{task['id']}/runs/{task['latest_run']['id']}/cancel")
+    run = user.post(f"/api/tasks/{task['id']}/runs/{task['latest_run']['id']}/cancel")
+    assert run.get_json()["run"]["started_at"] is not None  # it was claimed
     renewal = scanner.post(
         f"/api/scanner/executions/{claimed['id']}/lease",
         json={"claim_token": claimed["claim_token"]},
