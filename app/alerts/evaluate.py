@@ -54,7 +54,7 @@ from app.config import AlertSettings
 from app.errors import ValidationError
 from app.observability import emit
 from app.saved_searches import records as saved_queries
-from app.scan_control.run_status import lock_run
+from app.scan_control.run_status import lock_run, task_name
 from app.search.port import SearchStore, asset_conditions_in_database, asset_matches
 from app.search.query_language import parse_query
 
@@ -170,6 +170,7 @@ def enqueue_sql() -> str:
         SELECT 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''), r.id, c.id,
                r.owner_id, :execution_id, :task_id, :run_id, 'each', 'netmap.change.' || f.kind,
                jsonb_build_object('rule', jsonb_build_object('id', r.id, 'name', r.name),
+                                  'task_name', CAST(:task_name AS text),
                                   'change', f.change, 'link', :link)
           FROM rules r
           JOIN firsts f ON f.rule_id = r.id AND f.n <= r.singles
@@ -463,6 +464,7 @@ def _enqueue(
             "owner_id": change_set.owner_id,
             "execution_id": change_set.execution_id,
             "task_id": change_set.task_id,
+            "task_name": task_name(conn, change_set.task_id),
             "run_id": change_set.run_id,
             "cap": settings.max_messages_per_run,
             "digest_changes": settings.digest_changes,

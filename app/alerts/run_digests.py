@@ -35,7 +35,7 @@ from app.analysis.queue import run_awaits_analysis
 from app.config import AlertSettings, Settings
 from app.db import transaction
 from app.observability import emit
-from app.scan_control.run_status import FINISHED_RUN_STATUSES, RunState, lock_run
+from app.scan_control.run_status import FINISHED_RUN_STATUSES, RunState, lock_run, task_name
 
 # Runs looked at per tick of the periodic job; the rest wait for the next tick.
 RUNS_PER_TICK = 200
@@ -54,7 +54,8 @@ _EMIT = sa.text(
            r.id, c.id, r.owner_id, :task_id, d.run_id, 'digest', 'netmap.digest',
            jsonb_build_object(
                'rule', jsonb_build_object('id', r.id, 'name', r.name),
-               'task_id', :task_id, 'run_id', d.run_id,
+               'task_id', :task_id, 'task_name', CAST(:task_name AS text),
+               'run_id', d.run_id,
                'run_number', CAST(:run_number AS integer),
                'run_status', CAST(:run_status AS text),
                'change_sets', d.executions,
@@ -116,6 +117,7 @@ def emit_run_digests(conn: Connection, settings: AlertSettings, run: RunState) -
             "run_number": run.number,
             "run_status": run.status,
             "task_id": run.task_id,
+            "task_name": task_name(conn, run.task_id),
             "link": run_changes_link(settings, run.task_id, run.id),
         },
     ).all()

@@ -145,7 +145,11 @@ def summary_text(message: Message) -> tuple[str, str]:
     if "change" in data:
         change = data["change"]
         title = f"netmap: {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"
-        lines = [f"Rule: {rule}", f"Change: {change['kind']}"]
+        lines = [f"Rule: {rule}"]
+        if data.get("task_name"):  # messages queued before it was in the payload lack it
+            title += f" in {data['task_name']}"
+            lines.append(f"Task: {data['task_name']} (#{change.get('task_id')})")
+        lines.append(f"Change: {change['kind']}")
         for side in ("old", "new"):
             if change.get(side):
                 values = ", ".join(f"{k}={v}" for k, v in change[side].items() if v is not None)
@@ -154,12 +158,13 @@ def summary_text(message: Message) -> tuple[str, str]:
             lines.append(data["link"])
         return title, "\n".join(lines)
     counts = data.get("counts", {})
-    title = "netmap: " + ", ".join(f"{counts[k]} {k}" for k in counts if counts[k]) + f" ({rule})"
+    counted = ", ".join(f"{counts[k]} {k}" for k in counts if counts[k])
+    task = data.get("task_name")
+    title = f"netmap: {counted}{f' in {task}' if task else ''} ({rule})"
     lines = [f"Rule: {rule}"]
     if data.get("run_number") is not None:
-        lines.append(
-            f"Task #{data.get('task_id')}, run {data['run_number']} ({data.get('run_status')})"
-        )
+        named = f"Task: {task} (#{data.get('task_id')})" if task else f"Task #{data.get('task_id')}"
+        lines.append(f"{named}, run {data['run_number']} ({data.get('run_status')})")
     lines.append(f"Changes: {data.get('total', 0)}")
     for change in data.get("changes", []):
         lines.append(f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}")

@@ -116,3 +116,11 @@ def lock_run(conn: Connection, run_id: int, *, skip_locked: bool = False) -> Run
         {"run": run_id},
     ).one_or_none()
     return None if row is None else RunState(row.id, row.task_id, row.number, row.status)
+
+
+def task_name(conn: Connection, task_id: int) -> str | None:
+    """The task's name now, on the caller's connection (alert messages name their task;
+    None once the task is purged)."""
+    return conn.execute(
+        sa.text("SELECT name FROM scan_tasks WHERE id = :id"), {"id": task_id}
+    ).scalar()

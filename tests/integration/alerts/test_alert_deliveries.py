@@ -108,6 +108,8 @@ def test_a_closed_port_is_one_gone_alert_per_rule_and_channel(
     first = receiver.hooks()
     assert [h.json["type"] for h in first] == ["netmap.digest"]
     assert first[0].json["data"]["counts"]["new"] == 2
+    # Messages name the task they are about (``_scan`` names its tasks "c").
+    assert first[0].json["data"]["task_name"] == "c"
 
     # The listener on 192.0.2.2:22 stops; the next scan no longer sees it.
     _scan(alice, scanner, [observation("192.0.2.1", 22, service=detected)])
@@ -128,7 +130,7 @@ def test_a_closed_port_is_one_gone_alert_per_rule_and_channel(
     ]
     change = next(h for h in hooks if h.json["type"] == "netmap.change.gone").json["data"]
     assert change["change"]["ip"] == "192.0.2.2" and change["change"]["old"]["product"] == "OpenSSH"
-    assert change["rule"]["name"] == "gone ports"
+    assert change["rule"]["name"] == "gone ports" and change["task_name"] == "c"
     assert len(receiver.ids()) == 3 and set(receiver.ids().values()) == {1}
     (posted,) = receiver.apprise_posts()
     assert "192.0.2.2:22/tcp" in posted.json["title"]
@@ -136,6 +138,8 @@ def test_a_closed_port_is_one_gone_alert_per_rule_and_channel(
     assert mail[0] == ["ops@example.test"] and b"192.0.2.2:22/tcp" in mail[1]
     # RFC 5322's required Date header, in the format it defines.
     sent = email.message_from_bytes(mail[1])
+    assert sent["Subject"] == "netmap: gone 192.0.2.2:22/tcp in c"
+    assert f"Task: c (#{change['change']['task_id']})" in sent.get_payload(decode=True).decode()
     assert email.utils.parsedate_to_datetime(sent["Date"]).tzinfo is not None
 
     # The lighter scan: no detection this time. No change, so no alert at all.
