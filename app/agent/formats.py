@@ -62,35 +62,38 @@ def iso_utc(moment: datetime) -> str:
 MAX_EPOCH_SECONDS = 253402300799.0
 
 
-class TimeOutOfRange(ValueError):
-    """A time in a result file that is not finite or not between 1970 and 9999."""
+class UnusableTime(ValueError):
+    """A time in a result file that cannot be read, or is not finite, or is past 9999.
+    Refused rather than replaced by the import's time: a file's times date what it found
+    (first and last seen, what changed when), so a guess would date it wrongly."""
 
 
 def epoch_to_iso(value: str | int | float | None) -> str | None:
-    """ISO time of an epoch; None for absent, unreadable or non-positive values; raises
-    TimeOutOfRange for a NaN, an infinity or a time past 9999 (the reader names where)."""
+    """ISO time of an epoch; None for absent or non-positive values (nmap writes 0 for a
+    time it did not take); raises UnusableTime for text that is no number, a NaN, an
+    infinity or a time past 9999 (the reader names where)."""
     if value in (None, ""):
         return None
     try:
         seconds = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         if isinstance(value, int):  # an integer too large for a float
-            raise TimeOutOfRange(f"epoch time {str(value)[:40]} is out of range") from None
-        return None
+            raise UnusableTime(f"epoch time {str(value)[:40]} is out of range") from None
+        raise UnusableTime(f"epoch time {str(value)[:40]!r} is not a number") from None
     if not math.isfinite(seconds) or seconds > MAX_EPOCH_SECONDS:
-        raise TimeOutOfRange(f"epoch time {str(value)[:40]!r} is not a finite time before 10000")
+        raise UnusableTime(f"epoch time {str(value)[:40]!r} is not a finite time before 10000")
     if seconds <= 0:
         return None
     return iso_utc(datetime.fromtimestamp(seconds, UTC))
 
 
 def iso_to_utc(moment: datetime) -> str:
-    """``iso_utc`` of an aware time, TimeOutOfRange when its offset moves it past the years
+    """``iso_utc`` of an aware time, UnusableTime when its offset moves it past the years
     datetime can hold (``9999-12-31T23:59:59-23:59``)."""
     try:
         return iso_utc(moment)
     except (OverflowError, ValueError):
-        raise TimeOutOfRange(f"time {moment.isoformat()!r} is out of range in UTC") from None
+        raise UnusableTime(f"time {moment.isoformat()!r} is out of range in UTC") from None
 
 
 def clip(text: str | None, limit: int) -> str | None:

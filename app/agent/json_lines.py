@@ -22,7 +22,7 @@ import orjson
 
 from app.agent.formats import (
     ResultFormatError,
-    TimeOutOfRange,
+    UnusableTime,
     epoch_to_iso,
     iso_to_utc,
     iso_utc,
@@ -122,10 +122,10 @@ _TIMESTAMP_CACHE: dict[str, str | None] = {}
 
 
 def _timestamp_at(value: Any, number: int, offset: int) -> str | None:
-    """``_timestamp``, a time out of range reported as the record's field error."""
+    """``_timestamp``, an unusable time reported as the record's field error."""
     try:
         return _timestamp(value)
-    except TimeOutOfRange as exc:
+    except UnusableTime as exc:
         raise _field_error(str(exc), "timestamp", number, offset) from None
 
 
@@ -149,10 +149,17 @@ def _convert_timestamp(value: Any) -> str | None:
         return None
     if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
         return epoch_to_iso(value)
+    unusable = UnusableTime(f"{value!r:.40} is neither an epoch number nor an ISO 8601 time")
+    if not isinstance(value, str):
+        raise unusable
     try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        return None
+        try:  # an epoch with a fraction, as text ("1700000000.25")
+            seconds = float(value)
+        except ValueError:
+            raise unusable from None
+        return epoch_to_iso(seconds)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return iso_to_utc(moment)

@@ -31,7 +31,7 @@ from app.agent.formats import (
     MAX_SCRIPT_CHARS,
     MAX_SCRIPTS,
     ResultFormatError,
-    TimeOutOfRange,
+    UnusableTime,
     clip,
     epoch_to_iso,
     iso_utc,
@@ -478,7 +478,7 @@ class NmapXmlReader:
     def _epoch(self, attrs: dict[str, str], key: str, element: str) -> str | None:
         try:
             return epoch_to_iso(attrs.get(key))
-        except TimeOutOfRange as exc:
+        except UnusableTime as exc:
             raise self._error(f"{key}: {exc}", element) from None
 
     @staticmethod

@@ -99,6 +99,29 @@ def test_malformed_files_answer_400_naming_the_item(api, case):
         assert "line" in error["message"] or "observation" in error["message"], error
 
 
+UNREADABLE_TIMES = {
+    "masscan": ("masscan-json", _masscan(_masscan_record('"yesterday"')), "line"),
+    "masscan object": ("masscan-json", _masscan(_masscan_record('{"at": 1}')), "line"),
+    "naabu": ("naabu-jsonl", _naabu("last tuesday"), "line"),
+    "nmap": ("nmap-xml", NMAP.format(encoding="UTF-8", start="noon").encode(), "start:"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE_TIMES))
+def test_a_time_that_cannot_be_read_is_refused_not_replaced_by_the_import_time(api, case):
+    """A file's times date what it found (first seen, what changed when): an unreadable
+    one is a 400 naming where it is, and nothing is imported (it used to become "now")."""
+    fmt, data, where = UNREADABLE_TIMES[case]
+    user = api.user()
+    task = make_task(user, targets=("192.0.2.0/28",), ports="80")
+    response = _import(user, task["id"], data, fmt)
+    assert response.status_code == 400, (case, response.get_json())
+    error = response.get_json()["error"]
+    assert error["code"] == "invalid_import_file" and where in error["message"], error
+    assert "time" in error["message"], error
+    assert user.get(f"/api/tasks/{task['id']}/results").get_json()["items"] == []
+
+
 # --- property tests: generated bad documents, one per format --------------------------
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=()), max_size=40)
