@@ -109,12 +109,17 @@ def create_due_scheduled_reports(now: datetime) -> list[int]:
     with transaction() as conn:
         definitions = conn.execute(
             sa.text(
-                "SELECT id, owner_id, task_id, period, timezone FROM report_definitions "
+                "SELECT id, owner_id, task_id, period, timezone, created_at "
+                "FROM report_definitions "
                 "WHERE enabled AND period <> 'on_demand' AND created_at < now()"
             )
         ).all()
         for definition in definitions:
             start, end = period_bounds(definition.period, definition.timezone, now)
+            if definition.created_at >= end:
+                # Made after that period closed: its report would carry today's figures
+                # under yesterday's dates. The first report is of the period it was made in.
+                continue
             key = f"{definition.id}:{definition.period}:{start.isoformat()}"
             report_id = _insert_report(
                 conn,

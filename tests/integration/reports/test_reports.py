@@ -431,11 +431,12 @@ def test_two_runners_claim_each_report_once(api, settings):
 def test_daily_schedule_makes_one_report_per_period_across_runners_and_restarts(api, settings):
     user, task = _scanned_task(api)
     _definition(user, task, period="daily", timezone="Europe/Berlin")
+    first_day = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     with transaction() as conn:
         conn.execute(
-            sa.text("UPDATE report_definitions SET created_at = now() - interval '3 days'")
+            sa.text("UPDATE report_definitions SET created_at = :at"),
+            {"at": first_day - timedelta(days=3)},
         )
-    first_day = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     created: list[list[int]] = []
     threads = [
         threading.Thread(
@@ -461,6 +462,24 @@ def test_daily_schedule_makes_one_report_per_period_across_runners_and_restarts(
     assert [s.astimezone(UTC).isoformat() for s in starts] == [
         "2026-11-28T23:00:00+00:00",
         "2026-11-29T23:00:00+00:00",
+    ]
+
+
+def test_a_daily_definition_made_mid_day_reports_first_on_the_day_it_was_made(api, settings):
+    """Made at 10:00 on 30 November, its first report is of 30 November (sent on
+    1 December), not of 29 November with the figures of the 30th."""
+    user, task = _scanned_task(api)
+    _definition(user, task, period="daily", timezone="UTC")
+    made = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    with transaction() as conn:
+        conn.execute(sa.text("UPDATE report_definitions SET created_at = :at"), {"at": made})
+    assert records.create_due_scheduled_reports(made + timedelta(hours=1)) == []
+    assert len(records.create_due_scheduled_reports(made + timedelta(days=1))) == 1
+    with transaction() as conn:
+        (period,) = conn.execute(sa.text("SELECT period_start, period_end FROM reports")).all()
+    assert [moment.astimezone(UTC).isoformat() for moment in period] == [
+        "2026-11-30T00:00:00+00:00",
+        "2026-12-01T00:00:00+00:00",
     ]
 
 
