@@ -24,6 +24,8 @@ still ends the whole stack: without it there is nothing to serve.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -195,6 +197,11 @@ def ensure_first_admin(url: str) -> str | None:
         engine.dispose()
 
 
+# How often the main loop asks whether the embedded PostgreSQL still runs (a pid file
+# read and a signal 0, not a connection).
+DATABASE_CHECK_SECONDS = 2.0
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.bind((host, 0))
@@ -246,9 +253,60 @@ def child_environment(settings: Settings, base_url: str, **values: str) -> dict[
     return env
 
 
+class DataDirectoryInUse(click.ClickException):
+    """Another ``netmap up`` serves this data directory."""
+
+
+def hold_data_directory(data_dir) -> int:
+    """Take ``run/up.lock`` in ``data_dir`` for this command's life (the descriptor is
+    returned and stays open; the kernel drops the lock when the process ends, even on
+    ``kill -9``). A second ``netmap up`` on the same directory would empty the first's
+    metrics directory, remove its control socket and stop its database on exit."""
+    run_dir = data_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DataDirectoryInUse(
+            f"another netmap up (pid {holder}) is using the data directory {data_dir}; "
+            "stop it first, or give this one its own --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class PortInUse(click.ClickException):
+    """The address the web server should listen on is taken."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port something else listens on before printing any URL: gunicorn would
+    retry it for seconds while the other server answered our readiness check."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        # As gunicorn binds: a port left in TIME_WAIT by our last run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise PortInUse(
+                f"{host}:{port} is already in use; stop what listens there, or choose "
+                "another port (--port)"
+            ) from None
+
+
 def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
+    lock = hold_data_directory(data_dir)  # noqa: F841 - held open until this process ends
+    if settings.server.port:
+        check_port_free(settings.server.host, settings.server.port)
     secret_key = ensure_secret_key(settings)
 
     server = None
@@ -315,6 +373,7 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
                 text=log_format_in_use() == "text",
             )
             emit("NetmapUp", url=base_url, runner=with_runner)
+            next_database_check = 0.0
             while not stop_requested:
                 if web.poll() is not None:
                     click.echo(
@@ -325,6 +384,17 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
                     break
                 if runner is not None:
                     runner.check()
+                # Without its database the web answers 503 forever and nothing says
+                # why: the stack stops, as it does when the web server exits, so that a
+                # supervisor starts it again.
+                if server is not None and time.monotonic() >= next_database_check:
+                    next_database_check = time.monotonic() + DATABASE_CHECK_SECONDS
+                    if not embedded.is_running(server.pgdata):
+                        click.echo(
+                            "netmap: the embedded PostgreSQL stopped; shutting down", err=True
+                        )
+                        exit_code = 1
+                        break
                 time.sleep(0.2)
     finally:
         if runner is not None:

@@ -217,3 +217,61 @@ def _second_start_piped_then_ctrl_c(data_dir, tmp_path, env):
     assert "RunnerStopped killed_workers=0" in text
     assert "NetmapDown exit_code=0" in text
     assert not embedded.is_running(data_dir / "pgdata")
+
+
+def test_a_second_up_on_the_same_data_or_port_is_refused_and_a_dead_database_stops_up(tmp_path):
+    """Two `netmap up` on one data directory would share its metrics directory, control
+    socket and database (the second emptied the first's metrics and stopped its database
+    on exit): the second is refused at once. A port something else listens on is refused
+    before any URL is printed (gunicorn's retries let the other server answer /readyz, so
+    `up` announced someone else's server). And when the embedded PostgreSQL dies, `up`
+    says so and stops the stack with exit 1 instead of serving 503 forever."""
+    import os
+
+    port = free_port()
+    data_dir = tmp_path / "var"
+    env = base_env(NETMAP_RUNNER_PROCESSES="1")
+    up = LoggedProcess(
+        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)), env, tmp_path, "up"
+    )
+    try:
+        wait_for(
+            lambda: "netmap is up" in up.stdout() or up.process.poll() is not None,
+            90,
+            "the URL line",
+        )
+        assert up.process.poll() is None, up.stderr()[-3000:]
+        base = f"http://127.0.0.1:{port}"
+        requests.get(base + "/healthz", timeout=5)
+        metrics_before = sorted(os.listdir(data_dir / "run" / "prometheus"))
+        assert metrics_before
+
+        for args, said in (
+            # Same data directory, another port: the holder is named.
+            (("--data-dir", str(data_dir), "up", "--port", str(free_port())), f"(pid {up.pid})"),
+            # Another data directory, the same port.
+            (("--data-dir", str(tmp_path / "other"), "up", "--port", str(port)), "in use"),
+        ):
+            second = subprocess.run(
+                netmap_command(*args),
+                env=env,
+                cwd=PROJECT_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert second.returncode == 1, (args, second.stdout, second.stderr[-2000:])
+            assert said in second.stderr and "Traceback" not in second.stderr, second.stderr
+            assert "netmap is up" not in second.stdout
+        # The first one is untouched: its metrics directory kept, still ready.
+        assert set(metrics_before) <= set(os.listdir(data_dir / "run" / "prometheus"))
+        assert requests.get(base + "/readyz", timeout=5).status_code == 200
+        assert not (tmp_path / "other" / "pgdata").exists()
+
+        postmaster = int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGINT)  # PostgreSQL's fast shutdown
+        assert up.wait(timeout=90) == 1, up.stderr()[-3000:]
+        assert "embedded PostgreSQL stopped" in up.stderr()
+    finally:
+        up.stop()
+    assert not embedded.is_running(data_dir / "pgdata")
