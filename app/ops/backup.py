@@ -19,6 +19,7 @@ to stderr; nothing is printed that contains a password.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -193,7 +194,7 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
     info = server_info(url)
     pg_dump = client_binary("pg_dump", info.major)
     progress(f"PostgreSQL {info.version}, database {info.database}, schema {info.revisions}")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _make_private_directories(out.parent)
     _warn_if_readable_by_others(out.parent, progress)
     with tempfile.TemporaryDirectory(prefix=".netmap-backup-", dir=out.parent) as staging:
         dump = Path(staging) / DUMP
@@ -249,6 +250,20 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
         "server_version": info.version,
         "migration_revisions": list(info.revisions),
     }
+
+
+def _make_private_directories(directory: Path) -> None:
+    """Create ``directory`` and any missing parents only netmap's user can open (0700):
+    what backup creates to hold the archive must not be what it then warns about.
+    Directories that exist keep their mode (the warning below speaks of them)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by someone else
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # whatever the umask
 
 
 def _warn_if_readable_by_others(directory: Path, progress: Progress) -> None:

@@ -234,7 +234,9 @@ def test_the_archive_is_created_0600_and_an_open_directory_is_warned_about(
     open_dir.chmod(0o755)
     private_dir = tmp_path / "private"
     private_dir.mkdir(mode=0o700)
-    for directory, warned in ((open_dir, True), (private_dir, False)):
+    # Directories backup makes for the archive are private: no warning about its own work.
+    made = tmp_path / "made" / "by" / "backup"
+    for directory, warned in ((open_dir, True), (private_dir, False), (made, False)):
         archive = directory / "netmap.backup"
         done = subprocess.run(
             netmap_command("backup", "--out", str(archive)),
@@ -247,6 +249,8 @@ def test_the_archive_is_created_0600_and_an_open_directory_is_warned_about(
         assert done.returncode == 0, done.stderr[-2000:]
         assert archive.stat().st_mode & 0o777 == 0o600
         assert ("is readable by other users" in done.stderr) is warned, done.stderr
+    for path in (made, made.parent, made.parent.parent):
+        assert path.stat().st_mode & 0o777 == 0o700, path
 
 
 def test_restore_shows_what_it_replaces_and_asks_unless_yes(
