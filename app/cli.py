@@ -164,8 +164,11 @@ def _needs_server_install(name: str, missing: str) -> click.Command:
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, data_dir: str | None) -> None:
     """netmap: network-mapping platform."""
-    from app.observability import configure_logging
+    from app.observability import configure_logging, logging_environment_problem
 
+    problem = logging_environment_problem()
+    if problem:
+        raise click.UsageError(problem)
     configure_logging()
     ctx.obj = CliState(config_path=config_path, data_dir=data_dir)
 

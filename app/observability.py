@@ -306,10 +306,27 @@ def recent_problem_events() -> list[dict[str, Any]]:
 _configured = False
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def logging_environment_problem() -> str | None:
+    """What is wrong with NETMAP_LOG_FORMAT or NETMAP_LOG_LEVEL, for a one-line error
+    (a misspelt format was silently JSON, a misspelt level a traceback)."""
+    log_format = os.environ.get("NETMAP_LOG_FORMAT")
+    if log_format is not None and log_format.strip().lower() not in LOG_FORMATS:
+        return f"NETMAP_LOG_FORMAT={log_format!r} must be one of {', '.join(LOG_FORMATS)}"
+    level = os.environ.get("NETMAP_LOG_LEVEL")
+    if level is not None and level.strip().upper() not in LOG_LEVELS:
+        return f"NETMAP_LOG_LEVEL={level!r} must be one of {', '.join(LOG_LEVELS)}"
+    return None
+
+
 def configure_logging(level: str | int | None = None) -> None:
     """Install the JSON line handler on the root logger once per process."""
     global _configured
-    level = level or os.environ.get("NETMAP_LOG_LEVEL", "INFO")
+    level = level or os.environ.get("NETMAP_LOG_LEVEL", "INFO").strip().upper()
+    if level not in LOG_LEVELS and not isinstance(level, int):
+        level = "INFO"  # the CLI refuses it first (``logging_environment_problem``)
     root = logging.getLogger()
     if not _configured:
         handler = StderrHandler()

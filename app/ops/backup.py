@@ -20,6 +20,7 @@ to stderr; nothing is printed that contains a password.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -260,6 +261,8 @@ def _make_private_directories(directory: Path) -> None:
     while not directory.exists():
         missing.append(directory)
         directory = directory.parent
+    if not directory.is_dir():  # a file where a directory is needed
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(directory))
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by someone else
             os.mkdir(path, 0o700)

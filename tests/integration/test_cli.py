@@ -273,3 +273,17 @@ def test_failures_an_operator_can_act_on_are_one_line_not_a_traceback(
         assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, (args, result.stderr[-2000:])
         assert expected in result.stderr, (args, result.stderr[-1000:])
+
+
+def test_a_misspelt_log_format_or_level_is_a_usage_error(database_url, engine):
+    """``NETMAP_LOG_FORMAT=xml`` was silently JSON and ``NETMAP_LOG_LEVEL=verbose`` a
+    traceback; ``--log-format xml`` was already refused. A lower-case level is a level."""
+    for variable, value, said in (
+        ("NETMAP_LOG_FORMAT", "xml", "NETMAP_LOG_FORMAT='xml' must be one of auto, text, json"),
+        ("NETMAP_LOG_LEVEL", "verbose", "NETMAP_LOG_LEVEL='verbose' must be one of DEBUG, INFO"),
+    ):
+        result = run_cli(database_url, "config", "check", **{variable: value})
+        assert result.returncode == 2, (variable, result.stderr[-2000:])
+        assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    fine = run_cli(database_url, "config", "check", NETMAP_LOG_LEVEL="warning")
+    assert fine.returncode == 0, fine.stderr[-2000:]
