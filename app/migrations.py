@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,23 @@ if TYPE_CHECKING:
 # a command on psycopg2 alone checks its schema with ``current_revisions_on_cursor``.
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = PROJECT_ROOT / "alembic" / "versions"
+
+
+def _scripts_home() -> Path:
+    """Where ``alembic.ini`` and ``alembic/`` are: beside ``app/`` in a checkout (and its
+    editable install), or ``<prefix>/share/netmap`` where a built package installs them
+    (setup.cfg's data files; a top-level ``alembic`` package would shadow the library)."""
+    if (PROJECT_ROOT / "alembic" / "env.py").is_file():
+        return PROJECT_ROOT
+    for prefix in (sys.prefix, sys.base_prefix):
+        installed = Path(prefix) / "share" / "netmap"
+        if (installed / "alembic" / "env.py").is_file():
+            return installed
+    return PROJECT_ROOT  # nothing found: errors name the checkout's path
+
+
+SCRIPTS_HOME = _scripts_home()
+VERSIONS = SCRIPTS_HOME / "alembic" / "versions"
 _ASSIGNMENT = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 # The key of the session advisory lock every upgrade and downgrade holds. A fixed 64-bit
@@ -56,8 +73,8 @@ class SchemaNotCurrent(RuntimeError):
 def alembic_config(url: str | None = None, timeouts: MigrationTimeouts | None = None) -> Config:
     from alembic.config import Config
 
-    config = Config(str(PROJECT_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
+    config = Config(str(SCRIPTS_HOME / "alembic.ini"))
+    config.set_main_option("script_location", str(SCRIPTS_HOME / "alembic"))
     if url:
         # ConfigParser interpolation treats % specially.
         from app.db import normalise_url
