@@ -7,10 +7,22 @@ wherever it is given.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.errors import ValidationError
+
+_DECIMAL = re.compile(r"-?[0-9]{1,19}")
+
+
+def decimal_int(text: str) -> int:
+    """An integer written as people and clients write one in a URL: ASCII digits, an
+    optional minus. Python's ``int`` also takes ``1_0``, ``+5``, `` 5`` and other scripts'
+    digits (the full-width five), which no client means as a number; ValueError for those."""
+    if _DECIMAL.fullmatch(text) is None:
+        raise ValueError(f"not a decimal integer: {text[:40]!r}")
+    return int(text)
 
 
 def int_param(
@@ -20,9 +32,7 @@ def int_param(
     if raw is None or raw == "":
         return None
     try:
-        if len(raw) > 20:
-            raise ValueError
-        value = int(raw)
+        value = decimal_int(raw)
     except ValueError:
         raise ValidationError(
             f"{name} must be an integer", code="invalid_parameter", details={"parameter": name}

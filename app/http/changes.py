@@ -7,14 +7,13 @@ endpoints (admins see every task; history is always the caller's own view).
 
 from __future__ import annotations
 
-import ipaddress
-
 from flask import Blueprint, jsonify, request
 
 from app.analysis.changes import CHANGE_KINDS
 from app.analysis.service import endpoint_history, owner_changes
 from app.errors import ValidationError
 from app.http.guards import current_user, require_user
+from app.http.hosts import endpoint_args
 from app.http.requests import int_arg, page_limit
 from app.scan_control.reads import task_names
 from app.scan_control.run_views import check_run_pair, compare, run_changes
@@ -88,17 +87,8 @@ def task_changes_route(task_id: int):
 @blueprint.get("/assets/history")
 @require_user
 def asset_history_route():
-    raw_ip = request.args.get("ip") or ""
-    try:
-        ip = str(ipaddress.ip_address(raw_ip.strip()))
-    except ValueError:
-        raise _invalid("ip", "ip must be an IPv4 or IPv6 address") from None
-    port = int_arg("port", minimum=1, maximum=65535)
-    if port is None:
-        raise _invalid("port", "port is required (1-65535)")
-    transport = (request.args.get("transport") or "tcp").lower()
-    if transport not in ("tcp", "udp"):
-        raise _invalid("transport", "transport must be tcp or udp")
+    # The host page's address rule: a zone identifier is a 400 (it was a 500 here).
+    ip, port, transport = endpoint_args(request.args)
     limit = page_limit(default=100, maximum=1000)
     history = endpoint_history(
         owner_id=current_user().id,

@@ -12,6 +12,7 @@ connection held.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, jsonify
@@ -19,6 +20,7 @@ from flask import Blueprint, jsonify
 from app.errors import ValidationError
 from app.http import context
 from app.http.guards import current_user, require_user
+from app.parameters import int_param
 from app.result_ingest.dns import names_for_address
 from app.scan_control.reads import host_history
 from app.search.ids import normalise_ip
@@ -30,6 +32,32 @@ MAX_PORTS = 1000
 MAX_EXECUTIONS = 50
 MAX_CHANGES = 100
 MAX_DNS_NAMES = 100
+
+
+def endpoint_args(args: Mapping[str, str]) -> tuple[str, int, str]:
+    """``ip``, ``port`` and ``transport`` (default tcp) of one endpoint's query string:
+    the endpoint history's API route and console page read it alike."""
+    raw_ip = (args.get("ip") or "").strip()
+    if not raw_ip:
+        raise ValidationError(
+            "ip is required (an IPv4 or IPv6 address)",
+            code="invalid_parameter",
+            details={"parameter": "ip"},
+        )
+    ip = host_address(raw_ip)
+    port = int_param(args, "port", minimum=1, maximum=65535)
+    if port is None:
+        raise ValidationError(
+            "port is required (1-65535)", code="invalid_parameter", details={"parameter": "port"}
+        )
+    transport = (args.get("transport") or "tcp").lower()
+    if transport not in ("tcp", "udp"):
+        raise ValidationError(
+            "transport must be tcp or udp",
+            code="invalid_parameter",
+            details={"parameter": "transport"},
+        )
+    return ip, port, transport
 
 
 def host_address(raw: str) -> str:

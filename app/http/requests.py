@@ -13,7 +13,7 @@ from app import cursors
 from app.errors import ValidationError, truncate_text
 from app.http import context
 from app.json_input import decode_json, require_clean_json
-from app.parameters import datetime_param, int_param
+from app.parameters import datetime_param, decimal_int, int_param
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 DEFAULT_PAGE_SIZE = 50
@@ -100,7 +100,7 @@ def page_limit(default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw) if len(raw) <= 12 else 0
+        value = decimal_int(raw)
     except ValueError:
         value = 0
     if not 1 <= value <= maximum:

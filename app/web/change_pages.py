@@ -9,14 +9,12 @@ is a 404). Lists page by keyset with the API's signed cursors.
 
 from __future__ import annotations
 
-import ipaddress
-
 from flask import render_template, request, url_for
 
 from app.analysis.changes import CHANGE_KINDS
 from app.analysis.service import endpoint_history
-from app.errors import ValidationError
 from app.http.changes import change_feed_page, change_kind_arg
+from app.http.hosts import endpoint_args
 from app.http.requests import int_arg
 from app.scan_control.run_views import check_run_pair, compare, run_changes
 from app.scan_control.runs import runs_of_task
@@ -27,22 +25,8 @@ PAGE_SIZE = 100
 MAX_RUNS_LISTED = 50  # the newest runs offered for a comparison
 
 
-def _invalid(parameter: str, message: str) -> ValidationError:
-    return ValidationError(message, code="invalid_parameter", details={"parameter": parameter})
-
-
 def _endpoint_from_request() -> tuple[str, int, str]:
-    try:
-        ip = str(ipaddress.ip_address((request.args.get("ip") or "").strip()))
-    except ValueError:
-        raise _invalid("ip", "ip must be an IPv4 or IPv6 address") from None
-    raw_port = (request.args.get("port") or "").strip()
-    if not raw_port.isdigit() or not 1 <= int(raw_port) <= 65535:
-        raise _invalid("port", "port is required (1-65535)")
-    transport = (request.args.get("transport") or "tcp").lower()
-    if transport not in ("tcp", "udp"):
-        raise _invalid("transport", "transport must be tcp or udp")
-    return ip, int(raw_port), transport
+    return endpoint_args(request.args)
 
 
 @blueprint.get("/assets/history")

@@ -101,6 +101,30 @@ def test_scoped_ipv6_in_ip_and_cidr_is_a_400(api):
     user = api.user()
     for query in ("cidr=fe80::%25eth0/64", "ip=fe80::1%25eth0"):
         assert _error(user.get(f"/api/assets?{query}"))["code"] == "invalid_parameter"
+    # An endpoint's history (API and console) was a 500: the zone reached PostgreSQL.
+    for path in ("/api/assets/history", "/console/assets/history"):
+        answer = user.get(f"{path}?ip=fe80::1%25eth0&port=80&transport=tcp")
+        assert answer.status_code == 400, (path, answer.status_code)
+    assert _error(user.get("/api/assets/history?port=80"))["details"]["parameter"] == "ip"
+
+
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        ("/api/tasks?limit={}", "limit"),
+        ("/api/assets?port={}", "port"),
+        ("/api/assets/history?ip=192.0.2.1&port={}", "port"),
+    ],
+)
+def test_integers_in_query_parameters_are_ascii_digits(api, path, parameter):
+    """``int()`` also reads ``1_0``, ``+5``, `` 5`` and other scripts' digits; a URL's
+    number is ASCII digits (an optional minus), anything else a 400 naming it."""
+    user = api.user()
+    for text in ("1_0", "%2B5", "%205", "%EF%BC%95", "%D9%A5", "5.0"):
+        answer = user.get(path.format(text))
+        assert answer.status_code == 400, (path, text, answer.status_code)
+        assert _error(answer)["details"]["parameter"] == parameter
+    assert user.get(path.format("5")).status_code == 200
 
 
 @pytest.mark.parametrize("moment", EDGE_DATES)
