@@ -236,9 +236,12 @@ def public(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def bearer_token() -> str | None:
+    """The bearer token of ``Authorization``; None without a bearer header. A bearer header
+    with no token is an empty token, which no check accepts: it is a 401 like a wrong one,
+    not a request that falls back to the session cookie sent beside it."""
     header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
         return None
     return value.strip()
 

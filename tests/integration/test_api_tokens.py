@@ -114,6 +114,14 @@ def test_a_revoked_expired_foreign_or_disabled_token_is_refused(api):
     assert caller.get("/api/auth/me").status_code == 200
     for wrong in ("nmu_not-a-token", secret + "x", "nms_" + secret[4:], ""):
         assert _bearer(api, wrong).get("/api/tasks").status_code == 401, wrong
+    # A bearer header with no token, beside a signed-in session's cookie: a 401 naming the
+    # realm, like any token that is not a live one (it fell back to the cookie).
+    fresh = api.user()
+    assert fresh.get("/api/auth/me").status_code == 200
+    for header in ("Bearer", "Bearer   ", "bearer"):
+        empty = fresh.client.get("/api/auth/me", headers={"Authorization": header})
+        assert empty.status_code == 401, header
+        assert empty.headers["WWW-Authenticate"] == 'Bearer realm="netmap"'
 
 
 def test_a_token_cannot_mint_tokens_act_on_the_session_scan_or_open_the_console(api):
