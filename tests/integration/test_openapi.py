@@ -65,6 +65,11 @@ def test_what_the_routes_answer_matches_their_entries(api):
     )
     check_response("get", "/api/auth/me", user.get("/api/auth/me"))
     check_response("get", "/api/auth/me", anonymous.get("/api/auth/me"))
+    # A bearer token's caller: no CSRF token (null), as the document says.
+    secret = user.post("/api/auth/tokens", json={"name": "openapi"}).get_json()["secret"]
+    as_token = anonymous.get("/api/auth/me", headers={"Authorization": f"Bearer {secret}"})
+    assert as_token.get_json()["csrf_token"] is None
+    check_response("get", "/api/auth/me", as_token)
     scanner = admin.post("/api/scanners", json={"name": "openapi-scanner"})
     check_response("post", "/api/scanners", scanner)
     check_response("post", "/api/scanners", user.post("/api/scanners", json={"name": "x"}))
@@ -150,3 +155,29 @@ def test_check_response_refuses_an_undocumented_status(status, api):
     response.status_code = int(status)
     with pytest.raises(AssertionError, match="not documented"):
         check_response("get", "/api/tasks", response)
+
+
+def test_every_documented_limit_is_the_one_its_route_takes(api):
+    """A client following the document must not be refused: each list's ``limit`` has the
+    maximum its route enforces (the document said 1000 where routes took 500)."""
+    admin = api.admin()
+    task = admin.post("/api/tasks", json={"name": "l", "targets": ["192.0.2.1"], "ports": "80"})
+    task_id = task.get_json()["task"]["id"]
+    ids = {"task_id": task_id, "run_id": task.get_json()["task"]["latest_run"]["id"]}
+    checked = []
+    for path, operations in openapi_document()["paths"].items():
+        get = operations.get("get")
+        limits = [p for p in (get or {}).get("parameters", []) if p["name"] == "limit"]
+        if not limits:
+            continue
+        maximum = limits[0]["schema"]["maximum"]
+        url = re.sub(r"\{([a-z_]+)\}", lambda m: str(ids[m.group(1)]), path)
+        extra = "&ip=192.0.2.1&port=80" if path == "/api/assets/history" else ""
+        for limit, allowed in ((maximum, True), (maximum + 1, False)):
+            answer = admin.get(f"{url}?limit={limit}{extra}")
+            refused = answer.status_code == 400 and (
+                answer.get_json()["error"].get("details", {}).get("parameter") == "limit"
+            )
+            assert refused is not allowed, (path, limit, answer.status_code, answer.get_json())
+        checked.append(path)
+    assert len(checked) >= 10, checked

@@ -6,7 +6,7 @@ from typing import Any
 
 from app.http.openapi.components import (
     CURSOR,
-    LIMIT,
+    LIMIT_1000,
     body,
     json_response,
     obj,
@@ -117,7 +117,10 @@ DELIVERY = obj(
         "id": _TEXT,
         "rule_id": {"type": ["integer", "null"]},
         "channel_id": {"type": ["integer", "null"]},
-        "channel_kind": _TEXT,
+        "channel_kind": {
+            "type": ["string", "null"],
+            "description": "null once the channel is deleted",
+        },
         "execution_id": {"type": ["integer", "null"]},
         "task_id": {"type": ["integer", "null"]},
         "run_id": {"type": ["integer", "null"], "description": "the run the message is about"},
@@ -220,7 +223,7 @@ OPERATIONS = {
         "The delivery log, newest first",
         {"200": json_response("a page of deliveries", page(DELIVERY))},
         parameters=[
-            LIMIT,
+            LIMIT_1000,
             CURSOR,
             query("rule", {"type": "integer", "minimum": 1}, "only this rule's messages"),
             query(

@@ -37,8 +37,9 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "user": {"$ref": "#/components/schemas/User"},
             "csrf_token": {
-                "type": "string",
-                "description": "Send it back as the X-CSRF-Token header on every change.",
+                "type": ["string", "null"],
+                "description": "Send it back as the X-CSRF-Token header on every change; "
+                "null for a bearer token's caller, which needs none.",
             },
         },
     },
@@ -247,7 +248,15 @@ SEARCH_TIME_LIMIT = (
     "A search that runs past `[search] interactive_timeout_seconds` is stopped: 503 "
     "`search_timeout`, without `Retry-After` (narrow the search rather than retry it)."
 )
-LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})
+
+
+def limit_param(maximum: int) -> dict:
+    """A list's ``limit``, with the maximum its route takes (``page_limit``)."""
+    return query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
+
+
+LIMIT = limit_param(500)  # ``page_limit``'s default maximum
+LIMIT_1000 = limit_param(1000)  # lists of results, changes and deliveries
 CURSOR = query("cursor", description="next_cursor of the previous page")
 
 # Who may call: the session cookie plus, on changes, the CSRF header; or a bearer token.
