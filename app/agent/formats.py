@@ -69,9 +69,9 @@ class UnusableTime(ValueError):
 
 
 def epoch_to_iso(value: str | int | float | None) -> str | None:
-    """ISO time of an epoch; None for absent or non-positive values (nmap writes 0 for a
-    time it did not take); raises UnusableTime for text that is no number, a NaN, an
-    infinity or a time past 9999 (the reader names where)."""
+    """ISO time of an epoch; None for an absent value or 0 (nmap writes 0 for a time it
+    did not take); raises UnusableTime for text that is no number, a negative time, a
+    NaN, an infinity or a time past 9999 (the reader names where)."""
     if value in (None, ""):
         return None
     try:
@@ -82,7 +82,9 @@ def epoch_to_iso(value: str | int | float | None) -> str | None:
         raise UnusableTime(f"epoch time {str(value)[:40]!r} is not a number") from None
     if not math.isfinite(seconds) or seconds > MAX_EPOCH_SECONDS:
         raise UnusableTime(f"epoch time {str(value)[:40]!r} is not a finite time before 10000")
-    if seconds <= 0:
+    if seconds < 0:
+        raise UnusableTime(f"epoch time {str(value)[:40]!r} is before 1970")
+    if seconds == 0:  # nmap's "not taken"
         return None
     return iso_utc(datetime.fromtimestamp(seconds, UTC))
 

@@ -102,6 +102,7 @@ def test_malformed_files_answer_400_naming_the_item(api, case):
 UNREADABLE_TIMES = {
     "masscan": ("masscan-json", _masscan(_masscan_record('"yesterday"')), "line"),
     "masscan object": ("masscan-json", _masscan(_masscan_record('{"at": 1}')), "line"),
+    "masscan negative": ("masscan-json", _masscan(_masscan_record('"-5"')), "line"),
     "naabu": ("naabu-jsonl", _naabu("last tuesday"), "line"),
     "nmap": ("nmap-xml", NMAP.format(encoding="UTF-8", start="noon").encode(), "start:"),
 }
