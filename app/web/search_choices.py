@@ -21,14 +21,17 @@ def saved_search_choices(owner_id: int) -> list[Any]:
 def form_id(text: str) -> int | str:
     """A form's id field as a number; anything else is passed on for the validation to
     refuse, naming its field."""
-    return int(text) if text.isdecimal() and len(text) <= 19 else text
+    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 19 else text
 
 
 def search_reference(form: dict[str, str]) -> dict[str, Any] | None:
     """A form's saved-search choice or query as the API's ``{"search"}``/``{"query"}``."""
     chosen, query = form["search"].strip(), form["query"].strip()
+    reference: dict[str, Any] = {}
     if chosen:
-        return {"search": form_id(chosen)}
+        reference["search"] = form_id(chosen)
     if query:
-        return {"query": query}
-    return None
+        # Both given: passed on for the API's check to refuse at the field ("not both");
+        # keeping one of them silently saved another filter than the one typed.
+        reference["query"] = query
+    return reference or None

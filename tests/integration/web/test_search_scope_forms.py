@@ -58,6 +58,8 @@ def test_the_rule_form_offers_ones_saved_searches_and_makes_a_filtered_rule(api)
     for data, shown in (
         ({"search": str(theirs)}, f"saved search {theirs} not found"),
         ({"query": "port:abc"}, "column 6"),
+        # Both: the typed query was dropped and the rule made on the saved search alone.
+        ({"search": str(mine), "query": "port:80"}, "not both"),
     ):
         body = {"name": "bad", "on": ["new"], "channels": [str(channel_id)], **data}
         refused = _post_form(client, "/console/alerts/rules", body, from_page="/console/alerts")
@@ -93,4 +95,10 @@ def test_the_report_form_offers_ones_saved_searches_as_a_scope(api) -> None:
         {**base, "name": "y", "task_id": "1", "search": str(mine)},
     )
     assert both.status_code == 400 and 'id="task_id-error"' in both.text
+    # A saved search and a query: refused at the field (the query was silently dropped).
+    search_and_query = _report_form(
+        client, {**base, "name": "z", "search": str(mine), "query": "port:22"}
+    )
+    assert search_and_query.status_code == 400, search_and_query.text
+    assert "not both" in search_and_query.text and 'value="port:22"' in search_and_query.text
     assert _count("report_definitions") == 2
