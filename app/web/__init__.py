@@ -113,8 +113,18 @@ def unmatched_address_page(error: HTTPException):
         f"{blueprint.url_prefix}/"
     ):
         return None
+    if error.code == 405:
+        # A form's action opened as a page (a bookmark, a pasted address, a reload).
+        allowed = sorted(getattr(error, "valid_methods", None) or ())
+        return _error_page(
+            405,
+            "method_not_allowed",
+            "This address is where a form of the console sends its answer; open the page "
+            "the form is on instead.",
+            {"Allow": ", ".join(allowed)} if allowed else None,
+        )
     if error.code != 404:
-        return None  # a 405 keeps the API's answer and its Allow header
+        return None
     return _error_page(404, "not_found", "There is no console page at this address.")
 
 

@@ -83,6 +83,11 @@ def test_an_address_under_console_that_is_no_page_gets_the_consoles_not_found(ap
         assert answer.status_code == 404 and answer.json["error"]["code"] == "not_found"
     wrong = client.delete("/console/sign-in")
     assert wrong.status_code == 405 and "GET" in wrong.headers["Allow"]
+    # A form's action opened as a page: the console's error page (it was the API's JSON).
+    action = client.get("/console/sign-out", headers={"Accept": "text/html"})
+    assert action.status_code == 405 and action.mimetype == "text/html"
+    assert 'data-error-code="method_not_allowed"' in action.text
+    assert "POST" in action.headers["Allow"]
 
 
 def test_anonymous_visitors_are_sent_to_sign_in_and_back(api):
