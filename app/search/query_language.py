@@ -229,14 +229,20 @@ def _syntax_error(exc: UnexpectedInput, text: str) -> ValidationError:
     if isinstance(exc, UnexpectedEOF) or column <= 0 or at_end:
         column = len(text) + 1
     if isinstance(exc, UnexpectedCharacters):
-        found = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "end"
-        message = f"unexpected {found!r}"
+        found = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
         expected = _expected_words(exc.allowed or set())
+        if found == "-":
+            # A '-' that leaves nothing out (alone, or before a space): naming '-' among
+            # what was expected there read as a contradiction.
+            message = "'-' must come right before what it leaves out, as in -port:22"
+            expected = []
+        else:
+            message = f"unexpected {found!r}" if found else "the query ends too soon"
+    elif token is None or token.type == "$END":
+        message = "the query ends too soon"
+        expected = _expected_words(getattr(exc, "expected", None) or set())
     else:
-        found = (
-            "the end of the query" if token is None or token.type == "$END" else repr(str(token))
-        )
-        message = f"unexpected {found}"
+        message = f"unexpected {str(token)!r}"
         expected = _expected_words(getattr(exc, "expected", None) or set())
     return query_error(message, column, expected)
 

@@ -145,6 +145,23 @@ def test_errors_name_the_column_and_what_was_expected(text, column, expected_par
     assert problem.message.startswith(f"column {column}: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("port:>", "column 7: the query ends too soon; expected"),
+        ("(port:22", "column 9: the query ends too soon; expected ')'"),
+        ("-", "column 1: '-' must come right before what it leaves out, as in -port:22"),
+        ("a - b", "column 3: '-' must come right before what it leaves out"),
+    ],
+)
+def test_errors_read_as_sentences(text, said):
+    """"unexpected the end of the query" and "unexpected '-'; expected … '-' …" read
+    wrongly; what the user is told now says what is missing or what to write."""
+    problem = error(text)
+    assert problem.message.startswith(said), problem.message
+    assert "unexpected the end" not in problem.message
+
+
 def test_limits():
     assert error("x" * 1001).details["column"] == 1
     assert "more than 64 clauses" in error(" ".join(["a"] * 65)).message
