@@ -155,7 +155,7 @@ def test_errors_name_the_column_and_what_was_expected(text, column, expected_par
     ],
 )
 def test_errors_read_as_sentences(text, said):
-    """"unexpected the end of the query" and "unexpected '-'; expected … '-' …" read
+    """ "unexpected the end of the query" and "unexpected '-'; expected … '-' …" read
     wrongly; what the user is told now says what is missing or what to write."""
     problem = error(text)
     assert problem.message.startswith(said), problem.message

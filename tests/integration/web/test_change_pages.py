@@ -64,6 +64,12 @@ def test_history_changes_dashboard_and_status_filter(api, settings) -> None:
     # Endpoint history, linked from the asset rows; markup in values is printed as text.
     assets = client.get("/console/assets?status=all")
     assert "/console/assets/history?ip=192.0.2.2&amp;port=80&amp;transport=tcp" in assets.text
+    # Listed beside the open one, the gone endpoint says so (it looked open).
+    assert assets.text.count('data-status="gone"') == 1
+    assert re.search(
+        r'192\.0\.2\.2</td>\s*<td>80/tcp</td>\s*<td>open <span class="badge asset-gone"',
+        assets.text,
+    )
     assert client.get("/console/assets?status=gone").text.count('<td class="ip">') == 1
     assert client.get("/console/assets").text.count('<td class="ip">') == 1
     history = client.get("/console/assets/history?ip=192.0.2.2&port=80&transport=tcp")
