@@ -594,6 +594,16 @@ def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
                 )
                 assert first == "#main", (width, page)
                 assert not browser.find_elements(By.CSS_SELECTOR, "[tabindex]"), (width, page)
+        # The saved searches, opened, with the buttons of another search: they scroll in
+        # their own box (the page went 130 px sideways).
+        browser.set_window_size(375, 900)
+        browser.get(url + "/console/assets?q=" + "port%3A22%20" * 6)
+        fill(browser, "save-name", "a search with a long query")
+        browser.find_element(By.CSS_SELECTOR, "#save-search-form button").click()
+        browser.get(url + "/console/assets?q=port%3A443")
+        browser.execute_script("document.getElementById('saved-searches').open = true;")
+        present(browser, By.CSS_SELECTOR, "[data-update-search]")
+        assert browser.execute_script(_SIDEWAYS) <= 1
         # A new API token's notice (the secret and a curl line) fits a phone too.
         browser.set_window_size(375, 900)
         browser.get(url + "/console/tokens")
