@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from flask import redirect, render_template, request, url_for
 
+from app.errors import Conflict, TooManyQueued, ValidationError
 from app.exports import service
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
@@ -16,6 +17,7 @@ from app.observability import emit
 from app.search.asset_params import ASSET_PARAMETERS
 from app.web import blueprint
 from app.web.access import page_user, signed_in_user
+from app.web.task_pages import task_page
 
 PAGE_SIZE = 50
 
@@ -24,12 +26,17 @@ PAGE_SIZE = 50
 @page_user
 def task_export(task_id: int):
     user = signed_in_user()
-    export = service.request_export(
-        user,
-        task_id,
-        {"format": request.values.get("format", "")},
-        max_queued=context.settings().exports.max_queued_per_user,
-    )
+    try:
+        export = service.request_export(
+            user,
+            task_id,
+            {"format": request.values.get("format", "")},
+            max_queued=context.settings().exports.max_queued_per_user,
+        )
+    except (Conflict, ValidationError, TooManyQueued) as refused:
+        # Nothing to export yet, a bad format, too many queued: said on the task page,
+        # which the user came from (it was the console's generic error page).
+        return task_page(task_id, export_error=refused, status=refused.status)
     emit("ExportRequestedFromConsole", export_id=export["id"], task_id=task_id, user_id=user.id)
     return redirect(url_for("web.exports"), code=303)
 

@@ -18,7 +18,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 
 from app.analysis.changes import CHANGE_KINDS
-from app.errors import Conflict, ValidationError
+from app.errors import ApiError, Conflict, ValidationError
 from app.http import context
 from app.http.requests import decode_cursor, encode_cursor
 from app.scan_control import purge, runs, schedules, service
@@ -232,6 +232,7 @@ def task_page(
     schedule_error: str | None = None,
     typed=None,
     run_error: Conflict | None = None,
+    export_error: ApiError | None = None,
     status: int = 200,
 ):
     cursor = decode_cursor()
@@ -260,6 +261,7 @@ def task_page(
         schedule_form=schedule_form_values(schedule, typed),
         schedule_error=schedule_error,
         run_error=run_error,
+        export_error=export_error,
     ), status
 
 

@@ -546,6 +546,9 @@ def test_export_from_the_task_page(api):
     task_url = _new_task(client, {"name": "exp", "targets": "192.0.2.0/30", "ports": "22"})
     early = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
     assert early.status_code == 409 and "no succeeded execution" in early.text
+    # Said on the task page, beside its Export button (it was the generic error page).
+    assert 'id="export-error" data-error-code="no_succeeded_execution"' in early.text
+    assert 'id="export-form"' in early.text and 'id="run-now-form"' in early.text
     upload = claim(api.scanner())
     assert upload.final(0, [observation("192.0.2.1", 22)]).status_code == 200
     requested = _post_form(client, task_url + "/exports", {"format": "csv"}, from_page=task_url)
