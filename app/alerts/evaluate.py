@@ -48,6 +48,7 @@ from app.analysis.changes import (
     CHANGE_SET_SQL,
     ChangeCounts,
     ChangeSetHook,
+    field_changed_sql,
 )
 from app.analysis.queue import AnalysisClaim
 from app.config import AlertSettings
@@ -69,7 +70,7 @@ def _values(side: str, alias: str = "x") -> str:
 
 def _changed_fields(alias: str = "x") -> str:
     items = ", ".join(
-        f"CASE WHEN {alias}.old_{c} IS DISTINCT FROM {alias}.new_{c} THEN '{f}' END"
+        f"CASE WHEN {field_changed_sql(c, f'{alias}.old_{c}', f'{alias}.new_{c}')} THEN '{f}' END"
         for f, c in _COLUMN_OF_FIELD.items()
     )
     return f"array_remove(ARRAY[{items}]::text[], NULL)"
@@ -77,7 +78,7 @@ def _changed_fields(alias: str = "x") -> str:
 
 def _fields_test() -> str:
     return " OR ".join(
-        f"('{f}' = ANY(r.fields) AND x.old_{c} IS DISTINCT FROM x.new_{c})"
+        f"('{f}' = ANY(r.fields) AND {field_changed_sql(c, f'x.old_{c}', f'x.new_{c}')})"
         for f, c in _COLUMN_OF_FIELD.items()
     )
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -95,12 +96,27 @@ CHANGE_SET_SQL = (
 )
 
 
+def field_changed_sql(name: str, old: str, new: str) -> str:
+    """SQL: field ``name`` changed from the value ``old`` to ``new``. A probed field
+    changes only when both sides observed it and differ: its first observation (old
+    null, as after a ``quick`` profile's scans) or a scan that did not probe it (new
+    null) is no change (docs/changes.md)."""
+    test = f"{new} IS DISTINCT FROM {old}"
+    if ANALYSIS_FIELDS[name] == "always":
+        return test
+    return f"({new} IS NOT NULL AND {old} IS NOT NULL AND {test})"
+
+
+def field_changed(name: str, old: Any, new: Any) -> bool:
+    """``field_changed_sql`` on values read back (a change's ``changed_fields``)."""
+    if ANALYSIS_FIELDS[name] == "always":
+        return old != new
+    return old is not None and new is not None and old != new
+
+
 def differs(new: str, old: str) -> str:
     """SQL: the sighting ``new`` differs from the recorded ``old`` by the field rules."""
-    tests = []
-    for name, rule in ANALYSIS_FIELDS.items():
-        test = f"{new}.{name} IS DISTINCT FROM {old}.{name}"
-        tests.append(test if rule == "always" else f"({new}.{name} IS NOT NULL AND {test})")
+    tests = [field_changed_sql(name, f"{old}.{name}", f"{new}.{name}") for name in ANALYSIS_FIELDS]
     return "(" + " OR ".join(tests) + ")"
 
 

@@ -14,7 +14,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.analysis.changes import ANALYSIS_FIELDS, CHANGE_KINDS
+from app.analysis.changes import (
+    ANALYSIS_FIELDS,
+    CHANGE_KINDS,
+    field_changed,
+    field_changed_sql,
+)
 from app.cursors import cursor_int, cursor_str, decode_cursor, encode_cursor
 
 _VALUES = tuple(ANALYSIS_FIELDS)
@@ -51,7 +56,9 @@ def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
     }
     if kind == "changed":
         item["changed_fields"] = [
-            field for value, field in _FIELD_OF_VALUE if row[f"old_{value}"] != row[f"new_{value}"]
+            field
+            for value, field in _FIELD_OF_VALUE
+            if field_changed(value, row[f"old_{value}"], row[f"new_{value}"])
         ]
     if endpoint:
         item.update(ip=row["ip"], port=row["port"], transport=row["transport"])
@@ -281,7 +288,7 @@ def recent_change_counts(
 
 _FIRST_OLD = ", ".join(f"f.old_{v}" for v in _VALUES)
 _LAST_NEW = ", ".join(f"l.new_{v}" for v in _VALUES)
-_DIFFERS = " OR ".join(f"f.old_{v} IS DISTINCT FROM l.new_{v}" for v in _VALUES)
+_DIFFERS = " OR ".join(field_changed_sql(v, f"f.old_{v}", f"l.new_{v}") for v in _VALUES)
 
 # The net effect of a run range's change events per endpoint: the first event says what
 # the endpoint was before the range (absent if it was ``new`` or ``reappeared``), the

@@ -61,6 +61,7 @@ def test_changes_counts_history_and_status_over_http(api, app, settings) -> None
         for ip in hosts
         for port in (22, 80)
     ]
+    first[0] = observation("192.0.2.1", 22, service={"name": "ssh", "product": "dropbear"})
     task1, _ = _scan(alice, scanner, first)
     assert _metric(api.admin(), "netmap_analysis_queue_backlog") == 1
     _run_workers(settings)
@@ -94,7 +95,9 @@ def test_changes_counts_history_and_status_over_http(api, app, settings) -> None
     assert [(i["ip"], i["port"], i["kind"]) for i in gone["items"]] == [("192.0.2.2", 80, "gone")]
     assert gone["items"][0]["old"]["service"] == "http" and gone["items"][0]["new"] is None
     changed = alice.get(f"/api/tasks/{task2['id']}/changes?kind=changed").get_json()["items"]
-    assert [(c["old"]["product"], c["new"]["product"]) for c in changed] == [(None, "OpenSSH")]
+    assert [(c["old"]["product"], c["new"]["product"]) for c in changed] == [
+        ("dropbear", "OpenSSH")
+    ]
 
     # Keyset pages over the first task's eight "new" changes.
     seen, cursor = [], ""
