@@ -13,6 +13,9 @@ retried tick or a restart finds it marked and sends nothing twice.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from functools import partial
+
 from app.alerts.conditions import (
     evaluate_certificate_expiry,
     evaluate_run_failed,
@@ -39,7 +42,14 @@ def _quick_condition_job(name: str, evaluate, settings: Settings) -> PeriodicJob
 
 
 def scanner_offline_job(settings: Settings) -> PeriodicJob:
-    return _quick_condition_job("alert-scanner-offline", evaluate_scanner_offline, settings)
+    # The runner's start: silence from before it (netmap was down) is not held against
+    # a scanner until its agent had the time to come back (evaluate_scanner_offline).
+    started = datetime.now(UTC)
+    return _quick_condition_job(
+        "alert-scanner-offline",
+        partial(evaluate_scanner_offline, watching_since=started),
+        settings,
+    )
 
 
 def run_failed_job(settings: Settings) -> PeriodicJob:

@@ -89,6 +89,9 @@ _SCANNER_OFFLINE = sa.text(
           FROM rules r JOIN seen s ON r.sees_all OR s.scanner_owner = r.owner_id
          WHERE s.last_seen_at < now() - make_interval(secs => :offline)
            AND s.last_seen_at + make_interval(secs => :offline) > r.created_at
+           -- Silence while netmap itself was down is not the scanner's: its agent retried
+           -- against a closed port. It counts from when this watch started.
+           AND CAST(:watching_since AS timestamptz) < now() - make_interval(secs => :offline)
         ON CONFLICT DO NOTHING
         RETURNING rule_id, subject, episode
     ),
@@ -130,13 +133,24 @@ _SCANNER_OFFLINE = sa.text(
 )
 
 
-def evaluate_scanner_offline(settings: Settings) -> dict[str, int]:
+def evaluate_scanner_offline(
+    settings: Settings, *, watching_since: datetime | None = None
+) -> dict[str, int]:
     """One tick of the ``scanner_offline`` rules (one short transaction): messages for
-    scanners that went offline, and for those back online where the rule asks for it."""
+    scanners that went offline, and for those back online where the rule asks for it.
+
+    ``watching_since``: when the runner started watching. No scanner is called offline
+    before ``scanner_offline_seconds`` have passed since then: after a restart of netmap
+    (an upgrade, a reboot) every agent's last sign of life is from before the stop, and
+    each reconnects at its next claim, which they would otherwise all be alerted for."""
     return _create_messages(
         "scanner_offline",
         _SCANNER_OFFLINE,
-        {"offline": settings.scan.scanner_offline_seconds, "link": scanners_link(settings)},
+        {
+            "offline": settings.scan.scanner_offline_seconds,
+            "link": scanners_link(settings),
+            "watching_since": watching_since or datetime.min.replace(tzinfo=UTC),
+        },
     )
 
 

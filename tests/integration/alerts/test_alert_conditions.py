@@ -142,6 +142,31 @@ def test_a_scanner_going_offline_is_told_once_and_back_online_once(api, settings
     assert title == f"netmap: scanner {scanner.name} is offline" and "Last sign of life" in text
 
 
+def test_a_restart_of_netmap_is_no_scanner_silence(api, settings, receiver) -> None:
+    """netmap was down for longer than the window; its agents retried all along. The
+    runner that starts does not call them offline before they had the window to come
+    back (it did, a second after its start, and 'online' at their next claim)."""
+    admin = api.admin()
+    offline = settings.scan.scanner_offline_seconds
+    rule = _rule(admin, on=["scanner_offline"], channels=[_webhook(admin, receiver)])
+    _backdate_rule(rule["id"])
+    scanner = api.scanner()
+    assert scanner.claim().status_code == 204
+    _silence(scanner.id, offline + 60)  # the last claim before the stop
+    just_started = datetime.now(UTC)
+    evaluate_scanner_offline(settings, watching_since=just_started)
+    assert _messages(rule["id"]) == []
+    # The agent is back at its next claim: nothing was ever said.
+    assert scanner.claim().status_code == 204
+    evaluate_scanner_offline(settings, watching_since=just_started)
+    assert _messages(rule["id"]) == []
+    # A scanner still silent once the runner has watched for the window is offline.
+    _silence(scanner.id, offline + 60)
+    watched = datetime.now(UTC) - timedelta(seconds=offline + 1)
+    evaluate_scanner_offline(settings, watching_since=watched)
+    assert [m.event_type for m in _messages(rule["id"])] == ["netmap.scanner.offline"]
+
+
 def test_a_scanner_already_offline_when_the_rule_is_made_is_not_reported(
     api, settings, receiver
 ) -> None:
