@@ -72,7 +72,11 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Addresses, CIDR ranges or domain names.",
                 "example": ["192.0.2.10", "198.51.100.0/28", "www.example.com"],
             },
-            "ports": {"type": "string", "example": "22,80,443,8000-8100"},
+            "ports": {
+                "type": ["string", "integer"],
+                "example": "22,80,443,8000-8100",
+                "description": "ports and ranges, comma-separated; one port may be a number",
+            },
             "transports": {
                 "type": "array",
                 "items": {"type": "string", "enum": ["tcp", "udp"]},
