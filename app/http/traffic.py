@@ -6,8 +6,8 @@ time; with no token configured the route refuses every request. A batch is
 validated completely before anything is written (400 names the row index and
 field) and upserted in one transaction. ``GET /api/traffic/rollups`` filters by
 domain, granularity and a ``from``/``to`` range on the bucket start: a date
-means midnight in the business time zone, a timestamp without offset is read
-in that zone too. Rows have snake_case field names; ``names=camelCase`` answers with
+means midnight in the business time zone (as ``to``, the midnight ending that
+day: the day is included), a timestamp without offset is read in that zone too. Rows have snake_case field names; ``names=camelCase`` answers with
 netmap 0.1's names (``bucketStart`` …) for readers not yet moved (docs/upgrading.md).
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 from flask import Blueprint, jsonify, request
 
@@ -59,6 +60,9 @@ def ingest_rollups():
     return jsonify({"accepted": len(records)})
 
 
+_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
     """A ``from``/``to`` query argument as a UTC instant (the console's traffic page reads
     its range with this too, so a range means the same on both)."""
@@ -67,6 +71,10 @@ def instant_arg(name: str, calendar: BusinessCalendar) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw)
+        if name == "to" and _BARE_DATE.fullmatch(raw.strip()):
+            # A date as the end includes that day, as `netmap traffic chart --to` does
+            # (from=to=the same date was an empty range).
+            value += timedelta(days=1)
         if value.tzinfo is None:
             value = value.replace(tzinfo=calendar.tz)
         # Edge dates (0001-01-01T00:00:00+14:00) parse but are no UTC instant.

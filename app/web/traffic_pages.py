@@ -3,7 +3,7 @@
 Scoping is the traffic API's: ``GET /api/traffic/rollups`` is open to every
 signed-in user (rollups belong to the site, not to a user), so this page is
 too. The range is read by the API's own ``from``/``to`` parser (a date is
-midnight in the business time zone) and is bounded: at most three days of
+midnight in the business time zone; as ``to``, the day is included) and is bounded: at most three days of
 5-minute buckets or 400 days of day buckets, so a page view aggregates a fixed
 number of buckets through the primary key's (domain, granularity, bucket_start)
 range, whatever the table holds, and reads at most ``MAX_ROWS`` rollup rows (one

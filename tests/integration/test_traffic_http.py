@@ -197,8 +197,12 @@ def test_query_filters_and_pages(traffic_app):
         "status_counts": {"1xx": 0, "2xx": 2, "3xx": 0, "4xx": 1, "5xx": 0, "other": 0}
     }
     # A bare date is midnight in the business zone (+08:00): 2026-08-01 = 2026-07-31T16:00Z.
-    day = user.get("/api/traffic/rollups?granularity=day&from=2026-07-31&to=2026-08-01")
+    # As ``to`` it includes that day, as `netmap traffic chart --to` does: from and to the
+    # same date is that day (it was an empty range).
+    day = user.get("/api/traffic/rollups?granularity=day&from=2026-07-31&to=2026-07-31")
     assert [i["business_date"] for i in day.get_json()["items"]] == ["2026-07-31"]
+    before = user.get("/api/traffic/rollups?granularity=day&to=2026-07-30").get_json()
+    assert before["items"] == []
     seen = []
     cursor = None
     while True:

@@ -167,8 +167,15 @@ OPERATIONS = {
         parameters=[
             query("domain"),
             query("granularity", {"type": "string", "enum": ["5m", "day"]}),
-            query("from"),
-            query("to"),
+            query(
+                "from",
+                description="bucket starts from here: a date (midnight in the business time "
+                "zone) or an ISO 8601 timestamp",
+            ),
+            query(
+                "to",
+                description="bucket starts before this timestamp; a date includes that day",
+            ),
             query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}),
             query("names", {"type": "string", "enum": ["snake_case", "camelCase"]}),
             CURSOR,
