@@ -1,15 +1,15 @@
 """Traffic rollup routes: bearer-token ingest and the session-authenticated query (TRF-6, TRF-7).
 
 ``POST /api/traffic/rollups`` takes ``Authorization: Bearer <rollup token>``
-(``[traffic] ingest_token`` / ``NETMAP_TRAFFIC_TOKEN``), compared in constant
-time; with no token configured the route refuses every request. A batch is
-validated completely before anything is written (400 names the row index and
-field) and upserted in one transaction. ``GET /api/traffic/rollups`` filters by
-domain, granularity and a ``from``/``to`` range on the bucket start: a date
-means midnight in the business time zone (as ``to``, the midnight ending that
-day: the day is included), a timestamp without offset is read in that zone too. Rows have snake_case field names; ``names=camelCase`` answers with
-netmap 0.1's names (``bucketStart`` …) for readers not yet moved (docs/upgrading.md).
-"""
+(``[traffic] ingest_token`` / ``NETMAP_TRAFFIC_TOKEN``), compared in constant time; with
+no token configured the route refuses every request. A batch is validated completely
+before anything is written (400 names the row index and field) and upserted in one
+transaction. ``GET /api/traffic/rollups`` filters by domain, granularity and a
+``from``/``to`` range on the bucket start: a date means midnight in the business time
+zone (as ``to``, the midnight ending that day: the day is included), a timestamp without
+offset is read in that zone too. Rows have snake_case field names; ``names=camelCase``
+answers with netmap 0.1's names (``bucketStart`` …) for readers not yet moved
+(docs/upgrading.md)."""
 
 from __future__ import annotations
 

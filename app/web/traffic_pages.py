@@ -1,19 +1,18 @@
 """The traffic page: a domain's rollups as a server-side SVG chart (TRF-7, WEB-11).
 
-Scoping is the traffic API's: ``GET /api/traffic/rollups`` is open to every
-signed-in user (rollups belong to the site, not to a user), so this page is
-too. The range is read by the API's own ``from``/``to`` parser (a date is
-midnight in the business time zone; as ``to``, the day is included) and is bounded: at most three days of
-5-minute buckets or 400 days of day buckets, so a page view aggregates a fixed
-number of buckets through the primary key's (domain, granularity, bucket_start)
-range, whatever the table holds, and reads at most ``MAX_ROWS`` rollup rows (one
-per path and bucket): past that the chart stops at the last complete bucket and
-says so. Without a range the page shows the last day (5-minute buckets) or month
-(day buckets) up to the domain's newest bucket, starting at its first bucket when that
-is later, and never less than an hour (a week of days): a domain with one bucket so
-far gets a chart of that bucket, not a day-wide empty axis. The domain list is a skip scan capped at
-``MAX_DOMAINS``. A bad argument shows the form again with the message (400).
-"""
+Scoping is the traffic API's: ``GET /api/traffic/rollups`` is open to every signed-in
+user (rollups belong to the site, not to a user), so this page is too. The range is read
+by the API's own ``from``/``to`` parser (a date is midnight in the business time zone;
+as ``to``, the day is included) and is bounded: at most three days of 5-minute buckets
+or 400 days of day buckets, so a page view aggregates a fixed number of buckets through
+the primary key's (domain, granularity, bucket_start) range, whatever the table holds,
+and reads at most ``MAX_ROWS`` rollup rows (one per path and bucket): past that the
+chart stops at the last complete bucket and says so. Without a range the page shows the
+last day (5-minute buckets) or month (day buckets) up to the domain's newest bucket,
+starting at its first bucket when that is later, and never less than an hour (a week of
+days): a domain with one bucket so far gets a chart of that bucket, not a day-wide empty
+axis. The domain list is a skip scan capped at ``MAX_DOMAINS``. A bad argument shows the
+form again with the message (400)."""
 
 from __future__ import annotations
 
