@@ -18,12 +18,20 @@ A runner that dies (even ``kill -9``) is restarted with a doubling backoff
 (reset once it has run for a while), reported on stderr and as a
 ``RunnerRestarted`` event; the web server and the database stay up, since the
 runner's work is leased and resumes where it stopped. The web server exiting
-still ends the whole stack: without it there is nothing to serve.
+still ends the whole stack: without it there is nothing to serve; so does the
+embedded PostgreSQL stopping.
+
+One `netmap up` per data directory (a lock in ``run/``), and a port already in use is
+refused before any URL is printed. Killed outright (``kill -9``), this command takes
+its children along (the kernel signals them), and the next `netmap up` on the data
+directory adopts the embedded PostgreSQL it left running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
 import errno
 import fcntl
 import json
@@ -56,6 +64,20 @@ RUNNER_MAX_BACKOFF_SECONDS = 60.0
 RUNNER_STABLE_SECONDS = 60.0
 
 
+def die_with_this_process() -> None:
+    """``preexec_fn`` of the web server and the runner: the kernel sends them SIGTERM when
+    this command dies, even by ``kill -9`` (Linux's PR_SET_PDEATHSIG), so they stop
+    gracefully instead of serving on as orphans that the next `netmap up` collides with.
+    Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 class RunnerSupervisor:
     """Keeps one ``netmap runner`` child alive: restart with backoff after it dies."""
 
@@ -75,6 +97,7 @@ class RunnerSupervisor:
             cwd=PROJECT_ROOT,
             env=self._env,
             process_group=0,  # Ctrl-C reaches this command only: it stops the children once
+            preexec_fn=die_with_this_process,  # this command runs no other thread
         )
 
     def check(self) -> None:
@@ -313,6 +336,12 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     url = settings.database.url
     if not url:
         server = embedded.start(data_dir)
+        if not server.started_here:
+            # This command holds the data directory (``hold_data_directory``): a server
+            # running in it was left by a `netmap up` that was killed (kill -9, a
+            # crash). It is adopted, and stopped with the rest on exit.
+            emit("EmbeddedPostgresAdopted", pgdata=str(server.pgdata))
+            server = dataclasses.replace(server, started_here=True)
         url = server.url
 
     stop_requested: list[int] = []
@@ -356,6 +385,7 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
             cwd=PROJECT_ROOT,
             env=env,
             process_group=0,  # see RunnerSupervisor._start
+            preexec_fn=die_with_this_process,  # this command runs no other thread
         )
         children.append(web)
         if with_runner:

@@ -275,3 +275,58 @@ def test_a_second_up_on_the_same_data_or_port_is_refused_and_a_dead_database_sto
     finally:
         up.stop()
     assert not embedded.is_running(data_dir / "pgdata")
+
+
+def test_up_killed_with_sigkill_takes_its_children_along_and_the_next_up_adopts_its_database(
+    tmp_path,
+):
+    """`kill -9` of `netmap up` left the web server and runner serving as orphans (the next
+    `up` found its port taken) and the embedded PostgreSQL running, which the next `up`
+    then left running too. Now the kernel stops the children with it, and the next `up`,
+    holding the data directory, adopts the database and stops it on exit."""
+    import os
+
+    import psutil
+
+    port = free_port()
+    data_dir = tmp_path / "var"
+    env = base_env(NETMAP_RUNNER_PROCESSES="1")
+    up = LoggedProcess(
+        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)), env, tmp_path, "up"
+    )
+    try:
+        wait_for(
+            lambda: "netmap is up" in up.stdout() or up.process.poll() is not None,
+            90,
+            "the URL line",
+        )
+        assert up.process.poll() is None, up.stderr()[-3000:]
+        children = psutil.Process(up.pid).children()
+        assert len(children) == 2, children  # gunicorn and the runner
+        os.kill(up.pid, signal.SIGKILL)
+        up.wait(timeout=30)
+        gone, alive = psutil.wait_procs(children, timeout=60)
+        assert alive == [], alive
+        assert embedded.is_running(data_dir / "pgdata")  # pg_ctl's server is its own
+    finally:
+        up.stop()
+
+    again = LoggedProcess(
+        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)),
+        env,
+        tmp_path,
+        "again",
+    )
+    try:
+        wait_for(
+            lambda: "netmap is up" in again.stdout() or again.process.poll() is not None,
+            90,
+            "the URL line",
+        )
+        assert again.process.poll() is None, again.stderr()[-3000:]
+        assert again.events("EmbeddedPostgresAdopted")
+        again.process.send_signal(signal.SIGTERM)
+        assert again.wait(timeout=60) == 0, again.stderr()[-3000:]
+    finally:
+        again.stop()
+    assert not embedded.is_running(data_dir / "pgdata")
