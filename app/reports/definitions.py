@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.db import transaction
-from app.errors import NotFound, TooManyQueued, ValidationError
+from app.errors import Conflict, NotFound, TooManyQueued, ValidationError
 from app.identity.users import User
 from app.json_input import checked_name, checked_object
 from app.reports import records
@@ -306,4 +306,12 @@ def run_now(
 def _check_run_of_task(conn: Connection, definition: Any, run_id: int) -> None:
     if definition.task_id is None:
         raise _bad("run", "run needs a definition of one task (this one reports all tasks)")
-    get_run(conn, definition.task_id, run_id)  # 404 run_not_found: not this task's
+    run = get_run(conn, definition.task_id, run_id)  # 404 run_not_found: not this task's
+    if run.status in ("cancelled", "failed") and not run.counts["executions"]["succeeded"]:
+        # Its report would say the task has no endpoints: there is nothing of it to report.
+        raise Conflict(
+            f"run {run.number} was {run.status} before any of its scans finished: it has "
+            "nothing to report",
+            code="run_not_reportable",
+            details={"field": "run", "run_id": run.id, "status": run.status},
+        )

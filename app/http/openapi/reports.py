@@ -86,7 +86,14 @@ OPERATIONS = {
     ("post", "/api/reports/definitions/{definition_id}/run"): operation(
         "reports",
         "Queue a report of this definition now",
-        {"202": json_response("queued", _REPORT)},
+        {
+            "202": json_response("queued", _REPORT),
+            "409": json_response(
+                "run_not_reportable: the run was cancelled or failed before any scan of it "
+                "finished",
+                ref("Error"),
+            ),
+        },
         parameters=[path_id("definition_id")],
         requestBody=body(obj({}, {"run": {"type": "integer", "minimum": 1}}), required=False),
         description='Optional body {"run": id}: show that run of the definition\'s task '

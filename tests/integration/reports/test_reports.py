@@ -864,3 +864,10 @@ def test_an_on_demand_report_may_show_an_earlier_run(api, settings):
     assert refused.status_code == 400 and refused.get_json()["error"]["details"]["field"] == "run"
     for bad in ({"run": "1"}, {"run": 0}, {"runs": 1}):
         assert user.post(path, json=bad).status_code == 400
+    # A run cancelled before any scan of it finished has nothing to report: its report
+    # said the task had no endpoints.
+    cancelled = user.post(f"/api/tasks/{task['id']}/runs").get_json()["run"]
+    assert user.post(f"/api/tasks/{task['id']}/runs/{cancelled['id']}/cancel").status_code == 200
+    nothing = user.post(path, json={"run": cancelled["id"]})
+    assert nothing.status_code == 409, nothing.get_json()
+    assert nothing.get_json()["error"]["code"] == "run_not_reportable"
