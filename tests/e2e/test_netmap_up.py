@@ -124,19 +124,8 @@ def test_up_restarts_a_killed_runner_and_reports_it(tmp_path):
     port = free_port()
     data_dir = tmp_path / "var"
     env = base_env(NETMAP_RUNNER_PROCESSES="1", NETMAP_RUNNER_WORKER_RESTART_BACKOFF_SECONDS="0.5")
-    up = LoggedProcess(
-        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)),
-        env,
-        tmp_path,
-        "up",
-    )
+    up = _started_up(tmp_path, data_dir, port, env)
     try:
-        wait_for(
-            lambda: "netmap is up" in up.stdout() or up.process.poll() is not None,
-            90,
-            "the URL line",
-        )
-        assert up.process.poll() is None, up.stderr()[-3000:]
         assert (data_dir / "pgdata").is_dir()
         base = f"http://127.0.0.1:{port}"
         first = wait_for(lambda: _runner_child(up), 30, "the runner process")
@@ -231,16 +220,8 @@ def test_a_second_up_on_the_same_data_or_port_is_refused_and_a_dead_database_sto
     port = free_port()
     data_dir = tmp_path / "var"
     env = base_env(NETMAP_RUNNER_PROCESSES="1")
-    up = LoggedProcess(
-        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)), env, tmp_path, "up"
-    )
+    up = _started_up(tmp_path, data_dir, port, env)
     try:
-        wait_for(
-            lambda: "netmap is up" in up.stdout() or up.process.poll() is not None,
-            90,
-            "the URL line",
-        )
-        assert up.process.poll() is None, up.stderr()[-3000:]
         base = f"http://127.0.0.1:{port}"
         requests.get(base + "/healthz", timeout=5)
         metrics_before = sorted(os.listdir(data_dir / "run" / "prometheus"))
@@ -291,8 +272,32 @@ def test_up_killed_with_sigkill_takes_its_children_along_and_the_next_up_adopts_
     port = free_port()
     data_dir = tmp_path / "var"
     env = base_env(NETMAP_RUNNER_PROCESSES="1")
+    up = _started_up(tmp_path, data_dir, port, env)
+    try:
+        children = psutil.Process(up.pid).children()
+        assert len(children) == 2, children  # gunicorn and the runner
+        os.kill(up.pid, signal.SIGKILL)
+        up.wait(timeout=30)
+        _gone, alive = psutil.wait_procs(children, timeout=60)
+        assert alive == [], alive
+        assert embedded.is_running(data_dir / "pgdata")  # pg_ctl's server is its own
+    finally:
+        up.stop()
+
+    again = _started_up(tmp_path, data_dir, port, env, "again")
+    try:
+        assert again.events("EmbeddedPostgresAdopted")
+        again.process.send_signal(signal.SIGTERM)
+        assert again.wait(timeout=60) == 0, again.stderr()[-3000:]
+    finally:
+        again.stop()
+    assert not embedded.is_running(data_dir / "pgdata")
+
+
+def _started_up(tmp_path, data_dir, port: int, env, name: str = "up") -> LoggedProcess:
+    """`netmap up --data-dir DATA_DIR --port PORT`, once it has printed its URL."""
     up = LoggedProcess(
-        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)), env, tmp_path, "up"
+        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)), env, tmp_path, name
     )
     try:
         wait_for(
@@ -301,32 +306,7 @@ def test_up_killed_with_sigkill_takes_its_children_along_and_the_next_up_adopts_
             "the URL line",
         )
         assert up.process.poll() is None, up.stderr()[-3000:]
-        children = psutil.Process(up.pid).children()
-        assert len(children) == 2, children  # gunicorn and the runner
-        os.kill(up.pid, signal.SIGKILL)
-        up.wait(timeout=30)
-        gone, alive = psutil.wait_procs(children, timeout=60)
-        assert alive == [], alive
-        assert embedded.is_running(data_dir / "pgdata")  # pg_ctl's server is its own
-    finally:
+    except BaseException:
         up.stop()
-
-    again = LoggedProcess(
-        netmap_command("up", "--data-dir", str(data_dir), "--port", str(port)),
-        env,
-        tmp_path,
-        "again",
-    )
-    try:
-        wait_for(
-            lambda: "netmap is up" in again.stdout() or again.process.poll() is not None,
-            90,
-            "the URL line",
-        )
-        assert again.process.poll() is None, again.stderr()[-3000:]
-        assert again.events("EmbeddedPostgresAdopted")
-        again.process.send_signal(signal.SIGTERM)
-        assert again.wait(timeout=60) == 0, again.stderr()[-3000:]
-    finally:
-        again.stop()
-    assert not embedded.is_running(data_dir / "pgdata")
+        raise
+    return up
