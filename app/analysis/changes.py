@@ -115,8 +115,20 @@ def field_changed(name: str, old: Any, new: Any) -> bool:
 
 
 def differs(new: str, old: str) -> str:
-    """SQL: the sighting ``new`` differs from the recorded ``old`` by the field rules."""
-    tests = [field_changed_sql(name, f"{old}.{name}", f"{new}.{name}") for name in ANALYSIS_FIELDS]
+    """SQL: the sighting ``new`` would change what is recorded in ``old``: a value it
+    probed that differs, a first observation included (which is recorded, but is no
+    change: ``really_changed``)."""
+    tests = []
+    for name, rule in ANALYSIS_FIELDS.items():
+        test = f"{new}.{name} IS DISTINCT FROM {old}.{name}"
+        tests.append(test if rule == "always" else f"({new}.{name} IS NOT NULL AND {test})")
+    return "(" + " OR ".join(tests) + ")"
+
+
+def really_changed(alias: str) -> str:
+    """SQL: row ``alias`` of the analysis (its ``old_<field>`` and recorded ``<field>``
+    values) is a change by the field rules (``field_changed_sql``)."""
+    tests = [field_changed_sql(v, f"{alias}.old_{v}", f"{alias}.{v}") for v in ANALYSIS_FIELDS]
     return "(" + " OR ".join(tests) + ")"
 
 
@@ -218,7 +230,10 @@ def _analysis_sql(sightings_sql: str) -> str:
     updated AS (
         UPDATE analysis_assets a
            SET {set_values}, status = 'open', gone_since = NULL, gone_execution_id = NULL,
-               changed_execution_id = :execution_id
+               -- A first observation is recorded, but the endpoint did not change.
+               changed_execution_id = CASE WHEN j.old_status = 'gone' OR {really_changed("j")}
+                                           THEN :execution_id
+                                           ELSE a.changed_execution_id END
           FROM touched j
          WHERE a.owner_id = :owner_id AND a.ip = j.ip AND a.port = j.port
            AND a.transport = j.transport
@@ -247,6 +262,7 @@ def _analysis_sql(sightings_sql: str) -> str:
                CASE WHEN j.old_status = 'gone' THEN 'reappeared' ELSE 'changed' END,
                j.ip, j.port, j.transport, {old_values}, {new_values}
           FROM touched j
+         WHERE j.old_status = 'gone' OR {really_changed("j")}
         UNION ALL
         SELECT :owner_id, :execution_id, :task_id, :finished_at, 'gone', g.ip, g.port,
                g.transport, {gone_values}, {nulls}
@@ -380,6 +396,7 @@ def stage_sightings(
     Pages are read without a database connection held, then inserted in one
     set-based statement each; a restaged execution starts from an empty set.
     """
+    from app.search.documents import guessed
     from app.search.encoding import dumps
     from app.search.endpoint_facts import certificate_fingerprint
 
@@ -397,7 +414,7 @@ def stage_sightings(
                     "port": d.port,
                     "transport": d.transport,
                     "state": d.state,
-                    "service": d.service,
+                    "service": None if guessed(d, "service") else d.service,
                     "product": d.product,
                     "version": d.version,
                     "banner": d.banner,

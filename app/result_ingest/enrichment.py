@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from app.result_ingest.model import DnsRecordIn, ObservationIn, UploadBody
-from app.search.documents import EndpointDocument, FactDocument, merge_all, newest_fields_key
+from app.search.documents import (
+    GUESSED_AT,
+    EndpointDocument,
+    FactDocument,
+    merge_all,
+    newest_fields_key,
+)
 from app.search.ids import (
     CANONICAL_IPV4,
     FACT_ID_SCHEME,
@@ -334,6 +340,8 @@ def endpoint_documents(
                 tags=tuple(newest["tags"]),
                 details=newest["details"],
                 observation_key=newest_fields_key(newest),
+                # The port's usual service, not named by the scanner: a guess.
+                observed={"service": GUESSED_AT} if values["service_source"] == "port" else {},
             )
         )
     return merge_all(documents)

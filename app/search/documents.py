@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -119,10 +119,11 @@ class EndpointDocument:
             "last_seen": self.last_seen.isoformat(),
             "first_execution_id": self.first_execution_id,
             "last_execution_id": self.last_execution_id,
+            # A guessed value (``GUESSED_AT``) was not observed: it has no time here.
             "observed": {
                 name: seen.isoformat()
                 for name in PROBED_FIELDS
-                if (seen := field_seen(self, name)) is not None
+                if (seen := field_seen(self, name)) is not None and seen != GUESSED_AT
             },
         }
         if self.scope != "execution":
@@ -159,6 +160,19 @@ PROBED_FIELDS = tuple(
     for name, rule in FIELD_RULES.items()
     if rule == "when_probed" and name not in DETAIL_FIELDS
 )
+
+
+# When a value named from the port table was "observed": a service the scanner did not
+# name is the port's usual one (requirement ING-14), a guess, not an observation. Dated
+# before every observation, it shows and is searched while nothing better is known, any
+# service a scanner names wins the merge over it, a later guess never replaces a named
+# one, and the change analysis reads it as not probed (``guessed``).
+GUESSED_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def guessed(doc: EndpointDocument, name: str) -> bool:
+    """Whether ``doc``'s value of ``name`` is a guess (``GUESSED_AT``), not observed."""
+    return doc.observed.get(name) == GUESSED_AT
 
 
 def field_seen(doc: EndpointDocument, name: str) -> datetime | None:

@@ -474,7 +474,11 @@ SELECT_STATUS = "t.status, t.gone_since, t.gone_execution_id"
 
 # An execution's endpoints as the change analysis compares them (ANA-2): the banner
 # only as a hash, so a change of banner is detected without carrying the text along.
-_SIGHTING_COLUMNS = f"""ip, port, transport, state, service, product, version,
+# A service named from the port table (``documents.GUESSED_AT``) was not probed: the
+# analysis reads it as NULL, so a scan without service detection changes nothing.
+_SIGHTING_COLUMNS = f"""ip, port, transport, state,
+           CASE WHEN CAST(observed ->> 'service' AS timestamptz) = 'epoch' THEN NULL
+                ELSE service END AS service, product, version,
            md5(banner) AS banner_hash, hostname,
            {CERT_SHA256_SQL.replace("t.details", "details")} AS cert_sha256"""
 EXECUTION_SIGHTINGS_SQL = f"""

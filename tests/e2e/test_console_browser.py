@@ -600,6 +600,7 @@ def test_every_page_fits_a_phone_names_its_controls_and_has_contrast(
         browser.get(url + "/console/assets?q=" + "port%3A22%20" * 6)
         fill(browser, "save-name", "a search with a long query")
         browser.find_element(By.CSS_SELECTOR, "#save-search-form button").click()
+        present(browser, By.CSS_SELECTOR, "#saved-searches")  # saved: listed on the page
         browser.get(url + "/console/assets?q=port%3A443")
         browser.execute_script("document.getElementById('saved-searches').open = true;")
         present(browser, By.CSS_SELECTOR, "[data-update-search]")

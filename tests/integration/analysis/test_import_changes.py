@@ -64,13 +64,13 @@ def test_each_import_is_compared_with_what_was_known_and_never_marks_absence(api
     )
     assert rule.status_code == 201, rule.get_json()
 
-    _import(user, task["id"], _masscan((80, None), (8080, None)))
+    _import(user, task["id"], _masscan((80, None), (8080, "Apache")))
     _run_workers(settings)
     counts, items = _changes(user, task["id"])
     assert (counts["new"], counts["gone"]) == (2, 0)
     assert items == [("new", 80), ("new", 8080)]
 
-    # The second file: 8080 again with a banner now, 443 new, 80 not in the file.
+    # The second file: 8080 again with another banner, 443 new, 80 not in the file.
     _import(user, task["id"], _masscan((8080, "nginx"), (443, None)))
     _run_workers(settings)
     counts, items = _changes(user, task["id"])
@@ -80,10 +80,9 @@ def test_each_import_is_compared_with_what_was_known_and_never_marks_absence(api
         for c in user.get(f"/api/tasks/{task['id']}/changes").get_json()["items"]
         if c["kind"] == "changed"
     ]
-    # What differs, named as alert rules' ``fields`` and alert payloads name it; the
-    # banner, seen for the first time, is no change of its own.
-    assert changed["changed_fields"] == ["service"]
-    assert changed["old"]["service"] != changed["new"]["service"]
+    # What differs, named as alert rules' ``fields`` and alert payloads name it.
+    assert changed["changed_fields"] == ["banner"]
+    assert changed["old"]["service"] == changed["new"]["service"] == "http"
     assert counts["gone"] == 0  # 80 is not gone: the file did not say it looked there
     open_ports = {a["port"] for a in user.get("/api/assets?status=open").get_json()["items"]}
     assert open_ports == {80, 443, 8080}
