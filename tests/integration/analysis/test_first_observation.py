@@ -47,3 +47,29 @@ def test_a_field_seen_for_the_first_time_is_no_change(api, settings) -> None:
     _run(user, scanner, task["id"], [observation("192.0.2.1", 80, service=ssh)])
     _run_workers(settings)
     assert _changes(user, task["id"]) == [("changed", "192.0.2.1:80", ["service"])]
+
+
+def test_a_service_named_from_the_port_never_replaces_one_a_scanner_named(api, settings) -> None:
+    """Port 80 named ``ssh`` by service detection, then scanned without it: the port's usual
+    ``http`` was filled in as if the scanner had said so, replaced ``ssh`` in the asset and
+    was reported as a change."""
+    user, scanner = api.user(), api.scanner()
+    task = user.post(
+        "/api/tasks", json={"name": "named", "targets": ["192.0.2.0/30"], "ports": "80,8081"}
+    ).get_json()["task"]
+    named = {"name": "ssh", "product": "OpenSSH"}
+    _run(user, scanner, task["id"], [observation("192.0.2.1", 80, service=named)], first=True)
+    _run_workers(settings)
+    _run(user, scanner, task["id"], [observation("192.0.2.1", 80)])  # no service detection
+    _run_workers(settings)
+    assert _changes(user, task["id"]) == []
+    (asset,) = user.get("/api/assets").get_json()["items"]
+    assert (asset["service"], asset["product"]) == ("ssh", "OpenSSH")
+    assert user.get("/api/assets?q=service:http").get_json()["items"] == []
+
+    # Known only by its port, an endpoint still shows (and is found by) the usual name;
+    # its observed map has no time for a value nobody observed.
+    _run(user, scanner, task["id"], [observation("192.0.2.2", 80)])
+    _run_workers(settings)
+    (guessed,) = user.get("/api/assets?q=service:http").get_json()["items"]
+    assert guessed["ip"] == "192.0.2.2" and "service" not in guessed["observed"]
