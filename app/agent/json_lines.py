@@ -228,8 +228,8 @@ def read_masscan_json(
             yield from found  # the record's ports before the bad one, as they come
             raise
         yield from found
-    if not opened:
-        raise ResultFormatError("empty file: no masscan records", line=1, byte_offset=0)
+    # No records at all is a scan that found nothing: masscan then writes an empty file
+    # (not "[]"), which is no error of the file's.
 
 
 def _several_records(line: bytes, number: int, offset: int) -> tuple[list[Any], bool] | None:
@@ -362,12 +362,10 @@ def read_naabu_jsonl(
 ) -> Iterator[dict[str, Any]]:
     """Observations of naabu's ``-json`` output: one open port per line."""
     fallback = default_observed_at or iso_utc(datetime.now(UTC))
-    seen = False
     for number, offset, raw in _lines(source):
         line = raw.strip()
         if not line:
             continue
-        seen = True
         record = _decode(line, number, offset)
         if not isinstance(record, dict):
             raise ResultFormatError("a line must be a JSON object", line=number, byte_offset=offset)
@@ -399,8 +397,7 @@ def read_naabu_jsonl(
             hostname=hostname,
             details=details,
         )
-    if not seen:
-        raise ResultFormatError("empty file: no naabu records", line=1, byte_offset=0)
+    # No records at all: a scan that found nothing (naabu writes no line then).
 
 
 READERS = {

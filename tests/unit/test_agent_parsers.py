@@ -333,3 +333,11 @@ def test_masscan_x509_banners_become_certificate_facts():
     # The certificate is the facts, not a banner; one that does not parse is just dropped.
     assert "banner" not in found[0].get("service", {})
     assert "tls" not in found[1] and "banner" not in found[1].get("service", {})
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"  \n\n"])
+def test_a_scan_that_found_nothing_reads_as_no_observations(content):
+    """masscan writes an empty file when it finds nothing, naabu no line: zero records,
+    not a file error (the agent failed such a scan for good, and the import refused it)."""
+    assert list(read_masscan_json(io.BytesIO(content))) == []
+    assert list(read_naabu_jsonl(io.BytesIO(content))) == []
