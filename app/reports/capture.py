@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -307,14 +307,21 @@ def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
     return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
 
 
-def _new_per_day(aggregates: list[Any], start: datetime, end: datetime) -> dict[str, int]:
-    """Endpoints first seen on each day of the period, from the hourly counts."""
+def _new_per_day(
+    aggregates: list[Any], start: datetime, end: datetime, zone: str
+) -> dict[str, int]:
+    """Endpoints first seen on each day of the period, from the hourly counts; days of
+    the report's time zone, as its period is (they were UTC days). The counts are per UTC
+    hour: in a zone off UTC by a half hour, an hour counts on the day it starts on."""
+    local = ZoneInfo(zone)
     per_day: dict[str, int] = {}
     for row in aggregates:
         for entry in row.first_seen_hours:
             hour = datetime.fromisoformat(entry["hour"])
+            if hour.tzinfo is None:
+                hour = hour.replace(tzinfo=UTC)
             if start <= hour < end:
-                day = hour.date().isoformat()
+                day = hour.astimezone(local).date().isoformat()
                 per_day[day] = per_day.get(day, 0) + entry["count"]
     return per_day
 
@@ -330,9 +337,9 @@ class SearchedAssets:
     query: str
     found: AssetAggregates
 
-    def statistics(self, start: datetime, end: datetime) -> dict[str, Any]:
+    def statistics(self, start: datetime, end: datetime, zone: str) -> dict[str, Any]:
         lists = self.found.lists
-        per_day = _new_per_day([lists], start, end)
+        per_day = _new_per_day([lists], start, end, zone)
         return {
             "endpoints": self.found.endpoints,
             "ips": self.found.ips,
@@ -391,6 +398,7 @@ def _statistics(
     preread: dict[int, ExecutionAggregates],
     *,
     last_round: bool,
+    zone: str,
     run_id: int | None = None,
 ) -> dict[str, Any]:
     latest = _latest_executions(conn, task_ids, run_id)
@@ -411,7 +419,7 @@ def _statistics(
     )
     pending = _pending_executions(conn, task_ids, run_id)
     aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
-    per_day = _new_per_day(aggregates, start, end)
+    per_day = _new_per_day(aggregates, start, end, zone)
     projection = aggregate_projection_status([row.projection for row in latest])
     complete = _is_complete(pending, latest)
     return {
@@ -500,11 +508,12 @@ def _capture(
             report.period_end,
             preread,
             last_round=last_round,
+            zone=report.timezone,
             run_id=report.run_id,
         )
         template = published_template(conn, report.template)
     if searched is not None:
-        stats.update(searched.statistics(report.period_start, report.period_end))
+        stats.update(searched.statistics(report.period_start, report.period_end, report.timezone))
     waiting = not stats["complete"] and float(report.age) < wait_seconds
     stats["completeness"] = {
         "complete": stats["complete"],
