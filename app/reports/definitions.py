@@ -28,6 +28,7 @@ from app.reports.templates import TEMPLATE_NAME, published_template, template_ex
 from app.saved_searches import references
 from app.scan_control.query import get_task
 from app.scan_control.runs import get_run
+from app.scan_control.visibility import task_not_deleted_sql
 from app.timezones import is_iana_zone
 
 PERIODS = ("daily", "weekly", "on_demand")
@@ -170,6 +171,10 @@ def _scope(row: Any) -> str | dict[str, Any]:
     return "all"
 
 
+# A deleted task's definitions are gone for their users at once (the purge removes them).
+_LIVE_TASK = task_not_deleted_sql("report_definitions.task_id")
+
+
 def _visible(user: User) -> tuple[str, dict[str, Any]]:
     return ("TRUE", {}) if user.is_admin else ("owner_id = :owner", {"owner": user.id})
 
@@ -177,7 +182,10 @@ def _visible(user: User) -> tuple[str, dict[str, Any]]:
 def get_definition_row(conn: Connection, user: User, definition_id: int) -> Any:
     clause, params = _visible(user)
     row = conn.execute(
-        sa.text(f"SELECT {_COLUMNS} FROM report_definitions WHERE id = :id AND {clause}"),  # noqa: S608 - fixed columns and visibility clause; values are bound
+        sa.text(
+            f"SELECT {_COLUMNS} FROM report_definitions "  # noqa: S608 - fixed columns and clauses; values are bound
+            f"WHERE id = :id AND {clause} AND {_LIVE_TASK}"
+        ),
         {"id": definition_id, **params},
     ).one_or_none()
     if row is None:
@@ -211,7 +219,8 @@ def list_definitions(user: User) -> list[dict[str, Any]]:
     with transaction() as conn:
         rows = conn.execute(
             sa.text(
-                f"SELECT {_COLUMNS} FROM report_definitions WHERE owner_id = :o ORDER BY id DESC"  # noqa: S608 - fixed column list
+                f"SELECT {_COLUMNS} FROM report_definitions "  # noqa: S608 - fixed columns and clause
+                f"WHERE owner_id = :o AND {_LIVE_TASK} ORDER BY id DESC"
             ),
             {"o": user.id},
         ).all()

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from app.db import transaction
 from app.leases import LeasedRows
+from app.scan_control.visibility import task_not_deleted_sql
 
 MAX_ATTEMPTS = 5
 # A running report job is held under a lease (claim_token + lease_expires_at).
@@ -109,9 +110,10 @@ def create_due_scheduled_reports(now: datetime) -> list[int]:
     with transaction() as conn:
         definitions = conn.execute(
             sa.text(
-                "SELECT id, owner_id, task_id, period, timezone, created_at "
+                "SELECT id, owner_id, task_id, period, timezone, created_at "  # noqa: S608 - a fixed clause
                 "FROM report_definitions "
-                "WHERE enabled AND period <> 'on_demand' AND created_at < now()"
+                "WHERE enabled AND period <> 'on_demand' AND created_at < now() "
+                f"AND {task_not_deleted_sql('report_definitions.task_id')}"
             )
         ).all()
         for definition in definitions:

@@ -32,3 +32,13 @@ def task_visible(conn: Connection, user: User | None, task_id: int) -> bool:
             where.params,
         ).scalar()
     )
+
+
+def task_not_deleted_sql(column: str) -> str:
+    """SQL: the task ``column`` names (NULL: none) is not deleted, for the rows other
+    packages keep about a task (report definitions): a deleted task's are skipped by every
+    list and lookup from its deletion on, before the purge removes them."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM scan_tasks dt WHERE dt.id = {column} "  # noqa: S608 - a column name of the caller's
+        "AND dt.deleted_at IS NOT NULL)"
+    )

@@ -871,3 +871,22 @@ def test_an_on_demand_report_may_show_an_earlier_run(api, settings):
     nothing = user.post(path, json={"run": cancelled["id"]})
     assert nothing.status_code == 409, nothing.get_json()
     assert nothing.get_json()["error"]["code"] == "run_not_reportable"
+
+
+def test_a_deleted_tasks_definitions_are_gone_at_once(api, settings):
+    """Deleting a task hides its report definitions from then on (lists, lookups, run
+    now, the schedule), as its results; they were listed and runnable until the purge."""
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    daily = _definition(user, task, name="daily", period="daily")
+    with transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE report_definitions SET created_at = now() - interval '3 days'")
+        )
+    assert user.delete(f"/api/tasks/{task['id']}").status_code == 202
+    assert user.get("/api/reports/definitions").get_json()["items"] == []
+    for made in (definition, daily):
+        path = f"/api/reports/definitions/{made['id']}"
+        assert user.get(path).status_code == 404
+        assert user.post(path + "/run").status_code == 404
+    assert records.create_due_scheduled_reports(datetime.now(UTC)) == []
