@@ -328,7 +328,10 @@ class _Reader:
             return self._time(field, op, raw, fail)
         value = _clean(raw)
         if not value or len(value) > 200:
-            raise fail(f"{field.name} needs a value of 1 to 200 characters", "a shorter value")
+            raise fail(
+                f"{field.name} needs a value of 1 to 200 characters",
+                "a shorter value" if value else "a value",
+            )
         return Clause(field.name, "=", value)
 
     def _time(self, field: Field, op: str, raw: str, fail) -> Clause:
@@ -444,11 +447,19 @@ def parse_body_query(text: str, *, field: str, now: datetime | None = None) -> P
         ) from None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is a space
+
+
 def parse_query(text: str, *, now: datetime | None = None) -> ParsedQuery:
     """The checked tree of ``text``; ``ValidationError`` (``invalid_query``) when it is not
     a query. ``now`` fixes what durations (``30d``) are relative to."""
     if len(text) > MAX_QUERY_CHARS:
         raise query_error(f"the query is longer than {MAX_QUERY_CHARS} characters", 1)
+    control = next((i for i, ch in enumerate(text) if _CONTROL.match(ch)), None)
+    if control is not None:
+        # Some read as spaces to the grammar (the separators \x1c-\x1f): a query of them
+        # alone was the empty query and listed every asset.
+        raise query_error("a query holds no control characters", control + 1)
     moment = now or datetime.now(UTC)
     try:
         tree = _PARSER.parse(text)

@@ -145,6 +145,14 @@ def test_errors_name_the_column_and_what_was_expected(text, column, expected_par
     assert problem.message.startswith(f"column {column}: ")
 
 
+def test_a_query_of_control_characters_is_refused_not_empty():
+    """The separators \x1c-\x1f read as spaces to the grammar: ``q=%1F`` was the empty
+    query and listed every asset."""
+    for text in ("\x1f", "port:22 \x1f", "a\x00b", "x\ny"):
+        assert error(text).message.startswith("column "), text
+        assert "control characters" in error(text).message
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
