@@ -397,39 +397,20 @@ def compare_runs(
 
 
 _HOST_CHANGES = sa.text(
-    """
-    SELECT c.id, c.kind, c.port, c.transport, c.execution_id, c.task_id, c.finished_at,
-           c.old_service, c.new_service, c.old_product, c.new_product,
-           c.old_cert_sha256, c.new_cert_sha256
+    f"""
+    SELECT {_CHANGE_COLUMNS}
       FROM analysis_changes c
      WHERE c.owner_id = :owner_id AND c.ip = CAST(:ip AS inet)
      ORDER BY c.id DESC
      LIMIT :limit
-    """
+    """  # noqa: S608 - fragments are module constants; values are bound
 )
 
 
 def host_changes(conn: Connection, *, owner_id: int, ip: str, limit: int) -> list[dict[str, Any]]:
-    """The newest changes of one address among an owner's executions (the host view)."""
-    rows = conn.execute(_HOST_CHANGES, {"owner_id": owner_id, "ip": ip, "limit": limit}).all()
-    return [
-        {
-            "kind": row.kind,
-            "port": row.port,
-            "transport": row.transport,
-            "execution_id": row.execution_id,
-            "task_id": row.task_id,
-            "at": row.finished_at.isoformat(),
-            "old": {
-                "service": row.old_service,
-                "product": row.old_product,
-                "cert_sha256": row.old_cert_sha256,
-            },
-            "new": {
-                "service": row.new_service,
-                "product": row.new_product,
-                "cert_sha256": row.new_cert_sha256,
-            },
-        }
-        for row in rows
-    ]
+    """The newest changes of one address among an owner's executions (the host view), as
+    every change list shows them: all values and a ``changed`` one's ``changed_fields``
+    (the host view showed service, product and certificate only, so a new version read
+    as a change of nothing)."""
+    rows = conn.execute(_HOST_CHANGES, {"owner_id": owner_id, "ip": ip, "limit": limit})
+    return [_change_item(row, endpoint=True) for row in rows.mappings()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tests.integration.test_search_language_api import _seed
-from tests.support.scanner_protocol import claim, dns_record
+from tests.support.scanner_protocol import claim, dns_record, observation
 
 
 def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
@@ -66,3 +66,26 @@ def test_names_resolved_to_the_address_by_dns_executions_are_on_the_host_page(ap
     assert user.get("/api/hosts/2001:db8::20").get_json()["hostnames"][0]["sources"] == ["dns"]
     # Another owner's DNS answers are not theirs to see.
     assert api.user().get("/api/hosts/192.0.2.20").get_json()["hostnames"] == []
+
+
+def test_the_host_pages_changes_say_what_changed(api, settings):
+    """A new version read as a change of nothing on the host page: old and new showed
+    service, product and certificate only, with no changed_fields."""
+    from tests.integration.analysis.test_analysis_api import _run_workers, _scan
+    from tests.integration.web.test_console_pages import _user_client
+
+    client, created = _user_client(api)
+    user = api.login(created["username"])
+    scanner = api.scanner()
+    for version in ("1.24.0", "1.26.1"):
+        service = {"name": "http", "product": "nginx", "version": version}
+        _scan(user, scanner, [observation("192.0.2.1", 80, service=service)])
+        _run_workers(settings)
+    changes = user.get("/api/hosts/192.0.2.1").get_json()["changes"]
+    assert [c["kind"] for c in changes] == ["changed", "new"]
+    changed = changes[0]
+    assert changed["changed_fields"] == ["version"]
+    assert (changed["old"]["version"], changed["new"]["version"]) == ("1.24.0", "1.26.1")
+    assert (changed["port"], changed["transport"]) == (80, "tcp")
+    page = client.get("/console/hosts/192.0.2.1").text
+    assert "nginx 1.24.0 → open http nginx 1.26.1" in page and "(version)" in page
