@@ -17,7 +17,7 @@ import click
 
 from app.agent.events import EventLog
 from app.agent.loop import Agent
-from app.agent.spool import default_spool_root
+from app.agent.spool import SpoolInUse, default_spool_root
 from app.config import ConfigError, load_settings
 
 KINDS = ("ports", "dns")
@@ -93,16 +93,19 @@ def agent(
         raise click.ClickException(str(exc)) from None
     agent_settings = settings.agent
     root = Path(spool_dir or agent_settings.spool_dir or default_spool_root())
-    runner = Agent(
-        server=server,
-        token=token,
-        settings=agent_settings,
-        kinds=wanted,
-        engine=engine,
-        spool_root=root,
-        log=EventLog(log_format),
-        once=once,
-        scan_settings=settings.scan,
-    )
+    try:
+        runner = Agent(
+            server=server,
+            token=token,
+            settings=agent_settings,
+            kinds=wanted,
+            engine=engine,
+            spool_root=root,
+            log=EventLog(log_format),
+            once=once,
+            scan_settings=settings.scan,
+        )
+    except SpoolInUse as exc:
+        raise click.ClickException(str(exc)) from None
     runner.install_signal_handlers()
     sys.exit(runner.run())

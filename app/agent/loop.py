@@ -257,6 +257,7 @@ class Agent:
             return status
         finally:
             self.client.close()
+            self.spool.close()
 
     def _start(self, execution: Execution) -> int:
         try:

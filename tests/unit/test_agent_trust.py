@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -191,6 +192,7 @@ def test_a_corrupt_spool_state_is_dropped_not_resumed(tmp_path):
         left.append(spool.create(Execution.from_claim(claim()), "u", "s"))
         bad = {"execution": claim(claim_token="/../.."), "upload_id": "u"}
         left[0].state_path.write_text(json.dumps(bad))
+        spool.close()  # that agent is gone
 
     _status, events, _fake = run_agent(tmp_path, [], prepare=corrupt_spool)
     assert "AgentSpoolUnreadable" in [e["event"] for e in events]
@@ -308,3 +310,16 @@ def test_the_agent_refuses_the_whole_internet_for_its_size():
     # It touches every special range too; its size is what the refusal names.
     with pytest.raises(TargetRefused, match="the limit per task is"):
         check_execution("ports", ["0.0.0.0/0"], "80", ScanSettings())
+
+
+def test_two_agents_never_share_a_spool(tmp_path):
+    """A second agent on the same spool resumed the first one's live execution and ran
+    its scan again; it is refused, and may start once the first is done."""
+    from app.agent.spool import SpoolInUse
+
+    first = Spool(tmp_path / "spool", "http://server")
+    with pytest.raises(SpoolInUse, match=rf"in use by another agent \(pid {os.getpid()}\)"):
+        Spool(tmp_path / "spool", "http://server")
+    Spool(tmp_path / "spool", "http://other-server").close()  # another server's is its own
+    first.close()
+    Spool(tmp_path / "spool", "http://server").close()
