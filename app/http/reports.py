@@ -11,11 +11,12 @@ import base64
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.errors import NotFound, ValidationError
+from app.errors import NotFound, Unavailable, ValidationError
 from app.http import context
 from app.http.guards import current_user, require_admin, require_user
 from app.http.requests import decode_cursor, encode_cursor, json_body, page_limit
 from app.json_input import checked_object
+from app.object_store.port import ObjectNotFound, ObjectStoreUnavailable
 from app.reports import definitions, records, templates
 from app.reports import service as reports
 
@@ -113,9 +114,21 @@ def report_mail_route(report_id: int):
     html = row.html
     store = context.object_store()
     for image in row.images:
-        with store.open(image["key"]) as handle:
-            encoded = base64.b64encode(handle.read()).decode("ascii")
-        html = html.replace(f"cid:{image['token']}", f"data:image/png;base64,{encoded}")
+        try:
+            with store.open(image["key"]) as handle:
+                data = handle.read()
+        except ObjectNotFound:
+            # Gone from the store (a bucket emptied, a restore without it): the mail is
+            # shown without it rather than not at all (it was a 500).
+            data = None
+        except ObjectStoreUnavailable:
+            raise Unavailable(
+                "the object store holding the report's images cannot be reached; try again",
+                code="object_store_unavailable",
+                retry_after=30,
+            ) from None
+        source = "" if data is None else f"data:image/png;base64,{base64.b64encode(data).decode()}"
+        html = html.replace(f"cid:{image['token']}", source)
     return Response(
         html,
         mimetype="text/html",
