@@ -332,7 +332,7 @@ class SearchedAssets:
     aggregated by the search store (``SearchStore.asset_aggregates``) before the snapshot,
     with no connection held."""
 
-    label: str
+    label: str | None  # None: an "all" scope, labelled by its tasks
     search_id: int | None
     query: str
     found: AssetAggregates
@@ -340,7 +340,7 @@ class SearchedAssets:
     def statistics(self, start: datetime, end: datetime, zone: str) -> dict[str, Any]:
         lists = self.found.lists
         per_day = _new_per_day([lists], start, end, zone)
-        return {
+        figures = {
             "endpoints": self.found.endpoints,
             "ips": self.found.ips,
             "new_endpoints": sum(per_day.values()),
@@ -348,22 +348,26 @@ class SearchedAssets:
             "top_services": lists.services[:TOP_N],
             "top_products": lists.products[:TOP_N],
             "top_ports": lists.ports[:TOP_N],
-            "search": {"search_id": self.search_id, "query": self.query},
         }
+        if self.label is not None:
+            figures["search"] = {"search_id": self.search_id, "query": self.query}
+        return figures
 
 
+# A report not of one task: of a search's assets, or of all one's tasks ("all"), which is
+# the owner's current assets (the deduplicated view): an endpoint two tasks saw is one
+# endpoint (summing each task's counts counted it twice).
 _REPORT_SEARCH = sa.text(
     """
     SELECT r.owner_id, d.search_id, d.query
       FROM reports r JOIN report_definitions d ON d.id = r.definition_id
      WHERE r.id = :id AND r.task_id IS NULL
-       AND (d.search_id IS NOT NULL OR d.query IS NOT NULL)
     """
 )
 
 
 def _searched_assets(report_id: int, store: SearchStore) -> SearchedAssets | None:
-    """The figures of a search-scoped report (None for a task or "all" scope): the query
+    """The figures of a search-scoped or "all" report (None for a task's): the query
     (a saved search as it is now) read in one short transaction, then aggregated by the
     store. Durations count from now; without ``status:`` open assets are counted, as the
     Assets page lists them."""
@@ -371,12 +375,15 @@ def _searched_assets(report_id: int, store: SearchStore) -> SearchedAssets | Non
         row = conn.execute(_REPORT_SEARCH, {"id": report_id}).one_or_none()
         if row is None:
             return None
+        label: str | None
         if row.search_id is not None:
             saved = saved_records.get(conn, row.owner_id, row.search_id)
             # The foreign key keeps a used search; its owner is the definition's.
             text, label = (saved.query, f"Search {saved.name}") if saved else ("", "Search")
-        else:
+        elif row.query is not None:
             text, label = row.query, f"Search {row.query}"
+        else:
+            text, label = "", None  # every current asset of the owner
     parsed = parse_query(text)
     found = store.asset_aggregates(
         AssetQuery(
@@ -497,7 +504,7 @@ def _capture(
                 sa.text("SELECT name FROM scan_tasks WHERE id = :id"), {"id": report.task_id}
             ).scalar()
             scope_label = f"Task {scope}"
-        elif searched is not None:
+        elif searched is not None and searched.label is not None:
             scope_label = searched.label
         else:
             scope_label = f"All tasks ({len(task_ids)})"

@@ -266,3 +266,30 @@ def test_report_scopes_are_checked_and_a_search_must_be_the_owners(api):
     assert patched.status_code == 200, patched.get_json()
     assert patched.get_json()["definition"]["scope"] == "all"
     assert alice.delete(f"/api/searches/{saved_id}").status_code == 204
+
+
+def test_an_all_tasks_report_counts_an_endpoint_two_tasks_saw_once_on_both_stores(
+    api, settings, stores
+):
+    """An "all" report summed each task's counts: an endpoint two tasks saw was two (1026
+    endpoints where the Assets page listed 1025). It counts the owner's current assets."""
+    postgres, elasticsearch = stores
+    user = api.user()
+    for ports in ("22,53,443,40001", "22"):  # the second task sees the port-22 endpoints again
+        make_task(user, targets=("192.0.2.0/28",), ports=ports)
+        observations = [o for o in _observations() if ports == "22,53,443,40001" or o["port"] == 22]
+        assert claim(api.scanner()).final(0, observations).status_code == 200
+        _run_workers(settings)
+    assert _copy_current_assets(postgres, elasticsearch, user.id) == 14
+    made = user.post(
+        "/api/reports/definitions",
+        json={"name": "all", "scope": "all", "period": "on_demand", "recipients": ["a@b.c"]},
+    ).get_json()["definition"]
+    assert user.post(f"/api/reports/definitions/{made['id']}/run").status_code == 202
+    work = records.claim_next_job(lease_seconds=60)
+    for store in (postgres, elasticsearch):
+        snapshot = capture(work, store=store, wait_seconds=0)
+        figures = snapshot.statistics
+        assert (figures["endpoints"], figures["new_endpoints"]) == (14, 14), store.name
+        assert figures["tasks"] == 2 and "search" not in figures
+        assert snapshot.scope_label == "All tasks (2)"
