@@ -107,5 +107,14 @@ def agent(
         )
     except SpoolInUse as exc:
         raise click.ClickException(str(exc)) from None
+    if "ports" in wanted and engine not in runner.about["engines"]:
+        # Found at start (the version probe): claiming port scans it cannot run would fail
+        # each of them for good, one per claim.
+        runner.spool.close()
+        path = getattr(agent_settings, f"{engine}_path")
+        raise click.ClickException(
+            f"{engine} cannot be run ({path!r}): install it or set [agent] {engine}_path; "
+            "an agent for DNS work only takes --kinds dns"
+        )
     runner.install_signal_handlers()
     sys.exit(runner.run())

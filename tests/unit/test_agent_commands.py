@@ -60,3 +60,36 @@ def test_lease_renewal_every_third_of_the_remaining_lease():
     assert 95 <= lease_interval(expires) <= 100
     past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
     assert lease_interval(past) == 10  # clocks disagree: renew often rather than late
+
+
+def test_an_agent_whose_scanner_cannot_run_refuses_to_start(tmp_path):
+    """With nmap missing the agent claimed port scans and failed each for good; it now
+    says so at start, before it asks the server for anything."""
+    import os
+    import subprocess
+    import sys
+
+    config = tmp_path / "agent.toml"
+    config.write_text('[agent]\nnmap_path = "/nonexistent/nmap"\n')
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "agent",
+            "--server",
+            "http://127.0.0.1:9",
+            "--config",
+            str(config),
+            "--spool",
+            str(tmp_path / "spool"),
+            "--once",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NETMAP_SCANNER_TOKEN": "nms_x"},
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "nmap cannot be run ('/nonexistent/nmap')" in done.stderr
+    assert "Traceback" not in done.stderr
