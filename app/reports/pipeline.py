@@ -39,7 +39,7 @@ from app.leases import Heartbeat, LeaseGuard, LeaseLost
 from app.modules.errors import ModuleError
 from app.modules.registry import Lease
 from app.object_store.deleter import delete_objects
-from app.object_store.port import ObjectStore
+from app.object_store.port import ObjectStore, ObjectStoreUnavailable
 from app.observability import emit
 from app.renderer import contract as render_contract
 from app.reports import records
@@ -314,27 +314,21 @@ def _run_claimed(
     try:
         rendered, mail_error, images = generate(snapshot, renderer)
     except TemporaryReportError as exc:
-        status = records.requeue_after_temporary_error(
-            claim, kind=exc.kind, error=str(exc), max_attempts=max_attempts
-        )
-        emit(
-            "ReportGenerateRetry",
-            level=logging.WARNING,
-            report_id=claim.report_id,
-            attempt=claim.attempts,
-            kind=exc.kind,
-            status=status,
-        )
-        if status is None:
-            return ReportOutcome("lease_lost", str(exc))
-        return ReportOutcome("failed" if status == "failed" else "retry_wait", str(exc))
+        return _retry_later(claim, exc.kind, str(exc), max_attempts)
     guard.raise_if_lost()
     if rendered is not None:
-        for token in rendered.images_used:
-            png, _alt = images[token]
-            key = image_key(claim.report_id, claim.claim_token, token)
-            object_store.put(key, png, "image/png")
-            stored.append({"token": token, "key": key, "content_type": "image/png"})
+        try:
+            for token in rendered.images_used:
+                png, _alt = images[token]
+                key = image_key(claim.report_id, claim.claim_token, token)
+                object_store.put(key, png, "image/png")
+                stored.append({"token": token, "key": key, "content_type": "image/png"})
+        except ObjectStoreUnavailable as exc:
+            # An outage of the store: the report waits with the reason, as for a renderer
+            # that is away (it stayed "generating", with no error, until its lease ran out).
+            _compensate(object_store, stored, delete_concurrency)
+            stored.clear()
+            return _retry_later(claim, "object_store", f"object store: {exc}", max_attempts)
     if before_commit is not None:
         before_commit()
     guard.raise_if_lost()
@@ -363,6 +357,25 @@ def _run_claimed(
         recipients=len(snapshot.recipients) if rendered else 0,
     )
     return ReportOutcome("mail_error" if mail_error else "ready", mail_error)
+
+
+def _retry_later(claim: ReportClaim, kind: str, error: str, max_attempts: int) -> ReportOutcome:
+    """A temporary failure: the job waits (``retry_wait``, backoff) with ``error`` as its
+    reason, or fails after its last attempt."""
+    status = records.requeue_after_temporary_error(
+        claim, kind=kind, error=error, max_attempts=max_attempts
+    )
+    emit(
+        "ReportGenerateRetry",
+        level=logging.WARNING,
+        report_id=claim.report_id,
+        attempt=claim.attempts,
+        kind=kind,
+        status=status,
+    )
+    if status is None:
+        return ReportOutcome("lease_lost", error)
+    return ReportOutcome("failed" if status == "failed" else "retry_wait", error)
 
 
 def _compensate(object_store: ObjectStore, stored: list[dict[str, str]], concurrency: int) -> None:

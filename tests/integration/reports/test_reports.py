@@ -212,6 +212,54 @@ def test_the_mail_reads_in_the_report_time_zone_and_says_new_once(api, settings)
     assert not re.search(r"\d:\d\d\.\d{6}|\+00:00", text)
 
 
+def test_an_object_store_outage_while_storing_images_waits_with_its_reason(api, settings):
+    """The store fails after the first image is written: that image is taken back and the
+    report waits (retry_wait, the reason recorded); it stayed "generating" with no error
+    until its lease ran out."""
+    from app.object_store.port import ObjectStoreUnavailable
+
+    user, task = _scanned_task(api)
+    definition = _definition(user, task)
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    real = open_object_store(settings)
+
+    class FailsOnSecondPut:
+        def __init__(self):
+            self.puts = 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def put(self, key, payload, content_type):
+            self.puts += 1
+            if self.puts > 1:
+                raise ObjectStoreUnavailable("connection refused")
+            return real.put(key, payload, content_type)
+
+    work = records.claim_next_job(lease_seconds=60)
+    outcome = run_report(
+        work,
+        renderer=Renderer(settings),
+        object_store=FailsOnSecondPut(),
+        search_store=_search_store(settings),
+        delete_concurrency=3,
+        wait_seconds=0,
+    )
+    assert outcome.result == "retry_wait", outcome
+    with transaction() as conn:
+        job = conn.execute(
+            sa.text("SELECT status, error_kind, last_error FROM report_jobs WHERE report_id = :id"),
+            {"id": report_id},
+        ).one()
+    assert (job.status, job.error_kind) == ("retry_wait", "object_store")
+    assert "connection refused" in job.last_error
+    with transaction() as conn:
+        assert records.get_report_row(conn, report_id).status == "queued"
+    assert not list((settings.data_dir / "objects").rglob("*.png"))  # the first one too
+
+
 def test_temporary_renderer_failure_archives_nothing_and_retries_after_a_minute(api, settings):
     user, task = _scanned_task(api)
     definition = _definition(user, task)
