@@ -42,7 +42,7 @@ from app.config import Settings, smtp_security
 from app.db import transaction
 from app.identity.secrets_at_rest import SecretBox, get_secret
 from app.leases import Heartbeat, LeasedRows, LeaseGuard, LeaseLost
-from app.object_store.port import ObjectStore
+from app.object_store.port import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
 from app.observability import emit
 
 # A delivery row is held under a lease while it is ``sending``.
@@ -300,6 +300,22 @@ def deliver(settings: Settings, claim: DeliveryClaim, object_store: ObjectStore)
             return "lease_lost"
 
 
+def _deferred(settings: Settings, claim: DeliveryClaim, error: str) -> str:
+    """A temporary failure: queued again after a backoff, or failed after the last attempt."""
+    last = claim.attempts >= settings.reports.delivery_max_attempts
+    status = "failed" if last else "queued"
+    _finish(claim, status, error, retry_delay_seconds(claim.attempts))
+    emit(
+        "ReportMailDeferred",
+        level=logging.WARNING,
+        delivery_id=claim.id,
+        attempt=claim.attempts,
+        status=status,
+        error=error,
+    )
+    return status
+
+
 def _deliver(
     settings: Settings, claim: DeliveryClaim, object_store: ObjectStore, guard: LeaseGuard
 ) -> str:
@@ -308,9 +324,19 @@ def _deliver(
         _finish(claim, "failed", "the report has no archived mail")
         return "failed"
     images = []
-    for image in report.images:
-        with object_store.open(image["key"]) as handle:
-            images.append((image["token"], handle.read()))
+    try:
+        for image in report.images:
+            with object_store.open(image["key"]) as handle:
+                images.append((image["token"], handle.read()))
+    except ObjectNotFound as gone:
+        # Lost from the store (a bucket emptied): no attempt can find it again. It was
+        # retried past the attempts' limit, with an unrelated earlier error shown.
+        error = f"the report's image {gone.key} is no longer in the object store"
+        _finish(claim, "failed", error)
+        emit("ReportMailRejected", level=logging.WARNING, delivery_id=claim.id, error=error)
+        return "failed"
+    except ObjectStoreUnavailable as exc:
+        return _deferred(settings, claim, f"object store: {exc}")
     message = build_message(
         sender=settings.smtp.from_address,
         recipient=claim.recipient,
@@ -333,18 +359,7 @@ def _deliver(
         emit("ReportMailRejected", level=logging.WARNING, delivery_id=claim.id, error=str(exc))
         return "failed"
     except TemporaryDeliveryError as exc:
-        last = claim.attempts >= settings.reports.delivery_max_attempts
-        status = "failed" if last else "queued"
-        _finish(claim, status, str(exc), retry_delay_seconds(claim.attempts))
-        emit(
-            "ReportMailDeferred",
-            level=logging.WARNING,
-            delivery_id=claim.id,
-            attempt=claim.attempts,
-            status=status,
-            error=str(exc),
-        )
-        return status
+        return _deferred(settings, claim, str(exc))
     _finish(claim, "sent", note)
     emit("ReportMailSent", report_id=claim.report_id, delivery_id=claim.id)
     return "sent"

@@ -253,3 +253,27 @@ def test_retry_resends_the_deliveries_of_a_report_whose_deliveries_all_failed(ap
         assert again.get_json()["error"]["code"] == "report_not_failed"
     finally:
         smtp.close()
+
+
+def test_a_report_image_lost_from_the_store_fails_its_deliveries_saying_so(api, settings):
+    """An image gone from the object store (a bucket emptied) cannot come back: the
+    delivery fails at once, naming it. It was retried past the attempts' limit, shown as
+    "sending" with an unrelated earlier error."""
+    user, task = _scanned_task(api)
+    definition = _definition(user, task, recipients=["alice@example.com"])
+    report_id = user.post(f"/api/reports/definitions/{definition['id']}/run").get_json()["report"][
+        "id"
+    ]
+    assert _run(settings, Renderer(settings)).result == "ready"
+    with transaction() as conn:
+        images = conn.execute(
+            sa.text("SELECT images FROM reports WHERE id = :id"), {"id": report_id}
+        ).scalar_one()
+    open_object_store(settings).delete(images[0]["key"])
+    assert _deliver_all(settings) == {"alice@example.com": "failed"}
+    with transaction() as conn:
+        row = conn.execute(
+            sa.text("SELECT status, attempts, last_error FROM report_deliveries")
+        ).one()
+    assert (row.status, row.attempts) == ("failed", 1)
+    assert "no longer in the object store" in row.last_error
