@@ -278,6 +278,15 @@ class _DeflatedSpool:
         self.file.close()
 
 
+def _member_info(name: str) -> zipfile.ZipInfo:
+    """A deflated member dated now (zip times are local times, as ``writestr`` dates one);
+    a member opened by name is dated 1980."""
+    info = zipfile.ZipInfo(name, date_time=time.localtime(time.time())[:6])
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o600 << 16
+    return info
+
+
 def _copy_deflated_member(
     archive: zipfile.ZipFile, sink: _DrainSink, name: str, spool: _DeflatedSpool
 ) -> Iterator[bytes]:
@@ -287,9 +296,7 @@ def _copy_deflated_member(
     ``ZipFile.open(name, "w")`` would: the local header (zip64 sizes), the data,
     and the member's entry for the central directory ``ZipFile.close`` writes.
     """
-    info = zipfile.ZipInfo(name, date_time=time.localtime(time.time())[:6])
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.external_attr = 0o600 << 16
+    info = _member_info(name)
     info.file_size, info.compress_size, info.CRC = spool.size, spool.compressed_size, spool.crc
     info.header_offset = archive.fp.tell()  # type: ignore[union-attr]
     archive.fp.write(info.FileHeader(zip64=True))  # type: ignore[union-attr]
@@ -317,7 +324,12 @@ def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) 
         with zipfile.ZipFile(
             sink, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=ZIP_LEVEL
         ) as archive:
-            with archive.open("endpoints.csv", "w", force_zip64=True) as member:
+            csv_info = _member_info("endpoints.csv")
+            # The archive's level (a ZipInfo opened for writing carries its own; the
+            # attribute is public from Python 3.13).
+            level = "compress_level" if hasattr(csv_info, "compress_level") else "_compresslevel"
+            setattr(csv_info, level, ZIP_LEVEL)
+            with archive.open(csv_info, "w", force_zip64=True) as member:
                 header = csv_header()
                 csv_stats.add(header, 0)
                 member.write(header)

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 import zipfile
 
 import pytest
@@ -83,6 +84,8 @@ def test_zip_export_end_to_end_with_manifest_checksums(api, settings):
     archive = zipfile.ZipFile(io.BytesIO(_download(user, export["id"])))
     assert described["size"] > 0
     assert archive.namelist() == ["endpoints.csv", "endpoints.jsonl", "manifest.json"]
+    # Every member is dated when it was made (the CSV was dated 1980-01-01).
+    assert {info.date_time[0] for info in archive.infolist()} == {time.localtime().tm_year}
     manifest = json.loads(archive.read("manifest.json"))
     assert manifest["task"] == {"id": task["id"], "name": task["name"]}
     assert manifest["executions"] == described["executions"] and len(manifest["executions"]) == 1
