@@ -75,6 +75,13 @@ p.note { color: #b44d12; font-size: 13px; }
 {% endfor %}
 </table>
 <h2>New endpoints per day</h2>
+<table class="grid" cellpadding="4" cellspacing="0">
+{% for row in stats.new_endpoints_per_day %}
+<tr><td>{{ row.day }}</td><td class="num">{{ row.count }}</td></tr>
+{% else %}
+<tr><td>none in the period</td></tr>
+{% endfor %}
+</table>
 <img src="{{ image('new-endpoints') }}" alt="{{ image_alt('new-endpoints') }}" width="560">
 """
 
@@ -89,7 +96,7 @@ class TemplateVersion:
 
 
 BUILTIN_DEFAULT = TemplateVersion(
-    DEFAULT_TEMPLATE, "builtin-2", DEFAULT_SUBJECT, DEFAULT_HTML, enabled=True
+    DEFAULT_TEMPLATE, "builtin-3", DEFAULT_SUBJECT, DEFAULT_HTML, enabled=True
 )
 
 

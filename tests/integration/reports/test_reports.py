@@ -205,6 +205,9 @@ def test_the_mail_reads_in_the_report_time_zone_and_says_new_once(api, settings)
     # "New" appears as the row above and the chart's heading, nowhere else.
     assert len(re.findall(r"\bnew\b", text, re.IGNORECASE)) == 2
     assert "New endpoints per day" in text
+    # The days as text too (the text part showed an empty heading: the chart is an image).
+    per_day = report["statistics"]["new_endpoints_per_day"]
+    assert per_day and f"{per_day[0]['day']} {per_day[0]['count']}" in text
     assert "Scans not compared with the previous one yet 1" in text
     # Period bounds in the report's zone, whole minutes or seconds, never microseconds.
     start = datetime.fromisoformat(report["period"]["start"]).astimezone(ZoneInfo("Asia/Kolkata"))
