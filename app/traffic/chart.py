@@ -32,7 +32,16 @@ def draw_chart(
     try:
         figure.suptitle(f"{domain} — traffic per {'5 minutes' if granularity == '5m' else 'day'}")
         if not points:
-            requests_axis.text(0.5, 0.5, "no rollups in this range", ha="center", va="center")
+            # In the axes' own coordinates: as data it sat at 1970 on a date axis and
+            # collapsed the layout (matplotlib warned on stderr).
+            requests_axis.text(
+                0.5,
+                0.5,
+                "no rollups in this range",
+                ha="center",
+                va="center",
+                transform=requests_axis.transAxes,
+            )
         style = {"drawstyle": "steps-post"} if granularity == "5m" else {"marker": "o"}
         requests_axis.plot(times, [p[1] for p in points], color="#1f77b4", **style)
         requests_axis.set_ylabel("requests")
