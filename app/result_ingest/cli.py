@@ -9,6 +9,8 @@ files). Says how far it is on stderr; prints one JSON object describing the impo
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
 import click
@@ -47,6 +49,10 @@ def import_command(
     from app.search import open_store
 
     settings = state.settings()
+    if "NETMAP_LOG_LEVEL" not in os.environ:
+        # The upload pipeline's per-batch events drowned the progress lines (about thirty
+        # JSON lines a file); warnings still show, and NETMAP_LOG_LEVEL=INFO shows all.
+        logging.getLogger("netmap.events").setLevel(logging.WARNING)
     size = file.stat().st_size
     if size > settings.agent.import_max_bytes:
         raise click.ClickException(
