@@ -290,6 +290,44 @@ def fact_documents(
     ]
 
 
+# What a sighting's records may each add (the newest record's value where several have one).
+_SIGHTING_FIELDS = ("product", "version", "banner", "hostname", "tls", "http", "scanner_details")
+
+
+def _one_sighting_per_moment(
+    ids: list[str], normalised: list[dict[str, Any]], observed: list[Any]
+) -> tuple[list[str], list[dict[str, Any]], list[Any]]:
+    """Records of one endpoint at the same moment in one batch are one sighting, combined.
+
+    masscan writes a port's state and each banner it grabbed as records of the same
+    second. As separate versions they tie on time, and the merge's tie-breaker (a hash)
+    could keep the state record's empty details: an X509 banner's certificate was lost.
+    Combined, each field is the latest record's that has one, a service a scanner named
+    wins over the port's usual one, and the tags are all of theirs."""
+    combined: dict[tuple[str, Any], dict[str, Any]] = {}
+    for document_id, values, moment in zip(ids, normalised, observed, strict=True):
+        key = (document_id, moment)
+        have = combined.get(key)
+        if have is None:
+            combined[key] = values
+            continue
+        merged = dict(have)
+        merged["state"] = values["state"]
+        for name in _SIGHTING_FIELDS:
+            if values.get(name) is not None:
+                merged[name] = values[name]
+        if values.get("service_source") == "scanner" or have.get("service_source") != "scanner":
+            merged["service"] = values["service"]
+            merged["service_source"] = values.get("service_source")
+        merged["tags"] = sorted(set(have["tags"]) | set(values["tags"]))
+        combined[key] = merged
+    return (
+        [key[0] for key in combined],
+        list(combined.values()),
+        [key[1] for key in combined],
+    )
+
+
 def endpoint_documents(
     context: UploadContext, normalised: Iterable[dict[str, Any]], observed: Iterable[Any]
 ) -> list[EndpointDocument]:
@@ -301,6 +339,8 @@ def endpoint_documents(
     ids = execution_endpoint_ids(
         context.execution_id, ((v["ip"], v["port"], v["transport"]) for v in normalised)
     )
+    if len(set(ids)) < len(ids):  # rare: one set lookup per batch otherwise
+        ids, normalised, observed = _one_sighting_per_moment(ids, normalised, list(observed))
     documents = []
     for document_id, values, observed_at in zip(ids, normalised, observed, strict=True):
         newest = {
@@ -341,7 +381,7 @@ def endpoint_documents(
                 details=newest["details"],
                 observation_key=newest_fields_key(newest),
                 # The port's usual service, not named by the scanner: a guess.
-                observed={"service": GUESSED_AT} if values["service_source"] == "port" else {},
+                observed={"service": GUESSED_AT} if values.get("service_source") == "port" else {},
             )
         )
     return merge_all(documents)
