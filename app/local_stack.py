@@ -33,7 +33,6 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -54,6 +53,7 @@ from app.config import Settings
 from app.migrations import PROJECT_ROOT
 from app.observability import emit, log_format_in_use
 from app.ops.config_check import STARTUP_CHECKED_ENV
+from app.process_lock import LockHeld, hold_lock
 
 READY_TIMEOUT_SECONDS = 90.0
 # Bind addresses that mean "every interface": no address a reader's link could use.
@@ -281,25 +281,19 @@ class DataDirectoryInUse(click.ClickException):
 
 
 def hold_data_directory(data_dir) -> int:
-    """Take ``run/up.lock`` in ``data_dir`` for this command's life (the descriptor is
-    returned and stays open; the kernel drops the lock when the process ends, even on
-    ``kill -9``). A second ``netmap up`` on the same directory would empty the first's
-    metrics directory, remove its control socket and stop its database on exit."""
+    """Take ``run/up.lock`` in ``data_dir`` for this command's life (``process_lock``; the
+    descriptor is returned and stays open). A second ``netmap up`` on the same directory
+    would empty the first's metrics directory, remove its control socket and stop its
+    database on exit."""
     run_dir = data_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
+        return hold_lock(run_dir / "up.lock")
+    except LockHeld as held:
         raise DataDirectoryInUse(
-            f"another netmap up (pid {holder}) is using the data directory {data_dir}; "
+            f"another netmap up (pid {held.holder}) is using the data directory {data_dir}; "
             "stop it first, or give this one its own --data-dir"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 class PortInUse(click.ClickException):

@@ -18,7 +18,6 @@ it or removed (``SpoolPathError`` otherwise).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from app.agent.client import Execution, encode_body
+from app.process_lock import LockHeld, hold_lock
 
 
 class SpoolPathError(Exception):
@@ -127,24 +127,19 @@ class Spool:
     One agent process at a time: the root's ``agent.lock`` is held for the process's
     life (the kernel drops it when the process ends, even by ``kill -9``). A second
     agent on the same spool resumed the first one's live execution, ran its scan a
-    second time, and stopped with a misleading "lease lost"."""
+    second time, and stopped with a misleading "lease lost" (``process_lock``)."""
 
     def __init__(self, root: Path, server: str):
         digest = hashlib.sha256(server.rstrip("/").encode()).hexdigest()[:12]
         self.root = root / f"server-{digest}"
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock: int | None = os.open(self.root / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._lock, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(self._lock)
+            self._lock: int | None = hold_lock(self.root / "agent.lock")
+        except LockHeld as held:
             raise SpoolInUse(
-                f"the spool {root} is in use by another agent (pid {holder}); give each "
-                "agent its own spool directory (--spool)"
+                f"the spool {root} is in use by another agent (pid {held.holder}); give "
+                "each agent its own spool directory (--spool)"
             ) from None
-        os.ftruncate(self._lock, 0)
-        os.pwrite(self._lock, f"{os.getpid()}\n".encode(), 0)
 
     def close(self) -> None:
         """Let another agent use the spool (this process is done with it)."""

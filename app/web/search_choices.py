@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.parameters import decimal_int
 from app.saved_searches import service as saved_searches
 
 # How many of one's saved searches a form offers, oldest first.
@@ -21,7 +22,10 @@ def saved_search_choices(owner_id: int) -> list[Any]:
 def form_id(text: str) -> int | str:
     """A form's id field as a number; anything else is passed on for the validation to
     refuse, naming its field."""
-    return int(text) if text.isascii() and text.isdecimal() and len(text) <= 19 else text
+    try:
+        return decimal_int(text)
+    except ValueError:
+        return text
 
 
 def search_reference(form: dict[str, str]) -> dict[str, Any] | None:
