@@ -54,6 +54,8 @@ from collections import deque
 from functools import partial
 from typing import Any
 
+import orjson
+from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from app.config import load_settings
@@ -95,11 +97,54 @@ def _content_length(req: Any) -> int:
     return 0
 
 
+# What a request gunicorn could not read is answered with (its status decides the code).
+PROTOCOL_ERROR_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    414: "request_line_too_long",
+    417: "expectation_failed",
+    431: "request_headers_too_large",
+    500: "internal_error",
+    501: "not_implemented",
+}
+
+
+def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's answer to a request it could not read, as netmap's JSON error.
+
+    gunicorn answers an over-long request line (414), too many or too large headers
+    (431) or a malformed request (400) itself, before the application sees it, and
+    its ``util.write_error`` writes an HTML page. netmap's clients read
+    ``{"error": {"code", "message"}}`` from every other answer, so the worker writes
+    that shape instead; the status, the log line and the closed connection stay
+    gunicorn's."""
+    body = orjson.dumps(
+        {
+            "error": {
+                "code": PROTOCOL_ERROR_CODES.get(status_int, "bad_request"),
+                "message": mesg or reason,
+            }
+        }
+    )
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\n"
+        "Connection: close\r\n"
+        "Content-Type: application/json\r\n"
+        "X-Content-Type-Options: nosniff\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
 class HeadBufferingThreadWorker(ThreadWorker):
     """``gthread`` that dispatches a connection to a thread only once its head is in."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # gunicorn's one writer of those answers is this module function, called by
+        # ``Worker.handle_error``; replacing it in the worker's own process is the only
+        # way to change the page without copying gunicorn's status rules.
+        gunicorn_util.write_error = write_json_error
         settings, _check = load_settings()
         self.header_timeout = settings.server.header_timeout_seconds
         self.body_timeout = settings.server.body_timeout_seconds

@@ -310,3 +310,43 @@ def test_a_request_body_not_finished_in_time_is_closed(database_url, short_dir):
         assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
     finally:
         server.stop()
+
+
+def _raw_answer(port: int, request: bytes) -> tuple[bytes, dict]:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, json.loads(body)
+
+
+def test_a_request_gunicorn_cannot_read_is_answered_with_a_json_error(database_url, short_dir):
+    # gunicorn refuses these before the app runs; its own answer was an HTML page.
+    server = GunicornServer(database_url, short_dir / "var", short_dir / "gunicorn.log")
+    try:
+        long_line = b"GET /api/assets?q=" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+        head, body = _raw_answer(server.port, long_line)
+        assert head.startswith(b"HTTP/1.1 414 ")
+        assert b"content-type: application/json" in head.lower()
+        assert body["error"]["code"] == "request_line_too_long"
+        assert "too large" in body["error"]["message"].lower()
+
+        many = b"".join(b"X-H%d: v\r\n" % n for n in range(150))
+        head, body = _raw_answer(
+            server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n"
+        )
+        assert head.startswith(b"HTTP/1.1 431 ")
+        assert body["error"]["code"] == "request_headers_too_large"
+
+        head, body = _raw_answer(server.port, b"GET /healthz HTTP/1.1\r\nBad\x01Name: v\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ")
+        assert body["error"]["code"] == "bad_request"
+        assert body["error"]["message"]
+
+        # The server goes on serving.
+        assert requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10).ok
+    finally:
+        server.stop()
