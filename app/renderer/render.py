@@ -12,11 +12,14 @@ it is generated and refused (``output_too_large``) as soon as it passes twice
 the HTML limit, before a 200 MB string exists; and a render running longer
 than ``RENDER_TIME_BUDGET_SECONDS`` stops with ``render_timeout`` — through an
 interval timer where rendering runs on the main thread (the renderer worker),
-else at the next output chunk.
+else through a watchdog thread that raises the timeout in the rendering thread,
+so a loop with no output is stopped there too (the builtin renderer runs in the
+runner's threads).
 """
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 import time
@@ -65,18 +68,61 @@ RENDER_TIME_BUDGET_SECONDS = 10.0
 MAX_RENDERED_CHARS = MAX_HTML_BYTES * 2
 
 
-class _OutOfTime(Exception):
-    """Raised into the rendering code by the interval timer."""
+class _OutOfTime(BaseException):
+    """Raised into the rendering code by the interval timer or the watchdog.
+
+    A BaseException, so no ``except Exception`` on the way (Jinja's, a filter's)
+    takes it for an error of the template and goes on."""
+
+
+# CPython's way to raise an exception in another thread; it is delivered at the
+# thread's next bytecode, so C code already running (a regex, nh3) finishes first.
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+_set_async_exc.restype = ctypes.c_int
+
+
+@contextmanager
+def _thread_time_budget(seconds: float) -> Iterator[None]:
+    """``_OutOfTime`` raised in this thread after ``seconds``, if it is still inside.
+
+    A thread cannot take signals, and checking the clock between output chunks misses
+    a loop that writes nothing (nested loops over ranges spin for minutes): a watchdog
+    timer raises the timeout into the rendering thread instead. The lock keeps it from
+    firing once the block is left, and a timeout raised but not yet delivered at that
+    moment is taken back."""
+    target = threading.get_ident()
+    guard = threading.Lock()
+    state = {"inside": True, "fired": False}
+
+    def expire() -> None:
+        with guard:
+            if state["inside"]:
+                state["fired"] = True
+                _set_async_exc(target, ctypes.py_object(_OutOfTime))
+
+    watchdog = threading.Timer(seconds, expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+        with guard:
+            state["inside"] = False
+            if state["fired"]:
+                _set_async_exc(target, ctypes.py_object())  # NULL: clears a pending one
 
 
 @contextmanager
 def _time_budget(seconds: float) -> Iterator[None]:
-    """SIGALRM after ``seconds`` on the main thread (a loop with no output is stopped
-    too); elsewhere signals cannot be used and the output loop checks the clock."""
+    """SIGALRM after ``seconds`` on the main thread, the watchdog elsewhere; either way
+    a loop with no output is stopped too."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(
         signal, "setitimer"
     ):
-        yield
+        with _thread_time_budget(seconds):
+            yield
         return
 
     def expired(_signum: int, _frame: Any) -> None:

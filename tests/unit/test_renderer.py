@@ -175,6 +175,61 @@ def test_the_time_budget_holds_off_the_main_thread(monkeypatch):
     assert outcome == ["render_timeout"]
 
 
+def test_a_loop_that_writes_nothing_is_stopped_off_the_main_thread(monkeypatch):
+    # The builtin renderer runs in the runner's threads, where no signal can stop a
+    # render: nested loops with no output used to spin for minutes past the budget.
+    import threading
+    import time
+
+    import app.renderer.render as module
+
+    monkeypatch.setattr(module, "RENDER_TIME_BUDGET_SECONDS", 0.3)
+    silent = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    outcome: list = []
+
+    def run():
+        started = time.monotonic()
+        try:
+            render(with_template(silent))
+        except RenderRejected as exc:
+            outcome.append((exc.code, time.monotonic() - started))
+        # The thread goes on, and a later render in it is not interrupted by the
+        # watchdog of the earlier one.
+        monkeypatch.setattr(module, "RENDER_TIME_BUDGET_SECONDS", 30.0)
+        result = render(with_template("{% for i in range(20000) %}{% endfor %}ok"))
+        time.sleep(0.5)
+        outcome.append(result["html"])
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert outcome[0][0] == "render_timeout"
+    assert outcome[0][1] < 20
+    assert "ok" in outcome[1]
+
+
+def test_a_render_inside_its_budget_leaves_no_timeout_behind(monkeypatch):
+    import threading
+    import time
+
+    import app.renderer.render as module
+
+    monkeypatch.setattr(module, "RENDER_TIME_BUDGET_SECONDS", 0.2)
+    outcome: list = []
+
+    def run():
+        outcome.append(render(with_template("fine"))["html"])
+        time.sleep(0.5)  # past the budget: a stray timeout would land in this sleep
+        outcome.append("after")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert outcome[-1] == "after"
+    assert "fine" in outcome[0]
+
+
 @pytest.mark.parametrize(
     ("endpoints", "words"), [(1, "1 endpoint, 1 new"), (2, "2 endpoints, 1 new")]
 )
