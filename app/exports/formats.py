@@ -122,6 +122,12 @@ class CsvEncoder:
     def __init__(self) -> None:
         self._buffer = io.StringIO()
         self._writer = csv.writer(self._buffer, lineterminator="\n")
+        # ``csv.writer`` quotes a cell holding a character of its line terminator, so
+        # with "\n" a lone CR went unquoted, and spreadsheets (and Python's reader)
+        # break the row there: the text after it became a new row whose first cell
+        # escaped the formula guard. A row with a CR is written by a writer whose
+        # terminator holds CR, and its "\r\n" end then becomes "\n".
+        self._cr_writer = csv.writer(self._buffer, lineterminator="\r\n")
 
     def _take(self) -> bytes:
         data = self._buffer.getvalue().encode("utf-8")
@@ -134,7 +140,19 @@ class CsvEncoder:
         return self._take()
 
     def page(self, page: list[EndpointDocument]) -> bytes:
-        self._writer.writerows(
+        for row in self._rows(page):
+            if any(type(cell) is str and "\r" in cell for cell in row):
+                self._cr_writer.writerow(row)
+                self._buffer.seek(self._buffer.tell() - 2)
+                self._buffer.truncate()
+                self._buffer.write("\n")
+            else:
+                self._writer.writerow(row)
+        return self._take()
+
+    @staticmethod
+    def _rows(page: list[EndpointDocument]) -> Iterator[tuple[Any, ...]]:
+        return (
             (
                 d.task_id,
                 d.execution_id,
@@ -153,7 +171,6 @@ class CsvEncoder:
             )
             for d in page
         )
-        return self._take()
 
 
 _json_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode

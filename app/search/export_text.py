@@ -7,14 +7,14 @@ returns the chunk's CSV rows and JSON lines as two text values
 (``string_agg`` of lines built in SQL), so Python only moves bytes.
 
 Why not ``COPY ... (FORMAT csv)``: its quoting is not ``csv.writer``'s (COPY
-quotes a value holding ``\\r`` and an empty string, ``csv.writer`` with
-``lineterminator="\\n"`` quotes neither), and the export must be the same bytes
+quotes an empty string, the export does not), and the export must be the same bytes
 whichever store produced it. Building the lines in SQL gives exact control.
 
 The lines reproduce ``app.exports.formats`` byte for byte:
 
 * CSV: ``csv.writer`` (excel dialect, ``\\n`` line ends) quotes a field only when
-  it holds ``,``, ``"`` or ``\\n`` and doubles ``"``; ``None`` and ``""`` are empty.
+  it holds ``,``, ``"``, ``\\n`` or ``\\r`` (``formats.CsvEncoder``) and doubles
+  ``"``; ``None`` and ``""`` are empty.
 * JSON: ``json`` with ``ensure_ascii=False`` and ``(",", ":")`` separators escapes
   strings like PostgreSQL's ``to_json`` (``\\" \\\\ \\b \\f \\n \\r \\t``, other
   control characters as ``\\u00xx``). ``details`` is the ``jsonb`` text with the
@@ -60,7 +60,7 @@ def _csv_field(raw: str, *, plain: bool = True) -> str:
     fast = f"WHEN p.plain THEN {expr} " if plain else ""
     return (
         f"CASE {fast}WHEN strpos({expr}, ',') > 0 OR strpos({expr}, '\"') > 0 "
-        f"OR strpos({expr}, E'\\n') > 0 "
+        f"OR strpos({expr}, E'\\n') > 0 OR strpos({expr}, E'\\r') > 0 "
         f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END"
     )
 

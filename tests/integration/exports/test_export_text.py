@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.exports.build import database_text_pages, endpoint_pages, export_chunks
-from app.exports.formats import encode_pages
+from app.exports.formats import FORMULA_STARTS, encode_pages
 from app.exports.records import ExportClaim
 from app.leases import LeaseGuard, LeaseLost
 from app.search.export_text import read_export_text
@@ -271,7 +271,9 @@ def test_a_date_style_other_than_iso_sends_every_chunk_to_the_generic_encoder(pg
 
 
 FORMULAS = ['=HYPERLINK("http://x","y")', "+1+2", "-2+3", "@SUM(A1:A2)", "\tx", "\rx"]
-READABLE = [f for f in FORMULAS if "\r" not in f]  # Python's csv reader refuses a bare CR
+# A CR inside a value: unquoted, spreadsheets and Python's reader ended the row there and
+# the rest began a new row whose first cell was a live formula.
+CR_INSIDE = ["x\r=cmd|' /C calc'!A0", "\r=cmd|' /C calc'!A0"]
 
 
 @pytest.mark.parametrize("database_text", [False, True], ids=["generic", "database"])
@@ -281,22 +283,23 @@ def test_formula_cells_are_neutralised_in_csv_and_exact_in_jsonl(settings, engin
     store = PostgresStore(settings)
     store.ensure_schema()
     try:
+        texts = FORMULAS + CR_INSIDE
         docs = [
             execution_endpoint(9301, f"192.0.2.{n + 1}", 80, task_id=77, banner=text, service=text)
-            for n, text in enumerate(FORMULAS)
+            for n, text in enumerate(texts)
         ]
         store.write_execution_endpoints(docs).raise_for_failures()
         claim = _claim("csv", (9301,))
         data, _rows = _build(store, claim, database_text=database_text, page_size=1000)
-        text = data.decode()
-        assert text.count("'\rx") == text.count("\rx") == 2  # banner and service
-        rows = list(csv.DictReader(io.StringIO(text.replace("'\rx", "'CR"))))
-        expected = sorted(["'" + t for t in READABLE] + ["'CR"])
+        rows = list(csv.DictReader(io.StringIO(data.decode(), newline="")))
+        assert len(rows) == len(texts)  # no value starts a row of its own
+        expected = sorted(("'" + t) if t.startswith(FORMULA_STARTS) else t for t in texts)
         assert sorted(r["banner"] for r in rows) == expected
         assert sorted(r["service"] for r in rows) == expected
+        assert all(r["ip"].startswith("192.0.2.") for r in rows)
         claim = _claim("jsonl", (9301,))
         data, _rows = _build(store, claim, database_text=database_text, page_size=1000)
         lines = [json.loads(line) for line in data.decode().splitlines()]
-        assert sorted(line["banner"] for line in lines) == sorted(FORMULAS)
+        assert sorted(line["banner"] for line in lines) == sorted(texts)
     finally:
         store.close()
