@@ -55,7 +55,8 @@ def account_password():
     except RateLimited as limited:
         wait = (limited.details or {}).get("retry_after")
         message = f"Too many attempts. Wait {wait} seconds, then try again."
-        return _account_page(errors={"current_password": message}, status=429)
+        body, status = _account_page(errors={"current_password": message}, status=429)
+        return body, status, {"Retry-After": str(wait)}
     except Unauthorized:
         return _account_page(
             errors={"current_password": "The current password is wrong."}, status=400

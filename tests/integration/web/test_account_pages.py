@@ -90,6 +90,8 @@ def test_guessing_the_current_password_is_throttled_like_signing_in(tmp_path, da
     assert statuses == [400, 400, 400]  # attempts 2-4
     limited = _change(client, DEFAULT_PASSWORD, NEW_PASSWORD)
     assert limited.status_code == 429 and "Too many attempts" in limited.text
+    # As the API and the sign-in form say it (IDN-3): when to come back.
+    assert int(limited.headers["Retry-After"]) > 0
 
 
 def test_the_apis_password_change_spends_the_same_budget(tmp_path, database_url, engine):
