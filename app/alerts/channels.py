@@ -122,7 +122,7 @@ def _literal_address(host: str) -> str | None:
     import ipaddress
     import socket
 
-    name = host.strip("[]")
+    name = host.strip("[]").rstrip(".").lower()  # a final dot names the same host
     if name == "localhost" or name.endswith(".localhost"):
         return "127.0.0.1"
     try:

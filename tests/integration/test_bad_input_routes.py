@@ -317,6 +317,11 @@ def test_a_channel_that_could_never_deliver_is_refused_when_made(api) -> None:
         {"kind": "webhook", "url": "https://2130706433/x"},
         {"kind": "webhook", "url": "https://127.1/x"},
         {"kind": "webhook", "url": "https://localhost/x"},
+        # A final dot names the same host.
+        {"kind": "webhook", "url": "https://localhost.:8399/x"},
+        {"kind": "webhook", "url": "https://LOCALHOST./x"},
+        {"kind": "webhook", "url": "https://127.0.0.1./x"},
+        {"kind": "apprise", "url": "json://localhost./x"},
         {"kind": "webhook", "url": "https://exa mple.com/"},
         {"kind": "webhook", "url": "https://example.com/\u0001"},
         {"kind": "webhook", "url": "https://-bad-.com/"},
