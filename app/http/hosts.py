@@ -22,8 +22,8 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.parameters import int_param
 from app.result_ingest.dns import names_for_address
+from app.result_ingest.model import stored_ip
 from app.scan_control.reads import host_history
-from app.search.ids import normalise_ip
 from app.search.port import AssetQuery
 
 blueprint = Blueprint("hosts", __name__, url_prefix="/api")
@@ -61,7 +61,8 @@ def endpoint_args(args: Mapping[str, str]) -> tuple[str, int, str]:
 
 
 def host_address(raw: str) -> str:
-    """The path's address, normalised like stored ones; anything else is a 400."""
+    """The path's address, normalised as results store it (an IPv4-mapped IPv6 address
+    is the IPv4 address it maps); anything else is a 400."""
     if "%" in raw:
         raise ValidationError(
             "the address must not carry an IPv6 zone identifier",
@@ -69,7 +70,7 @@ def host_address(raw: str) -> str:
             details={"parameter": "ip"},
         )
     try:
-        return normalise_ip(str(ipaddress.ip_address(raw)))
+        return stored_ip(str(ipaddress.ip_address(raw)))
     except ValueError:
         raise ValidationError(
             f"{raw[:64]!r} is not an IPv4 or IPv6 address",

@@ -32,6 +32,12 @@ def test_the_host_page_gathers_ports_names_certificates_and_scans(api):
     # Tables showing addresses link to the host page.
     assert 'href="/console/hosts/192.0.2.2"' in user.get("/console/assets").data.decode()
 
+    # An IPv4-mapped IPv6 spelling is the IPv4 host, as results store it.
+    mapped = user.get("/api/hosts/::ffff:192.0.2.2").get_json()
+    assert mapped["ip"] == "192.0.2.2" and mapped["open_ports"] == 1
+    history = user.get("/api/assets/history?ip=::ffff:192.0.2.2&port=443")
+    assert history.status_code == 200, history.get_json()
+
     # Nothing seen on an address: an empty page, not an error; another user sees nothing.
     empty = user.get("/api/hosts/2001:db8::5").get_json()
     assert empty["ports"] == [] and empty["ip"] == "2001:db8::5"
