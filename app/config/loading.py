@@ -145,6 +145,33 @@ def _problems(
     return list(problems.values())
 
 
+# Keys naming a directory. Relative ones are relative to the file when the file set them
+# (``Settings.resolve_path``), and to the working directory otherwise: an operator's
+# ``--data-dir var`` or ``NETMAP_DATA_DIR=var`` means ./var wherever the file lies.
+PATH_KEYS = (
+    "server.data_dir",
+    "traffic.log_dir",
+    "traffic.state_dir",
+    "object_store.root",
+    "reports.outbox_dir",
+    "report_renderer.releases_directory",
+)
+
+
+def _anchor_paths(merged: dict[str, Any], value_sources: Mapping[str, str]) -> None:
+    """Make relative paths that did not come from the file absolute, from the cwd."""
+    for dotted in PATH_KEYS:
+        section, key = dotted.split(".")
+        if value_sources.get(dotted) == "file":
+            continue
+        values = merged.setdefault(section, {})
+        if not isinstance(values, dict):
+            continue  # not a table: validation says so
+        value = values.get(key, SECTIONS[section].model_fields[key].default)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            values[key] = str(Path.cwd() / Path(value).expanduser())
+
+
 def load_settings(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -181,6 +208,7 @@ def load_settings(
     if env_source.found:
         sources.append("environment")
     merged, value_sources = _merge(list(_layers(document, env_source, platform, overrides)))
+    _anchor_paths(merged, value_sources)
     if platform.found:
         sources.append("platform")
 

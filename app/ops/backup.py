@@ -193,6 +193,13 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
     """Write the archive to ``out`` (via a temporary file renamed at the end)."""
     out = Path(out)
     info = server_info(url)
+    if not info.revisions:
+        # Most likely the wrong database: a mistyped URL or data directory starts a
+        # new, empty one, and an archive of it would restore nothing.
+        raise BackupError(
+            f"database {info.database!r} has no netmap schema (no migration has run): "
+            "nothing to back up; check the database URL or --data-dir"
+        )
     pg_dump = client_binary("pg_dump", info.major)
     progress(f"PostgreSQL {info.version}, database {info.database}, schema {info.revisions}")
     _make_private_directories(out.parent)
@@ -223,6 +230,9 @@ def backup(settings: Settings, url: str, out: Path, progress: Progress) -> dict[
             "database": info.database,
             "migration_revisions": list(info.revisions),
             "extensions": list(info.extensions),
+            # Whether the archive holds the whole object store (a filesystem one, even
+            # with no files yet): a restore then leaves none of the target's files.
+            "object_store": settings.object_store.backend,
             "members": {
                 name: {"sha256": _sha256(path), "size": path.stat().st_size}
                 for name, path in members.items()
@@ -465,7 +475,7 @@ def _replacement_summary(
     ]
     if SECRET_KEY_MEMBER in members:
         lines.append(f"will replace the secret key in {settings.data_dir / 'secret_key'}")
-    if files:
+    if _replaces_object_store(settings, manifest):
         target = object_store_dir(settings) or settings.data_dir / OBJECT_STORE_DIRS[0]
         lines.append(f"will replace the object-store files in {target} with {files} file(s)")
     return "\n".join(lines)
@@ -508,11 +518,25 @@ def _restore_files(
         os.chmod(target, 0o600)
         count += 1
     objects = [name for name in members if name.startswith(OBJECTS_PREFIX)]
-    if objects:
+    if _replaces_object_store(settings, manifest):
         target_dir = object_store_dir(settings) or data_dir / OBJECT_STORE_DIRS[0]
         if target_dir.exists():
             shutil.rmtree(target_dir)
-        shutil.copytree(staging / OBJECTS_PREFIX, target_dir)
+        if objects:
+            shutil.copytree(staging / OBJECTS_PREFIX, target_dir)
+        else:
+            # The backup's store was empty: so is this one now; files left here would
+            # belong to no row of the restored database and never be removed.
+            target_dir.mkdir(parents=True, mode=0o700)
         progress(f"restored {len(objects)} object-store files into {target_dir}")
         count += len(objects)
     return count
+
+
+def _replaces_object_store(settings: Settings, manifest: dict[str, Any]) -> bool:
+    """Whether a restore replaces this deployment's filesystem object store: when the
+    archive holds files, or a filesystem store with none (archives before the manifest's
+    ``object_store`` say nothing of an empty one and leave the files alone)."""
+    if any(name.startswith(OBJECTS_PREFIX) for name in manifest["members"]):
+        return True
+    return manifest.get("object_store") == "filesystem" and object_store_dir(settings) is not None

@@ -138,10 +138,14 @@ def rollup_command(
         source_server=source_server or traffic_settings.source_server or socket.gethostname(),
     )
     progress = StderrProgress()
-    directory = state_dir or traffic_settings.state_dir
-    state_path = (
-        settings.resolve_path(directory) if directory else settings.data_dir / "traffic-state"
-    )
+    # An option's path is the operator's, from the working directory; the setting's is
+    # resolved as settings are.
+    if state_dir:
+        state_path = Path(state_dir).expanduser().absolute()
+    elif traffic_settings.state_dir:
+        state_path = settings.resolve_path(traffic_settings.state_dir)
+    else:
+        state_path = settings.data_dir / "traffic-state"
     with contextlib.ExitStack() as stack:
         if endpoint:
             from app.traffic.remote import RemoteRowSink

@@ -135,6 +135,27 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path):
     )
 
 
+def test_relative_paths_from_elsewhere_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    # With a file in another directory, `--data-dir var`, NETMAP_DATA_DIR=var and the
+    # default ./var all mean the working directory's var: they used to be taken from the
+    # file's directory, where a new, empty database was then started (and backed up).
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "work").mkdir()
+    path = write(tmp_path / "etc", "[traffic]\nlog_dir = 'logs'\n")
+    monkeypatch.chdir(tmp_path / "work")
+    work = (tmp_path / "work").resolve()
+    settings, _ = load_settings(path, env={})
+    assert settings.data_dir == work / "var"
+    assert settings.resolve_path(settings.traffic.log_dir) == (tmp_path / "etc" / "logs").resolve()
+    settings, _ = load_settings(path, env={"NETMAP_DATA_DIR": "state"})
+    assert settings.data_dir == work / "state"
+    settings, _ = load_settings(path, env={}, overrides={"server": {"data_dir": "cli"}})
+    assert settings.data_dir == work / "cli"
+    in_file = write(tmp_path / "etc", "[server]\ndata_dir = 'var'\n")
+    settings, _ = load_settings(in_file, env={})
+    assert settings.data_dir == (tmp_path / "etc" / "var").resolve()
+
+
 def test_timezone_and_rate_limit_syntax_are_validated(tmp_path):
     path = write(
         tmp_path,

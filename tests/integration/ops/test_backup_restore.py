@@ -282,3 +282,36 @@ def test_restore_shows_what_it_replaces_and_asks_unless_yes(
     accepted = answer("y\n")
     assert accepted.returncode == 0, accepted.stderr[-2000:]
     assert scalar(database_url, "SELECT to_regclass('restore_canary') IS NULL") is True
+
+
+def test_a_database_without_netmap_schema_is_not_backed_up(empty_database_url, data_dir, tmp_path):
+    # A mistyped URL or data directory starts a new, empty database: its "backup" used to
+    # succeed with nothing in it.
+    archive = tmp_path / "empty.backup"
+    done = netmap(empty_database_url, data_dir, "backup", "--out", str(archive))
+    assert done.returncode == 1
+    assert "has no netmap schema" in done.stderr and "nothing to back up" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not archive.exists()
+
+
+def test_restoring_a_backup_whose_store_was_empty_empties_the_store(
+    database_url, data_dir, tmp_path, engine
+):
+    engine.dispose()
+    (data_dir / "objects" / "reports" / "chart-1.png").unlink()
+    archive = tmp_path / "no-files.backup"
+    made = netmap(database_url, data_dir, "backup", "--out", str(archive))
+    assert made.returncode == 0, made.stderr[-2000:]
+    with tarfile.open(archive) as opened:
+        manifest = json.load(opened.extractfile("manifest.json"))
+    assert manifest["object_store"] == "filesystem"
+    # Files made after the backup belong to rows the restore takes away.
+    later = data_dir / "objects" / "exports" / "9" / "netmap-task-1-export-9.csv"
+    later.parent.mkdir(parents=True)
+    later.write_text("later\n")
+    restored = netmap(database_url, data_dir, "restore", str(archive), "--yes")
+    assert restored.returncode == 0, restored.stderr[-2000:]
+    assert "restored 0 object-store files into" in restored.stderr
+    assert (data_dir / "objects").is_dir()
+    assert [p for p in (data_dir / "objects").rglob("*") if p.is_file()] == []
