@@ -40,6 +40,31 @@ def _heartbeat_within_lease(
     )
 
 
+def _encryption_key_checks(value: str) -> list[ConfigProblem]:
+    """Each comma-separated key must be a Fernet key; found at start-up, not when the
+    first secret is stored or read (the value is a secret: never repeated)."""
+    from cryptography.fernet import Fernet
+
+    for position, key in enumerate((k.strip() for k in value.split(",")), start=1):
+        if not key and value.strip():
+            continue  # a stray comma
+        if not key:
+            return []
+        try:
+            Fernet(key)
+        except ValueError:
+            return [
+                ConfigProblem(
+                    "security.encryption_key",
+                    "<set>",
+                    f"key {position} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                    "make one with: python3 -c 'from cryptography.fernet import Fernet; "
+                    "print(Fernet.generate_key().decode())')",
+                )
+            ]
+    return []
+
+
 def cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
     errors: list[ConfigProblem] = []
     warnings: list[ConfigProblem] = []
@@ -61,6 +86,7 @@ def cross_checks(settings: Settings) -> tuple[list[ConfigProblem], list[ConfigPr
             ConfigProblem("smtp.starttls", True, "must be false when smtp.ssl is true (pick one)")
         )
     errors.extend(_traffic_checks(settings))
+    errors.extend(_encryption_key_checks(settings.security.encryption_key))
     for name in settings.scan.special_use_targets:
         if name not in SPECIAL_USE_CLASSES:
             errors.append(

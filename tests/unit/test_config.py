@@ -282,3 +282,16 @@ def test_every_toml_example_in_the_docs_passes_the_config_check(tmp_path):
             load_settings(file, env={})
         except ConfigError as error:
             raise AssertionError(f"{path}: its TOML example does not load: {error}") from None
+
+
+def test_an_encryption_key_that_is_no_fernet_key_is_a_start_up_error():
+    # It used to pass `config check` and fail as a traceback when a secret was stored.
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"NETMAP_ENCRYPTION_KEY": "abc"})
+    text = str(caught.value)
+    assert "security.encryption_key" in text and "key 1 is not a Fernet key" in text
+    assert "abc" not in text  # a secret is never echoed
+    good = "x" * 43 + "="
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"NETMAP_ENCRYPTION_KEY": f"{good},bad"})
+    assert "key 2 is not a Fernet key" in str(caught.value)
