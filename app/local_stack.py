@@ -296,25 +296,38 @@ def hold_data_directory(data_dir) -> int:
         ) from None
 
 
-class PortInUse(click.ClickException):
+class CannotListen(click.ClickException):
+    """The web server's address cannot be listened on; exit 1 before anything starts."""
+
+
+class PortInUse(CannotListen):
     """The address the web server should listen on is taken."""
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Refuse a port something else listens on before printing any URL: gunicorn would
-    retry it for seconds while the other server answered our readiness check."""
+    """Refuse an address netmap cannot listen on before printing any URL: a port something
+    else listens on (gunicorn would retry it for seconds while the other server answered
+    our readiness check), a host name that does not resolve, an address of no interface
+    here."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as sock:
         # As gunicorn binds: a port left in TIME_WAIT by our last run is free.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except socket.gaierror as exc:
+            raise CannotListen(
+                f"cannot listen on {host!r}: {exc.strerror}; give an address of this "
+                "machine or a name that resolves to one (--host)"
+            ) from None
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            raise PortInUse(
-                f"{host}:{port} is already in use; stop what listens there, or choose "
-                "another port (--port)"
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"{host}:{port} is already in use; stop what listens there, or choose "
+                    "another port (--port)"
+                ) from None
+            raise CannotListen(
+                f"cannot listen on {host}:{port}: {exc.strerror} (--host, --port)"
             ) from None
 
 
