@@ -229,7 +229,15 @@ def read_masscan_json(
             raise
         yield from found
     # No records at all is a scan that found nothing: masscan then writes an empty file
-    # (not "[]"), which is no error of the file's.
+    # (not "[]"), which is no error of the file's. An array it opened and never closed is
+    # a file cut short (a copy that stopped, masscan killed): its records would import
+    # as a whole scan, so it is refused like a cut nmap XML file.
+    if opened and not closed:
+        raise ResultFormatError(
+            "the file ends before masscan's closing ']' (cut short?)",
+            line=number,
+            byte_offset=offset,
+        )
 
 
 def _several_records(line: bytes, number: int, offset: int) -> tuple[list[Any], bool] | None:

@@ -194,6 +194,12 @@ def test_masscan_bad_record_names_line_and_offset():
     with pytest.raises(ResultFormatError) as caught:
         list(read_masscan_json(io.BytesIO(truncated)))
     assert caught.value.line == 2 and "not valid JSON" in caught.value.message
+    # Cut at a line's end: every record reads, but the array never closes. It used to
+    # import as a whole scan of what was left.
+    cut = b'[\n{"ip": "127.0.0.1", "ports": [{"port": 80, "proto": "tcp", "status": "open"}]},\n'
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_masscan_json(io.BytesIO(cut)))
+    assert "closing ']'" in caught.value.message and caught.value.byte_offset == len(cut)
 
 
 def test_naabu_lines():
