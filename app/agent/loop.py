@@ -54,6 +54,10 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_FAILED = 3
 EXIT_LEASE_LOST = 4
+# ``--once`` is for cron and scripts: a server it cannot reach within this many claims
+# (backing off between them, about half a minute in all) ends it with EXIT_ERROR; the
+# long-running agent keeps trying.
+ONCE_CLAIM_ATTEMPTS = 6
 
 
 class _ExecutionFailed(Exception):
@@ -208,6 +212,7 @@ class Agent:
                 if self.once:
                     return status
             backoff = 0.5
+            failed_claims = 0
             while not self.stopping.is_set():
                 try:
                     execution = self.client.claim(self.kinds)
@@ -233,6 +238,15 @@ class Agent:
                     self.stopping.wait(delay)
                     continue
                 except RetryLater as exc:
+                    failed_claims += 1
+                    if self.once and failed_claims >= ONCE_CLAIM_ATTEMPTS:
+                        self.log.emit(
+                            "AgentClaimGaveUp",
+                            f"claim failed {failed_claims} times ({exc}); giving up (--once)",
+                            error=str(exc),
+                            attempts=failed_claims,
+                        )
+                        return EXIT_ERROR
                     delay = exc.retry_after if exc.retry_after is not None else backoff
                     backoff = min(backoff * 2, self.settings.idle_backoff_max_seconds)
                     self.log.emit(

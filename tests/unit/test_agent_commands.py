@@ -93,3 +93,39 @@ def test_an_agent_whose_scanner_cannot_run_refuses_to_start(tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     assert "nmap cannot be run ('/nonexistent/nmap')" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_agent_once_gives_up_on_a_server_it_cannot_reach(tmp_path):
+    """`--once` (cron, scripts) used to retry a refused connection for ever."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "agent.toml"
+    config.write_text("[agent]\nidle_backoff_max_seconds = 1\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "agent",
+            "--server",
+            f"http://127.0.0.1:{port}",
+            "--config",
+            str(config),
+            "--spool",
+            str(tmp_path / "spool"),
+            "--once",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NETMAP_SCANNER_TOKEN": "nms_x"},
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "giving up (--once)" in done.stderr
+    assert done.stderr.count("retrying in") == 5
