@@ -55,7 +55,7 @@ EXIT_ERROR = 1
 EXIT_FAILED = 3
 EXIT_LEASE_LOST = 4
 # ``--once`` is for cron and scripts: a server it cannot reach within this many claims
-# (backing off between them, about half a minute in all) ends it with EXIT_ERROR; the
+# (backing off between them, some 15 s in all) ends it with EXIT_ERROR; the
 # long-running agent keeps trying.
 ONCE_CLAIM_ATTEMPTS = 6
 
