@@ -31,7 +31,7 @@ def config_group() -> None:
 @click.pass_context
 def config_check(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Print the configuration check; exit 1 when it found errors."""
-    from app.ops.config_check import check_report, full_check, render_text, scrub
+    from app.ops.config_check import check_report, failed_report, full_check, render_text
 
     state = ctx.obj
     path = config_path or getattr(state, "config_path", None)
@@ -42,9 +42,7 @@ def config_check(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         settings, loaded = load_settings(path, overrides=overrides)
     except ConfigError as exc:
         if as_json:
-            click.echo(
-                json.dumps({"ok": False, "errors": [scrub(p.render()) for p in exc.check.errors]})
-            )
+            click.echo(json.dumps(failed_report(exc.check), default=str))
         else:
             click.echo(render_text(exc.check))
         sys.exit(1)

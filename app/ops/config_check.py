@@ -288,6 +288,18 @@ def check_report(settings: Settings, check: ConfigCheck) -> dict[str, Any]:
     }
 
 
+def failed_report(check: ConfigCheck) -> dict[str, Any]:
+    """The JSON form of settings that did not load: the same keys as ``check_report``,
+    problems in the same shape, and no effective values (there are none)."""
+    return {
+        "ok": False,
+        "errors": [_problem(p) for p in check.errors],
+        "warnings": [_problem(p) for p in check.warnings],
+        "sources": list(check.sources),
+        "effective": None,
+    }
+
+
 def render_text(check: ConfigCheck) -> str:
     """One line per problem, for start-up output and `netmap config check`."""
     lines = [f"config error: {scrub(p.render())}" for p in check.errors]

@@ -119,6 +119,16 @@ def test_cli_exits_non_zero_on_errors_and_zero_on_warnings(tmp_path):
     result = runner.invoke(main, ["config", "check", "--config", invalid])
     assert result.exit_code == 1
     assert "scan.max_attempts = 0: must be between 1 and 50" in result.output
+    # Settings that do not load answer --json in the shape every other check has: a
+    # script reading errors[i]["key"] used to get plain strings here.
+    result = runner.invoke(main, ["config", "check", "--config", invalid, "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.output)
+    assert set(report) == {"ok", "errors", "warnings", "sources", "effective"}
+    assert report["ok"] is False and report["effective"] is None
+    (error,) = report["errors"]
+    assert (error["key"], error["value"]) == ("scan.max_attempts", "0")
+    assert error["message"] == "must be between 1 and 50"
     warn_only = toml_file(tmp_path, {"smtp": {"host": "mail.example.com", "starttls": False}})
     result = runner.invoke(main, ["config", "check", "--config", warn_only])
     assert result.exit_code == 0, result.output
