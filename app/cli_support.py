@@ -97,12 +97,17 @@ def _database_url(settings: Any) -> Iterator[str]:
         return
     from app import embedded
 
-    server = embedded.start(settings.data_dir)
+    # A command that had to start the server wants it stopped when every process using
+    # it is done (commands running at once share it; ``embedded.SharedServer``).
+    keep = bool(os.environ.get("NETMAP_KEEP_EMBEDDED"))
+    shared = embedded.SharedServer(
+        settings.data_dir, stop_when_unused="never" if keep else "if_started"
+    )
+    server = shared.acquire()
     try:
         yield server.url
     finally:
-        if server.started_here and not os.environ.get("NETMAP_KEEP_EMBEDDED"):
-            server.stop()
+        shared.release()
 
 
 def _require_schema(url: str) -> None:

@@ -3,14 +3,17 @@
 With no database URL configured, every command that needs the database uses a
 private server whose data lives in ``<data_dir>/pgdata``. It listens only on a
 Unix socket inside that directory, so several checkouts never collide on a
-port. Whoever starts the server owns it: ``netmap up`` stops it on exit, and a
-one-off command (``netmap users create``) that had to start it stops it again,
-while a server someone else started is left running.
+port. The processes using one data directory's server share it (``SharedServer``):
+``netmap up`` and a one-off command (``netmap users create``) that had to start it
+want it stopped when they are done, and the last of the processes using it then
+stops it; a server someone else started is left running.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import subprocess
 import warnings
 from dataclasses import dataclass
@@ -211,3 +214,91 @@ def _create_extensions(url: str) -> None:
                     )
     finally:
         connection.close()
+
+
+# Under ``<data_dir>/run``: every process using the server holds the users lock shared;
+# deciding to start or stop the server takes the start lock, so one process starts it
+# while the others wait, and none stops it while another has just begun to use it.
+USERS_LOCK = "embedded-users.lock"
+START_LOCK = "embedded-start.lock"
+# Present while a user wants the server stopped when the last user is done.
+STOP_MARK = "embedded-stop-when-unused"
+
+
+class SharedServer:
+    """The data directory's server for one process, among any others using it at once.
+
+    Two commands run together (a cron ``netmap backup`` and a ``netmap tasks list``) used
+    to collide: the one that started the server stopped it under the other, and a start
+    while another process started it read a half-written ``postmaster.pid``. Now each
+    user holds a shared lock for as long as it uses the server; starting happens under a
+    lock of its own, and at release the process that finds itself the last user (the
+    exclusive lock is free) stops the server if any user asked for that.
+    ``stop_when_unused``: ``"always"`` (``netmap up``), ``"if_started"`` (a command that
+    had to start it) or ``"never"``. A process killed with ``kill -9`` loses its locks
+    with it."""
+
+    def __init__(self, data_dir: Path, *, stop_when_unused: str, **start_options):
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.stop_when_unused = stop_when_unused
+        self.start_options = start_options
+        self.server: EmbeddedServer | None = None
+        self._users: int | None = None
+
+    def _run_dir(self) -> Path:
+        run = self.data_dir / "run"
+        run.mkdir(parents=True, exist_ok=True)
+        return run
+
+    def _start_lock(self) -> int:
+        fd = os.open(self._run_dir() / START_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def acquire(self) -> EmbeddedServer:
+        run = self._run_dir()
+        self._users = os.open(run / USERS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        starting = self._start_lock()
+        try:
+            fcntl.flock(self._users, fcntl.LOCK_SH)
+            mark = run / STOP_MARK
+            if not is_running(self.data_dir / "pgdata"):
+                mark.unlink(missing_ok=True)  # a crashed user's wish is not this one's
+            self.server = start(self.data_dir, **self.start_options)
+            if self.stop_when_unused == "always" or (
+                self.stop_when_unused == "if_started" and self.server.started_here
+            ):
+                mark.touch()
+        except BaseException:
+            os.close(self._users)
+            self._users = None
+            raise
+        finally:
+            os.close(starting)
+        return self.server
+
+    def release(self) -> None:
+        if self._users is None:
+            return
+        users, self._users = self._users, None
+        fcntl.flock(users, fcntl.LOCK_UN)
+        starting = self._start_lock()
+        try:
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                last = True
+            except BlockingIOError:
+                last = False  # another process uses it: the last of them decides
+            mark = self._run_dir() / STOP_MARK
+            if last and mark.exists() and self.server is not None:
+                self.server.stop()
+                mark.unlink(missing_ok=True)
+        finally:
+            os.close(starting)
+            os.close(users)
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.acquire()
+
+    def __exit__(self, *_exc) -> None:
+        self.release()

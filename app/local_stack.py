@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import errno
 import json
 import logging
@@ -340,15 +339,19 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
     secret_key = ensure_secret_key(settings)
 
     server = None
+    shared_server = None
     url = settings.database.url
     if not url:
-        server = embedded.start(data_dir)
+        # Stopped on exit, once no command that uses it at the same time still does
+        # (``embedded.SharedServer``).
+        shared_server = embedded.SharedServer(data_dir, stop_when_unused="always")
+        server = shared_server.acquire()
         if not server.started_here:
             # This command holds the data directory (``hold_data_directory``): a server
-            # running in it was left by a `netmap up` that was killed (kill -9, a
-            # crash). It is adopted, and stopped with the rest on exit.
+            # running in it was left by a `netmap up` that was killed (kill -9, a crash)
+            # or started by a command running now. It is adopted, and stopped on exit
+            # by whichever of them is the last to use it.
             emit("EmbeddedPostgresAdopted", pgdata=str(server.pgdata))
-            server = dataclasses.replace(server, started_here=True)
         url = server.url
 
     stop_requested: list[int] = []
@@ -437,7 +440,7 @@ def run_local_stack(settings: Settings, *, with_runner: bool = True) -> int:
         if runner is not None:
             children.extend(runner.children())
         _stop_children(children, settings.runner.shutdown_timeout_seconds + 15)
-        if server is not None and server.started_here:
-            server.stop()
+        if shared_server is not None:
+            shared_server.release()
         emit("NetmapDown", exit_code=exit_code)
     return exit_code
