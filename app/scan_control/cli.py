@@ -135,8 +135,9 @@ def update_command(
     from app.scan_control import schedules
 
     body: dict[str, Any] = {}
+    if name is not None:
+        body["name"] = name  # even empty: the service says what a name must be
     for key, value in (
-        ("name", name),
         ("targets", list(targets)),
         ("ports", ports),
         ("transports", list(transports)),
@@ -206,8 +207,8 @@ def delete_command(state, task_id: int) -> None:
 @click.option("--end-at", help="ISO 8601 date-time: no fire time after it")
 @click.option("--jitter", type=int, help="start each run up to this many seconds late")
 @click.option("--remove", is_flag=True, help="remove the task's schedule")
-@click.option("--pause", "pause", flag_value="pause", help="pause the schedule")
-@click.option("--resume", "pause", flag_value="resume", help="resume the schedule")
+@click.option("--pause", is_flag=True, help="pause the schedule")
+@click.option("--resume", is_flag=True, help="resume the schedule")
 @click.pass_obj
 def schedule_command(
     state,
@@ -219,7 +220,8 @@ def schedule_command(
     end_at: str | None,
     jitter: int | None,
     remove: bool,
-    pause: str | None,
+    pause: bool,
+    resume: bool,
 ) -> None:
     """Set (--cron/--timezone or --every), --remove, --pause or --resume a task's schedule;
     prints the schedule (null once removed)."""
@@ -234,14 +236,15 @@ def schedule_command(
         "jitter_seconds": jitter,
     }
     given = {k: v for k, v in timing.items() if v is not None}
-    if sum([bool(given), remove, pause is not None]) != 1:
+    # One of them: --pause and --resume together used to be taken as the last one given.
+    if sum([bool(given), remove, pause, resume]) != 1:
         raise click.UsageError(
             "give the schedule (--cron [--timezone] or --every), or --remove, --pause, --resume"
         )
 
     def work():
-        if pause is not None:
-            return schedules.set_paused(_operator(), task_id, pause == "pause")
+        if pause or resume:
+            return schedules.set_paused(_operator(), task_id, pause)
         body = {"schedule": None if remove else given}
         return schedules.update_task(_operator(), task_id, body, state.settings().scan)["schedule"]
 

@@ -70,6 +70,9 @@ def test_tasks_schedule_reports_bad_input_and_unknown_tasks(database_url, api):
     assert missing.returncode != 0 and "task_not_found" in missing.stderr
     both = run_cli(database_url, "tasks", "schedule", str(task["id"]), "--every", "600", "--pause")
     assert both.returncode != 0 and "give the schedule" in both.stderr
+    # Contradicting switches: they used to be taken as the last one given.
+    flip = run_cli(database_url, "tasks", "schedule", str(task["id"]), "--pause", "--resume")
+    assert flip.returncode == 2 and "give the schedule" in flip.stderr
     assert user.get(f"/api/tasks/{task['id']}").get_json()["task"]["schedule"] is None
 
 
@@ -104,6 +107,9 @@ def test_tasks_update_changes_the_scope_and_reports_bad_input(database_url, api)
     assert bad.returncode != 0 and "invalid_ports" in bad.stderr
     nothing = run_cli(database_url, "tasks", "update", task_id)
     assert nothing.returncode == 2 and "give what to change" in nothing.stderr
+    empty = run_cli(database_url, "tasks", "update", task_id, "--name", "")
+    assert empty.returncode == 1 and "name" in empty.stderr  # the name's rule, not "give what"
+    assert "give what to change" not in empty.stderr
     unknown = run_cli(database_url, "tasks", "update", "999999", "--name", "x")
     assert unknown.returncode != 0 and "task_not_found" in unknown.stderr
     assert user.get(f"/api/tasks/{task_id}").get_json()["task"]["ports"] == "80,443"
