@@ -538,7 +538,8 @@ class NmapXmlReader:
             line=exc.lineno,
             column=exc.offset,
             element=element,
-            byte_offset=self._parser.ErrorByteIndex,
+            # expat reports -1 for a document with no byte at all (an empty file).
+            byte_offset=max(self._parser.ErrorByteIndex, 0),
         )
 
     def _take(self) -> list[dict[str, Any]]:

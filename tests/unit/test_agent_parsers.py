@@ -347,3 +347,10 @@ def test_a_scan_that_found_nothing_reads_as_no_observations(content):
     not a file error (the agent failed such a scan for good, and the import refused it)."""
     assert list(read_masscan_json(io.BytesIO(content))) == []
     assert list(read_naabu_jsonl(io.BytesIO(content))) == []
+
+
+def test_an_empty_nmap_file_names_its_first_byte_not_minus_one():
+
+    with pytest.raises(ResultFormatError) as caught:
+        list(read_nmap_xml(io.BytesIO(b"")))
+    assert caught.value.byte_offset == 0 and "byte offset -1" not in str(caught.value)
