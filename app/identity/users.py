@@ -38,7 +38,7 @@ def validate_new_user(username: Any, password: Any) -> None:
     problems: dict[str, str] = {}
     if not isinstance(username, str) or not USERNAME_RE.match(username):
         problems["username"] = (
-            "1-64 characters: letters, digits and . _ @ -, starting with a letter or digit"
+            "1-64 characters: ASCII letters, digits and . _ @ -, starting with a letter or digit"
         )
     problem = password_problem_for(password, username if isinstance(username, str) else None)
     if problem:
