@@ -368,6 +368,8 @@ class RollupRun:
         if unsupported:
             self.report(f"{domain}: skipped files in unsupported formats: {unsupported}")
         if not candidates:
+            if not log_dir.is_dir():
+                raise FileChanged(f"the log directory {log_dir} does not exist")
             raise FileChanged(f"no log files for {domain} in {log_dir}")
         before = snapshot(candidates)
         probes = {c.name: probe(c) for c in candidates}

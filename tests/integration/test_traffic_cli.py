@@ -284,3 +284,14 @@ def test_cli_usage_errors(tmp_path):
         env={**env, "NETMAP_TRAFFIC_TOKEN": "t"},
     )
     assert backwards.exit_code == 2 and "before start date" in backwards.output
+
+
+def test_a_log_directory_that_does_not_exist_is_named_as_such(database_url, tmp_path):
+    # It used to read "no log files for <domain>", as for an empty directory.
+    env = {"NETMAP_DATABASE_URL": database_url, "NETMAP_DATA_DIR": str(tmp_path / "var")}
+    missing = tmp_path / "no-such-dir"
+    args = ["traffic", "rollup", "--log-dir", str(missing), "--domains", DOMAIN]
+    args += ["--state-dir", str(tmp_path / "state")]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code != 0
+    assert f"the log directory {missing} does not exist" in result.output
