@@ -56,7 +56,9 @@ def create_scanner(
         raise ValidationError(
             "invalid scanner name",
             code="invalid_scanner",
-            details={"fields": {"name": "1-128 characters: ASCII letters, digits, space and . _ : @ -"}},
+            details={
+                "fields": {"name": "1-128 characters: ASCII letters, digits, space and . _ : @ -"}
+            },
         )
     token = new_token()
     row = conn.execute(
