@@ -114,12 +114,17 @@ def claim_periodic(
                    SET claim_token = gen_random_uuid(),
                        lease_expires_at = now() + make_interval(secs => :lease),
                        holder = :holder, last_started_at = now()
-                 WHERE name = :name AND next_run_at <= now()
+                 WHERE name = :name
+                   -- Due by the stored time, or by this runner's interval since the last
+                   -- run: a shorter interval configured since (a restart with a new
+                   -- setting) applies at once, not after the old interval has passed.
+                   AND (next_run_at <= now()
+                        OR last_finished_at + make_interval(secs => :interval) <= now())
                    AND (lease_expires_at IS NULL OR lease_expires_at < now())
                 RETURNING claim_token
                 """
             ),
-            {"name": name, "lease": lease_seconds, "holder": holder},
+            {"name": name, "lease": lease_seconds, "holder": holder, "interval": interval_seconds},
         ).scalar()
     if token is None:
         return None
