@@ -42,6 +42,13 @@ def _values(row: Any, names: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     return {name: row[column] for name, column in names}
 
 
+def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The fields a ``changed`` change differs in (from its old and new values)."""
+    return [
+        field for value, field in _FIELD_OF_VALUE if field_changed(value, old[value], new[value])
+    ]
+
+
 def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
     """One change of a list. ``row`` is a row *mapping* (``.mappings()``): a key lookup
     costs about a sixth of a ``Row`` attribute, and a page reads 17 columns a row."""
@@ -55,11 +62,7 @@ def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
         "new": None if kind == "gone" else _values(row, _NEW),
     }
     if kind == "changed":
-        item["changed_fields"] = [
-            field
-            for value, field in _FIELD_OF_VALUE
-            if field_changed(value, row[f"old_{value}"], row[f"new_{value}"])
-        ]
+        item["changed_fields"] = _changed_fields(item["old"], item["new"])
     if endpoint:
         item.update(ip=row["ip"], port=row["port"], transport=row["transport"])
     return item
@@ -383,16 +386,18 @@ def compare_runs(
         kind = r["kind"]
         if reverse:
             kind, old, new = _SWAPPED[kind], new, old
-        items.append(
-            {
-                "kind": kind,
-                "ip": r["ip"],
-                "port": r["port"],
-                "transport": r["transport"],
-                "old": None if kind == "new" else old,
-                "new": None if kind == "gone" else new,
-            }
-        )
+        item = {
+            "kind": kind,
+            "ip": r["ip"],
+            "port": r["port"],
+            "transport": r["transport"],
+            "old": None if kind == "new" else old,
+            "new": None if kind == "gone" else new,
+        }
+        if kind == "changed":
+            # As every other change list names them (the console showed "open → open").
+            item["changed_fields"] = _changed_fields(old, new)
+        items.append(item)
     return {"items": items, "next_cursor": next_cursor}
 
 

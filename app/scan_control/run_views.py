@@ -25,7 +25,12 @@ def _run_number(conn, task_id: int, run_id: int, parameter: str) -> int:
         {"run": run_id, "task": task_id},
     ).scalar()
     if number is None:
-        raise NotFound("run not found", code="run_not_found", details={"parameter": parameter})
+        raise NotFound(
+            f"no run of this task has the id {run_id} "
+            f"({parameter} takes a run's id, not its number)",
+            code="run_not_found",
+            details={"parameter": parameter},
+        )
     return int(number)
 
 

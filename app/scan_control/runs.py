@@ -352,7 +352,11 @@ def resolve_run(conn: Connection, task_id: int, run_id: int | None) -> int | Non
         {"run": run_id, "task": task_id},
     ).scalar()
     if not found:
-        raise NotFound("run not found", code="run_not_found", details={"parameter": "run"})
+        raise NotFound(
+            f"no run of this task has the id {run_id} (run takes a run's id, not its number)",
+            code="run_not_found",
+            details={"parameter": "run"},
+        )
     return run_id
 
 

@@ -144,13 +144,14 @@ OPERATIONS = {
             query(
                 "run",
                 {"type": "integer", "minimum": 1},
-                "the run whose change set to list (default: the latest finished run)",
+                "the id (not the number) of the run whose change set to list (default: the latest "
+                "finished run)",
             ),
             query(
                 "from_run",
                 {"type": "integer", "minimum": 1},
-                "with to_run: compare two runs of the task (either order); items carry kind "
-                "new, gone or changed",
+                "with to_run: compare two runs of the task by id (either order); items carry kind "
+                "new, gone or changed, and a changed item its changed_fields",
             ),
             query("to_run", {"type": "integer", "minimum": 1}),
             LIMIT_1000,

@@ -138,3 +138,38 @@ def test_the_changes_page_shows_a_run_and_compares_two(api, settings) -> None:
     assert backwards.text.count('class="kind-new"') == 1
     half = client.get(f"/console/tasks/{task}/changes?from_run={run1}")
     assert half.status_code == 400
+
+
+def test_a_changed_endpoint_names_its_changed_fields_on_every_change_list(api, settings) -> None:
+    # A new certificate or version read "changed … open → open" on the run's changes, the
+    # comparison and the feed: nothing said what differed (only the host page did).
+    client, created = _user_client(api)
+    alice = api.login(created["username"])
+    scanner = api.scanner()
+    nginx = {"name": "http", "product": "nginx", "version": "1.24"}
+    task = _scan(alice, scanner, [observation("192.0.2.1", 80, service=nginx)])
+    _run_workers(settings)
+    second = alice.post(f"/api/tasks/{task}/runs")
+    assert second.status_code == 201, second.get_json()
+    run2 = second.get_json()["run"]["id"]
+    newer = {**nginx, "version": "1.26"}
+    assert claim(scanner).final(0, [observation("192.0.2.1", 80, service=newer)]).status_code == 200
+    _run_workers(settings)
+    run1 = alice.get(f"/api/tasks/{task}/runs").get_json()["items"][-1]["id"]
+
+    compared = alice.get(f"/api/tasks/{task}/changes?from_run={run1}&to_run={run2}").get_json()
+    (item,) = compared["items"]
+    assert item["kind"] == "changed" and item["changed_fields"] == ["version"]
+    for page in (
+        f"/console/tasks/{task}/changes",
+        f"/console/tasks/{task}/changes?from_run={run1}&to_run={run2}",
+        f"/console/tasks/{task}/changes?from_run={run2}&to_run={run1}",
+        "/console/changes",
+    ):
+        html = client.get(page).text
+        assert '<span class="muted changed-fields">(version)</span>' in html, page
+
+    # A run's id that is no run of the task says what run= takes.
+    missing = alice.get(f"/api/tasks/{task}/changes?run=999999")
+    assert missing.status_code == 404
+    assert "takes a run's id, not its number" in missing.get_json()["error"]["message"]
