@@ -574,6 +574,8 @@ def test_task_page_runs_cancel_run_now_and_delete(api):
     assert cancelled.status_code == 303 and cancelled.headers["Location"] == task_url
     page = client.get(task_url).text
     assert 'data-field="status">cancelled' in page
+    # The cancelled execution is counted with the others (the counts left it out).
+    assert 'cancelled <span data-count="cancelled">1</span>' in page
     started = _post_form(client, task_url + "/runs", {}, from_page=task_url)
     assert started.status_code == 303
     page = client.get(task_url).text
