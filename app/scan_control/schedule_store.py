@@ -255,9 +255,14 @@ def schedule_view(conn: Connection, task_id: int, *, upcoming: int = 0) -> dict[
     view = _brief(schedule)
     if upcoming:
         start = schedule.next_fire_at
-        times = [start] if start is not None else []
-        if start is not None and upcoming > 1:
-            times += fire_times_after(schedule.spec, start, upcoming - 1)
+        if schedule.paused:
+            # What resuming now would give (``set_paused``): the stored time is the one the
+            # pause froze, already past once the pause outlasts it.
+            times = fire_times_after(schedule.spec, datetime.now(UTC), upcoming)
+        else:
+            times = [start] if start is not None else []
+            if start is not None and upcoming > 1:
+                times += fire_times_after(schedule.spec, start, upcoming - 1)
         view["next_fire_times"] = [_iso(t) for t in times]
     slots = conn.execute(
         sa.text(

@@ -133,3 +133,32 @@ def test_a_refused_schedule_shows_the_task_page_with_the_message_and_the_form_as
     assert refused.status_code == 400
     assert re.search(r'value="every" checked', refused.text)
     assert 'value="hourly"' in refused.text
+
+
+def test_a_paused_schedule_lists_the_times_a_resume_now_would_give(api, engine):
+    # The list was frozen at the pause: its first time passed and stayed "next".
+    from datetime import UTC, datetime
+
+    import sqlalchemy as sa
+
+    client, _ = _user_client(api)
+    task_id = _task(client, {"cron": "0 3 * * *", "timezone": "UTC"})
+    page = client.get(f"/console/tasks/{task_id}")
+    paused = client.post(
+        f"/console/tasks/{task_id}/schedule/pause", data={"csrf_token": _csrf(page.text)}
+    )
+    assert paused.status_code == 303
+    with engine.begin() as conn:  # the pause has outlasted the time it froze
+        conn.execute(
+            sa.text(
+                "UPDATE scan_task_schedules SET next_fire_at = now() - interval '2 days' "
+                "WHERE task_id = :task"
+            ),
+            {"task": task_id},
+        )
+    page = client.get(f"/console/tasks/{task_id}")
+    upcoming = re.search(r'<ol id="schedule-next">(.*?)</ol>', page.text, re.S).group(1)
+    shown = re.findall(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})Z", upcoming)
+    assert len(shown) == 5
+    first = datetime.fromisoformat(f"{shown[0][0]}T{shown[0][1]}+00:00")
+    assert first > datetime.now(UTC) and shown[0][1] == "03:00:00"
