@@ -33,7 +33,8 @@ class LeaseLost(ProtocolError):
 
 
 class ExecutionCancelled(LeaseLost):
-    """409 ``execution_cancelled``: the execution's run was cancelled; stop and drop it."""
+    """409 ``execution_cancelled`` (or 404 ``execution_not_found``, its task deleted): the
+    execution's run was cancelled; stop and drop it."""
 
 
 class RetryLater(ProtocolError):
@@ -235,6 +236,10 @@ class ScannerClient:
             raise LeaseLost(message, status=409, code=code)
         if response.status_code == 409 and code == "execution_cancelled":
             raise ExecutionCancelled(message, status=409, code=code)
+        if response.status_code == 404 and code == "execution_not_found":
+            # A deleted task's executions are removed within seconds of the cancel: the
+            # protocol says this means the same as execution_cancelled (stop and drop).
+            raise ExecutionCancelled(message, status=404, code=code)
         if response.status_code in (408, 429) or response.status_code >= 500:
             raise RetryLater(
                 message, retry_after=_retry_after(response), status=response.status_code, code=code

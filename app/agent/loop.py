@@ -110,13 +110,15 @@ class Heartbeat(threading.Thread):
                 self.client.renew(self.execution.id, self.execution.claim_token)
                 wait = self.interval
             except (LeaseLost, Rejected) as exc:
+                self.cancelled = isinstance(exc, ExecutionCancelled)
+                # A cancel (or a deleted task) learnt at renewal is no lost lease.
+                what = "cancelled by the server" if self.cancelled else "lease lost"
                 self.log.emit(
-                    "AgentLeaseLost",
-                    f"execution {self.execution.id}: lease lost ({exc})",
+                    "AgentCancelledAtRenewal" if self.cancelled else "AgentLeaseLost",
+                    f"execution {self.execution.id}: {what} ({exc})",
                     execution_id=self.execution.id,
                     error=str(exc),
                 )
-                self.cancelled = isinstance(exc, ExecutionCancelled)
                 self.reason = str(exc)
                 self.lost.set()
                 self.on_lost()

@@ -168,6 +168,8 @@ def test_cancelling_a_run_stops_nmap_and_marks_nothing_gone(server, tmp_path):
     assert stopped_after <= LEASE_SECONDS / 3 + 5
     (event,) = agent.events("AgentExecutionCancelled")
     assert "execution_cancelled" in event["error"]
+    # Learnt at a lease renewal: said as a cancel, not as a lost lease.
+    assert agent.events("AgentCancelledAtRenewal") and not agent.events("AgentLeaseLost")
     assert not agent.events("AgentExecutionFailed")
     assert not list((tmp_path / "spool").rglob("execution-*"))
 
