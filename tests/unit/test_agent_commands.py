@@ -62,59 +62,22 @@ def test_lease_renewal_every_third_of_the_remaining_lease():
     assert lease_interval(past) == 10  # clocks disagree: renew often rather than late
 
 
-def test_an_agent_whose_scanner_cannot_run_refuses_to_start(tmp_path):
-    """With nmap missing the agent claimed port scans and failed each for good; it now
-    says so at start, before it asks the server for anything."""
+def _agent_once(tmp_path, server: str, config_text: str):
+    """``netmap agent --once`` as a process, with ``config_text`` as its settings file."""
     import os
     import subprocess
     import sys
 
     config = tmp_path / "agent.toml"
-    config.write_text('[agent]\nnmap_path = "/nonexistent/nmap"\n')
-    done = subprocess.run(
+    config.write_text(config_text)
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "app",
             "agent",
             "--server",
-            "http://127.0.0.1:9",
-            "--config",
-            str(config),
-            "--spool",
-            str(tmp_path / "spool"),
-            "--once",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NETMAP_SCANNER_TOKEN": "nms_x"},
-    )
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert "nmap cannot be run ('/nonexistent/nmap')" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_an_agent_once_gives_up_on_a_server_it_cannot_reach(tmp_path):
-    """`--once` (cron, scripts) used to retry a refused connection for ever."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = tmp_path / "agent.toml"
-    config.write_text("[agent]\nidle_backoff_max_seconds = 1\n")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "agent",
-            "--server",
-            f"http://127.0.0.1:{port}",
+            server,
             "--config",
             str(config),
             "--spool",
@@ -125,6 +88,27 @@ def test_an_agent_once_gives_up_on_a_server_it_cannot_reach(tmp_path):
         text=True,
         timeout=120,
         env={**os.environ, "NETMAP_SCANNER_TOKEN": "nms_x"},
+    )
+
+
+def test_an_agent_whose_scanner_cannot_run_refuses_to_start(tmp_path):
+    """With nmap missing the agent claimed port scans and failed each for good; it now
+    says so at start, before it asks the server for anything."""
+    done = _agent_once(tmp_path, "http://127.0.0.1:9", '[agent]\nnmap_path = "/nonexistent/nmap"\n')
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "nmap cannot be run ('/nonexistent/nmap')" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_agent_once_gives_up_on_a_server_it_cannot_reach(tmp_path):
+    """`--once` (cron, scripts) used to retry a refused connection for ever."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _agent_once(
+        tmp_path, f"http://127.0.0.1:{port}", "[agent]\nidle_backoff_max_seconds = 1\n"
     )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "giving up (--once)" in done.stderr
