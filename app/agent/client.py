@@ -10,6 +10,7 @@ repeating it cannot help).
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 from dataclasses import dataclass
@@ -185,6 +186,18 @@ def _retry_after(response: requests.Response) -> float | None:
         return None
 
 
+def _dropped_kept_alive(exc: requests.ConnectionError) -> bool:
+    """Whether a request failed because its reused connection was closed under it: the
+    server answered nothing (urllib3's "Connection aborted." with the peer's close)."""
+    reason = exc.args[0] if exc.args else None
+    cause = getattr(reason, "args", ())
+    return (
+        len(cause) == 2
+        and cause[0] == "Connection aborted."
+        and isinstance(cause[1], (http.client.RemoteDisconnected, ConnectionResetError))
+    )
+
+
 class ScannerClient:
     def __init__(
         self,
@@ -217,9 +230,19 @@ class ScannerClient:
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
-            response = self._session.post(
-                self.server + path, data=data, headers=headers, timeout=self.timeout
-            )
+            try:
+                response = self._session.post(
+                    self.server + path, data=data, headers=headers, timeout=self.timeout
+                )
+            except requests.ConnectionError as exc:
+                if not _dropped_kept_alive(exc):
+                    raise
+                # The server closed the idle kept-alive connection as this request went
+                # out on it (its keep-alive timeout): the request was not read. Once
+                # more on a new connection, instead of a "claim failed" and a backoff.
+                response = self._session.post(
+                    self.server + path, data=data, headers=headers, timeout=self.timeout
+                )
         except requests.RequestException as exc:
             raise RetryLater(f"{type(exc).__name__}: {exc}") from None
         if response.status_code < 400:

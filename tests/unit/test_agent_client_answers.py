@@ -52,3 +52,67 @@ def test_a_cancel_and_a_removed_execution_read_alike(status, code, cancelled):
         client.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_kept_alive_connection_closed_under_a_request_is_tried_once_more():
+    # The server's keep-alive timeout closes an idle connection just as the agent's next
+    # poll goes out on it: that used to be a "claim failed … retrying in 4s".
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    answered = []
+
+    def read_request(conn) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            ),
+            0,
+        )
+        while len(body) < length:
+            body += conn.recv(65536)
+        return head
+
+    def serve():
+        first, _ = listener.accept()
+        with first:
+            read_request(first)
+            payload = b'{"lease_expires_at": "2026-12-07T12:00:00+00:00"}'
+            first.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
+            answered.append("first")
+            read_request(first)  # the next request on the kept-alive connection: dropped
+        second, _ = listener.accept()
+        with second:
+            read_request(second)
+            payload = b'{"lease_expires_at": "2026-12-07T12:00:00+00:00"}'
+            second.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
+            answered.append("second")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = ScannerClient(f"http://127.0.0.1:{listener.getsockname()[1]}", "nms_test")
+    try:
+        client.renew(7, "00000000-0000-0000-0000-000000000000")
+        client.renew(7, "00000000-0000-0000-0000-000000000000")  # no RetryLater
+    finally:
+        client.close()
+        thread.join(timeout=10)
+        listener.close()
+    assert answered == ["first", "second"]
