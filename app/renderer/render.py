@@ -75,6 +75,10 @@ class _OutOfTime(BaseException):
     takes it for an error of the template and goes on."""
 
 
+# The watchdog's raises after the first, while the thread is still inside the budget.
+RAISE_AGAIN_SECONDS = 0.25
+RAISE_AGAIN_TIMES = 40
+
 # CPython's way to raise an exception in another thread; it is delivered at the
 # thread's next bytecode, so C code already running (a regex, nh3) finishes first.
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
@@ -88,30 +92,44 @@ def _thread_time_budget(seconds: float) -> Iterator[None]:
 
     A thread cannot take signals, and checking the clock between output chunks misses
     a loop that writes nothing (nested loops over ranges spin for minutes): a watchdog
-    timer raises the timeout into the rendering thread instead. The lock keeps it from
-    firing once the block is left, and a timeout raised but not yet delivered at that
-    moment is taken back."""
+    raises the timeout into the rendering thread instead. It raises it again every
+    ``RAISE_AGAIN_SECONDS`` (``RAISE_AGAIN_TIMES`` at most) while the thread is still
+    inside: one that lands where CPython cannot propagate it (a garbage collector
+    callback, a ``__del__``) is dropped as "unraisable". The lock keeps it from raising
+    once the block is left, and a timeout raised but not yet delivered then is taken
+    back; the bound keeps a thread that somehow never leaves from being hit for ever."""
     target = threading.get_ident()
     guard = threading.Lock()
-    state = {"inside": True, "fired": False}
+    state = {"inside": True}
+    stop = threading.Event()
 
     def expire() -> None:
-        with guard:
-            if state["inside"]:
-                state["fired"] = True
+        if stop.wait(seconds):
+            return
+        for _ in range(RAISE_AGAIN_TIMES):
+            with guard:
+                if not state["inside"]:
+                    return
                 _set_async_exc(target, ctypes.py_object(_OutOfTime))
+            if stop.wait(RAISE_AGAIN_SECONDS):
+                return
 
-    watchdog = threading.Timer(seconds, expire)
-    watchdog.daemon = True
+    watchdog = threading.Thread(target=expire, name="render-watchdog", daemon=True)
     watchdog.start()
     try:
         yield
     finally:
-        watchdog.cancel()
-        with guard:
-            state["inside"] = False
-            if state["fired"]:
-                _set_async_exc(target, ctypes.py_object())  # NULL: clears a pending one
+        stop.set()
+        while True:
+            # A timeout may land here too, before the lock is held: leave only once the
+            # watchdog has been told, under its lock, and nothing is pending.
+            try:
+                with guard:
+                    state["inside"] = False
+                    _set_async_exc(target, ctypes.py_object())  # NULL: clears a pending one
+                break
+            except _OutOfTime:
+                continue
 
 
 @contextmanager

@@ -243,3 +243,36 @@ def test_the_default_subject_counts_endpoints_in_words(endpoints, words):
         "period": {"label": "this week"},
     }
     assert render(payload)["subject"] == f"[netmap] weekly: {words} (this week)"
+
+
+def test_a_timeout_lost_on_the_way_is_raised_again():
+    # A timeout that lands in a garbage-collector callback is dropped as "unraisable":
+    # one raise alone would leave a silent loop spinning. Here the first is swallowed.
+    import threading
+    import time
+
+    import app.renderer.render as module
+
+    outcome: list = []
+
+    def run():
+        swallowed = 0
+        try:
+            with module._thread_time_budget(0.1):
+                while True:
+                    try:
+                        while True:
+                            pass
+                    except module._OutOfTime:
+                        swallowed += 1
+                        if swallowed > 1:
+                            raise
+        except module._OutOfTime:
+            outcome.append(swallowed)
+        time.sleep(module.RAISE_AGAIN_SECONDS * 3)  # none lands once the block is left
+        outcome.append("after")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome == [2, "after"]
