@@ -84,26 +84,23 @@ def test_a_kept_alive_connection_closed_under_a_request_is_tried_once_more():
             body += conn.recv(65536)
         return head
 
+    def answer(conn, name: str) -> None:
+        read_request(conn)
+        payload = b'{"lease_expires_at": "2026-12-07T12:00:00+00:00"}'
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        answered.append(name)
+
     def serve():
         first, _ = listener.accept()
         with first:
-            read_request(first)
-            payload = b'{"lease_expires_at": "2026-12-07T12:00:00+00:00"}'
-            first.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
-            )
-            answered.append("first")
-            read_request(first)  # the next request on the kept-alive connection: dropped
+            answer(first, "first")  # kept alive
+            read_request(first)  # the next request on it: closed unanswered
         second, _ = listener.accept()
         with second:
-            read_request(second)
-            payload = b'{"lease_expires_at": "2026-12-07T12:00:00+00:00"}'
-            second.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
-            )
-            answered.append("second")
+            answer(second, "second")
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
