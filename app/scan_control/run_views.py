@@ -15,7 +15,7 @@ from app.analysis.queries import compare_runs, task_changes
 from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
-from app.scan_control.runs import resolve_run
+from app.scan_control.runs import resolve_run, run_not_found
 from app.scan_control.visibility import task_visible
 
 
@@ -25,12 +25,7 @@ def _run_number(conn, task_id: int, run_id: int, parameter: str) -> int:
         {"run": run_id, "task": task_id},
     ).scalar()
     if number is None:
-        raise NotFound(
-            f"no run of this task has the id {run_id} "
-            f"({parameter} takes a run's id, not its number)",
-            code="run_not_found",
-            details={"parameter": parameter},
-        )
+        raise run_not_found(run_id, parameter)
     return int(number)
 
 

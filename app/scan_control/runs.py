@@ -352,12 +352,17 @@ def resolve_run(conn: Connection, task_id: int, run_id: int | None) -> int | Non
         {"run": run_id, "task": task_id},
     ).scalar()
     if not found:
-        raise NotFound(
-            f"no run of this task has the id {run_id} (run takes a run's id, not its number)",
-            code="run_not_found",
-            details={"parameter": "run"},
-        )
+        raise run_not_found(run_id, "run")
     return run_id
+
+
+def run_not_found(run_id: int, parameter: str) -> NotFound:
+    """The 404 of a run parameter naming no run of the task (every route says it alike)."""
+    return NotFound(
+        f"no run of this task has the id {run_id} ({parameter} takes a run's id, not its number)",
+        code="run_not_found",
+        details={"parameter": parameter},
+    )
 
 
 def run_execution_ids(conn: Connection, run_id: int, *, succeeded_only: bool = False) -> list[int]:
