@@ -121,6 +121,13 @@ _SCANNER_OFFLINE = sa.text(
                'status', e.what,
                'offline_since', e.episode,
                'offline_seconds', CAST(:offline AS integer),
+               -- How long it was away, on the "back" message: from the sign of life the
+               -- episode is named by to the one that ended it.
+               'offline_for_seconds',
+               CASE WHEN e.what = 'online'
+                    THEN CAST(floor(extract(epoch FROM s.last_seen_at
+                                                  - CAST(e.episode AS timestamptz)))
+                              AS integer) END,
                'link', CAST(:link AS text))
       FROM events e
       JOIN alert_rules r ON r.id = e.rule_id

@@ -93,6 +93,31 @@ def send_webhook(settings: Settings, channel: Channel, message: Message) -> str:
     return f"HTTP {answer.status}"
 
 
+def span_text(seconds: float) -> str:
+    """A length of time for people, in its largest unit and the next one when that is not
+    zero: "2 days 23 hours", "4 hours", "3 minutes 20 seconds". Rounded down: never more
+    than it was."""
+    left = max(int(seconds), 0)
+    counts = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, left = divmod(left, size)
+        counts.append((count, unit))
+    lead = next((i for i, (count, _) in enumerate(counts) if count), len(counts) - 1)
+    shown = [c for c in counts[lead : lead + 2] if c[0]] or [counts[-1]]
+    return " ".join(f"{count} {unit}{'' if count == 1 else 's'}" for count, unit in shown)
+
+
+def _time_left(cert: dict[str, Any], message: Message) -> str:
+    """Time from the message's creation to the certificate's ``not_after``. ``days_left``
+    alone is whole days rounded down, and "expires in 2 days" for 2 days 23 hours read as
+    a day less than there was."""
+    try:
+        not_after = datetime.fromisoformat(str(cert.get("not_after")).replace("Z", "+00:00"))
+        return span_text((not_after - message.created_at).total_seconds())
+    except (TypeError, ValueError):  # not a time: what the payload says
+        return f"{cert.get('days_left')} days"
+
+
 def summary_text(message: Message) -> tuple[str, str]:
     """(title, body) of a message for people: email and chat."""
     data = message.payload
@@ -108,6 +133,11 @@ def summary_text(message: Message) -> tuple[str, str]:
             lines.append(
                 f"Last sign of life: {data.get('offline_since')} "
                 f"(offline after {data.get('offline_seconds')} s without one)"
+            )
+        elif data.get("offline_for_seconds") is not None:  # older messages lack it
+            lines.append(
+                f"Away for {span_text(data['offline_for_seconds'])}: no sign of life "
+                f"from {data.get('offline_since')} to {scanner.get('last_seen_at')}"
             )
         if data.get("link"):
             lines.append(data["link"])
@@ -128,7 +158,7 @@ def summary_text(message: Message) -> tuple[str, str]:
     if "certificate" in data:  # certificate_expires rules (app.alerts.conditions)
         cert = data["certificate"]
         name = cert.get("subject_cn") or cert.get("fingerprint") or "a certificate"
-        when = "expired" if cert.get("expired") else f"expires in {cert.get('days_left')} days"
+        when = "expired" if cert.get("expired") else f"expires in {_time_left(cert, message)}"
         title = f"netmap: certificate {name} {when}"
         lines = [
             f"Rule: {rule}",

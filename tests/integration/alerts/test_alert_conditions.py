@@ -122,6 +122,11 @@ def test_a_scanner_going_offline_is_told_once_and_back_online_once(api, settings
     evaluate_scanner_offline(settings)
     kinds = [m.event_type for m in _messages(rule["id"])]
     assert kinds == ["netmap.scanner.offline", "netmap.scanner.online"]
+    went, back = _messages(rule["id"])
+    assert went.payload["offline_for_seconds"] is None
+    # Away from the last sign before the silence to the claim that ended it.
+    assert offline + 5 <= back.payload["offline_for_seconds"] <= offline + 65
+    assert back.payload["offline_since"] == went.payload["offline_since"]
 
     # Silent again: a new episode, a new message.
     _silence(scanner.id, offline + 60)
