@@ -13,6 +13,7 @@ from app.http import context
 from app.http.guards import current_scanner, require_scanner
 from app.http.requests import json_body
 from app.identity.scanners import parse_agent_report
+from app.json_input import checked_object
 from app.observability import emit
 from app.scan_control import scanner_calls
 from app.scan_control.dispatch import EXECUTION_KINDS, parse_claim_token
@@ -30,7 +31,9 @@ def claim():
     kinds = EXECUTION_KINDS
     report = None
     if request.content_length:
-        body = json_body()
+        # Unknown fields are refused, as in uploads and the agent report: a misspelt
+        # "kind" would otherwise claim any kind of work.
+        body = checked_object(json_body(), ("agent", "kinds"))
         report = parse_agent_report(body.get("agent"))
         requested = body.get("kinds")
         if requested is not None:
@@ -60,7 +63,7 @@ def claim():
 @blueprint.post("/executions/<int:execution_id>/lease")
 @require_scanner
 def renew_lease(execution_id: int):
-    body = json_body()
+    body = checked_object(json_body(), ("claim_token", "agent"))
     token = parse_claim_token(body.get("claim_token"))
     report = parse_agent_report(body.get("agent"))
     expires = scanner_calls.renew(
@@ -76,7 +79,7 @@ def renew_lease(execution_id: int):
 @blueprint.post("/executions/<int:execution_id>/fail")
 @require_scanner
 def fail(execution_id: int):
-    body = json_body()
+    body = checked_object(json_body(), ("claim_token", "reason"))
     token = parse_claim_token(body.get("claim_token"))
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):

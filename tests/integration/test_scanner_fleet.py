@@ -216,3 +216,30 @@ def test_scanners_page_shows_status_badges(api):
     row = html.split(f'id="scanner-{seen.id}"')[1].split("</tr>")[0]
     assert 'data-status="online"' in row and "scan-host-1" in row and "nmap 7.93" in row
     assert 'data-status="never_seen"' in html
+
+
+def test_unknown_fields_in_claim_lease_and_fail_are_refused_and_change_nothing(api):
+    """As in uploads and the agent report: a misspelt key is a 400 naming it, not a
+    default. A claim with ``kind`` (for ``kinds``) would otherwise take any kind of work."""
+    user, scanner = api.user(), api.scanner()
+    make_task(user)
+    answer = scanner.claim(kind=["dns"])
+    assert answer.status_code == 400, answer.get_json()
+    assert answer.get_json()["error"]["code"] == "unknown_field"
+    assert answer.get_json()["error"]["details"] == {"field": "kind"}
+    claimed = claim(scanner)  # the refused claim took nothing: the execution is still there
+    path = f"/api/scanner/executions/{claimed.id}"
+    for route, body, field in [
+        ("lease", {"claim_token": claimed.token, "lease_seconds": 600}, "lease_seconds"),
+        ("fail", {"claim_token": claimed.token, "reasons": "nmap died"}, "reasons"),
+    ]:
+        answer = scanner.post(f"{path}/{route}", json=body)
+        assert answer.status_code == 400, answer.get_json()
+        assert answer.get_json()["error"]["code"] == "unknown_field"
+        assert answer.get_json()["error"]["details"] == {"field": field}
+    with transaction() as conn:
+        status = conn.execute(
+            sa.text("SELECT status FROM scan_executions WHERE id = :id"), {"id": claimed.id}
+        ).scalar_one()
+    assert status == "running"
+    assert scanner.post(f"{path}/fail", json={"claim_token": claimed.token}).status_code == 200

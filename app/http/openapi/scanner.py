@@ -22,6 +22,12 @@ AGENT = {
     "additionalProperties": False,
 }
 
+
+def closed(schema: dict) -> dict:
+    """A body that refuses fields it does not name (400 ``unknown_field``)."""
+    return {**schema, "additionalProperties": False}
+
+
 OPERATIONS = {
     ("post", "/api/scanner/claim"): operation(
         "scanner",
@@ -34,7 +40,9 @@ OPERATIONS = {
         },
         security=SCANNER,
         requestBody=body(
-            obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}, "agent": AGENT}),
+            closed(
+                obj({}, {"kinds": {"type": "array", "items": {"type": "string"}}, "agent": AGENT})
+            ),
             required=False,
         ),
     ),
@@ -44,7 +52,7 @@ OPERATIONS = {
         {"200": json_response("renewed", obj({"lease_expires_at": {"type": "string"}}))},
         security=SCANNER,
         parameters=[path_id("execution_id")],
-        requestBody=body(obj({"claim_token": {"type": "string"}}, {"agent": AGENT})),
+        requestBody=body(closed(obj({"claim_token": {"type": "string"}}, {"agent": AGENT}))),
     ),
     ("post", "/api/scanner/executions/{execution_id}/fail"): operation(
         "scanner",
@@ -52,7 +60,9 @@ OPERATIONS = {
         {"200": json_response("recorded", obj({"success": {"const": True}}))},
         security=SCANNER,
         parameters=[path_id("execution_id")],
-        requestBody=body(obj({"claim_token": {"type": "string"}}, {"reason": {"type": "string"}})),
+        requestBody=body(
+            closed(obj({"claim_token": {"type": "string"}}, {"reason": {"type": "string"}}))
+        ),
     ),
     ("post", "/api/scanner/executions/{execution_id}/uploads"): operation(
         "scanner",
