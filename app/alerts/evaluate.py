@@ -83,9 +83,23 @@ def _fields_test() -> str:
     )
 
 
+def _any_field_differs() -> str:
+    return " OR ".join(
+        field_changed_sql(c, f"x.old_{c}", f"x.new_{c}") for c in _COLUMN_OF_FIELD.values()
+    )
+
+
 def _matches() -> str:
-    """SQL: change ``x`` matches rule ``r`` (kind, filter, fields of a ``changed``)."""
-    return f"""x.kind = ANY(r.on_kinds)
+    """SQL: change ``x`` matches rule ``r`` (kind, filter, fields of a ``changed``).
+
+    A rule on ``changed`` also hears of a ``reappeared`` endpoint whose values differ from
+    those it had before it went (in one of the rule's ``fields``, or any): a certificate
+    replaced while its port was down is a changed certificate to whoever watches them."""
+    return f"""(x.kind = ANY(r.on_kinds)
+                AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})
+                OR x.kind = 'reappeared' AND 'changed' = ANY(r.on_kinds)
+                   AND (cardinality(r.fields) = 0 AND ({_any_field_differs()})
+                        OR {_fields_test()}))
            AND (cardinality(r.cidrs) = 0 OR x.ip <<= ANY(r.cidrs))
            AND (cardinality(r.ports) = 0 OR x.port = ANY(r.ports))
            AND (cardinality(r.services) = 0
@@ -94,8 +108,7 @@ def _matches() -> str:
                 OR coalesce(x.new_product, x.old_product) = ANY(r.products))
            AND (cardinality(r.task_ids) = 0 OR x.task_id = ANY(r.task_ids))
            AND (NOT r.searched
-                OR EXISTS (SELECT 1 FROM searched q WHERE q.rule_id = r.id AND q.change_id = x.id))
-           AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})"""  # noqa: S608 - module constants
+                OR EXISTS (SELECT 1 FROM searched q WHERE q.rule_id = r.id AND q.change_id = x.id))"""  # noqa: S608 - module constants
 
 
 def enqueue_sql() -> str:
@@ -155,7 +168,7 @@ def enqueue_sql() -> str:
                    'execution_id', f.execution_id, 'finished_at', f.finished_at,
                    'old', CASE WHEN f.kind = 'new' THEN NULL ELSE {old_values} END,
                    'new', CASE WHEN f.kind = 'gone' THEN NULL ELSE {new_values} END,
-                   'changed_fields', CASE WHEN f.kind = 'changed'
+                   'changed_fields', CASE WHEN f.kind IN ('changed', 'reappeared')
                                           THEN to_jsonb({changed_fields}) END
                ) AS change
           FROM rules r

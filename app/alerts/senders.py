@@ -179,7 +179,8 @@ def summary_text(message: Message) -> tuple[str, str]:
         if data.get("task_name"):  # messages queued before it was in the payload lack it
             title += f" in {data['task_name']}"
             lines.append(f"Task: {data['task_name']} (#{change.get('task_id')})")
-        lines.append(f"Change: {change['kind']}")
+        fields = change.get("changed_fields")  # changed, reappeared: what differs
+        lines.append(f"Change: {change['kind']}" + (f" ({', '.join(fields)})" if fields else ""))
         for side in ("old", "new"):
             if change.get(side):
                 values = ", ".join(f"{k}={v}" for k, v in change[side].items() if v is not None)
@@ -197,7 +198,11 @@ def summary_text(message: Message) -> tuple[str, str]:
         lines.append(f"{named}, run {data['run_number']} ({data.get('run_status')})")
     lines.append(f"Changes: {data.get('total', 0)}")
     for change in data.get("changes", []):
-        lines.append(f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}")
+        fields = change.get("changed_fields")
+        lines.append(
+            f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"
+            + (f" ({', '.join(fields)})" if fields else "")
+        )
     if data.get("more"):
         lines.append(f"  … and {data['more']} more")
     if data.get("link"):

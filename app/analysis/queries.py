@@ -43,7 +43,8 @@ def _values(row: Any, names: tuple[tuple[str, str], ...]) -> dict[str, Any]:
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The fields a ``changed`` change differs in (from its old and new values)."""
+    """The fields a ``changed`` (or ``reappeared``) change differs in, from its old and new
+    values."""
     return [
         field for value, field in _FIELD_OF_VALUE if field_changed(value, old[value], new[value])
     ]
@@ -61,7 +62,7 @@ def _change_item(row: Any, *, endpoint: bool) -> dict[str, Any]:
         "old": None if kind == "new" else _values(row, _OLD),
         "new": None if kind == "gone" else _values(row, _NEW),
     }
-    if kind == "changed":
+    if kind in ("changed", "reappeared"):  # reappeared: what differs from before it went
         item["changed_fields"] = _changed_fields(item["old"], item["new"])
     if endpoint:
         item.update(ip=row["ip"], port=row["port"], transport=row["transport"])

@@ -277,3 +277,69 @@ def test_a_runner_killed_between_send_and_record_sends_the_same_id_again(
     assert all(h.verified for h in receiver.hooks(ok_only=False))
     (done,) = _deliveries()
     assert done.status == "delivered" and done.attempts == 2
+
+
+def test_an_endpoint_back_with_a_new_certificate_is_a_changed_certificate(
+    api, settings, receiver
+) -> None:
+    """An endpoint that was gone and comes back is ``reappeared``; its ``changed_fields``
+    name what differs from before it went, and a rule on ``changed`` hears of it when
+    that is one of its ``fields`` (or any field, for a rule without ``fields``)."""
+    alice, scanner = api.user(), api.scanner()
+    hook = alice.post("/api/alerts/channels", json={"kind": "webhook", "url": receiver.url})
+    receiver.secrets.append(hook.get_json()["channel"]["secret"])
+    channel = hook.get_json()["channel"]["id"]
+    rules = {}
+    for name, body in [
+        ("certs", {"on": ["changed"], "fields": ["cert_sha256"]}),
+        ("versions", {"on": ["changed"], "fields": ["version"]}),
+        ("any change", {"on": ["changed"]}),
+        ("back", {"on": ["reappeared"]}),
+    ]:
+        made = alice.post("/api/alerts/rules", json={"name": name, "channels": [channel], **body})
+        assert made.status_code == 201, made.get_json()
+        rules[made.get_json()["rule"]["id"]] = name
+    old, renewed = "aa" * 32, "bb" * 32
+
+    def seen(ip: str, cert: str):
+        return observation(ip, 80, service={"name": "http", "version": "1"}, tls={"sha256": cert})
+
+    _scan(alice, scanner, [seen("192.0.2.1", old), seen("192.0.2.2", old), seen("192.0.2.3", old)])
+    _run_workers(settings)
+    _scan(alice, scanner, [seen("192.0.2.3", old)])  # .1 and .2 are down: gone
+    _run_workers(settings)
+    drain(settings)
+    already = {h.headers["webhook-id"] for h in receiver.hooks()}  # not this test's
+    # Back: .1 with a renewed certificate, .2 as it was.
+    task, _ = _scan(
+        alice, scanner, [seen("192.0.2.1", renewed), seen("192.0.2.2", old), seen("192.0.2.3", old)]
+    )
+    _run_workers(settings)
+    drain(settings)
+
+    heard = sorted(
+        (rules[h.json["data"]["rule"]["id"]], h.json["data"]["change"]["ip"])
+        for h in receiver.hooks()
+        if h.headers["webhook-id"] not in already
+    )
+    assert heard == [
+        ("any change", "192.0.2.1"),
+        ("back", "192.0.2.1"),
+        ("back", "192.0.2.2"),
+        ("certs", "192.0.2.1"),
+    ]
+    message = next(
+        h.json
+        for h in receiver.hooks()
+        if h.headers["webhook-id"] not in already and rules[h.json["data"]["rule"]["id"]] == "certs"
+    )
+    assert message["type"] == "netmap.change.reappeared"
+    change = message["data"]["change"]
+    assert change["changed_fields"] == ["cert_sha256"]
+    assert (change["old"]["cert_sha256"], change["new"]["cert_sha256"]) == (old, renewed)
+
+    items = alice.get(f"/api/tasks/{task['id']}/changes?kind=reappeared").get_json()["items"]
+    assert sorted((i["ip"], i["changed_fields"]) for i in items) == [
+        ("192.0.2.1", ["cert_sha256"]),
+        ("192.0.2.2", []),
+    ]
