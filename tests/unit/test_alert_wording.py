@@ -78,3 +78,25 @@ def test_a_scanner_back_online_says_how_long_it_was_away() -> None:
         "Away for 2 hours 15 minutes: no sign of life from 2026-12-01T12:00:00.000000Z "
         "to 2026-12-01T14:15:00+00:00",
     ]
+
+
+def test_a_change_message_names_the_fields_that_differ() -> None:
+    change = {
+        "kind": "reappeared",
+        "ip": "192.0.2.1",
+        "port": 443,
+        "transport": "tcp",
+        "task_id": 4,
+        "old": {"state": "open", "cert_sha256": "aa"},
+        "new": {"state": "open", "cert_sha256": "bb"},
+        "changed_fields": ["cert_sha256"],
+    }
+    created = datetime(2026, 12, 1, tzinfo=UTC)
+    payload = {"rule": {"id": 1, "name": "certs"}, "task_name": "edge", "change": change}
+    title, text = summary_text(Message("msg_3", "netmap.change.reappeared", created, payload))
+    assert title == "netmap: reappeared 192.0.2.1:443/tcp in edge"
+    assert "Change: reappeared (cert_sha256)" in text.splitlines()
+    digest = {"rule": {"id": 1, "name": "certs"}, "counts": {"reappeared": 1}, "total": 1}
+    digest["changes"] = [change]
+    _, text = summary_text(Message("msg_4", "netmap.digest", created, digest))
+    assert "  reappeared 192.0.2.1:443/tcp (cert_sha256)" in text.splitlines()
