@@ -108,7 +108,8 @@ def _matches() -> str:
                 OR coalesce(x.new_product, x.old_product) = ANY(r.products))
            AND (cardinality(r.task_ids) = 0 OR x.task_id = ANY(r.task_ids))
            AND (NOT r.searched
-                OR EXISTS (SELECT 1 FROM searched q WHERE q.rule_id = r.id AND q.change_id = x.id))"""  # noqa: S608 - module constants
+                OR EXISTS (SELECT 1 FROM searched q
+                            WHERE q.rule_id = r.id AND q.change_id = x.id))"""  # noqa: S608 - constants
 
 
 def enqueue_sql() -> str:
