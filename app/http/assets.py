@@ -50,10 +50,11 @@ def _result_item(doc) -> dict:
     return item
 
 
-def asset_query_from_request(user) -> AssetQuery:
+def asset_query_from_request(user, *, paged: bool = True) -> AssetQuery:
     """The asset query the request's parameters ask for (shared with the web console and,
     through app.search.asset_params, with asset exports). ``search=<id>`` adds the
-    caller's saved search, ANDed before ``q``."""
+    caller's saved search, ANDed before ``q``. ``paged`` false (facets, which count the
+    whole search): the page's parameters, ``limit`` and ``cursor``, are not read."""
     saved_id = int_arg("search", minimum=1)
     queries = [saved_searches.get_search(user.id, saved_id).query] if saved_id is not None else []
     query = asset_query_from_params(
@@ -61,8 +62,8 @@ def asset_query_from_request(user) -> AssetQuery:
         owner_id=user.id,
         may_search_global=user.is_admin,
         queries=queries,
-        limit=page_limit(default=50, maximum=500),
-        cursor=request.args.get("cursor") or None,
+        limit=page_limit(default=50, maximum=500) if paged else 50,
+        cursor=(request.args.get("cursor") or None) if paged else None,
     )
     return dataclasses.replace(query, time_limit_ms=interactive_time_limit_ms())
 
@@ -102,8 +103,9 @@ def facets_body(facets) -> dict:
 @require_user
 def asset_facets():
     """Top services, products, ports and certificate issuers of a search (the same
-    parameters and ``q`` as ``GET /api/assets``), over at most ``FACET_SAMPLE`` assets."""
-    query = asset_query_from_request(current_user())
+    parameters and ``q`` as ``GET /api/assets``; ``limit`` and ``cursor`` are not read,
+    ``sort`` and ``order`` change nothing), over at most ``FACET_SAMPLE`` assets."""
+    query = asset_query_from_request(current_user(), paged=False)
     size = int_arg("size", minimum=1, maximum=50) or 10
     facets = context.store().asset_facets(query, size=size, sample=FACET_SAMPLE)
     return jsonify(facets_body(facets))

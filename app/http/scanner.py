@@ -35,8 +35,8 @@ def claim():
         # "kind" would otherwise claim any kind of work.
         body = checked_object(json_body(), ("agent", "kinds"))
         report = parse_agent_report(body.get("agent"))
-        requested = body.get("kinds")
-        if requested is not None:
+        if "kinds" in body:  # null is no list either: never "any kind" by accident
+            requested = body["kinds"]
             if (
                 not isinstance(requested, list)
                 or not requested

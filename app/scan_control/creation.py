@@ -65,7 +65,13 @@ def _scope_values(
         ranges, found = parse_ports(body.get("ports"), limits)
         values["ports"] = format_ports(ranges)
         problems.extend(found)
-    if "transports" in fields:
+    if "transports" in fields and "transports" in body and body["transports"] is None:
+        # Left out, transports default to tcp; null is no list of them (a new task's or a
+        # change's).
+        problems.append(
+            Problem("transports", None, None, "must be a non-empty list of 'tcp'/'udp'")
+        )
+    elif "transports" in fields:
         values["transports"], found = parse_transports(body.get("transports"))
         problems.extend(found)
     if "profile" in fields:
@@ -77,12 +83,20 @@ def _scope_values(
     return values
 
 
+def unknown_fields_error(unknown: list[str]) -> ValidationError:
+    """400 ``unknown_field``, as every other route names one (``details.field``: the
+    first); ``details.fields`` lists them all."""
+    return ValidationError(
+        f"unknown field {unknown[0]!r}",
+        code="unknown_field",
+        details={"field": unknown[0], "fields": unknown},
+    )
+
+
 def validate_task_request(body: dict[str, Any], limits: ScanSettings) -> TaskRequest:
     unknown = sorted(set(body) - {"name", "targets", "ports", "transports", "profile", "scan"})
     if unknown:
-        raise ValidationError(
-            "unknown fields in task", code="unknown_fields", details={"fields": unknown}
-        )
+        raise unknown_fields_error(unknown)
     name = body.get("name")
     problems: list[Problem] = []
     scope = _scope_values(body, limits, SCOPE_FIELDS, problems)
@@ -102,12 +116,6 @@ def validate_scope_change(body: dict[str, Any], limits: ScanSettings) -> dict[st
     each refused item); the others are left out."""
     problems: list[Problem] = []
     fields = tuple(f for f in SCOPE_FIELDS if f in body)
-    if "transports" in body and body["transports"] is None:
-        # A new task's missing transports default to tcp; a change names them.
-        problems.append(
-            Problem("transports", None, None, "must be a non-empty list of 'tcp'/'udp'")
-        )
-        fields = tuple(f for f in fields if f != "transports")
     values = _scope_values(body, limits, fields, problems)
     raise_if_problems(problems)
     return values

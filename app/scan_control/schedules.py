@@ -41,6 +41,7 @@ from app.scan_control import schedule_store, service
 from app.scan_control.creation import (
     SCOPE_FIELDS,
     change_scope,
+    unknown_fields_error,
     validate_scope_change,
     validate_task_request,
 )
@@ -91,9 +92,7 @@ def update_task(user: User, task_id: int, body: dict[str, Any], limits: ScanSett
     change what the next runs scan (targets, ports, transports, profile)."""
     unknown = sorted(set(body) - PATCH_FIELDS)
     if unknown:
-        raise ValidationError(
-            "unknown fields in task update", code="unknown_fields", details={"fields": unknown}
-        )
+        raise unknown_fields_error(unknown)
     name = body.get("name")
     if "name" in body and (not isinstance(name, str) or not name.strip() or len(name) > 200):
         raise ValidationError(

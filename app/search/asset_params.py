@@ -153,7 +153,11 @@ def _addresses(params: Mapping[str, str]) -> tuple[str | None, str | None]:
             )
     try:
         if ip is not None:
-            ip = str(ipaddress.ip_address(ip))
+            address = ipaddress.ip_address(ip)
+            # Results store an IPv4-mapped address (::ffff:192.0.2.1) as the IPv4 one it
+            # maps; so does the host page. Asked that way, it finds that host.
+            mapped = getattr(address, "ipv4_mapped", None)
+            ip = str(mapped or address)
     except ValueError:
         raise ValidationError(
             "ip must be an IPv4 or IPv6 address",

@@ -227,7 +227,9 @@ def test_unknown_fields_in_claim_lease_and_fail_are_refused_and_change_nothing(a
     assert answer.status_code == 400, answer.get_json()
     assert answer.get_json()["error"]["code"] == "unknown_field"
     assert answer.get_json()["error"]["details"] == {"field": "kind"}
-    claimed = claim(scanner)  # the refused claim took nothing: the execution is still there
+    answer = scanner.claim(kinds=None)
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "invalid_kinds"
+    claimed = claim(scanner)  # the refused claims took nothing: the execution is still there
     path = f"/api/scanner/executions/{claimed.id}"
     for route, body, field in [
         ("lease", {"claim_token": claimed.token, "lease_seconds": 600}, "lease_seconds"),

@@ -149,7 +149,8 @@ def test_patch_refuses_unknown_fields_and_other_users_tasks(api):
     task = create(user, {"every_seconds": 3600})
     response = user.patch(f"/api/tasks/{task['id']}", json={"owner_id": 7})
     assert response.status_code == 400
-    assert response.get_json()["error"]["code"] == "unknown_fields"
+    assert response.get_json()["error"]["code"] == "unknown_field"
+    assert response.get_json()["error"]["details"] == {"field": "owner_id", "fields": ["owner_id"]}
     for call in (
         lambda c: c.patch(f"/api/tasks/{task['id']}", json={"schedule": None}),
         lambda c: c.post(f"/api/tasks/{task['id']}/schedule/pause"),

@@ -100,6 +100,17 @@ def test_bad_json_and_bad_types_are_clear_400s(api):
         "targets",
         "ports",
     }
+    # null is no list of transports: refused, not taken as the default (tcp).
+    body = {"name": "n", "targets": ["192.0.2.1"], "ports": "80", "transports": None}
+    null = user.post("/api/tasks", json=body)
+    assert null.status_code == 400, null.get_json()
+    assert [i["field"] for i in null.get_json()["error"]["details"]["items"]] == ["transports"]
+    # An unknown field is named as on every other route.
+    unknown = user.post("/api/tasks", json={**body, "transports": ["tcp"], "owner": 1, "colour": 2})
+    assert unknown.status_code == 400
+    assert unknown.get_json()["error"]["code"] == "unknown_field"
+    assert unknown.get_json()["error"]["details"] == {"field": "colour", "fields": ["colour", "owner"]}
+    assert user.get("/api/tasks").get_json()["items"] == []
 
 
 def test_task_list_pages_by_keyset_and_filters(api):

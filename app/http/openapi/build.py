@@ -42,7 +42,7 @@ SECURITY_SCHEMES = {
     "session": {
         "type": "apiKey",
         "in": "cookie",
-        "name": "session",
+        "name": "netmap_session",  # the app's SESSION_COOKIE_NAME
         "description": "The session cookie of POST /api/auth/login. Requests that change "
         "something also send the login answer's csrf_token as the X-CSRF-Token header.",
     },

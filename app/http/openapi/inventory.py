@@ -34,7 +34,7 @@ _SEARCH_BODY = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "name": {"type": "string", "minLength": 1, "maxLength": 100},
         "query": {"type": "string", "description": "search language (docs/search-language.md)"},
     },
 }
@@ -43,7 +43,12 @@ _FACET_VALUES = {
     "items": obj({"value": {}, "count": {"type": "integer"}}),
 }
 # The facets take the asset search's own parameters (and the same q).
-_ASSET_PARAMETERS = copy.deepcopy(_TASK_OPERATIONS[("get", "/api/assets")]["parameters"])
+# The asset search's parameters without its page and order: facets count the whole search.
+_ASSET_PARAMETERS = [
+    p
+    for p in copy.deepcopy(_TASK_OPERATIONS[("get", "/api/assets")]["parameters"])
+    if p["name"] not in ("limit", "cursor", "sort", "order")
+]
 
 OPERATIONS = {
     ("get", "/api/assets/facets"): operation(
