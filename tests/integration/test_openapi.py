@@ -8,7 +8,9 @@ import re
 import pytest
 from openapi_spec_validator import validate
 
+from app.agent.formats import FORMATS
 from app.http.openapi import openapi_document
+from app.saved_searches.records import MAX_NAME
 from tests.support.openapi import check_response
 from tests.support.scanner_protocol import observation, upload_body
 
@@ -181,3 +183,26 @@ def test_every_documented_limit_is_the_one_its_route_takes(api):
             assert refused is not allowed, (path, limit, answer.status_code, answer.get_json())
         checked.append(path)
     assert len(checked) >= 10, checked
+
+
+def test_names_and_limits_the_document_gives_are_the_servers(app, api):
+    """A client generated from the document signs in, imports and saves searches as the
+    server takes them (it named the cookie ``session``, the naabu format ``naabu-json``
+    and allowed 200-character search names, all refused)."""
+    document = openapi_document()
+    cookie = document["components"]["securitySchemes"]["session"]["name"]
+    assert cookie == app.config["SESSION_COOKIE_NAME"]
+    imports = document["paths"]["/api/tasks/{task_id}/imports"]["post"]["parameters"]
+    (fmt,) = [p for p in imports if p["name"] == "format"]
+    assert tuple(fmt["schema"]["enum"]) == FORMATS
+    search_name = document["paths"]["/api/searches"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]["properties"]["name"]
+    assert search_name["maxLength"] == MAX_NAME
+    user = api.user()
+    longest = user.post("/api/searches", json={"name": "n" * MAX_NAME, "query": "port:22"})
+    assert longest.status_code == 201, longest.get_json()
+    # Facets count the whole search: they list no page parameters and read none.
+    facets = document["paths"]["/api/assets/facets"]["get"]["parameters"]
+    assert not {"limit", "cursor", "sort", "order"} & {p["name"] for p in facets}
+    assert user.get("/api/assets/facets?cursor=anything&limit=0").status_code == 200

@@ -98,6 +98,8 @@ def test_asset_search_filters_and_ownership(api):
     assert ips(alice) == [("192.0.2.1", 22), ("192.0.2.2", 443), ("192.0.2.3", 53)]
     assert ips(bob) == [("198.51.100.9", 8080)]
     assert ips(alice, "?ip=192.0.2.2") == [("192.0.2.2", 443)]
+    # An IPv4-mapped address is the IPv4 host, as results store it and the host page reads it.
+    assert ips(alice, "?ip=::ffff:192.0.2.2") == [("192.0.2.2", 443)]
     assert ips(alice, "?cidr=192.0.2.0/31") == [("192.0.2.1", 22)]
     assert ips(alice, "?port=22") == [("192.0.2.1", 22)]
     assert ips(alice, "?transport=udp") == [("192.0.2.3", 53)]
