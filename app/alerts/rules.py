@@ -140,8 +140,10 @@ def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
             search_id=chosen["search_id"],
             query=chosen["query"],
         )
-    if "channels" in body or not partial:
-        channels = _integers(body.get("channels"), "channels", low=1, high=2**63 - 1)
+    if "channels" not in body and not partial:
+        raise _bad("channels", "channels is required: the ids of the channels to send to")
+    if "channels" in body:
+        channels = _integers(body["channels"], "channels", low=1, high=2**63 - 1)
         if not channels:
             raise _bad("channels", "channels must name at least one channel")
         out["channel_ids"] = channels
@@ -165,6 +167,30 @@ def validate_rule(body: Any, *, partial: bool = False) -> dict[str, Any]:
                 raise _bad(flag, f"{flag} must be true or false")
             out[column] = body[flag]
     return out
+
+
+# Options that mean something for one kind only: (the body's name, the column, the kind,
+# the value that says nothing).
+_KIND_OPTIONS = (
+    ("days", "days", "certificate_expires", None),
+    ("back_online", "back_online", "scanner_offline", False),
+    ("fields", "fields", "changed", []),
+)
+
+
+def check_kind_options(values: dict[str, Any], current: Any = None) -> None:
+    """An option given for a kind the rule is not on is a 400 naming it (it used to be
+    stored and never used). A PATCH that takes the kind away drops the option with it:
+    the rule's stored value is cleared in ``values``."""
+    on_kinds = values.get("on_kinds", list(current.on_kinds) if current is not None else [])
+    for name, column, kind, empty in _KIND_OPTIONS:
+        if kind in on_kinds:
+            continue
+        if column in values:
+            if values[column] != empty:
+                raise _bad(name, f"{name} applies only to rules on {kind}")
+        elif current is not None and getattr(current, column) not in (None, False, [], ()):
+            values[column] = empty
 
 
 def check_whole_rule(on_kinds: list[str], days: int | None, task_ids: list[int]) -> None:
@@ -266,6 +292,7 @@ def create_rule(user: User, body: Any, *, store: SearchStore) -> dict[str, Any]:
     values = validate_rule(body)
     if values.get("is_global") and not user.is_admin:
         raise Forbidden("only an admin may make a global rule", code="forbidden")
+    check_kind_options(values)
     check_whole_rule(values["on_kinds"], values.get("days"), values.get("task_ids", []))
     _check_store(values, store)
     with transaction() as conn:
@@ -342,6 +369,7 @@ def update_rule(user: User, rule_id: int, body: Any, *, store: SearchStore) -> d
         current = _get(conn, user, rule_id, lock=True)
         _check_search(conn, values, current.owner_id)
         _check_tasks(conn, user, values)
+        check_kind_options(values, current)
         check_whole_rule(
             values.get("on_kinds", list(current.on_kinds)),
             values.get("days", current.days),

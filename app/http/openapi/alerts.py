@@ -35,11 +35,13 @@ _DAYS = {
     "type": ["integer", "null"],
     "minimum": 1,
     "maximum": 3650,
-    "description": "certificate_expires: how many days before not_after (required with it)",
+    "description": "certificate_expires: how many days before not_after (required with it, "
+    "refused without it)",
 }
 _BACK_ONLINE = {
     "type": "boolean",
-    "description": "scanner_offline: also tell when the scanner is back online",
+    "description": "scanner_offline: also tell when the scanner is back online (true is "
+    "refused without it)",
 }
 
 _FILTER = {
@@ -68,7 +70,7 @@ _FILTER = {
 _RULE_FIELDS: dict[str, Any] = {
     "name": _TEXT,
     "on": {"type": "array", "items": {"type": "string", "enum": _KINDS}},
-    "fields": _TEXTS,
+    "fields": {**_TEXTS, "description": "changed: only these fields (refused without it)"},
     "filter": _FILTER,
     "channels": _IDS,
     "mode": {"type": "string", "enum": ["each", "digest"]},
@@ -144,7 +146,12 @@ OPERATIONS = {
         "alerts",
         "Create an alert rule",
         {"201": json_response("the rule", obj({"rule": RULE}))},
-        requestBody=body(obj({"name": _TEXT, "on": _RULE_FIELDS["on"]}, _RULE_FIELDS)),
+        requestBody=body(
+            obj(
+                {"name": _TEXT, "on": _RULE_FIELDS["on"], "channels": _RULE_FIELDS["channels"]},
+                _RULE_FIELDS,
+            )
+        ),
     ),
     ("get", "/api/alerts/rules"): operation(
         "alerts",

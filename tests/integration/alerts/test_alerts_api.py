@@ -111,6 +111,11 @@ def test_email_test_message_reaches_the_smtp_server(api, mailbox) -> None:
         ({"name": "x", "on": ["new"], "channels": [1], "colour": 1}, "colour"),
         ({"name": "", "on": ["new"], "channels": [1]}, "name"),
         (["not", "an", "object"], None),
+        # channels are required; options of a kind the rule is not on are refused.
+        ({"name": "x", "on": ["new"]}, "channels"),
+        ({"name": "x", "on": ["new"], "channels": [1], "days": 30}, "days"),
+        ({"name": "x", "on": ["new"], "channels": [1], "back_online": True}, "back_online"),
+        ({"name": "x", "on": ["gone"], "channels": [1], "fields": ["version"]}, "fields"),
     ],
 )
 def test_bad_rules_are_refused_by_field(api, body, field) -> None:
@@ -438,3 +443,26 @@ def test_the_connection_guard_holds_in_its_block_and_context_only(receiver) -> N
         worker.join()
     assert refused == ["127.0.0.1 (loopback)"] and seen_elsewhere == ["connected"]
     socket.create_connection(("127.0.0.1", receiver.port), timeout=5).close()
+
+
+def test_a_kind_taken_away_takes_its_options_with_it(api, receiver) -> None:
+    alice = api.user()
+    channel = _hook(alice, receiver)["id"]
+    made = alice.post(
+        "/api/alerts/rules",
+        json={"name": "certs", "on": ["certificate_expires"], "days": 30, "channels": [channel]},
+    )
+    assert made.status_code == 201, made.get_json()
+    rule = made.get_json()["rule"]
+    changed = alice.patch(f"/api/alerts/rules/{rule['id']}", json={"on": ["new"]})
+    assert changed.status_code == 200, changed.get_json()
+    assert changed.get_json()["rule"]["days"] is None
+    # Given in the same PATCH, a kind's option without its kind is refused, and nothing changes.
+    refused = alice.patch(f"/api/alerts/rules/{rule['id']}", json={"name": "n", "days": 7})
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["details"]["field"] == "days"
+    assert alice.get(f"/api/alerts/rules/{rule['id']}").get_json()["rule"]["name"] == "certs"
+    missing = alice.post("/api/alerts/rules", json={"name": "x", "on": ["new"]})
+    assert missing.get_json()["error"]["message"] == (
+        "channels is required: the ids of the channels to send to"
+    )
