@@ -77,15 +77,19 @@ _SEARCH_FIELDS = ("query", "filters")
 
 def request_query_export(user: User, body: Any, *, max_queued: int | None = None) -> dict[str, Any]:
     """Queue an export of the caller's current assets a search finds (``POST /api/exports
-    {"query": …, "filters": {…}, "format": …}``). ``query`` is the search language;
+    {"query": …, "filters": {…}, "format": …}``; neither: all of them). ``query`` is the
+    search language;
     ``filters`` are ``GET /api/assets`` parameters (what an Assets page was asked with),
     ANDed with the query when both are given. Anything refused is a 400 naming the field
     or parameter, and nothing is written."""
     if not isinstance(body, dict):
         raise ValidationError("the body must be a JSON object", details={"field": "body"})
-    query = body.get("query")
-    filters = body.get("filters")
-    if not isinstance(query, str) and not (query is None and filters is not None):
+    # Left out, query and filters choose nothing: every current asset of the caller, as
+    # ``GET /api/assets`` with no parameters. Given, each must be what it says (null is
+    # neither a query nor filters).
+    query = body.get("query", "")
+    filters = body.get("filters", {})
+    if not isinstance(query, str):
         raise ValidationError(
             "query must be a search-language string (docs/search-language.md)",
             code="invalid_query",
@@ -99,7 +103,7 @@ def request_query_export(user: User, body: Any, *, max_queued: int | None = None
             raise ValidationError(
                 "free text is longer than 200 characters", details={"field": "query"}
             )
-    params = asset_filter_params(filters) if filters is not None else None
+    params = asset_filter_params(filters) if "filters" in body else None
     if params is not None:
         # The runner builds this same query again (app.exports.build): refuse here what it
         # would refuse there.
