@@ -52,6 +52,7 @@ def login():
     body = json_body()
     username, password = body.get("username"), body.get("password")
     _throttle(username if isinstance(username, str) else None)
+    checked_object(body, ("username", "password"))  # counted first: no free probes
     if not isinstance(username, str) or not isinstance(password, str):
         raise ValidationError(
             "username and password are required strings",

@@ -83,7 +83,7 @@ def report_render_close_stuck():
 
     Stored for every process (each applies it on its next refresh) and applied in
     this one at once; a generation that is draining normally is never touched."""
-    body = json_body()
+    body = checked_object(json_body(), {"throughRevision"})
     through = body.get("throughRevision")
     if not isinstance(through, int) or isinstance(through, bool) or through < 1:
         raise ValidationError(

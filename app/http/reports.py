@@ -168,6 +168,6 @@ def add_template_route():
 @blueprint.post("/api/reports/templates/<name>/publish")
 @require_admin
 def publish_template_route(name: str):
-    body = json_body()
-    reports.publish_template_version(name, body.get("version"))
+    body = checked_object(json_body(), {"version"})
+    reports.publish_template_version(name, body.get("version"), user_id=current_user().id)
     return jsonify({"template": {"name": name, "published_version": body.get("version")}})

@@ -198,14 +198,20 @@ def set_disabled(
 
     row = conn.execute(
         sa.text(
-            "UPDATE users SET disabled = :disabled, updated_at = now() WHERE id = :id "
-            "RETURNING id, username, is_admin, disabled"
+            """
+            WITH old AS (SELECT disabled FROM users WHERE id = :id FOR UPDATE)
+            UPDATE users u SET disabled = :disabled, updated_at = now()
+              FROM old WHERE u.id = :id
+            RETURNING u.id, u.username, u.is_admin, u.disabled, old.disabled AS was_disabled
+            """
         ),
         {"disabled": disabled, "id": user_id},
     ).one_or_none()
     if row is None:
         raise NotFound(f"user {user_id} not found", code="user_not_found")
     ended = end_user_sessions(conn, user_id) if disabled else 0
+    if row.was_disabled == disabled:  # asked again: nothing changed, nothing to audit
+        return _row_to_user(row)
     record_audit(
         conn,
         actor_user_id=actor_user_id,

@@ -158,8 +158,30 @@ class ReportRenderService:
         """Store the close request (every process applies it on its next refresh) and
         apply it here at once."""
         with transaction() as conn:
+            stored = self._read(conn)
+            current = stored.revision if stored is not None else 0
+            if through_revision > current:
+                # No generation has that revision yet: the request would lie in wait for
+                # generations not made (and stored any number, however large).
+                raise ValidationError(
+                    "invalid close request",
+                    code="invalid_request",
+                    details={
+                        "fields": {
+                            "throughRevision": f"must be at most the current revision, {current}"
+                        }
+                    },
+                )
             revision = sel.request_close(
                 conn, through_revision=through_revision, actor_user_id=actor_user_id
+            )
+            record_audit(
+                conn,
+                actor_user_id=actor_user_id,
+                action="module.close_stuck",
+                target_type="module",
+                target_id=SLOT_NAME,
+                details={"through_revision": through_revision, "request_revision": revision},
             )
         closed = self.registry.close_stuck(
             SLOT_NAME,

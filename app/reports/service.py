@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from app.db import transaction
 from app.errors import Conflict, NotFound
+from app.identity.audit import record_audit
 from app.identity.users import User
 from app.reports import records, templates
 
@@ -60,11 +61,28 @@ def list_templates() -> list[dict[str, Any]]:
 
 
 def add_template_version(body: dict[str, Any], *, user_id: int) -> None:
-    """Store a validated template version (``templates.validate_template_version``)."""
+    """Store a validated template version (``templates.validate_template_version``),
+    audited (an admin action: what every report of the template will look like)."""
     with transaction() as conn:
         templates.add_template_version(conn, body, user_id=user_id)
+        record_audit(
+            conn,
+            actor_user_id=user_id,
+            action="report_template.add",
+            target_type="report_template",
+            target_id=body["name"],
+            details={"version": body["version"], "enabled": body.get("enabled")},
+        )
 
 
-def publish_template_version(name: str, version: Any) -> None:
+def publish_template_version(name: str, version: Any, *, user_id: int | None) -> None:
     with transaction() as conn:
         templates.publish_template_version(conn, name, version)
+        record_audit(
+            conn,
+            actor_user_id=user_id,
+            action="report_template.publish",
+            target_type="report_template",
+            target_id=name,
+            details={"version": version},
+        )

@@ -434,9 +434,16 @@ def test_a_stuck_generation_is_reported_and_closed_by_an_admin_in_every_process(
 
     bad = admin.post(f"{URL}/close-stuck", json={"throughRevision": "1"})
     assert bad.status_code == 400
+    # No generation has a revision beyond the current one; a misspelt field closes nothing.
+    for body in ({"throughRevision": 10**20}, {"throughRevision": 1, "force": True}):
+        refused = admin.post(f"{URL}/close-stuck", json=body)
+        assert refused.status_code == 400, (body, refused.get_json())
+    assert here.registry.draining()
     response = admin.post(f"{URL}/close-stuck", json={"throughRevision": 1})
     assert response.status_code == 202, response.get_json()
     assert response.get_json()["closedHere"] == [1]
+    (audited,) = admin.get("/api/audit?action=module.close_stuck").get_json()["items"]
+    assert audited["details"]["through_revision"] == 1
     wait_until(lambda: not here.registry.draining())
     assert there.registry.draining()  # the other process applies it on its refresh
     there.refresh_once()

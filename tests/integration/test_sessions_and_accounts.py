@@ -117,6 +117,12 @@ def test_disabling_a_user_ends_every_session_and_enabling_allows_login_again(api
         "/api/auth/login", json={"username": created["username"], "password": DEFAULT_PASSWORD}
     )
     assert login.status_code == 401
+    # A misspelt field is named, not ignored (and counted against the sign-in budget).
+    extra = api.app.test_client().post(
+        "/api/auth/login",
+        json={"username": created["username"], "password": DEFAULT_PASSWORD, "remember": True},
+    )
+    assert extra.status_code == 400 and extra.get_json()["error"]["code"] == "unknown_field"
     enabled = admin.post(f"/api/users/{created['id']}/enable")
     assert enabled.status_code == 200 and enabled.get_json()["disabled"] is False
     # Enabling does not bring the old sessions back.

@@ -408,10 +408,20 @@ def test_a_definition_cannot_name_a_template_without_a_published_version(api):
     assert refused.status_code == 400
     assert refused.get_json()["error"]["code"] == "unpublished_template"
     assert refused.get_json()["error"]["details"] == {"field": "template"}
+    misspelt = admin.post("/api/reports/templates/draft/publish", json={"versoin": "1"})
+    assert misspelt.status_code == 400
+    assert misspelt.get_json()["error"]["code"] == "unknown_field"
     assert (
         admin.post("/api/reports/templates/draft/publish", json={"version": "1"}).status_code == 200
     )
     _definition(user, task, template="draft")
+    # Both admin actions are in the audit trail, with who and which version.
+    trail = admin.get("/api/audit?action=report_template").get_json()["items"]
+    assert [(a["action"], a["target_id"], a["details"]["version"]) for a in trail] == [
+        ("report_template.publish", "draft", "1"),
+        ("report_template.add", "draft", "1"),
+    ]
+    assert trail[0]["actor"]["id"] == admin.id
 
 
 def test_five_attempts_then_failed_and_an_admin_retry_succeeds(api, settings):

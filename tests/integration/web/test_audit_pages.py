@@ -22,6 +22,8 @@ def _trail(api):
     assert made.status_code == 201, made.get_json()
     user_id = made.get_json()["id"]
     assert admin.post(f"/api/users/{user_id}/disable").status_code == 200
+    # Asked again, it changes nothing: audited once.
+    assert admin.post(f"/api/users/{user_id}/disable").status_code == 200
     assert admin.post(f"/api/users/{user_id}/enable").status_code == 200
     assert admin.post("/api/auth/tokens", json={"name": "audit"}).status_code == 201
     return admin, user_id
