@@ -416,12 +416,16 @@ def _statistics(
                 """
                 SELECT status, count(*) FROM scan_executions
                  WHERE task_id = ANY(:tasks)
-                   AND coalesce(finished_at, created_at) >= :start
-                   AND coalesce(finished_at, created_at) < :end
+                   -- A report of one chosen run counts that run's executions, as its
+                   -- other figures are that run's; otherwise the period's.
+                   AND (CASE WHEN CAST(:run AS bigint) IS NULL
+                             THEN coalesce(finished_at, created_at) >= :start
+                                  AND coalesce(finished_at, created_at) < :end
+                             ELSE run_id = CAST(:run AS bigint) END)
                  GROUP BY status
                 """
             ),
-            {"tasks": task_ids, "start": start, "end": end},
+            {"tasks": task_ids, "start": start, "end": end, "run": run_id},
         ).all()
     )
     pending = _pending_executions(conn, task_ids, run_id)

@@ -923,6 +923,11 @@ def test_an_on_demand_report_may_show_an_earlier_run(api, settings):
         for r in (latest, shown)
     }
     assert endpoints == {latest["id"]: 1, shown["id"]: 8}
+    # Its executions are that run's too, not the period's (run 1's one and run 2's one).
+    executions = user.get(f"/api/reports/{shown['id']}").get_json()["report"]["statistics"]
+    run1_executions = user.get(f"/api/tasks/{task['id']}/runs/{run1}").get_json()["run"]
+    assert executions["executions"]["total"] == run1_executions["counts"]["executions"]["total"]
+    assert executions["executions"]["total"] == 1
 
     # A run of another task, a run on an all-tasks definition, a bad body: refused.
     _, other_task = _scanned_task(api, user)
