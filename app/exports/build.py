@@ -296,7 +296,7 @@ def export_chunks(
     def pages() -> Iterator[EncodedPage]:
         if claim.query is not None:
             found = asset_query_pages(store, claim, page_size=page_size, guard=guard)
-            return encode_pages(found, csv=csv, jsonl=jsonl)
+            return encode_pages(found, csv=csv, jsonl=jsonl, assets=True)
         if database_text:
             return database_text_pages(
                 store,
@@ -313,7 +313,7 @@ def export_chunks(
 
     if claim.format == "csv":
         member = MemberStats()
-        yield from csv_chunks(pages(), member)
+        yield from csv_chunks(pages(), member, assets=claim.query is not None)
         stats["rows"] = member.rows
     elif claim.format == "jsonl":
         member = MemberStats()
@@ -334,7 +334,7 @@ def export_chunks(
             if claim.asset_filters:
                 manifest["filters"] = claim.asset_filters
         members: dict[str, Any] = {}
-        yield from zip_chunks(pages, manifest, members)
+        yield from zip_chunks(pages, manifest, members, assets=claim.query is not None)
         stats["rows"] = members["endpoints.csv"]["rows"]
 
 

@@ -51,6 +51,9 @@ CSV_COLUMNS = (
     "first_seen",
     "last_seen",
 )
+# An asset export (a search of current assets) also says whether each asset is open or
+# gone, and since when: with ``status`` all it holds both, and they read alike otherwise.
+ASSET_CSV_COLUMNS = (*CSV_COLUMNS, "status", "gone_since")
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,22 @@ class MemberStats:
 
 
 def _iso(value: Any) -> str:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else ""
+    """A UTC time with its microseconds always written (``isoformat`` leaves them out when
+    they are zero, so one column mixed two widths)."""
+    if value is None:
+        return ""
+    return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def endpoint_record(doc: EndpointDocument) -> dict[str, Any]:
+def endpoint_record(doc: EndpointDocument, *, asset: bool = False) -> dict[str, Any]:
+    record = _endpoint_record(doc)
+    if asset:
+        record["status"] = doc.status or "open"
+        record["gone_since"] = _iso(doc.gone_since) or None
+    return record
+
+
+def _endpoint_record(doc: EndpointDocument) -> dict[str, Any]:
     return {
         "task_id": doc.task_id,
         "execution_id": doc.execution_id,
@@ -119,7 +134,8 @@ def csv_text(value: str) -> str:
 class CsvEncoder:
     """CSV text of endpoint pages, header first (one writer reused across pages)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, assets: bool = False) -> None:
+        self._assets = assets
         self._buffer = io.StringIO()
         self._writer = csv.writer(self._buffer, lineterminator="\n")
         # ``csv.writer`` quotes a cell holding a character of its line terminator, so
@@ -136,11 +152,17 @@ class CsvEncoder:
         return data
 
     def header(self) -> bytes:
-        self._writer.writerow(CSV_COLUMNS)
+        self._writer.writerow(ASSET_CSV_COLUMNS if self._assets else CSV_COLUMNS)
         return self._take()
 
     def page(self, page: list[EndpointDocument]) -> bytes:
-        for row in self._rows(page):
+        rows = self._rows(page)
+        if self._assets:
+            rows = (
+                (*row, csv_text(d.status or "open"), _iso(d.gone_since))
+                for row, d in zip(rows, page, strict=True)
+            )
+        for row in rows:
             if any(type(cell) is str and "\r" in cell for cell in row):
                 self._cr_writer.writerow(row)
                 self._buffer.seek(self._buffer.tell() - 2)
@@ -176,31 +198,39 @@ class CsvEncoder:
 _json_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
-def jsonl_page(page: list[EndpointDocument]) -> bytes:
+def jsonl_page(page: list[EndpointDocument], *, assets: bool = False) -> bytes:
     if not page:
         return b""
-    return ("\n".join(_json_line(endpoint_record(d)) for d in page) + "\n").encode("utf-8")
+    lines = (_json_line(endpoint_record(d, asset=assets)) for d in page)
+    return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 def encode_pages(
-    pages: Iterable[list[EndpointDocument]], *, csv: bool = True, jsonl: bool = True
+    pages: Iterable[list[EndpointDocument]],
+    *,
+    csv: bool = True,
+    jsonl: bool = True,
+    assets: bool = False,
 ) -> Iterator[EncodedPage]:
-    """Endpoint documents encoded in Python, page by page (only the formats asked for)."""
-    encoder = CsvEncoder()
+    """Endpoint documents encoded in Python, page by page (only the formats asked for);
+    ``assets``: current assets, with their ``status`` and ``gone_since``."""
+    encoder = CsvEncoder(assets=assets)
     for page in pages:
         yield EncodedPage(
             rows=len(page),
             csv=encoder.page(page) if csv else b"",
-            jsonl=jsonl_page(page) if jsonl else b"",
+            jsonl=jsonl_page(page, assets=assets) if jsonl else b"",
         )
 
 
-def csv_header() -> bytes:
-    return CsvEncoder().header()
+def csv_header(*, assets: bool = False) -> bytes:
+    return CsvEncoder(assets=assets).header()
 
 
-def csv_chunks(pages: Iterable[EncodedPage], stats: MemberStats) -> Iterator[bytes]:
-    header = csv_header()
+def csv_chunks(
+    pages: Iterable[EncodedPage], stats: MemberStats, *, assets: bool = False
+) -> Iterator[bytes]:
+    header = csv_header(assets=assets)
     stats.add(header, 0)
     yield header
     for page in pages:
@@ -325,7 +355,9 @@ def _copy_deflated_member(
     archive.NameToInfo[name] = info
 
 
-def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) -> Iterator[bytes]:
+def zip_chunks(
+    pages: Pages, manifest: dict[str, Any], members: dict[str, Any], *, assets: bool = False
+) -> Iterator[bytes]:
     """The zip archive, from one pass over the pages.
 
     The CSV member is compressed into the archive as the pages arrive; the JSON
@@ -347,7 +379,7 @@ def zip_chunks(pages: Pages, manifest: dict[str, Any], members: dict[str, Any]) 
             level = "compress_level" if hasattr(csv_info, "compress_level") else "_compresslevel"
             setattr(csv_info, level, ZIP_LEVEL)
             with archive.open(csv_info, "w", force_zip64=True) as member:
-                header = csv_header()
+                header = csv_header(assets=assets)
                 csv_stats.add(header, 0)
                 member.write(header)
                 for page in pages():

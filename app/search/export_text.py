@@ -88,12 +88,13 @@ _JSON_TAGS = (
 def _iso(text: str) -> str:
     """``datetime.isoformat()`` of a UTC time from its ISO-style ``timestamp`` text.
 
-    The text trims trailing zeros of the fraction (``06:00:00.12``) where ``isoformat``
-    writes six digits or none; ``+00:00`` is written ``Z`` (formats._iso).
+    The text trims trailing zeros of the fraction (``06:00:00.12``, or no fraction at
+    all) where the export writes six digits always; ``+00:00`` is written ``Z``
+    (formats._iso).
     """
     return (
-        f"overlay(CASE WHEN length({text}) = 19 THEN {text} ELSE rpad({text}, 26, '0') END "
-        "placing 'T' from 11 for 1) || 'Z'"
+        f"overlay(CASE WHEN length({text}) = 19 THEN {text} || '.000000' "
+        f"ELSE rpad({text}, 26, '0') END placing 'T' from 11 for 1) || 'Z'"
     )
 
 

@@ -15,10 +15,12 @@ import re
 import zipfile
 from urllib.parse import urlencode
 
+from tests.integration.analysis.test_analysis_api import _run_workers, _scan
 from tests.integration.exports.test_exports import _build_all, _download, _export_count
 from tests.integration.exports.test_query_exports import _assets
 from tests.integration.web.test_console_pages import _csrf, _sign_in
 from tests.support.api import DEFAULT_PASSWORD
+from tests.support.scanner_protocol import observation
 
 
 def _listed(user, params: dict) -> list[tuple[str, int]]:
@@ -159,3 +161,36 @@ def test_the_assets_page_refuses_a_bad_export_and_offers_none_for_a_bad_search(a
     assert _export_count() == before
     broken = client.get("/console/assets?port=x")
     assert broken.status_code == 400 and 'id="asset-export-form"' not in broken.text
+
+
+def test_an_asset_export_says_which_assets_are_gone_and_since_when(api, settings):
+    """With ``status: all`` an asset export holds open and gone assets alike: each row says
+    which (``status``, ``gone_since``), in CSV and JSON lines; its times always carry
+    their microseconds (one column mixed two widths)."""
+    user, scanner = api.user(), api.scanner()
+    _scan(user, scanner, [observation("192.0.2.1", 22), observation("192.0.2.2", 22)])
+    _run_workers(settings)
+    _scan(user, scanner, [observation("192.0.2.1", 22)])  # .2 has gone
+    _run_workers(settings)
+    listed = {i["ip"]: i for i in user.get("/api/assets?status=all").get_json()["items"]}
+    assert listed["192.0.2.2"]["status"] == "gone"
+    ids = [
+        user.post("/api/exports", json={"format": fmt, "filters": {"status": "all"}}).get_json()[
+            "export"
+        ]["id"]
+        for fmt in ("csv", "jsonl")
+    ]
+    assert sorted(_build_all(settings)) == sorted(ids)
+    data = _download(user, ids[0]).decode()
+    assert data.splitlines()[0].endswith(",first_seen,last_seen,status,gone_since")
+    rows = {r["ip"]: r for r in csv.DictReader(io.StringIO(data))}
+    assert (rows["192.0.2.1"]["status"], rows["192.0.2.1"]["gone_since"]) == ("open", "")
+    assert rows["192.0.2.2"]["status"] == "gone"
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+    for row in rows.values():
+        assert stamp.match(row["first_seen"]) and stamp.match(row["last_seen"]), row
+    assert stamp.match(rows["192.0.2.2"]["gone_since"])
+    lines = {r["ip"]: r for r in map(json.loads, _download(user, ids[1]).decode().splitlines())}
+    assert (lines["192.0.2.1"]["status"], lines["192.0.2.1"]["gone_since"]) == ("open", None)
+    assert lines["192.0.2.2"]["status"] == "gone"
+    assert lines["192.0.2.2"]["gone_since"] == rows["192.0.2.2"]["gone_since"]
