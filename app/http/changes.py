@@ -61,7 +61,7 @@ def task_changes_route(task_id: int):
     limit = page_limit(default=100, maximum=1000)
     cursor = request.args.get("cursor") or None
     from_run, to_run = int_arg("from_run", minimum=1), int_arg("to_run", minimum=1)
-    check_run_pair(from_run, to_run)
+    check_run_pair(from_run, to_run, request.args.get("run"))
     if from_run is not None and to_run is not None:
         page = compare(
             current_user(),

@@ -97,7 +97,15 @@ def compare(
     return page
 
 
-def check_run_pair(from_run: int | None, to_run: int | None) -> None:
+def check_run_pair(from_run: int | None, to_run: int | None, run: str | None = None) -> None:
+    """``from_run`` and ``to_run`` come together, and not with ``run`` (one change set or
+    a comparison: a ``run`` beside a pair was dropped without a word)."""
+    if from_run is not None and run:
+        raise ValidationError(
+            "run lists one run's changes; from_run and to_run compare two: not both",
+            code="invalid_parameter",
+            details={"parameter": "run"},
+        )
     if (from_run is None) != (to_run is None):
         missing = "to_run" if to_run is None else "from_run"
         raise ValidationError(

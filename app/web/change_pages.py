@@ -84,7 +84,7 @@ def task_changes_page(task_id: int):
     kind = change_kind_arg()
     cursor = request.args.get("cursor") or None
     from_run, to_run = int_arg("from_run", minimum=1), int_arg("to_run", minimum=1)
-    check_run_pair(from_run, to_run)
+    check_run_pair(from_run, to_run, request.args.get("run"))
     run_id = int_arg("run", minimum=1)
     if from_run is not None and to_run is not None:
         page = compare(

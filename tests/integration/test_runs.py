@@ -285,6 +285,12 @@ def test_results_changes_and_exports_default_to_the_latest_finished_run(api):
     compare = user.get(f"/api/tasks/{task['id']}/changes?from_run={first_run}")
     assert compare.status_code == 400
     assert compare.get_json()["error"]["details"]["parameter"] == "to_run"
+    # One run's change set or a comparison, not both (run was dropped without a word).
+    both = user.get(
+        f"/api/tasks/{task['id']}/changes?from_run={first_run}&to_run={second['id']}&run={first_run}"
+    )
+    assert both.status_code == 400
+    assert both.get_json()["error"]["details"]["parameter"] == "run"
 
 
 def test_a_cancelled_latest_run_does_not_hide_the_finished_one_before_it(api):

@@ -150,8 +150,12 @@ OPERATIONS = {
             query(
                 "from_run",
                 {"type": "integer", "minimum": 1},
-                "with to_run: compare two runs of the task by id (either order); items carry kind "
-                "new, gone or changed, and a changed item its changed_fields",
+                "with to_run: compare two runs of the task by id (either order): the net of the "
+                "change sets of the runs after the earlier one up to the later one. Change sets "
+                "compare each scan with what the owner's assets were (any task's), so an "
+                "endpoint another task saw first is 'changed' from that task's values, not "
+                "'new'. Items carry kind new, gone or changed, and a changed item its "
+                "changed_fields. Not with run.",
             ),
             query("to_run", {"type": "integer", "minimum": 1}),
             LIMIT_1000,
