@@ -109,7 +109,10 @@ def test_bad_json_and_bad_types_are_clear_400s(api):
     unknown = user.post("/api/tasks", json={**body, "transports": ["tcp"], "owner": 1, "colour": 2})
     assert unknown.status_code == 400
     assert unknown.get_json()["error"]["code"] == "unknown_field"
-    assert unknown.get_json()["error"]["details"] == {"field": "colour", "fields": ["colour", "owner"]}
+    assert unknown.get_json()["error"]["details"] == {
+        "field": "colour",
+        "fields": ["colour", "owner"],
+    }
     assert user.get("/api/tasks").get_json()["items"] == []
 
 

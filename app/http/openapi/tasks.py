@@ -168,7 +168,9 @@ OPERATIONS = {
         {"201": json_response("imported", obj({"import": {"type": "object"}}))},
         parameters=[
             path_id("task_id"),
-            query("format", {"type": "string", "enum": ["nmap-xml", "masscan-json", "naabu-jsonl"]}),
+            query(
+                "format", {"type": "string", "enum": ["nmap-xml", "masscan-json", "naabu-jsonl"]}
+            ),
             query("observed_at", {"type": "string", "enum": ["file", "import"]}),
         ],
         requestBody={
