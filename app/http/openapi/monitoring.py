@@ -108,6 +108,9 @@ OPERATIONS = {
         description="The task (and the DNS follow-up tasks it made) disappears from lists "
         "and lookups at once; queued and running executions are cancelled. The runner's purge "
         "removes its runs, executions, receipts and results in bounded batches, and the "
-        "current assets only this task had evidence for; assets other tasks saw stay.",
+        "current assets only this task had evidence for; assets other tasks saw stay. The "
+        "task's report definitions go with it (a definition reports one task). Alert rules "
+        "that filter by it keep its id, which then matches nothing; a saved search is "
+        "untouched.",
     ),
 }
