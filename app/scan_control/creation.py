@@ -174,7 +174,8 @@ def create_task(
             INSERT INTO scan_tasks (owner_id, name, status, targets, ports, transports, scan_plan,
                                     parent_task_id, parent_execution_id, execution_count,
                                     profile, scan)
-            VALUES (:owner, :name, 'queued', CAST(:targets AS jsonb), :ports, :transports,
+            VALUES (:owner, :name, CASE WHEN :scan THEN 'queued' ELSE 'idle' END,
+                    CAST(:targets AS jsonb), :ports, :transports,
                     CAST(:plan AS jsonb), :parent, :parent_execution, 0, :profile, :scan)
             RETURNING id
             """

@@ -202,7 +202,7 @@ def aggregate_task_status(conn: Connection, task_id: int) -> str:
     row = conn.execute(
         sa.text(
             """
-            SELECT t.status, t.parent_task_id,
+            SELECT t.status, t.parent_task_id, t.scan, r.id AS run_id,
                    ARRAY(SELECT e.status FROM scan_executions e WHERE e.run_id = r.id)
                    || ARRAY(SELECT c.status FROM scan_tasks c
                              WHERE c.parent_task_id = t.id AND c.parent_execution_id IN
@@ -221,6 +221,8 @@ def aggregate_task_status(conn: Connection, task_id: int) -> str:
     if row is None:
         return "queued"
     status = derive_task_status(list(row.statuses))
+    if row.run_id is None and not row.scan:
+        status = "idle"  # import-only, no import yet: nothing is queued
     if status != row.status:
         terminal = status in ("succeeded", "failed", "partially_failed", "cancelled")
         conn.execute(

@@ -21,7 +21,16 @@ from app.scan_control.schedule_store import schedule_view
 from app.scan_control.visibility import owner_filter as _owner_filter
 from app.sql_filters import Filters
 
-TASK_STATUSES = ("queued", "running", "succeeded", "partially_failed", "failed", "cancelled")
+# ``idle``: an import-only task before its first import (nothing is queued for it).
+TASK_STATUSES = (
+    "idle",
+    "queued",
+    "running",
+    "succeeded",
+    "partially_failed",
+    "failed",
+    "cancelled",
+)
 
 
 @dataclass(frozen=True)

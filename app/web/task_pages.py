@@ -151,7 +151,9 @@ def task_edit(task_id: int):
         return _render_new(form, editing=task)
     form = _posted_task_form()
     try:
-        schedules.update_task(signed_in_user(), task_id, _task_body(form), context.settings().scan)
+        schedules.update_task(
+            signed_in_user(), task_id, _task_body(form, editing=True), context.settings().scan
+        )
     except ValidationError as invalid:
         return _render_new(form, *_form_errors(invalid, form), status=400, editing=task)
     return redirect(url_for("web.task_detail", task_id=task_id), code=303)
@@ -167,15 +169,18 @@ def _posted_task_form() -> dict[str, Any]:
     }
 
 
-def _task_body(form: dict[str, Any]) -> dict[str, Any]:
-    """The form as the API's task body (targets: the textarea's non-empty lines)."""
-    return {
+def _task_body(form: dict[str, Any], *, editing: bool = False) -> dict[str, Any]:
+    """The form as the API's task body (targets: the textarea's non-empty lines). No
+    transport ticked: a new task takes the default (tcp); a change must name one."""
+    body = {
         "name": form["name"],
         "targets": [text for _, text in _form_lines(form["targets"])],
         "ports": form["ports"],
-        "transports": form["transports"] or None,
         "profile": form["profile"],
     }
+    if form["transports"] or editing:
+        body["transports"] = form["transports"] or None
+    return body
 
 
 def _form_errors(

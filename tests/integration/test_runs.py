@@ -165,6 +165,10 @@ def test_an_import_only_task_queues_nothing_and_each_import_is_a_run(api):
     assert task["scan"] is False and task["execution_count"] == 0
     assert task["latest_run"] is None
     assert _runs(task["id"]) == []
+    # Nothing is queued for it: idle (not listed with tasks waiting for a scanner).
+    assert task["status"] == "idle"
+    assert [t["id"] for t in user.get("/api/tasks?status=idle").get_json()["items"]] == [task["id"]]
+    assert user.get("/api/tasks?status=queued").get_json()["items"] == []
     for port in (22, 80):
         imported = user.post(
             f"/api/tasks/{task['id']}/imports?format=naabu-jsonl",
@@ -185,6 +189,7 @@ def test_an_import_only_task_queues_nothing_and_each_import_is_a_run(api):
     refused = user.post(f"/api/tasks/{task['id']}/runs")
     assert refused.status_code == 409
     assert refused.get_json()["error"]["code"] == "task_import_only"
+    assert user.get(f"/api/tasks/{task['id']}").get_json()["task"]["status"] == "succeeded"
 
 
 def test_scan_must_be_a_boolean(api):
