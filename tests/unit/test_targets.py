@@ -228,7 +228,8 @@ def test_task_request_collects_problems_from_every_field():
 def test_unknown_task_fields_are_rejected():
     with pytest.raises(ValidationError) as info:
         validate_task_request({"name": "x", "targets": ["192.0.2.1"], "ports": "1", "x": 1}, LIMITS)
-    assert info.value.details == {"fields": ["x"]}
+    assert info.value.code == "unknown_field"
+    assert info.value.details == {"field": "x", "fields": ["x"]}
 
 
 @given(

@@ -107,7 +107,7 @@ OPERATIONS = {
             "200": json_response(
                 "a page of endpoints",
                 page(
-                    obj({"ip": {"type": "string"}, "port": {"type": "integer"}}),
+                    ref("Endpoint"),
                     total_ips={"type": "integer"},
                     total_endpoints={"type": "integer"},
                 ),
@@ -189,7 +189,7 @@ OPERATIONS = {
     ("get", "/api/assets"): operation(
         "assets",
         "Search current assets (your view, or the global one)",
-        {"200": json_response("a page of current assets", page())},
+        {"200": json_response("a page of current assets", page(ref("Asset")))},
         description=SEARCH_TIME_LIMIT,
         parameters=[
             query("ip"),
