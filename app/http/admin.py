@@ -26,7 +26,11 @@ def create_user_route():
     checked_object(body, {"username", "password", "is_admin"})
     is_admin = body.get("is_admin", False)
     if not isinstance(is_admin, bool):
-        raise ValidationError("is_admin must be true or false", code="invalid_user")
+        raise ValidationError(
+            "invalid user",
+            code="invalid_user",
+            details={"fields": {"is_admin": "must be true or false"}},
+        )
     actor = current_user()
     user = identity.create_user(
         body.get("username"),

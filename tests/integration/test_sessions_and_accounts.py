@@ -522,6 +522,14 @@ def test_a_misspelt_field_making_a_user_or_scanner_is_refused_and_nothing_is_mad
     with transaction() as conn:
         made = conn.execute(sa.text("SELECT count(*) FROM users WHERE username = 'dora'"))
         assert made.scalar() == 0
+    # A value of the wrong type is named as the other fields' problems are.
+    refused = admin.post(
+        "/api/users", json={"username": "dora", "password": DEFAULT_PASSWORD, "is_admin": "yes"}
+    )
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["details"] == {
+        "fields": {"is_admin": "must be true or false"}
+    }
     refused = admin.post("/api/scanners", json={"name": "probe", "nmae": "x"})
     assert refused.status_code == 400
     assert refused.get_json()["error"]["details"] == {"field": "nmae"}
