@@ -43,6 +43,7 @@ from app.config import Settings
 from app.db import transaction
 from app.identity.scanners import SCANNERS_SEEN_SQL
 from app.observability import emit
+from app.scan_control.fleet import holds_live_lease_sql
 from app.scan_control.run_status import ENDED_BADLY_SQL
 from app.search.endpoint_facts import time_key
 from app.search.port import AssetQuery, SearchStore
@@ -89,6 +90,8 @@ _SCANNER_OFFLINE = sa.text(
           FROM rules r JOIN seen s ON r.sees_all OR s.scanner_owner = r.owner_id
          WHERE s.last_seen_at < now() - make_interval(secs => :offline)
            AND s.last_seen_at + make_interval(secs => :offline) > r.created_at
+           -- Busy (a live lease) is no outage, however long the scan is silent.
+           AND NOT {holds_live_lease_sql("s.scanner_id")}
            -- Silence while netmap itself was down is not the scanner's: its agent retried
            -- against a closed port. It counts from when this watch started.
            AND CAST(:watching_since AS timestamptz) < now() - make_interval(secs => :offline)

@@ -60,6 +60,17 @@ def _activity(conn: Connection, scanner_ids: list[int]) -> dict[int, Any]:
     return {r.id: r for r in rows}
 
 
+def holds_live_lease_sql(scanner_id: str) -> str:
+    """SQL: the scanner ``scanner_id`` (an expression) holds an execution under a live
+    lease (``busy``). Its agent renews the lease a third of the lease into it, so a long
+    scan is silent for longer than ``scanner_offline_seconds`` may be, and is no outage."""
+    return (
+        "EXISTS (SELECT 1 FROM scan_executions e "  # noqa: S608 - the caller's expression
+        f"WHERE e.scanner_id = {scanner_id} AND e.status = 'running' "
+        "AND e.lease_expires_at > now())"
+    )
+
+
 def status_of(state: ScannerState, current_execution_id: int | None) -> str:
     if current_execution_id is not None:
         return "busy"

@@ -22,7 +22,7 @@ from jobs.alert_conditions import certificate_expiry_job, scanner_offline_job
 from jobs.base import JobContext
 from tests.integration.alerts.test_alert_deliveries import drain
 from tests.integration.test_search_api import _publish, _scan
-from tests.support.scanner_protocol import observation
+from tests.support.scanner_protocol import claim, make_task, observation
 
 
 def _webhook(user, receiver) -> int:
@@ -397,3 +397,29 @@ def test_run_failed_rules_are_evaluated_by_a_runner_job(settings) -> None:
 
     names = [job.name for job in jobs(settings)]
     assert "alert-run-failed" in names
+
+
+def test_a_scanner_busy_with_a_long_scan_is_not_offline(api, settings, receiver) -> None:
+    """Its agent renews the lease a third of the lease into it: a scan can be silent for
+    longer than ``scanner_offline_seconds``. While it holds a live lease it is busy, as the
+    Scanners page says; once the lease has run out, its silence is an outage."""
+    admin, user = api.admin(), api.user()
+    offline = settings.scan.scanner_offline_seconds
+    rule = _rule(admin, on=["scanner_offline"], channels=[_webhook(admin, receiver)])
+    _backdate_rule(rule["id"])
+    scanner = api.scanner()
+    make_task(user)
+    claimed = claim(scanner)
+    _silence(scanner.id, offline + 5)  # the scan runs on, silent past the window
+    evaluate_scanner_offline(settings)
+    assert _messages(rule["id"]) == []
+    with transaction() as conn:  # the lease runs out: the agent is gone
+        conn.execute(
+            sa.text(
+                "UPDATE scan_executions SET lease_expires_at = now() - interval '1 second' "
+                "WHERE id = :id"
+            ),
+            {"id": claimed.id},
+        )
+    evaluate_scanner_offline(settings)
+    assert [m.event_type for m in _messages(rule["id"])] == ["netmap.scanner.offline"]
