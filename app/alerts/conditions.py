@@ -407,7 +407,9 @@ def _certificate_payload(settings: Settings, cert: Certificate, now: datetime) -
             "subject_cn": cert.subject_cn,
             "issuer": cert.issuer,
             "not_after": cert.not_after,
-            "days_left": (expires - now).days,
+            # Whole days, toward zero: expired 2 days 17 hours ago is -2 (timedelta's
+            # ``days`` floors, and said -3).
+            "days_left": int((expires - now).total_seconds() / 86400),
             "expired": expires <= now,
         },
         "endpoints": cert.endpoints,

@@ -107,15 +107,16 @@ def span_text(seconds: float) -> str:
     return " ".join(f"{count} {unit}{'' if count == 1 else 's'}" for count, unit in shown)
 
 
-def _time_left(cert: dict[str, Any], message: Message) -> str:
-    """Time from the message's creation to the certificate's ``not_after``. ``days_left``
-    alone is whole days rounded down, and "expires in 2 days" for 2 days 23 hours read as
-    a day less than there was."""
+def _time_left(cert: dict[str, Any], message: Message, *, ago: bool = False) -> str:
+    """Time from the message's creation to the certificate's ``not_after`` (``ago``: since
+    it, for an expired one). ``days_left`` alone is whole days, and "expires in 2 days"
+    for 2 days 23 hours read as a day less than there was."""
     try:
         not_after = datetime.fromisoformat(str(cert.get("not_after")).replace("Z", "+00:00"))
-        return span_text((not_after - message.created_at).total_seconds())
+        left = (not_after - message.created_at).total_seconds()
+        return span_text(-left if ago else left)
     except (TypeError, ValueError):  # not a time: what the payload says
-        return f"{cert.get('days_left')} days"
+        return f"{abs(cert.get('days_left') or 0)} days"
 
 
 def summary_text(message: Message) -> tuple[str, str]:
@@ -158,7 +159,11 @@ def summary_text(message: Message) -> tuple[str, str]:
     if "certificate" in data:  # certificate_expires rules (app.alerts.conditions)
         cert = data["certificate"]
         name = cert.get("subject_cn") or cert.get("fingerprint") or "a certificate"
-        when = "expired" if cert.get("expired") else f"expires in {_time_left(cert, message)}"
+        when = (
+            f"expired {_time_left(cert, message, ago=True)} ago"
+            if cert.get("expired")
+            else f"expires in {_time_left(cert, message)}"
+        )
         title = f"netmap: certificate {name} {when}"
         lines = [
             f"Rule: {rule}",

@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.alerts.conditions import Certificate, _certificate_payload
 from app.alerts.senders import Message, span_text, summary_text
+from app.config import load_settings
 
 
 @pytest.mark.parametrize(
@@ -100,3 +102,31 @@ def test_a_change_message_names_the_fields_that_differ() -> None:
     digest["changes"] = [change]
     _, text = summary_text(Message("msg_4", "netmap.digest", created, digest))
     assert "  reappeared 192.0.2.1:443/tcp (cert_sha256)" in text.splitlines()
+
+
+def test_an_expired_certificate_says_how_long_ago() -> None:
+    created = datetime(2026, 12, 8, 0, 2, 55, tzinfo=UTC)
+    message = _certificate_message(created, "2026-12-05T23:45:59Z", -2)
+    message.payload["certificate"]["expired"] = True
+    title, _ = summary_text(message)
+    assert title == "netmap: certificate shop.example.com expired 2 days ago"
+    message.payload["certificate"]["not_after"] = "2026-12-07T21:45:59Z"
+    title, _ = summary_text(message)
+    assert title == "netmap: certificate shop.example.com expired 2 hours 16 minutes ago"
+
+
+@pytest.mark.parametrize(
+    ("left", "days"),
+    [
+        (timedelta(days=2, hours=23), 2),
+        (timedelta(hours=5), 0),
+        (-timedelta(hours=5), 0),
+        (-timedelta(days=2, hours=17), -2),  # toward zero: timedelta.days said -3
+    ],
+)
+def test_days_left_is_whole_days_toward_zero(left, days) -> None:
+    now = datetime(2026, 12, 8, tzinfo=UTC)
+    cert = Certificate("ab" * 32, (now + left).strftime("%Y-%m-%dT%H:%M:%SZ"), "x", "y")
+    payload = _certificate_payload(load_settings(env={})[0], cert, now)
+    assert payload["certificate"]["days_left"] == days
+    assert payload["certificate"]["expired"] is (left < timedelta(0))
