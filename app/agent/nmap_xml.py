@@ -148,10 +148,13 @@ def _service_fields(
         # formats.clip(value, 1024), inline: a slice of a shorter text is the text
         if name and (name := name.strip()):
             service["name"] = name[:1024]
-    product = get("product")
+    # From the port table nothing was probed: nmap then writes, for the ports its version
+    # scan leaves out (9100-9107), product="Excluded from version scan", which is no product.
+    probed = get("method") != "table"
+    product = get("product") if probed else None
     if product and (product := product.strip()):
         service["product"] = product[:1024]
-    version = get("version")
+    version = get("version") if probed else None
     if version and (version := version.strip()):
         service["version"] = version[:1024]
     for key in _DETAIL_KEYS:

@@ -76,6 +76,22 @@ def test_a_host_with_hundreds_of_ports():
     assert all("service" not in o or "name" not in o["service"] for o in found)
 
 
+def test_a_port_left_out_of_the_version_scan_has_no_product():
+    """nmap leaves 9100-9107 out of -sV and writes product="Excluded from version scan"
+    from its port table (as real nmap 7.93 does for a listener on 9101): nothing was
+    probed, so no service, product or version is observed."""
+    document = (
+        '<?xml version="1.0"?><nmaprun scanner="nmap" start="1765152000">'
+        '<host starttime="1765152000"><address addr="127.0.0.1" addrtype="ipv4"/><ports>'
+        '<port protocol="tcp" portid="9101"><state state="open" reason="syn-ack"/>'
+        '<service name="jetdirect" product="Excluded from version scan" method="table" '
+        'conf="3"/></port></ports></host></nmaprun>'
+    )
+    (found,) = list(read_nmap_xml(io.BytesIO(document.encode())))
+    assert found["port"] == 9101 and found["state"] == "open"
+    assert not found.get("service")
+
+
 def test_filtered_and_closed_filtered_states():
     document = (FIXTURES / "nmap-many-ports.xml").read_text()
     document = document.replace('state="closed"', 'state="filtered"', 1)
