@@ -267,9 +267,11 @@ def schedule_view(conn: Connection, task_id: int, *, upcoming: int = 0) -> dict[
     slots = conn.execute(
         sa.text(
             """
-            SELECT fire_at, outcome, reason, run_id, caught_up, handled_at
-              FROM scan_schedule_slots WHERE task_id = :task_id
-             ORDER BY fire_at DESC LIMIT :limit
+            SELECT s.fire_at, s.outcome, s.reason, s.run_id, r.number AS run_number,
+                   s.caught_up, s.handled_at
+              FROM scan_schedule_slots s LEFT JOIN task_runs r ON r.id = s.run_id
+             WHERE s.task_id = :task_id
+             ORDER BY s.fire_at DESC LIMIT :limit
             """
         ),
         {"task_id": task_id, "limit": RECENT_SLOTS},
@@ -280,6 +282,8 @@ def schedule_view(conn: Connection, task_id: int, *, upcoming: int = 0) -> dict[
             "outcome": s.outcome,
             "reason": s.reason,
             "run_id": s.run_id,
+            # What the task's runs are listed by (the id is not the number).
+            "run_number": s.run_number,
             "caught_up": s.caught_up,
             "handled_at": _iso(s.handled_at),
         }

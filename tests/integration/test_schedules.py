@@ -265,6 +265,11 @@ def test_downtime_produces_one_catch_up_run(api, settings):
     assert len(scheduled_runs(task["id"])) == 1
     shown = user.get(f"/api/tasks/{task['id']}").get_json()["task"]["schedule"]
     assert shown["recent_slots"][0]["caught_up"] == 4
+    # The run it started, by the number the task's runs are listed by (run 1 was the
+    # task's own first run), and on the console a link to it.
+    (run,) = scheduled_runs(task["id"])
+    assert shown["recent_slots"][0]["run_id"] == run.id
+    assert shown["recent_slots"][0]["run_number"] == run.number == 2
     assert shown["next_run_at"] == (start + timedelta(minutes=60)).isoformat()
 
 

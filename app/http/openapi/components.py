@@ -191,9 +191,9 @@ SCHEMAS: dict[str, Any] = {
             },
             "recent_slots": {
                 "type": "array",
-                "description": "the latest fire times handled: started (run_id) or skipped "
-                "(reason, e.g. run_active); caught_up counts the missed fire times a "
-                "catch-up run stands for",
+                "description": "the latest fire times handled: started (run_id, and the "
+                "run's run_number) or skipped (reason, e.g. run_active); caught_up counts the "
+                "missed fire times a catch-up run stands for",
                 "items": {"type": "object"},
             },
         },
