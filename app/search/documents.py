@@ -119,6 +119,9 @@ class EndpointDocument:
             "last_seen": self.last_seen.isoformat(),
             "first_execution_id": self.first_execution_id,
             "last_execution_id": self.last_execution_id,
+            # The certificate and HTTP facts (docs/inventory.md), not the rest of the
+            # details (script outputs may run to kilobytes; exports carry them whole).
+            "details": {k: self.details[k] for k in ("tls", "http") if k in self.details},
             # A guessed value (``GUESSED_AT``) was not observed: it has no time here.
             "observed": {
                 name: seen.isoformat()

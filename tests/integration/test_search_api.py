@@ -247,3 +247,25 @@ def test_a_results_page_is_utf8_json_holding_exactly_what_was_uploaded(api):
     [item] = body["items"]
     assert (item["banner"], item["product"], item["service"]) == (banner, "Ünïcode", "http")
     assert list(item) == sorted(item)
+
+
+def test_assets_and_results_carry_their_certificate_and_http_facts(api):
+    """docs/inventory.md: the ``tls`` and ``http`` documents are returned with the asset
+    (only the host page showed them); the rest of the details stays in exports."""
+    user, scanner = api.user(), api.scanner()
+    tls = {
+        "subject_cn": "shop.example.com",
+        "sha256": "ab" * 32,
+        "not_after": "2027-01-01T00:00:00Z",
+    }
+    task, upload = _scan(
+        user,
+        scanner,
+        ["192.0.2.0/28"],
+        [observation("192.0.2.1", 443, tls=tls, http={"title": "Shop"})],
+    )
+    _publish(api.app, upload.id)
+    (asset,) = user.get("/api/assets").get_json()["items"]
+    assert asset["details"] == {"tls": tls, "http": {"title": "Shop"}}
+    (result,) = user.get(f"/api/tasks/{task['id']}/results").get_json()["items"]
+    assert result["details"] == asset["details"]

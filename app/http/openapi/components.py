@@ -247,6 +247,12 @@ SCHEMAS: dict[str, Any] = {
             "last_seen": {"type": "string", "format": "date-time"},
             "first_execution_id": {"type": "integer"},
             "last_execution_id": {"type": "integer"},
+            "details": {
+                "type": "object",
+                "description": "the certificate (tls) and HTTP (http) facts, when scanned "
+                "(docs/inventory.md); exports carry the whole details",
+                "properties": {"tls": {"type": "object"}, "http": {"type": "object"}},
+            },
             "observed": {
                 "type": "object",
                 "description": "when each probed field was last observed, where that is "
