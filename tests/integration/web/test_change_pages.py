@@ -169,6 +169,18 @@ def test_a_changed_endpoint_names_its_changed_fields_on_every_change_list(api, s
         html = client.get(page).text
         assert '<span class="muted changed-fields">(version)</span>' in html, page
 
+    # A certificate replaced: the fingerprints, not only the field's name ("open → open").
+    for cert in ("aa" * 32, "bb" * 32):
+        assert alice.post(f"/api/tasks/{task}/runs").status_code == 201
+        seen = observation("192.0.2.1", 80, service=newer, tls={"sha256": cert})
+        assert claim(scanner).final(0, [seen]).status_code == 200
+        _run_workers(settings)
+    html = client.get(f"/console/tasks/{task}/changes").text
+    assert (
+        '(cert_sha256: <code title="' + "aa" * 32 + '">aaaaaaaaaaaa…</code> → '
+        '<code title="' + "bb" * 32 + '">bbbbbbbbbbbb…</code>)'
+    ) in html
+
     # A run's id that is no run of the task says what run= takes.
     missing = alice.get(f"/api/tasks/{task}/changes?run=999999")
     assert missing.status_code == 404
