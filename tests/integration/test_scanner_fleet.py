@@ -185,11 +185,11 @@ def test_dashboard_says_when_work_waits_and_no_scanner_is_online(api):
     page = user.get("/console/")
     assert page.status_code == 200
     assert b'id="no-scanner"' not in page.data  # nothing waits
-    # An import-only task is "queued" with nothing for a scanner to do: no warning.
+    # An import-only task has nothing for a scanner to do (it is idle): no warning.
     imports = user.post(
         "/api/tasks", json={"name": "files", "targets": ["192.0.2.8"], "ports": "22", "scan": False}
     )
-    assert imports.get_json()["task"]["status"] == "queued"
+    assert imports.get_json()["task"]["status"] == "idle"
     assert b'id="no-scanner"' not in user.get("/console/").data
 
     make_task(user, targets=("192.0.2.9",), ports="22")
