@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.analysis.queries import task_change_counts
 from app.config import ScanSettings
 from app.db import transaction
@@ -19,7 +21,7 @@ from app.observability import emit
 from app.scan_control import schedule_store
 from app.scan_control.creation import TaskRequest, create_task
 from app.scan_control.query import Page, get_task, list_executions, list_tasks
-from app.scan_control.runs import latest_runs
+from app.scan_control.runs import latest_runs, resolve_run
 from app.scan_control.schedule_rules import ScheduleSpec
 from app.scan_control.visibility import task_visible
 
@@ -104,13 +106,25 @@ def executions_of(user: User, task_id: int, *, limit: int, cursor: dict[str, Any
 def task_page(
     user: User, task_id: int, *, limit: int, cursor: dict[str, Any] | None
 ) -> tuple[dict[str, Any], Page, dict[str, Any]]:
-    """What the console's task page shows: the task, a page of executions, change counts."""
+    """What the console's task page shows: the task, a page of executions, and the change
+    counts of the run its changes page shows first (the latest finished run): counts over
+    every run linked to a list of one run's changes, which did not hold them."""
     with transaction() as conn:
         task = get_task(conn, user, task_id)
         if task is None:
             raise NotFound("task not found", code="task_not_found")
         executions = list_executions(conn, task_id, limit=limit, cursor=cursor)
-        changes = task_change_counts(conn, task_id)
+        run = resolve_run(conn, task_id, None)
+        run_executions = list(
+            conn.execute(
+                sa.text("SELECT id FROM scan_executions WHERE run_id = :run"), {"run": run}
+            ).scalars()
+        )
+        changes = task_change_counts(conn, task_id, execution_ids=run_executions)
+        changes["run_id"] = run
+        changes["run_number"] = conn.execute(
+            sa.text("SELECT number FROM task_runs WHERE id = :run"), {"run": run}
+        ).scalar()
     return task, executions, changes
 
 

@@ -6,6 +6,7 @@ uploaded over the scanner protocol; pages are read through signed-in sessions.
 
 from __future__ import annotations
 
+import html
 import re
 
 from app.analysis.worker import AnalysisWorker
@@ -53,8 +54,9 @@ def test_history_changes_dashboard_and_status_filter(api, settings) -> None:
     # Task page: counts per kind linking to the keyset-paged list.
     detail = client.get(f"/console/tasks/{task2}")
     assert detail.status_code == 200
-    assert f'href="/console/tasks/{task2}/changes?kind=gone" data-kind="gone">gone 1<' in (
-        detail.text
+    assert re.search(
+        rf'href="/console/tasks/{task2}/changes\?kind=gone&amp;run=\d+" data-kind="gone">gone 1<',
+        detail.text,
     )
     gone = client.get(f"/console/tasks/{task2}/changes?kind=gone")
     assert gone.status_code == 200
@@ -126,6 +128,14 @@ def test_the_changes_page_shows_a_run_and_compares_two(api, settings) -> None:
     _run_workers(settings)
     run1 = alice.get(f"/api/tasks/{task}/runs").get_json()["items"][-1]["id"]
 
+    # The task page counts the changes of the run its links list (the latest finished),
+    # not every run's: its "gone 1" leads to a list holding that one change.
+    task_page = client.get(f"/console/tasks/{task}").text
+    assert "Changes in run 2 (1 analysed execution)" in task_page
+    gone_link = re.search(r'<a href="([^"]+)" data-kind="gone">gone 1<', task_page)
+    assert gone_link and f"run={run2}" in html.unescape(gone_link.group(1))
+    listed = client.get(html.unescape(gone_link.group(1))).text
+    assert listed.count('class="kind-gone"') == 1
     latest = client.get(f"/console/tasks/{task}/changes")  # the latest finished run: 2
     assert latest.status_code == 200 and ", run 2</h1>" in latest.text
     assert re.search(r'data-kind="gone">gone 1<', latest.text)
