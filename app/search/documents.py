@@ -124,9 +124,16 @@ class EndpointDocument:
             "details": {k: self.details[k] for k in ("tls", "http") if k in self.details},
             # A guessed value (``GUESSED_AT``) was not observed: it has no time here.
             "observed": {
-                name: seen.isoformat()
-                for name in PROBED_FIELDS
-                if (seen := field_seen(self, name)) is not None and seen != GUESSED_AT
+                **{
+                    name: seen.isoformat()
+                    for name in PROBED_FIELDS
+                    if (seen := field_seen(self, name)) is not None and seen != GUESSED_AT
+                },
+                **{
+                    name: seen.isoformat()
+                    for name in DETAIL_GROUPS
+                    if (seen := group_seen(self, name)) is not None
+                },
             },
         }
         if self.scope != "execution":
@@ -176,6 +183,33 @@ GUESSED_AT = datetime(1970, 1, 1, tzinfo=UTC)
 def guessed(doc: EndpointDocument, name: str) -> bool:
     """Whether ``doc``'s value of ``name`` is a guess (``GUESSED_AT``), not observed."""
     return doc.observed.get(name) == GUESSED_AT
+
+
+# Documents of ``details`` a scan writes only when it probed them: the certificate an
+# ``ssl-cert`` read (``tls``) and the page ``http-title``/``http-server-header`` read
+# (``http``). Each merges as a probed field does: the value of the version that observed
+# it last, its time in ``observed`` under its name, so a scan that did not read them (a
+# ``quick`` profile) keeps what an earlier one found. The rest of ``details`` is the
+# newest observation's. Ties of time are decided by each document's identity (these
+# keys' texts, compared as code points), the same in the SQL and Painless merges.
+DETAIL_GROUPS: dict[str, tuple[str, ...]] = {"tls": ("sha256",), "http": ("title", "server")}
+
+
+def group_identity(name: str, value: Any) -> str:
+    """The text a tie between two ``name`` documents is decided by: its identity keys'
+    texts joined by U+001F (a key that is no text, or a document that is no object,
+    counts as empty)."""
+    found = value if isinstance(value, Mapping) else {}
+    return "\x1f".join(
+        text if isinstance(text := found.get(key), str) else "" for key in DETAIL_GROUPS[name]
+    )
+
+
+def group_seen(doc: EndpointDocument, name: str) -> datetime | None:
+    """When ``doc``'s ``details[name]`` was observed (None: it has none)."""
+    if doc.details.get(name) is None:
+        return None
+    return doc.observed.get(name) or doc.last_seen
 
 
 def field_seen(doc: EndpointDocument, name: str) -> datetime | None:
@@ -276,9 +310,27 @@ def merge_endpoints(a: EndpointDocument, b: EndpointDocument) -> EndpointDocumen
         probed[name] = None if best is None else best[1]
         if best is not None and best[0] != newest.last_seen:
             observed[name] = best[0]  # as new as the document: implied, not stored
+    # The newest's details; a document only an older version has is laid over them (a
+    # version with none, or a JSON null, leaves the newest's as they are).
+    details = dict(newest.details)
+    for name in DETAIL_GROUPS:
+        chosen: tuple[datetime, str, Any] | None = None
+        for version in (a, b):
+            seen = group_seen(version, name)
+            if seen is None:
+                continue
+            value = version.details[name]
+            candidate = (seen, group_identity(name, value), value)
+            if chosen is None or candidate[:2] > chosen[:2]:
+                chosen = candidate
+        if chosen is not None:
+            details[name] = chosen[2]
+            if chosen[0] != newest.last_seen:
+                observed[name] = chosen[0]
     return replace(
         newest,
         **probed,
+        details=details,
         observed=observed,
         status=a.status,
         gone_since=a.gone_since,

@@ -18,7 +18,10 @@ of an endpoint (ING-18).
 used by scripted upserts: the oldest (first_seen, first_execution_id) pair and
 the newest (last_seen, last_execution_id, observation_key) group win, except the
 probed fields (``params.probed``, ``documents.PROBED_FIELDS``), each of which keeps
-the value of the version that observed it last (``observed`` holds those times). Times are
+the value of the version that observed it last (``observed`` holds those times), and
+the probed documents of ``details`` (``params.groups``, ``documents.DETAIL_GROUPS``),
+each kept the same way with the ``facts`` read from it (``params.group_facts``); ties
+of time are decided by the document's identity (``documents.group_identity``). Times are
 fixed-width UTC text (``app.search.encoding.utc_text``), so comparing the
 strings compares the instants; an unchanged document is a ``noop``.
 """
@@ -27,11 +30,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.search.documents import DETAIL_GROUPS, PROBED_FIELDS
 from app.search.endpoint_facts import FACT_FIELDS, FACT_INDEX_NAMES
 
 TEMPLATE_PRIORITY = 200  # above the built-in templates (100), which never match our names anyway
 
 MERGE_SCRIPT = """
+String identity(def value, List keys) {
+  StringBuilder text = new StringBuilder();
+  for (int i = 0; i < keys.size(); ++i) {
+    if (i > 0) {
+      text.append((char) 31);
+    }
+    if (value instanceof Map) {
+      def part = ((Map) value).get(keys.get(i));
+      if (part instanceof String) {
+        text.append((String) part);
+      }
+    }
+  }
+  return text.toString();
+}
 Map d = params.doc;
 Map s = ctx._source;
 if (s.isEmpty()) {
@@ -76,6 +95,37 @@ if (s.isEmpty()) {
       seen[name] = at;
     }
   }
+  Map sDetails = s.details instanceof Map ? new HashMap((Map) s.details) : new HashMap();
+  Map dDetails = d.details instanceof Map ? (Map) d.details : new HashMap();
+  Map sFacts = s.facts instanceof Map ? new HashMap((Map) s.facts) : new HashMap();
+  Map dFacts = d.facts instanceof Map ? (Map) d.facts : new HashMap();
+  Map fromD = new HashMap();
+  for (def group : params.groups.entrySet()) {
+    String name = group.getKey();
+    Object mine = sDetails.get(name);
+    Object theirs = dDetails.get(name);
+    String mineAt = mine == null ? null
+        : (sSeen.containsKey(name) ? (String) sSeen[name] : (String) s.last_seen);
+    String theirsAt = theirs == null ? null
+        : (dSeen.containsKey(name) ? (String) dSeen[name] : (String) d.last_seen);
+    boolean take = false;
+    if (theirsAt != null) {
+      if (mineAt == null) {
+        take = true;
+      } else {
+        int c = theirsAt.compareTo(mineAt);
+        if (c == 0) {
+          c = identity(theirs, group.getValue()).compareTo(identity(mine, group.getValue()));
+        }
+        take = c > 0;
+      }
+    }
+    fromD[name] = take;
+    String at = take ? theirsAt : mineAt;
+    if (at != null && !at.equals(lastSeen)) {
+      seen[name] = at;
+    }
+  }
   int newer = ((String) d.last_seen).compareTo((String) s.last_seen);
   if (newer == 0) {
     newer = Long.compare(((Number) d.last_execution_id).longValue(),
@@ -99,6 +149,33 @@ if (s.isEmpty()) {
       changed = true;
     }
   }
+  Map details = s.details instanceof Map ? new HashMap((Map) s.details) : new HashMap();
+  Map facts = s.facts instanceof Map ? new HashMap((Map) s.facts) : new HashMap();
+  for (def group : params.groups.entrySet()) {
+    String name = group.getKey();
+    boolean take = fromD[name];
+    Object value = take ? dDetails.get(name) : sDetails.get(name);
+    if (value == null) {
+      continue;  // neither has one: the newest's details and facts stay as they are
+    }
+    details[name] = value;
+    for (String fact : params.group_facts[name]) {
+      Object typed = take ? dFacts.get(fact) : sFacts.get(fact);
+      if (typed == null) {
+        facts.remove(fact);
+      } else {
+        facts[fact] = typed;
+      }
+    }
+  }
+  if (!details.equals(s.details)) {
+    s.details = details;
+    changed = true;
+  }
+  if (!facts.equals(s.facts) && !(facts.isEmpty() && s.facts == null)) {
+    s.facts = facts;
+    changed = true;
+  }
   if (seen.isEmpty()) {
     if (s.containsKey('observed')) {
       s.remove('observed');
@@ -113,6 +190,17 @@ if (s.isEmpty()) {
   }
 }
 """.strip()
+
+# The script's parameters besides the document: what it merges as probed, and which
+# typed facts go with each details document.
+MERGE_PARAMS: dict[str, Any] = {
+    "probed": list(PROBED_FIELDS),
+    "groups": {name: list(keys) for name, keys in DETAIL_GROUPS.items()},
+    "group_facts": {
+        name: [FACT_INDEX_NAMES[f] for f, (section, _, _) in FACT_FIELDS.items() if section == name]
+        for name in DETAIL_GROUPS
+    },
+}
 
 
 class IndexNames:

@@ -63,7 +63,6 @@ from app.search.asset_sort import (
 )
 from app.search.documents import (
     ENDPOINT_SCOPES,
-    PROBED_FIELDS,
     EndpointDocument,
     FactDocument,
     merge_all,
@@ -75,6 +74,7 @@ from app.search.elasticsearch_removals import ElasticsearchRemovals
 from app.search.elasticsearch_schema import (
     FACT_ENDPOINT_MAPPING,
     FACTS_MAPPING,
+    MERGE_PARAMS,
     MERGE_SCRIPT,
     OBSERVED_MAPPING,
     STATUS_MAPPING,
@@ -337,7 +337,7 @@ class ElasticsearchStore:
             body = {
                 "script": {
                     "id": self.names.merge_script,
-                    "params": {"doc": source, "probed": list(PROBED_FIELDS)},
+                    "params": {"doc": source, **MERGE_PARAMS},
                 },
                 "scripted_upsert": True,
                 "upsert": {},

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.observability import emit
-from app.search.documents import PROBED_FIELDS
+from app.search.documents import DETAIL_GROUPS, PROBED_FIELDS
 from app.search.endpoint_facts import CERT_SHA256_SQL, FACT_FIELDS, FACT_SQL
 from app.search.port import StoreUnavailable
 
@@ -122,8 +122,14 @@ NEWEST_GROUP = (
         if c not in PROBED_FIELDS
     ),
     "tags",
-    "details",
 )
+# The view rows' value numbers, each going with the details document it is read from.
+_NUMBER_GROUPS = {
+    "cert_issuer_number": "tls",
+    "cert_subject_number": "tls",
+    "title_number": "http",
+    "server_number": "http",
+}
 
 
 def _seen(alias: str, name: str) -> str:
@@ -132,6 +138,59 @@ def _seen(alias: str, name: str) -> str:
         f"(CASE WHEN {alias}.{name} IS NOT NULL THEN "
         f"coalesce(CAST({alias}.observed ->> '{name}' AS timestamptz), {alias}.last_seen) END)"
     )
+
+
+def _group(alias: str, name: str) -> str:
+    """``alias``'s ``details[name]`` document (a JSON null is none), ``documents.DETAIL_GROUPS``."""
+    return f"NULLIF({alias}.details -> '{name}', 'null'::jsonb)"
+
+
+def _group_seen(alias: str, name: str) -> str:
+    """When ``alias``'s ``details[name]`` was observed (``documents.group_seen``)."""
+    return (
+        f"(CASE WHEN {_group(alias, name)} IS NOT NULL THEN "
+        f"coalesce(CAST({alias}.observed ->> '{name}' AS timestamptz), {alias}.last_seen) END)"
+    )
+
+
+def _group_identity(alias: str, name: str) -> str:
+    """``documents.group_identity``: the identity keys' texts joined by U+001F."""
+    parts = [
+        f"(CASE WHEN jsonb_typeof({alias}.details -> '{name}' -> '{key}') = 'string' "
+        f"THEN {alias}.details -> '{name}' ->> '{key}' ELSE '' END)"
+        for key in DETAIL_GROUPS[name]
+    ]
+    return " || chr(31) || ".join(parts)
+
+
+def _group_take(name: str) -> str:
+    """Whether the incoming row's ``details[name]`` wins (``documents.merge_endpoints``)."""
+    mine, theirs = _group_seen("t", name), _group_seen("excluded", name)
+    return (
+        f"({theirs} IS NOT NULL AND ({mine} IS NULL OR ({theirs}, "
+        f'({_group_identity("excluded", name)}) COLLATE "C") > ({mine}, '
+        f'({_group_identity("t", name)}) COLLATE "C")))'
+    )
+
+
+def _details_set(newer: str) -> str:
+    """``details``: the newest row's, with each of ``DETAIL_GROUPS`` from the row that
+    observed it last."""
+    chosen = {
+        name: (
+            f"(CASE WHEN {_group_take(name)} THEN {_group('excluded', name)} "
+            f"ELSE {_group('t', name)} END)"
+        )
+        for name in DETAIL_GROUPS
+    }
+    # A document neither row has (or a JSON null) leaves the newest row's as it is.
+    groups = " || ".join(
+        f"(CASE WHEN {value} IS NULL THEN '{{}}'::jsonb "
+        f"ELSE jsonb_build_object('{name}', {value}) END)"
+        for name, value in chosen.items()
+    )
+    newest = f"coalesce(CASE WHEN {newer} THEN excluded.details ELSE t.details END, '{{}}')"
+    return f"details = {newest} || {groups}"
 
 
 def _probed_sets() -> list[str]:
@@ -149,6 +208,14 @@ def _probed_sets() -> list[str]:
             f'COLLATE "C") > ({mine}, t.{name} COLLATE "C")))'
         )
         sets.append(f"{name} = CASE WHEN {take} THEN excluded.{name} ELSE t.{name} END")
+        chosen = f"(CASE WHEN {take} THEN {theirs} ELSE {mine} END)"
+        times.append(
+            f"'{name}', CASE WHEN {chosen} <> GREATEST(t.last_seen, excluded.last_seen) "
+            f"THEN to_jsonb({chosen}) END"
+        )
+    for name in DETAIL_GROUPS:
+        take = _group_take(name)
+        theirs, mine = _group_seen("excluded", name), _group_seen("t", name)
         chosen = f"(CASE WHEN {take} THEN {theirs} ELSE {mine} END)"
         times.append(
             f"'{name}', CASE WHEN {chosen} <> GREATEST(t.last_seen, excluded.last_seen) "
@@ -247,13 +314,20 @@ def merge_on_conflict(table: str) -> str:
         "(excluded.last_seen, excluded.last_execution_id, excluded.observation_key) "
         "> (t.last_seen, t.last_execution_id, t.observation_key)"
     )
-    # A view row's value numbers go with its details (migration 2200).
-    newest = (
-        *NEWEST_GROUP,
-        *(FACT_TEXT_NUMBERS.values() if table in ASSET_TABLES.values() else ()),
+    # A view row's value numbers go with the details document they are read from
+    # (migration 2200).
+    numbers = (
+        [
+            f"{c} = CASE WHEN {_group_take(_NUMBER_GROUPS[c])} THEN excluded.{c} ELSE t.{c} END"
+            for c in FACT_TEXT_NUMBERS.values()
+        ]
+        if table in ASSET_TABLES.values()
+        else []
     )
     newest_sets = ",\n        ".join(
-        [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in newest]
+        [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE t.{c} END" for c in NEWEST_GROUP]
+        + [_details_set(newer)]
+        + numbers
         + _probed_sets()
     )
     return f"""

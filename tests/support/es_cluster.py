@@ -24,6 +24,7 @@ from typing import Any
 
 from app.search.documents import merge_endpoints
 from app.search.encoding import endpoint_from_source, endpoint_source
+from app.search.endpoint_facts import searchable_facts
 from tests.support.es_query import (
     IndexMapping,
     MappingError,
@@ -180,6 +181,11 @@ def merge_endpoint_script(document_id: str, existing: dict[str, Any], params: di
     result = {**existing, **incoming}
     result.pop("observed", None)  # written only when not empty, as the script does
     result.update(endpoint_source(merged))
+    # The typed facts go with the details documents they are read from (none are added
+    # to a document written without them, as the script does).
+    facts = searchable_facts(merged.details)
+    if facts or "facts" in result:
+        result["facts"] = facts
     return result
 
 

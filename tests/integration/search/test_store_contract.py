@@ -21,6 +21,7 @@ from app.cursors import encode_cursor
 from app.errors import ValidationError
 from app.search.documents import merge_all
 from app.search.port import AssetQuery, BatchKey, OperationTooLarge, StorageScope
+from app.search.query_language import parse_query
 from tests.support.search_documents import (
     BASE_TIME,
     at,
@@ -139,6 +140,62 @@ def test_provenance_across_executions(store):
     assert stored.product == "new"
 
 
+def test_a_scan_that_read_no_certificate_keeps_the_one_an_earlier_scan_read(store):
+    """A ``quick`` scan (no ssl-cert, no http-title) after a ``standard`` one: the current
+    asset keeps its certificate and page (and what the search reads from them), with the
+    time they were read; the rest of details is the newest scan's. A later certificate
+    replaces it."""
+    owner = next(_owners)
+    tls = {"sha256": "ab" * 32, "issuer": "CN=Old CA", "not_after": "2027-01-01T00:00:00Z"}
+    standard = current_asset(
+        "user",
+        "192.0.2.88",
+        443,
+        owner_id=owner,
+        execution_id=1,
+        seen=at(0),
+        details={"tls": tls, "http": {"title": "Shop"}, "extrainfo": "deep"},
+    )
+    quick = current_asset(
+        "user",
+        "192.0.2.88",
+        443,
+        owner_id=owner,
+        execution_id=2,
+        seen=at(10),
+        details={"extrainfo": "quick"},
+    )
+    for doc in (standard, quick):
+        assert store.publish_current([doc], max_operations=10, max_bytes=1 << 20).ok
+    store.refresh_current()
+    (stored,) = all_assets(store, scope="user", owner_id=owner)
+    assert stored == merge_all([standard, quick])[0]
+    assert stored.details == {"tls": tls, "http": {"title": "Shop"}, "extrainfo": "quick"}
+    assert stored.observed == {"tls": at(0), "http": at(0)}
+    found = store.search_assets(
+        AssetQuery(scope="user", owner_id=owner, where=parse_query('cert.issuer:"Old CA"').node)
+    )
+    assert [d.ip for d in found.items] == ["192.0.2.88"]
+
+    renewed = {**tls, "sha256": "cd" * 32, "issuer": "CN=New CA"}
+    again = current_asset(
+        "user",
+        "192.0.2.88",
+        443,
+        owner_id=owner,
+        execution_id=3,
+        seen=at(20),
+        details={"tls": renewed},
+    )
+    assert store.publish_current([again], max_operations=10, max_bytes=1 << 20).ok
+    store.refresh_current()
+    (stored,) = all_assets(store, scope="user", owner_id=owner)
+    assert stored.details["tls"] == renewed and stored.details["http"] == {"title": "Shop"}
+    assert stored.observed == {"http": at(0)}
+    old = AssetQuery(scope="user", owner_id=owner, where=parse_query('cert.issuer:"Old CA"').node)
+    assert store.search_assets(old).items == []
+
+
 def test_equal_last_seen_is_decided_by_execution_then_observation_key(store):
     owner = next(_owners)
     common = {"owner_id": owner, "seen": at(0)}
@@ -164,8 +221,19 @@ version_strategy = st.fixed_dictionaries(
         "service": st.sampled_from([None, "http", "https", "ssh"]),
         "banner": st.sampled_from([None, "a", "b"]),
         "scope": st.sampled_from(["user", "global"]),
+        # The probed documents of details, ties of time between different ones included.
+        "tls": st.sampled_from([None, {"sha256": "aa", "issuer": "CN=A"}, {"sha256": "bb"}]),
+        "http": st.sampled_from([None, {"title": "One"}, {"title": "Two", "server": "x"}]),
+        "extra": st.sampled_from([None, "conf"]),
     }
 )
+
+
+def _details(version: dict) -> dict:
+    found = {name: version[name] for name in ("tls", "http") if version[name] is not None}
+    if version["extra"]:
+        found["extrainfo"] = version["extra"]  # the rest of details: the newest's
+    return found
 
 
 @settings(
@@ -194,6 +262,7 @@ def test_merges_in_any_order_and_batching_converge_to_the_join(store, versions, 
             last_execution_id=v["last_execution"],
             service=v["service"],
             banner=v["banner"],
+            details=_details(v),
         )
         for v in versions
     ]
