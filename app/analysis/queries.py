@@ -9,6 +9,7 @@ same whatever its depth.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
@@ -174,6 +175,35 @@ def task_change_counts(
         **{k: int(getattr(row, k)) for k in CHANGE_KINDS},
         "analysed_executions": int(row.analysed_executions),
     }
+
+
+def new_endpoints_by_hour(
+    conn: Connection, execution_ids: list[int]
+) -> dict[int, list[dict[str, Any]]]:
+    """Per analysed execution: the endpoints it found that were new to their owner,
+    counted by the UTC hour it found them in (when it finished); what a task's report
+    calls new. An endpoint a rescan sees again is no new one (the execution's own
+    first_seen is the scan's time). Executions not analysed yet are left out."""
+    analysed = [i for i, counts in execution_change_counts(conn, execution_ids).items() if counts]
+    found: dict[int, list[dict[str, Any]]] = {i: [] for i in analysed}
+    if not analysed:
+        return found
+    rows = conn.execute(
+        sa.text(
+            """
+            SELECT execution_id, date_trunc('hour', finished_at, 'UTC') AS hour, count(*) AS n
+              FROM analysis_changes
+             WHERE execution_id = ANY(CAST(:ids AS bigint[])) AND kind = 'new'
+             GROUP BY 1, 2 ORDER BY 1, 2
+            """
+        ),
+        {"ids": analysed},
+    )
+    for row in rows:
+        found[row.execution_id].append(
+            {"hour": row.hour.astimezone(UTC).isoformat(), "count": row.n}
+        )
+    return found
 
 
 def execution_change_counts(

@@ -26,6 +26,7 @@ statistics say so (``completeness.complete = false`` and a note).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.analysis.queries import new_endpoints_by_hour
 from app.db import transaction
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.reports.records import ReportClaim
@@ -289,7 +291,7 @@ def _aggregates(
         if execution_id in preread:
             # Read from the store just before this snapshot, not stored: the next
             # report's prepare step stores it.
-            rows.append(preread[execution_id])
+            rows.append(_Preread(execution_id, *dataclasses.astuple(preread[execution_id])))
         elif not last_round:
             raise _AggregatesMissing(execution_id)
     return rows
@@ -305,6 +307,24 @@ def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
             else:
                 totals[k] = dict(entry)
     return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
+
+
+@dataclass(frozen=True)
+class _Preread:
+    """A store-read ``ExecutionAggregates`` with its execution's id, as a stored row has."""
+
+    execution_id: int
+    services: list[dict[str, Any]]
+    products: list[dict[str, Any]]
+    ports: list[dict[str, Any]]
+    first_seen_hours: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _NewByHour:
+    """Hourly counts in the shape ``_new_per_day`` reads (``first_seen_hours``)."""
+
+    first_seen_hours: list[dict[str, Any]]
 
 
 def _new_per_day(
@@ -430,7 +450,20 @@ def _statistics(
     )
     pending = _pending_executions(conn, task_ids, run_id)
     aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
-    per_day = _new_per_day(aggregates, start, end, zone)
+    # New to the owner, from the change analysis; an execution not analysed yet counts
+    # the endpoints its scan first saw in the period (its own first_seen).
+    analysed_new = new_endpoints_by_hour(conn, latest_ids)
+    per_day = _new_per_day(
+        [
+            _NewByHour(analysed_new[row.execution_id])
+            if row.execution_id in analysed_new
+            else row
+            for row in aggregates
+        ],
+        start,
+        end,
+        zone,
+    )
     projection = aggregate_projection_status([row.projection for row in latest])
     complete = _is_complete(pending, latest)
     return {

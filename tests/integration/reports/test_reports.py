@@ -967,3 +967,33 @@ def test_a_deleted_tasks_definitions_are_gone_at_once(api, settings):
         assert user.get(path).status_code == 404
         assert user.post(path + "/run").status_code == 404
     assert records.create_due_scheduled_reports(datetime.now(UTC)) == []
+
+
+def test_a_rescan_finds_no_new_endpoints_once_the_changes_are_analysed(api, settings):
+    """A task scanned again the same day: its report of the second run counts as new the
+    endpoints new to the owner (the change analysis), none here; the scan's own
+    first_seen is the second scan's time, and counted every endpoint as new."""
+    from tests.integration.analysis.test_analysis_api import _run_workers
+
+    user, task = _scanned_task(api)
+    _run_workers(settings)
+    first_run = user.get(f"/api/tasks/{task['id']}/runs").get_json()["items"][0]["id"]
+    again = user.post(f"/api/tasks/{task['id']}/runs")
+    assert again.status_code == 201, again.get_json()
+    upload = claim(api.scanner())
+    observations = [observation(f"192.0.2.{i}", 22, service={"name": "ssh"}) for i in (1, 2)]
+    observations.append(observation("192.0.2.6", 22, service={"name": "ssh"}))  # one new
+    assert upload.final(0, observations).status_code == 200
+    _run_workers(settings)
+    definition = _definition(user, task)
+    path = f"/api/reports/definitions/{definition['id']}/run"
+    latest = user.post(path).get_json()["report"]["id"]
+    assert _run(settings, Renderer(settings)).result == "ready"
+    first = user.post(path, json={"run": first_run}).get_json()["report"]["id"]
+    assert _run(settings, Renderer(settings)).result == "ready"
+    figures = {
+        r: user.get(f"/api/reports/{r}").get_json()["report"]["statistics"] for r in (latest, first)
+    }
+    assert (figures[latest]["endpoints"], figures[latest]["new_endpoints"]) == (3, 1)
+    assert (figures[first]["endpoints"], figures[first]["new_endpoints"]) == (8, 8)
+    assert sum(d["count"] for d in figures[latest]["new_endpoints_per_day"]) == 1
