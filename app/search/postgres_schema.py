@@ -164,12 +164,19 @@ def _group_identity(alias: str, name: str) -> str:
 
 
 def _group_take(name: str) -> str:
-    """Whether the incoming row's ``details[name]`` wins (``documents.merge_endpoints``)."""
+    """Whether the incoming row's ``details[name]`` wins (``documents.merge_endpoints``).
+
+    A CASE, not a row comparison, so that the cheap tests decide the common cases and the
+    identities are read only on a tie of time (the expression is repeated for the
+    document, its value numbers and its time: a row comparison cost a republish of a web
+    fleet a fifth more server CPU)."""
     mine, theirs = _group_seen("t", name), _group_seen("excluded", name)
     return (
-        f"({theirs} IS NOT NULL AND ({mine} IS NULL OR ({theirs}, "
-        f'({_group_identity("excluded", name)}) COLLATE "C") > ({mine}, '
-        f'({_group_identity("t", name)}) COLLATE "C")))'
+        f"(CASE WHEN {_group('excluded', name)} IS NULL THEN false "
+        f"WHEN {_group('t', name)} IS NULL THEN true "
+        f"WHEN {theirs} <> {mine} THEN {theirs} > {mine} "
+        f'ELSE ({_group_identity("excluded", name)}) COLLATE "C" > '
+        f'({_group_identity("t", name)}) COLLATE "C" END)'
     )
 
 
