@@ -255,8 +255,8 @@ SCHEMAS: dict[str, Any] = {
             },
             "observed": {
                 "type": "object",
-                "description": "when each probed field was last observed, where that is "
-                "older than last_seen",
+                "description": "when each probed field (service, product, version, banner, "
+                "hostname) and details document (tls, http) was last observed",
                 "additionalProperties": {"type": "string", "format": "date-time"},
             },
         },
