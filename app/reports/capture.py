@@ -455,9 +455,7 @@ def _statistics(
     analysed_new = new_endpoints_by_hour(conn, latest_ids)
     per_day = _new_per_day(
         [
-            _NewByHour(analysed_new[row.execution_id])
-            if row.execution_id in analysed_new
-            else row
+            _NewByHour(analysed_new[row.execution_id]) if row.execution_id in analysed_new else row
             for row in aggregates
         ],
         start,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.scan_control.query import TASK_STATUSES
+
 ERROR = {
     "type": "object",
     "required": ["error"],
@@ -66,15 +68,7 @@ SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"},
             "status": {
                 "type": "string",
-                "enum": [
-                    "idle",
-                    "queued",
-                    "running",
-                    "succeeded",
-                    "partially_failed",
-                    "failed",
-                    "cancelled",
-                ],
+                "enum": list(TASK_STATUSES),
                 "description": "the newest run's (idle: an import-only task before its "
                 "first import)",
             },
