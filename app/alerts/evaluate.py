@@ -83,12 +83,6 @@ def _fields_test() -> str:
     )
 
 
-def _any_field_differs() -> str:
-    return " OR ".join(
-        field_changed_sql(c, f"x.old_{c}", f"x.new_{c}") for c in _COLUMN_OF_FIELD.values()
-    )
-
-
 def _matches() -> str:
     """SQL: change ``x`` matches rule ``r`` (kind, filter, fields of a ``changed``).
 
@@ -98,7 +92,7 @@ def _matches() -> str:
     return f"""(x.kind = ANY(r.on_kinds)
                 AND (x.kind <> 'changed' OR cardinality(r.fields) = 0 OR {_fields_test()})
                 OR x.kind = 'reappeared' AND 'changed' = ANY(r.on_kinds)
-                   AND (cardinality(r.fields) = 0 AND ({_any_field_differs()})
+                   AND (cardinality(r.fields) = 0 AND cardinality({_changed_fields()}) > 0
                         OR {_fields_test()}))
            AND (cardinality(r.cidrs) = 0 OR x.ip <<= ANY(r.cidrs))
            AND (cardinality(r.ports) = 0 OR x.port = ANY(r.ports))

@@ -119,6 +119,12 @@ def _time_left(cert: dict[str, Any], message: Message, *, ago: bool = False) -> 
         return f"{abs(cert.get('days_left') or 0)} days"
 
 
+def _fields_suffix(change: dict[str, Any]) -> str:
+    """ " (version, cert_sha256)": what a changed or reappeared endpoint differs in."""
+    fields = change.get("changed_fields")
+    return f" ({', '.join(fields)})" if fields else ""
+
+
 def summary_text(message: Message) -> tuple[str, str]:
     """(title, body) of a message for people: email and chat."""
     data = message.payload
@@ -184,8 +190,7 @@ def summary_text(message: Message) -> tuple[str, str]:
         if data.get("task_name"):  # messages queued before it was in the payload lack it
             title += f" in {data['task_name']}"
             lines.append(f"Task: {data['task_name']} (#{change.get('task_id')})")
-        fields = change.get("changed_fields")  # changed, reappeared: what differs
-        lines.append(f"Change: {change['kind']}" + (f" ({', '.join(fields)})" if fields else ""))
+        lines.append(f"Change: {change['kind']}{_fields_suffix(change)}")
         for side in ("old", "new"):
             if change.get(side):
                 values = ", ".join(f"{k}={v}" for k, v in change[side].items() if v is not None)
@@ -203,10 +208,9 @@ def summary_text(message: Message) -> tuple[str, str]:
         lines.append(f"{named}, run {data['run_number']} ({data.get('run_status')})")
     lines.append(f"Changes: {data.get('total', 0)}")
     for change in data.get("changes", []):
-        fields = change.get("changed_fields")
         lines.append(
             f"  {change['kind']} {change['ip']}:{change['port']}/{change['transport']}"
-            + (f" ({', '.join(fields)})" if fields else "")
+            f"{_fields_suffix(change)}"
         )
     if data.get("more"):
         lines.append(f"  … and {data['more']} more")

@@ -9,7 +9,6 @@ same whatever its depth.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +21,7 @@ from app.analysis.changes import (
     field_changed_sql,
 )
 from app.cursors import cursor_int, cursor_str, decode_cursor, encode_cursor
+from app.search.aggregates import hour_text
 
 _VALUES = tuple(ANALYSIS_FIELDS)
 _CHANGE_COLUMNS = (
@@ -180,13 +180,12 @@ def task_change_counts(
 def new_endpoints_by_hour(
     conn: Connection, execution_ids: list[int]
 ) -> dict[int, list[dict[str, Any]]]:
-    """Per analysed execution: the endpoints it found that were new to their owner,
-    counted by the UTC hour it found them in (when it finished); what a task's report
-    calls new. An endpoint a rescan sees again is no new one (the execution's own
-    first_seen is the scan's time). Executions not analysed yet are left out."""
-    analysed = [i for i, counts in execution_change_counts(conn, execution_ids).items() if counts]
-    found: dict[int, list[dict[str, Any]]] = {i: [] for i in analysed}
-    if not analysed:
+    """Per execution (analysed ones: ``execution_change_counts`` tells them): the
+    endpoints it found that were new to their owner, counted by the UTC hour it found
+    them in (when it finished); what a task's report calls new. An endpoint a rescan
+    sees again is no new one (the execution's own first_seen is the scan's time)."""
+    found: dict[int, list[dict[str, Any]]] = {i: [] for i in execution_ids}
+    if not execution_ids:
         return found
     rows = conn.execute(
         sa.text(
@@ -197,12 +196,10 @@ def new_endpoints_by_hour(
              GROUP BY 1, 2 ORDER BY 1, 2
             """
         ),
-        {"ids": analysed},
+        {"ids": execution_ids},
     )
     for row in rows:
-        found[row.execution_id].append(
-            {"hour": row.hour.astimezone(UTC).isoformat(), "count": row.n}
-        )
+        found[row.execution_id].append({"hour": hour_text(row.hour), "count": row.n})
     return found
 
 

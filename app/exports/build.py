@@ -292,9 +292,10 @@ def export_chunks(
         database_text = writes_text_in_database(store)
     csv = claim.format in ("csv", "zip")
     jsonl = claim.format in ("jsonl", "zip")
+    assets = claim.query is not None  # a search of current assets, not a task's results
 
     def pages() -> Iterator[EncodedPage]:
-        if claim.query is not None:
+        if assets:
             found = asset_query_pages(store, claim, page_size=page_size, guard=guard)
             return encode_pages(found, csv=csv, jsonl=jsonl, assets=True)
         if database_text:
@@ -313,7 +314,7 @@ def export_chunks(
 
     if claim.format == "csv":
         member = MemberStats()
-        yield from csv_chunks(pages(), member, assets=claim.query is not None)
+        yield from csv_chunks(pages(), member, assets=assets)
         stats["rows"] = member.rows
     elif claim.format == "jsonl":
         member = MemberStats()
@@ -334,7 +335,7 @@ def export_chunks(
             if claim.asset_filters:
                 manifest["filters"] = claim.asset_filters
         members: dict[str, Any] = {}
-        yield from zip_chunks(pages, manifest, members, assets=claim.query is not None)
+        yield from zip_chunks(pages, manifest, members, assets=assets)
         stats["rows"] = members["endpoints.csv"]["rows"]
 
 

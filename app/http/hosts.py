@@ -22,8 +22,8 @@ from app.http import context
 from app.http.guards import current_user, require_user
 from app.parameters import int_param
 from app.result_ingest.dns import names_for_address
-from app.result_ingest.model import stored_ip
 from app.scan_control.reads import host_history
+from app.search.ids import stored_ip
 from app.search.port import AssetQuery
 
 blueprint = Blueprint("hosts", __name__, url_prefix="/api")

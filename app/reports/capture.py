@@ -26,9 +26,9 @@ statistics say so (``completeness.complete = false`` and a note).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from app.analysis.queries import new_endpoints_by_hour
+from app.analysis.queries import execution_change_counts, new_endpoints_by_hour
 from app.db import transaction
 from app.projection.status import aggregate_projection_status, projection_status_sql
 from app.reports.records import ReportClaim
@@ -69,19 +69,16 @@ class Capture:
     wait_for_data: bool  # incomplete and still inside the bounded wait
 
 
-def change_counts(conn: Connection, execution_ids: list[int]) -> dict[str, Any] | None:
-    """The change sets of the period's executions (new/changed/gone/reappeared), summed.
-
-    Read through the change-analysis domain's query, inside this same snapshot; an
-    execution not analysed yet is counted as pending so the report can say so. None
-    when the period has no executions.
+def change_counts(per_execution: dict[int, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The change sets of the period's executions (new/changed/gone/reappeared), summed,
+    from ``execution_change_counts`` read inside this same snapshot; an execution not
+    analysed yet (None) is counted as pending so the report can say so. None when the
+    period has no executions.
     """
-    if not execution_ids:
+    if not per_execution:
         return None
     from app.analysis.changes import CHANGE_KINDS
-    from app.analysis.queries import execution_change_counts
 
-    per_execution = execution_change_counts(conn, execution_ids)
     totals: dict[str, Any] = dict.fromkeys(CHANGE_KINDS, 0)
     analysed = 0
     for counts in per_execution.values():
@@ -93,7 +90,7 @@ def change_counts(conn: Connection, execution_ids: list[int]) -> dict[str, Any] 
     return {
         **totals,
         "analysed_executions": analysed,
-        "pending_executions": len(execution_ids) - analysed,
+        "pending_executions": len(per_execution) - analysed,
     }
 
 
@@ -274,30 +271,32 @@ def _aggregates(
     preread: dict[int, ExecutionAggregates],
     *,
     last_round: bool,
-) -> list[Any]:
-    rows: list[Any] = list(
-        conn.execute(
+) -> dict[int, Any]:
+    """Each execution's aggregates (services, products, ports, first_seen_hours), stored
+    or read from the store just before this snapshot."""
+    rows: dict[int, Any] = {
+        row.execution_id: row
+        for row in conn.execute(
             sa.text(
                 "SELECT execution_id, services, products, ports, first_seen_hours "
                 "FROM report_execution_aggregates WHERE execution_id = ANY(:ids)"
             ),
             {"ids": execution_ids},
-        ).all()
-    )
-    found = {row.execution_id for row in rows}
+        )
+    }
     for execution_id in execution_ids:
-        if execution_id in found:
+        if execution_id in rows:
             continue
         if execution_id in preread:
             # Read from the store just before this snapshot, not stored: the next
             # report's prepare step stores it.
-            rows.append(_Preread(execution_id, *dataclasses.astuple(preread[execution_id])))
+            rows[execution_id] = preread[execution_id]
         elif not last_round:
             raise _AggregatesMissing(execution_id)
     return rows
 
 
-def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
+def _top(rows: Iterable[Any], field: str, key: Any) -> list[dict[str, Any]]:
     totals: dict[Any, dict[str, Any]] = {}
     for row in rows:
         for entry in getattr(row, field):
@@ -309,34 +308,16 @@ def _top(rows: list[Any], field: str, key: Any) -> list[dict[str, Any]]:
     return sorted(totals.values(), key=lambda e: (-e["count"], str(key(e))))[:TOP_N]
 
 
-@dataclass(frozen=True)
-class _Preread:
-    """A store-read ``ExecutionAggregates`` with its execution's id, as a stored row has."""
-
-    execution_id: int
-    services: list[dict[str, Any]]
-    products: list[dict[str, Any]]
-    ports: list[dict[str, Any]]
-    first_seen_hours: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class _NewByHour:
-    """Hourly counts in the shape ``_new_per_day`` reads (``first_seen_hours``)."""
-
-    first_seen_hours: list[dict[str, Any]]
-
-
 def _new_per_day(
-    aggregates: list[Any], start: datetime, end: datetime, zone: str
+    hourly: Iterable[list[dict[str, Any]]], start: datetime, end: datetime, zone: str
 ) -> dict[str, int]:
     """Endpoints first seen on each day of the period, from the hourly counts; days of
     the report's time zone, as its period is (they were UTC days). The counts are per UTC
     hour: in a zone off UTC by a half hour, an hour counts on the day it starts on."""
     local = ZoneInfo(zone)
     per_day: dict[str, int] = {}
-    for row in aggregates:
-        for entry in row.first_seen_hours:
+    for counts in hourly:
+        for entry in counts:
             hour = datetime.fromisoformat(entry["hour"])
             if hour.tzinfo is None:
                 hour = hour.replace(tzinfo=UTC)
@@ -359,7 +340,7 @@ class SearchedAssets:
 
     def statistics(self, start: datetime, end: datetime, zone: str) -> dict[str, Any]:
         lists = self.found.lists
-        per_day = _new_per_day([lists], start, end, zone)
+        per_day = _new_per_day([lists.first_seen_hours], start, end, zone)
         figures = {
             "endpoints": self.found.endpoints,
             "ips": self.found.ips,
@@ -450,14 +431,12 @@ def _statistics(
     )
     pending = _pending_executions(conn, task_ids, run_id)
     aggregates = _aggregates(conn, latest_ids, preread, last_round=last_round)
+    changes = execution_change_counts(conn, latest_ids)
     # New to the owner, from the change analysis; an execution not analysed yet counts
     # the endpoints its scan first saw in the period (its own first_seen).
-    analysed_new = new_endpoints_by_hour(conn, latest_ids)
+    analysed_new = new_endpoints_by_hour(conn, [i for i, c in changes.items() if c is not None])
     per_day = _new_per_day(
-        [
-            _NewByHour(analysed_new[row.execution_id]) if row.execution_id in analysed_new else row
-            for row in aggregates
-        ],
+        [analysed_new.get(i, row.first_seen_hours) for i, row in aggregates.items()],
         start,
         end,
         zone,
@@ -470,14 +449,14 @@ def _statistics(
         "ips": sum(row.ip_count for row in latest),
         "new_endpoints": sum(per_day.values()),
         "new_endpoints_per_day": [{"day": d, "count": n} for d, n in sorted(per_day.items())],
-        "top_services": _top(aggregates, "services", lambda e: e["name"]),
-        "top_products": _top(aggregates, "products", lambda e: e["name"]),
-        "top_ports": _top(aggregates, "ports", lambda e: (e["port"], e["transport"])),
+        "top_services": _top(aggregates.values(), "services", lambda e: e["name"]),
+        "top_products": _top(aggregates.values(), "products", lambda e: e["name"]),
+        "top_ports": _top(aggregates.values(), "ports", lambda e: (e["port"], e["transport"])),
         "executions": {"total": sum(by_status.values()), "by_status": by_status},
         "executions_pending": pending,
         "latest_executions": latest_ids,
         "projection": projection,
-        "changes": change_counts(conn, latest_ids),
+        "changes": change_counts(changes),
         "complete": complete,
     }
 

@@ -33,9 +33,8 @@ from app.result_ingest.model import (
     UploadBody,
     escape_nul,
     escape_nul_deep,
-    stored_ip,
 )
-from app.search.ids import CANONICAL_IPV4
+from app.search.ids import CANONICAL_IPV4, stored_ip
 
 # Only the plain RFC 3339 form, with ranges pydantic also accepts (its parser is
 # stricter than ``fromisoformat`` on some forms; those take the pydantic path).

@@ -51,7 +51,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.search.ids import normalise_ip, parsed_address
+from app.search.ids import stored_ip
 from app.upload_protocol import PROTOCOL_VERSION
 
 UPLOAD_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -164,18 +164,6 @@ class ObservationIn(_Strict):
             return stored_ip(value)
         except ValueError:
             raise ValueError("not an IPv4 or IPv6 address") from None
-
-
-def stored_ip(value: str) -> str:
-    """The address as results store it: normalised, and an IPv4-mapped IPv6 address
-    (``::ffff:192.0.2.1``) as the IPv4 address it maps: one host, one identity,
-    whichever way a scanner or a result file wrote it."""
-    text = normalise_ip(value)
-    if ":" in text:
-        mapped = parsed_address(text).ipv4_mapped  # type: ignore[union-attr]
-        if mapped is not None:
-            return str(mapped)
-    return text
 
 
 class DnsRecordIn(_Strict):

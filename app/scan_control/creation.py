@@ -65,15 +65,16 @@ def _scope_values(
         ranges, found = parse_ports(body.get("ports"), limits)
         values["ports"] = format_ports(ranges)
         problems.extend(found)
-    if "transports" in fields and "transports" in body and body["transports"] is None:
-        # Left out, transports default to tcp; null is no list of them (a new task's or a
-        # change's).
-        problems.append(
-            Problem("transports", None, None, "must be a non-empty list of 'tcp'/'udp'")
-        )
-    elif "transports" in fields:
-        values["transports"], found = parse_transports(body.get("transports"))
-        problems.extend(found)
+    if "transports" in fields:
+        if body.get("transports", ()) is None:
+            # Left out, transports default to tcp; null is no list of them (a new task's
+            # or a change's).
+            problems.append(
+                Problem("transports", None, None, "must be a non-empty list of 'tcp'/'udp'")
+            )
+        else:
+            values["transports"], found = parse_transports(body.get("transports"))
+            problems.extend(found)
     if "profile" in fields:
         values["profile"] = body.get("profile", DEFAULT_PROFILE)
         if values["profile"] not in SCAN_PROFILES:

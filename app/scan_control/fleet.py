@@ -29,6 +29,10 @@ STATUSES = ("never_seen", "online", "busy", "offline")
 MAX_SCANNERS = 1000
 
 
+# An execution ``e`` held under a live lease: its scanner is ``busy``.
+_LIVE_LEASE = "e.status = 'running' AND e.lease_expires_at > now()"
+
+
 def _activity(conn: Connection, scanner_ids: list[int]) -> dict[int, Any]:
     """Per scanner: the execution it holds under a live lease, and its last finished one's
     observations and seconds (one indexed probe each)."""
@@ -36,11 +40,10 @@ def _activity(conn: Connection, scanner_ids: list[int]) -> dict[int, Any]:
         return {}
     rows = conn.execute(
         sa.text(
-            """
+            f"""
             SELECT s.id,
                    (SELECT e.id FROM scan_executions e
-                     WHERE e.scanner_id = s.id AND e.status = 'running'
-                       AND e.lease_expires_at > now()
+                     WHERE e.scanner_id = s.id AND {_LIVE_LEASE}
                      ORDER BY e.id LIMIT 1) AS current_execution_id,
                    last.id AS last_execution_id,
                    last.observation_count AS last_observations,
@@ -53,7 +56,7 @@ def _activity(conn: Connection, scanner_ids: list[int]) -> dict[int, Any]:
                    ORDER BY e.finished_at DESC
                    LIMIT 1
               ) AS last ON true
-            """
+            """  # noqa: S608 - a module constant
         ),
         {"ids": scanner_ids},
     ).all()
@@ -64,11 +67,8 @@ def holds_live_lease_sql(scanner_id: str) -> str:
     """SQL: the scanner ``scanner_id`` (an expression) holds an execution under a live
     lease (``busy``). Its agent renews the lease a third of the lease into it, so a long
     scan is silent for longer than ``scanner_offline_seconds`` may be, and is no outage."""
-    return (
-        "EXISTS (SELECT 1 FROM scan_executions e "  # noqa: S608 - the caller's expression
-        f"WHERE e.scanner_id = {scanner_id} AND e.status = 'running' "
-        "AND e.lease_expires_at > now())"
-    )
+    where = f"e.scanner_id = {scanner_id} AND {_LIVE_LEASE}"
+    return f"EXISTS (SELECT 1 FROM scan_executions e WHERE {where})"  # noqa: S608 - constants
 
 
 def status_of(state: ScannerState, current_execution_id: int | None) -> str:

@@ -15,7 +15,7 @@ from app.analysis.queries import compare_runs, task_changes
 from app.db import transaction
 from app.errors import NotFound, ValidationError
 from app.identity.users import User
-from app.scan_control.runs import resolve_run, run_not_found
+from app.scan_control.runs import resolve_run, run_execution_ids, run_not_found
 from app.scan_control.visibility import task_visible
 
 
@@ -43,11 +43,7 @@ def run_changes(
         if not task_visible(conn, user, task_id):
             raise NotFound("task not found", code="task_not_found")
         run = resolve_run(conn, task_id, run_id)
-        executions = list(
-            conn.execute(
-                sa.text("SELECT id FROM scan_executions WHERE run_id = :run"), {"run": run}
-            ).scalars()
-        )
+        executions = run_execution_ids(conn, run) if run is not None else []
         page = task_changes(
             conn, task_id, kind=kind, limit=limit, cursor=cursor, execution_ids=executions
         )

@@ -21,7 +21,7 @@ from app.observability import emit
 from app.scan_control import schedule_store
 from app.scan_control.creation import TaskRequest, create_task
 from app.scan_control.query import Page, get_task, list_executions, list_tasks
-from app.scan_control.runs import latest_runs, resolve_run
+from app.scan_control.runs import latest_runs, resolve_run, run_execution_ids
 from app.scan_control.schedule_rules import ScheduleSpec
 from app.scan_control.visibility import task_visible
 
@@ -115,11 +115,7 @@ def task_page(
             raise NotFound("task not found", code="task_not_found")
         executions = list_executions(conn, task_id, limit=limit, cursor=cursor)
         run = resolve_run(conn, task_id, None)
-        run_executions = list(
-            conn.execute(
-                sa.text("SELECT id FROM scan_executions WHERE run_id = :run"), {"run": run}
-            ).scalars()
-        )
+        run_executions = run_execution_ids(conn, run) if run is not None else []
         changes = task_change_counts(conn, task_id, execution_ids=run_executions)
         changes["run_id"] = run
         changes["run_number"] = conn.execute(

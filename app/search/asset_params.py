@@ -15,6 +15,7 @@ from datetime import datetime
 from app.errors import Forbidden, ValidationError
 from app.parameters import datetime_param, int_param, text_param
 from app.search.asset_sort import asset_sort
+from app.search.ids import stored_ip
 from app.search.port import ASSET_STATUS_FILTERS, AssetQuery
 from app.search.query_language import MAX_QUERY_CHARS, And, Text, parse_query
 
@@ -153,11 +154,9 @@ def _addresses(params: Mapping[str, str]) -> tuple[str | None, str | None]:
             )
     try:
         if ip is not None:
-            address = ipaddress.ip_address(ip)
-            # Results store an IPv4-mapped address (::ffff:192.0.2.1) as the IPv4 one it
-            # maps; so does the host page. Asked that way, it finds that host.
-            mapped = getattr(address, "ipv4_mapped", None)
-            ip = str(mapped or address)
+            # As results store it (an IPv4-mapped address as the IPv4 host), as the host
+            # page reads it.
+            ip = stored_ip(str(ipaddress.ip_address(ip)))
     except ValueError:
         raise ValidationError(
             "ip must be an IPv4 or IPv6 address",

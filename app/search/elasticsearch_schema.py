@@ -51,6 +51,12 @@ String identity(def value, List keys) {
   }
   return text.toString();
 }
+String seenAt(def value, Map seen, String name, Map version) {
+  if (value == null) {
+    return null;
+  }
+  return seen.containsKey(name) ? (String) seen[name] : (String) version.last_seen;
+}
 Map d = params.doc;
 Map s = ctx._source;
 if (s.isEmpty()) {
@@ -76,10 +82,8 @@ if (s.isEmpty()) {
   for (String name : params.probed) {
     Object mine = s[name];
     Object theirs = d[name];
-    String mineAt = mine == null ? null
-        : (sSeen.containsKey(name) ? (String) sSeen[name] : (String) s.last_seen);
-    String theirsAt = theirs == null ? null
-        : (dSeen.containsKey(name) ? (String) dSeen[name] : (String) d.last_seen);
+    String mineAt = seenAt(mine, sSeen, name, s);
+    String theirsAt = seenAt(theirs, dSeen, name, d);
     boolean take = false;
     if (theirsAt != null) {
       if (mineAt == null) {
@@ -104,10 +108,8 @@ if (s.isEmpty()) {
     String name = group.getKey();
     Object mine = sDetails.get(name);
     Object theirs = dDetails.get(name);
-    String mineAt = mine == null ? null
-        : (sSeen.containsKey(name) ? (String) sSeen[name] : (String) s.last_seen);
-    String theirsAt = theirs == null ? null
-        : (dSeen.containsKey(name) ? (String) dSeen[name] : (String) d.last_seen);
+    String mineAt = seenAt(mine, sSeen, name, s);
+    String theirsAt = seenAt(theirs, dSeen, name, d);
     boolean take = false;
     if (theirsAt != null) {
       if (mineAt == null) {

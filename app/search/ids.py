@@ -43,6 +43,18 @@ def normalise_ip(value: str) -> str:
     return str(parsed_address(text))
 
 
+def stored_ip(value: str) -> str:
+    """The address as results store it: normalised, and an IPv4-mapped IPv6 address
+    (``::ffff:192.0.2.1``) as the IPv4 address it maps: one host, one identity,
+    whichever way a scanner or a result file wrote it (and however a search asks)."""
+    text = normalise_ip(value)
+    if ":" in text:
+        mapped = parsed_address(text).ipv4_mapped  # type: ignore[union-attr]
+        if mapped is not None:
+            return str(mapped)
+    return text
+
+
 @functools.lru_cache(maxsize=65536)
 def parsed_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """``ipaddress.ip_address`` remembered: one upload parses an address in validation, scope

@@ -123,13 +123,6 @@ NEWEST_GROUP = (
     ),
     "tags",
 )
-# The view rows' value numbers, each going with the details document it is read from.
-_NUMBER_GROUPS = {
-    "cert_issuer_number": "tls",
-    "cert_subject_number": "tls",
-    "title_number": "http",
-    "server_number": "http",
-}
 
 
 def _seen(alias: str, name: str) -> str:
@@ -321,12 +314,12 @@ def merge_on_conflict(table: str) -> str:
         "(excluded.last_seen, excluded.last_execution_id, excluded.observation_key) "
         "> (t.last_seen, t.last_execution_id, t.observation_key)"
     )
-    # A view row's value numbers go with the details document they are read from
-    # (migration 2200).
+    # A view row's value numbers go with the details document their value is read from
+    # (migration 2200; ``FACT_FIELDS`` names the document).
     numbers = (
         [
-            f"{c} = CASE WHEN {_group_take(_NUMBER_GROUPS[c])} THEN excluded.{c} ELSE t.{c} END"
-            for c in FACT_TEXT_NUMBERS.values()
+            f"{c} = CASE WHEN {_group_take(FACT_FIELDS[field][0])} THEN excluded.{c} ELSE t.{c} END"
+            for field, c in FACT_TEXT_NUMBERS.items()
         ]
         if table in ASSET_TABLES.values()
         else []

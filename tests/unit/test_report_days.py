@@ -19,12 +19,12 @@ START, END = datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 10, tzinfo=UT
 
 
 def test_new_endpoints_per_day_are_days_of_the_report_zone():
-    assert _new_per_day([HOURS], START, END, "Pacific/Kiritimati") == {
+    assert _new_per_day([HOURS.first_seen_hours], START, END, "Pacific/Kiritimati") == {
         "2026-12-07": 5,
         "2026-12-08": 1001,
     }
-    assert _new_per_day([HOURS], START, END, "Pacific/Pago_Pago") == {
+    assert _new_per_day([HOURS.first_seen_hours], START, END, "Pacific/Pago_Pago") == {
         "2026-12-06": 5,
         "2026-12-07": 1001,
     }
-    assert _new_per_day([HOURS], START, END, "UTC") == {"2026-12-07": 1006}
+    assert _new_per_day([HOURS.first_seen_hours], START, END, "UTC") == {"2026-12-07": 1006}
